@@ -1,0 +1,1 @@
+"""The router: everything that runs (Trio code). Protocol types live in ``wire``."""

@@ -1,0 +1,89 @@
+"""The ``router`` command.
+
+Each subcommand lives in the module that owns its feature and is imported only
+when it runs, so ``router --help`` stays fast and a broken feature cannot stop
+another from starting. A subcommand module provides two functions:
+
+``configure(parser: argparse.ArgumentParser) -> None``
+    adds the subcommand's arguments (and sub-subcommands, if any);
+``run(args: argparse.Namespace) -> int``
+    does the work and returns the process exit status.
+
+Exit status 2 is reserved for usage errors, as argparse uses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+#: name -> (module, one-line help). The order is the order ``--help`` lists.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "daemon": (
+        "router.container.daemon_cli",
+        "serve the container daemon protocol (the side inside a container)",
+    ),
+    "prompt": (
+        "router.container.host_cli",
+        "submit a prompt to a container session through the host and wait",
+    ),
+    "transcript": (
+        "router.container.host_cli",
+        "print a container session's transcript from the host's store",
+    ),
+    "modlink": (
+        "router.modlink.cli",
+        "serve the mod link of one Claude Code session on its Unix socket",
+    ),
+    "plugins": (
+        "router.plugins.cli",
+        "show or change which plug-in modules are switched on",
+    ),
+    "limits": (
+        "router.plugins.cli",
+        "report every configured limit and what it has counted",
+    ),
+    "routes": (
+        "router.plugins.cli",
+        "show or set the harness routes of instances",
+    ),
+}
+
+
+def _usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = [
+        "usage: router <command> [options]",
+        "",
+        "A structured-concurrency router for AI agent sessions.",
+        "",
+        "commands:",
+    ]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "Run 'router <command> --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name = args[0]
+    if name not in COMMANDS:
+        print(f"router: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module_name, help_ = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"router {name}", description=help_)
+    configure = getattr(module, f"configure_{name}", None) or module.configure
+    run = getattr(module, f"run_{name}", None) or module.run
+    configure(parser)
+    parsed = parser.parse_args(args[1:])
+    return int(run(parsed) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

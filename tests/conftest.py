@@ -1,0 +1,1 @@
+"""Shared fixtures. Feature-specific fixtures live beside their tests."""

@@ -1,0 +1,108 @@
+"""Fetch npm packages once, at test time, into a cache outside the repository.
+
+Nothing fetched here is ever committed. The cache directory is
+``$ROUTER_TEST_CACHE`` when set, else ``~/.cache/router-tests``; each package
+version is unpacked into a directory of its own, keyed by name and version,
+and a finished unpack is renamed into place so an interrupted fetch never
+leaves a half-written package behind.
+
+When the fetch is impossible (no ``npm``, no registry), :func:`npm_package`
+raises :class:`NpmUnavailable`; :func:`require_npm_package` turns that into a
+``pytest.skip`` with the reason, or a failure when ``ROUTER_REQUIRE_NPM=1``
+(CI sets it, so a missing peer can never turn a red run green).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+
+class NpmUnavailable(RuntimeError):
+    """The package could not be fetched; the message says why."""
+
+
+def cache_root() -> Path:
+    root = os.environ.get("ROUTER_TEST_CACHE") or os.path.expanduser("~/.cache/router-tests")
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def npm_package(spec: str, *, timeout: float = 600.0) -> Path:
+    """Return the unpacked ``package/`` directory of ``spec`` (``name@version``).
+
+    The version must be exact: a cache keyed by a range would go stale.
+    """
+    name, _, version = spec.rpartition("@")
+    if not name or not re.fullmatch(r"\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?", version):
+        raise ValueError(f"{spec!r} is not name@exact-version")
+    target = cache_root() / "npm" / f"{name.replace('/', '__')}-{version}"
+    package = target / "package"
+    if package.is_dir():
+        return package
+    npm = shutil.which("npm")
+    if npm is None:
+        raise NpmUnavailable(f"npm is not on PATH, so {spec} cannot be fetched")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as work:
+        try:
+            done = subprocess.run(
+                [npm, "pack", spec, "--silent", "--pack-destination", work],
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise NpmUnavailable(f"npm pack {spec} took longer than {timeout:.0f} s") from exc
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+            raise NpmUnavailable(f"npm pack {spec} failed: {' / '.join(tail)}")
+        tarballs = list(Path(work).glob("*.tgz"))
+        if len(tarballs) != 1:
+            raise NpmUnavailable(f"npm pack {spec} left {len(tarballs)} tarballs, expected 1")
+        unpacked = Path(work) / "unpacked"
+        with tarfile.open(tarballs[0]) as tar:
+            tar.extractall(unpacked, filter="tar")
+        if not (unpacked / "package").is_dir():
+            raise NpmUnavailable(f"the tarball of {spec} holds no package/ directory")
+        try:
+            os.rename(unpacked, target)
+        except OSError:
+            if not package.is_dir():  # lost a race to another fetch: theirs is as good
+                raise
+    return package
+
+
+def require_npm_package(spec: str) -> Path:
+    """:func:`npm_package` for tests: skip when the fetch is impossible (fail under CI)."""
+    import pytest
+
+    try:
+        return npm_package(spec)
+    except NpmUnavailable as exc:
+        if os.environ.get("ROUTER_REQUIRE_NPM") == "1":
+            pytest.fail(f"required npm package unavailable: {exc}")
+        pytest.skip(f"npm package unavailable: {exc}")
+
+
+#: The reference implementation of the container protocol.
+AGENTS_SPEC = "agents@0.32.0"
+
+
+def node_binary() -> str:
+    """The ``node`` executable, or a skip (a failure under CI) when there is none."""
+    import pytest
+
+    node = shutil.which("node")
+    if node is None:
+        if os.environ.get("ROUTER_REQUIRE_NPM") == "1":
+            pytest.fail("node is not on PATH; the reference peers need it")
+        pytest.skip("node is not on PATH; the reference peers need it")
+    return node
