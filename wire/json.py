@@ -1,0 +1,247 @@
+"""The JSON rules both wires share, written once.
+
+Both peers of each wire are JavaScript programs or mirror one (the reference
+container daemon and the Claude Code mod), so "JSON" here means what
+``JSON.parse`` and ``JSON.stringify`` do, not what Python's ``json`` does by
+default. The differences this module closes:
+
+- **Numbers.** JavaScript has one number type. :func:`loads` turns every JSON
+  number into the double ``JSON.parse`` would make, then gives it back as an
+  ``int`` when that double is integral and within ``±2**53`` (so ``1.0`` and
+  ``1e3`` are the counts ``1`` and ``1000``, as in JavaScript) and as a
+  ``float`` otherwise. A literal too large for a double becomes ``±inf``, as
+  ``JSON.parse("1e400")`` is ``Infinity``; it is not refused here, because the
+  reference refuses a non-finite number only where it checks a payload (see
+  :func:`is_json`). The literals ``NaN`` and ``Infinity`` are not JSON and are
+  refused, as ``JSON.parse`` refuses them.
+- **Values.** :func:`is_json` is the reference's ``isJson``: ``None``, bools,
+  strings, finite numbers, lists of JSON values and dicts with string keys and
+  JSON values.
+- **Counts.** :func:`is_count` is the reference's ``isCount``
+  (``Number.isSafeInteger(n) && n >= 0``): an ``int`` that is not a ``bool``,
+  from 0 to ``2**53 - 1``.
+- **Text.** :func:`dumps` writes what ``JSON.stringify`` writes: no spaces,
+  non-ASCII characters as themselves, lone surrogates as ``\\udXXX`` escapes,
+  numbers in JavaScript's shortest form (``1`` not ``1.0``, ``1e-7`` not
+  ``1e-07``, ``100000000000000000000`` not ``1e+20``).
+- **Length.** :func:`js_length` counts UTF-16 code units, which is what
+  ``string.length`` measures and what ``MAX_CHUNK_CHARS`` bounds.
+
+Nesting deeper than Python's recursion allows (about 900 levels) is refused by
+:func:`loads`; V8 accepts deeper documents. No peer sends such a thing, and a
+refusal is the safe side of that difference.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import math
+import re
+from typing import Any, Final, TypeAlias
+
+__all__ = [
+    "ABSENT",
+    "Absent",
+    "JsonError",
+    "JsonValue",
+    "MAX_SAFE_INTEGER",
+    "dumps",
+    "is_count",
+    "is_json",
+    "js_length",
+    "js_number",
+    "json_length",
+    "loads",
+]
+
+#: ``Number.MAX_SAFE_INTEGER``: the largest count either wire carries.
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+
+#: A JSON value as Python holds it. Dicts and lists are plain, and mutable:
+#: a payload passes through the wire untouched, so nothing here copies it.
+JsonValue: TypeAlias = Any
+
+
+class Absent:
+    """The type of :data:`ABSENT`: an optional field that is not there at all,
+    as opposed to one that is there and ``null``."""
+
+    _instance: "Absent | None" = None
+
+    def __new__(cls) -> "Absent":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+#: The one :class:`Absent` value.
+ABSENT: Final = Absent()
+
+
+class JsonError(ValueError):
+    """The text is not JSON as ``JSON.parse`` reads it."""
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _number(literal: str) -> int | float:
+    """One JSON number literal, as the double JavaScript makes of it."""
+    value = float(literal)  # correctly rounded, like V8; overflows to ±inf
+    if value.is_integer() and -(2**53) <= value <= 2**53:
+        return int(value)
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise JsonError(f"{name} is not a JSON value")
+
+
+_decoder = _json.JSONDecoder(
+    parse_float=_number,
+    parse_int=_number,
+    parse_constant=_refuse_constant,
+    strict=True,  # no raw control characters inside strings, as JSON.parse
+)
+
+
+def loads(text: str) -> JsonValue:
+    """Parse ``text`` as ``JSON.parse`` would.
+
+    Raises :class:`JsonError` for anything ``JSON.parse`` refuses (and for
+    nesting too deep to parse recursively).
+    """
+    if type(text) is not str:
+        raise JsonError(f"JSON text must be a str, not {type(text).__name__}")
+    try:
+        return _decoder.decode(text)
+    except JsonError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise JsonError(str(exc) or type(exc).__name__) from None
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def is_json(value: object) -> bool:
+    """Whether ``value`` is a JSON value with only finite numbers."""
+    kind = type(value)
+    if value is None or kind is str or kind is bool or kind is int:
+        return True
+    if kind is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    if kind is list or kind is tuple:
+        return all(is_json(item) for item in value)  # type: ignore[attr-defined]
+    if kind is dict:
+        return all(
+            type(key) is str and is_json(item)
+            for key, item in value.items()  # type: ignore[attr-defined]
+        )
+    return False
+
+
+def is_count(value: object) -> bool:
+    """Whether ``value`` is a count: an integer (not a bool), 0 ≤ n ≤ 2**53 − 1."""
+    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
+
+
+# --------------------------------------------------------------------------- writing
+
+_encoder = _json.JSONEncoder(
+    ensure_ascii=False,
+    check_circular=False,
+    allow_nan=False,
+    separators=(",", ":"),
+)
+
+# A cheap scan that finds every place the stdlib's text could differ from
+# JavaScript's: a float literal (its digits, exponent or trailing ".0"), an
+# integer too long to be exact in a double, or a lone surrogate. It also
+# matches such runs inside strings, which only sends a text down the exact
+# (slower) path below; it never misses one outside strings.
+_SUSPECT = re.compile(r"\d\.\d|\d[eE][-+]?\d|\d{17}|[\ud800-\udfff]")
+# The exact path: strings are matched (and kept) so numbers inside them are
+# never touched; numbers outside strings are rewritten.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?', re.DOTALL)
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def js_number(value: int | float) -> str:
+    """``String(value)`` for a finite number, as JavaScript writes it.
+
+    Python's ``repr`` already gives the shortest digits that round-trip, the
+    same digits ECMAScript's Number::toString picks; only the layout differs.
+    """
+    if type(value) is int and -(2**53) <= value <= 2**53:
+        return str(value)
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    if number == 0:
+        return "0"  # -0 too: String(-0) is "0"
+    sign = "-" if number < 0 else ""
+    mantissa, _, exponent = repr(abs(number)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    # As in the spec: value = 0.DIGITS × 10**point, DIGITS without leading or
+    # trailing zeros.
+    digits = whole + fraction
+    point = len(whole) + (int(exponent) if exponent else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0")
+    k = len(digits)
+    if k <= point <= 21:
+        return sign + digits + "0" * (point - k)
+    if 0 < point <= 21:
+        return sign + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return sign + "0." + "0" * -point + digits
+    e = point - 1
+    head = digits[0] + ("." + digits[1:] if k > 1 else "")
+    return f"{sign}{head}e{'+' if e >= 0 else '-'}{abs(e)}"
+
+
+def _retoken(match: re.Match[str]) -> str:
+    token = match.group()
+    if token[0] == '"':
+        return token
+    return js_number(_number(token)) if not token.lstrip("-").isdigit() or len(token) > 16 else token
+
+
+def dumps(value: JsonValue) -> str:
+    """``JSON.stringify(value)`` for a JSON value.
+
+    Raises ``ValueError`` for a non-finite number and ``TypeError`` for a
+    value that is not JSON at all.
+    """
+    text = _encoder.encode(value)
+    if _SUSPECT.search(text) is None:
+        return text
+    if _SURROGATE.search(text) is not None:
+        # Outside strings everything is ASCII, so every lone surrogate is
+        # inside one; JSON.stringify escapes them (well-formed stringify).
+        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _TOKENS.sub(_retoken, text)
+
+
+def js_length(text: str) -> int:
+    """``text.length`` in JavaScript: UTF-16 code units."""
+    length = len(text)
+    if text.isascii():
+        return length
+    return length + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def json_length(value: JsonValue) -> int:
+    """``JSON.stringify(value).length``."""
+    return js_length(dumps(value))
