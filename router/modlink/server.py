@@ -1,0 +1,558 @@
+"""The mod link's server: Hypercorn serving a Quart-Trio app on the session's
+private Unix socket, over the sans-IO :class:`~router.modlink.core.LinkCore`.
+
+One :class:`ModLink` per Claude Code session, living in that session's
+nursery::
+
+    link = ModLink(session_id)
+    path = await nursery.start(link.run)
+    value = await link.call("session.model", deadline=10)
+    with link.events() as events:
+        async for event in events:
+            ...
+
+Routes (seed): ``GET /healthz`` answers ``{"link": MOD_HEALTH_MARKER}``;
+``POST /events {events}`` and ``POST /results {results}`` answer
+``{"ok": true}``; ``POST /requests`` answers ``{requests}``, held while
+nothing is queued for up to ``MOD_POLL_HOLD_MS`` and answered the moment work
+is queued. Every post is first put to the instance claim (409 when another mod
+instance holds the link, and nothing of it applied). A body that is not JSON,
+or not the route's shape, gets 400 and ``{"error": code, "message": sentence}``
+and nothing of it is applied; within a good body an event of an unknown kind
+is passed on raw and a malformed event is skipped with a warning.
+
+Error handling: nothing a peer sends raises out of a route; an unexpected
+exception in a route is logged and answered 500, and the link goes on.
+Starting raises :class:`ModLinkRefused` (and binds nothing) when the socket's
+directory is not private, or a live server already answers on the path.
+
+Resource handling: :meth:`ModLink.run` binds the socket (mode 0600, in a 0700
+directory), serves until cancelled, and on every exit removes the socket file
+if it is still the one it bound, fails the calls still waiting with
+:class:`ModLinkClosed` and ends every subscription.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import stat
+from typing import Any, Mapping
+
+import attrs
+import h11
+import trio
+from hypercorn.config import Config, Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
+from quart import Response, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from router.modlink.core import DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCore, LinkState, SubscriberQueue
+from router.modlink.errors import ModCallTimeout, ModLinkClosed, ModLinkRefused, ModSubscriberOverflow
+from wire.json import JsonError, dumps, loads
+from wire.mod import (
+    MOD_HEALTH_MARKER,
+    MOD_INSTANCE_HEADER,
+    MOD_POLL_HOLD_MS,
+    MOD_ROUTE_EVENTS,
+    MOD_ROUTE_HEALTH,
+    MOD_ROUTE_REQUESTS,
+    MOD_ROUTE_RESULTS,
+    MOD_STATUS_TAKEN,
+    MOD_URL_BASE,
+    ModEvent,
+    ModWireError,
+    converter,
+    read_events,
+    read_results,
+    resolve_mod_socket_path,
+)
+
+__all__ = ["ModLink", "Subscription", "probe_health"]
+
+log = logging.getLogger("router.modlink")
+
+#: How long the stale-socket probe waits for ``GET /healthz``. A live server
+#: answers it from memory at once; one second is ample on a loaded machine
+#: and short enough not to hold a session's start up (our choice).
+PROBE_TIMEOUT = 1.0
+
+#: The largest body a post may have. The seed sets none; a row with a picture
+#: in it is the biggest thing the mod posts, and Claude Code caps a picture
+#: well below this (our choice).
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+#: How long a call waits for the mod's answer unless told otherwise (our
+#: choice: six poll holds, so a mod between two polls is always reached).
+DEFAULT_CALL_DEADLINE = 30.0
+
+
+def _error(status: int, code: str, message: str) -> Response:
+    return Response(dumps({"error": code, "message": message}), status=status, content_type="application/json")
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(dumps(value), status=status, content_type="application/json")
+
+
+async def probe_health(path: str, *, timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether a live mod link server answers ``GET /healthz`` with the marker
+    on ``path`` within ``timeout``. Any failure (refused, no answer, another
+    answer) is ``False``: the socket is stale."""
+    with trio.move_on_after(timeout):
+        try:
+            stream = await trio.open_unix_socket(path)
+        except OSError:
+            return False
+        async with stream:
+            connection = h11.Connection(h11.CLIENT)
+            host = MOD_URL_BASE.split("//", 1)[1]
+            try:
+                await stream.send_all(
+                    connection.send(
+                        h11.Request(
+                            method="GET",
+                            target=MOD_ROUTE_HEALTH,
+                            headers=[("Host", host), ("Connection", "close")],
+                        )
+                    )
+                    + connection.send(h11.EndOfMessage())
+                )
+                status = None
+                body = b""
+                while True:
+                    event = connection.next_event()
+                    if event is h11.NEED_DATA:
+                        data = await stream.receive_some(65536)
+                        connection.receive_data(data)
+                        if not data and connection.their_state is not h11.SEND_BODY:
+                            break
+                        continue
+                    if isinstance(event, h11.Response):
+                        status = event.status_code
+                    elif isinstance(event, h11.Data):
+                        body += event.data
+                        if len(body) > 65536:
+                            return False
+                    elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                        break
+                if status != 200:
+                    return False
+                answer = loads(body.decode("utf-8"))
+                return type(answer) is dict and answer.get("link") == MOD_HEALTH_MARKER
+            except (OSError, trio.BrokenResourceError, h11.ProtocolError, UnicodeDecodeError, JsonError):
+                return False
+    return False
+
+
+class Subscription:
+    """One subscriber's view of the link's events: an async iterator over a
+    bounded queue (see :class:`~router.modlink.core.SubscriberQueue`).
+
+    Iteration ends when the link stops (after the queued events), and raises
+    :class:`ModSubscriberOverflow` once a reader that fell too far behind has
+    read what was kept. Use it as a context manager to unsubscribe on exit.
+    """
+
+    def __init__(self, link: "ModLink", queue: SubscriberQueue) -> None:
+        self._link = link
+        self._queue = queue
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self._queue!r}>"
+
+    @property
+    def shed(self) -> int:
+        """How many step snapshots this subscriber lost to its bound."""
+        return self._queue.shed
+
+    def _wake(self) -> None:
+        self._lot.unpark_all()
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._link._unsubscribe(self)
+
+    def __aiter__(self) -> "Subscription":
+        return self
+
+    async def __anext__(self) -> ModEvent:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            event = self._queue.pop()
+            if event is not None:
+                # Popped: from here on a cancellation must not lose it.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return event
+            if self._queue.overflowed:
+                raise ModSubscriberOverflow(
+                    f"this subscriber fell more than {self._queue.capacity} events behind and lost events; "
+                    "subscribe again and read the link's state"
+                )
+            if self._queue.closed:
+                raise StopAsyncIteration
+            await self._lot.park()
+
+
+@attrs.define
+class _Waiter:
+    event: trio.Event = attrs.field(factory=trio.Event)
+    outcome: CallOutcome | None = None
+
+
+class ModLink:
+    """The mod link of one Claude Code session (see the module docstring).
+
+    ``env`` defaults to ``os.environ``; ``hold`` (seconds) to
+    ``MOD_POLL_HOLD_MS``. Raises :class:`ModLinkRefused` (``no-socket-path``)
+    at once when the environment names no socket path for the session.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        hold: float = MOD_POLL_HOLD_MS / 1000,
+        probe_timeout: float = PROBE_TIMEOUT,
+        subscriber_capacity: int = DEFAULT_SUBSCRIBER_CAPACITY,
+        core: LinkCore | None = None,
+    ) -> None:
+        resolution = resolve_mod_socket_path(session_id, os.environ if env is None else env)
+        if resolution.path is None:
+            assert resolution.refusal is not None
+            raise ModLinkRefused("no-socket-path", resolution.refusal)
+        self.session_id = session_id
+        self.path: str = resolution.path
+        self.hold = hold
+        self.probe_timeout = probe_timeout
+        self.subscriber_capacity = subscriber_capacity
+        self._core = core or LinkCore()
+        self._waiters: dict[str, _Waiter] = {}
+        self._subscriptions: dict[SubscriberQueue, Subscription] = {}
+        self._work = trio.lowlevel.ParkingLot()
+        self._serving = False
+        self._closed = False
+        # Poll counters: how each held poll ended (tests assert on these).
+        self.polls_with_work = 0
+        self.polls_expired = 0
+        self.app = self._make_app()
+
+    def __repr__(self) -> str:
+        status = "closed" if self._closed else "serving" if self._serving else "idle"
+        return f"<ModLink {status} {self.path} {self._core!r} polls_waiting={self._work.statistics().tasks_waiting}>"
+
+    # ----------------------------------------------------------------- public API
+
+    @property
+    def state(self) -> LinkState:
+        """The link's state as of the last event (a frozen snapshot)."""
+        return self._core.state
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            **self._core.statistics(),
+            "serving": self._serving,
+            "polls_waiting": self._work.statistics().tasks_waiting,
+            "polls_with_work": self.polls_with_work,
+            "polls_expired": self.polls_expired,
+        }
+
+    async def call(self, name: str, args: Any = None, *, deadline: float = DEFAULT_CALL_DEADLINE) -> Any:
+        """Ask the mod to make call ``name`` and return its typed result.
+
+        ``deadline`` is in seconds from now. Raises :class:`ModCallError` when
+        the mod answers ``ok: false``, :class:`ModBadResult` when its answer is
+        not the call's shape, :class:`ModCallTimeout` when the deadline passes
+        first (a late answer is then dropped), :class:`ModLinkClosed` when the
+        link stops, and ``wire.mod.ModWireError`` for an unknown call or an
+        argument of the wrong type.
+        """
+        if self._closed:
+            raise ModLinkClosed("the mod link is closed")
+        request = self._core.start_call(name, args)
+        waiter = self._waiters[request.id] = _Waiter()
+        self._work.unpark_all()
+        try:
+            with trio.move_on_after(deadline) as scope:
+                await waiter.event.wait()
+        finally:
+            # On every exit, Cancelled included: a call nobody waits for is
+            # forgotten, so its late answer is dropped.
+            del self._waiters[request.id]
+            if waiter.outcome is None:
+                self._core.abandon_call(request.id)
+        if waiter.outcome is None:
+            if self._closed:
+                raise ModLinkClosed(f"the mod link closed before the mod answered {name}")
+            assert scope.cancelled_caught
+            raise ModCallTimeout(name, deadline)
+        if waiter.outcome.error is not None:
+            raise waiter.outcome.error
+        return waiter.outcome.value
+
+    def events(self, *, capacity: int | None = None) -> Subscription:
+        """Subscribe to the link's events from now on."""
+        queue = self._core.subscribe(capacity or self.subscriber_capacity)
+        subscription = Subscription(self, queue)
+        if not queue.closed:
+            self._subscriptions[queue] = subscription
+        return subscription
+
+    def _unsubscribe(self, subscription: Subscription) -> None:
+        self._core.unsubscribe(subscription._queue)
+        self._subscriptions.pop(subscription._queue, None)
+        subscription._wake()
+
+    # ----------------------------------------------------------------- running
+
+    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """Check the directory, replace a stale socket, bind, and serve until
+        cancelled; ``task_status.started(path)`` once the socket listens."""
+        if self._closed or self._serving:
+            raise RuntimeError("a ModLink runs once")
+        sock = await self._bind()
+        bound = os.stat(self.path)
+        self._serving = True
+        try:
+            config = Config()
+            config.errorlog = logging.getLogger("router.modlink.http")
+            config.accesslog = None
+            config.graceful_timeout = 0.5
+            async with trio.open_nursery() as nursery:
+                await nursery.start(
+                    lambda task_status: worker_serve(
+                        wrap_app(self.app, 0, "asgi"),
+                        config,
+                        sockets=Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[]),
+                        task_status=task_status,
+                    )
+                )
+                log.info("mod link for session %s serving on %s", self.session_id, self.path)
+                task_status.started(self.path)
+        finally:
+            self._serving = False
+            self._close()
+            sock.close()
+            self._remove_socket(bound)
+
+    async def _bind(self) -> socket.socket:
+        directory = os.path.dirname(self.path)
+        self._check_directory(directory)
+        try:
+            existing = os.lstat(self.path)
+        except FileNotFoundError:
+            existing = None
+        if existing is not None:
+            if not stat.S_ISSOCK(existing.st_mode):
+                raise ModLinkRefused(
+                    "not-a-socket",
+                    f"{self.path} exists and is not a socket; remove it if no mod link should be there",
+                    path=self.path,
+                )
+            if await probe_health(self.path, timeout=self.probe_timeout):
+                raise ModLinkRefused(
+                    "link-in-use",
+                    f"a live mod link server already answers on {self.path}; "
+                    "stop it first (one server serves one session)",
+                    path=self.path,
+                )
+            log.info("replacing stale socket %s", self.path)
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(os.fsencode(self.path))
+            # The directory is already 0700; the socket is the user's alone too.
+            os.chmod(self.path, 0o600)
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            why = "another server bound it first" if exc.errno == errno.EADDRINUSE else os.strerror(exc.errno or 0)
+            raise ModLinkRefused("bind-failed", f"could not bind {self.path}: {why}", path=self.path) from exc
+        return sock
+
+    def _check_directory(self, directory: str) -> None:
+        """Create the private directory (0700) when missing; refuse unless it
+        is a real directory, owned by this user, mode 0700."""
+        try:
+            os.mkdir(directory, 0o700)
+            os.chmod(directory, 0o700)  # whatever the umask took away or not
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            raise ModLinkRefused(
+                "unsafe-directory",
+                f"{os.path.dirname(directory)} does not exist, so the private directory "
+                f"{directory} cannot be made in it; create it (mode 0700) or set XDG_RUNTIME_DIR",
+                path=directory,
+            ) from None
+        except OSError as exc:
+            raise ModLinkRefused(
+                "unsafe-directory", f"could not create {directory}: {os.strerror(exc.errno or 0)}", path=directory
+            ) from exc
+        info = os.lstat(directory)
+        if not stat.S_ISDIR(info.st_mode):
+            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory"
+            raise ModLinkRefused(
+                "unsafe-directory", f"{directory} is {kind}; the socket only goes in a real directory", path=directory
+            )
+        if info.st_uid != os.geteuid():
+            raise ModLinkRefused(
+                "unsafe-directory",
+                f"{directory} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}); "
+                "another user could read the session through it",
+                path=directory,
+            )
+        mode = stat.S_IMODE(info.st_mode)
+        if mode != 0o700:
+            raise ModLinkRefused(
+                "unsafe-directory",
+                f"{directory} has mode {mode:04o}, not 0700; run 'chmod 700 {directory}' if it is yours",
+                path=directory,
+            )
+
+    def _remove_socket(self, bound: os.stat_result) -> None:
+        # Only the file this server bound: after a stale takeover another
+        # server may own the path now.
+        try:
+            now = os.lstat(self.path)
+            if (now.st_dev, now.st_ino) == (bound.st_dev, bound.st_ino):
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def _close(self) -> None:
+        self._closed = True
+        for request_id in self._core.close():
+            waiter = self._waiters.get(request_id)
+            if waiter is not None:
+                waiter.event.set()
+        for subscription in list(self._subscriptions.values()):
+            subscription._wake()
+        self._subscriptions.clear()
+        self._work.unpark_all()
+
+    # ----------------------------------------------------------------- the app
+
+    def _settle(self, outcomes: list[CallOutcome]) -> None:
+        for outcome in outcomes:
+            waiter = self._waiters.get(outcome.request_id)
+            if waiter is not None:
+                waiter.outcome = outcome
+                waiter.event.set()
+
+    def _publish(self, events: list[ModEvent]) -> None:
+        self._core.accept_events(events)
+        for subscription in self._subscriptions.values():
+            subscription._wake()
+
+    async def _admit_and_read(self, route: str) -> tuple[Any, Response | None]:
+        """The claim, then the body as JSON: ``(value, None)`` or ``(None, refusal)``."""
+        instance = request.headers.get(MOD_INSTANCE_HEADER)
+        if not self._core.admit(instance):
+            return None, _error(
+                MOD_STATUS_TAKEN,
+                "taken",
+                f"another mod instance ({self._core.state.instance}) holds this link; one server serves one mod",
+            )
+        raw = await request.get_data(cache=False)
+        assert isinstance(raw, bytes)
+        if route == MOD_ROUTE_REQUESTS and not raw.strip():
+            return {}, None
+        try:
+            return loads(raw.decode("utf-8")), None
+        except (UnicodeDecodeError, JsonError) as exc:
+            return None, _error(400, "not-json", f"the body of POST {route} is not JSON text: {exc}")
+
+    def _make_app(self) -> QuartTrio:
+        app = QuartTrio("router.modlink")
+        app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+        app.config["RESPONSE_TIMEOUT"] = None
+        app.config["BODY_TIMEOUT"] = 60
+
+        @app.get(MOD_ROUTE_HEALTH)
+        async def health() -> Response:
+            return _json({"link": MOD_HEALTH_MARKER})
+
+        @app.post(MOD_ROUTE_EVENTS)
+        async def events() -> Response:
+            body, refusal = await self._admit_and_read(MOD_ROUTE_EVENTS)
+            if refusal is not None:
+                return refusal
+            try:
+                accepted, skipped = read_events(body)
+            except ModWireError as exc:
+                return _error(400, "bad-body", f"POST {MOD_ROUTE_EVENTS} takes {{events: [...]}}: {exc}")
+            for why in skipped:
+                log.warning("skipped a malformed mod event: %s", why)
+            self._publish(accepted)
+            return _json({"ok": True})
+
+        @app.post(MOD_ROUTE_RESULTS)
+        async def results() -> Response:
+            body, refusal = await self._admit_and_read(MOD_ROUTE_RESULTS)
+            if refusal is not None:
+                return refusal
+            try:
+                good, broken, skipped = read_results(body)
+            except ModWireError as exc:
+                return _error(400, "bad-body", f"POST {MOD_ROUTE_RESULTS} takes {{results: [...]}}: {exc}")
+            for why in skipped:
+                log.warning("skipped a mod result with no id: %s", why)
+            for request_id, why in broken.items():
+                log.warning("the mod's result for %s is malformed: %s", request_id, why)
+            self._settle(self._core.accept_results(good, broken))
+            return _json({"ok": True})
+
+        @app.post(MOD_ROUTE_REQUESTS)
+        async def requests() -> Response:
+            body, refusal = await self._admit_and_read(MOD_ROUTE_REQUESTS)
+            if refusal is not None:
+                return refusal
+            if type(body) is not dict:
+                # The seed gives the poll no body; we take none or an object.
+                return _error(400, "bad-body", f"POST {MOD_ROUTE_REQUESTS} takes no body or a JSON object")
+            taken = self._core.take_requests()
+            if not taken and not self._closed:
+                with trio.move_on_after(self.hold) as hold:
+                    while not taken and not self._closed:
+                        await self._work.park()
+                        taken = self._core.take_requests()
+                if hold.cancelled_caught:
+                    self.polls_expired += 1
+                else:
+                    self.polls_with_work += 1
+            elif taken:
+                self.polls_with_work += 1
+            return _json({"requests": [converter.unstructure(item) for item in taken]})
+
+        @app.errorhandler(HTTPException)
+        async def http_error(exc: HTTPException) -> Response:
+            code = {404: "not-found", 405: "method-not-allowed", 413: "too-large"}.get(exc.code or 0, "bad-request")
+            text = {
+                404: f"{request.path} is not a route of the mod link",
+                405: f"{request.method} is not allowed on {request.path}",
+                413: f"the body is larger than {MAX_BODY_BYTES} bytes",
+            }.get(exc.code or 0, exc.description or "the request was refused")
+            return _error(exc.code or 400, code, text)
+
+        @app.errorhandler(Exception)
+        async def crashed(exc: Exception) -> Response:
+            log.exception("mod link route %s failed", request.path, exc_info=exc)
+            return _error(500, "internal", "the mod link failed on this post; it was logged, and the link goes on")
+
+        return app
