@@ -106,9 +106,15 @@ def _refuse_constant(name: str) -> Any:
     raise JsonError(f"{name} is not a JSON value")
 
 
+def _integer(literal: str) -> int | float:
+    """An integer literal: exact in a double up to 15 digits (the C scanner
+    hands the literal over; ``int`` is the fast path)."""
+    return int(literal) if len(literal) < 16 else _number(literal)
+
+
 _decoder = _json.JSONDecoder(
     parse_float=_number,
-    parse_int=_number,
+    parse_int=_integer,
     parse_constant=_refuse_constant,
     strict=True,  # no raw control characters inside strings, as JSON.parse
 )
@@ -164,12 +170,13 @@ _encoder = _json.JSONEncoder(
     separators=(",", ":"),
 )
 
-# A cheap scan that finds every place the stdlib's text could differ from
-# JavaScript's: a float literal (its digits, exponent or trailing ".0"), an
-# integer too long to be exact in a double, or a lone surrogate. It also
-# matches such runs inside strings, which only sends a text down the exact
-# (slower) path below; it never misses one outside strings.
-_SUSPECT = re.compile(r"\d\.\d|\d[eE][-+]?\d|\d{17}|[\ud800-\udfff]")
+# Cheap scans that find every place the stdlib's text could differ from
+# JavaScript's: a lone surrogate, or a number token that is a float (its
+# exponent or trailing ".0") or an integer too long to be exact in a double.
+# A token outside strings follows one of ":,[" (or is the whole text, which
+# dumps() checks apart); the same run inside a string only sends the text
+# down the exact (slower) path below.
+_SUSPECT_NUMBER = re.compile(r"[:,\[]-?[0-9]+(?:[.eE]|[0-9]{15})")
 # The exact path: strings are matched (and kept) so numbers inside them are
 # never touched; numbers outside strings are rewritten.
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?', re.DOTALL)
@@ -215,7 +222,9 @@ def _retoken(match: re.Match[str]) -> str:
     token = match.group()
     if token[0] == '"':
         return token
-    return js_number(_number(token)) if not token.lstrip("-").isdigit() or len(token) > 16 else token
+    if token.lstrip("-").isdigit() and len(token.lstrip("-")) < 16:
+        return token
+    return js_number(_number(token))
 
 
 def dumps(value: JsonValue) -> str:
@@ -225,9 +234,10 @@ def dumps(value: JsonValue) -> str:
     value that is not JSON at all.
     """
     text = _encoder.encode(value)
-    if _SUSPECT.search(text) is None:
+    surrogates = not text.isascii() and _SURROGATE.search(text) is not None
+    if not surrogates and text[0] not in "-0123456789" and _SUSPECT_NUMBER.search(text) is None:
         return text
-    if _SURROGATE.search(text) is not None:
+    if surrogates:
         # Outside strings everything is ASCII, so every lone surrogate is
         # inside one; JSON.stringify escapes them (well-formed stringify).
         text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
