@@ -1,0 +1,229 @@
+"""The broker: every call into a plug-in module goes through here.
+
+A module is someone else's code running with the router's authority. The
+broker makes each call one that cannot hurt the caller:
+
+- an ``async`` function runs inside a cancel scope with the call's deadline
+  (``trio.move_on_after``). A module that has not answered by then is
+  cancelled (Trio delivers ``Cancelled`` at its next checkpoint; an httpx
+  request in flight is closed), and the caller gets the refusal ``deadline``.
+  A module that catches the cancellation and answers anyway is still refused
+  ``deadline``: its answer came after its time;
+- a plain function is called directly (it cannot be cancelled: plain
+  functions are the kinds whose calls are pure decisions over data); an
+  awaitable answer from one is ``malformed-answer``, and the coroutine is
+  closed so it never runs;
+- an exception with a code of the refusal shape (``PluginError``, or any
+  exception with such a ``code``) becomes a refusal with that code; any other
+  exception becomes the refusal code the caller names (``check-threw``,
+  ``search-failed`` ...), with the exception's type and text. ``Cancelled``
+  and ``KeyboardInterrupt`` are never caught.
+
+Answers come back wrapped in :class:`Answer` so that a module answering
+``None`` is not mistaken for a refusal.
+
+The broker also serves web search (:meth:`Broker.search`) from the one
+switched-on ``search-source`` module.
+
+Error handling: nothing a module does escapes :meth:`Broker.call` except
+``Cancelled`` from the caller's own scopes. Resource handling: the broker
+holds no resources; a module's own (an HTTP client) are closed by the module,
+inside the cancelled scope.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any, Mapping
+
+import attrs
+import trio
+
+from router.plugins.loader import LoadedModule, Log, Loader, default_log
+from router.plugins.refusal import Refusal, code_of
+
+__all__ = ["Answer", "Broker", "DEFAULT_DEADLINES", "check_search_answer"]
+
+#: Seconds each async function gets by default (the broker's own choice: the
+#: seed sets none). A search over the network is the slowest honest call; a
+#: usage read is a bounded file or store read; preflight and version may run
+#: a subprocess. ``None``: no deadline (a channel's dispatch carries the
+#: person's operation, whose own deadline belongs to the core).
+DEFAULT_DEADLINES: Mapping[str, float | None] = {
+    "search": 10.0,
+    "read_turn": 5.0,
+    "preflight": 10.0,
+    "version": 10.0,
+    "dispatch": None,
+}
+
+
+@attrs.frozen
+class Answer:
+    """What a module answered (any value, ``None`` included)."""
+
+    value: Any
+
+
+def _crash(module: LoadedModule, function: str, exc: Exception, crash_code: str) -> Refusal:
+    code = code_of(exc)
+    if code is not None:
+        message = getattr(exc, "message", None)
+        return Refusal(code=code, message=message if type(message) is str else str(exc))
+    return Refusal(
+        code=crash_code,
+        message=f'the {module.kind} module "{module.name}" raised in {function}: '
+        f"{type(exc).__name__}: {exc}",
+    )
+
+
+class Broker:
+    """Calls plug-in functions under deadlines and turns failures into refusals."""
+
+    def __init__(
+        self,
+        *,
+        deadlines: Mapping[str, float | None] | None = None,
+        log: Log | None = None,
+    ) -> None:
+        self._deadlines = dict(DEFAULT_DEADLINES)
+        self._deadlines.update(deadlines or {})
+        self._log = log or default_log
+        self._calls = 0
+        self._refusals = 0
+
+    def __repr__(self) -> str:
+        return f"<Broker calls={self._calls} refusals={self._refusals}>"
+
+    def statistics(self) -> dict[str, int]:
+        return {"calls": self._calls, "refusals": self._refusals}
+
+    def call_sync(
+        self, module: LoadedModule, function: str, *args: Any, crash_code: str = "plugin-threw"
+    ) -> Answer | Refusal:
+        """Call a plain function of ``module``."""
+        self._calls += 1
+        try:
+            value = module.function(function)(*args)
+        except Exception as exc:
+            return self._refused(_crash(module, function, exc, crash_code))
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()  # never run it, and no "never awaited" warning
+            return self._refused(Refusal(
+                code="malformed-answer",
+                message=f'{function} of the {module.kind} module "{module.name}" answered with '
+                "an awaitable; it must answer at once with a plain value",
+            ))
+        return Answer(value)
+
+    async def call(
+        self,
+        module: LoadedModule,
+        function: str,
+        *args: Any,
+        deadline: float | None | str = "default",
+        crash_code: str = "plugin-threw",
+    ) -> Answer | Refusal:
+        """Await an async function of ``module`` under its deadline."""
+        if deadline == "default":
+            deadline = self._deadlines.get(function, 10.0)
+        self._calls += 1
+        seconds = math.inf if deadline is None else float(deadline)  # type: ignore[arg-type]
+        with trio.move_on_after(seconds) as scope:
+            try:
+                value = await module.function(function)(*args)
+            except Exception as exc:
+                if scope.cancel_called:
+                    # Raised while (or because) it was being cancelled.
+                    return self._refused(self._late(module, function, seconds))
+                return self._refused(_crash(module, function, exc, crash_code))
+        if scope.cancel_called:
+            # Cancelled and stopped (cancelled_caught), or cancelled and
+            # answered anyway: either way it did not answer in time.
+            return self._refused(self._late(module, function, seconds))
+        return Answer(value)
+
+    def _late(self, module: LoadedModule, function: str, seconds: float) -> Refusal:
+        return Refusal(
+            code="deadline",
+            message=f'the {module.kind} module "{module.name}" did not answer {function} within '
+            f"{seconds:g} s and was cancelled; try again, or switch on another module",
+        )
+
+    def _refused(self, refusal: Refusal) -> Refusal:
+        self._refusals += 1
+        return refusal
+
+    # ----------------------------------------------------------------- search
+
+    async def search(
+        self,
+        loader: Loader,
+        query: str,
+        *,
+        options: Mapping[str, Any] | None = None,
+        deps: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any] | Refusal:
+        """Search through the switched-on ``search-source`` module.
+
+        ``options`` is the settings' options object for search sources
+        (module name -> that module's options). Answers
+        ``{"query", "total", "results": [{"title", "url", "snippet"}]}``.
+        """
+        if type(query) is not str or not query.strip():
+            return Refusal(code="empty-query", message="give a search query with some text in it")
+        modules = loader.modules("search-source")
+        if not modules:
+            refused = loader.refused("search-source")
+            why = f" (its module was refused: {refused.code})" if refused else ""
+            return Refusal(
+                code="search-off",
+                message=f"no search-source module is switched on{why}; run `router plugins` and "
+                '`router plugins set --file PATCH` with {"search-source": "searxng-url"} or another',
+            )
+        module = modules[0]
+        module_options = dict((options or {}).get(module.name) or {})
+        answer = await self.call(
+            module, "search", module_options, query, dict(deps or {}), crash_code="search-failed"
+        )
+        if isinstance(answer, Refusal):
+            self._log({"event": "search-refused", "module": module.name, **answer.to_json()})
+            return answer
+        problem = check_search_answer(answer.value)
+        if problem is not None:
+            refusal = Refusal(
+                code="malformed-answer",
+                message=f'the search-source module "{module.name}" answered in the wrong shape: '
+                f"{problem}",
+            )
+            self._log({"event": "search-refused", "module": module.name, **refusal.to_json()})
+            return refusal
+        return answer.value
+
+
+def check_search_answer(value: object) -> str | None:
+    """What is wrong with a search answer, or ``None`` when it is
+    ``{"query": str, "total": count, "results": [{"title", "url", "snippet"}]}``
+    with strings throughout."""
+    from wire.json import is_count
+
+    if type(value) is not dict or set(value) != {"query", "total", "results"}:
+        return "expected an object with exactly query, total and results"
+    if type(value["query"]) is not str:
+        return "query is not a string"
+    if not is_count(value["total"]):
+        return "total is not a count"
+    results = value["results"]
+    if type(results) is not list:
+        return "results is not a list"
+    for index, item in enumerate(results):
+        if type(item) is not dict or set(item) != {"title", "url", "snippet"}:
+            return f"result {index} is not an object with exactly title, url and snippet"
+        if any(type(item[k]) is not str for k in item):
+            return f"result {index} has a field that is not a string"
+    if value["total"] < len(results):
+        return "total is less than the number of results"
+    return None
+

@@ -1,0 +1,451 @@
+"""Limits: composing the switched-on limit checks, failing closed.
+
+Theory of operation
+-------------------
+
+The settings' ``limits`` object is a tree; every object in it with a
+``limit`` key is one limit, at the path of keys that leads to it
+(``tokens.instances.coder``). The core does not know what a limit means:
+the ``limit-check`` modules do. Each switched-on check is called, in the
+order the settings list them, with a deep copy of its arguments::
+
+    may_launch({limits, subject, records, now}) -> {"allow": True}
+                                                | {"allow": False, "hit": HIT}
+    must_stop({limits, subject, records, now})  -> {"stop": False}
+                                                | {"stop": True, "hit": HIT}
+    report({limits, records, now}) -> [ENTRY, ...]
+
+    HIT   = {"path": [str, ...], "limit": n, "count": n, "unknown_turns": n}
+    ENTRY = {"path", "limit", "since", "count", "kinds", "unknown_turns"[, "note"]}
+          | {"path", "limit", "since", "not_enforced": str}
+
+``subject`` is ``{instance, provider, model, account}``; ``records`` are the
+turn records (see ``router.plugins.usage``); ``now`` is an ISO time. A path
+must name a limit of ``limits`` whose ``limit`` is the answer's ``limit``. A
+count is a non-negative integer or a string of digits.
+
+Fail closed: a check that raises, answers in the wrong shape, answers with an
+awaitable, or is switched on but not loaded *fails*. A failure refuses the
+launch (``limit-check-failed``), stops the session at the end of its turn,
+and shows every limit as ``check failed: <code>``. The code is the check's
+own (a raised exception's kebab-case ``code``), else ``check-threw``,
+``malformed-answer`` or ``not-loaded``. The first check that refuses or fails
+decides; later checks are not asked (they could not change the answer).
+
+Every decision here is synchronous and does no I/O: the checks are plain
+functions over the data they are given.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import attrs
+
+from router.plugins.broker import Answer, Broker
+from router.plugins.loader import LoadedModule, Log, default_log
+from router.plugins.refusal import Refusal, is_code
+from router.plugins.usage import TOKEN_KINDS, iso
+
+__all__ = [
+    "CheckFailure",
+    "Limits",
+    "Stop",
+    "apply_limits_patch",
+    "format_path",
+    "is_count_like",
+    "limit_paths",
+    "resolve_limit",
+    "stop_reason",
+]
+
+Path = tuple[str, ...]
+
+
+def limit_paths(limits: object, prefix: Path = ()) -> list[tuple[Path, dict[str, Any]]]:
+    """Every limit in the tree, in document order: objects with a ``limit`` key."""
+    found: list[tuple[Path, dict[str, Any]]] = []
+    if type(limits) is not dict:
+        return found
+    if "limit" in limits:
+        return [(prefix, limits)]
+    for key, value in limits.items():
+        if type(value) is dict:
+            found += limit_paths(value, prefix + (key,))
+    return found
+
+
+def resolve_limit(limits: object, path: Sequence[str]) -> dict[str, Any] | None:
+    node = limits
+    for key in path:
+        if type(node) is not dict or type(key) is not str or key not in node:
+            return None
+        node = node[key]
+    return node if type(node) is dict and "limit" in node else None
+
+
+def format_path(path: Sequence[str]) -> str:
+    return ".".join(path)
+
+
+def is_count_like(value: object) -> bool:
+    """A non-negative integer (not a bool), or a non-empty string of digits."""
+    if type(value) is int:
+        return value >= 0
+    return type(value) is str and value.isascii() and value.isdigit()
+
+
+def stop_reason(check: str, hit: Mapping[str, Any]) -> str:
+    return f"limit: {check} {format_path(hit['path'])} limit {hit['limit']} count {hit['count']}"
+
+
+@attrs.frozen(kw_only=True)
+class CheckFailure:
+    """A limit check that could not give an answer."""
+
+    check: str
+    code: str
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class Stop:
+    """A session must stop at the end of its turn."""
+
+    check: str
+    reason: str
+    hit: Mapping[str, Any] | None = None
+    failure: CheckFailure | None = None
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def _check_path(value: object, limits: object, limit: object) -> str | None:
+    if type(value) is not list or not value or any(type(k) is not str for k in value):
+        return "path is not a non-empty list of strings"
+    target = resolve_limit(limits, value)
+    if target is None:
+        return f"path {format_path(value)} names no limit"
+    if target["limit"] != limit:
+        return f"limit {limit!r} is not the limit at {format_path(value)} ({target['limit']!r})"
+    return None
+
+
+def _check_hit(hit: object, limits: object) -> str | None:
+    if type(hit) is not dict or set(hit) != {"path", "limit", "count", "unknown_turns"}:
+        return "hit is not an object with exactly path, limit, count and unknown_turns"
+    if not is_count_like(hit["count"]) or not is_count_like(hit["unknown_turns"]):
+        return "hit's count or unknown_turns is not a count"
+    return _check_path(hit["path"], limits, hit["limit"])
+
+
+def _check_decision(value: object, key: str, limits: object) -> str | None:
+    if type(value) is not dict or type(value.get(key)) is not bool:
+        return f"expected an object with {key} true or false"
+    passes = (key == "allow") == value[key]  # allow: True passes; stop: False passes
+    if passes:
+        return None if set(value) == {key} else f"an answer with {key} {str(value[key]).lower()} has no other key"
+    if set(value) != {key, "hit"}:
+        return f"an answer with {key} {str(value[key]).lower()} has exactly {key} and hit"
+    return _check_hit(value["hit"], limits)
+
+
+def _check_report(value: object, limits: object) -> str | None:
+    if type(value) is not list:
+        return "report is not a list"
+    for index, entry in enumerate(value):
+        if type(entry) is not dict:
+            return f"entry {index} is not an object"
+        keys = set(entry)
+        if "not_enforced" in entry:
+            if keys != {"path", "limit", "since", "not_enforced"} or type(entry["not_enforced"]) is not str:
+                return f"entry {index}: a not-enforced entry is path, limit, since, not_enforced"
+        else:
+            if keys - {"note"} != {"path", "limit", "since", "count", "kinds", "unknown_turns"}:
+                return f"entry {index}: a counted entry is path, limit, since, count, kinds, unknown_turns"
+            if not is_count_like(entry["count"]) or not is_count_like(entry["unknown_turns"]):
+                return f"entry {index}: count or unknown_turns is not a count"
+            kinds = entry["kinds"]
+            if type(kinds) is not dict or set(kinds) != set(TOKEN_KINDS) or not all(
+                is_count_like(kinds[k]) for k in TOKEN_KINDS
+            ):
+                return f"entry {index}: kinds is not the four token kinds with counts"
+            if "note" in entry and type(entry["note"]) is not str:
+                return f"entry {index}: note is not a string"
+        if entry["since"] is not None and type(entry["since"]) is not str:
+            return f"entry {index}: since is not a time or null"
+        problem = _check_path(entry["path"], limits, entry["limit"])
+        if problem is not None:
+            return f"entry {index}: {problem}"
+    return None
+
+
+# --------------------------------------------------------------------------- composition
+
+
+class Limits:
+    """Asks the switched-on limit checks, and composes their answers.
+
+    ``switched_on`` is the settings' ``limit-check`` list; ``modules`` what
+    the loader actually loaded (a snapshot). A name switched on but not
+    loaded is a failed check.
+    """
+
+    def __init__(self, *, broker: Broker, log: Log | None = None) -> None:
+        self._broker = broker
+        self._log = log or default_log
+
+    def _ask(
+        self, name: str, modules: Iterable[LoadedModule], function: str, args: Mapping[str, Any],
+        check: Callable[[object], str | None],
+    ) -> Answer | CheckFailure:
+        module = next((m for m in modules if m.name == name), None)
+        if module is None:
+            return CheckFailure(
+                check=name, code="not-loaded",
+                message=f'the limit check "{name}" is switched on but not loaded; see the '
+                "plugin-refused log entry, or run `router plugins` to check the setting",
+            )
+        answer = self._broker.call_sync(module, function, copy.deepcopy(dict(args)),
+                                        crash_code="check-threw")
+        if isinstance(answer, Refusal):
+            return CheckFailure(check=name, code=answer.code, message=answer.message)
+        problem = check(answer.value)
+        if problem is not None:
+            return CheckFailure(
+                check=name, code="malformed-answer",
+                message=f'{function} of the limit check "{name}" answered in the wrong shape: {problem}',
+            )
+        return answer
+
+    def may_launch(
+        self,
+        *,
+        switched_on: Sequence[str],
+        modules: Sequence[LoadedModule],
+        limits: Mapping[str, Any],
+        subject: Mapping[str, Any],
+        records: Sequence[Mapping[str, Any]],
+        now: dt.datetime,
+    ) -> Refusal | None:
+        """``None`` when the launch may start, else ``limit-reached`` or
+        ``limit-check-failed``."""
+        args = {"limits": limits, "subject": subject, "records": records, "now": iso(now)}
+        for name in switched_on:
+            answer = self._ask(name, modules, "may_launch", args,
+                               lambda v: _check_decision(v, "allow", limits))
+            if isinstance(answer, CheckFailure):
+                self._log({"event": "launch-refused", "check": name, "code": answer.code,
+                           "message": answer.message, "subject": dict(subject)})
+                return Refusal(
+                    code="limit-check-failed",
+                    message=f'the limit check "{name}" failed ({answer.code}: {answer.message}); '
+                    "launches are refused until it answers; fix it or switch it off with "
+                    "`router plugins set`",
+                )
+            if not answer.value["allow"]:
+                hit = answer.value["hit"]
+                self._log({"event": "launch-refused", "check": name, "hit": hit,
+                           "subject": dict(subject)})
+                return Refusal(
+                    code="limit-reached",
+                    message=f"{stop_reason(name, hit)}; raise the limit or reset its count with "
+                    "`router limits set` before launching again",
+                )
+        return None
+
+    def must_stop(
+        self,
+        *,
+        switched_on: Sequence[str],
+        modules: Sequence[LoadedModule],
+        limits: Mapping[str, Any],
+        subject: Mapping[str, Any],
+        records: Sequence[Mapping[str, Any]],
+        now: dt.datetime,
+    ) -> Stop | None:
+        """``None`` when the session may go on after this turn."""
+        args = {"limits": limits, "subject": subject, "records": records, "now": iso(now)}
+        for name in switched_on:
+            answer = self._ask(name, modules, "must_stop", args,
+                               lambda v: _check_decision(v, "stop", limits))
+            if isinstance(answer, CheckFailure):
+                stop = Stop(check=name, reason=f"limit-check-failed: {name} check failed: {answer.code}",
+                            failure=answer)
+                self._log({"event": "session-stop", "check": name, "code": answer.code,
+                           "reason": stop.reason, "subject": dict(subject)})
+                return stop
+            if answer.value["stop"]:
+                hit = answer.value["hit"]
+                stop = Stop(check=name, reason=stop_reason(name, hit), hit=hit)
+                self._log({"event": "session-stop", "check": name, "hit": hit,
+                           "reason": stop.reason, "subject": dict(subject)})
+                return stop
+        return None
+
+    def report(
+        self,
+        *,
+        switched_on: Sequence[str],
+        modules: Sequence[LoadedModule],
+        limits: Mapping[str, Any],
+        records: Sequence[Mapping[str, Any]],
+        now: dt.datetime,
+    ) -> list[dict[str, Any]]:
+        """One entry per limit in ``limits``, in document order, each with a
+        ``status``: ``counted``, ``not-enforced`` (with ``reason``) or
+        ``check-failed`` (with ``code``), and a ``text`` to show."""
+        args = {"limits": limits, "records": records, "now": iso(now)}
+        counted: dict[Path, dict[str, Any]] = {}
+        reasons: dict[Path, list[str]] = {}
+        failure: CheckFailure | None = None
+        for name in switched_on:
+            answer = self._ask(name, modules, "report", args, lambda v: _check_report(v, limits))
+            if isinstance(answer, CheckFailure):
+                failure = answer
+                self._log({"event": "report-failed", "check": name, "code": answer.code,
+                           "message": answer.message})
+                break
+            for entry in answer.value:
+                path = tuple(entry["path"])
+                if "not_enforced" in entry:
+                    reasons.setdefault(path, []).append(f"{name}: {entry['not_enforced']}")
+                elif path not in counted:
+                    counted[path] = {**entry, "check": name}
+        out = []
+        for path, node in limit_paths(limits):
+            base = {"path": list(path), "limit": node["limit"]}
+            if failure is not None:
+                out.append({**base, "status": "check-failed", "code": failure.code,
+                            "check": failure.check, "text": f"check failed: {failure.code}"})
+            elif path in counted:
+                entry = counted[path]
+                text = f"{entry['count']} of {node['limit']} since {entry['since']}"
+                if is_count_like(entry["unknown_turns"]) and str(entry["unknown_turns"]) != "0":
+                    text += f" ({entry['unknown_turns']} turns of unknown usage not counted)"
+                if "note" in entry:
+                    text += f"; {entry['note']}"
+                out.append({**base, "status": "counted", "since": entry["since"],
+                            "count": entry["count"], "kinds": entry["kinds"],
+                            "unknown_turns": entry["unknown_turns"], "check": entry["check"],
+                            "text": text})
+            else:
+                reason = "; ".join(reasons.get(path, [])) or "no switched-on limit check counts it"
+                out.append({**base, "status": "not-enforced", "reason": reason,
+                            "text": f"not enforced: {reason}"})
+        return out
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _check_limit_tree(node: object, path: Path) -> Refusal | None:
+    if type(node) is not dict:
+        return Refusal(code="invalid-limits",
+                       message=f"{format_path(path) or 'limits'} is not an object")
+    if "limit" in node:
+        if type(node["limit"]) is not int or node["limit"] < 0:
+            return Refusal(code="invalid-limits",
+                           message=f"the limit at {format_path(path)} is not a non-negative integer")
+        for key, value in node.items():
+            if key != "limit" and not (value is None or type(value) in (str, int, float, bool)):
+                return Refusal(code="invalid-limits",
+                               message=f"{format_path(path + (key,))} is not a plain value")
+        return None
+    for key, value in node.items():
+        if type(value) is not dict:
+            return Refusal(
+                code="invalid-limits",
+                message=f"{format_path(path + (key,))} is neither a limit (an object with a "
+                '"limit") nor a group of limits',
+            )
+        refusal = _check_limit_tree(value, path + (key,))
+        if refusal is not None:
+            return refusal
+    return None
+
+
+def _merge(current: Any, patch: Any) -> Any:
+    """Merge ``patch`` into ``current``: ``null`` removes, a limit (an object
+    with ``limit``) replaces, other objects merge key by key."""
+    if type(patch) is not dict or "limit" in patch or type(current) is not dict or "limit" in current:
+        return copy.deepcopy(patch)
+    merged = copy.deepcopy(current)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _merge(merged.get(key), value)
+    return merged
+
+
+def apply_limits_patch(
+    current: Mapping[str, Any],
+    patch: object,
+    reset: object,
+    now: dt.datetime,
+) -> tuple[dict[str, Any], dict[str, Any]] | Refusal:
+    """The new ``limits`` tree and the changes to log, or a refusal.
+
+    ``since`` belongs to the writer: a limit that is added gets ``since`` =
+    ``now``; a changed limit keeps its ``since``; a patch that gives a
+    ``since`` other than the stored one is refused (``since-fixed``); only a
+    ``reset`` (a list of paths, each a list of keys) moves a limit's
+    ``since`` to ``now``.
+    """
+    if patch is None:
+        patch = {}
+    if type(patch) is not dict:
+        return Refusal(code="invalid-patch", message="the patch's limits is not an object")
+    if reset is None:
+        reset = []
+    if type(reset) is not list or any(
+        type(p) is not list or not p or any(type(k) is not str for k in p) for p in reset
+    ):
+        return Refusal(code="invalid-patch",
+                       message='reset is a list of limit paths, each a list of keys such as '
+                       '["tokens", "instances", "coder"]')
+    if not patch and not reset:
+        return Refusal(code="empty-patch",
+                       message="the patch changes nothing: give limits to change or paths to reset")
+    merged = _merge(dict(current), patch)
+    refusal = _check_limit_tree(merged, ())
+    if refusal is not None:
+        return refusal
+    stamp = iso(now)
+    old = {p: node for p, node in limit_paths(dict(current))}
+    new = dict(limit_paths(merged))
+    for path, node in new.items():
+        before = old.get(path)
+        if before is None:
+            if "since" in node and node["since"] != stamp:
+                return Refusal(
+                    code="since-fixed",
+                    message=f"the new limit {format_path(path)} counts from now; leave out its since",
+                )
+            node["since"] = stamp
+        else:
+            given = node.get("since", before.get("since"))
+            if given != before.get("since"):
+                return Refusal(
+                    code="since-fixed",
+                    message=f"the since of {format_path(path)} moves only by a reset; leave it out "
+                    f"or reset the limit (router limits reset {format_path(path)})",
+                )
+            node["since"] = before.get("since", stamp)
+    for path in reset:
+        node = new.get(tuple(path))
+        if node is None:
+            return Refusal(code="unknown-limit",
+                           message=f"there is no limit at {format_path(path)} to reset; "
+                           "run `router limits` to see the limits")
+        node["since"] = stamp
+    changes = {}
+    for path in sorted(set(old) | set(new)):
+        if old.get(path) != new.get(path):
+            changes[format_path(path)] = {"old": old.get(path), "new": new.get(path)}
+    return merged, changes
+

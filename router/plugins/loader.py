@@ -1,0 +1,452 @@
+"""The loader: switches plug-in modules on from this tree, and nowhere else.
+
+Theory of operation
+-------------------
+
+A module of kind ``K`` named ``N`` is the file
+``<root>/<K>/<N>/__init__.py``, where ``<root>`` is this package's directory
+(``router/plugins``). The root comes from this file's own location; tests may
+pass another (a temporary copy of the tree), nothing else does, and no
+setting can name a path.
+
+Kind and module names hold hyphens (``usage-source``, ``claude-code``), so a
+module is not importable by a dotted name: the loader reads and executes the
+file itself, under a private module name that is new for every load. For each
+name, in order (the first failing check refuses, with its code):
+
+1. the name matches ``^[a-z][a-z0-9-]*$`` (``bad-name``);
+2. ``<root>``, ``<root>/<K>``, ``<root>/<K>/<N>`` and ``__init__.py`` exist,
+   are a directory or a regular file as expected (``missing`` otherwise) and
+   are not symlinks (``symlink``); the ancestors of ``<root>`` are not
+   checked;
+3. just before the import, ``realpath(__init__.py)`` is still the expected
+   path (``symlink``); the file is then opened with ``O_NOFOLLOW`` and its
+   bytes are what gets executed, so the last component cannot be swapped for
+   a link after the check either;
+4. its code compiles and its top-level code runs without raising
+   (``load-failed``, naming the exception: a module that is not there is
+   never reported as one that crashed, and the other way round);
+5. it has every export of its kind, the functions are callable and the
+   kind's async functions are ``async def`` (``missing-export``);
+6. ``INTERFACE_VERSION`` is the kind's interface version
+   (``interface-version``).
+
+At steps 2 and 3 a path that cannot be read for another reason (a permission
+error, say) refuses as ``unreadable``.
+
+A refusal refuses the whole kind for that load: the kind keeps the modules it
+had before (none, on its first load), and ``log`` gets
+``{"event": "plugin-refused", "kind", "name", "code", "message", "kept"}``.
+An unknown kind refuses only itself (``unknown-kind``); a settings value that
+is not an object refuses every kind (``invalid-plugins``).
+
+Loads run one at a time: :meth:`Loader.load` is plain synchronous code (so no
+Trio task can interleave with it: it has no checkpoint) and holds a
+process-wide lock (so no thread can either).
+
+What the checks do not protect against
+--------------------------------------
+
+- A module runs with the router's authority once imported. The checks keep
+  the loader inside this tree; they do not sandbox the module.
+- A module's top-level code runs at step 4, before the export and interface
+  checks: a module refused ``missing-export`` or ``interface-version`` has
+  still run. Its top-level code runs on the calling thread (for the router,
+  the Trio thread), so it must be quick.
+- Someone who can write this tree can change the module between the checks
+  and the read, or change what it imports. The checks catch mistakes and
+  stale links, not a writer racing the router as the same user.
+- Only ``__init__.py`` is checked. Submodules it imports relatively (at top
+  level: the private module name is registered only while the top-level code
+  runs) are found by Python's ordinary import, which follows symlinks and
+  writes ``__pycache__``.
+- Every load executes the file again (nothing is cached by name), so a
+  changed module is seen at the next load; a module object already handed
+  out keeps the code it was loaded with.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import inspect
+import itertools
+import logging
+import os
+import stat
+import sys
+import threading
+import types
+from typing import Any, Callable, Iterable, Mapping
+
+import attrs
+
+from wire.json import dumps
+
+from router.plugins.kinds import KINDS, Kind, check_kind_setting, is_name, names_of
+from router.plugins.refusal import Refusal
+
+__all__ = [
+    "DEFAULT_ROOT",
+    "LoadResult",
+    "LoadedModule",
+    "Loader",
+    "PluginRefusal",
+    "check_paths",
+    "import_module",
+]
+
+#: This package's directory: the only tree modules are loaded from. Not
+#: resolved, so a symlink standing in for it is seen (and refused) at step 2.
+DEFAULT_ROOT = os.path.dirname(os.path.abspath(__file__))
+
+_logger = logging.getLogger("router.plugins")
+
+#: One load at a time in the whole process (see the module docstring).
+_LOAD_LOCK = threading.Lock()
+_serial = itertools.count(1)
+
+Log = Callable[[dict[str, Any]], None]
+
+
+def default_log(entry: dict[str, Any]) -> None:
+    _logger.warning("%s", dumps(entry))
+
+
+@attrs.frozen
+class LoadedModule:
+    """One module the loader switched on."""
+
+    kind: str
+    name: str
+    module: types.ModuleType = attrs.field(repr=False)
+
+    def function(self, name: str) -> Callable[..., Any]:
+        return getattr(self.module, name)
+
+
+@attrs.frozen(kw_only=True)
+class PluginRefusal:
+    """A kind the loader refused, and what it kept."""
+
+    kind: str
+    #: The module that failed, or ``None`` when the kind's setting as a whole
+    #: was refused (not an object, not a list, an unknown kind).
+    name: str | None
+    code: str
+    message: str
+    #: The names the kind kept switched on.
+    kept: tuple[str, ...]
+
+    def log_entry(self) -> dict[str, Any]:
+        return {
+            "event": "plugin-refused",
+            "kind": self.kind,
+            "name": self.name,
+            "code": self.code,
+            "message": self.message,
+            "kept": list(self.kept),
+        }
+
+    def refusal(self) -> Refusal:
+        return Refusal(code=self.code, message=self.message)
+
+
+@attrs.frozen
+class LoadResult:
+    #: kind -> the names switched on after this load, for every kind.
+    loaded: Mapping[str, tuple[str, ...]]
+    refused: tuple[PluginRefusal, ...]
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _lstat(path: str) -> os.stat_result | Refusal:
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return Refusal(code="missing", message=f"{path} does not exist")
+    except OSError as exc:
+        return Refusal(code="unreadable", message=f"{path} cannot be read: {exc.strerror or exc}")
+
+
+def check_paths(kind: str, name: str, *, root: str | None = None) -> Refusal | None:
+    """Steps 1 and 2: the name, and every path component from the root down.
+
+    ``None`` when ``<root>/<kind>/<name>/__init__.py`` is a real file in real
+    directories; otherwise the refusal. Imports nothing.
+    """
+    if not is_name(name):
+        return Refusal(
+            code="bad-name",
+            message=f'"{name}" is not a module name: use lower-case letters, digits '
+            "and hyphens, starting with a letter",
+        )
+    root = os.path.abspath(root or DEFAULT_ROOT)
+    steps = [
+        (root, True),
+        (os.path.join(root, kind), True),
+        (os.path.join(root, kind, name), True),
+        (os.path.join(root, kind, name, "__init__.py"), False),
+    ]
+    for path, want_dir in steps:
+        st = _lstat(path)
+        if isinstance(st, Refusal):
+            if st.code == "missing":
+                return Refusal(
+                    code="missing",
+                    message=f'no {kind} module "{name}" in the plug-in tree: {path} does not exist',
+                )
+            return st
+        if stat.S_ISLNK(st.st_mode):
+            return Refusal(
+                code="symlink",
+                message=f"{path} is a symlink; plug-in modules load only from real "
+                "directories and files in the plug-in tree",
+            )
+        if want_dir and not stat.S_ISDIR(st.st_mode):
+            return Refusal(code="missing", message=f"{path} is not a directory")
+        if not want_dir and not stat.S_ISREG(st.st_mode):
+            return Refusal(code="missing", message=f"{path} is not a regular file")
+    return None
+
+
+def _read_module_source(root: str, kind: str, name: str) -> bytes | Refusal:
+    """Step 3: the real path is the expected one; read the bytes without
+    following a link in the last component."""
+    path = os.path.join(root, kind, name, "__init__.py")
+    # Ancestors of the root are not checked (they may be links, like /tmp on
+    # some systems), so the expectation resolves them and nothing below.
+    expected = os.path.join(
+        os.path.realpath(os.path.dirname(root)), os.path.basename(root), kind, name, "__init__.py"
+    )
+    try:
+        real = os.path.realpath(path, strict=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return Refusal(code="missing", message=f"{path} disappeared before it was imported")
+    except OSError as exc:
+        return Refusal(code="unreadable", message=f"{path} cannot be resolved: {exc.strerror or exc}")
+    if real != expected:
+        return Refusal(
+            code="symlink",
+            message=f"{path} resolves to {real}, outside the plug-in tree's expected path",
+        )
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return Refusal(code="symlink", message=f"{path} became a symlink before it was imported")
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return Refusal(code="missing", message=f"{path} disappeared before it was imported")
+        return Refusal(code="unreadable", message=f"{path} cannot be read: {exc.strerror or exc}")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return Refusal(code="missing", message=f"{path} is not a regular file")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        return Refusal(code="unreadable", message=f"{path} cannot be read: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
+
+
+def _private_name(kind: str, name: str) -> str:
+    # New for every load, so nothing is ever reused from sys.modules.
+    return f"_router_plugin__{kind.replace('-', '_')}__{name.replace('-', '_')}__{next(_serial)}"
+
+
+def _execute(root: str, kind: str, name: str, source: bytes) -> types.ModuleType | Refusal:
+    """Step 4: compile and run the module's top-level code."""
+    directory = os.path.join(root, kind, name)
+    path = os.path.join(directory, "__init__.py")
+    private = _private_name(kind, name)
+    spec = importlib.util.spec_from_file_location(
+        private, path, submodule_search_locations=[directory]
+    )
+    assert spec is not None  # a .py path always gets a spec
+    module = importlib.util.module_from_spec(spec)
+    # Registered while the top-level code runs, so relative imports of the
+    # module's own submodules, dataclasses and attrs (which look their class's
+    # module up) work; removed after, so loads do not pile up in sys.modules.
+    sys.modules[private] = module
+    try:
+        code = compile(source, path, "exec", dont_inherit=True)
+        exec(code, module.__dict__)
+    except (Exception, SystemExit) as exc:
+        where = ""
+        if isinstance(exc, SyntaxError) and exc.lineno:
+            where = f" at line {exc.lineno}"
+        return Refusal(
+            code="load-failed",
+            message=f'the {kind} module "{name}" failed while it was imported{where}: '
+            f"{type(exc).__name__}: {exc}",
+        )
+    finally:
+        for key in [k for k in sys.modules if k == private or k.startswith(private + ".")]:
+            del sys.modules[key]
+    return module
+
+
+def _check_exports(kind: Kind, name: str, module: types.ModuleType) -> Refusal | None:
+    """Steps 5 and 6."""
+    for export in kind.exports:
+        if not hasattr(module, export):
+            return Refusal(
+                code="missing-export",
+                message=f'the {kind.name} module "{name}" does not export {export}; '
+                f"a {kind.name} module exports {', '.join(kind.exports)}",
+            )
+    for fn in kind.functions:
+        value = getattr(module, fn.name)
+        if not callable(value):
+            return Refusal(
+                code="missing-export",
+                message=f'{fn.name} of the {kind.name} module "{name}" is not a function',
+            )
+        if fn.is_async and not inspect.iscoroutinefunction(value):
+            return Refusal(
+                code="missing-export",
+                message=f'{fn.name} of the {kind.name} module "{name}" must be an async function '
+                "(the broker cancels it at its deadline)",
+            )
+    version = module.INTERFACE_VERSION
+    if type(version) is not int or version != kind.interface:
+        return Refusal(
+            code="interface-version",
+            message=f'the {kind.name} module "{name}" is written for interface {version!r}; '
+            f"this router's {kind.name} interface is {kind.interface}",
+        )
+    return None
+
+
+def import_module(kind: str, name: str, *, root: str | None = None) -> LoadedModule | Refusal:
+    """Run every check for one module and import it. Does not take the load
+    lock; :meth:`Loader.load` does."""
+    spec = KINDS.get(kind)
+    if spec is None:
+        return Refusal(code="unknown-kind", message=f'"{kind}" is not a plug-in kind')
+    root = os.path.abspath(root or DEFAULT_ROOT)
+    refusal = check_paths(kind, name, root=root)
+    if refusal is not None:
+        return refusal
+    source = _read_module_source(root, kind, name)
+    if isinstance(source, Refusal):
+        return source
+    module = _execute(root, kind, name, source)
+    if isinstance(module, Refusal):
+        return module
+    refusal = _check_exports(spec, name, module)
+    if refusal is not None:
+        return refusal
+    return LoadedModule(kind, name, module)
+
+
+# --------------------------------------------------------------------------- loader
+
+
+class Loader:
+    """Loads the switched-on modules of each kind, and keeps what it loaded.
+
+    ``root`` is for tests only (a temporary copy of the tree); ``log`` gets
+    one dict per refusal.
+    """
+
+    def __init__(self, *, root: str | None = None, log: Log | None = None) -> None:
+        self._root = os.path.abspath(root or DEFAULT_ROOT)
+        self._log = log or default_log
+        self._modules: dict[str, tuple[LoadedModule, ...]] = {k: () for k in KINDS}
+        self._refused: dict[str, PluginRefusal] = {}
+        self._loads = 0
+
+    @property
+    def root(self) -> str:
+        return self._root
+
+    def __repr__(self) -> str:
+        on = {k: [m.name for m in v] for k, v in self._modules.items() if v}
+        return f"<Loader loads={self._loads} on={on} refused={sorted(self._refused)}>"
+
+    def modules(self, kind: str) -> tuple[LoadedModule, ...]:
+        """The switched-on modules of ``kind``, in the setting's order. A
+        tuple: what a caller holds never changes under it after a reload."""
+        return self._modules[kind]
+
+    def module(self, kind: str, name: str) -> LoadedModule | None:
+        return next((m for m in self._modules[kind] if m.name == name), None)
+
+    def loaded(self) -> dict[str, list[str]]:
+        """kind -> the names actually switched on."""
+        return {k: [m.name for m in v] for k, v in self._modules.items()}
+
+    def refused(self, kind: str) -> PluginRefusal | None:
+        """Why the last load that touched ``kind`` refused it, if it did."""
+        return self._refused.get(kind)
+
+    def load(self, plugins: object, *, only: Iterable[str] | None = None) -> LoadResult:
+        """Load the modules ``plugins`` (the settings' ``plugins`` object)
+        switches on. With ``only``, just those kinds are touched; the others
+        keep what they have. A kind absent from ``plugins`` is switched off."""
+        with _LOAD_LOCK:
+            self._loads += 1
+            kinds = [KINDS[k] for k in (only if only is not None else KINDS)]
+            refused: list[PluginRefusal] = []
+            if type(plugins) is not dict:
+                for kind in kinds:
+                    refused.append(self._refuse(
+                        kind.name, None,
+                        Refusal(code="invalid-plugins",
+                                message="the plugins setting is not an object of kind to "
+                                "module names; every kind keeps what it had"),
+                    ))
+                return LoadResult(self._snapshot(), tuple(refused))
+            if only is None:
+                for key in plugins:
+                    if key not in KINDS:
+                        refused.append(self._refuse(
+                            str(key), None,
+                            Refusal(code="unknown-kind",
+                                    message=f'"{key}" is not a plug-in kind; the kinds are '
+                                    f"{', '.join(KINDS)}"),
+                        ))
+            for kind in kinds:
+                refusal = self._load_kind(kind, plugins.get(kind.name))
+                if refusal is not None:
+                    refused.append(refusal)
+            return LoadResult(self._snapshot(), tuple(refused))
+
+    def _load_kind(self, kind: Kind, value: object) -> PluginRefusal | None:
+        if value is None:  # absent: the kind is off
+            self._modules[kind.name] = ()
+            self._refused.pop(kind.name, None)
+            return None
+        refusal = check_kind_setting(kind, value)
+        if refusal is not None:
+            bad = value if kind.switch == "one" and type(value) is str else None
+            if refusal.code == "bad-name" and bad is None:
+                bad = next((n for n in value if not is_name(n)), None)  # type: ignore[union-attr]
+            return self._refuse(kind.name, bad, refusal)
+        loaded = []
+        for name in names_of(kind, value):
+            result = import_module(kind.name, name, root=self._root)
+            if isinstance(result, Refusal):
+                return self._refuse(kind.name, name, result)
+            loaded.append(result)
+        self._modules[kind.name] = tuple(loaded)
+        self._refused.pop(kind.name, None)
+        return None
+
+    def _refuse(self, kind: str, name: str | None, refusal: Refusal) -> PluginRefusal:
+        kept = tuple(m.name for m in self._modules.get(kind, ()))
+        entry = PluginRefusal(
+            kind=kind, name=name, code=refusal.code, message=refusal.message, kept=kept
+        )
+        if kind in self._modules:
+            self._refused[kind] = entry
+        self._log(entry.log_entry())
+        return entry
+
+    def _snapshot(self) -> dict[str, tuple[str, ...]]:
+        return {k: tuple(m.name for m in v) for k, v in self._modules.items()}

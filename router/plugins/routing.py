@@ -1,0 +1,497 @@
+"""Harness routing: which harness, model and thinking level a launch uses.
+
+Theory of operation
+-------------------
+
+``routes.json`` names, per instance, a *primary* route (``harness``,
+``model``, ``thinking``) and optionally a ``fallback`` with the same three,
+plus the instance's ``account``; and the configured ``models``, each with its
+``provider``. A primary missing one of the three refuses ``no-route``; a
+fallback missing some but not all is refused when routes are written
+(``partial-fallback``), and a hand-edited one refuses ``no-route`` when it
+is needed.
+
+The launcher checks the primary route, in order:
+
+1. ``harness-off``: the harness is not switched on (``plugins.harness``);
+2. ``harness-refused``: its module did not load (the message names the
+   module and the loader's code), or answered ``levels``/``counts_account``
+   in the wrong shape;
+3. ``thinking-unsupported``: the module's ``levels()`` lacks the level;
+4. ``unknown-model``: the model is not one of the configured models;
+5. preflight: ``await preflight(context)`` answers ``None`` or
+   ``{"code", "message"}`` (the module's own code; a crash or wrong shape is
+   ``preflight-failed``, a preflight that does not answer in time
+   ``deadline``).
+
+Checks 1–4 are configuration: a primary that fails one is refused, it never
+falls back (fix the setting). Preflight is the machine's state (a missing
+binary, an expired credential): a failed preflight falls back when a fallback
+is set. The fallback goes through the same five checks; any refusal of it
+carries its own code and names the primary's failure too.
+
+A launch that passes gets a :class:`LaunchRecord`: the route taken
+(``primary``/``fallback``), why, the harness's version, and what its module
+says about reaching the session (``reach``) and its environment (``env``).
+
+Each launch loads its harness module afresh (a new load executes the file
+again), so an earlier load's module is never reused. Harness modules are
+loaded only for a route being checked; an off harness is never loaded.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Mapping, Sequence
+
+import attrs
+
+from wire.json import is_json
+
+from router.plugins.broker import Broker
+from router.plugins.kinds import is_name
+from router.plugins.loader import LoadedModule
+from router.plugins.refusal import Refusal, is_code
+
+__all__ = [
+    "HarnessFacts",
+    "LaunchRecord",
+    "Route",
+    "apply_routes_patch",
+    "check_route",
+    "harness_facts",
+    "parse_routes",
+    "plan_launch",
+]
+
+ROUTE_FIELDS = ("harness", "model", "thinking")
+
+
+@attrs.frozen
+class Route:
+    harness: str
+    model: str
+    thinking: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"harness": self.harness, "model": self.model, "thinking": self.thinking}
+
+    def __str__(self) -> str:
+        return f"{self.harness}/{self.model}/{self.thinking}"
+
+
+@attrs.frozen(kw_only=True)
+class InstanceRoutes:
+    instance: str
+    primary: Route | Refusal
+    fallback: Route | Refusal | None
+    account: str | None
+
+
+def _route(value: object, what: str, instance: str) -> Route | Refusal | None:
+    """A route from a setting; ``None`` when nothing of it is set."""
+    if value is None:
+        return None
+    if type(value) is not dict:
+        return Refusal(code="no-route", message=f'the {what} route of "{instance}" is not an object')
+    present = [f for f in ROUTE_FIELDS if type(value.get(f)) is str and value[f]]
+    if not present:
+        return None
+    if len(present) < len(ROUTE_FIELDS):
+        missing = ", ".join(f for f in ROUTE_FIELDS if f not in present)
+        return Refusal(
+            code="no-route",
+            message=f'the {what} route of instance "{instance}" has no {missing}; set harness, '
+            "model and thinking with `router routes set`",
+        )
+    return Route(value["harness"], value["model"], value["thinking"])
+
+
+def parse_routes(routes_doc: object, instance: str) -> InstanceRoutes | Refusal:
+    instances = routes_doc.get("instances") if type(routes_doc) is dict else None
+    setting = instances.get(instance) if type(instances) is dict else None
+    if type(setting) is not dict:
+        return Refusal(
+            code="no-route",
+            message=f'no route is set for instance "{instance}"; set one with `router routes set`',
+        )
+    primary = _route(setting, "primary", instance)
+    if primary is None:
+        primary = Refusal(
+            code="no-route",
+            message=f'instance "{instance}" has no harness, model or thinking level; set them '
+            "with `router routes set`",
+        )
+    fallback = _route(setting.get("fallback"), "fallback", instance)
+    account = setting.get("account")
+    return InstanceRoutes(
+        instance=instance, primary=primary, fallback=fallback,
+        account=account if type(account) is str and account else None,
+    )
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@attrs.frozen(kw_only=True)
+class HarnessFacts:
+    """What the core reads from a loaded harness module before a launch."""
+
+    module: LoadedModule
+    levels: tuple[str, ...]
+    counts_account: bool
+
+
+def harness_facts(broker: Broker, module: LoadedModule, options: object) -> HarnessFacts | Refusal:
+    def refused(what: str) -> Refusal:
+        return Refusal(
+            code="harness-refused",
+            message=f'the harness module "{module.name}" {what}; fix the module or route to '
+            "another harness",
+        )
+
+    options = copy.deepcopy(options) if type(options) is dict else {}
+    levels = broker.call_sync(module, "levels", copy.deepcopy(options))
+    if isinstance(levels, Refusal):
+        return refused(f"failed in levels() ({levels.code}: {levels.message})")
+    if type(levels.value) not in (list, tuple) or any(type(v) is not str for v in levels.value):
+        return refused("answered levels() with something other than a list of names")
+    counts = broker.call_sync(module, "counts_account", options)
+    if isinstance(counts, Refusal):
+        return refused(f"failed in counts_account() ({counts.code}: {counts.message})")
+    if type(counts.value) is not bool:
+        return refused("answered counts_account() with something other than true or false")
+    return HarnessFacts(module=module, levels=tuple(levels.value), counts_account=counts.value)
+
+
+LoadHarness = Callable[[str], "LoadedModule | Refusal"]
+
+
+def check_route(
+    route: Route,
+    *,
+    switched_on: Sequence[str],
+    load_harness: LoadHarness,
+    models: object,
+    broker: Broker,
+    options: object = None,
+) -> HarnessFacts | Refusal:
+    """Checks 1–4 of a route (no preflight). Loads the harness module only
+    when it is switched on. ``options`` are the harness module's options."""
+    if route.harness not in switched_on:
+        return Refusal(
+            code="harness-off",
+            message=f'the harness "{route.harness}" is not switched on; run `router plugins` and '
+            f'`router plugins set --file PATCH` with "harness" listing every harness to keep on, '
+            f'"{route.harness}" included',
+        )
+    module = load_harness(route.harness)
+    if isinstance(module, Refusal):
+        return Refusal(
+            code="harness-refused",
+            message=f'the harness module "{route.harness}" was refused by the loader '
+            f"({module.code}: {module.message})",
+        )
+    facts = harness_facts(broker, module, options)
+    if isinstance(facts, Refusal):
+        return facts
+    if route.thinking not in facts.levels:
+        return Refusal(
+            code="thinking-unsupported",
+            message=f'the harness "{route.harness}" does not apply the thinking level '
+            f'"{route.thinking}"; it applies {", ".join(facts.levels) or "none"}',
+        )
+    if type(models) is not dict or type(models.get(route.model)) is not dict:
+        known = ", ".join(sorted(models)) if type(models) is dict else "none"
+        return Refusal(
+            code="unknown-model",
+            message=f'the model "{route.model}" is not a configured model ({known}); add it to '
+            "models with `router routes set`, or route to one of them",
+        )
+    return facts
+
+
+def harness_options(plugins_doc: object, harness: str) -> dict[str, Any]:
+    """The options ``plugins.json`` holds for one harness module."""
+    options = plugins_doc.get("options") if type(plugins_doc) is dict else None
+    per_kind = options.get("harness") if type(options) is dict else None
+    mine = per_kind.get(harness) if type(per_kind) is dict else None
+    return copy.deepcopy(mine) if type(mine) is dict else {}
+
+
+def harness_context(
+    instance: str, route: Route, options: object, env: Mapping[str, str], session: str | None
+) -> dict[str, Any]:
+    return {
+        "instance": instance,
+        "session": session,
+        "route": route.to_json(),
+        "options": copy.deepcopy(options) if type(options) is dict else {},
+        "env": dict(env),
+    }
+
+
+async def preflight(
+    broker: Broker, facts: HarnessFacts, context: Mapping[str, Any]
+) -> Refusal | None:
+    module = facts.module
+    answer = await broker.call(module, "preflight", copy.deepcopy(dict(context)),
+                               crash_code="preflight-failed")
+    if isinstance(answer, Refusal):
+        return answer
+    value = answer.value
+    if value is None:
+        return None
+    if (type(value) is dict and set(value) == {"code", "message"} and is_code(value["code"])
+            and type(value["message"]) is str):
+        return Refusal(code=value["code"], message=value["message"])
+    return Refusal(
+        code="preflight-failed",
+        message=f'the harness module "{module.name}" answered preflight in the wrong shape '
+        '(expected null or {"code", "message"})',
+    )
+
+
+# --------------------------------------------------------------------------- launch
+
+
+@attrs.frozen(kw_only=True)
+class LaunchRecord:
+    """A launch the checks allowed: what to start, and how to reach it."""
+
+    instance: str
+    session: str | None
+    route: str  # "primary" | "fallback"
+    route_reason: str
+    harness: str
+    model: str
+    thinking: str
+    provider: str | None
+    account: str | None
+    harness_version: str | None
+    reach: Mapping[str, Any]
+    env: Mapping[str, str]
+
+    def subject(self) -> dict[str, Any]:
+        """The limit checks' subject."""
+        return {"instance": self.instance, "provider": self.provider, "model": self.model,
+                "account": self.account}
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+async def _try_route(
+    routes: InstanceRoutes,
+    route: Route,
+    *,
+    plugins_doc: Mapping[str, Any],
+    models: object,
+    load_harness: LoadHarness,
+    broker: Broker,
+    env: Mapping[str, str],
+    session: str | None,
+) -> tuple[HarnessFacts, dict[str, Any], Refusal | None] | Refusal:
+    """Checks 1–4 (a refusal) then preflight (returned beside the facts, so
+    the caller decides whether to fall back)."""
+    plugins = plugins_doc.get("plugins") if type(plugins_doc.get("plugins")) is dict else {}
+    switched_on = plugins.get("harness") if type(plugins.get("harness")) is list else []
+    options = harness_options(plugins_doc, route.harness)
+    facts = check_route(route, switched_on=switched_on, load_harness=load_harness,
+                        models=models, broker=broker, options=options)
+    if isinstance(facts, Refusal):
+        return facts
+    context = harness_context(routes.instance, route, options, env, session)
+    return facts, context, await preflight(broker, facts, context)
+
+
+async def plan_launch(
+    instance: str,
+    *,
+    plugins_doc: Mapping[str, Any],
+    routes_doc: Mapping[str, Any],
+    load_harness: LoadHarness,
+    broker: Broker,
+    env: Mapping[str, str],
+    session: str | None = None,
+) -> LaunchRecord | Refusal:
+    """Route a launch of ``instance``: the checks above, then the record.
+    Limits are asked by the caller, with the record's subject."""
+    routes = parse_routes(routes_doc, instance)
+    if isinstance(routes, Refusal):
+        return routes
+    if isinstance(routes.primary, Refusal):
+        return routes.primary
+    models = routes_doc.get("models") if type(routes_doc) is dict else None
+    kwargs = dict(plugins_doc=plugins_doc, models=models, load_harness=load_harness,
+                  broker=broker, env=env, session=session)
+    primary = await _try_route(routes, routes.primary, **kwargs)  # type: ignore[arg-type]
+    if isinstance(primary, Refusal):
+        return primary  # configuration: never falls back
+    facts, context, failed = primary
+    route, chosen, reason = routes.primary, "primary", "the primary route passed its checks"
+    if failed is not None:
+        if routes.fallback is None:
+            return failed
+        blame = f"the primary route {routes.primary} failed preflight: {failed}"
+        if isinstance(routes.fallback, Refusal):
+            return Refusal(code=routes.fallback.code, message=f"{routes.fallback.message}; {blame}")
+        fallback = await _try_route(routes, routes.fallback, **kwargs)  # type: ignore[arg-type]
+        if isinstance(fallback, Refusal):
+            return Refusal(code=fallback.code, message=f"{fallback.message}; {blame}")
+        facts, context, failed_again = fallback
+        if failed_again is not None:
+            return Refusal(code=failed_again.code,
+                           message=f"the fallback route {routes.fallback} failed preflight: "
+                           f"{failed_again.message}; {blame}")
+        route, chosen, reason = routes.fallback, "fallback", blame
+    return await _record(routes, route, chosen, reason, facts, context, models, broker, session)
+
+
+async def _record(
+    routes: InstanceRoutes, route: Route, chosen: str, reason: str, facts: HarnessFacts,
+    context: Mapping[str, Any], models: object, broker: Broker, session: str | None,
+) -> LaunchRecord | Refusal:
+    module = facts.module
+
+    def refused(what: str) -> Refusal:
+        return Refusal(code="harness-refused",
+                       message=f'the harness module "{module.name}" {what}; fix the module or '
+                       "route to another harness")
+
+    reach = broker.call_sync(module, "reach", copy.deepcopy(dict(context)))
+    if isinstance(reach, Refusal):
+        return refused(f"failed in reach() ({reach.code}: {reach.message})")
+    if type(reach.value) is not dict or not is_json(reach.value) or type(
+        reach.value.get("via")
+    ) is not str:
+        return refused('answered reach() with something other than a JSON object with "via"')
+    env = broker.call_sync(module, "env", copy.deepcopy(dict(context)))
+    if isinstance(env, Refusal):
+        return refused(f"failed in env() ({env.code}: {env.message})")
+    if type(env.value) is not dict or any(
+        type(k) is not str or type(v) is not str for k, v in env.value.items()
+    ):
+        return refused("answered env() with something other than an object of strings")
+    version = await broker.call(module, "version", copy.deepcopy(dict(context)),
+                                crash_code="version-failed")
+    # A version probe that fails does not stop a launch that passed its
+    # checks; the record says the version is unknown (None).
+    harness_version = (
+        version.value if not isinstance(version, Refusal) and type(version.value) is str else None
+    )
+    model_setting = models.get(route.model) if type(models) is dict else None
+    provider = model_setting.get("provider") if type(model_setting) is dict else None
+    return LaunchRecord(
+        instance=routes.instance, session=session, route=chosen, route_reason=reason,
+        harness=route.harness, model=route.model, thinking=route.thinking,
+        provider=provider if type(provider) is str else None,
+        account=routes.account if facts.counts_account else None,
+        harness_version=harness_version, reach=reach.value, env=env.value,
+    )
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _check_route_shape(value: object, where: str, *, fallback: bool) -> Refusal | None:
+    if type(value) is not dict:
+        return Refusal(code="invalid-routes", message=f"{where} is not an object")
+    allowed = set(ROUTE_FIELDS) if fallback else {*ROUTE_FIELDS, "fallback", "account"}
+    extra = set(value) - allowed
+    if extra:
+        return Refusal(code="invalid-routes",
+                       message=f"{where} has keys a route does not take: {', '.join(sorted(extra))}")
+    for field in allowed - {"fallback"}:
+        if field in value and value[field] is not None and (
+            type(value[field]) is not str or not value[field]
+        ):
+            return Refusal(code="invalid-routes", message=f"{where}.{field} is not a non-empty string")
+    if "harness" in value and type(value["harness"]) is str and not is_name(value["harness"]):
+        return Refusal(code="bad-name", message=f'{where}.harness "{value["harness"]}" is not a module name')
+    return None
+
+
+CheckRoute = Callable[[Route, object], "HarnessFacts | Refusal"]
+
+
+def apply_routes_patch(
+    current: object, patch: object, *, check: CheckRoute
+) -> tuple[dict[str, Any], dict[str, Any]] | Refusal:
+    """The new ``routes.json`` value and its changes, or a refusal.
+
+    ``patch`` is ``{"revision", "instances"?: {name: route | null},
+    "models"?: {name: {"provider"} | null}}``. A route replaces the
+    instance's whole route. Every route the patch changes (a primary or a
+    fallback that differs from the stored one) goes through
+    ``check(route, models)``: the launcher's checks 1–4. A route the patch
+    does not change is not checked.
+    """
+    from router.plugins.settings import check_patch_envelope
+
+    refusal = check_patch_envelope(patch, {"instances", "models"}, "routes")
+    if refusal is not None:
+        return refusal
+    assert type(patch) is dict
+    if type(current) is not dict:
+        return Refusal(code="invalid-settings", message="routes.json is not an object; fix it by hand")
+    instances_patch = patch.get("instances", {})
+    models_patch = patch.get("models", {})
+    if type(instances_patch) is not dict or type(models_patch) is not dict:
+        return Refusal(code="invalid-patch", message="instances and models in a patch are objects")
+    if not instances_patch and not models_patch:
+        return Refusal(code="empty-patch",
+                       message="the patch changes nothing: name at least one instance or model")
+    new = copy.deepcopy(current)
+    instances = new.setdefault("instances", {})
+    models = new.setdefault("models", {})
+    if type(instances) is not dict or type(models) is not dict:
+        return Refusal(code="invalid-settings",
+                       message="routes.json's instances or models is not an object; fix it by hand")
+    changes: dict[str, Any] = {}
+    for name, value in models_patch.items():
+        if value is not None and (type(value) is not dict or set(value) != {"provider"}
+                                  or type(value["provider"]) is not str or not value["provider"]):
+            return Refusal(code="invalid-routes",
+                           message=f'models.{name} is {{"provider": "<name>"}} or null')
+        changes[f"models.{name}"] = {"old": copy.deepcopy(models.get(name)), "new": value}
+        if value is None:
+            models.pop(name, None)
+        else:
+            models[name] = copy.deepcopy(value)
+    for name, value in instances_patch.items():
+        if type(name) is not str or not name:
+            return Refusal(code="invalid-routes", message="an instance name is a non-empty string")
+        old = instances.get(name)
+        changes[f"instances.{name}"] = {"old": copy.deepcopy(old), "new": copy.deepcopy(value)}
+        if value is None:
+            instances.pop(name, None)
+            continue
+        refusal = _check_route_shape(value, f"instances.{name}", fallback=False)
+        if refusal is None and value.get("fallback") is not None:
+            refusal = _check_route_shape(value["fallback"], f"instances.{name}.fallback",
+                                         fallback=True)
+            if refusal is None:
+                given = [f for f in ROUTE_FIELDS if value["fallback"].get(f)]
+                if 0 < len(given) < len(ROUTE_FIELDS):
+                    refusal = Refusal(
+                        code="partial-fallback",
+                        message=f"the fallback of {name} names only {', '.join(given)}; a "
+                        "fallback names harness, model and thinking, or nothing",
+                    )
+        if refusal is not None:
+            return refusal
+        old_routes = parse_routes({"instances": {name: old}}, name) if type(old) is dict else None
+        new_routes = parse_routes({"instances": {name: value}}, name)
+        assert not isinstance(new_routes, Refusal)
+        pairs = [
+            (new_routes.primary, old_routes.primary if isinstance(old_routes, InstanceRoutes) else None),
+            (new_routes.fallback, old_routes.fallback if isinstance(old_routes, InstanceRoutes) else None),
+        ]
+        for route, before in pairs:
+            if isinstance(route, Route) and route != before:
+                answer = check(route, models)
+                if isinstance(answer, Refusal):
+                    return Refusal(code=answer.code, message=f"instances.{name}: {answer.message}")
+        instances[name] = copy.deepcopy(value)
+    return new, changes

@@ -1,0 +1,403 @@
+"""Settings: the plug-in layer's files, their revisions, and how they change.
+
+The settings directory (``--settings DIR``, else ``$ROUTER_SETTINGS_DIR``,
+else ``$XDG_CONFIG_HOME/router``, else ``~/.config/router``) holds:
+
+``plugins.json``
+    ``{"plugins": {kind: names}, "options": {kind: {name: object}}}``: which
+    modules are switched on, and each module's options;
+``routes.json``
+    ``{"models": {model: {"provider"}}, "instances": {instance: route}}``;
+``limits.json``
+    ``{"limits": {...}}``: the tree the limit checks read;
+``changes.jsonl``
+    one line per change: when, who (``actor``), which file, the old and new
+    revisions, and the old and new values of what changed.
+
+A file that does not exist reads as its default (``router.plugins.defaults``).
+
+Revisions
+---------
+
+A file's revision is the first 16 hex digits of the SHA-256 of its bytes
+(the revision of a file that does not exist is that of no bytes). It is
+computed, never stored, so it cannot go stale: a hand edit changes it as
+surely as a write through the router, and a counter stored in the file could
+be left unchanged by a hand edit. A writer names the revision it read; the
+write is refused ``stale-revision`` unless the file still has those exact
+bytes. Two contents that are byte-identical share a revision, which is
+right: a patch made against those bytes applies to them.
+
+Writing
+-------
+
+Check-then-write is one critical section across processes: an exclusive
+``flock`` on ``.settings.lock`` in the directory, held while the file is
+read, the revision compared, the patch applied, the new file written and the
+change logged. Of two writers holding the same revision, exactly one writes;
+the other is refused ``stale-revision``.
+
+A file is written atomically: a temporary file in the same directory is
+written and fsynced, renamed over the file, and the directory fsynced, so a
+crash leaves the old file or the new one, never a torn one. The change line
+is appended (one ``write`` on an ``O_APPEND`` descriptor, then fsync) after
+the rename; a crash between the two loses the line, never the setting.
+
+Every decision (what a patch means, whether it is allowed) is a plain
+function below, over values, with no I/O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as dt
+import fcntl
+import getpass
+import hashlib
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import attrs
+
+from wire.json import JsonError, dumps, loads
+
+from router.plugins.defaults import DOCUMENTS
+from router.plugins.kinds import KINDS, check_kind_setting, is_name, names_of
+from router.plugins.refusal import Refusal
+from router.plugins.usage import iso, utc_now
+
+__all__ = [
+    "Document",
+    "SettingsDir",
+    "apply_plugins_patch",
+    "default_data_dir",
+    "default_settings_dir",
+    "redact",
+    "revision_of",
+]
+
+LOCK_NAME = ".settings.lock"
+CHANGES_NAME = "changes.jsonl"
+
+#: Option keys whose values are never shown or logged.
+SECRET_WORDS = ("token", "secret", "password", "api_key", "apikey")
+
+
+def default_settings_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("ROUTER_SETTINGS_DIR"):
+        return Path(env["ROUTER_SETTINGS_DIR"])
+    if env.get("XDG_CONFIG_HOME"):
+        return Path(env["XDG_CONFIG_HOME"]) / "router"
+    return Path(env.get("HOME") or os.path.expanduser("~")) / ".config" / "router"
+
+
+def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where turn records (``usage.jsonl``) live: ``$ROUTER_DATA_DIR``, else
+    ``$XDG_DATA_HOME/router``, else ``~/.local/share/router``."""
+    env = os.environ if env is None else env
+    if env.get("ROUTER_DATA_DIR"):
+        return Path(env["ROUTER_DATA_DIR"])
+    if env.get("XDG_DATA_HOME"):
+        return Path(env["XDG_DATA_HOME"]) / "router"
+    return Path(env.get("HOME") or os.path.expanduser("~")) / ".local" / "share" / "router"
+
+
+def revision_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def default_actor() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no login name (a container without a passwd entry)
+        return f"uid {os.getuid()}"
+
+
+def redact(value: Any) -> Any:
+    """``value`` with every secret-looking key's value replaced."""
+    if type(value) is dict:
+        return {
+            k: "<redacted>" if any(w in k.lower() for w in SECRET_WORDS) and v is not None
+            else redact(v)
+            for k, v in value.items()
+        }
+    if type(value) is list:
+        return [redact(v) for v in value]
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class Document:
+    """One settings file as read: its value and its revision."""
+
+    name: str
+    value: Any
+    revision: str
+    exists: bool
+
+
+Compute = Callable[[Any], "tuple[Any, dict[str, Any]] | Refusal"]
+
+
+class SettingsDir:
+    """The settings directory: reads documents, and writes them under the
+    lock with a revision check, atomically, logging every change."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"<SettingsDir {str(self.path)!r}>"
+
+    def read(self, name: str) -> Document | Refusal:
+        """The document ``name`` (``plugins.json`` ...), or ``invalid-settings``
+        when the file is there but is not JSON."""
+        path = self.path / name
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return Document(name=name, value=copy.deepcopy(dict(DOCUMENTS[name])),
+                            revision=revision_of(b""), exists=False)
+        except OSError as exc:
+            return Refusal(code="unreadable-settings",
+                           message=f"{path} cannot be read: {exc.strerror or exc}")
+        try:
+            value = loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, JsonError) as exc:
+            return Refusal(
+                code="invalid-settings",
+                message=f"{path} is not JSON ({exc}); fix it by hand, or move it away to start "
+                "from the defaults",
+            )
+        return Document(name=name, value=value, revision=revision_of(data), exists=True)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def update(
+        self,
+        name: str,
+        revision: object,
+        compute: Compute,
+        *,
+        actor: str | None = None,
+        now: dt.datetime | None = None,
+    ) -> Document | Refusal:
+        """Apply ``compute`` to the document if it is still at ``revision``.
+
+        ``compute(value)`` answers ``(new value, changes)`` or a refusal; it
+        runs inside the lock, so it must be quick and must not write.
+        Blocking: call from a worker thread in async code.
+        """
+        with self._locked():
+            current = self.read(name)
+            if isinstance(current, Refusal):
+                return current
+            if revision != current.revision:
+                return Refusal(
+                    code="stale-revision",
+                    message=f"{name} changed since revision {revision!r} (it is now "
+                    f"{current.revision}); run the show command again and make the patch "
+                    "against what it shows",
+                )
+            result = compute(copy.deepcopy(current.value))
+            if isinstance(result, Refusal):
+                return result
+            value, changes = result
+            data = (dumps(value) + "\n").encode()
+            self._write_atomically(self.path / name, data)
+            new_revision = revision_of(data)
+            self._append_change({
+                "at": iso(now or utc_now()),
+                "actor": actor or default_actor(),
+                "file": name,
+                "old_revision": current.revision,
+                "new_revision": new_revision,
+                "changes": changes,
+            })
+            return Document(name=name, value=value, revision=new_revision, exists=True)
+
+    def ensure(self, name: str) -> Document | Refusal:
+        """Write the default document if the file does not exist yet (what
+        ``router serve`` does on a first start)."""
+        current = self.read(name)
+        if isinstance(current, Refusal) or current.exists:
+            return current
+        return self.update(
+            name, current.revision,
+            lambda value: (value, {"created": "from the defaults"}),
+            actor="router (defaults)",
+        )
+
+    def changes(self) -> list[dict[str, Any]]:
+        """Every change line (a partial last line is skipped)."""
+        try:
+            data = (self.path / CHANGES_NAME).read_bytes()
+        except FileNotFoundError:
+            return []
+        out = []
+        for raw in data.split(b"\n")[:-1]:
+            try:
+                value = loads(raw.decode())
+            except (UnicodeDecodeError, JsonError):
+                continue
+            if type(value) is dict:
+                out.append(value)
+        return out
+
+    def _write_atomically(self, path: Path, data: bytes) -> None:
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            raise
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+    def _append_change(self, entry: Mapping[str, Any]) -> None:
+        line = (dumps(dict(entry)) + "\n").encode()
+        fd = os.open(self.path / CHANGES_NAME,
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------- patches
+
+
+def check_patch_envelope(patch: object, allowed: set[str], what: str) -> Refusal | None:
+    """The common shape: an object with a string ``revision`` and only the
+    keys ``allowed``."""
+    if type(patch) is not dict:
+        return Refusal(code="invalid-patch",
+                       message=f'a {what} patch is a JSON object {{"revision": ..., ...}}')
+    if type(patch.get("revision")) is not str:
+        return Refusal(code="invalid-patch",
+                       message=f"the patch has no revision; run `router {what}` to see the "
+                       "current revision and put it in the patch")
+    extra = set(patch) - allowed - {"revision"}
+    if extra:
+        return Refusal(code="invalid-patch",
+                       message=f"the patch has keys a {what} patch does not take: "
+                       f"{', '.join(sorted(extra))}; it takes {', '.join(sorted(allowed))}")
+    return None
+
+
+ModuleExists = Callable[[str, str], Refusal | None]
+
+
+def apply_plugins_patch(
+    current: object, patch: object, *, module_exists: ModuleExists
+) -> tuple[dict[str, Any], dict[str, Any]] | Refusal:
+    """The new ``plugins.json`` value and its changes, or a refusal.
+
+    ``patch`` is ``{"revision", "plugins"?: {kind: value | null},
+    "options"?: {kind: {name: object | null}}}``: only the kinds (and
+    modules' options) it names change; ``null`` removes one. A list
+    replaces the kind's whole list. ``module_exists(kind, name)`` answers
+    ``None`` for a module in the tree, else why not (it imports nothing).
+    """
+    refusal = check_patch_envelope(patch, {"plugins", "options"}, "plugins")
+    if refusal is not None:
+        return refusal
+    assert type(patch) is dict
+    if type(current) is not dict or type(current.get("plugins", {})) is not dict or type(
+        current.get("options", {})
+    ) is not dict:
+        return Refusal(code="invalid-settings",
+                       message="plugins.json is not an object with plugins and options objects; "
+                       "fix it by hand")
+    plugins_patch = patch.get("plugins", {})
+    options_patch = patch.get("options", {})
+    if type(plugins_patch) is not dict or type(options_patch) is not dict:
+        return Refusal(code="invalid-patch",
+                       message="plugins and options in a patch are objects keyed by kind")
+    option_entries = sum(len(v) if type(v) is dict else 1 for v in options_patch.values())
+    if not plugins_patch and option_entries == 0:
+        return Refusal(code="empty-patch",
+                       message="the patch changes nothing: name at least one kind under plugins "
+                       "or one module under options")
+    new = copy.deepcopy(current)
+    plugins = new.setdefault("plugins", {})
+    options = new.setdefault("options", {})
+    changes: dict[str, Any] = {}
+    for kind_name, value in plugins_patch.items():
+        kind = KINDS.get(kind_name)
+        if kind is None:
+            return Refusal(code="unknown-kind",
+                           message=f'"{kind_name}" is not a plug-in kind; the kinds are '
+                           f"{', '.join(KINDS)}")
+        old_value = copy.deepcopy(plugins.get(kind_name))
+        if value is None:
+            plugins.pop(kind_name, None)
+            changes[f"plugins.{kind_name}"] = {"old": old_value, "new": None}
+            continue
+        refusal = check_kind_setting(kind, value)
+        if refusal is not None:
+            return refusal
+        for name in names_of(kind, value):
+            missing = module_exists(kind_name, name)
+            if missing is not None:
+                return Refusal(code="unknown-plugin",
+                               message=f'there is no {kind_name} module "{name}" in the plug-in '
+                               f"tree ({missing.code}: {missing.message})")
+        plugins[kind_name] = copy.deepcopy(value)
+        changes[f"plugins.{kind_name}"] = {"old": old_value, "new": copy.deepcopy(value)}
+    for kind_name, per_module in options_patch.items():
+        if kind_name not in KINDS:
+            return Refusal(code="unknown-kind",
+                           message=f'"{kind_name}" is not a plug-in kind; the kinds are '
+                           f"{', '.join(KINDS)}")
+        if type(per_module) is not dict:
+            return Refusal(code="invalid-patch",
+                           message=f"options.{kind_name} is an object of module name to options")
+        kind_options = options.setdefault(kind_name, {})
+        if type(kind_options) is not dict:
+            kind_options = options[kind_name] = {}
+        for name, value in per_module.items():
+            if not is_name(name):
+                return Refusal(code="bad-name", message=f'"{name}" is not a module name')
+            old = kind_options.get(name)
+            if value is None:
+                kind_options.pop(name, None)
+            else:
+                if type(value) is not dict:
+                    return Refusal(code="invalid-patch",
+                                   message=f"options.{kind_name}.{name} is an object")
+                missing = module_exists(kind_name, name)
+                if missing is not None:
+                    return Refusal(code="unknown-plugin",
+                                   message=f'there is no {kind_name} module "{name}" in the '
+                                   f"plug-in tree ({missing.code}: {missing.message})")
+                kind_options[name] = copy.deepcopy(value)
+            changes[f"options.{kind_name}.{name}"] = {"old": redact(old), "new": redact(value)}
+        if not kind_options:
+            options.pop(kind_name)
+    return new, changes

@@ -1,0 +1,344 @@
+"""Usage: what a session used in each turn, as the usage sources read it.
+
+Theory of operation
+-------------------
+
+Each turn is *bracketed*: before it, :meth:`TurnMeter.begin` asks every
+switched-on ``usage-source`` module for a mark (``read_turn`` with
+``mark: None``); after it, :meth:`TurnMeter.end` asks again with each
+module's mark and gets what was used since. A module answers ``None`` when it
+does not cover the session at all (the transcript source for a container
+session, say); that module is left out of the bracket.
+
+The four token kinds are ``input``, ``output``, ``cache_creation`` and
+``cache_read``. A turn's record holds them (``usage``), or ``usage: null``
+when no source could tell: an *unknown* turn. Limit checks count known turns
+and count unknown ones apart; an unknown turn never counts as zero tokens.
+When more than one source knows a turn, the first in the settings' order wins
+(the sources never add up: two readings of one turn would count it twice).
+
+A source that fails (raises, misses its deadline, answers in the wrong shape)
+makes its reading unknown and is logged; it never fails the turn.
+
+Records go to a :class:`RecordStore`: :class:`JsonlRecords` (one JSON line per
+turn, ``usage.jsonl`` in the data directory) or :class:`MemoryRecords`.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import os
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import attrs
+import trio
+
+from wire.json import dumps, is_count, is_json, loads
+
+from router.plugins.broker import Broker
+from router.plugins.loader import LoadedModule, Loader, Log, default_log
+from router.plugins.refusal import Refusal
+
+__all__ = [
+    "TOKEN_KINDS",
+    "Bracket",
+    "JsonlRecords",
+    "MemoryLedger",
+    "MemoryRecords",
+    "RecordStore",
+    "TurnMeter",
+    "UsageFigure",
+    "UsageLedger",
+    "add_usage",
+    "check_usage",
+    "iso",
+    "parse_time",
+    "usage_total",
+    "zero_usage",
+]
+
+#: The four token kinds, in the order they are shown.
+TOKEN_KINDS = ("input", "output", "cache_creation", "cache_read")
+
+
+def zero_usage() -> dict[str, int]:
+    return {k: 0 for k in TOKEN_KINDS}
+
+
+def check_usage(value: object) -> bool:
+    """Whether ``value`` is ``{input, output, cache_creation, cache_read}``
+    with a count for each and nothing else."""
+    return (
+        type(value) is dict
+        and set(value) == set(TOKEN_KINDS)
+        and all(is_count(value[k]) for k in TOKEN_KINDS)
+    )
+
+
+def add_usage(total: dict[str, int], usage: Mapping[str, int]) -> None:
+    for k in TOKEN_KINDS:
+        total[k] += usage[k]
+
+
+def usage_total(usage: Mapping[str, int]) -> int:
+    return sum(usage[k] for k in TOKEN_KINDS)
+
+
+def iso(moment: dt.datetime) -> str:
+    """An aware time as ISO 8601 in UTC, ``Z``-suffixed, to the millisecond."""
+    return moment.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z"
+    )
+
+
+def parse_time(text: object) -> dt.datetime | None:
+    """An ISO 8601 time with a zone (``Z`` or an offset), or ``None``."""
+    if type(text) is not str:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+# --------------------------------------------------------------------------- ledger
+
+
+@attrs.frozen(kw_only=True)
+class UsageFigure:
+    """One ``usage`` event a container adapter reported, as the store keeps it.
+
+    ``position`` orders a session's figures: it only grows (the store's row
+    id, say). The wire's ``usage`` event carries ``inputTokens``,
+    ``outputTokens`` and ``costUsd``, each optional; there are no cache kinds.
+    """
+
+    position: int
+    operation_id: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+
+
+class UsageLedger(Protocol):
+    """The protocol the ``frames`` usage source reads: the usage figures the
+    router stored from a container session's ``usage`` events."""
+
+    async def usage_position(self, session: str) -> int:
+        """The position of the session's newest figure, or 0 when it has none."""
+        ...
+
+    async def usage_since(self, session: str, after: int) -> Sequence[UsageFigure]:
+        """The session's figures with ``position > after``, oldest first."""
+        ...
+
+
+class MemoryLedger:
+    """A :class:`UsageLedger` in memory, for tests and the in-process daemon."""
+
+    def __init__(self) -> None:
+        self._figures: dict[str, list[UsageFigure]] = {}
+        self._position = 0
+
+    def add(
+        self,
+        session: str,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        operation_id: str | None = None,
+    ) -> UsageFigure:
+        self._position += 1
+        figure = UsageFigure(
+            position=self._position, operation_id=operation_id,
+            input_tokens=input_tokens, output_tokens=output_tokens,
+        )
+        self._figures.setdefault(session, []).append(figure)
+        return figure
+
+    async def usage_position(self, session: str) -> int:
+        figures = self._figures.get(session)
+        return figures[-1].position if figures else 0
+
+    async def usage_since(self, session: str, after: int) -> Sequence[UsageFigure]:
+        return [f for f in self._figures.get(session, ()) if f.position > after]
+
+
+# --------------------------------------------------------------------------- records
+
+
+class RecordStore(Protocol):
+    def append(self, record: Mapping[str, Any]) -> None: ...
+
+    def read(self) -> list[dict[str, Any]]: ...
+
+
+class MemoryRecords:
+    def __init__(self, records: Sequence[Mapping[str, Any]] = ()) -> None:
+        self._records = [dict(r) for r in records]
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        self._records.append(copy.deepcopy(dict(record)))
+
+    def read(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self._records)
+
+
+class JsonlRecords:
+    """Turn records as JSON lines in one file.
+
+    Each append is one ``write`` of one line on an ``O_APPEND`` descriptor,
+    then ``fsync``: a crash leaves at worst a partial last line, which
+    :meth:`read` skips (as it skips any line that is not a JSON object).
+    Blocking: call it from a worker thread in async code.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        line = (dumps(dict(record)) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        records = []
+        for raw in data.split(b"\n")[:-1]:  # the piece after the last newline is partial
+            try:
+                value = loads(raw.decode())
+            except (UnicodeDecodeError, ValueError):
+                continue
+            if type(value) is dict:
+                records.append(value)
+        return records
+
+
+# --------------------------------------------------------------------------- meter
+
+
+@attrs.frozen(kw_only=True)
+class Bracket:
+    """A turn being measured: who it is, and each covering source's mark."""
+
+    subject: Mapping[str, Any]
+    sources: tuple[tuple[LoadedModule, Any], ...]
+
+
+def check_turn_answer(value: object, *, first: bool) -> str | None:
+    """What is wrong with a ``read_turn`` answer (``None`` is "not mine")."""
+    if value is None:
+        return None
+    if type(value) is not dict or set(value) != {"mark", "usage"}:
+        return "expected None or an object with exactly mark and usage"
+    if not is_json(value["mark"]):
+        return "mark is not a JSON value"
+    usage = value["usage"]
+    if usage is not None and not check_usage(usage):
+        return "usage is not null or an object of the four token kinds with counts"
+    if first and usage is not None:
+        return "the first read of a turn has no usage yet (answer usage: null)"
+    return None
+
+
+class TurnMeter:
+    """Brackets turns with the switched-on usage sources and records them.
+
+    ``deps`` is handed to every ``read_turn`` (the ``frames`` source finds the
+    :class:`UsageLedger` under ``"ledger"``); ``options`` maps a source's name
+    to its options from the settings.
+    """
+
+    def __init__(
+        self,
+        *,
+        loader: Loader,
+        broker: Broker,
+        records: RecordStore,
+        deps: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | None = None,
+        log: Log | None = None,
+        now: Callable[[], dt.datetime] = utc_now,
+    ) -> None:
+        self._loader = loader
+        self._broker = broker
+        self._records = records
+        self._deps = dict(deps or {})
+        self._options = dict(options or {})
+        self._log = log or default_log
+        self._now = now
+
+    def _request(self, module: LoadedModule, subject: Mapping[str, Any], mark: Any) -> dict:
+        return {
+            **copy.deepcopy(dict(subject)),
+            "mark": copy.deepcopy(mark),
+            "options": copy.deepcopy(self._options.get(module.name) or {}),
+        }
+
+    async def _read(self, module: LoadedModule, request: dict, *, first: bool) -> dict | None:
+        answer = await self._broker.call(module, "read_turn", request, self._deps,
+                                         crash_code="source-threw")
+        if isinstance(answer, Refusal):
+            self._log({"event": "usage-unknown", "source": module.name,
+                       "session": request.get("session"), **answer.to_json()})
+            return None
+        problem = check_turn_answer(answer.value, first=first)
+        if problem is not None:
+            self._log({"event": "usage-unknown", "source": module.name,
+                       "session": request.get("session"), "code": "malformed-answer",
+                       "message": problem})
+            return None
+        return answer.value
+
+    async def begin(self, subject: Mapping[str, Any]) -> Bracket:
+        """Mark the start of a turn. ``subject`` describes the session:
+        ``session``, ``instance``, ``harness``, ``provider``, ``model``,
+        ``account``, ``reach`` (from the launch record) and, where known,
+        ``transcript``."""
+        sources = []
+        # The modules are captured now: a reload during the turn does not
+        # change which sources close this bracket.
+        for module in self._loader.modules("usage-source"):
+            answer = await self._read(module, self._request(module, subject, None), first=True)
+            if answer is not None:
+                sources.append((module, answer["mark"]))
+        return Bracket(subject=copy.deepcopy(dict(subject)), sources=tuple(sources))
+
+    async def end(self, bracket: Bracket) -> dict[str, Any]:
+        """Close the bracket, store the turn's record and return it."""
+        usage = None
+        source = None
+        for module, mark in bracket.sources:
+            answer = await self._read(module, self._request(module, bracket.subject, mark),
+                                      first=False)
+            if answer is not None and answer["usage"] is not None:
+                usage, source = answer["usage"], module.name
+                break
+        subject = bracket.subject
+        record = {
+            "session": subject.get("session"),
+            "instance": subject.get("instance"),
+            "harness": subject.get("harness"),
+            "provider": subject.get("provider"),
+            "model": subject.get("model"),
+            "account": subject.get("account"),
+            "at": iso(self._now()),
+            "usage": usage,
+            "source": source,
+        }
+        await trio.to_thread.run_sync(self._records.append, record)
+        return record
