@@ -1,0 +1,99 @@
+"""The echo adapter: answers ``echo: <text>`` and needs no model or credentials.
+
+It behaves exactly as the reference's ``echoAdapter`` (npm ``agents@0.32.0``,
+``dist/daemon-core-*.js``), so one host test suite runs against either
+daemon. It persists one entry per turn and counts them back after a restore,
+so a resumed session visibly remembers its history:
+
+- ``slow <ms> <text>`` waits ``ms`` milliseconds before answering, and stops
+  on abort (cancellation);
+- ``fail <reason>`` settles the operation ``unanswered`` with ``reason``
+  (``failed`` when there is none);
+- anything else is echoed with the turn number: ``echo: hi (turn 3)``; texts
+  steered into the turn are appended as `` + <text>``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Final
+
+import trio
+
+from router.container.adapter import AdapterContext, AdapterTurn
+from wire.container import AdapterInfo, ContainerInput, ContainerOutcome, Done, Unanswered, input_text
+
+__all__ = ["EchoAdapter", "EchoSession", "adapter"]
+
+# The reference's /^slow (\d+) ?(.*)$/s and /^fail ?(.*)$/s: ASCII digits (JS
+# \d), "." matching newlines (the s flag), anchored at both ends (fullmatch;
+# Python's $ would also match before a final newline).
+_SLOW: Final = re.compile(r"slow ([0-9]+) ?(.*)", re.DOTALL)
+_FAIL: Final = re.compile(r"fail ?(.*)", re.DOTALL)
+
+#: Node's setTimeout runs a delay above 2**31 - 1 ms (or below 1) after 1 ms
+#: (TimeoutOverflowWarning); the reference sleeps with setTimeout.
+_MAX_TIMER_MS: Final = 2**31 - 1
+
+
+def _timer_seconds(ms: int) -> float:
+    if ms > _MAX_TIMER_MS or ms < 1:
+        ms = 1
+    return ms / 1000
+
+
+class EchoSession:
+    """One open echo session."""
+
+    def __init__(self, context: AdapterContext) -> None:
+        self._context = context
+        self._turns = len(context.restore)
+        self._steered: list[str] = []
+
+    async def run(self, turn: AdapterTurn) -> ContainerOutcome:
+        text = input_text(turn.input)
+        slow = _SLOW.fullmatch(text)
+        if slow:
+            await trio.sleep(_timer_seconds(int(slow[1])))
+        failure = _FAIL.fullmatch(text)
+        if failure:
+            return Unanswered(reason=failure[1] or "failed")
+        self._turns += 1
+        body = slow[2] if slow else text
+        steered = "".join(f" + {each}" for each in self._steered)
+        self._steered.clear()
+        answer = f"echo: {body}{steered} (turn {self._turns})"
+        message_id = f"{turn.operation_id}:assistant"
+        emit = self._context.emit
+        emit({"type": "text-delta", "messageId": message_id, "delta": answer})
+        emit({
+            "type": "message",
+            "message": {
+                "id": message_id,
+                "role": "assistant",
+                "parts": [{"type": "text", "text": answer}],
+                "operationId": turn.operation_id,
+                "createdAt": time.time_ns() // 1_000_000,  # Date.now(): ms
+            },
+        })
+        self._context.persist([{"turn": self._turns, "text": body}])
+        return Done(text=answer)
+
+    async def steer(self, input: ContainerInput) -> bool:
+        self._steered.append(input_text(input))
+        return True
+
+    async def close(self) -> None:
+        pass
+
+
+class EchoAdapter:
+    info: Final = AdapterInfo(id="echo", version="1", capabilities=("steer",))
+
+    async def open(self, context: AdapterContext) -> EchoSession:
+        return EchoSession(context)
+
+
+#: What ``router daemon --adapter echo`` runs.
+adapter: Final = EchoAdapter()

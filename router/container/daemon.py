@@ -1,0 +1,417 @@
+"""The container daemon's Trio layer: sessions, turns and connections' send side.
+
+:class:`Daemon` serves any number of sessions with one adapter. Each session
+is a :class:`SessionRunner`: a :class:`~router.container.daemon_core.SessionCore`
+(all the decisions) and the tasks that carry them out, in a nursery of its
+own:
+
+- the **inbox task** handles the session's host messages one at a time, in
+  order, awaiting the adapter calls each one needs (open, close, steer,
+  configure) before it takes the next;
+- a **turn task** per turn runs ``session.run`` inside the turn's own cancel
+  scope; ``abort``, a new generation and shutdown cancel that scope.
+
+A connection's send side is an :class:`Outbox`: the core's sends are queued
+there without blocking (so an adapter's ``emit`` never waits on the network
+and frames keep their order) and one writer task per connection writes them.
+The transport (:mod:`router.container.daemon_transport`) owns the sockets.
+
+Error handling: an adapter that raises in ``open``, ``steer`` or
+``configure`` gets the host an ``error`` message (the reference sends the
+error's text); ``close`` errors are logged. A turn that raises settles
+``unanswered`` with the error's text. Nothing an adapter or a peer does
+escapes a session's nursery; a bug in the core does, loudly.
+
+Resource handling: :meth:`Daemon.run` owns every session's nursery;
+:meth:`Daemon.aclose` stops each session's inbox, cancels its running turn,
+waits for it, closes its adapter session (all sessions at once, within
+:data:`SHUTDOWN_GRACE`), then cancels everything left.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import deque
+from typing import Any, Awaitable, Callable, Final, Protocol
+
+import trio
+from trio_websocket import ConnectionClosed
+
+from router.container.adapter import Adapter, AdapterContext, AdapterTurn
+from router.container.daemon_core import (
+    MAX_KEPT_FRAMES,
+    SETTLED_KEPT,
+    AwaitTurn,
+    CancelTurn,
+    CloseConnection,
+    CloseSession,
+    ConfigureSession,
+    Effect,
+    OpenSession,
+    Send,
+    SessionCore,
+    StartTurn,
+    Steer,
+    Turn,
+    TurnCancelled,
+    TurnFailed,
+    error_text,
+)
+from wire.container import AdapterInfo
+from wire.json import dumps
+
+__all__ = ["Daemon", "Outbox", "SessionRunner", "SHUTDOWN_GRACE"]
+
+log = logging.getLogger("router.container.daemon")
+
+#: Host messages a session holds before the socket's reader waits (so a
+#: host that sends faster than the session handles is slowed by TCP, not
+#: buffered without bound). Ours; any small number works.
+INBOX_SIZE: Final = 64
+#: How long shutdown waits for turns to stop and adapter sessions to close
+#: before it cancels what is left. Ours: well inside the 10 s a container
+#: runtime gives a process between SIGTERM and SIGKILL (docker stop's
+#: default).
+SHUTDOWN_GRACE: Final = 5.0
+#: How long a close handshake may take before the socket is dropped. Ours;
+#: the reference does not wait for it at all.
+CLOSE_TIMEOUT: Final = 5.0
+
+
+class MessageSocket(Protocol):
+    """What an :class:`Outbox` writes to (a trio-websocket connection)."""
+
+    async def send_message(self, message: str) -> None: ...
+
+    async def aclose(self, code: int = 1000, reason: str | None = None) -> None: ...
+
+
+class Outbox:
+    """The send side of one connection: texts queued in order, without
+    blocking, and written by one task (:meth:`run`).
+
+    A send to a closed or dead connection is dropped: the session goes on,
+    and the frames it keeps are replayed to the next connection.
+    """
+
+    __slots__ = ("name", "_queue", "_wakeup", "_drained", "_closing", "_dead", "sent", "finished")
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self._queue: deque[str] = deque()
+        self._wakeup: trio.Event | None = None
+        self._drained: trio.Event | None = None
+        self._closing: tuple[int, str] | None = None
+        self._dead = False
+        #: Messages written so far.
+        self.sent = 0
+        #: Set when :meth:`run` has returned (closed, or the socket died).
+        self.finished = trio.Event()
+
+    def send(self, text: str) -> None:
+        if self._dead or self._closing is not None:
+            return
+        self._queue.append(text)
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def close(self, code: int, reason: str) -> None:
+        """Close with ``code`` once what is queued has been written."""
+        if self._dead or self._closing is not None:
+            return
+        self._closing = (code, reason)
+        if self._wakeup is not None:
+            self._wakeup.set()
+        if self._drained is not None:
+            self._drained.set()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing is not None or self._dead
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    async def drained(self) -> None:
+        """Wait until the writer has caught up (the queue is empty) or the
+        connection is closing."""
+        while self._queue and not self.closing:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
+
+    async def run(self, socket: MessageSocket, *, closed: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Write queued texts to ``socket`` until :meth:`close` (then close it)
+        or the socket dies. Returns then; never raises for a dead socket."""
+        from trio_websocket import ConnectionClosed
+
+        queue = self._queue
+        try:
+            while True:
+                while queue:
+                    await socket.send_message(queue.popleft())
+                    self.sent += 1
+                if self._drained is not None:
+                    self._drained.set()
+                    self._drained = None
+                if self._closing is not None:
+                    code, reason = self._closing
+                    with trio.move_on_after(CLOSE_TIMEOUT):
+                        await socket.aclose(code, reason)
+                    return
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
+                self._wakeup = None
+        except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self._dead = True
+            queue.clear()
+            if self._drained is not None:
+                self._drained.set()
+            self.finished.set()
+
+    def __repr__(self) -> str:
+        state = "dead" if self._dead else "closing" if self._closing else "open"
+        return f"<Outbox {self.name} {state} pending={len(self._queue)} sent={self.sent}>"
+
+
+class SessionRunner:
+    """One session: its core and the tasks that act for it."""
+
+    def __init__(self, core: SessionCore, adapter: Adapter) -> None:
+        self.core = core
+        self._adapter = adapter
+        self._inbox_send, self._inbox_receive = trio.open_memory_channel[tuple[Any, Any]](INBOX_SIZE)
+        self._nursery: trio.Nursery | None = None
+        self._inbox_scope = trio.CancelScope()
+        self._inbox_done = trio.Event()
+        self._turns: dict[Turn, tuple[trio.CancelScope, trio.Event]] = {}
+        self._stopped = False
+
+    def __repr__(self) -> str:
+        return f"<SessionRunner {self.core!r}>"
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._handle_inbox, name=f"inbox of {self.core.session!r}")
+            task_status.started()
+
+    # ------------------------------------------------------------------ connections
+
+    def attach(self, outbox: Outbox) -> None:
+        self._apply(self.core.attach(outbox))
+
+    def detach(self, outbox: Outbox) -> None:
+        self.core.detach(outbox)
+
+    async def receive(self, outbox: Outbox, text: str) -> None:
+        """A text from ``outbox``'s socket: refused, ignored or queued for the
+        inbox (waits while the inbox is full)."""
+        message, effects = self.core.receive(outbox, text)
+        if effects:
+            self._apply(effects)
+        if message is not None and not self._stopped:
+            await self._inbox_send.send((outbox, message))
+
+    # ------------------------------------------------------------------ tasks
+
+    async def _handle_inbox(self) -> None:
+        try:
+            with self._inbox_scope:
+                async for conn, message in self._inbox_receive:
+                    try:
+                        await self._perform(self.core.handle(conn, message))
+                    except Exception as exc:  # a bug, not the peer: say so, go on
+                        log.exception("session %r: handling %s failed", self.core.session, type(message).__name__)
+                        conn.send(dumps({"type": "error", "message": error_text(exc)}))
+        finally:
+            self._inbox_done.set()
+
+    def _start_turn(self, turn: Turn) -> None:
+        assert self._nursery is not None
+        scope = trio.CancelScope()
+        ended = trio.Event()
+        self._turns[turn] = (scope, ended)
+        self._nursery.start_soon(self._run_turn, turn, scope, ended, name=f"{turn!r} of {self.core.session!r}")
+
+    async def _run_turn(self, turn: Turn, scope: trio.CancelScope, ended: trio.Event) -> None:
+        result: Any = TurnCancelled()
+        try:
+            try:
+                with scope:
+                    try:
+                        result = await turn.session.run(AdapterTurn(operation_id=turn.operation_id, input=turn.input))
+                    except Exception as exc:
+                        result = TurnFailed(error_text(exc))
+            except Exception as exc:  # a group the scope's exit left behind
+                result = TurnFailed(error_text(exc))
+            self._apply(self.core.turn_finished(turn, result))
+        finally:
+            del self._turns[turn]
+            ended.set()
+
+    # ------------------------------------------------------------------ adapter callbacks
+
+    def _emit(self, event: Any) -> None:
+        self._apply(self.core.emit(event))
+
+    def _persist(self, entries: Any) -> None:
+        self._apply(self.core.persist(entries))
+
+    def _log(self, level: str, message: str) -> None:
+        self._apply(self.core.log(level, message))
+
+    # ------------------------------------------------------------------ effects
+
+    def _apply(self, effects: list[Effect]) -> None:
+        """Perform effects that never block."""
+        for effect in effects:
+            kind = type(effect)
+            if kind is Send:
+                effect.conn.send(effect.text)
+            elif kind is StartTurn:
+                self._start_turn(effect.turn)
+            elif kind is CancelTurn:
+                entry = self._turns.get(effect.turn)
+                if entry is not None:
+                    entry[0].cancel()
+            elif kind is CloseConnection:
+                effect.conn.close(effect.code, effect.reason)
+            else:  # pragma: no cover - the core returns these only from handle/shutdown
+                raise AssertionError(f"{effect!r} cannot be performed here")
+
+    async def _perform(self, effects: list[Effect]) -> None:
+        """Perform effects in order, awaiting adapter calls and feeding their
+        results back to the core."""
+        core = self.core
+        for effect in effects:
+            kind = type(effect)
+            if kind is OpenSession:
+                context = AdapterContext(
+                    session=core.session,
+                    settings=effect.settings,
+                    restore=effect.restore,
+                    emit=self._emit,
+                    persist=self._persist,
+                    log=self._log,
+                )
+                try:
+                    session = await _maybe_await(self._adapter.open(context))
+                except Exception as exc:
+                    log.warning("session %r: adapter open failed: %s", core.session, error_text(exc))
+                    more = core.open_failed(effect.conn, effect.generation, exc)
+                else:
+                    more = core.opened(effect.generation, session, can_steer=callable(getattr(session, "steer", None)))
+                await self._perform(more)
+            elif kind is Steer:
+                try:
+                    took = await _maybe_await(effect.session.steer(effect.input))
+                except Exception as exc:
+                    more = core.steer_failed(effect.conn, effect.turn, effect.operation_id, exc)
+                else:
+                    more = core.steered(effect.turn, effect.operation_id, took is True)
+                await self._perform(more)
+            elif kind is ConfigureSession:
+                configure = getattr(effect.session, "configure", None)
+                if callable(configure):
+                    try:
+                        await _maybe_await(configure(effect.settings))
+                    except Exception as exc:
+                        self._apply(core.configure_failed(effect.conn, exc))
+            elif kind is AwaitTurn:
+                entry = self._turns.get(effect.turn)
+                if entry is not None:
+                    await entry[1].wait()
+            elif kind is CloseSession:
+                try:
+                    await _maybe_await(effect.session.close())
+                except Exception as exc:
+                    log.warning("session %r: adapter close failed: %s", core.session, error_text(exc))
+            else:
+                self._apply([effect])
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def shutdown(self) -> None:
+        """Stop handling host messages, abort the running turn and wait for
+        it, and close the adapter session. Then cancel the session's tasks."""
+        self._stopped = True
+        self._inbox_scope.cancel()
+        await self._inbox_done.wait()
+        try:
+            await self._perform(self.core.shutdown())
+        finally:
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+
+
+async def _maybe_await(value: Any) -> Any:
+    """An adapter method's result, awaited if it is awaitable (the interface
+    is async; a plain function is tolerated)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class Daemon:
+    """The daemon: any number of sessions, one adapter, one runtime id.
+
+    Sessions are created on first connection and live as long as the daemon
+    (as the reference's): their frames and operations outlive connections.
+    """
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        runtime_id: str,
+        *,
+        max_kept_frames: int = MAX_KEPT_FRAMES,
+        settled_kept: int = SETTLED_KEPT,
+    ) -> None:
+        info = adapter.info
+        if not isinstance(info, AdapterInfo):
+            raise TypeError(f"adapter.info must be a wire.container.AdapterInfo, not {type(info).__name__}")
+        self.adapter = adapter
+        self.runtime_id = runtime_id
+        self._limits = {"max_kept_frames": max_kept_frames, "settled_kept": settled_kept}
+        self._sessions: dict[str, SessionRunner] = {}
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+
+    @property
+    def sessions(self) -> dict[str, SessionRunner]:
+        return self._sessions
+
+    async def run(self, *, task_status: trio.TaskStatus["Daemon"] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold every session's tasks until :meth:`aclose` (or cancellation)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started(self)
+            await trio.sleep_forever()
+
+    def session(self, session_id: str) -> SessionRunner:
+        """The session's runner, started on first use."""
+        runner = self._sessions.get(session_id)
+        if runner is None:
+            if self._nursery is None or self._closed:
+                raise RuntimeError("the daemon is not running")
+            core = SessionCore(session_id, runtime_id=self.runtime_id, adapter=self.adapter.info, **self._limits)
+            runner = self._sessions[session_id] = SessionRunner(core, self.adapter)
+            self._nursery.start_soon(runner.run, name=f"session {session_id!r}")
+        return runner
+
+    async def aclose(self) -> None:
+        """Shut every session down (within :data:`SHUTDOWN_GRACE`), then stop."""
+        self._closed = True
+        with trio.move_on_after(SHUTDOWN_GRACE) as scope:
+            async with trio.open_nursery() as nursery:
+                for runner in list(self._sessions.values()):
+                    nursery.start_soon(runner.shutdown)
+        if scope.cancelled_caught:
+            log.warning("shutdown: adapter sessions still closing after %.0f s; cancelled", SHUTDOWN_GRACE)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
