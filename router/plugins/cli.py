@@ -1,0 +1,355 @@
+"""``router plugins``, ``router limits`` and ``router routes``.
+
+Each shows its settings file with the file's revision, and ``set`` applies a
+patch made against that revision::
+
+    router plugins [--json]
+    router plugins set --file PATCH     # {"revision", "plugins"?, "options"?}
+    router routes [--json]
+    router routes set --file PATCH      # {"revision", "instances"?, "models"?}
+    router limits [--json]
+    router limits set --file PATCH      # {"revision", "limits"?, "reset"?}
+    router limits reset PATH [PATH...]  # tokens.instances.coder
+
+These read and write the settings directory directly: they need no channel,
+no running router and no session, so a person can always switch a channel
+back on. Exit status: 0 done, 1 refused (the code and what to do on stderr),
+2 a usage error or a patch file that cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from wire.json import JsonError, dumps, loads
+
+from router.plugins.broker import Broker
+from router.plugins.kinds import KINDS
+from router.plugins.limits import Limits, apply_limits_patch, format_path
+from router.plugins.loader import LoadedModule, Loader, check_paths
+from router.plugins.refusal import Refusal
+from router.plugins.routing import Route, apply_routes_patch, check_route, harness_options, parse_routes
+from router.plugins.settings import (
+    Document,
+    SettingsDir,
+    apply_plugins_patch,
+    check_patch_envelope,
+    default_actor,
+    default_data_dir,
+    default_settings_dir,
+    redact,
+)
+from router.plugins.usage import JsonlRecords, utc_now
+
+__all__ = [
+    "configure_limits",
+    "configure_plugins",
+    "configure_routes",
+    "run_limits",
+    "run_plugins",
+    "run_routes",
+]
+
+
+# --------------------------------------------------------------------------- common
+
+
+def _common(parser: argparse.ArgumentParser, *, sub: bool) -> None:
+    default = argparse.SUPPRESS if sub else None
+    parser.add_argument("--settings", metavar="DIR", default=default,
+                        help="the settings directory (default $ROUTER_SETTINGS_DIR, else "
+                        "$XDG_CONFIG_HOME/router, else ~/.config/router)")
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS if sub else False,
+                        help="print JSON")
+
+
+def _set_parser(subparsers: Any, what: str) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("set", help=f"apply a patch to the {what} settings")
+    parser.add_argument("--file", required=True, metavar="PATCH",
+                        help='a JSON patch: {"revision": "<from the show command>", ...}')
+    parser.add_argument("--actor", help="who is making the change (default: your login name)")
+    _common(parser, sub=True)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> SettingsDir:
+    return SettingsDir(args.settings or default_settings_dir())
+
+
+def _refused(command: str, refusal: Refusal) -> int:
+    print(f"router {command}: refused: {refusal.code}: {refusal.message}", file=sys.stderr)
+    return 1
+
+
+def _read_patch(command: str, path: str) -> Any | int:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"router {command}: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return loads(text)
+    except JsonError as exc:
+        return _refused(command, Refusal(code="invalid-patch",
+                                         message=f"{path} is not JSON ({exc}); fix the file"))
+
+
+def _read(command: str, settings: SettingsDir, name: str) -> Document | int:
+    document = settings.read(name)
+    if isinstance(document, Refusal):
+        return _refused(command, document)
+    return document
+
+
+def _print_json(value: Any) -> None:
+    print(dumps(value))
+
+
+def _apply(command: str, settings: SettingsDir, name: str, patch: Any, actor: str | None,
+           compute: Callable[[Any], Any], *, as_json: bool) -> int:
+    document = settings.update(name, patch.get("revision"), compute, actor=actor or default_actor())
+    if isinstance(document, Refusal):
+        return _refused(command, document)
+    if as_json:
+        _print_json({"revision": document.revision})
+    else:
+        print(f"{name} is now at revision {document.revision}")
+    return 0
+
+
+# --------------------------------------------------------------------------- plugins
+
+
+def configure_plugins(parser: argparse.ArgumentParser) -> None:
+    _common(parser, sub=False)
+    subparsers = parser.add_subparsers(dest="action")
+    _set_parser(subparsers, "plugins")
+
+
+def run_plugins(args: argparse.Namespace, *, root: str | None = None) -> int:
+    settings = _settings(args)
+    if getattr(args, "action", None) == "set":
+        patch = _read_patch("plugins set", args.file)
+        if isinstance(patch, int):
+            return patch
+        refusal = check_patch_envelope(patch, {"plugins", "options"}, "plugins")
+        if refusal is not None:
+            return _refused("plugins set", refusal)
+        return _apply(
+            "plugins set", settings, "plugins.json", patch, args.actor,
+            lambda current: apply_plugins_patch(
+                current, patch, module_exists=lambda kind, name: check_paths(kind, name, root=root)
+            ),
+            as_json=args.json,
+        )
+    document = _read("plugins", settings, "plugins.json")
+    if isinstance(document, int):
+        return document
+    value = document.value if type(document.value) is dict else {}
+    plugins = value.get("plugins") if type(value.get("plugins")) is dict else {}
+    options = value.get("options") if type(value.get("options")) is dict else {}
+    if args.json:
+        _print_json({"revision": document.revision, "plugins": plugins, "options": redact(options)})
+        return 0
+    source = "" if document.exists else " (defaults: the file does not exist yet)"
+    print(f"{settings.path / 'plugins.json'} revision {document.revision}{source}")
+    width = max(len(k) for k in KINDS)
+    for kind in KINDS:
+        value = plugins.get(kind)
+        shown = "off" if value is None or value == [] else (
+            value if type(value) is str else ", ".join(map(str, value)))
+        print(f"  {kind.ljust(width)}  {shown}")
+    for kind, per_module in options.items():
+        if type(per_module) is dict:
+            for name, opts in per_module.items():
+                print(f"  options {kind}/{name}: {dumps(redact(opts))}")
+    return 0
+
+
+# --------------------------------------------------------------------------- routes
+
+
+def configure_routes(parser: argparse.ArgumentParser) -> None:
+    _common(parser, sub=False)
+    subparsers = parser.add_subparsers(dest="action")
+    _set_parser(subparsers, "routes")
+
+
+def _route_checker(plugins_doc: Any, *, root: str | None) -> Callable[[Route, object], Any]:
+    plugins = plugins_doc.get("plugins") if type(plugins_doc) is dict else None
+    switched_on = plugins.get("harness") if type(plugins) is dict else None
+    switched_on = switched_on if type(switched_on) is list else []
+    broker = Broker(log=lambda entry: None)
+
+    def load_harness(name: str) -> LoadedModule | Refusal:
+        loader = Loader(root=root, log=lambda entry: None)
+        result = loader.load({"harness": [name]}, only=["harness"])
+        return result.refused[0].refusal() if result.refused else loader.modules("harness")[0]
+
+    def check(route: Route, models: object) -> Any:
+        return check_route(route, switched_on=switched_on, load_harness=load_harness,
+                           models=models, broker=broker,
+                           options=harness_options(plugins_doc, route.harness))
+
+    return check
+
+
+def run_routes(args: argparse.Namespace, *, root: str | None = None) -> int:
+    settings = _settings(args)
+    plugins_doc = _read("routes", settings, "plugins.json")
+    if isinstance(plugins_doc, int):
+        return plugins_doc
+    check = _route_checker(plugins_doc.value, root=root)
+    if getattr(args, "action", None) == "set":
+        patch = _read_patch("routes set", args.file)
+        if isinstance(patch, int):
+            return patch
+        refusal = check_patch_envelope(patch, {"instances", "models"}, "routes")
+        if refusal is not None:
+            return _refused("routes set", refusal)
+        return _apply("routes set", settings, "routes.json", patch, args.actor,
+                      lambda current: apply_routes_patch(current, patch, check=check),
+                      as_json=args.json)
+    document = _read("routes", settings, "routes.json")
+    if isinstance(document, int):
+        return document
+    value = document.value if type(document.value) is dict else {}
+    models = value.get("models") if type(value.get("models")) is dict else {}
+    instances = value.get("instances") if type(value.get("instances")) is dict else {}
+    shown = []
+    for name in instances:
+        routes = parse_routes(value, name)
+        row: dict[str, Any] = {"instance": name}
+        if isinstance(routes, Refusal):
+            row["primary"] = {"status": routes.code, "message": routes.message}
+        else:
+            row["account"] = routes.account
+            for which, route in (("primary", routes.primary), ("fallback", routes.fallback)):
+                if route is None:
+                    continue
+                if isinstance(route, Refusal):
+                    row[which] = {"status": route.code, "message": route.message}
+                    continue
+                answer = check(route, models)
+                row[which] = {**route.to_json(), "status": answer.code if isinstance(
+                    answer, Refusal) else "ok"}
+                if isinstance(answer, Refusal):
+                    row[which]["message"] = answer.message
+        shown.append(row)
+    if args.json:
+        _print_json({"revision": document.revision, "models": models, "instances": instances,
+                     "checks": shown})
+        return 0
+    print(f"{settings.path / 'routes.json'} revision {document.revision}")
+    print("  models: " + (", ".join(
+        f"{m} ({s.get('provider')})" for m, s in models.items() if type(s) is dict) or "none"))
+    for row in shown:
+        print(f"  {row['instance']}" + (f" (account {row['account']})" if row.get("account") else ""))
+        for which in ("primary", "fallback"):
+            route = row.get(which)
+            if route is None:
+                continue
+            described = "/".join(route[f] for f in ("harness", "model", "thinking") if f in route)
+            status = route["status"] + (f": {route['message']}" if "message" in route else "")
+            print(f"    {which}: {described or '-'}  [{status}]")
+    return 0
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def configure_limits(parser: argparse.ArgumentParser) -> None:
+    _common(parser, sub=False)
+    parser.add_argument("--records", metavar="FILE", default=None,
+                        help="the turn records (default <data dir>/usage.jsonl)")
+    subparsers = parser.add_subparsers(dest="action")
+    _set_parser(subparsers, "limits")
+    reset = subparsers.add_parser("reset", help="count one or more limits from now")
+    reset.add_argument("paths", nargs="+", metavar="PATH", help="a limit's path, such as "
+                       "tokens.instances.coder")
+    reset.add_argument("--revision", help="refuse unless limits.json is still at this revision")
+    reset.add_argument("--actor", help="who is making the change (default: your login name)")
+    _common(reset, sub=True)
+
+
+def _limit_checks(settings: SettingsDir, *, root: str | None) -> tuple[list[str], Any, Limits] | Refusal:
+    document = settings.read("plugins.json")
+    if isinstance(document, Refusal):
+        return document
+    plugins = document.value.get("plugins") if type(document.value) is dict else None
+    loader = Loader(root=root, log=lambda entry: None)
+    loader.load(plugins, only=["limit-check"])
+    value = plugins.get("limit-check") if type(plugins) is dict else None
+    switched_on = [v for v in value if type(v) is str] if type(value) is list else []
+    return switched_on, loader.modules("limit-check"), Limits(broker=Broker(log=lambda e: None),
+                                                              log=lambda e: None)
+
+
+def _checked_limits_patch(
+    current: Any, limits_patch: Any, reset: Any, checks: tuple[list[str], Any, Limits]
+) -> Any:
+    if type(current) is not dict:
+        return Refusal(code="invalid-settings", message="limits.json is not an object; fix it by hand")
+    limits = current.get("limits") if type(current.get("limits")) is dict else {}
+    result = apply_limits_patch(limits, limits_patch, reset, utc_now())
+    if isinstance(result, Refusal):
+        return result
+    new_limits, changes = result
+    # Every switched-on check reports on the new limits before they are
+    # stored: a limit a check cannot read is refused now, not at a launch.
+    switched_on, modules, composer = checks
+    for entry in composer.report(switched_on=switched_on, modules=modules, limits=new_limits,
+                                 records=[], now=utc_now()):
+        if entry["status"] == "check-failed":
+            return Refusal(code=entry["code"],
+                           message=f"the limit check {entry['check']} cannot read the new limits "
+                           f"({entry['code']}); fix the patch")
+    return {**current, "limits": new_limits}, changes
+
+
+def run_limits(args: argparse.Namespace, *, root: str | None = None) -> int:
+    settings = _settings(args)
+    checks = _limit_checks(settings, root=root)
+    if isinstance(checks, Refusal):
+        return _refused("limits", checks)
+    action = getattr(args, "action", None)
+    if action in ("set", "reset"):
+        command = f"limits {action}"
+        if action == "set":
+            patch = _read_patch(command, args.file)
+            if isinstance(patch, int):
+                return patch
+            refusal = check_patch_envelope(patch, {"limits", "reset"}, "limits")
+            if refusal is not None:
+                return _refused(command, refusal)
+            limits_patch, reset = patch.get("limits"), patch.get("reset")
+        else:
+            current = _read(command, settings, "limits.json")
+            if isinstance(current, int):
+                return current
+            patch = {"revision": args.revision or current.revision}
+            limits_patch, reset = None, [p.split(".") for p in args.paths]
+        return _apply(command, settings, "limits.json", patch, args.actor,
+                      lambda current: _checked_limits_patch(current, limits_patch, reset, checks),
+                      as_json=args.json)
+    document = _read("limits", settings, "limits.json")
+    if isinstance(document, int):
+        return document
+    switched_on, modules, composer = checks
+    records = JsonlRecords(args.records or default_data_dir() / "usage.jsonl").read()
+    limits = document.value.get("limits") if type(document.value) is dict else None
+    report = composer.report(switched_on=switched_on, modules=modules,
+                             limits=limits if type(limits) is dict else {}, records=records,
+                             now=utc_now())
+    if args.json:
+        _print_json({"revision": document.revision, "limits": limits, "report": report})
+        return 0
+    print(f"{settings.path / 'limits.json'} revision {document.revision}")
+    if not report:
+        print("  no limits are set")
+    for entry in report:
+        print(f"  {format_path(entry['path'])}: {entry['text']}")
+    return 0

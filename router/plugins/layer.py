@@ -1,0 +1,202 @@
+"""The plug-in layer as the router wires it: one object the main job holds.
+
+:class:`PluginLayer` reads the settings directory, loads the kinds the router
+calls during its life (usage sources, limit checks, the search source) at
+:meth:`~PluginLayer.reload`, and serves:
+
+- :meth:`launch`: route an instance (``router.plugins.routing``), then ask
+  the limit checks whether it may start;
+- :meth:`begin_turn` / :meth:`end_turn`: bracket a turn with the usage
+  sources, store its record, then ask the limit checks whether the session
+  must stop. The caller ends a turn in this order: the turn's result lands
+  (is delivered and stored), then ``end_turn``, then, if it answers a
+  :class:`~router.plugins.limits.Stop`, the session is stopped with its
+  ``reason``. The stop never cuts a turn short;
+- :meth:`search`: the broker's web search;
+- :meth:`dispatch`: a channel's session operation;
+- :meth:`report`: every limit and what it has counted.
+
+A running layer sees a changed ``plugins.json`` at its next ``reload`` (the
+harness of a launch and a channel's selection are read at each call).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any, Callable, Mapping
+
+import trio
+
+from router.plugins.broker import Answer, Broker
+from router.plugins.channels import Channels, CoreCaller
+from router.plugins.limits import Limits, Stop
+from router.plugins.loader import LoadedModule, Loader, LoadResult, Log, default_log
+from router.plugins.refusal import Refusal
+from router.plugins.routing import LaunchRecord, plan_launch
+from router.plugins.settings import Document, SettingsDir
+from router.plugins.usage import Bracket, RecordStore, TurnMeter, utc_now
+
+__all__ = ["PluginLayer", "RUNTIME_KINDS"]
+
+#: The kinds loaded at reload. Harness modules are loaded per launch, channel
+#: modules per operation.
+RUNTIME_KINDS = ("usage-source", "limit-check", "search-source")
+
+
+def _value(document: Document | Refusal, key: str) -> Any:
+    if isinstance(document, Refusal) or type(document.value) is not dict:
+        return None
+    return document.value.get(key)
+
+
+class PluginLayer:
+    def __init__(
+        self,
+        *,
+        settings: SettingsDir,
+        records: RecordStore,
+        root: str | None = None,
+        log: Log | None = None,
+        deps: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        now: Callable[[], dt.datetime] = utc_now,
+        deadlines: Mapping[str, float | None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.records = records
+        self._log = log or default_log
+        self.loader = Loader(root=root, log=self._log)
+        self.broker = Broker(deadlines=deadlines, log=self._log)
+        self.limits = Limits(broker=self.broker, log=self._log)
+        self.channels = Channels(settings=settings, loader=Loader(root=root, log=self._log),
+                                 broker=self.broker)
+        self._deps = dict(deps or {})
+        self._env = dict(os.environ if env is None else env)
+        self._now = now
+        self._plugins: dict[str, Any] = {}
+        self._options: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<PluginLayer {self.settings!r} {self.loader!r}>"
+
+    async def _read(self, name: str) -> Document | Refusal:
+        return await trio.to_thread.run_sync(self.settings.read, name)
+
+    async def reload(self) -> LoadResult:
+        """Read ``plugins.json`` and load the runtime kinds. A file that does
+        not parse refuses every kind, which keeps what it had."""
+        document = await self._read("plugins.json")
+        plugins = _value(document, "plugins")
+        result = self.loader.load(plugins, only=RUNTIME_KINDS)
+        if type(plugins) is dict:
+            self._plugins = plugins
+            options = _value(document, "options")
+            self._options = options if type(options) is dict else {}
+        return result
+
+    def _switched_on(self, kind: str) -> list[str]:
+        value = self._plugins.get(kind)
+        if type(value) is list:
+            return [v for v in value if type(v) is str]
+        return [value] if type(value) is str else []
+
+    def _kind_options(self, kind: str) -> dict[str, Any]:
+        value = self._options.get(kind)
+        return value if type(value) is dict else {}
+
+    # ----------------------------------------------------------------- launch
+
+    def _load_harness(self, name: str) -> LoadedModule | Refusal:
+        # A fresh loader per launch: the module's file is executed again, so
+        # an earlier load's module is never reused.
+        fresh = Loader(root=self.loader.root, log=self._log)
+        result = fresh.load({"harness": [name]}, only=["harness"])
+        if result.refused:
+            return result.refused[0].refusal()
+        return fresh.modules("harness")[0]
+
+    async def launch(self, instance: str, *, session: str | None = None) -> LaunchRecord | Refusal:
+        plugins_doc = await self._read("plugins.json")
+        routes_doc = await self._read("routes.json")
+        limits_doc = await self._read("limits.json")
+        for document in (plugins_doc, routes_doc, limits_doc):
+            if isinstance(document, Refusal):
+                return document
+        assert isinstance(plugins_doc, Document) and isinstance(routes_doc, Document)
+        record = await plan_launch(
+            instance,
+            plugins_doc=plugins_doc.value if type(plugins_doc.value) is dict else {},
+            routes_doc=routes_doc.value if type(routes_doc.value) is dict else {},
+            load_harness=self._load_harness, broker=self.broker, env=self._env, session=session,
+        )
+        if isinstance(record, Refusal):
+            self._log({"event": "launch-refused", "instance": instance, **record.to_json()})
+            return record
+        limits = _value(limits_doc, "limits")
+        refusal = self.limits.may_launch(
+            switched_on=self._switched_on("limit-check"),
+            modules=self.loader.modules("limit-check"),
+            limits=limits if type(limits) is dict else {},
+            subject=record.subject(),
+            records=await trio.to_thread.run_sync(self.records.read),
+            now=self._now(),
+        )
+        if refusal is not None:
+            return refusal
+        self._log({"event": "launched", **record.to_json(), "env": sorted(record.env)})
+        return record
+
+    # ------------------------------------------------------------------ turns
+
+    def _meter(self) -> TurnMeter:
+        return TurnMeter(loader=self.loader, broker=self.broker, records=self.records,
+                         deps={"env": self._env, **self._deps},
+                         options=self._kind_options("usage-source"), log=self._log, now=self._now)
+
+    async def begin_turn(self, launch: LaunchRecord, *, transcript: str | None = None) -> Bracket:
+        subject = {
+            **launch.subject(), "session": launch.session, "harness": launch.harness,
+            "reach": dict(launch.reach), "transcript": transcript,
+        }
+        return await self._meter().begin(subject)
+
+    async def end_turn(self, bracket: Bracket) -> tuple[dict[str, Any], Stop | None]:
+        """Store the turn's record, then ask whether the session must stop."""
+        record = await self._meter().end(bracket)
+        limits = _value(await self._read("limits.json"), "limits")
+        subject = {k: bracket.subject.get(k) for k in ("instance", "provider", "model", "account")}
+        stop = self.limits.must_stop(
+            switched_on=self._switched_on("limit-check"),
+            modules=self.loader.modules("limit-check"),
+            limits=limits if type(limits) is dict else {},
+            subject=subject,
+            records=await trio.to_thread.run_sync(self.records.read),
+            now=self._now(),
+        )
+        return record, stop
+
+    # ------------------------------------------------------------- the rest
+
+    async def report(self) -> list[dict[str, Any]] | Refusal:
+        document = await self._read("limits.json")
+        if isinstance(document, Refusal):
+            return document
+        limits = _value(document, "limits")
+        return self.limits.report(
+            switched_on=self._switched_on("limit-check"),
+            modules=self.loader.modules("limit-check"),
+            limits=limits if type(limits) is dict else {},
+            records=await trio.to_thread.run_sync(self.records.read),
+            now=self._now(),
+        )
+
+    async def search(self, query: str) -> dict[str, Any] | Refusal:
+        return await self.broker.search(
+            self.loader, query, options=self._kind_options("search-source"), deps=self._deps
+        )
+
+    async def dispatch(
+        self, channel: str, operation: str, args: Mapping[str, Any], core: CoreCaller
+    ) -> Answer | Refusal:
+        return await self.channels.dispatch(channel, operation, args, core)
