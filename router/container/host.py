@@ -1,0 +1,542 @@
+"""The host: durable container sessions over the daemon WebSocket.
+
+The host is what the reference calls the object (``ContainerHarness`` in npm
+``agents@0.32.0``): it owns the durable record (:mod:`router.container.store`)
+and drives a disposable daemon. It survives the loss of the socket, of the
+daemon, and of itself, and never loses or doubles an operation, a transcript
+message or a persisted entry.
+
+Usage (Trio idiom: the host is a component with ``run``)::
+
+    store = Store("host.db")
+    host = Host(store, DaemonEndpoint("ws://127.0.0.1:8080", token))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(host.run)
+        session = host.session("root")
+        result = await session.prompt("hello")
+        host.close()
+
+Layout: :class:`Host` (the component: the store, the daemon endpoint, the
+settings, one :class:`~router.container.host_session.SessionLink` per session
+with work), :class:`HostSession` (the per-session API, a cheap handle), and
+:class:`HostSessions` (create / fork / list). The rules live in the sans-IO
+core (:mod:`router.container.reconcile`); the sockets in
+:mod:`router.container.host_session` and :mod:`router.container.link`.
+
+Every API call writes to the store first (in the store's worker thread, so
+the loop never waits on the disk) and then asks the session's link to act; a
+call that returns has its effect on disk. A refusal is :class:`Refused`, with
+a kebab-case code and a sentence.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Final, Literal
+
+import attrs
+import trio
+
+from router.container.host_session import EventsLagged, SessionLink, Subscriber
+from router.container.link import (
+    CONNECT_TIMEOUT,
+    HEALTH_WAIT,
+    HELLO_TIMEOUT,
+    RECONNECT_BASE,
+    RECONNECT_CAP,
+    Backoff,
+    DaemonEndpoint,
+    LinkError,
+)
+from router.container.reconcile import (
+    ACK_EVERY,
+    LOST_POLICIES,
+    LostPolicy,
+    OperationResult,
+    end_event,
+)
+from router.container.store import OPEN_STATUSES, Refused, SessionRecord, Store
+from wire.container import Abort, ContainerInput, converter, structure_or_none
+from wire.json import JsonValue
+
+log = logging.getLogger(__name__)
+
+#: The session a host always has (the reference's ``ROOT_SESSION``).
+ROOT_SESSION: Final = "root"
+
+__all__ = [
+    "DaemonEndpoint",
+    "EventStream",
+    "EventsLagged",
+    "Host",
+    "HostSession",
+    "HostSessions",
+    "HostSettings",
+    "LinkError",
+    "OperationResult",
+    "ROOT_SESSION",
+    "Receipt",
+    "Refused",
+]
+
+
+@attrs.frozen(kw_only=True)
+class HostSettings:
+    """How a host behaves. Every default names its source."""
+
+    #: An operation whose container was lost while it ran: ``"fail"``
+    #: settles it ``unanswered``/``container_lost`` (the reference's
+    #: default), ``"retry"`` runs it again in the new container (only safe
+    #: when the agent's tools can be repeated).
+    on_container_lost: LostPolicy = attrs.field(
+        default="fail", validator=attrs.validators.in_(LOST_POLICIES)
+    )
+    #: Seconds to connect, and to receive ``hello`` (the reference's 10 s each).
+    connect_timeout: float = CONNECT_TIMEOUT
+    hello_timeout: float = HELLO_TIMEOUT
+    #: Seconds one health wait keeps trying before the attempt counts as failed.
+    health_wait: float = HEALTH_WAIT
+    #: Reconnect backoff: first step and cap (the reference's 1 s and 30 s).
+    reconnect_base: float = RECONNECT_BASE
+    reconnect_cap: float = RECONNECT_CAP
+    #: Stop trying after this many seconds without reaching ``hello`` (None:
+    #: never; the daemon is disposable and may come back). ``router prompt``
+    #: sets it, so an unreachable daemon is an exit status, not a hang.
+    give_up_after: float | None = None
+    #: Frames between acks (the reference's 32).
+    ack_every: int = ACK_EVERY
+    #: Reattach every session with open operations when the host starts
+    #: (the reference's ``onStart``).
+    wake_open: bool = True
+    #: ``ContainerSettings`` (wire JSON: ``model``, ``options``) a new
+    #: session starts with.
+    defaults: dict = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Receipt:
+    """What ``submit`` returns: the operation, and whether this call
+    created it (False: the key was known, nothing new was stored)."""
+
+    operation_id: str
+    session: str
+    accepted: bool
+
+
+def _input_json(input: Any) -> JsonValue:
+    """The wire JSON of a prompt input, or :class:`Refused`."""
+    if type(input) is str:
+        return input
+    if isinstance(input, tuple):  # typed parts
+        try:
+            return converter.unstructure(input, ContainerInput)
+        except Exception:
+            pass
+    elif structure_or_none(input, ContainerInput) is not None:
+        return input
+    raise Refused(
+        "bad-input",
+        "a prompt is a string or a list of {type: 'text', text} / "
+        "{type: 'image', mediaType, data} parts",
+    )
+
+
+class Host:
+    """The host component. See the module docstring.
+
+    Resource handling: :meth:`run` owns a nursery holding every session's
+    link; :meth:`close` (or cancelling ``run``) closes them all, ends every
+    event stream and wakes every ``wait`` (which then raises
+    ``host-not-running``). The store is the caller's: the host neither opens
+    nor closes it.
+    """
+
+    def __init__(
+        self, store: Store, endpoint: DaemonEndpoint, settings: HostSettings | None = None
+    ) -> None:
+        self.store = store
+        self.endpoint = endpoint
+        self.settings = settings or HostSettings()
+        self.sessions = HostSessions(self)
+        self._links: dict[str, SessionLink] = {}
+        self._nursery: trio.Nursery | None = None
+        #: ``(session, operation)`` → the event its settle sets (popped then).
+        self._waits: dict[tuple[str, str], trio.Event] = {}
+
+    def __repr__(self) -> str:
+        state = "running" if self._nursery is not None else "stopped"
+        return f"<Host {self.endpoint.url} {state} links={len(self._links)} waits={len(self._waits)}>"
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "links": {session: link.statistics() for session, link in self._links.items()},
+            "waits": len(self._waits),
+        }
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def run(self, *, task_status: trio.TaskStatus[Host] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until :meth:`close` or cancellation; ``started`` once the
+        root session exists and sessions with open work are reattaching."""
+        if self._nursery is not None:
+            raise RuntimeError("this host is already running")
+        await self.store.call(
+            functools.partial(self.store.create_session, ROOT_SESSION, settings=self.settings.defaults)
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                if self.settings.wake_open:
+                    for session in await self.store.call(self.store.open_sessions):
+                        self._ensure_link(session)
+                task_status.started(self)
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            self._links.clear()
+            waits, self._waits = self._waits, {}
+            for event in waits.values():
+                event.set()
+
+    def close(self) -> None:
+        """Stop the host: every link closes; ``run`` returns."""
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel(reason="the host was closed")
+
+    def session(self, id: str = ROOT_SESSION) -> HostSession:
+        """A handle on one session. No I/O until you call it."""
+        return HostSession(self, id)
+
+    async def close_session(self, id: str) -> None:
+        """Close a session's link (its event streams end). Its record stays;
+        the next call that needs the daemon opens a new link."""
+        link = self._links.get(id)
+        if link is not None:
+            link.stop()
+            await link.wait_closed()
+
+    # ------------------------------------------------------------------ links
+
+    def _require_running(self) -> trio.Nursery:
+        if self._nursery is None:
+            raise Refused("host-not-running", "the host is not running; start it with nursery.start(host.run)")
+        return self._nursery
+
+    def _ensure_link(self, session: str, *, restart_failed: bool = True) -> SessionLink:
+        nursery = self._require_running()
+        link = self._links.get(session)
+        if link is not None and (link.failure is None or not restart_failed):
+            return link
+        link = SessionLink(self, session)
+        self._links[session] = link
+        nursery.start_soon(link.run, name=f"session {session!r}")
+        return link
+
+    def _backoff(self) -> Backoff:
+        return Backoff(base=self.settings.reconnect_base, cap=self.settings.reconnect_cap)
+
+    def _link_ended(self, link: SessionLink) -> None:
+        # A failed link stays, so ``wait`` can report why; a closed one goes.
+        if link.failure is None and self._links.get(link.session) is link:
+            del self._links[link.session]
+
+    def _link_failed(self, link: SessionLink) -> None:
+        for key in [key for key in self._waits if key[0] == link.session]:
+            self._waits.pop(key).set()
+
+    def _settled(self, session: str, results: tuple[OperationResult, ...] | list[OperationResult]) -> None:
+        """Settles committed: wake their waiters. (Events go with the
+        link's own batch.)"""
+        for result in results:
+            event = self._waits.pop((session, result.operation_id), None)
+            if event is not None:
+                event.set()
+
+    def _notify(self, session: str, results: list[OperationResult], events: list[dict]) -> None:
+        """Settles and events committed by the API (not by a link)."""
+        self._settled(session, results)
+        link = self._links.get(session)
+        if link is not None:
+            link.emit(events)
+
+
+class HostSession:
+    """One session, addressed through the host. Cheap; no I/O until used."""
+
+    def __init__(self, host: Host, id: str) -> None:
+        self.host = host
+        self.id = id
+
+    def __repr__(self) -> str:
+        return f"<HostSession {self.id!r}>"
+
+    @property
+    def link(self) -> SessionLink | None:
+        """The session's link, if it has one now."""
+        return self.host._links.get(self.id)
+
+    # ------------------------------------------------------------------ operations
+
+    async def submit(
+        self,
+        input: Any,
+        *,
+        operation_id: str | None = None,
+        when_busy: Literal["followUp", "steer"] = "followUp",
+    ) -> Receipt:
+        """Durably queue a prompt; returns once it is on disk, before the
+        agent runs. Idempotent on ``operation_id`` (default: a new UUID)."""
+        host = self.host
+        host._require_running()
+        body = _input_json(input)
+        operation_id = operation_id if operation_id is not None else str(uuid.uuid4())
+        if type(operation_id) is not str or not operation_id:
+            raise Refused("bad-operation-id", "an operation id is a non-empty string")
+        store = host.store
+        record, accepted = await store.call(store.enqueue, self.id, operation_id, body, when_busy)
+        if not record.settled:
+            link = host._ensure_link(self.id)
+            if accepted:
+                link.command("deliver")
+        return Receipt(operation_id=operation_id, session=self.id, accepted=accepted)
+
+    async def prompt(
+        self,
+        input: Any,
+        *,
+        operation_id: str | None = None,
+        when_busy: Literal["followUp", "steer"] = "followUp",
+    ) -> tuple[OperationResult, list[dict]]:
+        """Submit and wait: the result, and the transcript after it."""
+        receipt = await self.submit(input, operation_id=operation_id, when_busy=when_busy)
+        result = await self.wait(receipt.operation_id)
+        return result, await self.messages()
+
+    async def steer(self, input: Any, *, operation_id: str | None = None) -> Receipt:
+        """Join the running turn when the adapter can steer; else queue."""
+        return await self.submit(input, operation_id=operation_id, when_busy="steer")
+
+    async def wait(self, operation_id: str) -> OperationResult:
+        """Wait for an operation to settle. Cancelling the wait stops only
+        the wait. An unknown id is ``unanswered``/``not_found`` (as the
+        reference). Raises the link's :class:`LinkError` when the link gave
+        up (``unauthorized``, ``protocol-mismatch``, or unreachable past
+        ``give_up_after``), and ``host-not-running`` when the host stops."""
+        host = self.host
+        store = host.store
+        key = (self.id, operation_id)
+        while True:
+            # Take the event before reading, so a settle between the read
+            # and the wait still wakes us.
+            event = host._waits.setdefault(key, trio.Event())
+            record = await store.call(store.operation, self.id, operation_id)
+            if record is None:
+                return OperationResult(
+                    operation_id=operation_id, session=self.id, status="unanswered", reason="not_found"
+                )
+            result = OperationResult.of(record)
+            if result is not None:
+                return result
+            link = host._ensure_link(self.id, restart_failed=False)
+            if link.failure is not None:
+                raise link.failure
+            await event.wait()
+
+    async def abort(self, operation_id: str | None = None) -> bool:
+        """Stop one operation, or (no id) every open operation of the
+        session; each settles ``unanswered``/``aborted``. Returns whether
+        anything was open to abort (always True with no id, as the
+        reference)."""
+        host = self.host
+        store = host.store
+
+        def settle_all(store: Store) -> tuple[list[OperationResult], bool]:
+            if operation_id is None:
+                targets = store.operations(session=self.id, statuses=OPEN_STATUSES)
+            else:
+                one = store.operation(self.id, operation_id)
+                targets = [one] if one is not None and not one.settled else []
+            delivered = any(target.delivered is not None for target in targets)
+            results = []
+            for target in targets:
+                if store.settle(self.id, target.id, {"status": "unanswered", "reason": "aborted"}):
+                    record = store.operation(self.id, target.id)
+                    result = OperationResult.of(record) if record is not None else None
+                    if result is not None:
+                        results.append(result)
+            return results, delivered
+
+        results, delivered = await store.transact(settle_all)
+        host._notify(self.id, results, [end_event(result) for result in results])
+        link = host._links.get(self.id)
+        if link is not None:
+            if operation_id is None:
+                link.command(Abort())
+            elif delivered:
+                link.command(Abort(operation_id=operation_id))
+        return operation_id is None or bool(results)
+
+    async def reset(self, handoff: str | None = None) -> int:
+        """Start a new context: a new adapter session without the old
+        history; ``handoff``, if given, goes in front of the next prompt.
+        Refused (``session-busy``) while anything is queued or running.
+        Returns the new generation."""
+        host = self.host
+        store = host.store
+        if handoff is not None and type(handoff) is not str:
+            raise Refused("bad-handoff", "a handoff note is a string")
+        generation = await store.call(store.reset_session, self.id, handoff)
+        link = host._links.get(self.id)
+        if link is not None:
+            link.reconnect()
+        return generation
+
+    async def set_model(self, model: str) -> None:
+        """Change the adapter's model for this session (sent as ``configure``)."""
+        if type(model) is not str:
+            raise Refused("bad-model", "a model is the adapter's model name, a string")
+        host = self.host
+        store = host.store
+
+        def update(store: Store) -> None:
+            record = store.require_session(self.id)
+            store.set_settings(self.id, {**record.settings, "model": model})
+
+        await store.transact(update)
+        link = host._links.get(self.id)
+        if link is not None:
+            link.command("configure")
+
+    # ------------------------------------------------------------------ reading
+
+    async def record(self) -> SessionRecord:
+        store = self.host.store
+        return await store.call(store.require_session, self.id)
+
+    async def messages(self) -> list[dict]:
+        """The transcript since the last reset, oldest first."""
+        store = self.host.store
+        return await store.call(store.messages, self.id)
+
+    async def busy(self) -> bool:
+        """Whether anything is queued or running."""
+        return bool(await self.pending())
+
+    async def pending(self) -> list[dict]:
+        """Open operations, oldest first: ``{operationId, session, status}``."""
+        store = self.host.store
+        records = await store.call(
+            functools.partial(store.operations, session=self.id, statuses=OPEN_STATUSES)
+        )
+        return [
+            {"operationId": record.id, "session": self.id, "status": record.status}
+            for record in records
+        ]
+
+    async def snapshot(self) -> dict:
+        """``{session, messages, pending, busy}`` as the store has it now."""
+        store = self.host.store
+
+        def read(store: Store) -> dict:
+            pending = [
+                {"operationId": record.id, "session": self.id, "status": record.status}
+                for record in store.operations(session=self.id, statuses=OPEN_STATUSES)
+            ]
+            return {
+                "session": self.id,
+                "messages": store.messages(self.id),
+                "pending": pending,
+                "busy": bool(pending),
+            }
+
+        return await store.transact(read)
+
+    @asynccontextmanager
+    async def events(self) -> AsyncIterator[EventStream]:
+        """This session's events: ``stream.snapshot``, then ``async for
+        batch in stream`` (lists of event objects) until the session closes.
+
+        The subscription starts before the snapshot is read, so nothing
+        falls between them; an event may repeat what the snapshot shows
+        (messages are keyed by id). A subscriber more than
+        ``SUBSCRIBER_BUFFER`` batches behind is dropped and its iteration
+        raises :class:`EventsLagged`."""
+        host = self.host
+        await host.store.call(host.store.require_session, self.id)
+        link = host._ensure_link(self.id)
+        subscriber = Subscriber()
+        link.subscribers.add(subscriber)
+        try:
+            snapshot = await self.snapshot()
+            yield EventStream(self.id, snapshot, subscriber)
+        finally:
+            link.subscribers.discard(subscriber)
+            subscriber.send.close()
+            subscriber.receive.close()
+
+
+class EventStream:
+    """A session's live events after a snapshot; see :meth:`HostSession.events`."""
+
+    def __init__(self, session: str, snapshot: dict, subscriber: Subscriber) -> None:
+        self.session = session
+        self.snapshot = snapshot
+        self._subscriber = subscriber
+
+    def __aiter__(self) -> AsyncIterator[list[dict]]:
+        return self._batches()
+
+    async def _batches(self) -> AsyncIterator[list[dict]]:
+        try:
+            async for batch in self._subscriber.receive:
+                yield batch
+        except trio.ClosedResourceError:
+            return
+        if self._subscriber.lagged:
+            raise EventsLagged(self.session)
+
+
+class HostSessions:
+    """Every session of a host: create, fork, list."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def get(self, id: str) -> HostSession:
+        return HostSession(self.host, id)
+
+    async def create(self, id: str | None = None) -> HostSession:
+        """A new top-level session with the host's defaults (an id that
+        exists already returns that session unchanged)."""
+        store = self.host.store
+        id = id if id is not None else str(uuid.uuid4())
+        await store.call(functools.partial(store.create_session, id, settings=self.host.settings.defaults))
+        return HostSession(self.host, id)
+
+    async def fork(self, parent: str, id: str | None = None) -> HostSession:
+        """A new session that continues ``parent``'s current history (its
+        transcript and the adapter's persisted entries) as a branch."""
+        store = self.host.store
+        id = id if id is not None else str(uuid.uuid4())
+        await store.call(store.fork_session, id, parent)
+        return HostSession(self.host, id)
+
+    async def list(self) -> list[dict]:
+        """Every session, oldest first: ``{id, parent?, busy}``."""
+        store = self.host.store
+
+        def read(store: Store) -> list[dict]:
+            busy = set(store.open_sessions())
+            out = []
+            for record in store.sessions():
+                item: dict[str, Any] = {"id": record.id}
+                if record.parent is not None:
+                    item["parent"] = record.parent
+                item["busy"] = record.id in busy
+                out.append(item)
+            return out
+
+        return await store.transact(read)

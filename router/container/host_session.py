@@ -1,0 +1,418 @@
+"""One session's link task: the Trio layer over :class:`ConnectionCore`.
+
+A :class:`SessionLink` is started by the :class:`~router.container.host.Host`
+in its nursery when a session has work (or a subscriber) and runs until the
+session is closed or the host stops. It owns one nursery, and in it one
+task: the connect loop. Each connection gets a nursery of its own (the
+WebSocket's reader task, and ours), so dropping a connection cancels exactly
+that connection's tasks.
+
+Theory of operation
+-------------------
+
+Connect loop: wait for ``/healthz`` (backoff 250 ms → 2 s), dial (10 s), read
+``hello`` (10 s); reconcile and deliver; then drive until the socket drops.
+Retryable failures (:class:`~router.container.link.LinkError` with
+``retry``) pause for a capped exponential backoff with jitter, reset after
+every connection that reached ``hello``; failures that cannot heal
+(``unauthorized``, ``protocol-mismatch``), and unreachability beyond the
+host's ``give_up_after``, end the loop and are kept in :attr:`failure`,
+where ``wait`` reports them. :meth:`reconnect` (after a ``reset``) drops the
+connection and dials again at once.
+
+One connection: a reader task moves messages from the socket into a bounded
+memory channel (backpressure: a slow store stops the reader, and then
+trio-websocket stops reading the socket); the driver (the connection's main
+task, the only owner of the core and the only writer) takes everything
+queued, applies it in **one store transaction** (one batch), then, with the
+transaction committed, notifies (settle waiters, live subscribers: plain
+synchronous calls, so a cancellation cannot fall between commit and notice)
+and sends (acks). Commands from the API (deliver, abort, configure) are
+queued on the link and wake the driver; without a connection they are
+dropped, because the reconcile on the next ``hello`` does their work.
+
+A peer cannot crash the session: a message that does not parse is logged
+and dropped; ``error`` messages are logged; a store error ends the
+connection (the next one starts from the record).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections import deque
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection
+
+from router.container.link import (
+    LinkDropped,
+    LinkError,
+    LinkUnreachable,
+    close_socket,
+    closed_error,
+    dial,
+    read_hello,
+    wait_healthy,
+)
+from router.container.reconcile import ConnectionCore, Effects
+from wire.container import Abort, ErrorMessage, Hello, dump_message, parse_daemon_message
+
+if TYPE_CHECKING:
+    from router.container.host import Host
+
+log = logging.getLogger(__name__)
+
+#: Most daemon messages applied in one transaction.
+MAX_BATCH: Final = 512
+#: Daemon messages queued between the reader and the driver.
+INBOX_SIZE: Final = 1024
+#: Live event batches a subscriber may fall behind before it is dropped.
+SUBSCRIBER_BUFFER: Final = 4096
+
+State = Literal["idle", "connecting", "live", "backoff", "failed", "closed"]
+
+
+class _Reconnect(Exception):
+    """Control flow: drop this connection and dial again at once."""
+
+
+class EventsLagged(Exception):
+    """A subscriber fell too far behind the live events and was dropped."""
+
+    code = "events-lagged"
+
+    def __init__(self, session: str) -> None:
+        super().__init__(
+            f"events-lagged: the event stream of session {session!r} fell over "
+            f"{SUBSCRIBER_BUFFER} batches behind and was closed; open a new one "
+            "(its snapshot catches up)"
+        )
+
+
+class Subscriber:
+    """One live event stream's sending side."""
+
+    def __init__(self) -> None:
+        self.send, self.receive = trio.open_memory_channel[list[dict]](SUBSCRIBER_BUFFER)
+        self.lagged = False
+
+
+class SessionLink:
+    """A session's connection to the daemon; see the module docstring."""
+
+    def __init__(self, host: Host, session: str) -> None:
+        self.host = host
+        self.session = session
+        self.state: State = "idle"
+        #: Why the link gave up, when it did (``state == "failed"``).
+        self.failure: LinkError | None = None
+        self.runtime_id: str | None = None
+        self.subscribers: set[Subscriber] = set()
+        self.connections = 0
+        self.frames_applied = 0
+        self.last_error: LinkError | None = None
+        self._core: ConnectionCore | None = None
+        self._commands: deque[Any] = deque()
+        self._wake = trio.Event()
+        self._retry_now = trio.Event()
+        #: Bumped by :meth:`reconnect`; a connection reconciled under an
+        #: older epoch is dropped and dialled again.
+        self._epoch = 0
+        self._conn_epoch = 0
+        self._retry_epoch = 0
+        self._reached = False
+        self._scope: trio.CancelScope | None = None
+        self._done = trio.Event()
+
+    def __repr__(self) -> str:
+        return (
+            f"<SessionLink {self.session!r} {self.state} runtime={self.runtime_id!r} "
+            f"connections={self.connections} applied={self.frames_applied} "
+            f"subscribers={len(self.subscribers)}>"
+        )
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "runtime_id": self.runtime_id,
+            "connections": self.connections,
+            "frames_applied": self.frames_applied,
+            "subscribers": len(self.subscribers),
+            "queued_commands": len(self._commands),
+            "last_error": None if self.last_error is None else self.last_error.code,
+        }
+
+    # ------------------------------------------------------------------ API side
+
+    def command(self, command: Literal["deliver", "configure"] | Abort) -> None:
+        """Queue work for the driver (dropped when there is no connection)."""
+        if self._core is None:
+            return
+        self._commands.append(command)
+        self._wake.set()
+
+    def reconnect(self) -> None:
+        """Drop the current connection (if any) and dial again at once: the
+        next ``hello`` is reconciled against the record as it is now."""
+        self._epoch += 1
+        self._wake.set()
+        self._retry_now.set()
+
+    def emit(self, events: list[dict] | tuple[dict, ...]) -> None:
+        """Hand a batch of events to every live subscriber, without waiting."""
+        if not events:
+            return
+        batch = list(events)
+        for subscriber in list(self.subscribers):
+            try:
+                subscriber.send.send_nowait(batch)
+            except trio.WouldBlock:
+                subscriber.lagged = True
+                self._drop(subscriber)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._drop(subscriber)
+
+    def _drop(self, subscriber: Subscriber) -> None:
+        self.subscribers.discard(subscriber)
+        subscriber.send.close()
+
+    def stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel(reason="the session was closed")
+
+    async def wait_closed(self) -> None:
+        await self._done.wait()
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def run(self, *, task_status: trio.TaskStatus[SessionLink] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the connect loop until stopped.
+
+        Resource handling: one nursery for the session; every connection's
+        socket is closed when its block ends, and every subscriber's stream
+        ends when this returns. Error handling: link failures are handled
+        here (retry or :attr:`failure`); nothing a peer sends escapes."""
+        try:
+            with trio.CancelScope() as self._scope:
+                async with trio.open_nursery() as nursery:
+                    task_status.started(self)
+                    nursery.start_soon(self._connect_loop, name=f"session {self.session!r} link")
+        finally:
+            self.state = "closed" if self.failure is None else "failed"
+            self._core = None
+            for subscriber in list(self.subscribers):
+                self._drop(subscriber)
+            self._done.set()
+            self.host._link_ended(self)
+
+    async def _connect_loop(self) -> None:
+        backoff = self.host._backoff()
+        unreachable_since: float | None = None
+        while True:
+            self.state = "connecting"
+            self._reached = False
+            try:
+                await self._one_connection()
+            except _Reconnect:
+                backoff.reset()
+                unreachable_since = None
+                self._retry_epoch = self._epoch
+                self._retry_now = trio.Event()
+                continue
+            except LinkError as error:
+                self.last_error = error
+                if not error.retry:
+                    self._fail(error)
+                    return
+                log.info("session %r: %s", self.session, error)
+            except Exception as error:
+                # A store error or a bug in one connection must not take the
+                # session (or the host) down: log it, and start again from
+                # the record after a backoff.
+                log.exception("session %r: the connection failed", self.session)
+                self.last_error = LinkDropped("internal-error", f"the connection failed: {error!r}")
+            if self._reached:
+                backoff.reset()
+                unreachable_since = None
+            now = trio.current_time()
+            if unreachable_since is None:
+                unreachable_since = now
+            give_up = self.host.settings.give_up_after
+            if give_up is not None and not self._reached and now - unreachable_since >= give_up:
+                error = self.last_error or LinkUnreachable("daemon-unreachable", "no daemon answered")
+                self._fail(
+                    LinkUnreachable(
+                        error.code,
+                        f"{error.sentence}; gave up after {give_up:g} s without a connection",
+                    )
+                )
+                return
+            self.state = "backoff"
+            delay = backoff.next()
+            if give_up is not None:
+                delay = min(delay, max(0.0, unreachable_since + give_up - now))
+            if self._retry_epoch == self._epoch:
+                with trio.move_on_after(delay):
+                    await self._retry_now.wait()
+            self._retry_epoch = self._epoch
+            self._retry_now = trio.Event()
+
+    def _fail(self, error: LinkError) -> None:
+        log.warning("session %r: giving up: %s", self.session, error)
+        self.failure = error
+        self.state = "failed"
+        self.host._link_failed(self)
+
+    # ------------------------------------------------------------------ one connection
+
+    async def _one_connection(self) -> None:
+        """Dial, reconcile, drive, until the connection ends; always raises
+        (a :class:`LinkError`, or :class:`_Reconnect`). Sets ``_reached``
+        once the ``hello`` is reconciled."""
+        host = self.host
+        endpoint = host.endpoint
+        await wait_healthy(endpoint, timeout=host.settings.health_wait)
+        ended: BaseException | None = None
+        # The nursery's body keeps its own errors and re-raises them after
+        # the nursery, so they come out whole rather than in an exception
+        # group (nurseries are strict).
+        async with trio.open_nursery() as nursery:
+            ws: WebSocketConnection | None = None
+            try:
+                ws = await dial(nursery, endpoint, self.session, connect_timeout=host.settings.connect_timeout)
+                hello = await read_hello(ws, endpoint, timeout=host.settings.hello_timeout)
+                core = ConnectionCore(
+                    self.session,
+                    on_container_lost=host.settings.on_container_lost,
+                    ack_every=host.settings.ack_every,
+                )
+                await self._connected(ws, core, hello)
+                await self._drive(ws, core, nursery)
+            except (LinkError, _Reconnect, sqlite3.Error) as error:
+                ended = error
+            finally:
+                self._core = None
+                self.runtime_id = None
+                self._commands.clear()
+                if ws is not None:
+                    await close_socket(ws)
+                nursery.cancel_scope.cancel()
+        if ended is not None:
+            raise ended
+        raise LinkDropped("link-dropped", "the session socket closed")  # pragma: no cover
+
+    async def _connected(self, ws: WebSocketConnection, core: ConnectionCore, hello: Hello) -> None:
+        store = self.host.store
+        self._commands.clear()
+        self._conn_epoch = self._epoch
+        effects = await store.transact(core.hello, hello)
+        effects = effects + await store.transact(core.deliver)
+        self._core = core
+        self._reached = True
+        self.runtime_id = hello.runtime_id
+        self.connections += 1
+        self.state = "live"
+        self._commit(effects)
+        await self._send(ws, effects)
+
+    async def _drive(self, ws: WebSocketConnection, core: ConnectionCore, nursery: trio.Nursery) -> None:
+        send, receive = trio.open_memory_channel[Any](INBOX_SIZE)
+        closed: list[ConnectionClosed] = []
+        nursery.start_soon(self._reader, ws, send, closed, name=f"session {self.session!r} reader")
+        store = self.host.store
+        with receive:
+            while True:
+                self._wake = trio.Event()
+                if self._epoch != self._conn_epoch:
+                    raise _Reconnect()
+                commands = list(self._commands)
+                self._commands.clear()
+                if commands:
+                    await self._run_commands(ws, core, commands)
+                batch: list[Any] = []
+                ended = False
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                    except trio.EndOfChannel:
+                        ended = True
+                        break
+                if batch:
+                    messages = self._parse(batch)
+                    if messages:
+                        effects = await store.transact(core.receive, messages)
+                        self.frames_applied = core.frames_applied
+                        self._commit(effects)
+                        await self._send(ws, effects)
+                if ended:
+                    if closed:
+                        raise closed_error(closed[0], self.host.endpoint)
+                    raise LinkDropped("link-dropped", "the session socket closed")
+                if not batch and not commands:
+                    await self._wake.wait()
+
+    async def _run_commands(self, ws: WebSocketConnection, core: ConnectionCore, commands: list[Any]) -> None:
+        store = self.host.store
+        effects = Effects()
+        if "deliver" in commands:
+            effects = effects + await store.transact(core.deliver)
+        if "configure" in commands:
+            effects = effects + await store.transact(core.configure)
+        aborts = tuple(command for command in commands if isinstance(command, Abort))
+        effects = effects + Effects(sends=aborts)
+        self._commit(effects)
+        await self._send(ws, effects)
+
+    def _parse(self, batch: list[Any]) -> list[Any]:
+        messages = []
+        for text in batch:
+            if not isinstance(text, str):
+                text = text.decode("utf-8", "replace")
+            message = parse_daemon_message(text)
+            if message is None:
+                log.warning("session %r: dropped a message that does not parse: %.120r", self.session, text)
+            elif type(message) is ErrorMessage:
+                log.warning("session %r: the daemon reports an error: %s", self.session, message.message)
+            elif type(message) is Hello:
+                log.warning("session %r: ignored a second hello on one connection", self.session)
+            else:
+                messages.append(message)
+        return messages
+
+    async def _reader(
+        self,
+        ws: WebSocketConnection,
+        send: trio.MemorySendChannel[Any],
+        closed: list[ConnectionClosed],
+    ) -> None:
+        async with send:
+            while True:
+                try:
+                    text = await ws.get_message()
+                except ConnectionClosed as error:
+                    closed.append(error)
+                    self._wake.set()
+                    return
+                await send.send(text)
+                self._wake.set()
+
+    def _commit(self, effects: Effects) -> None:
+        """After a transaction committed: tell waiters and subscribers.
+        Synchronous on purpose (no checkpoint between commit and notice)."""
+        if effects.settled:
+            self.host._settled(self.session, effects.settled)
+        self.emit(effects.events)
+
+    async def _send(self, ws: WebSocketConnection, effects: Effects) -> None:
+        for message in effects.sends:
+            try:
+                await ws.send_message(dump_message(message))
+            except ConnectionClosed as error:
+                raise closed_error(error, self.host.endpoint) from None
+            except trio.BrokenResourceError:
+                raise LinkDropped("link-dropped", "the session socket broke while sending") from None
+

@@ -1,0 +1,364 @@
+"""The host's link to a daemon: health wait, dial, ``hello``, backoff.
+
+The object side of one session socket, as the reference's ``DaemonLink``
+(npm ``agents@0.32.0``, ``dist/harness/container/index.js``): wait until the
+daemon answers ``GET /healthz``, dial ``/sessions/<url-encoded id>`` with the
+token header, and read its ``hello``. Failures are typed
+(:class:`LinkError`), each with a kebab-case code, a sentence, and whether
+trying again can help (``retry``): a daemon that is not there yet is worth
+another try after a backoff; a daemon that refuses the token or speaks
+another protocol is not, and the caller stops rather than loop.
+
+Every deadline is a cancel scope around the work: :data:`CONNECT_TIMEOUT`
+for TCP and the upgrade, :data:`HELLO_TIMEOUT` for the greeting,
+:data:`HEALTH_CHECK_TIMEOUT` per health request inside a
+:data:`HEALTH_WAIT` overall wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import ssl
+from typing import Final
+from urllib.parse import quote, urlsplit
+
+import attrs
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    HandshakeError,
+    WebSocketConnection,
+    connect_websocket,
+)
+
+from wire.container import (
+    CLOSE_REPLACED,
+    CLOSE_UNAUTHORIZED,
+    CONTAINER_HEALTH_PATH,
+    CONTAINER_PROTOCOL_VERSION,
+    CONTAINER_SESSION_PATH,
+    CONTAINER_TOKEN_HEADER,
+    Hello,
+    parse_daemon_message,
+)
+
+log = logging.getLogger(__name__)
+
+#: Seconds to open TCP and finish the WebSocket upgrade. The reference's
+#: ``CONNECT_TIMEOUT_MS`` (10 s).
+CONNECT_TIMEOUT: Final = 10.0
+#: Seconds from the upgrade to ``hello``. The reference's ``HELLO_TIMEOUT_MS``.
+HELLO_TIMEOUT: Final = 10.0
+#: Seconds one health request may take. The reference's ``HEALTH_TIMEOUT_MS``.
+HEALTH_CHECK_TIMEOUT: Final = 2.0
+#: Seconds a health wait keeps trying: the reference's ``ADOPT_TIMEOUT_MS``,
+#: how long a container that already runs may take to answer.
+HEALTH_WAIT: Final = 10.0
+#: The health wait's first pause and its cap, doubling in between (the
+#: reference's ``waitHealthy``: 250 ms to 2 s).
+HEALTH_BACKOFF_FIRST: Final = 0.25
+HEALTH_BACKOFF_CAP: Final = 2.0
+#: Reconnect backoff: first step and cap, in seconds. The reference's
+#: ``retryBaseMs`` (1 s) and its backoff cap (30 s).
+RECONNECT_BASE: Final = 1.0
+RECONNECT_CAP: Final = 30.0
+#: Largest message accepted from the daemon: the reference runtime's own
+#: limit on a WebSocket message (64 MiB); a persisted entry larger than
+#: ``MAX_CHUNK_CHARS`` travels alone, so 1 MiB (trio-websocket's default)
+#: is not enough.
+MAX_MESSAGE_SIZE: Final = 64 * 1024 * 1024
+#: Messages trio-websocket buffers before it stops reading the socket.
+MESSAGE_QUEUE_SIZE: Final = 64
+
+
+# --------------------------------------------------------------------------- errors
+
+class LinkError(Exception):
+    """The link failed: ``code``, a sentence, and whether to try again."""
+
+    retry: bool = True
+
+    def __init__(self, code: str, sentence: str) -> None:
+        super().__init__(f"{code}: {sentence}")
+        self.code = code
+        self.sentence = sentence
+
+
+class LinkUnreachable(LinkError):
+    """The daemon did not answer, or not in time. Worth another try."""
+
+
+class LinkDropped(LinkError):
+    """A live link closed. Worth another try."""
+
+
+class LinkRefused(LinkError):
+    """The daemon refused the token (close 4003). Trying again cannot help."""
+
+    retry = False
+
+
+class ProtocolMismatch(LinkError):
+    """The daemon speaks another protocol version. Trying again cannot help."""
+
+    retry = False
+
+
+class EndpointError(ValueError):
+    """The daemon URL cannot be used; ``code`` and a sentence."""
+
+    def __init__(self, code: str, sentence: str) -> None:
+        super().__init__(f"{code}: {sentence}")
+        self.code = code
+        self.sentence = sentence
+
+
+# --------------------------------------------------------------------------- endpoint
+
+@attrs.frozen
+class DaemonEndpoint:
+    """Where a daemon listens, and the token it was started with.
+
+    ``url`` is ``ws://host:port`` (or ``wss://``, ``http://``, ``https://``;
+    the scheme only says whether TLS is used), optionally with a path prefix
+    that ``/healthz`` and ``/sessions/…`` are appended to."""
+
+    url: str
+    token: str = attrs.field(repr=False)
+    host: str = attrs.field(init=False)
+    port: int = attrs.field(init=False)
+    tls: bool = attrs.field(init=False)
+    prefix: str = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("ws", "wss", "http", "https"):
+            raise EndpointError(
+                "bad-daemon-url",
+                f"the daemon URL {self.url!r} must start with ws://, wss://, http:// or https://",
+            )
+        if not parts.hostname:
+            raise EndpointError("bad-daemon-url", f"the daemon URL {self.url!r} names no host")
+        tls = parts.scheme in ("wss", "https")
+        try:
+            port = parts.port or (443 if tls else 80)
+        except ValueError:
+            raise EndpointError("bad-daemon-url", f"the daemon URL {self.url!r} has a bad port") from None
+        object.__setattr__(self, "host", parts.hostname)
+        object.__setattr__(self, "port", port)
+        object.__setattr__(self, "tls", tls)
+        object.__setattr__(self, "prefix", parts.path.rstrip("/"))
+
+    def session_path(self, session: str) -> str:
+        return f"{self.prefix}{CONTAINER_SESSION_PATH}{quote(session, safe='')}"
+
+    @property
+    def health_path(self) -> str:
+        return f"{self.prefix}{CONTAINER_HEALTH_PATH}"
+
+    @property
+    def authority(self) -> str:
+        default = 443 if self.tls else 80
+        return self.host if self.port == default else f"{self.host}:{self.port}"
+
+
+# --------------------------------------------------------------------------- health
+
+async def _open_stream(endpoint: DaemonEndpoint) -> trio.abc.Stream:
+    if endpoint.tls:
+        return await trio.open_ssl_over_tcp_stream(
+            endpoint.host, endpoint.port, ssl_context=ssl.create_default_context(),
+            https_compatible=True,
+        )
+    return await trio.open_tcp_stream(endpoint.host, endpoint.port)
+
+
+async def check_health(endpoint: DaemonEndpoint) -> None:
+    """One ``GET /healthz``; returns when it answers 2xx, else raises
+    :class:`LinkUnreachable`. At most :data:`HEALTH_CHECK_TIMEOUT`."""
+    with trio.move_on_after(HEALTH_CHECK_TIMEOUT) as scope:
+        try:
+            stream = await _open_stream(endpoint)
+        except OSError as error:
+            raise LinkUnreachable(
+                "daemon-unreachable", f"no daemon answers at {endpoint.url}: {error.strerror or error}"
+            ) from None
+        async with stream:
+            request = (
+                f"GET {endpoint.health_path} HTTP/1.1\r\nHost: {endpoint.authority}\r\n"
+                "Connection: close\r\n\r\n"
+            )
+            head = b""
+            try:
+                await stream.send_all(request.encode())
+                while b"\r\n" not in head and len(head) < 4096:
+                    chunk = await stream.receive_some(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+            except (trio.BrokenResourceError, OSError) as error:
+                raise LinkUnreachable(
+                    "daemon-unreachable", f"the daemon at {endpoint.url} dropped the health check: {error}"
+                ) from None
+        status = head.split(b"\r\n", 1)[0].split(b" ")
+        if len(status) >= 2 and status[0].startswith(b"HTTP/") and status[1][:1] == b"2":
+            return
+        raise LinkUnreachable(
+            "daemon-unhealthy",
+            f"the daemon at {endpoint.url} answered its health check with "
+            f"{head[:40].decode('latin-1')!r}",
+        )
+    assert scope.cancelled_caught
+    raise LinkUnreachable(
+        "health-timeout", f"the daemon at {endpoint.url} took over {HEALTH_CHECK_TIMEOUT:g} s to answer"
+    )
+
+
+async def wait_healthy(endpoint: DaemonEndpoint, *, timeout: float = HEALTH_WAIT) -> None:
+    """Repeat :func:`check_health` with backoff (250 ms doubling to 2 s, as
+    the reference's ``waitHealthy``) until it answers, for up to ``timeout``
+    seconds; then raise the last failure."""
+    delay = HEALTH_BACKOFF_FIRST
+    deadline = trio.current_time() + timeout
+    while True:
+        try:
+            await check_health(endpoint)
+            return
+        except LinkUnreachable as error:
+            last = error
+        if trio.current_time() + delay > deadline:
+            raise last
+        await trio.sleep(delay)
+        delay = min(delay * 2, HEALTH_BACKOFF_CAP)
+
+
+# --------------------------------------------------------------------------- dial and hello
+
+async def dial(
+    nursery: trio.Nursery,
+    endpoint: DaemonEndpoint,
+    session: str,
+    *,
+    connect_timeout: float = CONNECT_TIMEOUT,
+) -> WebSocketConnection:
+    """Open the session's socket; its reader task runs in ``nursery``.
+
+    Resource handling: the caller owns the connection and closes it (and
+    cancels ``nursery``) when done. Error handling: every failure to reach
+    the daemon is :class:`LinkUnreachable`."""
+    try:
+        with trio.fail_after(connect_timeout):
+            stream_ssl: bool | ssl.SSLContext = ssl.create_default_context() if endpoint.tls else False
+            return await connect_websocket(
+                nursery,
+                endpoint.host,
+                endpoint.port,
+                endpoint.session_path(session),
+                use_ssl=stream_ssl,
+                extra_headers=[(CONTAINER_TOKEN_HEADER.encode(), endpoint.token.encode())],
+                message_queue_size=MESSAGE_QUEUE_SIZE,
+                max_message_size=MAX_MESSAGE_SIZE,
+                receive_buffer_size=65536,
+            )
+    except trio.TooSlowError:
+        raise LinkUnreachable(
+            "connect-timeout",
+            f"the daemon at {endpoint.url} did not accept the session socket within "
+            f"{connect_timeout:g} s",
+        ) from None
+    except (OSError, HandshakeError, ConnectionClosed, trio.BrokenResourceError) as error:
+        raise LinkUnreachable(
+            "daemon-unreachable", f"could not open the session socket at {endpoint.url}: {error}"
+        ) from None
+
+
+def closed_error(error: ConnectionClosed, endpoint: DaemonEndpoint) -> LinkError:
+    """The :class:`LinkError` for a socket the daemon closed."""
+    code = getattr(error.reason, "code", None)
+    if code == CLOSE_UNAUTHORIZED:
+        return LinkRefused(
+            "unauthorized",
+            f"the daemon at {endpoint.url} refused the token (close {CLOSE_UNAUTHORIZED}); "
+            "give the host the CF_HARNESS_TOKEN the daemon was started with",
+        )
+    if code == CLOSE_REPLACED:
+        return LinkDropped(
+            "link-replaced",
+            f"another connection for this session replaced ours (close {CLOSE_REPLACED}); "
+            "is a second host driving the same session?",
+        )
+    return LinkDropped("link-dropped", f"the daemon at {endpoint.url} closed the session socket ({code})")
+
+
+async def read_hello(
+    ws: WebSocketConnection, endpoint: DaemonEndpoint, *, timeout: float = HELLO_TIMEOUT
+) -> Hello:
+    """The daemon's ``hello``. Messages before it are ignored (as the
+    reference's link does). Raises :class:`ProtocolMismatch` for a protocol
+    other than :data:`CONTAINER_PROTOCOL_VERSION`, :class:`LinkRefused` for a
+    4003 close, :class:`LinkUnreachable` when nothing comes in time."""
+    try:
+        with trio.fail_after(timeout):
+            while True:
+                text = await ws.get_message()
+                if not isinstance(text, str):
+                    text = text.decode("utf-8", "replace")
+                message = parse_daemon_message(text)
+                if type(message) is Hello:
+                    break
+                log.debug("ignoring %r before hello", text[:80])
+    except trio.TooSlowError:
+        raise LinkUnreachable(
+            "no-hello", f"the daemon at {endpoint.url} sent no hello within {timeout:g} s"
+        ) from None
+    except ConnectionClosed as error:
+        failure = closed_error(error, endpoint)
+        if isinstance(failure, LinkDropped):
+            raise LinkUnreachable(failure.code, failure.sentence + ", before hello") from None
+        raise failure from None
+    if message.protocol != CONTAINER_PROTOCOL_VERSION:
+        raise ProtocolMismatch(
+            "protocol-mismatch",
+            f"the daemon at {endpoint.url} speaks container protocol {message.protocol}, this "
+            f"host {CONTAINER_PROTOCOL_VERSION}; run a daemon and host of the same release",
+        )
+    return message
+
+
+async def close_socket(ws: WebSocketConnection, *, timeout: float = 1.0) -> None:
+    """Close a session socket: the close handshake (1000) within
+    ``timeout`` seconds when the caller is not being cancelled; when it is
+    (the host is stopping, and the connection's reader task with it, so no
+    handshake can complete), the TCP stream is closed at once."""
+    if trio.current_effective_deadline() == -math.inf:
+        with trio.CancelScope() as scope:
+            scope.cancel(reason="closing the socket without a handshake")
+            await ws.aclose()
+        return
+    with trio.CancelScope(shield=True), trio.move_on_after(timeout):
+        await ws.aclose()
+
+
+# --------------------------------------------------------------------------- backoff
+
+@attrs.define
+class Backoff:
+    """Capped exponential backoff with jitter: the ``n``-th pause is drawn
+    from ``[d/2, d]`` with ``d = min(cap, base * 2**n)``, so a crowd of
+    sessions that lost one daemon does not redial in lockstep, and no pause
+    is shorter than half its step."""
+
+    base: float = RECONNECT_BASE
+    cap: float = RECONNECT_CAP
+    attempt: int = 0
+    rng: random.Random = attrs.field(factory=random.Random, repr=False)
+
+    def next(self) -> float:
+        step = min(self.cap, self.base * (2 ** min(self.attempt, 32)))
+        self.attempt += 1
+        return step / 2 + self.rng.uniform(0, step / 2)
+
+    def reset(self) -> None:
+        self.attempt = 0

@@ -1,0 +1,519 @@
+"""The host's reconcile, deliver and apply cores: sans-IO.
+
+One :class:`ConnectionCore` per WebSocket connection of a session (the
+reference's ``attached`` record, ``ContainerHarness`` in npm
+``agents@0.32.0``, ``dist/harness/container/index.js``). It never touches a
+socket and never awaits: each method takes the :class:`~router.container.store.Store`,
+runs inside one store transaction (the caller's ``Store.transact``), writes
+what the rule says, and returns :class:`Effects`: the host messages to send,
+the session events to hand to live subscribers, and the operations it
+settled. The Trio layer (:mod:`router.container.host_session`) sends and
+notifies only after the transaction has committed, so nothing is announced
+that is not stored; a send that is lost with the socket is healed by the next
+``hello`` (see "Why deciding before sending is safe").
+
+Theory of operation
+-------------------
+
+The daemon numbers every frame of a session ``1, 2, 3 …`` per runtime (one
+container process), keeps it until acknowledged and replays kept frames
+after a cursor. The host stores a cursor ``(runtime id, seq)``: the last frame
+it applied. The record is the truth; the daemon is disposable.
+
+**Reconcile** (:meth:`ConnectionCore.hello`), on every ``hello``, before
+anything is delivered, in this order (as the reference's ``#reconcile``):
+
+1. *Open.* If ``hello.open`` is not the stored generation, send the
+   generation's persisted entries as ``restore`` chunks
+   (:func:`~wire.container.chunk_entries`) with the last chunk in ``open``,
+   and remember ``(runtime, hello.lastSeq)`` as the open mark (persisted
+   entries numbered at or below it were produced by an older adapter
+   session and are not kept for this generation). If the daemon already
+   holds the generation, ``configure`` is sent with the stored settings
+   instead: the daemon cannot tell whether an earlier ``configure`` reached
+   it, and settings are idempotent.
+2. *Operations the host has open* (queued or running), in submission order:
+   reported settled by the daemon → settled from that report after
+   ``caught-up``, so the kept frames (messages, persisted entries) land
+   first; still queued or running there → left alone; running in another
+   runtime (or in a runtime that regressed, below) → **lost**: requeued
+   (``on_container_lost="retry"``) or settled ``unanswered`` /
+   ``container_lost`` (``"fail"``, the reference's default); anything else
+   (never started, or handed to a runtime that does not know it) → marked
+   undelivered, so it is handed over again.
+3. *Operations the daemon has open but the host settled or never had* →
+   ``abort`` there.
+4. *Cursor.* A ``runtimeId`` other than the cursor's resets the cursor to
+   ``(runtime, 0)``. Then ``replay`` from the cursor.
+
+A runtime whose ``hello.lastSeq`` is below the stored cursor's seq for the
+same runtime id is a new container that reused the id (the seed says runtime
+ids name containers; this is the defensive reading): it is treated exactly
+as a new runtime, or its frames would be skipped as already applied.
+
+**Deliver** (:meth:`ConnectionCore.deliver`): every open operation not
+delivered to this runtime goes out as ``prompt`` and is marked delivered to
+it. The first one after a ``reset`` takes the session's handoff note, which
+is then kept on the operation, so a redelivery carries it too.
+
+**Apply** (:meth:`ConnectionCore.receive`): frames and ``caught-up`` in
+order. A frame at or below the cursor of the same runtime is skipped;
+``start`` moves the operation to running and records the user's message
+(id ``<operationId>:user``, its parts from the input, ``createdAt`` the
+submission time); ``event`` goes to subscribers, and ``message`` events are
+stored under their operation's generation (an update replaces the message
+with the same id); ``usage`` events are recorded per operation; ``persist``
+appends entries to the current generation; ``settle`` settles the
+operation. The cursor moves in the same transaction. An ``ack`` goes out
+after every :data:`ACK_EVERY` frames and after every batch that settled an
+operation. ``caught-up`` settles what ``hello`` reported settled.
+
+Frames that arrive before the reconcile is done (before :meth:`hello`) are
+buffered and applied right after it, in the same transaction.
+
+Why deciding before sending is safe
+-----------------------------------
+
+Every write here commits before its message is sent, and the socket may die
+in between. Each case heals on the next ``hello``: a ``prompt`` marked
+delivered but never received is not in ``hello.operations``, so step 2 marks
+it undelivered; a lost ``abort`` is step 3; a lost ``ack`` costs a replay of
+frames the cursor then skips; a lost ``open`` shows as ``hello.open`` ≠
+generation; a lost ``configure`` is resent by step 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, Sequence
+
+import attrs
+
+from router.container.store import OPEN_STATUSES, OperationRecord, Store
+from wire.container import (
+    Abort,
+    Ack,
+    CaughtUp,
+    Configure,
+    ContainerInput,
+    ContainerSettings,
+    DaemonMessage,
+    EventFrame,
+    FrameMessage,
+    Hello,
+    HostMessage,
+    Open,
+    PendingOperation,
+    PersistFrame,
+    Prompt,
+    Replay,
+    Restore,
+    SettledOperation,
+    SettleFrame,
+    StartFrame,
+    chunk_entries,
+    converter,
+)
+from wire.json import JsonValue
+
+#: Frames between acknowledgements, so the daemon can forget them. The
+#: reference's ``ACK_EVERY`` (32).
+ACK_EVERY: Final = 32
+
+LostPolicy = Literal["fail", "retry"]
+#: What happens to an operation whose container was lost while it ran; the
+#: reference's ``onContainerLost`` values, ``"fail"`` its default.
+LOST_POLICIES: Final = ("fail", "retry")
+
+#: The reason an operation lost with its container settles with (the wire's).
+CONTAINER_LOST: Final = "container_lost"
+
+
+@attrs.frozen(kw_only=True)
+class OperationResult:
+    """How an operation ended, as the API reports it."""
+
+    operation_id: str
+    session: str
+    status: Literal["done", "unanswered"]
+    text: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, record: OperationRecord) -> OperationResult | None:
+        """The result of a settled operation record; None while it is open."""
+        if not record.settled or record.outcome is None:
+            return None
+        if record.status == "done":
+            text = record.outcome.get("text")
+            return cls(
+                operation_id=record.id,
+                session=record.session,
+                status="done",
+                text=text if type(text) is str else "",
+            )
+        reason = record.outcome.get("reason")
+        return cls(
+            operation_id=record.id,
+            session=record.session,
+            status="unanswered",
+            reason=reason if type(reason) is str else "unanswered",
+        )
+
+    def to_json(self) -> dict:
+        body: dict[str, Any] = {
+            "operationId": self.operation_id,
+            "session": self.session,
+            "status": self.status,
+        }
+        if self.status == "done":
+            body["text"] = self.text
+        else:
+            body["reason"] = self.reason
+        return body
+
+
+@attrs.frozen(kw_only=True)
+class Effects:
+    """What a core call leaves to do once its transaction has committed."""
+
+    sends: tuple[HostMessage, ...] = ()
+    #: Session events for live subscribers (JSON objects), in order.
+    events: tuple[dict, ...] = ()
+    settled: tuple[OperationResult, ...] = ()
+
+    def __add__(self, other: Effects) -> Effects:
+        return Effects(
+            sends=self.sends + other.sends,
+            events=self.events + other.events,
+            settled=self.settled + other.settled,
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.sends or self.events or self.settled)
+
+
+NOTHING: Final = Effects()
+
+
+def user_parts(input: JsonValue) -> list[dict]:
+    """The transcript parts of a prompt's input (the reference's ``userParts``)."""
+    if type(input) is str:
+        return [{"type": "text", "text": input}]
+    parts = []
+    for part in input:
+        if part.get("type") == "text":
+            parts.append({"type": "text", "text": part["text"]})
+        else:
+            parts.append({"type": "image", "mediaType": part["mediaType"], "data": part["data"]})
+    return parts
+
+
+def with_handoff(input: JsonValue, handoff: str) -> JsonValue:
+    """The input with the handoff note as a text part in front (the
+    reference's ``withHandoff``)."""
+    note = {"type": "text", "text": handoff}
+    if type(input) is str:
+        return [note, {"type": "text", "text": input}]
+    return [note, *input]
+
+
+def settle_in_store(store: Store, session: str, operation_id: str, outcome: dict) -> OperationResult | None:
+    """Settle an open operation; its result, or None when it was not open."""
+    if not store.settle(session, operation_id, outcome):
+        return None
+    record = store.operation(session, operation_id)
+    return None if record is None else OperationResult.of(record)
+
+
+def end_event(result: OperationResult) -> dict:
+    return {"type": "operation-end", "result": result.to_json()}
+
+
+class ConnectionCore:
+    """The host's side of one connection of one session. See the module
+    docstring; each public method runs inside one store transaction.
+
+    In-memory state (per connection, rebuilt from the store on the next
+    one): the runtime from ``hello``, frames since the last ack, outcomes
+    ``hello`` reported to settle at ``caught-up``, and frames buffered before
+    the reconcile."""
+
+    def __init__(
+        self,
+        session: str,
+        *,
+        on_container_lost: LostPolicy = "fail",
+        ack_every: int = ACK_EVERY,
+    ) -> None:
+        if on_container_lost not in LOST_POLICIES:
+            raise ValueError(f"on_container_lost is 'fail' or 'retry', not {on_container_lost!r}")
+        self.session = session
+        self.on_container_lost = on_container_lost
+        self.ack_every = ack_every
+        #: The runtime id from ``hello``; None until then.
+        self.runtime_id: str | None = None
+        self.since_ack = 0
+        #: ``(operation id, wire outcome)`` the daemon reported settled, to
+        #: settle at ``caught-up``.
+        self.settled_there: list[tuple[str, dict]] = []
+        #: Frames and ``caught-up`` received before the reconcile.
+        self.early: list[FrameMessage | CaughtUp] = []
+        self.frames_applied = 0
+        self.frames_skipped = 0
+
+    def __repr__(self) -> str:
+        phase = "ready" if self.ready else "awaiting hello"
+        return (
+            f"<ConnectionCore {self.session!r} {phase} runtime={self.runtime_id!r} "
+            f"applied={self.frames_applied} skipped={self.frames_skipped} "
+            f"since_ack={self.since_ack} early={len(self.early)}>"
+        )
+
+    @property
+    def ready(self) -> bool:
+        return self.runtime_id is not None
+
+    # ------------------------------------------------------------------ reconcile
+
+    def hello(self, store: Store, hello: Hello) -> Effects:
+        """Reconcile with the daemon's ``hello`` (then apply any early
+        frames). Returns ``restore``/``open``/``configure``, ``abort``s and
+        ``replay`` to send, in that order."""
+        if self.ready:
+            raise RuntimeError("hello on a connection that is already reconciled")
+        record = store.require_session(self.session)
+        runtime = hello.runtime_id
+        regressed = record.cursor_runtime == runtime and hello.last_seq < record.cursor_seq
+        same_runtime = record.cursor_runtime == runtime and not regressed
+        sends: list[HostMessage] = []
+        events: list[dict] = []
+        settled: list[OperationResult] = []
+        settled_there: list[tuple[str, dict]] = []
+
+        settings = converter.structure(record.settings, ContainerSettings)
+        if hello.open != record.generation:
+            groups = chunk_entries(store.entries(self.session, record.generation))
+            last = groups.pop() if groups else []
+            sends += [
+                Restore(generation=record.generation, entries=tuple(group)) for group in groups
+            ]
+            sends.append(Open(generation=record.generation, settings=settings, restore=tuple(last)))
+            store.set_open_mark(self.session, runtime, hello.last_seq)
+        else:
+            sends.append(Configure(settings=settings))
+
+        known = {operation.operation_id: operation for operation in hello.operations}
+        lost_any = False
+        for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
+            there = known.get(operation.id)
+            if type(there) is SettledOperation:
+                settled_there.append((operation.id, converter.unstructure(there.outcome)))
+                continue
+            if there is not None:
+                continue
+            lost = operation.status == "running" and (operation.delivered != runtime or regressed)
+            if not lost:
+                if operation.delivered is not None:
+                    store.set_delivered(self.session, operation.id, None)
+                continue
+            lost_any = True
+            if self.on_container_lost == "retry":
+                store.requeue(self.session, operation.id)
+            else:
+                result = settle_in_store(
+                    store,
+                    self.session,
+                    operation.id,
+                    {"status": "unanswered", "reason": CONTAINER_LOST},
+                )
+                if result is not None:
+                    settled.append(result)
+                    events.append(end_event(result))
+
+        for there in hello.operations:
+            if type(there) is not PendingOperation:
+                continue
+            mine = store.operation(self.session, there.operation_id)
+            if mine is None or mine.settled:
+                sends.append(Abort(operation_id=there.operation_id))
+
+        if lost_any:
+            events.insert(0, {"type": "container", "status": "lost"})
+
+        cursor_seq = record.cursor_seq
+        if not same_runtime:
+            cursor_seq = 0
+            store.set_cursor(self.session, runtime, 0)
+        sends.append(Replay(after=cursor_seq))
+
+        # Decided and written: now the in-memory state.
+        self.runtime_id = runtime
+        self.settled_there = settled_there
+        effects = Effects(sends=tuple(sends), events=tuple(events), settled=tuple(settled))
+        if self.early:
+            early, self.early = self.early, []
+            effects = effects + self._apply(store, early)
+        return effects
+
+    # ------------------------------------------------------------------ deliver
+
+    def deliver(self, store: Store) -> Effects:
+        """``prompt`` every open operation not yet delivered to this runtime."""
+        if not self.ready:
+            return NOTHING
+        runtime = self.runtime_id
+        sends: list[HostMessage] = []
+        for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
+            if operation.delivered == runtime:
+                continue
+            handoff = operation.handoff
+            taken = None
+            if handoff is None:
+                taken = handoff = store.take_handoff(self.session)
+            input = operation.input if handoff is None else with_handoff(operation.input, handoff)
+            sends.append(
+                Prompt(
+                    operation_id=operation.id,
+                    input=converter.structure(input, ContainerInput),
+                    when_busy=operation.when_busy,
+                )
+            )
+            store.set_delivered(self.session, operation.id, runtime, handoff=taken)
+        return Effects(sends=tuple(sends))
+
+    def configure(self, store: Store) -> Effects:
+        """``configure`` with the session's stored settings."""
+        if not self.ready:
+            return NOTHING
+        record = store.require_session(self.session)
+        return Effects(sends=(Configure(settings=converter.structure(record.settings, ContainerSettings)),))
+
+    # ------------------------------------------------------------------ apply
+
+    def receive(self, store: Store, messages: Sequence[DaemonMessage]) -> Effects:
+        """Apply daemon messages received after ``hello``, in order, as one
+        transaction. Frames before the reconcile are buffered."""
+        items: list[FrameMessage | CaughtUp] = []
+        for message in messages:
+            if type(message) is FrameMessage or type(message) is CaughtUp:
+                items.append(message)
+            # ``error`` and a second ``hello`` change nothing (the Trio layer
+            # logs them).
+        if not self.ready:
+            self.early.extend(items)
+            return NOTHING
+        return self._apply(store, items)
+
+    def _apply(self, store: Store, items: Sequence[FrameMessage | CaughtUp]) -> Effects:
+        record = store.require_session(self.session)
+        runtime = self.runtime_id
+        assert runtime is not None
+        cursor_runtime, cursor_seq = record.cursor_runtime, record.cursor_seq
+        events: list[dict] = []
+        settled: list[OperationResult] = []
+        counted = 0
+        last_seq = None
+        settled_frame = False
+        applied = skipped = 0
+        pending_there = self.settled_there
+        for item in items:
+            if type(item) is CaughtUp:
+                for operation_id, outcome in pending_there:
+                    result = settle_in_store(store, self.session, operation_id, outcome)
+                    if result is not None:
+                        settled.append(result)
+                        events.append(end_event(result))
+                pending_there = []
+                continue
+            seq = item.seq
+            counted += 1
+            last_seq = seq if last_seq is None else max(last_seq, seq)
+            if cursor_runtime == runtime and seq <= cursor_seq:
+                skipped += 1
+                continue
+            result = self._apply_frame(store, record, runtime, seq, item.frame, events)
+            if result is not None:
+                settled.append(result)
+                settled_frame = True
+            cursor_runtime, cursor_seq = runtime, seq
+            applied += 1
+        if applied:
+            store.set_cursor(self.session, runtime, cursor_seq)
+
+        # Written: now the in-memory state, and the ack.
+        self.settled_there = pending_there
+        self.frames_applied += applied
+        self.frames_skipped += skipped
+        self.since_ack += counted
+        sends: tuple[HostMessage, ...] = ()
+        if last_seq is not None and (settled_frame or self.since_ack >= self.ack_every):
+            self.since_ack = 0
+            sends = (Ack(seq=last_seq),)
+        return Effects(sends=sends, events=tuple(events), settled=tuple(settled))
+
+    def _apply_frame(
+        self, store: Store, record: Any, runtime: str, seq: int, frame: Any, events: list[dict]
+    ) -> OperationResult | None:
+        session = self.session
+        kind = type(frame)
+        if kind is StartFrame:
+            operation_id = frame.operation_id
+            if store.start(session, operation_id):
+                operation = store.operation(session, operation_id)
+                if operation is not None:
+                    message = {
+                        "id": f"{operation.id}:user",
+                        "role": "user",
+                        "parts": user_parts(operation.input),
+                        "operationId": operation.id,
+                        "createdAt": operation.created_at,
+                    }
+                    store.put_message(session, operation.generation, message, operation.id)
+                    events.append({"type": "message", "message": message, "operationId": operation.id})
+                events.append({"type": "operation-start", "operationId": operation_id})
+            return None
+        if kind is EventFrame:
+            event = frame.event
+            operation_id = frame.operation_id
+            events.append({**event, "operationId": operation_id})
+            if event["type"] == "message":
+                message = event["message"]
+                generation = record.generation
+                if operation_id is not None:
+                    operation = store.operation(session, operation_id)
+                    if operation is not None:
+                        generation = operation.generation
+                store.put_message(session, generation, message, operation_id)
+            elif event["type"] == "usage":
+                store.record_usage(session, operation_id, runtime, seq, event)
+            return None
+        if kind is PersistFrame:
+            # Entries numbered at or below the open mark were persisted by an
+            # older adapter session (before this host's ``open``): not this
+            # generation's.
+            if not (record.open_runtime == runtime and seq <= record.open_seq):
+                store.append_entries(session, record.generation, frame.entries)
+            return None
+        if kind is SettleFrame:
+            outcome = converter.unstructure(frame.outcome)
+            result = settle_in_store(store, session, frame.operation_id, outcome)
+            if result is not None:
+                events.append(end_event(result))
+            return result
+        return None  # pragma: no cover - the parser admits no other kind
+
+
+__all__ = [
+    "ACK_EVERY",
+    "CONTAINER_LOST",
+    "ConnectionCore",
+    "Effects",
+    "LOST_POLICIES",
+    "LostPolicy",
+    "NOTHING",
+    "OperationResult",
+    "end_event",
+    "settle_in_store",
+    "user_parts",
+    "with_handoff",
+]

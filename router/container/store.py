@@ -1,0 +1,883 @@
+"""The host's durable record: one SQLite file, in WAL mode.
+
+The host owns everything a session is (the daemon in the container is
+disposable): the sessions, their operations, the transcript, the adapter's
+persisted entries, the replay cursor and the generation. This module keeps
+them in SQLite and nothing else; the rules that decide *what* to write live in
+:mod:`router.container.reconcile`, and the Trio code that moves bytes lives in
+:mod:`router.container.host_session`.
+
+Theory of operation
+-------------------
+
+**One connection, one thread at a time.** A :class:`Store` owns one
+``sqlite3`` connection, opened with ``check_same_thread=False``. Trio code
+never calls its methods on the event loop: it goes through :meth:`Store.call`
+or :meth:`Store.transact`, which run the work in a worker thread under the
+store's own ``CapacityLimiter(1)``, so the loop never waits on the disk and
+two threads never share the connection. A sync method entered from a second
+thread while another thread is inside the store raises
+:class:`StoreMisuse` instead of silently interleaving (trio's
+``ConflictDetector`` idea).
+
+**Transactions.** :meth:`Store.transaction` is ``BEGIN IMMEDIATE`` …
+``COMMIT`` (``ROLLBACK`` on any exception); nested use joins the outer
+transaction. Every public method runs inside one, so each call is atomic on
+its own, and :meth:`Store.transact` runs a whole function (one applied frame,
+or a batch of them, with the cursor) as one transaction. A worker-thread call
+is not abandoned on cancellation (``abandon_on_cancel=False``): a Trio task
+that is cancelled while its transaction runs waits for it to commit or roll
+back, so nothing is left half-written.
+
+**Durability.** WAL with ``synchronous=NORMAL`` by default: a committed
+transaction survives the death of the process at any instant (the fault the
+host is built for: SIGKILL), and the file is never corrupted; on power loss
+the last few commits may be lost. ``synchronous="FULL"`` makes every commit
+survive power loss too, at the price of an fsync per commit.
+
+**One host per store.** :class:`Store` with ``exclusive=True`` (what the host
+uses) takes a non-blocking ``flock`` on the database file for as long as it is
+open, so a second host on the same file is refused (``store-busy``) instead
+of fighting the first over the same sessions. Readers (``router transcript``)
+open it with ``exclusive=False``. SQLite's own locks are POSIX ``fcntl``
+locks, which Linux keeps apart from ``flock``.
+
+Schema
+------
+
+Versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` lists the steps,
+each run in its own transaction that also sets the new version. A file newer
+than this code is refused (``store-too-new``). Times are milliseconds since
+the epoch (the wire's ``createdAt`` unit). JSON columns hold what the wire
+holds (``ContainerInput``, ``ContainerSettings``, ``ContainerMessage``,
+outcomes, entries), written with ``json.dumps`` (ASCII, so a lone surrogate
+from a JavaScript peer survives the UTF-8 database).
+
+``sessions``
+    ``id``, ``parent`` (the session it was forked from), ``ordinal``
+    (creation order), ``generation`` (the adapter session the daemon should
+    have open; starts at 1, ``reset`` adds one), ``cursor_runtime`` and
+    ``cursor_seq`` (the last applied frame: runtime id and seq),
+    ``settings`` (JSON ``ContainerSettings``), ``handoff`` (a note for the
+    next delivered prompt, set by ``reset``), ``open_runtime`` and
+    ``open_seq`` (where the daemon stood when this host last sent it
+    ``open``: persisted entries numbered at or below it belong to an older
+    generation), ``created_at``, ``updated_at``.
+``operations``
+    keyed by ``(session, id)``; ``id`` is the idempotency key.
+    ``ordinal`` (submission order), ``generation`` (the session's when
+    submitted), ``input`` (JSON), ``when_busy``, ``status`` (``queued``,
+    ``running``, ``done``, ``unanswered``), ``outcome`` (JSON, once
+    settled), ``delivered`` (the runtime id it was last handed to, or
+    NULL), ``handoff`` (the reset note it carries, once taken from the
+    session), ``created_at``, ``started_at``, ``settled_at``.
+``messages``
+    the transcript, keyed by ``(session, generation, id)``; ``position``
+    orders messages by first appearance, an update replaces ``data`` in
+    place. ``operation_id`` is the message's operation, if any.
+``entries``
+    the adapter's persisted entries, ``(session, generation, position)``,
+    in order; handed back in ``restore``/``open``.
+``usage`` (schema version 2)
+    one row per ``usage`` event: ``session``, ``operation_id`` (NULL for an
+    event between turns), ``runtime`` and ``seq`` (the frame: the key, so a
+    replayed frame cannot count twice), ``input_tokens``,
+    ``output_tokens``, ``cost_usd`` (NULL when the adapter did not report
+    the figure or reported something that is not a finite number), ``raw``
+    (the whole event, JSON), ``at``. Read it with :meth:`Store.usage_records`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Final, Iterator, Literal, Sequence, TypeVar
+
+import attrs
+import trio
+
+from wire.json import JsonValue
+
+T = TypeVar("T")
+
+OperationStatus = Literal["queued", "running", "done", "unanswered"]
+WhenBusy = Literal["followUp", "steer"]
+
+#: Statuses of an operation that has not settled.
+OPEN_STATUSES: Final = ("queued", "running")
+#: Statuses of a settled operation.
+SETTLED_STATUSES: Final = ("done", "unanswered")
+
+
+class Refused(Exception):
+    """A refusal: ``code`` (kebab-case) and a sentence a person can act on.
+    Raised by the store and by the host's API."""
+
+    def __init__(self, code: str, sentence: str) -> None:
+        super().__init__(f"{code}: {sentence}")
+        self.code = code
+        self.sentence = sentence
+
+
+class StoreMisuse(RuntimeError):
+    """The store was entered from two threads at once (a bug in the caller)."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _dump(value: JsonValue) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def _load(text: str | None) -> JsonValue:
+    return None if text is None else json.loads(text)
+
+
+def _figure(value: object) -> float | None:
+    """A usage figure, or None when the adapter sent no finite number."""
+    if type(value) in (int, float) and math.isfinite(value):  # type: ignore[arg-type]
+        return value  # type: ignore[return-value]
+    return None
+
+
+# --------------------------------------------------------------------------- records
+
+@attrs.frozen(kw_only=True)
+class SessionRecord:
+    id: str
+    parent: str | None
+    generation: int
+    cursor_runtime: str | None
+    cursor_seq: int
+    #: The wire's ``ContainerSettings`` object.
+    settings: dict
+    handoff: str | None
+    open_runtime: str | None
+    open_seq: int
+    created_at: int
+    updated_at: int
+
+
+@attrs.frozen(kw_only=True)
+class OperationRecord:
+    session: str
+    id: str
+    ordinal: int
+    generation: int
+    #: The wire's ``ContainerInput``: a string or a list of parts.
+    input: JsonValue
+    when_busy: WhenBusy
+    status: OperationStatus
+    #: ``{"status": "done", "text": ...}`` or ``{"status": "unanswered", "reason": ...}``.
+    outcome: dict | None
+    delivered: str | None
+    handoff: str | None
+    created_at: int
+    started_at: int | None
+    settled_at: int | None
+
+    @property
+    def settled(self) -> bool:
+        return self.status in SETTLED_STATUSES
+
+
+@attrs.frozen(kw_only=True)
+class UsageRecord:
+    """Usage figures of one operation (or of a session's events between
+    turns, with ``operation_id`` None), summed over its ``usage`` events."""
+
+    session: str
+    operation_id: str | None
+    #: Sums; None when no event of the group reported the figure.
+    input_tokens: float | None
+    output_tokens: float | None
+    cost_usd: float | None
+    #: How many ``usage`` events were summed.
+    events: int
+    #: The first and last event's time, ms since the epoch.
+    first_at: int
+    last_at: int
+
+
+# --------------------------------------------------------------------------- schema
+
+def _migrate_to_1(db: sqlite3.Connection) -> None:
+    db.execute(
+        """CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            parent TEXT,
+            ordinal INTEGER NOT NULL,
+            generation INTEGER NOT NULL DEFAULT 1,
+            cursor_runtime TEXT,
+            cursor_seq INTEGER NOT NULL DEFAULT 0,
+            settings TEXT NOT NULL DEFAULT '{}',
+            handoff TEXT,
+            open_runtime TEXT,
+            open_seq INTEGER NOT NULL DEFAULT 0,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE operations (
+            session TEXT NOT NULL REFERENCES sessions(id),
+            id TEXT NOT NULL,
+            ordinal INTEGER NOT NULL,
+            generation INTEGER NOT NULL,
+            input TEXT NOT NULL,
+            when_busy TEXT NOT NULL CHECK (when_busy IN ('followUp', 'steer')),
+            status TEXT NOT NULL
+                CHECK (status IN ('queued', 'running', 'done', 'unanswered')),
+            outcome TEXT,
+            delivered TEXT,
+            handoff TEXT,
+            created_at INTEGER NOT NULL,
+            started_at INTEGER,
+            settled_at INTEGER,
+            PRIMARY KEY (session, id)
+        )"""
+    )
+    db.execute("CREATE INDEX operations_open ON operations (status, session, ordinal)")
+    db.execute("CREATE INDEX operations_order ON operations (session, ordinal)")
+    db.execute(
+        """CREATE TABLE messages (
+            session TEXT NOT NULL,
+            generation INTEGER NOT NULL,
+            id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            operation_id TEXT,
+            data TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (session, generation, id)
+        )"""
+    )
+    db.execute("CREATE UNIQUE INDEX messages_order ON messages (session, generation, position)")
+    db.execute(
+        """CREATE TABLE entries (
+            session TEXT NOT NULL,
+            generation INTEGER NOT NULL,
+            position INTEGER NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (session, generation, position)
+        )"""
+    )
+
+
+def _migrate_to_2(db: sqlite3.Connection) -> None:
+    # Usage figures came after the first schema; the step is kept separate so
+    # the migration path is exercised by the tests (tests/host/test_store.py).
+    db.execute(
+        """CREATE TABLE usage (
+            session TEXT NOT NULL,
+            runtime TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            operation_id TEXT,
+            input_tokens REAL,
+            output_tokens REAL,
+            cost_usd REAL,
+            raw TEXT NOT NULL,
+            at INTEGER NOT NULL,
+            PRIMARY KEY (session, runtime, seq)
+        )"""
+    )
+    db.execute("CREATE INDEX usage_at ON usage (at)")
+    db.execute("CREATE INDEX usage_operation ON usage (session, operation_id)")
+
+
+#: Schema steps: ``MIGRATIONS[n]`` takes a file at version ``n`` to ``n + 1``.
+MIGRATIONS: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (
+    _migrate_to_1,
+    _migrate_to_2,
+)
+#: The version this code writes.
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+# --------------------------------------------------------------------------- the store
+
+class Store:
+    """The durable record. See the module docstring.
+
+    Resource handling: opening takes the file lock (when ``exclusive``) and
+    migrates the schema; :meth:`close` (or ``with Store(...)``) releases both.
+    Error handling: refusals are :class:`Refused` with a code;
+    ``sqlite3`` errors pass through (a transaction that raises is rolled
+    back).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        exclusive: bool = True,
+        create: bool = True,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        clock: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        if not create and not self.path.exists():
+            raise Refused("no-store", f"there is no store at {self.path}; check --store")
+        self._lock_fd: int | None = None
+        if exclusive:
+            self._lock_fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+                raise Refused(
+                    "store-busy",
+                    f"another host has the store {self.path} open; stop it or use another store",
+                ) from None
+        try:
+            self._db = sqlite3.connect(
+                self.path, check_same_thread=False, isolation_level=None, timeout=10.0
+            )
+        except BaseException:
+            self._unlock()
+            raise
+        self._db.execute("PRAGMA journal_mode=WAL")
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._owner: int | None = None
+        self._depth = 0
+        self._guard = threading.Lock()
+        self._limiter = trio.CapacityLimiter(1)
+        try:
+            self._migrate()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---------------------------------------------------------------- lifetime
+
+    def close(self) -> None:
+        self._db.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor drops the flock
+            self._lock_fd = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Store {str(self.path)!r} v{self.schema_version()}>"
+
+    # ---------------------------------------------------------------- threads
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` (a method of this store, or a function that uses
+        it) in a worker thread, one at a time. Not abandoned on cancellation."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    async def transact(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(self, *args)`` as one transaction in a worker thread."""
+        return await trio.to_thread.run_sync(self._in_transaction, fn, args, limiter=self._limiter)
+
+    def _in_transaction(self, fn: Callable[..., T], args: tuple) -> T:
+        with self.transaction():
+            return fn(self, *args)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Store]:
+        """One transaction; nested use (same thread) joins the outer one."""
+        me = threading.get_ident()
+        if self._owner == me:
+            self._depth += 1
+            try:
+                yield self
+            finally:
+                self._depth -= 1
+            return
+        if not self._guard.acquire(blocking=False):
+            raise StoreMisuse("the store was entered from two threads at once; use Store.call")
+        self._owner, self._depth = me, 1
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        finally:
+            self._owner, self._depth = None, 0
+            self._guard.release()
+
+    def _q(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self._db.execute(sql, params)
+
+    def now(self) -> int:
+        return self._clock()
+
+    # ---------------------------------------------------------------- schema
+
+    def schema_version(self) -> int:
+        return self._db.execute("PRAGMA user_version").fetchone()[0]
+
+    def _migrate(self) -> None:
+        version = self.schema_version()
+        if version > SCHEMA_VERSION:
+            raise Refused(
+                "store-too-new",
+                f"the store {self.path} has schema version {version}, newer than this "
+                f"router's {SCHEMA_VERSION}; upgrade the router",
+            )
+        while version < SCHEMA_VERSION:
+            with self.transaction():
+                # Re-read inside the write lock: another process may have
+                # migrated between the check and BEGIN IMMEDIATE.
+                version = self.schema_version()
+                if version >= SCHEMA_VERSION:
+                    break
+                MIGRATIONS[version](self._db)
+                self._db.execute(f"PRAGMA user_version = {version + 1}")
+            version = self.schema_version()
+
+    # ---------------------------------------------------------------- sessions
+
+    _SESSION_COLUMNS = (
+        "id, parent, generation, cursor_runtime, cursor_seq, settings, handoff, "
+        "open_runtime, open_seq, created_at, updated_at"
+    )
+
+    @staticmethod
+    def _session_of(row: tuple) -> SessionRecord:
+        return SessionRecord(
+            id=row[0],
+            parent=row[1],
+            generation=row[2],
+            cursor_runtime=row[3],
+            cursor_seq=row[4],
+            settings=json.loads(row[5]),
+            handoff=row[6],
+            open_runtime=row[7],
+            open_seq=row[8],
+            created_at=row[9],
+            updated_at=row[10],
+        )
+
+    def session(self, id: str) -> SessionRecord | None:
+        with self.transaction():
+            row = self._q(f"SELECT {self._SESSION_COLUMNS} FROM sessions WHERE id = ?", (id,)).fetchone()
+        return None if row is None else self._session_of(row)
+
+    def require_session(self, id: str) -> SessionRecord:
+        record = self.session(id)
+        if record is None:
+            raise Refused(
+                "unknown-session", f"there is no container session {id!r}; create it first"
+            )
+        return record
+
+    def sessions(self) -> list[SessionRecord]:
+        """Every session, oldest first."""
+        with self.transaction():
+            rows = self._q(f"SELECT {self._SESSION_COLUMNS} FROM sessions ORDER BY ordinal").fetchall()
+        return [self._session_of(row) for row in rows]
+
+    def create_session(
+        self, id: str, *, settings: dict | None = None, parent: str | None = None
+    ) -> tuple[SessionRecord, bool]:
+        """Create a session, or return the one with this id unchanged.
+        Returns the record and whether this call created it."""
+        with self.transaction():
+            existing = self.session(id)
+            if existing is not None:
+                return existing, False
+            now = self.now()
+            (ordinal,) = self._q("SELECT COALESCE(MAX(ordinal), 0) + 1 FROM sessions").fetchone()
+            self._q(
+                "INSERT INTO sessions (id, parent, ordinal, settings, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (id, parent, ordinal, _dump(settings or {}), now, now),
+            )
+            return self.require_session(id), True
+
+    def fork_session(self, id: str, parent: str) -> SessionRecord:
+        """A new session ``id`` that continues ``parent``'s current
+        generation: its messages and persisted entries, copied, and its
+        settings. The fork starts at generation 1 with no cursor."""
+        with self.transaction():
+            source = self.require_session(parent)
+            if self.session(id) is not None:
+                raise Refused(
+                    "session-exists", f"a container session {id!r} exists; fork into a new id"
+                )
+            record, _ = self.create_session(id, settings=source.settings, parent=parent)
+            self._q(
+                "INSERT INTO messages (session, generation, id, position, operation_id, data,"
+                " created_at, updated_at)"
+                " SELECT ?, 1, id, position, operation_id, data, created_at, updated_at"
+                " FROM messages WHERE session = ? AND generation = ?",
+                (id, parent, source.generation),
+            )
+            self._q(
+                "INSERT INTO entries (session, generation, position, data)"
+                " SELECT ?, 1, position, data FROM entries WHERE session = ? AND generation = ?",
+                (id, parent, source.generation),
+            )
+            return record
+
+    def _touch(self, id: str, assignments: str, params: Sequence[Any]) -> None:
+        self._q(
+            f"UPDATE sessions SET {assignments}, updated_at = ? WHERE id = ?",
+            (*params, self.now(), id),
+        )
+
+    def set_cursor(self, id: str, runtime: str, seq: int) -> None:
+        with self.transaction():
+            self._touch(id, "cursor_runtime = ?, cursor_seq = ?", (runtime, seq))
+
+    def set_open_mark(self, id: str, runtime: str, seq: int) -> None:
+        """Record that ``open`` for the current generation went to
+        ``runtime`` when its newest frame was ``seq``."""
+        with self.transaction():
+            self._touch(id, "open_runtime = ?, open_seq = ?", (runtime, seq))
+
+    def set_settings(self, id: str, settings: dict) -> None:
+        with self.transaction():
+            self.require_session(id)
+            self._touch(id, "settings = ?", (_dump(settings),))
+
+    def take_handoff(self, id: str) -> str | None:
+        """The pending handoff note, removed from the session."""
+        with self.transaction():
+            record = self.require_session(id)
+            if record.handoff is not None:
+                self._touch(id, "handoff = NULL", ())
+            return record.handoff
+
+    def reset_session(self, id: str, handoff: str | None) -> int:
+        """Start a new generation (no entries, an empty transcript) with an
+        optional handoff note. Refused while the session has open
+        operations. Returns the new generation."""
+        with self.transaction():
+            record = self.require_session(id)
+            if self.operations(session=id, statuses=OPEN_STATUSES):
+                raise Refused(
+                    "session-busy",
+                    f"container session {id!r} has operations queued or running; "
+                    "wait for them or abort them before a reset",
+                )
+            generation = record.generation + 1
+            self._touch(id, "generation = ?, handoff = ?", (generation, handoff))
+            return generation
+
+    # ---------------------------------------------------------------- operations
+
+    _OPERATION_COLUMNS = (
+        "session, id, ordinal, generation, input, when_busy, status, outcome, delivered, "
+        "handoff, created_at, started_at, settled_at"
+    )
+
+    @staticmethod
+    def _operation_of(row: tuple) -> OperationRecord:
+        return OperationRecord(
+            session=row[0],
+            id=row[1],
+            ordinal=row[2],
+            generation=row[3],
+            input=json.loads(row[4]),
+            when_busy=row[5],
+            status=row[6],
+            outcome=_load(row[7]),
+            delivered=row[8],
+            handoff=row[9],
+            created_at=row[10],
+            started_at=row[11],
+            settled_at=row[12],
+        )
+
+    def enqueue(
+        self, session: str, id: str, input: JsonValue, when_busy: WhenBusy = "followUp"
+    ) -> tuple[OperationRecord, bool]:
+        """Durably queue an operation. Idempotent on ``(session, id)``: a
+        second call stores nothing and returns the first record. Returns the
+        record and whether this call created it."""
+        if when_busy not in ("followUp", "steer"):
+            raise Refused("bad-when-busy", f"whenBusy is 'followUp' or 'steer', not {when_busy!r}")
+        with self.transaction():
+            existing = self.operation(session, id)
+            if existing is not None:
+                return existing, False
+            record = self.require_session(session)
+            (ordinal,) = self._q("SELECT COALESCE(MAX(ordinal), 0) + 1 FROM operations").fetchone()
+            self._q(
+                "INSERT INTO operations (session, id, ordinal, generation, input, when_busy,"
+                " status, created_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
+                (session, id, ordinal, record.generation, _dump(input), when_busy, self.now()),
+            )
+            created = self.operation(session, id)
+            assert created is not None
+            return created, True
+
+    def operation(self, session: str, id: str) -> OperationRecord | None:
+        with self.transaction():
+            row = self._q(
+                f"SELECT {self._OPERATION_COLUMNS} FROM operations WHERE session = ? AND id = ?",
+                (session, id),
+            ).fetchone()
+        return None if row is None else self._operation_of(row)
+
+    def operations(
+        self, *, session: str | None = None, statuses: Sequence[str] | None = None
+    ) -> list[OperationRecord]:
+        """Operations in submission order, narrowed to a session and statuses."""
+        where, params = [], []
+        if session is not None:
+            where.append("session = ?")
+            params.append(session)
+        if statuses is not None:
+            if not statuses:
+                return []
+            where.append(f"status IN ({', '.join('?' for _ in statuses)})")
+            params.extend(statuses)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        with self.transaction():
+            rows = self._q(
+                f"SELECT {self._OPERATION_COLUMNS} FROM operations {clause} ORDER BY ordinal", params
+            ).fetchall()
+        return [self._operation_of(row) for row in rows]
+
+    def open_sessions(self) -> list[str]:
+        """Ids of sessions with queued or running operations, oldest first."""
+        with self.transaction():
+            rows = self._q(
+                "SELECT DISTINCT s.id FROM sessions s JOIN operations o ON o.session = s.id"
+                " WHERE o.status IN ('queued', 'running') ORDER BY s.ordinal"
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def start(self, session: str, id: str) -> bool:
+        """``queued`` → ``running``. False when it was not queued."""
+        with self.transaction():
+            return (
+                self._q(
+                    "UPDATE operations SET status = 'running', started_at = ?"
+                    " WHERE session = ? AND id = ? AND status = 'queued'",
+                    (self.now(), session, id),
+                ).rowcount
+                > 0
+            )
+
+    def requeue(self, session: str, id: str) -> bool:
+        """``running`` → ``queued``, undelivered, to run again."""
+        with self.transaction():
+            return (
+                self._q(
+                    "UPDATE operations SET status = 'queued', delivered = NULL, started_at = NULL"
+                    " WHERE session = ? AND id = ? AND status = 'running'",
+                    (session, id),
+                ).rowcount
+                > 0
+            )
+
+    def settle(self, session: str, id: str, outcome: dict) -> bool:
+        """Settle a queued or running operation with a wire outcome
+        (``{"status": "done", "text"}`` or ``{"status": "unanswered",
+        "reason"}``). False when it had settled already or does not exist."""
+        status = outcome.get("status")
+        if status not in SETTLED_STATUSES:
+            raise ValueError(f"not an outcome: {outcome!r}")
+        with self.transaction():
+            return (
+                self._q(
+                    "UPDATE operations SET status = ?, outcome = ?, settled_at = ?"
+                    " WHERE session = ? AND id = ? AND status IN ('queued', 'running')",
+                    (status, _dump(outcome), self.now(), session, id),
+                ).rowcount
+                > 0
+            )
+
+    def set_delivered(
+        self, session: str, id: str, runtime: str | None, *, handoff: str | None = None
+    ) -> None:
+        """Record the runtime an operation was handed to (None: not handed
+        to any live one). ``handoff``, when given, is attached to it."""
+        with self.transaction():
+            if handoff is None:
+                self._q(
+                    "UPDATE operations SET delivered = ? WHERE session = ? AND id = ?",
+                    (runtime, session, id),
+                )
+            else:
+                self._q(
+                    "UPDATE operations SET delivered = ?, handoff = ? WHERE session = ? AND id = ?",
+                    (runtime, handoff, session, id),
+                )
+
+    # ---------------------------------------------------------------- transcript
+
+    def put_message(
+        self, session: str, generation: int, message: dict, operation_id: str | None = None
+    ) -> bool:
+        """Store a transcript message; one with the same id in the same
+        generation is replaced in place. Returns whether it was new."""
+        id = message["id"]
+        data = _dump(message)
+        now = self.now()
+        with self.transaction():
+            updated = self._q(
+                "UPDATE messages SET data = ?, operation_id = ?, updated_at = ?"
+                " WHERE session = ? AND generation = ? AND id = ?",
+                (data, operation_id, now, session, generation, id),
+            ).rowcount
+            if updated:
+                return False
+            (position,) = self._q(
+                "SELECT COALESCE(MAX(position), 0) + 1 FROM messages"
+                " WHERE session = ? AND generation = ?",
+                (session, generation),
+            ).fetchone()
+            self._q(
+                "INSERT INTO messages (session, generation, id, position, operation_id, data,"
+                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (session, generation, id, position, operation_id, data, now, now),
+            )
+            return True
+
+    def messages(self, session: str, generation: int | None = None) -> list[dict]:
+        """The transcript of ``generation`` (default: the current one, that
+        is, since the last reset), in order of first appearance."""
+        with self.transaction():
+            if generation is None:
+                generation = self.require_session(session).generation
+            rows = self._q(
+                "SELECT data FROM messages WHERE session = ? AND generation = ? ORDER BY position",
+                (session, generation),
+            ).fetchall()
+        return [json.loads(row[0]) for row in rows]
+
+    # ---------------------------------------------------------------- entries
+
+    def append_entries(self, session: str, generation: int, entries: Sequence[JsonValue]) -> None:
+        if not entries:
+            return
+        with self.transaction():
+            (end,) = self._q(
+                "SELECT COALESCE(MAX(position), 0) FROM entries WHERE session = ? AND generation = ?",
+                (session, generation),
+            ).fetchone()
+            self._db.executemany(
+                "INSERT INTO entries (session, generation, position, data) VALUES (?, ?, ?, ?)",
+                [(session, generation, end + i, _dump(e)) for i, e in enumerate(entries, 1)],
+            )
+
+    def entries(self, session: str, generation: int | None = None) -> list[JsonValue]:
+        """The adapter's persisted entries of ``generation`` (default: the
+        current one), in order."""
+        with self.transaction():
+            if generation is None:
+                generation = self.require_session(session).generation
+            rows = self._q(
+                "SELECT data FROM entries WHERE session = ? AND generation = ? ORDER BY position",
+                (session, generation),
+            ).fetchall()
+        return [json.loads(row[0]) for row in rows]
+
+    # ---------------------------------------------------------------- usage
+
+    def record_usage(
+        self, session: str, operation_id: str | None, runtime: str, seq: int, event: dict
+    ) -> bool:
+        """Keep one ``usage`` event (frame ``runtime``/``seq``). A frame
+        already recorded is not counted again. Returns whether it was new."""
+        with self.transaction():
+            return (
+                self._q(
+                    "INSERT OR IGNORE INTO usage (session, runtime, seq, operation_id,"
+                    " input_tokens, output_tokens, cost_usd, raw, at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        session,
+                        runtime,
+                        seq,
+                        operation_id,
+                        _figure(event.get("inputTokens")),
+                        _figure(event.get("outputTokens")),
+                        _figure(event.get("costUsd")),
+                        _dump(event),
+                        self.now(),
+                    ),
+                ).rowcount
+                > 0
+            )
+
+    def usage_records(
+        self, session_id: str | None = None, since: int | None = None
+    ) -> list[UsageRecord]:
+        """Usage figures per operation, for the plug-in layer's limits.
+
+        One :class:`UsageRecord` per ``(session, operation)`` that reported
+        usage, summing its ``usage`` events; events between turns (no
+        operation) form one record per session with ``operation_id`` None.
+        ``session_id`` narrows to one session; ``since`` (ms since the epoch)
+        counts only events recorded at or after it. Ordered by the last
+        event's time, oldest first. From Trio code:
+        ``await store.call(store.usage_records, session_id, since)``.
+        """
+        where, params = [], []
+        if session_id is not None:
+            where.append("session = ?")
+            params.append(session_id)
+        if since is not None:
+            where.append("at >= ?")
+            params.append(since)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        with self.transaction():
+            rows = self._q(
+                "SELECT session, operation_id, SUM(input_tokens), SUM(output_tokens),"
+                " SUM(cost_usd), COUNT(*), MIN(at), MAX(at) FROM usage"
+                f" {clause} GROUP BY session, operation_id ORDER BY MAX(at), session, operation_id",
+                params,
+            ).fetchall()
+        return [
+            UsageRecord(
+                session=row[0],
+                operation_id=row[1],
+                input_tokens=row[2],
+                output_tokens=row[3],
+                cost_usd=row[4],
+                events=row[5],
+                first_at=row[6],
+                last_at=row[7],
+            )
+            for row in rows
+        ]
+
+    # ---------------------------------------------------------------- inspection
+
+    def dump(self, *, timestamps: bool = False) -> dict[str, list[tuple]]:
+        """Every row of every table, sorted: for tests that compare stores.
+        Timestamps are left out unless asked for."""
+        stamp = {"created_at", "updated_at", "started_at", "settled_at", "at"}
+        out: dict[str, list[tuple]] = {}
+        with self.transaction():
+            for table in ("sessions", "operations", "messages", "entries", "usage"):
+                cursor = self._q(f"SELECT * FROM {table}")
+                names = [d[0] for d in cursor.description]
+                keep = [i for i, n in enumerate(names) if timestamps or n not in stamp]
+                out[table] = sorted(
+                    (tuple(row[i] for i in keep) for row in cursor.fetchall()), key=repr
+                )
+        return out
