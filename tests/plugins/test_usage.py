@@ -1,0 +1,278 @@
+"""Usage sources (frames, claude-transcript), the turn meter, and the layer's
+turn end: usage lands, then must_stop is asked."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from router.plugins.broker import Broker
+from router.plugins.layer import PluginLayer
+from router.plugins.loader import Loader
+from router.plugins.refusal import PluginError
+from router.plugins.settings import SettingsDir, apply_plugins_patch
+from router.plugins.usage import JsonlRecords, MemoryLedger, MemoryRecords, TurnMeter
+
+from .conftest import write_module
+
+loader = Loader(log=lambda entry: pytest.fail(str(entry)))
+loader.load({"usage-source": ["frames", "claude-transcript"]}, only=["usage-source"])
+FRAMES = loader.module("usage-source", "frames").module
+TRANSCRIPT = loader.module("usage-source", "claude-transcript").module
+
+CONTAINER = {"via": "daemon", "url": "http://x"}
+MOD_LINK = {"via": "mod-link"}
+
+
+# --------------------------------------------------------------------------- frames
+
+
+async def test_frames_brackets_a_turn_by_ledger_position() -> None:
+    ledger = MemoryLedger()
+    ledger.add("s", input_tokens=1000, output_tokens=1000)  # an earlier turn
+    request = {"session": "s", "reach": CONTAINER, "mark": None}
+    first = await FRAMES.read_turn(request, {"ledger": ledger})
+    assert first == {"mark": 1, "usage": None}
+    ledger.add("s", input_tokens=10, output_tokens=5, operation_id="op")
+    ledger.add("other", input_tokens=99)
+    ledger.add("s", input_tokens=7)  # no output figure: counts what it has
+    second = await FRAMES.read_turn({**request, "mark": first["mark"]}, {"ledger": ledger})
+    assert second == {"mark": 4,
+                      "usage": {"input": 17, "output": 5, "cache_creation": 0, "cache_read": 0}}
+
+
+async def test_frames_unknown_without_figures_and_not_mine_elsewhere() -> None:
+    ledger = MemoryLedger()
+    request = {"session": "s", "reach": CONTAINER, "mark": 0}
+    assert await FRAMES.read_turn(request, {"ledger": ledger}) == {"mark": 0, "usage": None}
+    ledger.add("s")  # a usage event with no counts
+    assert (await FRAMES.read_turn(request, {"ledger": ledger}))["usage"] is None
+    assert await FRAMES.read_turn({**request, "reach": MOD_LINK}, {"ledger": ledger}) is None
+    with pytest.raises(PluginError) as caught:
+        await FRAMES.read_turn(request, {})
+    assert caught.value.code == "no-usage-ledger"
+
+
+# --------------------------------------------------------------------------- claude-transcript
+
+SESSION = "0b8f5c2e-1d2a-4c55-9a0e-3f1c2b4d5e6f"
+
+
+def assistant(message_id: str, *, i=0, o=0, cc=0, cr=0) -> str:
+    return json.dumps({
+        "parentUuid": "u", "isSidechain": False, "type": "assistant", "sessionId": SESSION,
+        "message": {"id": message_id, "type": "message", "role": "assistant",
+                    "model": "claude-opus-4-5", "content": [{"type": "text", "text": "…"}],
+                    "usage": {"input_tokens": i, "output_tokens": o,
+                              "cache_creation_input_tokens": cc, "cache_read_input_tokens": cr,
+                              "service_tier": "standard"}},
+        "uuid": f"{message_id}-line", "timestamp": "2026-03-01T00:00:00.000Z",
+    })
+
+
+def user(text: str) -> str:
+    return json.dumps({"type": "user", "message": {"role": "user", "content": text},
+                       "uuid": "u", "sessionId": SESSION})
+
+
+@pytest.fixture
+def transcript(tmp_path: Path):
+    config = tmp_path / "claude"
+    path = config / "projects" / "-home-u-project" / f"{SESSION}.jsonl"
+    path.parent.mkdir(parents=True)
+    (config / "projects" / "-home-u-other").mkdir()
+    env = {"CLAUDE_CONFIG_DIR": str(config)}
+
+    async def read(mark, **extra):
+        request = {"session": SESSION, "reach": MOD_LINK, "mark": mark, "options": {}, **extra}
+        return await TRANSCRIPT.read_turn(request, {"env": env})
+
+    return path, read
+
+
+def append(path: Path, text: str) -> None:
+    with open(path, "a") as f:
+        f.write(text)
+
+
+async def test_transcript_counts_four_kinds_once_per_message(transcript) -> None:
+    path, read = transcript
+    append(path, user("earlier") + "\n" + assistant("msg_0", i=1000) + "\n")
+    begin = await read(None)
+    assert begin["usage"] is None and begin["mark"]["offset"] == path.stat().st_size
+    append(path, "\n".join([
+        user("hello"),
+        # one API message written as two lines (thinking, then text), sharing
+        # its id and usage, the last line's output count the final one
+        assistant("msg_1", i=10, o=1, cc=200, cr=3000),
+        assistant("msg_1", i=10, o=40, cc=200, cr=3000),
+        "not json at all",
+        json.dumps({"type": "assistant", "message": {"id": "msg_x", "usage": {"input_tokens": -1}}}),
+        assistant("msg_2", i=5, o=6, cc=0, cr=3200),
+    ]) + "\n" + assistant("msg_3", i=999)[:40])  # a partial last line, still being written
+    end = await read(begin["mark"])
+    assert end["usage"] == {"input": 15, "output": 46, "cache_creation": 200, "cache_read": 6200}
+    assert end["mark"]["offset"] < path.stat().st_size  # the partial line is left for later
+    # The partial line completes in the next turn, and is counted there once.
+    append(path, assistant("msg_3", i=999)[40:] + "\n" + assistant("msg_2", i=5, o=6) + "\n")
+    later = await read(end["mark"])
+    assert later["usage"] == {"input": 999, "output": 0, "cache_creation": 0, "cache_read": 0}
+
+
+async def test_transcript_unknown_turns(transcript, monkeypatch) -> None:
+    path, read = transcript
+    append(path, user("x") + "\n")
+    begin = await read(None)
+    append(path, user("no assistant message this turn") + "\n")
+    assert (await read(begin["mark"]))["usage"] is None
+    # A turn larger than the bound is unknown, and the next starts after it.
+    monkeypatch.setattr(TRANSCRIPT, "MAX_TURN_BYTES", 100)
+    begin = await read(None)
+    append(path, assistant("msg_big", i=1, o=1) + "\n")
+    big = await read(begin["mark"])
+    assert big["usage"] is None and big["mark"]["offset"] == path.stat().st_size
+    monkeypatch.setattr(TRANSCRIPT, "MAX_TURN_BYTES", 32 * 1024 * 1024)
+    # A transcript that shrank (rewritten) is unknown.
+    begin = await read(None)
+    path.write_text(assistant("msg_new", i=3) + "\n")
+    assert (await read(begin["mark"]))["usage"] is None
+
+
+async def test_transcript_that_appears_during_the_first_turn(transcript) -> None:
+    path, read = transcript
+    begin = await read(None)
+    assert begin["mark"] == {"path": None, "offset": 0, "ids": []}
+    append(path, user("first") + "\n" + assistant("msg_1", i=2, o=3) + "\n")
+    end = await read(begin["mark"])
+    assert end["usage"] == {"input": 2, "output": 3, "cache_creation": 0, "cache_read": 0}
+
+
+async def test_transcript_given_by_path_and_refusals(transcript, tmp_path: Path) -> None:
+    path, read = transcript
+    elsewhere = tmp_path / "t.jsonl"
+    elsewhere.write_text(assistant("m", o=1) + "\n")
+    begin = await read(None, transcript=str(elsewhere))
+    append(elsewhere, assistant("m2", o=4) + "\n")
+    assert (await read(begin["mark"], transcript=str(elsewhere)))["usage"]["output"] == 4
+    assert await TRANSCRIPT.read_turn({"session": SESSION, "reach": CONTAINER, "mark": None},
+                                      {}) is None
+    with pytest.raises(PluginError) as caught:
+        await TRANSCRIPT.read_turn({"session": "../../etc", "reach": MOD_LINK, "mark": None},
+                                   {"env": {}})
+    assert caught.value.code == "bad-session"
+
+
+# --------------------------------------------------------------------------- the meter
+
+
+async def test_the_meter_takes_the_first_known_source_and_survives_failing_ones(
+    tree: Path, tmp_path: Path
+) -> None:
+    write_module(tree, "usage-source", "explodes", """
+        INTERFACE_VERSION = 1
+        async def read_turn(request, deps):
+            if request["mark"] is not None:
+                raise RuntimeError("disk on fire")
+            return {"mark": 0, "usage": None}
+    """)
+    write_module(tree, "usage-source", "garbled", """
+        INTERFACE_VERSION = 1
+        async def read_turn(request, deps):
+            return {"mark": 0, "usage": {"input": -5}}
+    """)
+    test_loader = Loader(root=str(tree), log=lambda e: None)
+    test_loader.load({"usage-source": ["explodes", "garbled", "frames"]}, only=["usage-source"])
+    ledger = MemoryLedger()
+    records = JsonlRecords(tmp_path / "data" / "usage.jsonl")
+    log: list = []
+    meter = TurnMeter(loader=test_loader, broker=Broker(log=log.append), records=records,
+                      deps={"ledger": ledger}, log=log.append,
+                      now=lambda: dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc))
+    subject = {"session": "s", "instance": "coder", "harness": "container", "provider": "p",
+               "model": "m", "account": None, "reach": CONTAINER}
+    bracket = await meter.begin(subject)
+    assert [m.name for m, _ in bracket.sources] == ["explodes", "frames"]
+    ledger.add("s", input_tokens=3, output_tokens=4)
+    record = await meter.end(bracket)
+    assert record == {"session": "s", "instance": "coder", "harness": "container",
+                      "provider": "p", "model": "m", "account": None,
+                      "at": "2026-03-01T00:00:00.000Z",
+                      "usage": {"input": 3, "output": 4, "cache_creation": 0, "cache_read": 0},
+                      "source": "frames"}
+    assert records.read() == [record]
+    assert {(e["source"], e["code"]) for e in log if e.get("event") == "usage-unknown"} == {
+        ("garbled", "malformed-answer"), ("explodes", "source-threw")}
+    # A torn last line is skipped.
+    with open(records.path, "a") as f:
+        f.write('{"session": "s", "us')
+    assert records.read() == [record]
+
+
+# --------------------------------------------------------------------------- the layer
+
+
+async def test_turn_usage_lands_then_the_limit_stops_the_session(settings_dir: Path) -> None:
+    settings = SettingsDir(settings_dir)
+    settings.ensure("plugins.json")
+    settings.ensure("routes.json")
+    revision = settings.read("limits.json").revision
+    from router.plugins.limits import apply_limits_patch
+
+    settings.update("limits.json", revision, lambda current: (lambda r: ({"limits": r[0]}, r[1]))(
+        apply_limits_patch({}, {"tokens": {"instances": {"default": {"limit": 100}}}}, None,
+                           dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))))
+    ledger = MemoryLedger()
+    records = MemoryRecords()
+    log: list = []
+    clock = [dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)]
+    layer = PluginLayer(settings=settings, records=records, deps={"ledger": ledger},
+                        log=log.append, now=lambda: clock[0])
+    result = await layer.reload()
+    assert result.refused == ()
+    launch = await layer.launch("default", session="s-1")
+    assert (launch.harness, launch.route, launch.harness_version) == ("echo", "primary", "echo 1")
+    assert launch.reach["via"] == "in-process"
+
+    bracket = await layer.begin_turn(launch)
+    ledger.add("s-1", input_tokens=40, output_tokens=20)
+    record, stop = await layer.end_turn(bracket)
+    assert record["usage"]["input"] == 40 and stop is None
+
+    bracket = await layer.begin_turn(launch)
+    ledger.add("s-1", input_tokens=30, output_tokens=10)
+    record, stop = await layer.end_turn(bracket)
+    assert records.read()[-1] == record  # the turn's usage landed before the answer
+    assert stop.reason == "limit: token-limit tokens.instances.default limit 100 count 100"
+    refusal = await layer.launch("default", session="s-2")
+    assert refusal.code == "limit-reached"
+
+    report = await layer.report()
+    assert [(e["status"], e["count"]) for e in report] == [("counted", 100)]
+
+
+async def test_a_launch_with_a_check_switched_on_but_refused_fails_closed(
+    settings_dir: Path, tree: Path
+) -> None:
+    write_module(tree, "limit-check", "v1-check", """
+        INTERFACE_VERSION = 1
+        def may_launch(args): return {"allow": True}
+        def must_stop(args): return {"stop": False}
+        def report(args): return []
+    """)
+    settings = SettingsDir(settings_dir)
+    settings.ensure("plugins.json")
+    doc = settings.read("plugins.json")
+    from router.plugins.loader import check_paths
+
+    settings.update("plugins.json", doc.revision, lambda current: apply_plugins_patch(
+        current, {"revision": doc.revision, "plugins": {"limit-check": ["v1-check"]}},
+        module_exists=lambda k, n: check_paths(k, n, root=str(tree))))
+    log: list = []
+    layer = PluginLayer(settings=settings, records=MemoryRecords(), root=str(tree), log=log.append)
+    result = await layer.reload()
+    assert [(r.kind, r.code) for r in result.refused] == [("limit-check", "interface-version")]
+    refusal = await layer.launch("default")
+    assert refusal.code == "limit-check-failed" and "not-loaded" in refusal.message
