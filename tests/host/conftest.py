@@ -1,0 +1,65 @@
+"""Fixtures for the host's tests: a store, a daemon of each kind, a host."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import pytest
+import trio
+
+from router.container.host import Host, HostSettings
+from router.container.link import DaemonEndpoint
+from router.container.store import Store
+from tests.support.daemons import KINDS, Daemon, spawn_daemon
+
+#: Reconnect quickly: the fault tests drop links on purpose, many times.
+FAST = dict(reconnect_base=0.02, reconnect_cap=0.25)
+
+
+def ours_missing() -> str | None:
+    """Why our daemon cannot run yet, or None when it can."""
+    try:
+        importlib.import_module("router.container.daemon_cli")
+    except Exception as error:  # noqa: BLE001 - any import failure is a skip reason
+        return f"our daemon (router.container.daemon_cli) does not import yet: {error!r}"
+    return None
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    if request.param == "ours":
+        reason = ours_missing()
+        if reason is not None:
+            pytest.skip(reason)
+    return request.param
+
+
+@pytest.fixture
+async def daemon(kind: str) -> AsyncIterator[Daemon]:
+    async with spawn_daemon(kind) as running:  # type: ignore[arg-type]
+        yield running
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "host.db"
+
+
+@pytest.fixture
+def store(store_path: Path) -> Iterator[Store]:
+    with Store(store_path) as opened:
+        yield opened
+
+
+def endpoint_of(daemon: Daemon, url: str | None = None) -> DaemonEndpoint:
+    return DaemonEndpoint(url or daemon.url, daemon.token)
+
+
+async def start_host(
+    nursery: trio.Nursery, store: Store, endpoint: DaemonEndpoint, **settings: object
+) -> Host:
+    host = Host(store, endpoint, HostSettings(**{**FAST, **settings}))  # type: ignore[arg-type]
+    await nursery.start(host.run)
+    return host

@@ -1,0 +1,240 @@
+"""The host's SQLite store: schema, migration, records, refusals."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+
+from router.container.store import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Refused,
+    Store,
+    StoreMisuse,
+)
+
+
+class Clock:
+    def __init__(self, start: int = 1_000) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_a_new_store_has_the_current_schema_in_wal_mode(store: Store) -> None:
+    assert store.schema_version() == SCHEMA_VERSION
+    assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.session("root") is None
+
+
+def test_an_old_store_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    MIGRATIONS[0](db)
+    db.execute("PRAGMA user_version = 1")
+    db.execute(
+        "INSERT INTO sessions (id, ordinal, created_at, updated_at) VALUES ('s', 1, 0, 0)"
+    )
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        assert store.require_session("s").generation == 1
+        # The step added the usage table.
+        assert store.record_usage("s", None, "r", 1, {"type": "usage", "inputTokens": 3})
+        assert store.usage_records()[0].input_tokens == 3
+
+
+def test_a_store_newer_than_the_code_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(Refused) as caught:
+        Store(path)
+    assert caught.value.code == "store-too-new"
+
+
+def test_a_second_host_on_one_store_is_refused_and_a_reader_is_not(store_path: Path) -> None:
+    with Store(store_path) as first:
+        first.create_session("s")
+        with pytest.raises(Refused) as caught:
+            Store(store_path)
+        assert caught.value.code == "store-busy"
+        with Store(store_path, exclusive=False) as reader:
+            assert reader.require_session("s").id == "s"
+    with Store(store_path) as again:  # the lock went with the first
+        assert again.session("s") is not None
+
+
+def test_a_missing_store_is_refused_when_it_may_not_be_created(tmp_path: Path) -> None:
+    with pytest.raises(Refused) as caught:
+        Store(tmp_path / "nothing.db", create=False)
+    assert caught.value.code == "no-store"
+    assert not (tmp_path / "nothing.db").exists()
+
+
+def test_sessions_are_created_once_and_listed_in_order(store: Store) -> None:
+    record, created = store.create_session("b", settings={"model": "m"})
+    assert created and record.generation == 1 and record.settings == {"model": "m"}
+    assert record.cursor_runtime is None and record.cursor_seq == 0
+    again, created = store.create_session("b", settings={"model": "other"})
+    assert not created and again.settings == {"model": "m"}
+    store.create_session("a")
+    assert [s.id for s in store.sessions()] == ["b", "a"]
+    with pytest.raises(Refused) as caught:
+        store.require_session("nope")
+    assert caught.value.code == "unknown-session"
+
+
+def test_enqueue_is_idempotent_on_the_key(store: Store) -> None:
+    store.create_session("s")
+    first, accepted = store.enqueue("s", "op", "hello", "steer")
+    assert accepted and first.status == "queued" and first.input == "hello"
+    assert first.when_busy == "steer" and first.generation == 1
+    second, accepted = store.enqueue("s", "op", "something else")
+    assert not accepted and second == first
+    with pytest.raises(Refused) as caught:
+        store.enqueue("nope", "op", "x")
+    assert caught.value.code == "unknown-session"
+    with pytest.raises(Refused):
+        store.enqueue("s", "op2", "x", "later")  # type: ignore[arg-type]
+
+
+def test_operation_transitions(store: Store) -> None:
+    store.create_session("s")
+    store.enqueue("s", "a", "x")
+    store.set_delivered("s", "a", "r1")
+    assert not store.requeue("s", "a")  # not running
+    assert store.start("s", "a") and not store.start("s", "a")
+    assert store.operation("s", "a").status == "running"
+    assert store.requeue("s", "a")
+    requeued = store.operation("s", "a")
+    assert requeued.status == "queued" and requeued.delivered is None
+    assert store.settle("s", "a", {"status": "done", "text": "t"})
+    assert not store.settle("s", "a", {"status": "unanswered", "reason": "late"})
+    settled = store.operation("s", "a")
+    assert settled.status == "done" and settled.outcome == {"status": "done", "text": "t"}
+    assert not store.settle("s", "missing", {"status": "done", "text": ""})
+    assert store.open_sessions() == []
+
+
+def test_messages_are_replaced_in_place_per_generation(store: Store) -> None:
+    store.create_session("s")
+    assert store.put_message("s", 1, {"id": "m1", "role": "user", "parts": []})
+    assert store.put_message("s", 1, {"id": "m2", "role": "assistant", "parts": []})
+    assert not store.put_message("s", 1, {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "v2"}]})
+    assert store.put_message("s", 2, {"id": "m1", "role": "user", "parts": []})
+    assert [m["id"] for m in store.messages("s")] == ["m1", "m2"]
+    assert store.messages("s")[0]["parts"] == [{"type": "text", "text": "v2"}]
+    assert [m["id"] for m in store.messages("s", 2)] == ["m1"]
+
+
+def test_reset_opens_a_new_generation_and_is_refused_while_busy(store: Store) -> None:
+    store.create_session("s")
+    store.put_message("s", 1, {"id": "m", "role": "user", "parts": []})
+    store.append_entries("s", 1, [{"turn": 1}])
+    store.enqueue("s", "a", "x")
+    with pytest.raises(Refused) as caught:
+        store.reset_session("s", None)
+    assert caught.value.code == "session-busy" and "abort" in caught.value.sentence
+    store.settle("s", "a", {"status": "done", "text": ""})
+    assert store.reset_session("s", "note") == 2
+    record = store.require_session("s")
+    assert record.generation == 2 and record.handoff == "note"
+    assert store.messages("s") == [] and store.entries("s") == []
+    assert store.entries("s", 1) == [{"turn": 1}]
+    assert store.take_handoff("s") == "note" and store.take_handoff("s") is None
+
+
+def test_fork_continues_the_parent_current_generation(store: Store) -> None:
+    store.create_session("p", settings={"model": "m"})
+    store.put_message("p", 1, {"id": "old", "role": "user", "parts": []})
+    store.append_entries("p", 1, [{"turn": 1}])
+    store.reset_session("p", None)
+    store.put_message("p", 2, {"id": "new", "role": "user", "parts": []})
+    store.append_entries("p", 2, [{"turn": 1, "text": "a"}, {"turn": 2, "text": "b"}])
+    child = store.fork_session("c", "p")
+    assert child.parent == "p" and child.generation == 1 and child.settings == {"model": "m"}
+    assert [m["id"] for m in store.messages("c")] == ["new"]
+    assert store.entries("c") == [{"turn": 1, "text": "a"}, {"turn": 2, "text": "b"}]
+    with pytest.raises(Refused) as caught:
+        store.fork_session("c", "p")
+    assert caught.value.code == "session-exists"
+    with pytest.raises(Refused) as caught:
+        store.fork_session("d", "missing")
+    assert caught.value.code == "unknown-session"
+
+
+def test_usage_records_sum_per_operation_and_filter_by_time(store_path: Path) -> None:
+    clock = Clock()
+    with Store(store_path, clock=clock) as store:
+        store.create_session("s")
+        store.create_session("t")
+        store.record_usage("s", "a", "r", 1, {"type": "usage", "inputTokens": 10, "outputTokens": 2})
+        assert not store.record_usage("s", "a", "r", 1, {"type": "usage", "inputTokens": 10})
+        clock.now = 2_000
+        store.record_usage("s", "a", "r", 5, {"type": "usage", "inputTokens": 1, "costUsd": 0.5})
+        store.record_usage("t", "b", "r", 1, {"type": "usage", "outputTokens": "lots"})
+        clock.now = 3_000
+        store.record_usage("s", None, "r", 9, {"type": "usage", "costUsd": 0.25})
+        records = store.usage_records()
+        assert [(r.session, r.operation_id) for r in records] == [("s", "a"), ("t", "b"), ("s", None)]
+        a = records[0]
+        assert (a.input_tokens, a.output_tokens, a.cost_usd, a.events) == (11, 2, 0.5, 2)
+        assert (a.first_at, a.last_at) == (1_000, 2_000)
+        assert records[1].output_tokens is None  # not a number: not counted
+        assert [r.operation_id for r in store.usage_records("s")] == ["a", None]
+        recent = store.usage_records(since=2_000)
+        assert [(r.operation_id, r.input_tokens) for r in recent] == [("a", 1), ("b", None), (None, None)]
+
+
+def test_a_failed_transaction_leaves_nothing(store: Store) -> None:
+    store.create_session("s")
+    with pytest.raises(ZeroDivisionError):
+        with store.transaction():
+            store.enqueue("s", "a", "x")
+            1 / 0
+    assert store.operation("s", "a") is None
+
+
+def test_entering_the_store_from_two_threads_is_flagged(store: Store) -> None:
+    inside = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with store.transaction():
+            inside.set()
+            release.wait(10)
+
+    worker = threading.Thread(target=hold)
+    worker.start()
+    try:
+        assert inside.wait(10)
+        with pytest.raises(StoreMisuse):
+            store.session("x")
+    finally:
+        release.set()
+        worker.join()
+    assert store.session("x") is None
+
+
+async def test_async_calls_run_one_at_a_time_in_worker_threads(store: Store) -> None:
+    store.create_session("s")
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    def enqueue(store: Store, i: int) -> None:
+        seen.append(threading.get_ident())
+        store.enqueue("s", f"op{i}", str(i))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(20):
+            nursery.start_soon(store.transact, enqueue, i)
+    assert loop_thread not in seen
+    assert len(await store.call(store.operations)) == 20
