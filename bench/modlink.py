@@ -1,0 +1,232 @@
+"""Mod link load benchmark: prints a table.
+
+    .venv/bin/python bench/modlink.py [--calls 2000] [--events 50000] [--links 100] [--idle 10]
+
+1. Call latency: ``link.call("session.model")`` to the typed result, with the
+   simulator answering at once, over the real socket (p50, p99). Reference,
+   same process and socket: a bare ``GET /healthz`` round trip.
+2. Event ingestion: ``step`` events posted in batches of 100 (the mod's
+   ``flush`` batches what queued while a post was out) and one by one, with
+   one subscriber reading every event; events per second accepted.
+3. Idle links: N links in this process, each with a poll held open by a client
+   process (which polls again the moment a hold ends, as the mod does). CPU of
+   this process over an idle window (must be near zero: no busy polling), and
+   memory per link (resident set growth divided by N).
+
+Everything runs on this machine's loopback only (Unix sockets in a temporary
+private directory), bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+import time
+from pathlib import Path
+from typing import Any
+
+# The repository first: this folder holds bench/wire.py, which would shadow
+# the ``wire`` package for a script run from here.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx  # noqa: E402
+import trio  # noqa: E402
+
+from router.modlink import ModLink  # noqa: E402
+from router.modlink.sim import ModSimulator  # noqa: E402
+from wire.json import dumps  # noqa: E402
+from wire.mod import MOD_INSTANCE_HEADER, MOD_URL_BASE  # noqa: E402
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def bench_calls(env: dict[str, str], calls: int) -> dict[str, Any]:
+    link = ModLink("bench-calls", env=env)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(link.run)
+        sim = ModSimulator("bench-calls", env=env, snapshot_interval=0)
+        await nursery.start(sim.run)
+        for _ in range(50):  # warm up
+            await link.call("session.model", deadline=10)
+        latencies = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            await link.call("session.model", deadline=10)
+            latencies.append(time.perf_counter() - start)
+        reference = []
+        transport = httpx.AsyncHTTPTransport(uds=link.path)
+        async with httpx.AsyncClient(transport=transport, base_url=MOD_URL_BASE) as client:
+            for _ in range(calls):
+                start = time.perf_counter()
+                await client.get("/healthz")
+                reference.append(time.perf_counter() - start)
+        nursery.cancel_scope.cancel()
+    return {
+        "p50": statistics.median(latencies) * 1000,
+        "p99": _percentile(latencies, 0.99) * 1000,
+        "ref_p50": statistics.median(reference) * 1000,
+        "ref_p99": _percentile(reference, 0.99) * 1000,
+    }
+
+
+async def bench_events(env: dict[str, str], total: int, batch: int) -> float:
+    link = ModLink(f"bench-events-{batch}", env=env)
+    step = {
+        "kind": "step",
+        "turnId": "t",
+        "index": 0,
+        "model": "claude-sonnet-4-5",
+        "parts": [{"type": "text", "text": "Some streamed text of a plausible length for one snapshot. " * 4}],
+        "done": False,
+    }
+    body = dumps({"events": [step] * batch}).encode()
+    received = 0
+    async with trio.open_nursery() as nursery:
+        await nursery.start(link.run)
+        subscription = link.events(capacity=total + 1)
+
+        async def read() -> None:
+            nonlocal received
+            async for _ in subscription:
+                received += 1
+
+        nursery.start_soon(read)
+        transport = httpx.AsyncHTTPTransport(uds=link.path)
+        async with httpx.AsyncClient(transport=transport, base_url=MOD_URL_BASE) as client:
+            start = time.perf_counter()
+            for _ in range(total // batch):
+                response = await client.post("/events", content=body, headers={MOD_INSTANCE_HEADER: "bench"})
+                assert response.status_code == 200
+            while received < (total // batch) * batch:
+                await trio.sleep(0)
+            elapsed = time.perf_counter() - start
+        nursery.cancel_scope.cancel()
+    return (total // batch) * batch / elapsed
+
+
+async def bench_idle(env: dict[str, str], count: int, idle: float) -> dict[str, Any]:
+    # Run first, in a fresh process, so the heap has no freed arenas for the
+    # links to reuse; tracemalloc counts Python's own allocations besides.
+    before = _rss_kib()
+    tracemalloc.start()
+    links = [ModLink(f"bench-idle-{n}", env=env) for n in range(count)]
+    async with trio.open_nursery() as nursery:
+        for link in links:
+            await nursery.start(link.run)
+        after_bind = _rss_kib()
+        traced_bind = tracemalloc.get_traced_memory()[0]
+        paths = "\n".join(link.path for link in links)
+        client = await trio.lowlevel.open_process(
+            [sys.executable, __file__, "--hold-polls"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert client.stdin is not None and client.stdout is not None
+        await client.stdin.send_all(paths.encode() + b"\n")
+        await client.stdin.aclose()
+        # Wait until every link holds a poll: an event per link, not a timing.
+        while sum(link.statistics()["polls_waiting"] for link in links) < count:
+            await trio.sleep(0.05)
+        held = _rss_kib()
+        traced_held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        cpu_start, wall_start = _cpu_seconds(), time.perf_counter()
+        expired_start = sum(link.polls_expired for link in links)
+        await trio.sleep(idle)
+        cpu = _cpu_seconds() - cpu_start
+        wall = time.perf_counter() - wall_start
+        expired = sum(link.polls_expired for link in links) - expired_start
+        waiting = sum(link.statistics()["polls_waiting"] for link in links)
+        client.kill()
+        await client.wait()
+        nursery.cancel_scope.cancel()
+    return {
+        "cpu_percent": 100 * cpu / wall,
+        "expired_polls": expired,
+        "waiting_at_end": waiting,
+        "kib_per_link_bound": (after_bind - before) / count,
+        "kib_per_link_held": (held - before) / count,
+        "traced_kib_per_link_bound": traced_bind / 1024 / count,
+        "traced_kib_per_link_held": traced_held / 1024 / count,
+    }
+
+
+async def hold_polls() -> None:
+    """The client side of the idle benchmark: one held poll per socket path
+    read from stdin, polling again as soon as a hold ends."""
+    paths = [line.strip() for line in sys.stdin if line.strip()]
+
+    async def poller(path: str) -> None:
+        transport = httpx.AsyncHTTPTransport(uds=path)
+        async with httpx.AsyncClient(transport=transport, base_url=MOD_URL_BASE, timeout=60) as client:
+            while True:
+                await client.post("/requests", content=b"", headers={MOD_INSTANCE_HEADER: "idle"})
+
+    async with trio.open_nursery() as nursery:
+        for path in paths:
+            nursery.start_soon(poller, path)
+
+
+async def main(args: argparse.Namespace) -> None:
+    base = tempfile.mkdtemp(prefix="mlb-", dir="/tmp")
+    os.chmod(base, 0o700)
+    env = {"XDG_RUNTIME_DIR": base}
+    try:
+        idle = await bench_idle(env, args.links, args.idle)
+        calls = await bench_calls(env, args.calls)
+        batched = await bench_events(env, args.events, 100)
+        single = await bench_events(env, max(args.events // 20, 100), 1)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    rows = [
+        ("call latency p50 (session.model, sim answers at once)", f"{calls['p50']:.2f} ms"),
+        ("call latency p99", f"{calls['p99']:.2f} ms"),
+        ("  reference: GET /healthz round trip p50 / p99", f"{calls['ref_p50']:.2f} / {calls['ref_p99']:.2f} ms"),
+        ("event ingestion, batches of 100, one subscriber", f"{batched:,.0f} events/s"),
+        ("event ingestion, one event per post", f"{single:,.0f} events/s"),
+        (f"{args.links} idle links, each with a held poll: CPU", f"{idle['cpu_percent']:.2f} % of one core over {args.idle:g} s"),
+        ("  polls that ran their 5 s hold out in that window", f"{idle['expired_polls']}"),
+        ("  polls held at the end of the window", f"{idle['waiting_at_end']}"),
+        ("memory per link, bound, no client: RSS / Python heap", f"{idle['kib_per_link_bound']:.0f} / {idle['traced_kib_per_link_bound']:.0f} KiB"),
+        ("memory per link, poll held: RSS / Python heap", f"{idle['kib_per_link_held']:.0f} / {idle['traced_kib_per_link_held']:.0f} KiB"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    print(f"{'measure'.ljust(width)}  value")
+    print(f"{'-' * width}  {'-' * 30}")
+    for name, value in rows:
+        print(f"{name.ljust(width)}  {value}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--events", type=int, default=50_000)
+    parser.add_argument("--links", type=int, default=100)
+    parser.add_argument("--idle", type=float, default=10.0, help="seconds of the idle window")
+    parser.add_argument("--hold-polls", action="store_true", help=argparse.SUPPRESS)
+    parsed = parser.parse_args()
+    if parsed.hold_polls:
+        trio.run(hold_polls)
+    else:
+        trio.run(main, parsed)
