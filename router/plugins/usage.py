@@ -48,8 +48,9 @@ __all__ = [
     "MemoryRecords",
     "RecordStore",
     "TurnMeter",
-    "UsageFigure",
+    "StoreLedger",
     "UsageLedger",
+    "UsageTotal",
     "add_usage",
     "check_usage",
     "iso",
@@ -111,30 +112,29 @@ def utc_now() -> dt.datetime:
 
 
 @attrs.frozen(kw_only=True)
-class UsageFigure:
-    """One ``usage`` event a container adapter reported, as the store keeps it.
+class UsageTotal:
+    """A session's usage figures for one operation, summed over its ``usage``
+    events (``operation_id`` None: the events between turns).
 
-    ``position`` orders a session's figures: it only grows (the store's row
-    id, say). The wire's ``usage`` event carries ``inputTokens``,
-    ``outputTokens`` and ``costUsd``, each optional; there are no cache kinds.
+    The wire's ``usage`` event carries ``inputTokens``, ``outputTokens`` and
+    ``costUsd``, each optional; there are no cache kinds. A sum is ``None``
+    when no event of the group reported that figure. The host's store answers
+    objects of this shape (``router.container.store.UsageRecord``).
     """
 
-    position: int
     operation_id: str | None
-    input_tokens: int | None
-    output_tokens: int | None
+    events: int
+    input_tokens: float | None
+    output_tokens: float | None
 
 
 class UsageLedger(Protocol):
     """The protocol the ``frames`` usage source reads: the usage figures the
-    router stored from a container session's ``usage`` events."""
+    router stored from a container session's ``usage`` events, summed per
+    operation. Totals only grow; a replayed frame is not counted twice."""
 
-    async def usage_position(self, session: str) -> int:
-        """The position of the session's newest figure, or 0 when it has none."""
-        ...
-
-    async def usage_since(self, session: str, after: int) -> Sequence[UsageFigure]:
-        """The session's figures with ``position > after``, oldest first."""
+    async def usage_totals(self, session: str) -> Sequence[UsageTotal]:
+        """One total per operation of ``session`` that reported usage."""
         ...
 
 
@@ -142,31 +142,45 @@ class MemoryLedger:
     """A :class:`UsageLedger` in memory, for tests and the in-process daemon."""
 
     def __init__(self) -> None:
-        self._figures: dict[str, list[UsageFigure]] = {}
-        self._position = 0
+        self._events: dict[str, list[tuple[str | None, float | None, float | None]]] = {}
 
     def add(
         self,
         session: str,
         *,
-        input_tokens: int | None = None,
-        output_tokens: int | None = None,
+        input_tokens: float | None = None,
+        output_tokens: float | None = None,
         operation_id: str | None = None,
-    ) -> UsageFigure:
-        self._position += 1
-        figure = UsageFigure(
-            position=self._position, operation_id=operation_id,
-            input_tokens=input_tokens, output_tokens=output_tokens,
-        )
-        self._figures.setdefault(session, []).append(figure)
-        return figure
+    ) -> None:
+        self._events.setdefault(session, []).append((operation_id, input_tokens, output_tokens))
 
-    async def usage_position(self, session: str) -> int:
-        figures = self._figures.get(session)
-        return figures[-1].position if figures else 0
+    async def usage_totals(self, session: str) -> Sequence[UsageTotal]:
+        groups: dict[str | None, list] = {}
+        for operation, i, o in self._events.get(session, ()):
+            groups.setdefault(operation, []).append((i, o))
 
-    async def usage_since(self, session: str, after: int) -> Sequence[UsageFigure]:
-        return [f for f in self._figures.get(session, ()) if f.position > after]
+        def total(values: list) -> float | None:
+            given = [v for v in values if v is not None]
+            return sum(given) if given else None
+
+        return [
+            UsageTotal(operation_id=op, events=len(items),
+                       input_tokens=total([i for i, _ in items]),
+                       output_tokens=total([o for _, o in items]))
+            for op, items in groups.items()
+        ]
+
+
+class StoreLedger:
+    """The host's SQLite store (``router.container.store.Store``) as a
+    :class:`UsageLedger`: its ``usage_records`` are the totals, read in the
+    store's worker thread."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    async def usage_totals(self, session: str) -> Sequence[Any]:
+        return await self._store.call(self._store.usage_records, session)
 
 
 # --------------------------------------------------------------------------- records

@@ -14,7 +14,13 @@ from router.plugins.layer import PluginLayer
 from router.plugins.loader import Loader
 from router.plugins.refusal import PluginError
 from router.plugins.settings import SettingsDir, apply_plugins_patch
-from router.plugins.usage import JsonlRecords, MemoryLedger, MemoryRecords, TurnMeter
+from router.plugins.usage import (
+    JsonlRecords,
+    MemoryLedger,
+    MemoryRecords,
+    StoreLedger,
+    TurnMeter,
+)
 
 from .conftest import write_module
 
@@ -30,30 +36,56 @@ MOD_LINK = {"via": "mod-link"}
 # --------------------------------------------------------------------------- frames
 
 
-async def test_frames_brackets_a_turn_by_ledger_position() -> None:
+async def test_frames_takes_the_difference_between_two_snapshots() -> None:
     ledger = MemoryLedger()
-    ledger.add("s", input_tokens=1000, output_tokens=1000)  # an earlier turn
+    ledger.add("s", input_tokens=1000, output_tokens=1000, operation_id="op-0")  # earlier turn
     request = {"session": "s", "reach": CONTAINER, "mark": None}
     first = await FRAMES.read_turn(request, {"ledger": ledger})
-    assert first == {"mark": 1, "usage": None}
-    ledger.add("s", input_tokens=10, output_tokens=5, operation_id="op")
-    ledger.add("other", input_tokens=99)
-    ledger.add("s", input_tokens=7)  # no output figure: counts what it has
+    assert first["usage"] is None
+    ledger.add("s", input_tokens=10, output_tokens=5, operation_id="op-1")
+    ledger.add("other", input_tokens=99, operation_id="op-1")
+    ledger.add("s", input_tokens=7, operation_id="op-1")  # no output figure: counts what it has
+    ledger.add("s", output_tokens=2)  # between turns: no operation
     second = await FRAMES.read_turn({**request, "mark": first["mark"]}, {"ledger": ledger})
-    assert second == {"mark": 4,
-                      "usage": {"input": 17, "output": 5, "cache_creation": 0, "cache_read": 0}}
+    assert second["usage"] == {"input": 17, "output": 7, "cache_creation": 0, "cache_read": 0}
+    # The next bracket starts where this one ended.
+    ledger.add("s", input_tokens=1, operation_id="op-1")
+    third = await FRAMES.read_turn({**request, "mark": second["mark"]}, {"ledger": ledger})
+    assert third["usage"]["input"] == 1
 
 
 async def test_frames_unknown_without_figures_and_not_mine_elsewhere() -> None:
     ledger = MemoryLedger()
-    request = {"session": "s", "reach": CONTAINER, "mark": 0}
-    assert await FRAMES.read_turn(request, {"ledger": ledger}) == {"mark": 0, "usage": None}
-    ledger.add("s")  # a usage event with no counts
-    assert (await FRAMES.read_turn(request, {"ledger": ledger}))["usage"] is None
+    request = {"session": "s", "reach": CONTAINER, "mark": None}
+    mark = (await FRAMES.read_turn(request, {"ledger": ledger}))["mark"]
+    assert (await FRAMES.read_turn({**request, "mark": mark}, {"ledger": ledger}))["usage"] is None
+    ledger.add("s", operation_id="op")  # a usage event with no counts
+    assert (await FRAMES.read_turn({**request, "mark": mark}, {"ledger": ledger}))["usage"] is None
     assert await FRAMES.read_turn({**request, "reach": MOD_LINK}, {"ledger": ledger}) is None
     with pytest.raises(PluginError) as caught:
         await FRAMES.read_turn(request, {})
     assert caught.value.code == "no-usage-ledger"
+    with pytest.raises(PluginError) as caught:
+        await FRAMES.read_turn({**request, "mark": 3}, {"ledger": ledger})
+    assert caught.value.code == "bad-mark"
+
+
+async def test_frames_reads_the_hosts_store(tmp_path: Path) -> None:
+    from router.container.store import Store
+
+    with Store(tmp_path / "host.db") as store:
+        ledger = StoreLedger(store)
+        store.record_usage("s", "op-0", "rt-1", 1, {"type": "usage", "inputTokens": 500})
+        request = {"session": "s", "reach": {"via": "in-process"}, "mark": None}
+        first = await FRAMES.read_turn(request, {"ledger": ledger})
+        store.record_usage("s", "op-1", "rt-1", 2,
+                           {"type": "usage", "inputTokens": 12, "outputTokens": 8})
+        store.record_usage("s", "op-1", "rt-1", 2,  # the same frame replayed: not counted
+                           {"type": "usage", "inputTokens": 12, "outputTokens": 8})
+        store.record_usage("s", "op-1", "rt-1", 3,
+                           {"type": "usage", "inputTokens": 2.6, "outputTokens": "lots"})
+        second = await FRAMES.read_turn({**request, "mark": first["mark"]}, {"ledger": ledger})
+        assert second["usage"] == {"input": 15, "output": 8, "cache_creation": 0, "cache_read": 0}
 
 
 # --------------------------------------------------------------------------- claude-transcript
