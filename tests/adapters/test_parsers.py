@@ -287,3 +287,35 @@ def test_parsers_refuse_non_json_only_with_a_value_error(text):
             parser.line(text)
         except (ValueError, JsonError):
             pass
+
+
+def test_recorded_codex_text_turn():
+    events, state, outcome = replay(CodexParser("op-1"), CODEX / "recorded-text.jsonl")
+    assert state == {"threadId": "01a229ce-10f6-79a0-921f-19237c207cc7"}
+    assert outcome == Done(text="Hello from the fake Responses API.")
+    # Codex reports its fallback-metadata notice as an error item: a warning.
+    assert events[0]["type"] == "log" and events[0]["level"] == "warn"
+    assert events[-1] == {"type": "usage", "inputTokens": 50, "outputTokens": 10}
+
+
+def test_recorded_codex_tool_turn():
+    events, _, outcome = replay(CodexParser("op-1"), CODEX / "recorded-tool.jsonl")
+    messages = [e["message"] for e in events if e["type"] == "message"]
+    shell_states = [
+        (p["state"], p.get("output")) for m in messages for p in m["parts"] if p["type"] == "tool"
+    ]
+    assert shell_states == [("running", None), ("done", "hello-from-shell\n"), ("done", "hello-from-shell\n")]
+    assert messages[-1]["parts"][-1] == {"type": "text", "text": "The command printed hello-from-shell."}
+    assert outcome == Done(text="The command printed hello-from-shell.")
+
+
+def test_recorded_codex_resume_keeps_the_thread():
+    _, first, _ = replay(CodexParser("op-1"), CODEX / "recorded-resume-1.jsonl")
+    _, second, outcome = replay(CodexParser("op-2"), CODEX / "recorded-resume-2.jsonl")
+    assert first == second
+    assert outcome == Done(text="The word was tangerine.")
+
+
+def test_recorded_codex_failure():
+    _, _, outcome = replay(CodexParser("op-1"), CODEX / "recorded-failed.jsonl")
+    assert isinstance(outcome, Unanswered) and "the fake refuses this request" in outcome.reason
