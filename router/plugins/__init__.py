@@ -1,0 +1,47 @@
+"""The plug-in layer: every part the core calls out to is a plug-in kind.
+
+A module of a kind is a directory ``router/plugins/<kind>/<name>/`` with an
+``__init__.py``; ``plugins.json`` in the settings directory says which are
+switched on. No core module imports a plug-in module by name: calls go
+through the loader (``router.plugins.loader``) and the broker
+(``router.plugins.broker``). See ``docs/plugins.md``.
+
+Layout: ``kinds`` (the registry), ``loader``, ``broker`` (deadlines and
+search), ``settings`` (files, revisions, patches), ``routing`` (harness
+routes and the launcher's checks), ``limits`` (fail-closed composition),
+``usage`` (turn brackets and records), ``channels``, ``layer`` (the object
+the main job holds) and ``cli`` (``router plugins|routes|limits``).
+"""
+
+from router.plugins.broker import Answer, Broker
+from router.plugins.kinds import KINDS, Kind
+from router.plugins.layer import PluginLayer
+from router.plugins.limits import Limits, Stop
+from router.plugins.loader import LoadedModule, Loader, LoadResult, PluginRefusal
+from router.plugins.refusal import PluginError, Refusal
+from router.plugins.routing import LaunchRecord
+from router.plugins.settings import SettingsDir
+from router.plugins.usage import JsonlRecords, MemoryLedger, MemoryRecords, StoreLedger, UsageLedger
+
+__all__ = [
+    "KINDS",
+    "Answer",
+    "Broker",
+    "JsonlRecords",
+    "Kind",
+    "LaunchRecord",
+    "Limits",
+    "LoadResult",
+    "LoadedModule",
+    "Loader",
+    "MemoryLedger",
+    "MemoryRecords",
+    "PluginError",
+    "PluginLayer",
+    "PluginRefusal",
+    "Refusal",
+    "SettingsDir",
+    "Stop",
+    "StoreLedger",
+    "UsageLedger",
+]
