@@ -148,7 +148,8 @@ class CliTurn:
     state: CliState
     #: The session's ``$HOME``.
     home: str
-    #: The environment the CLI inherits (before the command's own ``env``).
+    #: The environment the CLI inherits: the daemon's (less its secret) and
+    #: the adapter's ``env``, before the command's own ``env``.
     environ: Mapping[str, str] = attrs.field(factory=dict, repr=False)
 
 
@@ -559,7 +560,10 @@ class CliSession:
     # -- a turn -------------------------------------------------------------
 
     async def run(self, turn: AdapterTurn) -> ContainerOutcome:
+        # What the CLI inherits: the daemon's environment (less its secret)
+        # and the adapter's own additions, before the command's.
         environ = {key: value for key, value in os.environ.items() if key not in _SECRET_ENV}
+        environ.update(self._adapter.env)
         cli_turn = CliTurn(
             operation_id=turn.operation_id,
             prompt=input_text(turn.input),
