@@ -462,7 +462,8 @@ class ModLink:
 
     async def _admit_and_read(self, route: str) -> tuple[Any, Response | None]:
         """The claim, then the body as JSON: ``(value, None)`` or ``(None, refusal)``."""
-        instance = request.headers.get(MOD_INSTANCE_HEADER)
+        # An empty header names no instance, as a missing one.
+        instance = request.headers.get(MOD_INSTANCE_HEADER, "").strip() or None
         if not self._core.admit(instance):
             return None, _error(
                 MOD_STATUS_TAKEN,

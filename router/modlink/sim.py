@@ -549,31 +549,14 @@ class ModSimulator:
                     await chunk.wait()
                     continue
                 text += chunk
-                self.emit(
-                    ModStepEvent(
-                        turn_id=turn_id,
-                        index=index,
-                        model=self.model,
-                        effort=effort,
-                        parts=(ModStepText(text=text),),
-                        done=False,
-                    )
-                )
+                self.emit(self._snapshot(turn_id, index, text, effort, done=False))
                 if self.snapshot_interval > 0:
                     await trio.sleep(self.snapshot_interval)
                 else:
                     await trio.lowlevel.checkpoint()
             last = index == len(steps) - 1
             self.emit(
-                ModStepEvent(
-                    turn_id=turn_id,
-                    index=index,
-                    model=self.model,
-                    effort=effort,
-                    parts=(ModStepText(text=text),),
-                    done=True,
-                    stop_reason="end_turn" if last else "tool_use",
-                )
+                self._snapshot(turn_id, index, text, effort, done=True, stop_reason="end_turn" if last else "tool_use")
             )
             self._emit_row(
                 door="response",
@@ -583,6 +566,20 @@ class ModSimulator:
                 role="assistant",
             )
         self.emit(ModTurnCompleteEvent(turn_id=turn_id, stop_reason="answer"))
+
+    def _snapshot(
+        self, turn_id: str, index: int, text: str, effort: Any, *, done: bool, stop_reason: Any = ABSENT
+    ) -> ModStepEvent:
+        # The whole step so far, not a delta (seed, ``step``).
+        return ModStepEvent(
+            turn_id=turn_id,
+            index=index,
+            model=self.model,
+            effort=effort,
+            parts=(ModStepText(text=text),),
+            done=done,
+            stop_reason=stop_reason,
+        )
 
 
 class _CallFailed(Exception):

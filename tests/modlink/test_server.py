@@ -386,3 +386,10 @@ async def test_a_session_id_event_keeps_the_socket(link: ModLink, open_client: A
         assert (await client.get("/healthz")).status_code == 200
     after = os.stat(link.path)
     assert (before.st_ino, before.st_dev) == (after.st_ino, after.st_dev)
+
+
+async def test_an_empty_instance_header_names_no_instance(link: ModLink, open_client: Any) -> None:
+    async with open_client(link.path, None) as client:
+        response = await client.http.post("/events", content=b'{"events": []}', headers={"x-claude-envoy-mod": " "})
+    assert response.status_code == 200
+    assert link.state.instance is None
