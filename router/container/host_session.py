@@ -50,7 +50,7 @@ from router.container.link import (
     LinkDropped,
     LinkError,
     LinkUnreachable,
-    close_socket,
+    SessionSocket,
     closed_error,
     dial,
     read_hello,
@@ -279,9 +279,10 @@ class SessionLink:
         # the nursery, so they come out whole rather than in an exception
         # group (nurseries are strict).
         async with trio.open_nursery() as nursery:
-            ws: WebSocketConnection | None = None
+            socket: SessionSocket | None = None
             try:
-                ws = await dial(nursery, endpoint, self.session, connect_timeout=host.settings.connect_timeout)
+                socket = await dial(nursery, endpoint, self.session, connect_timeout=host.settings.connect_timeout)
+                ws = socket.ws
                 hello = await read_hello(ws, endpoint, timeout=host.settings.hello_timeout)
                 core = ConnectionCore(
                     self.session,
@@ -296,8 +297,8 @@ class SessionLink:
                 self._core = None
                 self.runtime_id = None
                 self._commands.clear()
-                if ws is not None:
-                    await close_socket(ws)
+                if socket is not None:
+                    await socket.close()
                 nursery.cancel_scope.cancel()
         if ended is not None:
             raise ended

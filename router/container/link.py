@@ -30,7 +30,7 @@ from trio_websocket import (
     ConnectionClosed,
     HandshakeError,
     WebSocketConnection,
-    connect_websocket,
+    wrap_client_stream,
 )
 
 from wire.container import (
@@ -236,42 +236,67 @@ async def wait_healthy(endpoint: DaemonEndpoint, *, timeout: float = HEALTH_WAIT
 
 # --------------------------------------------------------------------------- dial and hello
 
+@attrs.define(eq=False)
+class SessionSocket:
+    """An open session socket: the WebSocket and the TCP (or TLS) stream
+    under it, which this side owns and closes (trio-websocket leaves a
+    client's stream open after a close the server started)."""
+
+    ws: WebSocketConnection
+    stream: trio.abc.Stream
+
+    async def close(self, *, timeout: float = 1.0) -> None:
+        """Close: the close handshake (1000) within ``timeout`` seconds when
+        the caller is not being cancelled; when it is (the host is stopping,
+        the connection's reader task with it, so no handshake can complete),
+        at once. Either way the stream is closed when this returns."""
+        if trio.current_effective_deadline() != -math.inf:
+            with trio.CancelScope(shield=True), trio.move_on_after(timeout):
+                await self.ws.aclose()
+        await trio.aclose_forcefully(self.stream)
+
+
 async def dial(
     nursery: trio.Nursery,
     endpoint: DaemonEndpoint,
     session: str,
     *,
     connect_timeout: float = CONNECT_TIMEOUT,
-) -> WebSocketConnection:
+) -> SessionSocket:
     """Open the session's socket; its reader task runs in ``nursery``.
 
-    Resource handling: the caller owns the connection and closes it (and
-    cancels ``nursery``) when done. Error handling: every failure to reach
-    the daemon is :class:`LinkUnreachable`."""
+    Resource handling: the caller owns the socket and closes it (and
+    cancels ``nursery``) when done; on failure nothing is left open. Error
+    handling: every failure to reach the daemon is :class:`LinkUnreachable`."""
+    stream: trio.abc.Stream | None = None
     try:
         with trio.fail_after(connect_timeout):
-            stream_ssl: bool | ssl.SSLContext = ssl.create_default_context() if endpoint.tls else False
-            return await connect_websocket(
+            stream = await _open_stream(endpoint)
+            ws = await wrap_client_stream(
                 nursery,
-                endpoint.host,
-                endpoint.port,
+                stream,
+                endpoint.authority,
                 endpoint.session_path(session),
-                use_ssl=stream_ssl,
                 extra_headers=[(CONTAINER_TOKEN_HEADER.encode(), endpoint.token.encode())],
                 message_queue_size=MESSAGE_QUEUE_SIZE,
                 max_message_size=MAX_MESSAGE_SIZE,
                 receive_buffer_size=65536,
             )
-    except trio.TooSlowError:
-        raise LinkUnreachable(
-            "connect-timeout",
-            f"the daemon at {endpoint.url} did not accept the session socket within "
-            f"{connect_timeout:g} s",
-        ) from None
-    except (OSError, HandshakeError, ConnectionClosed, trio.BrokenResourceError) as error:
-        raise LinkUnreachable(
-            "daemon-unreachable", f"could not open the session socket at {endpoint.url}: {error}"
-        ) from None
+            return SessionSocket(ws, stream)
+    except BaseException as error:
+        if stream is not None:
+            await trio.aclose_forcefully(stream)
+        if isinstance(error, trio.TooSlowError):
+            raise LinkUnreachable(
+                "connect-timeout",
+                f"the daemon at {endpoint.url} did not accept the session socket within "
+                f"{connect_timeout:g} s",
+            ) from None
+        if isinstance(error, (OSError, HandshakeError, ConnectionClosed, trio.BrokenResourceError)):
+            raise LinkUnreachable(
+                "daemon-unreachable", f"could not open the session socket at {endpoint.url}: {error}"
+            ) from None
+        raise
 
 
 def closed_error(error: ConnectionClosed, endpoint: DaemonEndpoint) -> LinkError:
@@ -325,20 +350,6 @@ async def read_hello(
             f"host {CONTAINER_PROTOCOL_VERSION}; run a daemon and host of the same release",
         )
     return message
-
-
-async def close_socket(ws: WebSocketConnection, *, timeout: float = 1.0) -> None:
-    """Close a session socket: the close handshake (1000) within
-    ``timeout`` seconds when the caller is not being cancelled; when it is
-    (the host is stopping, and the connection's reader task with it, so no
-    handshake can complete), the TCP stream is closed at once."""
-    if trio.current_effective_deadline() == -math.inf:
-        with trio.CancelScope() as scope:
-            scope.cancel(reason="closing the socket without a handshake")
-            await ws.aclose()
-        return
-    with trio.CancelScope(shield=True), trio.move_on_after(timeout):
-        await ws.aclose()
 
 
 # --------------------------------------------------------------------------- backoff
