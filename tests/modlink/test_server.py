@@ -390,6 +390,6 @@ async def test_a_session_id_event_keeps_the_socket(link: ModLink, open_client: A
 
 async def test_an_empty_instance_header_names_no_instance(link: ModLink, open_client: Any) -> None:
     async with open_client(link.path, None) as client:
-        response = await client.http.post("/events", content=b'{"events": []}', headers={"x-claude-envoy-mod": " "})
+        response = await client.http.post("/events", content=b'{"events": []}', headers={"x-claude-envoy-mod": ""})
     assert response.status_code == 200
     assert link.state.instance is None
