@@ -46,7 +46,7 @@ import attrs
 
 from router.plugins.broker import Answer, Broker
 from router.plugins.loader import LoadedModule, Log, default_log
-from router.plugins.refusal import Refusal, is_code
+from router.plugins.refusal import Refusal
 from router.plugins.usage import TOKEN_KINDS, iso
 
 __all__ = [

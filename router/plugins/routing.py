@@ -52,6 +52,7 @@ from router.plugins.broker import Broker
 from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule
 from router.plugins.refusal import Refusal, is_code
+from router.plugins.settings import check_patch_envelope
 
 __all__ = [
     "HarnessFacts",
@@ -427,8 +428,6 @@ def apply_routes_patch(
     ``check(route, models)``: the launcher's checks 1–4. A route the patch
     does not change is not checked.
     """
-    from router.plugins.settings import check_patch_envelope
-
     refusal = check_patch_envelope(patch, {"instances", "models"}, "routes")
     if refusal is not None:
         return refusal
