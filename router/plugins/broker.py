@@ -131,14 +131,19 @@ class Broker:
             deadline = self._deadlines.get(function, 10.0)
         self._calls += 1
         seconds = math.inf if deadline is None else float(deadline)  # type: ignore[arg-type]
-        with trio.move_on_after(seconds) as scope:
-            try:
+        scope = trio.move_on_after(seconds)
+        try:
+            with scope:
                 value = await module.function(function)(*args)
-            except Exception as exc:
-                if scope.cancel_called:
-                    # Raised while (or because) it was being cancelled.
-                    return self._refused(self._late(module, function, seconds))
-                return self._refused(_crash(module, function, exc, crash_code))
+        except Exception as exc:
+            # Caught outside the scope, so it also catches what is left of an
+            # exception group once the scope has taken its own Cancelled out
+            # (a module whose nursery failed while it was being cancelled).
+            # A Cancelled from the caller's scopes is a BaseException and
+            # goes through.
+            if scope.cancel_called:
+                return self._refused(self._late(module, function, seconds))
+            return self._refused(_crash(module, function, exc, crash_code))
         if scope.cancel_called:
             # Cancelled and stopped (cancelled_caught), or cancelled and
             # answered anyway: either way it did not answer in time.

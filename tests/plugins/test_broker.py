@@ -40,6 +40,22 @@ SEARCH_FIXTURES = {
                 pass  # swallows its cancellation, and answers anyway
             return {"query": query, "total": 0, "results": []}
     """,
+    "fails-while-cancelled": """
+        import trio
+        INTERFACE_VERSION = 1
+        async def search(options, query, deps):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.sleep_forever)
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    raise RuntimeError("cleanup failed")
+    """,
+    "groups": """
+        INTERFACE_VERSION = 1
+        async def search(options, query, deps):
+            raise ExceptionGroup("two failures", [ValueError("a"), KeyError("b")])
+    """,
     "refuses": """
         from router.plugins.refusal import PluginError
         INTERFACE_VERSION = 1
@@ -99,6 +115,12 @@ async def test_a_module_that_answers_after_its_deadline_is_refused(loader_for, a
     assert isinstance(answer, Refusal) and answer.code == "deadline"
 
 
+async def test_a_module_failing_while_cancelled_is_a_deadline(loader_for, autojump_clock) -> None:
+    broker = Broker(deadlines={"search": 5}, log=lambda e: None)
+    answer = await broker.search(loader_for("fails-while-cancelled"), "trio")
+    assert isinstance(answer, Refusal) and answer.code == "deadline"
+
+
 async def test_the_caller_cancelling_is_not_swallowed(loader_for, autojump_clock) -> None:
     broker = Broker(deadlines={"search": 60}, log=lambda e: None)
     with trio.move_on_after(1) as outer:
@@ -109,7 +131,8 @@ async def test_the_caller_cancelling_is_not_swallowed(loader_for, autojump_clock
 
 @pytest.mark.parametrize(
     "name, code",
-    [("refuses", "quota-exhausted"), ("crashes", "search-failed"), ("sloppy", "malformed-answer")],
+    [("refuses", "quota-exhausted"), ("crashes", "search-failed"), ("groups", "search-failed"),
+     ("sloppy", "malformed-answer")],
 )
 async def test_module_refusals(loader_for, name: str, code: str) -> None:
     log: list = []
