@@ -1,0 +1,169 @@
+"""The link: endpoint rules, backoff, and what the host does with daemons
+that misbehave (a scripted daemon over real sockets)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import trio
+
+from router.container.host import Host, HostSettings
+from router.container.link import (
+    Backoff,
+    DaemonEndpoint,
+    EndpointError,
+    LinkUnreachable,
+    ProtocolMismatch,
+)
+from router.container.store import Store
+from tests.host.conftest import FAST
+from tests.host.fake_daemon import HELLO, FakeConnection, FakeDaemon
+
+
+def test_endpoints_name_their_paths() -> None:
+    endpoint = DaemonEndpoint("ws://example.test:8080/base/", "t")
+    assert (endpoint.host, endpoint.port, endpoint.tls) == ("example.test", 8080, False)
+    assert endpoint.session_path("a b/c") == "/base/sessions/a%20b%2Fc"
+    assert endpoint.health_path == "/base/healthz"
+    assert endpoint.authority == "example.test:8080"
+    secure = DaemonEndpoint("https://example.test", "t")
+    assert (secure.port, secure.tls, secure.authority) == (443, True, "example.test")
+    assert "s3cret" not in repr(DaemonEndpoint("ws://h:1", "s3cret"))  # the token stays out of logs
+    for bad in ("ftp://x", "ws://", "ws://h:99999"):
+        with pytest.raises(EndpointError) as caught:
+            DaemonEndpoint(bad, "t")
+        assert caught.value.code == "bad-daemon-url"
+
+
+def test_backoff_grows_to_its_cap_with_jitter_and_resets() -> None:
+    backoff = Backoff(base=1.0, cap=8.0, rng=random.Random(7))
+    steps = [1, 2, 4, 8, 8, 8]
+    for step in steps:
+        delay = backoff.next()
+        assert step / 2 <= delay <= step
+    backoff.reset()
+    assert 0.5 <= backoff.next() <= 1.0
+
+
+async def start(nursery: trio.Nursery, store: Store, daemon: FakeDaemon, **settings: object) -> Host:
+    host = Host(store, DaemonEndpoint(daemon.url, "t"), HostSettings(**{**FAST, **settings}))  # type: ignore[arg-type]
+    await nursery.start(host.run)
+    return host
+
+
+async def fake(nursery: trio.Nursery, script: object, **options: object) -> FakeDaemon:
+    return await nursery.start(FakeDaemon(script, **options).run)  # type: ignore[arg-type]
+
+
+async def test_another_protocol_is_an_error_not_a_retry_loop(nursery: trio.Nursery, store: Store) -> None:
+    async def script(connection: FakeConnection) -> None:
+        await connection.send({**HELLO, "protocol": 2})
+        await trio.sleep_forever()
+
+    daemon = await fake(nursery, script)
+    host = await start(nursery, store, daemon)
+    receipt = await host.session().submit("x")
+    with pytest.raises(ProtocolMismatch) as caught:
+        await host.session().wait(receipt.operation_id)
+    assert caught.value.code == "protocol-mismatch" and "protocol 2" in caught.value.sentence
+    assert daemon.connections == 1
+    assert host.session().link.state == "failed"
+    # A new submission tries again (once), and is refused the same way.
+    await host.session().submit("y", operation_id="y")
+    with pytest.raises(ProtocolMismatch):
+        await host.session().wait("y")
+    assert daemon.connections == 2
+
+
+async def test_no_hello_in_time_is_retried_then_given_up(nursery: trio.Nursery, store: Store) -> None:
+    async def script(connection: FakeConnection) -> None:
+        await trio.sleep_forever()
+
+    daemon = await fake(nursery, script)
+    host = await start(nursery, store, daemon, hello_timeout=0.2, give_up_after=1.0)
+    receipt = await host.session().submit("x")
+    with pytest.raises(LinkUnreachable) as caught:
+        await host.session().wait(receipt.operation_id)
+    assert caught.value.code == "no-hello" and "gave up" in caught.value.sentence
+    assert daemon.connections >= 2
+
+
+async def test_an_unhealthy_daemon_is_not_dialled(nursery: trio.Nursery, store: Store) -> None:
+    async def script(connection: FakeConnection) -> None:
+        raise AssertionError("dialled an unhealthy daemon")
+
+    daemon = await fake(nursery, script, health_status=503)
+    host = await start(nursery, store, daemon, health_wait=0.3, give_up_after=0.5)
+    receipt = await host.session().submit("x")
+    with pytest.raises(LinkUnreachable) as caught:
+        await host.session().wait(receipt.operation_id)
+    assert caught.value.code == "daemon-unhealthy"
+    assert daemon.connections == 0 and set(daemon.paths) == {"/healthz"}
+
+
+async def test_nothing_listening_is_unreachable(nursery: trio.Nursery, store: Store) -> None:
+    with trio.socket.socket() as probe:  # a port nobody listens on
+        await probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    host = Host(
+        store,
+        DaemonEndpoint(f"ws://127.0.0.1:{port}", "t"),
+        HostSettings(**{**FAST, "health_wait": 0.3, "give_up_after": 0.5}),  # type: ignore[arg-type]
+    )
+    await nursery.start(host.run)
+    receipt = await host.session().submit("x")
+    with pytest.raises(LinkUnreachable) as caught:
+        await host.session().wait(receipt.operation_id)
+    assert caught.value.code == "daemon-unreachable"
+
+
+async def test_what_does_not_parse_is_dropped_and_the_session_goes_on(
+    nursery: trio.Nursery, store: Store
+) -> None:
+    async def script(connection: FakeConnection) -> None:
+        await connection.send_text("not json")
+        await connection.send({"type": "frame", "seq": 1, "frame": {"kind": "start"}})  # before hello
+        await connection.send(HELLO)
+        assert (await connection.receive())["type"] == "open"
+        assert (await connection.receive()) == {"type": "replay", "after": 0}
+        prompt = await connection.receive_type("prompt")
+        op = prompt["operationId"]
+        await connection.send({"type": "caught-up", "lastSeq": 0})
+        await connection.send_text("{bad")
+        await connection.send({"type": "error", "message": "unparseable message"})
+        await connection.send({"type": "frame", "seq": 1, "frame": {"kind": "nonsense"}})
+        await connection.send({"type": "frame", "seq": 1, "frame": {"kind": "start", "operationId": op}})
+        await connection.send(
+            {"type": "frame", "seq": 2, "frame": {"kind": "settle", "operationId": op, "outcome": {"status": "done", "text": "ok"}}}
+        )
+        assert await connection.receive_type("ack") == {"type": "ack", "seq": 2}
+        await trio.sleep_forever()
+
+    daemon = await fake(nursery, script)
+    host = await start(nursery, store, daemon)
+    result, messages = await host.session().prompt("hi")
+    assert result.text == "ok"
+    assert [m["id"] for m in messages] == [f"{result.operation_id}:user"]
+    assert daemon.paths[-1] == "/sessions/root"
+
+
+async def test_a_replaced_socket_reconnects(nursery: trio.Nursery, store: Store) -> None:
+    async def script(connection: FakeConnection) -> None:
+        await connection.send(HELLO)
+        if daemon.connections == 1:
+            await connection.close(4001, "replaced by a newer connection")
+            return
+        prompt = await connection.receive_type("prompt")
+        op = prompt["operationId"]
+        await connection.send(
+            {"type": "frame", "seq": 1, "frame": {"kind": "settle", "operationId": op, "outcome": {"status": "unanswered", "reason": "r"}}}
+        )
+        await trio.sleep_forever()
+
+    daemon = await fake(nursery, script)
+    host = await start(nursery, store, daemon)
+    result, _ = await host.session().prompt("x")
+    assert (result.status, result.reason) == ("unanswered", "r")
+    assert daemon.connections == 2
+    assert host.session().link.last_error.code == "link-replaced"
