@@ -30,7 +30,7 @@ import trio
 from router.plugins.broker import Answer, Broker
 from router.plugins.loader import Loader
 from router.plugins.refusal import PluginError, Refusal
-from router.plugins.settings import SettingsDir
+from router.plugins.settings import SettingsDir, plugins_value
 
 __all__ = [
     "CLI_OFF_EXIT",
@@ -89,12 +89,8 @@ class Channels:
         self, channel: str, operation: str, args: Mapping[str, Any], core: CoreCaller
     ) -> Answer | Refusal:
         document = await trio.to_thread.run_sync(self._settings.read, "plugins.json")
-        if isinstance(document, Refusal):
-            plugins: object = None  # not an object: the loader keeps its last good selection
-        else:
-            value = document.value
-            plugins = value.get("plugins") if type(value) is dict else None
-        self._loader.load(plugins, only=["channel"])
+        # A file that is broken gives None: the loader keeps its last good selection.
+        self._loader.load(plugins_value(document), only=["channel"])
         captured = self._loader.modules("channel")  # frozen: a reload cannot change it
         module = next((m for m in captured if m.name == channel), None)
         if module is None:

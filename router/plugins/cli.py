@@ -40,6 +40,7 @@ from router.plugins.settings import (
     default_actor,
     default_data_dir,
     default_settings_dir,
+    plugins_value,
     redact,
 )
 from router.plugins.usage import JsonlRecords, utc_now
@@ -279,7 +280,7 @@ def _limit_checks(settings: SettingsDir, *, root: str | None) -> tuple[list[str]
     document = settings.read("plugins.json")
     if isinstance(document, Refusal):
         return document
-    plugins = document.value.get("plugins") if type(document.value) is dict else None
+    plugins = plugins_value(document)
     loader = Loader(root=root, log=lambda entry: None)
     loader.load(plugins, only=["limit-check"])
     value = plugins.get("limit-check") if type(plugins) is dict else None

@@ -34,7 +34,7 @@ from router.plugins.limits import Limits, Stop
 from router.plugins.loader import LoadedModule, Loader, LoadResult, Log, default_log
 from router.plugins.refusal import Refusal
 from router.plugins.routing import LaunchRecord, plan_launch
-from router.plugins.settings import Document, SettingsDir
+from router.plugins.settings import Document, SettingsDir, plugins_value
 from router.plugins.usage import Bracket, RecordStore, TurnMeter, utc_now
 
 __all__ = ["PluginLayer", "RUNTIME_KINDS"]
@@ -87,7 +87,7 @@ class PluginLayer:
         """Read ``plugins.json`` and load the runtime kinds. A file that does
         not parse refuses every kind, which keeps what it had."""
         document = await self._read("plugins.json")
-        plugins = _value(document, "plugins")
+        plugins = plugins_value(document)
         result = self.loader.load(plugins, only=RUNTIME_KINDS)
         if type(plugins) is dict:
             self._plugins = plugins

@@ -75,6 +75,7 @@ __all__ = [
     "apply_plugins_patch",
     "default_data_dir",
     "default_settings_dir",
+    "plugins_value",
     "redact",
     "revision_of",
 ]
@@ -128,6 +129,16 @@ def redact(value: Any) -> Any:
     if type(value) is list:
         return [redact(v) for v in value]
     return value
+
+
+def plugins_value(document: "Document | Refusal") -> Any:
+    """What the loader is given from ``plugins.json``: its ``plugins`` object
+    (an absent key is ``{}``: every kind off), or ``None`` when the file is
+    not an object or cannot be read, which the loader refuses for every kind
+    (each keeps what it had)."""
+    if isinstance(document, Refusal) or type(document.value) is not dict:
+        return None
+    return document.value.get("plugins", {})
 
 
 @attrs.frozen(kw_only=True)

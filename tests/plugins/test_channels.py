@@ -115,3 +115,10 @@ async def test_a_slow_send_does_not_hold_up_a_list(settings_dir: Path) -> None:
         assert answer.value == "list"
         release.set()
     assert order == ["list", "send"]
+
+
+async def test_a_file_without_plugins_switches_every_channel_off(settings_dir: Path) -> None:
+    surface = channels(settings_dir)
+    assert isinstance(await surface.dispatch("cli", "list", {}, Core()), Answer)
+    (settings_dir / "plugins.json").write_text("{}")
+    assert (await surface.dispatch("cli", "list", {}, Core())).code == "channel-off"
