@@ -59,6 +59,7 @@ __all__ = [
     "MOD_URL_BASE",
     "CALL_ARGUMENTS",
     "CALL_RESULTS",
+    "EVENT_KINDS",
     "ModAckBody",
     "ModAppendEvent",
     "ModAppendMessage",
@@ -256,8 +257,7 @@ def _is_path_segment(value: str) -> bool:
 def _without_trailing_slash(base: str) -> str:
     """``base`` without trailing slashes; the root (any run of slashes) is ``""``
     so that joining ``/claude-envoy`` onto it never doubles a slash."""
-    stripped = base.rstrip("/")
-    return stripped
+    return base.rstrip("/")
 
 
 def _absolute_base(value: str | None) -> str | None:
@@ -1223,13 +1223,13 @@ def _object_hook(structure: Any, cls: type) -> Any:
     a JSON object (the generated one would index into a str or a list)."""
 
     def hook(value: object, _: Any) -> Any:
-        _expect(type(value) is dict, f"{_article(cls)} (an object)", value)
+        _expect(type(value) is dict, f"a {_wire_name(cls)} (an object)", value)
         return structure(value, cls)
 
     return hook
 
 
-def _article(cls: type) -> str:
+def _wire_name(cls: type) -> str:
     return cls.__name__.removeprefix("Mod")
 
 
