@@ -53,7 +53,8 @@ NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
 def is_name(value: object) -> bool:
-    return type(value) is str and NAME_PATTERN.match(value) is not None
+    # fullmatch: `$` alone would let a trailing newline through.
+    return type(value) is str and NAME_PATTERN.fullmatch(value) is not None
 
 
 @attrs.frozen

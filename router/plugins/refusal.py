@@ -27,7 +27,7 @@ CODE_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 
 def is_code(value: object) -> bool:
     """Whether ``value`` is a refusal code (a ``str`` of the kebab-case shape)."""
-    return type(value) is str and CODE_PATTERN.match(value) is not None
+    return type(value) is str and CODE_PATTERN.fullmatch(value) is not None
 
 
 @attrs.frozen(kw_only=True)

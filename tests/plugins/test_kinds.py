@@ -32,5 +32,5 @@ def test_kind_settings() -> None:
     assert check_kind_setting(harness, {"echo": True}).code == "invalid-plugins"
     assert check_kind_setting(search, ["searxng-url"]).code == "invalid-plugins"
     assert check_kind_setting(search, None).code == "invalid-plugins"
-    for bad in ("Echo", "-echo", "echo_1", "", "1echo", "echo/../x", "echo "):
+    for bad in ("Echo", "-echo", "echo_1", "", "1echo", "echo/../x", "echo ", "echo\n"):
         assert check_kind_setting(harness, [bad]).code == "bad-name", bad

@@ -194,7 +194,7 @@ def test_no_account_no_quota() -> None:
 
 @pytest.mark.parametrize("reset, zone", [("5am", "Asia/Tokyo"), ("24:00", "Asia/Tokyo"),
                                          ("05:00", "Mars/Olympus"), ("05:00", None),
-                                         ("05:00", "../../etc/passwd")])
+                                         ("05:00", "../../etc/passwd"), ("05:00\n", "Asia/Tokyo")])
 def test_a_quota_it_cannot_read_raises_a_coded_error(reset, zone) -> None:
     with pytest.raises(PluginError) as caught:
         DAILY.report(args(daily(reset, zone), []))

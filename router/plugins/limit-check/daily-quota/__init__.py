@@ -73,7 +73,7 @@ def _quotas(limits):
         where = f"tokens.daily.{account}"
         if type(node) is not dict or type(node.get("limit")) is not int or node["limit"] < 0:
             raise PluginError("invalid-quota", f"{where} has no limit that is a count")
-        match = _RESET.match(node.get("reset") or "") if type(node.get("reset")) is str else None
+        match = _RESET.fullmatch(node.get("reset") or "") if type(node.get("reset")) is str else None
         if match is None:
             raise PluginError("invalid-quota", f'{where} has no reset time of the form "05:00"')
         try:

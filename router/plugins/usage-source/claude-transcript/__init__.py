@@ -81,7 +81,7 @@ def _config_dir(options, env):
 
 def _find(session, options, env):
     """The transcript's path, or None when there is none (yet)."""
-    if type(session) is not str or not _SESSION.match(session):
+    if type(session) is not str or not _SESSION.fullmatch(session):
         raise PluginError("bad-session", f"{session!r} is not a Claude Code session id")
     config = _config_dir(options, env)
     if config is None:
