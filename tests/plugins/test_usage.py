@@ -253,9 +253,13 @@ async def test_turn_usage_lands_then_the_limit_stops_the_session(settings_dir: P
     revision = settings.read("limits.json").revision
     from router.plugins.limits import apply_limits_patch
 
-    settings.update("limits.json", revision, lambda current: (lambda r: ({"limits": r[0]}, r[1]))(
-        apply_limits_patch({}, {"tokens": {"instances": {"default": {"limit": 100}}}}, None,
-                           dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))))
+    def add_limit(current):
+        limits, changes = apply_limits_patch(
+            {}, {"tokens": {"instances": {"default": {"limit": 100}}}}, None,
+            dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+        return {"limits": limits}, changes
+
+    settings.update("limits.json", revision, add_limit)
     ledger = MemoryLedger()
     records = MemoryRecords()
     log: list = []
