@@ -1,5 +1,5 @@
 // Times the reference parsers (npm agents@0.32.0) over a corpus, for
-// bench/wire.py. Usage: node refbench.mjs <package dir> <rounds> < corpus.jsonl
+// bench/wire_parse.py. Usage: node refbench.mjs <package dir> <rounds> < corpus.jsonl
 // Each input line is {"fn": name, "arg": text}; prints one JSON line:
 // {"<fn>": {"calls": n, "seconds": s}, ...}
 import { pathToFileURL } from "node:url";

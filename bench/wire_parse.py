@@ -6,7 +6,7 @@ streaming model turn put on the wire (text deltas, messages, usage, persist
 entries, settles, hellos) and what a host sends (prompts, acks, opens with
 restore entries). Prints messages per second for both and the ratio.
 
-    .venv/bin/python bench/wire.py [--rounds N]
+    .venv/bin/python bench/wire_parse.py [--rounds N]
 
 The sans-IO cost only: no sockets. Node is a JIT and our side is CPython, so
 the ratio says how much of a daemon's or host's budget parsing can take.
