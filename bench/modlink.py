@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# The repository first: this folder holds bench/wire.py, which would shadow
-# the ``wire`` package for a script run from here.
+# The repository first, so the script runs from a checkout without an install.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
