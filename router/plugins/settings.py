@@ -67,7 +67,7 @@ from wire.json import JsonError, dumps, loads
 from router.plugins.defaults import DOCUMENTS
 from router.plugins.kinds import KINDS, check_kind_setting, is_name, names_of
 from router.plugins.refusal import Refusal
-from router.plugins.usage import iso, utc_now
+from router.plugins.usage import iso, read_json_lines, utc_now
 
 __all__ = [
     "Document",
@@ -253,19 +253,7 @@ class SettingsDir:
 
     def changes(self) -> list[dict[str, Any]]:
         """Every change line (a partial last line is skipped)."""
-        try:
-            data = (self.path / CHANGES_NAME).read_bytes()
-        except FileNotFoundError:
-            return []
-        out = []
-        for raw in data.split(b"\n")[:-1]:
-            try:
-                value = loads(raw.decode())
-            except (UnicodeDecodeError, JsonError):
-                continue
-            if type(value) is dict:
-                out.append(value)
-        return out
+        return read_json_lines(self.path / CHANGES_NAME)
 
     def _write_atomically(self, path: Path, data: bytes) -> None:
         temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")

@@ -53,8 +53,10 @@ __all__ = [
     "UsageTotal",
     "add_usage",
     "check_usage",
+    "count_usage",
     "iso",
     "parse_time",
+    "read_json_lines",
     "usage_total",
     "zero_usage",
 ]
@@ -102,6 +104,35 @@ def parse_time(text: object) -> dt.datetime | None:
     except ValueError:
         return None
     return moment if moment.tzinfo is not None else None
+
+
+def count_usage(
+    records: Sequence[Any], matches: Callable[[Mapping[str, Any]], bool], start: dt.datetime
+) -> tuple[dict[str, int], int]:
+    """The four kinds summed over the known records that ``matches`` and whose
+    ``at`` is at or after ``start``, and how many matching turns are unknown
+    there (``usage`` null, or a time that cannot be read: counted apart,
+    never as zero). A helper for limit checks."""
+    kinds = zero_usage()
+    unknown = 0
+    for record in records:
+        if type(record) is not dict or not matches(record):
+            continue
+        at = parse_time(record.get("at"))
+        if at is None:
+            unknown += 1
+            continue
+        if at < start:
+            continue
+        usage = record.get("usage")
+        if type(usage) is not dict:
+            unknown += 1
+            continue
+        for k in TOKEN_KINDS:
+            value = usage.get(k)
+            if type(value) is int and value > 0:
+                kinds[k] += value
+    return kinds, unknown
 
 
 def utc_now() -> dt.datetime:
@@ -226,20 +257,27 @@ class JsonlRecords:
             os.close(fd)
 
     def read(self) -> list[dict[str, Any]]:
+        return read_json_lines(self.path)
+
+
+def read_json_lines(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every line of ``path`` that is a JSON object; a missing file is empty.
+    The piece after the last newline is a partial line (a crash mid-append)
+    and is skipped, as is any line that is not an object."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    out = []
+    for raw in data.split(b"\n")[:-1]:
         try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        records = []
-        for raw in data.split(b"\n")[:-1]:  # the piece after the last newline is partial
-            try:
-                value = loads(raw.decode())
-            except (UnicodeDecodeError, ValueError):
-                continue
-            if type(value) is dict:
-                records.append(value)
-        return records
+            value = loads(raw.decode())
+        except (UnicodeDecodeError, ValueError):
+            continue
+        if type(value) is dict:
+            out.append(value)
+    return out
 
 
 # --------------------------------------------------------------------------- meter

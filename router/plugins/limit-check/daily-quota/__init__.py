@@ -35,7 +35,7 @@ import re
 import zoneinfo
 
 from router.plugins.refusal import PluginError
-from router.plugins.usage import TOKEN_KINDS, parse_time
+from router.plugins.usage import count_usage, parse_time
 
 INTERFACE_VERSION = 2
 
@@ -93,26 +93,7 @@ def _quotas(limits):
 
 
 def _count(records, account, start):
-    kinds = {k: 0 for k in TOKEN_KINDS}
-    unknown = 0
-    for record in records:
-        if type(record) is not dict or record.get("account") != account:
-            continue
-        at = parse_time(record.get("at"))
-        if at is None:
-            unknown += 1
-            continue
-        if at < start:
-            continue
-        usage = record.get("usage")
-        if type(usage) is not dict:
-            unknown += 1
-            continue
-        for k in TOKEN_KINDS:
-            value = usage.get(k)
-            if type(value) is int and value > 0:
-                kinds[k] += value
-    return kinds, unknown
+    return count_usage(records, lambda r: r.get("account") == account, start)
 
 
 def _window(args, reset, zone, since):

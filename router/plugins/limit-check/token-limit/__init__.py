@@ -24,7 +24,7 @@ limit is added and moved only by a reset (``router limits reset``).
 """
 
 from router.plugins.refusal import PluginError
-from router.plugins.usage import TOKEN_KINDS, parse_time
+from router.plugins.usage import count_usage, parse_time
 
 INTERFACE_VERSION = 2
 
@@ -72,26 +72,7 @@ def _walk(node, path, fields, matched):
 
 
 def _count(records, matched, since):
-    kinds = {k: 0 for k in TOKEN_KINDS}
-    unknown = 0
-    for record in records:
-        if type(record) is not dict or any(record.get(f) != v for f, v in matched.items()):
-            continue
-        at = parse_time(record.get("at"))
-        if at is None:
-            unknown += 1
-            continue
-        if at < since:
-            continue
-        usage = record.get("usage")
-        if type(usage) is not dict:
-            unknown += 1
-            continue
-        for k in TOKEN_KINDS:
-            value = usage.get(k)
-            if type(value) is int and value > 0:
-                kinds[k] += value
-    return kinds, unknown
+    return count_usage(records, lambda r: all(r.get(f) == v for f, v in matched.items()), since)
 
 
 def _hits(args):
