@@ -221,6 +221,22 @@ class Limits:
             )
         return answer
 
+    def _first_refusal(
+        self, function: str, key: str, switched_on: Sequence[str],
+        modules: Sequence[LoadedModule], args: Mapping[str, Any],
+    ) -> tuple[str, CheckFailure | Mapping[str, Any]] | None:
+        """Ask each check in order; the first failure or hit decides:
+        ``(check, failure)`` or ``(check, hit)``; ``None`` when all pass."""
+        limits = args["limits"]
+        for name in switched_on:
+            answer = self._ask(name, modules, function, args,
+                               lambda v: _check_decision(v, key, limits))
+            if isinstance(answer, CheckFailure):
+                return name, answer
+            if answer.value[key] != (key == "allow"):
+                return name, answer.value["hit"]
+        return None
+
     def may_launch(
         self,
         *,
@@ -234,28 +250,25 @@ class Limits:
         """``None`` when the launch may start, else ``limit-reached`` or
         ``limit-check-failed``."""
         args = {"limits": limits, "subject": subject, "records": records, "now": iso(now)}
-        for name in switched_on:
-            answer = self._ask(name, modules, "may_launch", args,
-                               lambda v: _check_decision(v, "allow", limits))
-            if isinstance(answer, CheckFailure):
-                self._log({"event": "launch-refused", "check": name, "code": answer.code,
-                           "message": answer.message, "subject": dict(subject)})
-                return Refusal(
-                    code="limit-check-failed",
-                    message=f'the limit check "{name}" failed ({answer.code}: {answer.message}); '
-                    "launches are refused until it answers; fix it or switch it off with "
-                    "`router plugins set`",
-                )
-            if not answer.value["allow"]:
-                hit = answer.value["hit"]
-                self._log({"event": "launch-refused", "check": name, "hit": hit,
-                           "subject": dict(subject)})
-                return Refusal(
-                    code="limit-reached",
-                    message=f"{stop_reason(name, hit)}; raise the limit or reset its count with "
-                    "`router limits set` before launching again",
-                )
-        return None
+        decided = self._first_refusal("may_launch", "allow", switched_on, modules, args)
+        if decided is None:
+            return None
+        name, why = decided
+        if isinstance(why, CheckFailure):
+            self._log({"event": "launch-refused", "check": name, "code": why.code,
+                       "message": why.message, "subject": dict(subject)})
+            return Refusal(
+                code="limit-check-failed",
+                message=f'the limit check "{name}" failed ({why.code}: {why.message}); '
+                "launches are refused until it answers; fix it or switch it off with "
+                "`router plugins set`",
+            )
+        self._log({"event": "launch-refused", "check": name, "hit": why, "subject": dict(subject)})
+        return Refusal(
+            code="limit-reached",
+            message=f"{stop_reason(name, why)}; raise the limit or reset its count with "
+            "`router limits set` before launching again",
+        )
 
     def must_stop(
         self,
@@ -269,22 +282,20 @@ class Limits:
     ) -> Stop | None:
         """``None`` when the session may go on after this turn."""
         args = {"limits": limits, "subject": subject, "records": records, "now": iso(now)}
-        for name in switched_on:
-            answer = self._ask(name, modules, "must_stop", args,
-                               lambda v: _check_decision(v, "stop", limits))
-            if isinstance(answer, CheckFailure):
-                stop = Stop(check=name, reason=f"limit-check-failed: {name} check failed: {answer.code}",
-                            failure=answer)
-                self._log({"event": "session-stop", "check": name, "code": answer.code,
-                           "reason": stop.reason, "subject": dict(subject)})
-                return stop
-            if answer.value["stop"]:
-                hit = answer.value["hit"]
-                stop = Stop(check=name, reason=stop_reason(name, hit), hit=hit)
-                self._log({"event": "session-stop", "check": name, "hit": hit,
-                           "reason": stop.reason, "subject": dict(subject)})
-                return stop
-        return None
+        decided = self._first_refusal("must_stop", "stop", switched_on, modules, args)
+        if decided is None:
+            return None
+        name, why = decided
+        if isinstance(why, CheckFailure):
+            stop = Stop(check=name, reason=f"limit-check-failed: {name} check failed: {why.code}",
+                        failure=why)
+            self._log({"event": "session-stop", "check": name, "code": why.code,
+                       "reason": stop.reason, "subject": dict(subject)})
+        else:
+            stop = Stop(check=name, reason=stop_reason(name, why), hit=why)
+            self._log({"event": "session-stop", "check": name, "hit": why,
+                       "reason": stop.reason, "subject": dict(subject)})
+        return stop
 
     def report(
         self,
