@@ -219,8 +219,8 @@ class SettingsDir:
                 return Refusal(
                     code="stale-revision",
                     message=f"{name} changed since revision {revision!r} (it is now "
-                    f"{current.revision}); run the show command again and make the patch "
-                    "against what it shows",
+                    f"{current.revision}); run `router {name.removesuffix('.json')}` again and "
+                    "make the patch against what it shows",
                 )
             result = compute(copy.deepcopy(current.value))
             if isinstance(result, Refusal):

@@ -172,7 +172,7 @@ def test_the_quota_counts_from_the_day_start_across_a_dst_change() -> None:
     after = args(limits, records, subject, now="2026-03-08T11:00:00Z")
     assert DAILY.may_launch(after) == {"allow": True}
     [entry] = DAILY.report(after)
-    assert (entry["count"], entry["unknown_turns"], entry["since"]) == (60, 1, "2026-03-08T10:00:00Z")
+    assert (entry["count"], entry["unknown_turns"], entry["since"]) == (60, 1, "2026-03-08T10:00:00.000Z")
     assert "own use" in entry["note"]
     more = records + [rec("2026-03-08T10:45:00Z", usage(0, 40), account="max")]
     assert DAILY.must_stop(args(limits, more, subject, now="2026-03-08T11:00:00Z")) == {
@@ -184,7 +184,7 @@ def test_since_later_than_the_day_start_wins() -> None:
     limits = daily("00:00", "Asia/Tokyo", since="2026-03-08T16:00:00Z")
     records = [rec("2026-03-08T15:30:00Z", usage(50), account="max")]
     [entry] = DAILY.report(args(limits, records, now="2026-03-08T17:00:00Z"))
-    assert (entry["count"], entry["since"]) == (0, "2026-03-08T16:00:00Z")
+    assert (entry["count"], entry["since"]) == (0, "2026-03-08T16:00:00.000Z")
 
 
 def test_no_account_no_quota() -> None:

@@ -35,7 +35,7 @@ import re
 import zoneinfo
 
 from router.plugins.refusal import PluginError
-from router.plugins.usage import count_usage, parse_time
+from router.plugins.usage import count_usage, iso, parse_time
 
 INTERFACE_VERSION = 2
 
@@ -132,7 +132,7 @@ def report(args):
         kinds, unknown = _count(args["records"], account, start)
         entries.append({
             "path": path, "limit": node["limit"],
-            "since": start.isoformat().replace("+00:00", "Z"),
+            "since": iso(start),
             "count": sum(kinds.values()), "kinds": kinds, "unknown_turns": unknown,
             "note": NOTE,
         })
