@@ -106,6 +106,12 @@ class HostSettings:
     #: never; the daemon is disposable and may come back). ``router prompt``
     #: sets it, so an unreachable daemon is an exit status, not a hang.
     give_up_after: float | None = None
+    #: Seconds between pings on a live connection, and how long a pong may
+    #: take before the connection is dropped (None: no pings). Not in the
+    #: reference (its platform watches the container instead); ours, so a
+    #: half-open TCP connection cannot hold a session forever.
+    ping_interval: float | None = 30.0
+    ping_timeout: float = 10.0
     #: Frames between acks (the reference's 32).
     ack_every: int = ACK_EVERY
     #: Reattach every session with open operations when the host starts

@@ -321,13 +321,18 @@ class SessionLink:
     async def _drive(self, ws: WebSocketConnection, core: ConnectionCore, nursery: trio.Nursery) -> None:
         send, receive = trio.open_memory_channel[Any](INBOX_SIZE)
         closed: list[ConnectionClosed] = []
+        dropped: list[LinkError] = []
         nursery.start_soon(self._reader, ws, send, closed, name=f"session {self.session!r} reader")
+        if self.host.settings.ping_interval is not None:
+            nursery.start_soon(self._heartbeat, ws, dropped, name=f"session {self.session!r} heartbeat")
         store = self.host.store
         with receive:
             while True:
                 self._wake = trio.Event()
                 if self._epoch != self._conn_epoch:
                     raise _Reconnect()
+                if dropped:
+                    raise dropped[0]
                 commands = list(self._commands)
                 self._commands.clear()
                 if commands:
@@ -400,6 +405,30 @@ class SessionLink:
                     return
                 await send.send(text)
                 self._wake.set()
+
+    async def _heartbeat(self, ws: WebSocketConnection, dropped: list[LinkError]) -> None:
+        """Ping every ``ping_interval``; a ping unanswered for
+        ``ping_timeout`` drops the connection (a half-open TCP connection
+        would otherwise hold a session forever: the daemon never drops a
+        quiet socket, and neither side writes while idle)."""
+        settings = self.host.settings
+        assert settings.ping_interval is not None
+        while True:
+            await trio.sleep(settings.ping_interval)
+            with trio.move_on_after(settings.ping_timeout) as scope:
+                try:
+                    await ws.ping()
+                except (ConnectionClosed, trio.BrokenResourceError):
+                    return  # the reader reports the close
+            if scope.cancelled_caught:
+                dropped.append(
+                    LinkDropped(
+                        "ping-timeout",
+                        f"the daemon did not answer a ping within {settings.ping_timeout:g} s",
+                    )
+                )
+                self._wake.set()
+                return
 
     def _commit(self, effects: Effects) -> None:
         """After a transaction committed: tell waiters and subscribers.

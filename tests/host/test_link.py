@@ -167,3 +167,23 @@ async def test_a_replaced_socket_reconnects(nursery: trio.Nursery, store: Store)
     assert (result.status, result.reason) == ("unanswered", "r")
     assert daemon.connections == 2
     assert host.session().link.last_error.code == "link-replaced"
+
+
+async def test_a_daemon_that_stops_answering_pings_is_redialled(nursery: trio.Nursery, store: Store) -> None:
+    async def script(connection: FakeConnection) -> None:
+        await connection.send(HELLO)
+        if daemon.connections == 1:
+            await trio.sleep_forever()  # reads nothing: pings go unanswered
+        prompt = await connection.receive_type("prompt")
+        op = prompt["operationId"]
+        await connection.send(
+            {"type": "frame", "seq": 1, "frame": {"kind": "settle", "operationId": op, "outcome": {"status": "done", "text": "back"}}}
+        )
+        await trio.sleep_forever()
+
+    daemon = await fake(nursery, script)
+    host = await start(nursery, store, daemon, ping_interval=0.1, ping_timeout=0.2)
+    result, _ = await host.session().prompt("x")
+    assert result.text == "back"
+    assert daemon.connections == 2
+    assert host.session().link.last_error.code == "ping-timeout"
