@@ -27,9 +27,11 @@ good one is attached to its session (:class:`~router.container.daemon.Daemon`):
 the session sends ``hello``, a newer connection for the same session closes
 this one with 4001, and each text received goes to the session. A binary
 message is decoded as UTF-8 with replacement characters, as the reference's
-``Buffer.toString("utf8")`` does; a text frame that is not valid UTF-8 is a
-protocol error (RFC 6455 §8.1) and closes the socket with 1007 (the reference
-decodes it with replacements instead).
+``Buffer.toString("utf8")`` does. A frame that breaks RFC 6455 (a text
+frame that is not UTF-8, an unmasked or reserved-opcode frame) fails the
+connection, as §7.1.7 says: wsproto reports it and the TCP connection is
+closed. The reference is laxer (it decodes bad UTF-8 with replacements and
+takes unmasked frames); either way no session sees such bytes.
 
 Nothing here drops a quiet WebSocket: no idle timeout, no ping. Deadlines
 apply only to HTTP heads still arriving and to close handshakes.
