@@ -1,0 +1,2 @@
+"""Adapters for `router daemon --adapter MODULE:ATTR` tests: good, broken
+and not adapters at all."""

@@ -1,0 +1,19 @@
+"""Attributes of every shape ``load_adapter`` meets."""
+
+from router.container.adapters.echo import EchoAdapter
+
+not_an_adapter = 42
+
+
+def make_adapter() -> EchoAdapter:
+    return EchoAdapter()
+
+
+class BadInfo:
+    info = {"id": "x", "version": "1", "capabilities": []}
+
+    async def open(self, context):  # pragma: no cover
+        raise AssertionError
+
+
+bad_info = BadInfo()
