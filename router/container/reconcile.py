@@ -38,9 +38,13 @@ anything is delivered, in this order (as the reference's ``#reconcile``):
    first; still queued or running there → left alone; running in another
    runtime (or in a runtime that regressed, below) → **lost**: requeued
    (``on_container_lost="retry"``) or settled ``unanswered`` /
-   ``container_lost`` (``"fail"``, the reference's default); anything else
-   (never started, or handed to a runtime that does not know it) → marked
-   undelivered, so it is handed over again.
+   ``container_lost`` (``"fail"``, the reference's default); handed to
+   another runtime (or none) → marked undelivered, so it is handed over
+   again; handed to *this* runtime, which does not list it → handed over
+   again at ``caught-up`` unless the replay settled it. (The daemon forgets
+   settled operations beyond 1,000 but keeps up to 10,000 frames: an
+   operation it forgot may still have its settle among the kept frames. The
+   reference hands it over at once, and the daemon runs it a second time.)
 3. *Operations the daemon has open but the host settled or never had* →
    ``abort`` there.
 4. *Cursor.* A ``runtimeId`` other than the cursor's resets the cursor to
@@ -66,7 +70,8 @@ with the same id); ``usage`` events are recorded per operation; ``persist``
 appends entries to the current generation; ``settle`` settles the
 operation. The cursor moves in the same transaction. An ``ack`` goes out
 after every :data:`ACK_EVERY` frames and after every batch that settled an
-operation. ``caught-up`` settles what ``hello`` reported settled.
+operation. ``caught-up`` settles what ``hello`` reported settled, and hands
+over the operations deferred in step 2 that are still open.
 
 Frames that arrive before the reconcile is done (before :meth:`hello`) are
 buffered and applied right after it, in the same transaction.
@@ -79,7 +84,8 @@ in between. Each case heals on the next ``hello``: a ``prompt`` marked
 delivered but never received is not in ``hello.operations``, so step 2 marks
 it undelivered; a lost ``abort`` is step 3; a lost ``ack`` costs a replay of
 frames the cursor then skips; a lost ``open`` shows as ``hello.open`` ≠
-generation; a lost ``configure`` is resent by step 1.
+generation; a lost ``configure`` is resent by step 1; a lost ``caught-up``
+ends with its connection, and the next ``hello`` decides again.
 """
 
 from __future__ import annotations
@@ -256,6 +262,9 @@ class ConnectionCore:
         #: ``(operation id, wire outcome)`` the daemon reported settled, to
         #: settle at ``caught-up``.
         self.settled_there: list[tuple[str, dict]] = []
+        #: Operations delivered to this runtime that ``hello`` did not list:
+        #: handed over again at ``caught-up`` if the replay did not settle them.
+        self.deferred: list[str] = []
         #: Frames and ``caught-up`` received before the reconcile.
         self.early: list[FrameMessage | CaughtUp] = []
         self.frames_applied = 0
@@ -289,6 +298,7 @@ class ConnectionCore:
         events: list[dict] = []
         settled: list[OperationResult] = []
         settled_there: list[tuple[str, dict]] = []
+        deferred: list[str] = []
 
         settings = converter.structure(record.settings, ContainerSettings)
         if hello.open != record.generation:
@@ -313,7 +323,14 @@ class ConnectionCore:
                 continue
             lost = operation.status == "running" and (operation.delivered != runtime or regressed)
             if not lost:
-                if operation.delivered is not None:
+                if operation.delivered == runtime and not regressed:
+                    # Handed to this very runtime, which does not list it:
+                    # it never arrived, or it settled and the daemon forgot
+                    # it (beyond 1,000 settled) while its frames are still
+                    # kept. Decide at ``caught-up``, once the kept frames
+                    # are in, so a kept settle wins over a second run.
+                    deferred.append(operation.id)
+                elif operation.delivered is not None:
                     store.set_delivered(self.session, operation.id, None)
                 continue
             lost_any = True
@@ -349,6 +366,7 @@ class ConnectionCore:
         # Decided and written: now the in-memory state.
         self.runtime_id = runtime
         self.settled_there = settled_there
+        self.deferred = deferred
         effects = Effects(sends=tuple(sends), events=tuple(events), settled=tuple(settled))
         if self.early:
             early, self.early = self.early, []
@@ -416,6 +434,8 @@ class ConnectionCore:
         settled_frame = False
         applied = skipped = 0
         pending_there = self.settled_there
+        deferred = self.deferred
+        redeliver = False
         for item in items:
             if type(item) is CaughtUp:
                 for operation_id, outcome in pending_there:
@@ -424,6 +444,12 @@ class ConnectionCore:
                         settled.append(result)
                         events.append(end_event(result))
                 pending_there = []
+                for operation_id in deferred:
+                    operation = store.operation(self.session, operation_id)
+                    if operation is not None and not operation.settled and operation.delivered == runtime:
+                        store.set_delivered(self.session, operation_id, None)
+                        redeliver = True
+                deferred = []
                 continue
             seq = item.seq
             counted += 1
@@ -442,6 +468,7 @@ class ConnectionCore:
 
         # Written: now the in-memory state, and the ack.
         self.settled_there = pending_there
+        self.deferred = deferred
         self.frames_applied += applied
         self.frames_skipped += skipped
         self.since_ack += counted
@@ -449,7 +476,10 @@ class ConnectionCore:
         if last_seq is not None and (settled_frame or self.since_ack >= self.ack_every):
             self.since_ack = 0
             sends = (Ack(seq=last_seq),)
-        return Effects(sends=sends, events=tuple(events), settled=tuple(settled))
+        effects = Effects(sends=sends, events=tuple(events), settled=tuple(settled))
+        if redeliver:
+            effects = effects + self.deliver(store)
+        return effects
 
     def _apply_frame(
         self, store: Store, record: Any, runtime: str, seq: int, frame: Any, events: list[dict]

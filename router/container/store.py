@@ -730,31 +730,22 @@ class Store:
 
     def put_message(
         self, session: str, generation: int, message: dict, operation_id: str | None = None
-    ) -> bool:
+    ) -> None:
         """Store a transcript message; one with the same id in the same
-        generation is replaced in place. Returns whether it was new."""
-        id = message["id"]
-        data = _dump(message)
+        generation is replaced in place (its position kept)."""
         now = self.now()
         with self.transaction():
-            updated = self._q(
-                "UPDATE messages SET data = ?, operation_id = ?, updated_at = ?"
-                " WHERE session = ? AND generation = ? AND id = ?",
-                (data, operation_id, now, session, generation, id),
-            ).rowcount
-            if updated:
-                return False
-            (position,) = self._q(
-                "SELECT COALESCE(MAX(position), 0) + 1 FROM messages"
-                " WHERE session = ? AND generation = ?",
-                (session, generation),
-            ).fetchone()
             self._q(
                 "INSERT INTO messages (session, generation, id, position, operation_id, data,"
-                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session, generation, id, position, operation_id, data, now, now),
-            )
-            return True
+                " created_at, updated_at) VALUES (?, ?, ?,"
+                " (SELECT COALESCE(MAX(position), 0) + 1 FROM messages"
+                "  WHERE session = ? AND generation = ?), ?, ?, ?, ?)"
+                " ON CONFLICT (session, generation, id) DO UPDATE SET"
+                " data = excluded.data, operation_id = excluded.operation_id,"
+                " updated_at = excluded.updated_at",
+                (session, generation, message["id"], session, generation, operation_id,
+                 _dump(message), now, now),
+            )  # fmt: skip
 
     def messages(self, session: str, generation: int | None = None) -> list[dict]:
         """The transcript of ``generation`` (default: the current one, that

@@ -78,6 +78,14 @@ class FakeConnection:
             if message["type"] == kind:
                 return message
 
+    async def greet(self, hello: dict = HELLO) -> dict:
+        """``hello``; then, at the host's ``replay``, ``caught-up`` (nothing
+        kept). Returns the replay."""
+        await self.send(hello)
+        replay = await self.receive_type("replay")
+        await self.send({"type": "caught-up", "lastSeq": hello["lastSeq"]})
+        return replay
+
     async def close(self, code: int, reason: str = "") -> None:
         await self.stream.send_all(self.ws.send(CloseConnection(code=code, reason=reason)))
         await self.stream.aclose()

@@ -150,10 +150,11 @@ async def test_what_does_not_parse_is_dropped_and_the_session_goes_on(
 
 async def test_a_replaced_socket_reconnects(nursery: trio.Nursery, store: Store) -> None:
     async def script(connection: FakeConnection) -> None:
-        await connection.send(HELLO)
         if daemon.connections == 1:
+            await connection.send(HELLO)
             await connection.close(4001, "replaced by a newer connection")
             return
+        await connection.greet()
         prompt = await connection.receive_type("prompt")
         op = prompt["operationId"]
         await connection.send(
@@ -171,9 +172,10 @@ async def test_a_replaced_socket_reconnects(nursery: trio.Nursery, store: Store)
 
 async def test_a_daemon_that_stops_answering_pings_is_redialled(nursery: trio.Nursery, store: Store) -> None:
     async def script(connection: FakeConnection) -> None:
-        await connection.send(HELLO)
         if daemon.connections == 1:
+            await connection.send(HELLO)
             await trio.sleep_forever()  # reads nothing: pings go unanswered
+        await connection.greet()
         prompt = await connection.receive_type("prompt")
         op = prompt["operationId"]
         await connection.send(

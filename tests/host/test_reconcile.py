@@ -153,12 +153,35 @@ def test_operations_the_daemon_still_has_are_left_alone(store: Store) -> None:
     assert store.operation(SESSION, "a").status == "running"
 
 
-def test_an_operation_delivered_but_unknown_there_is_delivered_again(store: Store) -> None:
+def test_an_operation_delivered_but_unknown_there_is_delivered_again_after_caught_up(store: Store) -> None:
     store.enqueue(SESSION, "a", "x")
     store.set_delivered(SESSION, "a", "r1")  # the prompt was lost with the socket
     store.set_cursor(SESSION, "r1", 0)
-    _, effects = connect(store, hello("r1", open=1))
-    assert kinds(effects) == ["configure", "replay", "prompt"]
+    core, effects = connect(store, hello("r1", open=1))
+    assert kinds(effects) == ["configure", "replay"]
+    effects = receive(store, core, caught_up(0))
+    assert sends(effects) == [{"type": "prompt", "operationId": "a", "input": "x", "whenBusy": "followUp"}]
+    assert store.operation(SESSION, "a").delivered == "r1"
+
+
+def test_an_operation_the_daemon_forgot_but_whose_frames_it_kept_is_not_run_twice(store: Store) -> None:
+    # The daemon forgets settled operations beyond 1,000 but keeps 10,000
+    # frames: "a" is not in hello, yet its settle is among the kept frames.
+    store.enqueue(SESSION, "a", "x")
+    store.set_delivered(SESSION, "a", "r1")
+    store.set_cursor(SESSION, "r1", 0)
+    core, effects = connect(store, hello("r1", open=1, last_seq=2))
+    assert "prompt" not in kinds(effects)
+    effects = receive(store, core, frame(1, start("a")), frame(2, settle("a", "t")), caught_up(2))
+    assert "prompt" not in kinds(effects)
+    assert store.operation(SESSION, "a").outcome == {"status": "done", "text": "t"}
+
+
+def test_an_operation_handed_to_another_runtime_is_delivered_at_once(store: Store) -> None:
+    store.enqueue(SESSION, "a", "x")
+    store.set_delivered(SESSION, "a", "r0")
+    _, effects = connect(store, hello("r1"))
+    assert kinds(effects) == ["open", "replay", "prompt"]
 
 
 def test_operations_settled_there_settle_after_caught_up(store: Store) -> None:

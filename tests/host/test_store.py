@@ -126,10 +126,10 @@ def test_operation_transitions(store: Store) -> None:
 
 def test_messages_are_replaced_in_place_per_generation(store: Store) -> None:
     store.create_session("s")
-    assert store.put_message("s", 1, {"id": "m1", "role": "user", "parts": []})
-    assert store.put_message("s", 1, {"id": "m2", "role": "assistant", "parts": []})
-    assert not store.put_message("s", 1, {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "v2"}]})
-    assert store.put_message("s", 2, {"id": "m1", "role": "user", "parts": []})
+    store.put_message("s", 1, {"id": "m1", "role": "user", "parts": []})
+    store.put_message("s", 1, {"id": "m2", "role": "assistant", "parts": []})
+    store.put_message("s", 1, {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "v2"}]})
+    store.put_message("s", 2, {"id": "m1", "role": "user", "parts": []})
     assert [m["id"] for m in store.messages("s")] == ["m1", "m2"]
     assert store.messages("s")[0]["parts"] == [{"type": "text", "text": "v2"}]
     assert [m["id"] for m in store.messages("s", 2)] == ["m1"]

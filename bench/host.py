@@ -1,0 +1,360 @@
+"""Host benchmark: prints a table.
+
+    .venv/bin/python bench/host.py [--frames 20000] [--ops 400] [--sessions 50] [--idle 200]
+                                   [--kinds reference,ours]
+
+1. Apply: frames applied per second into the store by the sans-IO core,
+   through ``Store.transact`` (one worker-thread hop per transaction), echo-
+   shaped frames (start, text-delta, message, persist, settle per operation):
+   one session with batches of 1, 32 and 512 frames per transaction, and 100
+   sessions applying batches of 32 concurrently. No sockets. Reference line:
+   the same frames applied by the core directly (no thread hop), batch 32.
+2. End to end, per daemon: operations per second through host and daemon
+   (one session, operations submitted at once and run one at a time by the
+   daemon; and ``--sessions`` sessions at once), and the latency of one
+   prompt (submit and wait, p50 / p99).
+3. Replay, per daemon: a bare client has the daemon run 2,000 echo turns
+   (10,000 frames, the daemon's whole keep) without acknowledging any; then a
+   host whose store knows those operations connects: time from ``run`` to
+   the last frame applied (health check, dial, ``hello``, reconcile, replay
+   of 10,000 frames in batches).
+4. Memory per idle session, per daemon: resident-set growth of a fresh
+   process after ``--idle`` sessions each prompted once (link live,
+   reconciled, idle), divided by their number, and the Python heap's share.
+
+Everything runs on this machine's loopback; daemons are real processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+# The repository first, so the script runs from a checkout without an install.
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import trio  # noqa: E402
+from trio_websocket import open_websocket_url  # noqa: E402
+
+from router.container.host import Host, HostSettings  # noqa: E402
+from router.container.link import DaemonEndpoint  # noqa: E402
+from router.container.reconcile import ConnectionCore  # noqa: E402
+from router.container.store import Store  # noqa: E402
+from tests.support.daemons import spawn_daemon  # noqa: E402
+from wire.container import CONTAINER_TOKEN_HEADER, FrameMessage, Hello, converter  # noqa: E402
+from wire.json import dumps  # noqa: E402
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+# --------------------------------------------------------------------------- 1. apply
+
+
+def echo_frames(operation_ids: list[str], first_seq: int = 1) -> list[FrameMessage]:
+    """The frames the echo adapter makes for these operations."""
+    frames = []
+    seq = first_seq
+    for op in operation_ids:
+        text = f"echo: a prompt of ordinary length for {op} (turn 1)"
+        message = {
+            "id": f"{op}:assistant",
+            "role": "assistant",
+            "parts": [{"type": "text", "text": text}],
+            "operationId": op,
+            "createdAt": 1_790_000_000_000,
+        }
+        bodies = [
+            {"kind": "start", "operationId": op},
+            {"kind": "event", "operationId": op, "event": {"type": "text-delta", "messageId": message["id"], "delta": text}},
+            {"kind": "event", "operationId": op, "event": {"type": "message", "message": message}},
+            {"kind": "persist", "entries": [{"turn": 1, "text": text}]},
+            {"kind": "settle", "operationId": op, "outcome": {"status": "done", "text": text}},
+        ]
+        for body in bodies:
+            frames.append(converter.structure({"type": "frame", "seq": seq, "frame": body}, FrameMessage))
+            seq += 1
+    return frames
+
+
+def hello(session: str, runtime: str = "bench") -> Hello:
+    return converter.structure(
+        {
+            "type": "hello", "protocol": 1, "runtimeId": runtime, "session": session,
+            "adapter": {"id": "echo", "version": "1", "capabilities": ["steer"]},
+            "open": 1, "lastSeq": 0, "operations": [],
+        },
+        Hello,
+    )  # fmt: skip
+
+
+def prepared(store: Store, session: str, operations: int) -> tuple[ConnectionCore, list[FrameMessage]]:
+    ids = [f"{session}-op{i}" for i in range(operations)]
+    with store.transaction():
+        store.create_session(session)
+        for op in ids:
+            store.enqueue(session, op, f"a prompt for {op}")
+            store.set_delivered(session, op, "bench")
+    core = ConnectionCore(session)
+    with store.transaction():
+        core.hello(store, hello(session))
+    return core, echo_frames(ids)
+
+
+async def bench_apply_one(directory: Path, frames: int, batch: int) -> float:
+    with Store(directory / f"one-{batch}.db") as store:
+        core, stream = prepared(store, "s", frames // 5)
+        start = time.perf_counter()
+        for at in range(0, len(stream), batch):
+            await store.transact(core.receive, stream[at : at + batch])
+        elapsed = time.perf_counter() - start
+        assert store.require_session("s").cursor_seq == len(stream)
+    return len(stream) / elapsed
+
+
+def bench_apply_direct(directory: Path, frames: int, batch: int) -> float:
+    with Store(directory / f"direct-{batch}.db") as store:
+        core, stream = prepared(store, "s", frames // 5)
+        start = time.perf_counter()
+        for at in range(0, len(stream), batch):
+            with store.transaction():
+                core.receive(store, stream[at : at + batch])
+        elapsed = time.perf_counter() - start
+    return len(stream) / elapsed
+
+
+async def bench_apply_many(directory: Path, frames: int, sessions: int, batch: int) -> float:
+    with Store(directory / "many.db") as store:
+        work = [prepared(store, f"s{i}", max(1, frames // sessions // 5)) for i in range(sessions)]
+        total = sum(len(stream) for _, stream in work)
+
+        async def one(core: ConnectionCore, stream: list[FrameMessage]) -> None:
+            for at in range(0, len(stream), batch):
+                await store.transact(core.receive, stream[at : at + batch])
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for core, stream in work:
+                nursery.start_soon(one, core, stream)
+        elapsed = time.perf_counter() - start
+    return total / elapsed
+
+
+# --------------------------------------------------------------------------- 2. end to end
+
+FAST = HostSettings(reconnect_base=0.05, reconnect_cap=1.0)
+
+
+async def bench_end_to_end(kind: str, directory: Path, ops: int, sessions: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    async with spawn_daemon(kind) as daemon:  # type: ignore[arg-type]
+        with Store(directory / f"e2e-{kind}.db") as store:
+            host = Host(store, DaemonEndpoint(daemon.url, daemon.token), FAST)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                root = host.session()
+                for _ in range(20):  # warm up: link live, caches warm
+                    await root.prompt("warm")
+                latencies = []
+                for i in range(200):
+                    start = time.perf_counter()
+                    await root.prompt(f"latency {i}")
+                    latencies.append(time.perf_counter() - start)
+                out["p50"] = statistics.median(latencies) * 1000
+                out["p99"] = _percentile(latencies, 0.99) * 1000
+
+                one = await host.sessions.create("one")
+                await one.prompt("warm")
+                start = time.perf_counter()
+                for i in range(ops):
+                    await one.submit(f"op {i}", operation_id=f"o{i}")
+                for i in range(ops):
+                    await one.wait(f"o{i}")
+                out["one"] = ops / (time.perf_counter() - start)
+
+                many = [await host.sessions.create(f"m{i}") for i in range(sessions)]
+                for session in many:
+                    await session.prompt("warm")
+                per = max(1, ops // sessions)
+
+                async def drive(session: Any) -> None:
+                    for i in range(per):
+                        await session.submit(f"op {i}", operation_id=f"o{i}")
+                    for i in range(per):
+                        await session.wait(f"o{i}")
+
+                start = time.perf_counter()
+                async with trio.open_nursery() as tasks:
+                    for session in many:
+                        tasks.start_soon(drive, session)
+                out["many"] = per * sessions / (time.perf_counter() - start)
+                host.close()
+    return out
+
+
+# --------------------------------------------------------------------------- 3. replay
+
+REPLAY_TURNS = 2_000  # x 5 frames = 10,000: the daemon's whole keep
+
+
+async def bench_replay(kind: str, directory: Path) -> dict[str, float]:
+    session = "replay"
+    async with spawn_daemon(kind, runtime_id="replay-runtime") as daemon:  # type: ignore[arg-type]
+        headers = [(CONTAINER_TOKEN_HEADER.encode(), daemon.token.encode())]
+        async with open_websocket_url(daemon.session_url(session), extra_headers=headers, max_message_size=1 << 26) as ws:
+            json.loads(await ws.get_message())  # hello
+            await ws.send_message(dumps({"type": "open", "generation": 1, "settings": {}, "restore": []}))
+            await ws.send_message(dumps({"type": "replay", "after": 0}))
+            for i in range(REPLAY_TURNS):
+                await ws.send_message(
+                    dumps({"type": "prompt", "operationId": f"r{i}", "input": f"turn {i}", "whenBusy": "followUp"})
+                )
+            last = 0
+            while last < REPLAY_TURNS * 5:  # every frame produced, none acknowledged
+                message = json.loads(await ws.get_message())
+                if message["type"] == "frame":
+                    last = message["seq"]
+        with Store(directory / f"replay-{kind}.db") as store:
+            with store.transaction():
+                store.create_session(session)
+                for i in range(REPLAY_TURNS):
+                    store.enqueue(session, f"r{i}", f"turn {i}")
+                    store.set_delivered(session, f"r{i}", daemon.runtime_id)
+                store.set_cursor(session, daemon.runtime_id, 0)
+            host = Host(store, DaemonEndpoint(daemon.url, daemon.token), FAST)
+            async with trio.open_nursery() as nursery:
+                start = time.perf_counter()
+                await nursery.start(host.run)
+                await host.session(session).wait(f"r{REPLAY_TURNS - 1}")
+                elapsed = time.perf_counter() - start
+                host.close()
+            record = store.require_session(session)
+            assert record.cursor_seq == REPLAY_TURNS * 5, record
+            assert len(store.entries(session)) == REPLAY_TURNS
+    return {"seconds": elapsed, "frames": REPLAY_TURNS * 5}
+
+
+# --------------------------------------------------------------------------- 4. memory
+
+
+async def memory_child(kind: str, count: int, directory: str) -> None:
+    """Run in a fresh process: print RSS and heap growth per idle session."""
+    async with spawn_daemon(kind) as daemon:  # type: ignore[arg-type]
+        with Store(Path(directory) / f"memory-{kind}.db") as store:
+            host = Host(store, DaemonEndpoint(daemon.url, daemon.token), FAST)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                await host.session().prompt("warm")  # the link machinery, loaded once
+                extra = await host.sessions.create("extra")
+                await extra.prompt("warm")
+                gc.collect()
+                tracemalloc.start()
+                heap_before = tracemalloc.get_traced_memory()[0]
+                rss_before = _rss_kib()
+                for i in range(count):
+                    session = await host.sessions.create(f"idle{i}")
+                    await session.prompt("hello")
+                gc.collect()
+                rss_after = _rss_kib()
+                heap_after = tracemalloc.get_traced_memory()[0]
+                live = sum(1 for link in host._links.values() if link.state == "live")
+                print(
+                    json.dumps(
+                        {
+                            "rss_kib": (rss_after - rss_before) / count,
+                            "heap_kib": (heap_after - heap_before) / 1024 / count,
+                            "live": live,
+                        }
+                    )
+                )
+                host.close()
+
+
+def bench_memory(kind: str, count: int, directory: Path) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--memory-child", kind, "--idle", str(count), "--dir", str(directory)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- main
+
+
+async def main(args: argparse.Namespace) -> None:
+    kinds = [kind for kind in args.kinds.split(",") if kind]
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="router-bench-host-") as scratch:
+        directory = Path(scratch)
+        for batch in (1, 32, 512):
+            rate = await bench_apply_one(directory, args.frames, batch)
+            rows.append((f"apply, one session, {batch} frame(s) per transaction", f"{rate:,.0f} frames/s"))
+        rate = await bench_apply_many(directory, args.frames, 100, 32)
+        rows.append(("apply, 100 sessions at once, 32 per transaction", f"{rate:,.0f} frames/s"))
+        rate = bench_apply_direct(directory, args.frames, 32)
+        rows.append(("  reference: the core alone, no thread hop, 32 per transaction", f"{rate:,.0f} frames/s"))
+        for kind in kinds:
+            e2e = await bench_end_to_end(kind, directory, args.ops, args.sessions)
+            rows.append((f"[{kind}] prompt latency, submit + wait, p50 / p99", f"{e2e['p50']:.2f} / {e2e['p99']:.2f} ms"))
+            rows.append((f"[{kind}] operations, one session, {args.ops} submitted at once", f"{e2e['one']:,.0f} ops/s"))
+            rows.append((f"[{kind}] operations, {args.sessions} sessions at once", f"{e2e['many']:,.0f} ops/s"))
+            replay = await bench_replay(kind, directory)
+            rows.append(
+                (
+                    f"[{kind}] replay of {replay['frames']:,} kept frames after a reconnect",
+                    f"{replay['seconds']:.2f} s ({replay['frames'] / replay['seconds']:,.0f} frames/s)",
+                )
+            )
+            memory = bench_memory(kind, args.idle, directory)
+            rows.append(
+                (
+                    f"[{kind}] memory per idle session ({args.idle}, {memory['live']} live): RSS / Python heap",
+                    f"{memory['rss_kib']:.0f} / {memory['heap_kib']:.0f} KiB",
+                )
+            )
+    width = max(len(name) for name, _ in rows)
+    print(f"{'measure'.ljust(width)}  value")
+    print(f"{'-' * width}  {'-' * 34}")
+    for name, value in rows:
+        print(f"{name.ljust(width)}  {value}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=20_000)
+    parser.add_argument("--ops", type=int, default=400)
+    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--idle", type=int, default=200)
+    parser.add_argument("--kinds", default="reference,ours")
+    parser.add_argument("--memory-child", help=argparse.SUPPRESS)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
+    parsed = parser.parse_args()
+    if parsed.memory_child:
+        trio.run(memory_child, parsed.memory_child, parsed.idle, parsed.dir)
+    else:
+        trio.run(main, parsed)
