@@ -59,7 +59,7 @@ from router.container.reconcile import (
     end_event,
 )
 from router.container.store import OPEN_STATUSES, Refused, SessionRecord, Store
-from wire.container import Abort, ContainerInput, converter, structure_or_none
+from wire.container import ContainerInput, converter, structure_or_none
 from wire.json import JsonValue
 
 log = logging.getLogger(__name__)
@@ -306,7 +306,7 @@ class HostSession:
         if not record.settled:
             link = host._ensure_link(self.id)
             if accepted:
-                link.command("deliver")
+                link.request_deliver()
         return Receipt(operation_id=operation_id, session=self.id, accepted=accepted)
 
     async def prompt(
@@ -353,22 +353,25 @@ class HostSession:
 
     async def abort(self, operation_id: str | None = None) -> bool:
         """Stop one operation, or (no id) every open operation of the
-        session; each settles ``unanswered``/``aborted``. Returns whether
-        anything was open to abort (always True with no id, as the
-        reference)."""
+        session; each settles ``unanswered``/``aborted`` here at once, and
+        the daemon is told to stop each one it was handed (by id: an
+        abort-everything could reach the daemon after later operations and
+        stop those too). Returns whether anything was open to abort (always
+        True with no id, as the reference)."""
         host = self.host
         store = host.store
 
-        def settle_all(store: Store) -> tuple[list[OperationResult], bool]:
+        def settle_all(store: Store) -> tuple[list[OperationResult], list[str]]:
             if operation_id is None:
                 targets = store.operations(session=self.id, statuses=OPEN_STATUSES)
             else:
                 one = store.operation(self.id, operation_id)
                 targets = [one] if one is not None and not one.settled else []
-            delivered = any(target.delivered is not None for target in targets)
-            results = []
+            results, delivered = [], []
             for target in targets:
                 if store.settle(self.id, target.id, {"status": "unanswered", "reason": "aborted"}):
+                    if target.delivered is not None:
+                        delivered.append(target.id)
                     record = store.operation(self.id, target.id)
                     result = OperationResult.of(record) if record is not None else None
                     if result is not None:
@@ -379,10 +382,10 @@ class HostSession:
         host._notify(self.id, results, [end_event(result) for result in results])
         link = host._links.get(self.id)
         if link is not None:
-            if operation_id is None:
-                link.command(Abort())
-            elif delivered:
-                link.command(Abort(operation_id=operation_id))
+            # Newest first: the daemon settles a queued operation at once but
+            # a running one only when its turn stops, and then starts the
+            # next queued one; aborting the queued ones first leaves it none.
+            link.request_abort(delivered[::-1])
         return operation_id is None or bool(results)
 
     async def reset(self, handoff: str | None = None) -> int:
@@ -414,7 +417,7 @@ class HostSession:
         await store.transact(update)
         link = host._links.get(self.id)
         if link is not None:
-            link.command("configure")
+            link.request_configure()
 
     # ------------------------------------------------------------------ reading
 

@@ -28,8 +28,10 @@ queued, applies it in **one store transaction** (one batch), then, with the
 transaction committed, notifies (settle waiters, live subscribers: plain
 synchronous calls, so a cancellation cannot fall between commit and notice)
 and sends (acks). Commands from the API (deliver, abort, configure) are
-queued on the link and wake the driver; without a connection they are
-dropped, because the reconcile on the next ``hello`` does their work.
+recorded on the link and wake the driver; a connection clears them when it
+starts its reconcile (which does their work), so what is asked after that
+point is done after the reconcile, and nothing asked is lost to a race with
+a connection coming up.
 
 A peer cannot crash the session: a message that does not parse is logged
 and dropped; ``error`` messages are logged; a store error ends the
@@ -40,7 +42,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections import deque
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import trio
@@ -114,7 +115,12 @@ class SessionLink:
         self.frames_applied = 0
         self.last_error: LinkError | None = None
         self._core: ConnectionCore | None = None
-        self._commands: deque[Any] = deque()
+        #: Work the API asked for, done by the driver of the live
+        #: connection. Cleared when a connection starts its reconcile (which
+        #: does all of it); what is asked after that point is done after it.
+        self._want_deliver = False
+        self._want_configure = False
+        self._want_aborts: dict[str, None] = {}  # ordered, no repeats
         self._wake = trio.Event()
         self._retry_now = trio.Event()
         #: Bumped by :meth:`reconnect`; a connection reconciled under an
@@ -124,6 +130,7 @@ class SessionLink:
         self._retry_epoch = 0
         self._reached = False
         self._scope: trio.CancelScope | None = None
+        self._stop_requested = False
         self._done = trio.Event()
 
     def __repr__(self) -> str:
@@ -140,18 +147,33 @@ class SessionLink:
             "connections": self.connections,
             "frames_applied": self.frames_applied,
             "subscribers": len(self.subscribers),
-            "queued_commands": len(self._commands),
+            "queued_aborts": len(self._want_aborts),
             "last_error": None if self.last_error is None else self.last_error.code,
         }
 
     # ------------------------------------------------------------------ API side
 
-    def command(self, command: Literal["deliver", "configure"] | Abort) -> None:
-        """Queue work for the driver (dropped when there is no connection)."""
-        if self._core is None:
-            return
-        self._commands.append(command)
+    def request_deliver(self) -> None:
+        """Hand the session's undelivered operations to the daemon."""
+        self._want_deliver = True
         self._wake.set()
+
+    def request_configure(self) -> None:
+        """Send the session's stored settings."""
+        self._want_configure = True
+        self._wake.set()
+
+    def request_abort(self, operation_ids: list[str]) -> None:
+        """Tell the daemon to stop these operations (settled here already).
+
+        Each by id, never the daemon's abort-everything: a request may be
+        sent after operations submitted later were delivered, and those
+        must not be stopped. An abort for an operation the daemon settled or
+        does not know changes nothing there. Sent in the order given."""
+        if operation_ids:
+            for operation_id in operation_ids:
+                self._want_aborts[operation_id] = None
+            self._wake.set()
 
     def reconnect(self) -> None:
         """Drop the current connection (if any) and dial again at once: the
@@ -179,6 +201,8 @@ class SessionLink:
         subscriber.send.close()
 
     def stop(self) -> None:
+        """Close the link (also when its task has not started yet)."""
+        self._stop_requested = True
         if self._scope is not None:
             self._scope.cancel(reason="the session was closed")
 
@@ -196,6 +220,8 @@ class SessionLink:
         here (retry or :attr:`failure`); nothing a peer sends escapes."""
         try:
             with trio.CancelScope() as self._scope:
+                if self._stop_requested:
+                    self._scope.cancel(reason="the session was closed")
                 async with trio.open_nursery() as nursery:
                     task_status.started(self)
                     nursery.start_soon(self._connect_loop, name=f"session {self.session!r} link")
@@ -296,7 +322,6 @@ class SessionLink:
             finally:
                 self._core = None
                 self.runtime_id = None
-                self._commands.clear()
                 if socket is not None:
                     await socket.close()
                 nursery.cancel_scope.cancel()
@@ -306,7 +331,8 @@ class SessionLink:
 
     async def _connected(self, ws: WebSocketConnection, core: ConnectionCore, hello: Hello) -> None:
         store = self.host.store
-        self._commands.clear()
+        self._want_deliver = self._want_configure = False
+        self._want_aborts.clear()
         self._conn_epoch = self._epoch
         effects = await store.transact(core.hello, hello)
         effects = effects + await store.transact(core.deliver)
@@ -333,10 +359,9 @@ class SessionLink:
                     raise _Reconnect()
                 if dropped:
                     raise dropped[0]
-                commands = list(self._commands)
-                self._commands.clear()
+                commands = self._take_requests()
                 if commands:
-                    await self._run_commands(ws, core, commands)
+                    await self._run_requests(ws, core, commands)
                 batch: list[Any] = []
                 ended = False
                 while len(batch) < MAX_BATCH:
@@ -361,15 +386,24 @@ class SessionLink:
                 if not batch and not commands:
                     await self._wake.wait()
 
-    async def _run_commands(self, ws: WebSocketConnection, core: ConnectionCore, commands: list[Any]) -> None:
+    def _take_requests(self) -> tuple[bool, bool, tuple[str, ...]] | None:
+        if not (self._want_deliver or self._want_configure or self._want_aborts):
+            return None
+        taken = (self._want_deliver, self._want_configure, tuple(self._want_aborts))
+        self._want_deliver = self._want_configure = False
+        self._want_aborts.clear()
+        return taken
+
+    async def _run_requests(
+        self, ws: WebSocketConnection, core: ConnectionCore, requests: tuple[bool, bool, tuple[str, ...]]
+    ) -> None:
+        deliver, configure, aborts = requests
         store = self.host.store
-        effects = Effects()
-        if "deliver" in commands:
+        effects = Effects(sends=tuple(Abort(operation_id=op) for op in aborts))
+        if deliver:
             effects = effects + await store.transact(core.deliver)
-        if "configure" in commands:
+        if configure:
             effects = effects + await store.transact(core.configure)
-        aborts = tuple(command for command in commands if isinstance(command, Abort))
-        effects = effects + Effects(sends=aborts)
         self._commit(effects)
         await self._send(ws, effects)
 
@@ -403,7 +437,10 @@ class SessionLink:
                     closed.append(error)
                     self._wake.set()
                     return
-                await send.send(text)
+                try:
+                    await send.send(text)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return  # the driver ended this connection
                 self._wake.set()
 
     async def _heartbeat(self, ws: WebSocketConnection, dropped: list[LinkError]) -> None:

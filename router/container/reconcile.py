@@ -56,8 +56,9 @@ ids name containers; this is the defensive reading): it is treated exactly
 as a new runtime, or its frames would be skipped as already applied.
 
 **Deliver** (:meth:`ConnectionCore.deliver`): every open operation not
-delivered to this runtime goes out as ``prompt`` and is marked delivered to
-it. The first one after a ``reset`` takes the session's handoff note, which
+delivered to this runtime goes out as ``prompt``, in submission order, and is
+marked delivered to it; operations after one deferred to ``caught-up`` wait
+with it, so the daemon still receives them in submission order. The first one after a ``reset`` takes the session's handoff note, which
 is then kept on the operation, so a redelivery carries it too.
 
 **Apply** (:meth:`ConnectionCore.receive`): frames and ``caught-up`` in
@@ -381,7 +382,12 @@ class ConnectionCore:
             return NOTHING
         runtime = self.runtime_id
         sends: list[HostMessage] = []
+        held = set(self.deferred)
         for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
+            if operation.id in held:
+                # Decided at ``caught-up``; nothing after it goes first, so
+                # the daemon still gets operations in submission order.
+                break
             if operation.delivered == runtime:
                 continue
             handoff = operation.handoff
@@ -448,7 +454,7 @@ class ConnectionCore:
                     operation = store.operation(self.session, operation_id)
                     if operation is not None and not operation.settled and operation.delivered == runtime:
                         store.set_delivered(self.session, operation_id, None)
-                        redeliver = True
+                    redeliver = True  # and what was held behind it
                 deferred = []
                 continue
             seq = item.seq
@@ -478,7 +484,7 @@ class ConnectionCore:
             sends = (Ack(seq=last_seq),)
         effects = Effects(sends=sends, events=tuple(events), settled=tuple(settled))
         if redeliver:
-            effects = effects + self.deliver(store)
+            effects = effects + self.deliver(store)  # after ``self.deferred`` is cleared
         return effects
 
     def _apply_frame(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from pathlib import Path
 from typing import AsyncIterator, Iterator
 
@@ -63,3 +64,16 @@ async def start_host(
     host = Host(store, endpoint, HostSettings(**{**FAST, **settings}))  # type: ignore[arg-type]
     await nursery.start(host.run)
     return host
+
+
+@pytest.fixture(autouse=True)
+def no_host_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """A link logs ERROR only for a bug or a store failure in a connection
+    (it survives them, so a test would not notice): fail the test on one."""
+    yield
+    errors = [
+        record
+        for record in caplog.get_records("call")
+        if record.levelno >= logging.ERROR and record.name.startswith("router.container")
+    ]
+    assert not errors, [record.getMessage() for record in errors]

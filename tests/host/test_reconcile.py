@@ -177,6 +177,17 @@ def test_an_operation_the_daemon_forgot_but_whose_frames_it_kept_is_not_run_twic
     assert store.operation(SESSION, "a").outcome == {"status": "done", "text": "t"}
 
 
+def test_operations_behind_a_deferred_one_wait_with_it(store: Store) -> None:
+    store.enqueue(SESSION, "a", "first")
+    store.set_delivered(SESSION, "a", "r1")  # its prompt was lost with the socket
+    store.enqueue(SESSION, "b", "second")  # submitted while the link was down
+    store.set_cursor(SESSION, "r1", 0)
+    core, effects = connect(store, hello("r1", open=1))
+    assert "prompt" not in kinds(effects)
+    effects = receive(store, core, caught_up(0))
+    assert [body["operationId"] for body in sends(effects)] == ["a", "b"]
+
+
 def test_an_operation_handed_to_another_runtime_is_delivered_at_once(store: Store) -> None:
     store.enqueue(SESSION, "a", "x")
     store.set_delivered(SESSION, "a", "r0")
