@@ -132,6 +132,16 @@ class Receipt:
     accepted: bool
 
 
+class _Wait:
+    """The event a settle sets, and how many waits hold it."""
+
+    __slots__ = ("event", "waiters")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.waiters = 0
+
+
 def _input_json(input: Any) -> JsonValue:
     """The wire JSON of a prompt input, or :class:`Refused`."""
     if type(input) is str:
@@ -170,7 +180,7 @@ class Host:
         self._links: dict[str, SessionLink] = {}
         self._nursery: trio.Nursery | None = None
         #: ``(session, operation)`` → the event its settle sets (popped then).
-        self._waits: dict[tuple[str, str], trio.Event] = {}
+        self._waits: dict[tuple[str, str], _Wait] = {}
 
     def __repr__(self) -> str:
         state = "running" if self._nursery is not None else "stopped"
@@ -204,8 +214,8 @@ class Host:
             self._nursery = None
             self._links.clear()
             waits, self._waits = self._waits, {}
-            for event in waits.values():
-                event.set()
+            for entry in waits.values():
+                entry.event.set()
 
     def close(self) -> None:
         """Stop the host: every link closes; ``run`` returns."""
@@ -248,18 +258,24 @@ class Host:
         # A failed link stays, so ``wait`` can report why; a closed one goes.
         if link.failure is None and self._links.get(link.session) is link:
             del self._links[link.session]
+        # After ``close_session``, waits on the session look again (and
+        # reopen a link if they must). A link that ended otherwise ended
+        # with the host, whose ``run`` wakes every wait once it is down.
+        if link.stopped:
+            self._link_failed(link)
 
     def _link_failed(self, link: SessionLink) -> None:
+        """Wake every wait on the link's session, to look again."""
         for key in [key for key in self._waits if key[0] == link.session]:
-            self._waits.pop(key).set()
+            self._waits.pop(key).event.set()
 
     def _settled(self, session: str, results: tuple[OperationResult, ...] | list[OperationResult]) -> None:
         """Settles committed: wake their waiters. (Events go with the
         link's own batch.)"""
         for result in results:
-            event = self._waits.pop((session, result.operation_id), None)
-            if event is not None:
-                event.set()
+            entry = self._waits.pop((session, result.operation_id), None)
+            if entry is not None:
+                entry.event.set()
 
     def _notify(self, session: str, results: list[OperationResult], events: list[dict]) -> None:
         """Settles and events committed by the API (not by a link)."""
@@ -337,19 +353,27 @@ class HostSession:
         while True:
             # Take the event before reading, so a settle between the read
             # and the wait still wakes us.
-            event = host._waits.setdefault(key, trio.Event())
-            record = await store.call(store.operation, self.id, operation_id)
-            if record is None:
-                return OperationResult(
-                    operation_id=operation_id, session=self.id, status="unanswered", reason="not_found"
-                )
-            result = OperationResult.of(record)
-            if result is not None:
-                return result
-            link = host._ensure_link(self.id, restart_failed=False)
-            if link.failure is not None:
-                raise link.failure
-            await event.wait()
+            entry = host._waits.get(key)
+            if entry is None:
+                entry = host._waits[key] = _Wait()
+            entry.waiters += 1
+            try:
+                record = await store.call(store.operation, self.id, operation_id)
+                if record is None:
+                    return OperationResult(
+                        operation_id=operation_id, session=self.id, status="unanswered", reason="not_found"
+                    )
+                result = OperationResult.of(record)
+                if result is not None:
+                    return result
+                link = host._ensure_link(self.id, restart_failed=False)
+                if link.failure is not None:
+                    raise link.failure
+                await entry.event.wait()
+            finally:
+                entry.waiters -= 1
+                if entry.waiters == 0 and host._waits.get(key) is entry:
+                    del host._waits[key]
 
     async def abort(self, operation_id: str | None = None) -> bool:
         """Stop one operation, or (no id) every open operation of the

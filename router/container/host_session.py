@@ -206,6 +206,11 @@ class SessionLink:
         if self._scope is not None:
             self._scope.cancel(reason="the session was closed")
 
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stop_requested
+
     async def wait_closed(self) -> None:
         await self._done.wait()
 
@@ -334,14 +339,14 @@ class SessionLink:
         self._want_deliver = self._want_configure = False
         self._want_aborts.clear()
         self._conn_epoch = self._epoch
-        effects = await store.transact(core.hello, hello)
-        effects = effects + await store.transact(core.deliver)
+        reconciled = await store.transact(core.hello, hello)
+        self._commit(reconciled)  # before the next checkpoint: settles are told
+        effects = reconciled + await store.transact(core.deliver)
         self._core = core
         self._reached = True
         self.runtime_id = hello.runtime_id
         self.connections += 1
         self.state = "live"
-        self._commit(effects)
         await self._send(ws, effects)
 
     async def _drive(self, ws: WebSocketConnection, core: ConnectionCore, nursery: trio.Nursery) -> None:

@@ -139,6 +139,7 @@ async def test_cancelling_a_wait_stops_only_the_wait(host: Host) -> None:
             await next_event(stream, is_start("p"))
             scope.cancel()
         assert await session.busy()
+        assert host._waits == {}  # the cancelled wait left nothing behind
     assert (await session.wait("p")).text == "echo: patience (turn 1)"
 
 
@@ -278,3 +279,40 @@ async def test_a_restarted_host_reattaches_open_sessions(
     await trio.testing.wait_all_tasks_blocked()
     second = await start_host(nursery, store, endpoint_of(daemon))
     assert (await second.session().wait("x")).text == "echo: across hosts (turn 1)"
+
+
+async def test_closing_the_host_wakes_waits_and_ends_streams(
+    store: Store, daemon: Daemon
+) -> None:
+    host = Host(store, endpoint_of(daemon))
+    outcome: list[str] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(host.run)
+        session = host.session()
+        async with session.events() as stream:
+            await session.submit("slow 600000 forever", operation_id="f")
+            await next_event(stream, is_start("f"))
+
+            async def waiter() -> None:
+                with pytest.raises(Refused) as caught:
+                    await session.wait("f")
+                outcome.append(caught.value.code)
+
+            nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            host.close()
+            async for _ in stream:
+                pass  # ends
+    assert outcome == ["host-not-running"]
+    assert host._links == {} and host._waits == {}
+
+
+async def test_closing_a_session_while_its_link_starts(host: Host) -> None:
+    session = await host.sessions.create("quick")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(session.submit, "x")
+        await trio.testing.wait_all_tasks_blocked()
+        await host.close_session("quick")
+    # Closed; the next call opens a new link and the operation completes.
+    results = [await session.wait(p["operationId"]) for p in await session.pending()]
+    assert all(r.status == "done" for r in results)
