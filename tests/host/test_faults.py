@@ -321,3 +321,28 @@ async def test_two_hundred_sessions_and_concurrent_submissions_settle_exactly_on
     for session in sessions[:: 20]:
         assert len(store.messages(session.id)) == 2 * per_session
         assert len(store.entries(session.id)) == per_session
+
+
+async def test_a_new_daemon_gets_a_large_history_in_restore_chunks(
+    kind: str, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    from wire.container import MAX_CHUNK_CHARS, chunk_entries
+
+    store = Store(tmp_path / "host.db")
+    big = MAX_CHUNK_CHARS * 6 // 10  # two never share a chunk
+    async with spawn_daemon(kind, runtime_id="runtime-1") as first:  # type: ignore[arg-type]
+        host = await start_host(nursery, store, DaemonEndpoint(first.url, first.token))
+        session = host.session()
+        for n in range(1, 4):
+            result, _ = await session.prompt(f"{n}" + "x" * big)
+            assert result.text.endswith(f"(turn {n})")
+        assert len(chunk_entries(store.entries("root"))) == 3
+        first.kill()
+        await first.process.wait()
+        async with spawn_daemon(kind, runtime_id="runtime-2", port=first.port):  # type: ignore[arg-type]
+            # Three restore chunks (two ``restore``, the last in ``open``)
+            # reached the new daemon: its echo adapter counts them.
+            result, _ = await session.prompt("after")
+            assert result.text == "echo: after (turn 4)"
+        host.close()
+    store.close()
