@@ -33,7 +33,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections import deque
-from typing import Any, Awaitable, Callable, Final, Protocol
+from typing import Any, Final, Protocol
 
 import trio
 from trio_websocket import ConnectionClosed
@@ -80,7 +80,9 @@ CLOSE_TIMEOUT: Final = 5.0
 
 
 class MessageSocket(Protocol):
-    """What an :class:`Outbox` writes to (a trio-websocket connection)."""
+    """What an :class:`Outbox` writes to (a trio-websocket connection). It
+    may also have ``async send_messages(texts: list[str])``, which writes
+    them all, in order, at once."""
 
     async def send_message(self, message: str) -> None: ...
 
@@ -95,13 +97,12 @@ class Outbox:
     and the frames it keeps are replayed to the next connection.
     """
 
-    __slots__ = ("name", "_queue", "_wakeup", "_drained", "_closing", "_dead", "sent", "finished")
+    __slots__ = ("name", "_queue", "_wakeup", "_closing", "_dead", "sent", "finished")
 
     def __init__(self, name: str = "") -> None:
         self.name = name
         self._queue: deque[str] = deque()
         self._wakeup: trio.Event | None = None
-        self._drained: trio.Event | None = None
         self._closing: tuple[int, str] | None = None
         self._dead = False
         #: Messages written so far.
@@ -123,8 +124,6 @@ class Outbox:
         self._closing = (code, reason)
         if self._wakeup is not None:
             self._wakeup.set()
-        if self._drained is not None:
-            self._drained.set()
 
     @property
     def closing(self) -> bool:
@@ -134,28 +133,29 @@ class Outbox:
     def pending(self) -> int:
         return len(self._queue)
 
-    async def drained(self) -> None:
-        """Wait until the writer has caught up (the queue is empty) or the
-        connection is closing."""
-        while self._queue and not self.closing:
-            if self._drained is None:
-                self._drained = trio.Event()
-            await self._drained.wait()
 
-    async def run(self, socket: MessageSocket, *, closed: Callable[[], Awaitable[None]] | None = None) -> None:
+    async def run(self, socket: MessageSocket) -> None:
         """Write queued texts to ``socket`` until :meth:`close` (then close it)
-        or the socket dies. Returns then; never raises for a dead socket."""
-        from trio_websocket import ConnectionClosed
+        or the socket dies. Returns then; never raises for a dead socket.
 
+        When the socket can write several messages at once
+        (``send_messages``), everything queued goes out in one write: one
+        lock, one system call, one trip through the scheduler for a batch
+        instead of one per frame.
+        """
         queue = self._queue
+        send_many = getattr(socket, "send_messages", None)
         try:
             while True:
                 while queue:
-                    await socket.send_message(queue.popleft())
-                    self.sent += 1
-                if self._drained is not None:
-                    self._drained.set()
-                    self._drained = None
+                    if send_many is not None and len(queue) > 1:
+                        batch = list(queue)
+                        queue.clear()
+                        await send_many(batch)
+                        self.sent += len(batch)
+                    else:
+                        await socket.send_message(queue.popleft())
+                        self.sent += 1
                 if self._closing is not None:
                     code, reason = self._closing
                     with trio.move_on_after(CLOSE_TIMEOUT):
@@ -169,8 +169,6 @@ class Outbox:
         finally:
             self._dead = True
             queue.clear()
-            if self._drained is not None:
-                self._drained.set()
             self.finished.set()
 
     def __repr__(self) -> str:
@@ -215,21 +213,38 @@ class SessionRunner:
         if effects:
             self._apply(effects)
         if message is not None and not self._stopped:
-            await self._inbox_send.send((outbox, message))
+            try:
+                # Not a checkpoint: the caller's next read is one.
+                self._inbox_send.send_nowait((outbox, message))
+            except trio.WouldBlock:
+                await self._inbox_send.send((outbox, message))
 
     # ------------------------------------------------------------------ tasks
 
     async def _handle_inbox(self) -> None:
+        receive = self._inbox_receive
         try:
             with self._inbox_scope:
-                async for conn, message in self._inbox_receive:
-                    try:
-                        await self._perform(self.core.handle(conn, message))
-                    except Exception as exc:  # a bug, not the peer: say so, go on
-                        log.exception("session %r: handling %s failed", self.core.session, type(message).__name__)
-                        conn.send(dumps({"type": "error", "message": error_text(exc)}))
+                while True:
+                    conn, message = await receive.receive()
+                    while True:
+                        await self._handle(conn, message)
+                        # Whatever else is queued is handled without a trip
+                        # through the scheduler per message; the inbox is
+                        # bounded, so this loop is too.
+                        try:
+                            conn, message = receive.receive_nowait()
+                        except trio.WouldBlock:
+                            break
         finally:
             self._inbox_done.set()
+
+    async def _handle(self, conn: Outbox, message: Any) -> None:
+        try:
+            await self._perform(self.core.handle(conn, message))
+        except Exception as exc:  # a bug, not the peer: say so, go on
+            log.exception("session %r: handling %s failed", self.core.session, type(message).__name__)
+            conn.send(dumps({"type": "error", "message": error_text(exc)}))
 
     def _start_turn(self, turn: Turn) -> None:
         assert self._nursery is not None

@@ -97,7 +97,6 @@ from wire.container import (
     Restore,
     Unanswered,
     chunk_entries,
-    converter,
     is_event,
     parse_host_message,
 )
@@ -649,10 +648,12 @@ class SessionCore:
         """
         out = self._out = []
         kind = type(result)
+        if (kind is Done and type(result.text) is not str) or (kind is Unanswered and type(result.reason) is not str):
+            kind = None  # attrs does not check types: not an outcome the wire can carry
         if kind is Done:
-            outcome = _ABORTED if turn.aborted else converter.unstructure(result, Done)
+            outcome = _ABORTED if turn.aborted else {"status": "done", "text": result.text, **result.extra}
         elif kind is Unanswered:
-            outcome = converter.unstructure(result, Unanswered)
+            outcome = {"status": "unanswered", "reason": result.reason, **result.extra}
         elif kind is TurnFailed:
             outcome = _ABORTED if turn.aborted else {"status": "unanswered", "reason": result.text}
         elif kind is TurnCancelled:
@@ -660,7 +661,7 @@ class SessionCore:
         else:
             reason = f"the adapter's run returned {type(result).__name__}, not an outcome (Done or Unanswered)"
             outcome = _ABORTED if turn.aborted else {"status": "unanswered", "reason": reason}
-        if not is_json(outcome):
+        if len(outcome) > 2 and not is_json(outcome):
             # ``extra`` fields an adapter put on its outcome must be JSON too.
             outcome = {"status": "unanswered", "reason": "the adapter's outcome is not JSON"}
         if self._running is turn:
@@ -709,7 +710,8 @@ class SessionCore:
         if not is_json(entries):
             raise ValueError(f"persist takes a list of JSON values, not {entries!r:.200}")
         out = self._out = []
-        for group in chunk_entries(entries):
+        # One entry is one group whatever its size: no need to measure it.
+        for group in chunk_entries(entries) if len(entries) > 1 else [entries] if entries else []:
             self._frame({"kind": "persist", "entries": group})
         return out
 

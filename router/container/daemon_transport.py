@@ -36,6 +36,13 @@ takes unmasked frames); either way no session sees such bytes.
 Nothing here drops a quiet WebSocket: no idle timeout, no ping. Deadlines
 apply only to HTTP heads still arriving and to close handshakes.
 
+A connection's reader never waits for its writer (as in the reference,
+which reads whatever arrives). Making it wait when the outbox is long looks
+like backpressure but deadlocks with any host whose reading waits on its own
+sends (a host that acks from its read loop): the daemon stops reading, the
+host's ack blocks, the host stops reading, the daemon's writer blocks. The
+outbox holds references to kept frames' texts, not copies.
+
 Error handling: a peer's bytes never raise out of a connection's task (h11's
 and wsproto's protocol errors answer 400 or close; a dead socket ends the
 task); each connection is its own task, so one cannot take down another or a
@@ -56,6 +63,7 @@ from urllib.parse import unquote_to_bytes
 import h11
 import trio
 from trio_websocket import ConnectionClosed, wrap_server_stream
+from wsproto import ConnectionState
 
 from router.container.daemon import CLOSE_TIMEOUT, Daemon, Outbox
 from wire.container import CLOSE_UNAUTHORIZED, CONTAINER_HEALTH_PATH, CONTAINER_SESSION_PATH, CONTAINER_TOKEN_HEADER
@@ -72,6 +80,11 @@ MAX_MESSAGE_SIZE: Final = 64 * 1024 * 1024
 #: Bytes asked of the socket per read. trio-websocket's default is 4 KiB,
 #: which makes a 64 MiB restore message take 16,384 reads. Ours.
 RECEIVE_BUFFER: Final = 64 * 1024
+#: Messages trio-websocket's reader may hold before ours takes them (its
+#: default is 1, which makes the two tasks trade places on every message).
+#: Ours: enough for a pipelining host's burst, bounded in memory by
+#: MESSAGE_QUEUE_SIZE x MAX_MESSAGE_SIZE only in the worst case.
+MESSAGE_QUEUE_SIZE: Final = 16
 #: Largest HTTP request head. Node's default ``--max-http-header-size``
 #: (16 KiB), which the reference runs with.
 MAX_HEAD_BYTES: Final = 16 * 1024
@@ -84,10 +97,6 @@ KEEP_ALIVE_TIMEOUT: Final = 5.0
 #: Time for trio-websocket to finish a handshake whose head is already here
 #: (it only replays bytes and writes the 101). Ours; a safety net.
 HANDSHAKE_TIMEOUT: Final = 10.0
-#: Texts queued to a connection above which its reader stops taking host
-#: messages until the writer has caught up: backpressure from the socket
-#: the host does not read to the host's own sends. Ours.
-OUTBOX_HIGH_WATER: Final = 1024
 #: Close code and reason at shutdown (RFC 6455 1001 "going away"; the
 #: reference's reason).
 CLOSE_GOING_AWAY: Final = 1001
@@ -178,6 +187,61 @@ class _Replayed(trio.abc.Stream):
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+
+def text_frame(text: str) -> bytes:
+    """One unfragmented server-to-client text frame (RFC 6455 §5.2: FIN,
+    opcode 1, no mask; lengths over 125 in 16 or 64 bits). What wsproto
+    writes for ``TextMessage`` on a connection without extensions (the
+    daemon negotiates none), at a tenth of the cost."""
+    payload = text.encode("utf-8")
+    length = len(payload)
+    if length < 126:
+        return bytes((0x81, length)) + payload
+    if length < 65536:
+        return bytes((0x81, 126)) + length.to_bytes(2, "big") + payload
+    return bytes((0x81, 127)) + length.to_bytes(8, "big") + payload
+
+
+class _BatchingSocket:
+    """A trio-websocket connection that can also write a batch of text
+    messages in one go (:meth:`send_messages`): framed and written under the
+    connection's own stream lock in a single ``send_all``, as
+    ``send_message`` writes one.
+
+    This reaches into trio-websocket's private ``_wsproto``, ``_stream`` and
+    ``_stream_lock`` (0.12): its public API writes one message per lock,
+    system call and scheduler round trip, and frames it through wsproto's
+    general path; together that was a third of the daemon's time under
+    load (``docs/bench.md``, "Daemon"). Where those attributes are missing
+    (another version), :func:`_batching` returns the connection itself and
+    the outbox writes one message at a time.
+    """
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+        self.send_message = ws.send_message
+        self.aclose = ws.aclose
+
+    async def send_messages(self, texts: list[str]) -> None:
+        ws = self._ws
+        # Only while wsproto's connection is open: not after either side
+        # began closing (wsproto would refuse the frames; so do we).
+        if ws.closed is not None or ws._wsproto.state is not ConnectionState.OPEN:
+            raise ConnectionClosed(ws.closed)
+        data = b"".join([text_frame(text) for text in texts])
+        async with ws._stream_lock:
+            try:
+                await ws._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await ws._abort_web_socket()
+                raise ConnectionClosed(ws.closed) from None
+
+
+def _batching(ws: Any) -> Any:
+    if all(hasattr(ws, name) for name in ("_wsproto", "_stream", "_stream_lock", "_abort_web_socket")):
+        return _BatchingSocket(ws)
+    return ws
 
 
 class DaemonServer:
@@ -333,6 +397,7 @@ class DaemonServer:
                 ws_request = await wrap_server_stream(
                     nursery,
                     _Replayed(stream, prefix),
+                    message_queue_size=MESSAGE_QUEUE_SIZE,
                     max_message_size=MAX_MESSAGE_SIZE,
                     receive_buffer_size=RECEIVE_BUFFER,
                 )
@@ -349,15 +414,13 @@ class DaemonServer:
         runner = self.daemon.session(session)
         outbox = Outbox(f"{session!r}@{ws.remote}")
         self._outboxes.add(outbox)
-        nursery.start_soon(outbox.run, ws, name=f"writer {outbox.name}")
+        nursery.start_soon(outbox.run, _batching(ws), name=f"writer {outbox.name}")
         runner.attach(outbox)
         try:
             while True:
                 message = await ws.get_message()
                 if type(message) is bytes:
                     message = message.decode("utf-8", "replace")
-                if outbox.pending > OUTBOX_HIGH_WATER:
-                    await outbox.drained()
                 await runner.receive(outbox, message)
         except ConnectionClosed:
             pass
