@@ -240,12 +240,19 @@ class SessionLink:
 
     async def _connect_loop(self) -> None:
         backoff = self.host._backoff()
-        unreachable_since: float | None = None
+        # Since when no connection reached ``hello`` (from the first try).
+        unreachable_since: float | None = trio.current_time()
         while True:
             self.state = "connecting"
             self._reached = False
+            health_wait = self.host.settings.health_wait
+            give_up = self.host.settings.give_up_after
+            if give_up is not None and unreachable_since is not None:
+                # The health wait does not outlast the give-up deadline.
+                left = unreachable_since + give_up - trio.current_time()
+                health_wait = max(0.0, min(health_wait, left))
             try:
-                await self._one_connection()
+                await self._one_connection(health_wait)
             except _Reconnect:
                 backoff.reset()
                 unreachable_since = None
@@ -298,13 +305,13 @@ class SessionLink:
 
     # ------------------------------------------------------------------ one connection
 
-    async def _one_connection(self) -> None:
+    async def _one_connection(self, health_wait: float) -> None:
         """Dial, reconcile, drive, until the connection ends; always raises
         (a :class:`LinkError`, or :class:`_Reconnect`). Sets ``_reached``
         once the ``hello`` is reconciled."""
         host = self.host
         endpoint = host.endpoint
-        await wait_healthy(endpoint, timeout=host.settings.health_wait)
+        await wait_healthy(endpoint, timeout=health_wait)
         ended: BaseException | None = None
         # The nursery's body keeps its own errors and re-raises them after
         # the nursery, so they come out whole rather than in an exception
