@@ -81,7 +81,7 @@ async def test_no_hello_in_time_is_retried_then_given_up(nursery: trio.Nursery, 
         await trio.sleep_forever()
 
     daemon = await fake(nursery, script)
-    host = await start(nursery, store, daemon, hello_timeout=0.2, give_up_after=1.0)
+    host = await start(nursery, store, daemon, hello_timeout=0.2, give_up_after=3.0)
     receipt = await host.session().submit("x")
     with pytest.raises(LinkUnreachable) as caught:
         await host.session().wait(receipt.operation_id)
