@@ -61,7 +61,7 @@ from router.container.daemon_core import (
 from wire.container import AdapterInfo
 from wire.json import dumps
 
-__all__ = ["Daemon", "Outbox", "SessionRunner", "SHUTDOWN_GRACE"]
+__all__ = ["Daemon", "DaemonClosed", "Outbox", "SessionRunner", "SHUTDOWN_GRACE"]
 
 log = logging.getLogger("router.container.daemon")
 
@@ -328,7 +328,7 @@ class SessionRunner:
                 except Exception as exc:
                     more = core.steer_failed(effect.conn, effect.turn, effect.operation_id, exc)
                 else:
-                    more = core.steered(effect.turn, effect.operation_id, took is True)
+                    more = core.steered(effect.turn, effect.operation_id, bool(took))  # truthy, as the reference
                 await self._perform(more)
             elif kind is ConfigureSession:
                 configure = getattr(effect.session, "configure", None)
@@ -372,6 +372,10 @@ async def _maybe_await(value: Any) -> Any:
     return value
 
 
+class DaemonClosed(Exception):
+    """The daemon is shutting down (or not running): no new sessions."""
+
+
 class Daemon:
     """The daemon: any number of sessions, one adapter, one runtime id.
 
@@ -413,7 +417,7 @@ class Daemon:
         runner = self._sessions.get(session_id)
         if runner is None:
             if self._nursery is None or self._closed:
-                raise RuntimeError("the daemon is not running")
+                raise DaemonClosed("the daemon is not running")
             core = SessionCore(session_id, runtime_id=self.runtime_id, adapter=self.adapter.info, **self._limits)
             runner = self._sessions[session_id] = SessionRunner(core, self.adapter)
             self._nursery.start_soon(runner.run, name=f"session {session_id!r}")

@@ -65,7 +65,7 @@ import trio
 from trio_websocket import ConnectionClosed, wrap_server_stream
 from wsproto import ConnectionState
 
-from router.container.daemon import CLOSE_TIMEOUT, Daemon, Outbox
+from router.container.daemon import CLOSE_TIMEOUT, Daemon, DaemonClosed, Outbox
 from wire.container import CLOSE_UNAUTHORIZED, CONTAINER_HEALTH_PATH, CONTAINER_SESSION_PATH, CONTAINER_TOKEN_HEADER
 
 __all__ = ["DaemonServer", "MAX_MESSAGE_SIZE", "decode_session_id"]
@@ -411,7 +411,12 @@ class DaemonServer:
             nursery.cancel_scope.cancel()
 
     async def _serve_session(self, nursery: trio.Nursery, ws: Any, session: str) -> None:
-        runner = self.daemon.session(session)
+        try:
+            runner = self.daemon.session(session)
+        except DaemonClosed:  # a handshake that finished during shutdown
+            with trio.move_on_after(CLOSE_TIMEOUT):
+                await ws.aclose(CLOSE_GOING_AWAY, SHUTDOWN_REASON)
+            return
         outbox = Outbox(f"{session!r}@{ws.remote}")
         self._outboxes.add(outbox)
         nursery.start_soon(outbox.run, _batching(ws), name=f"writer {outbox.name}")

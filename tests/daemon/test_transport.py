@@ -193,3 +193,11 @@ def test_batching_falls_back_to_one_message_at_a_time_without_trio_websocket_int
 
     plain = object()
     assert _batching(plain) is plain
+
+
+async def test_a_handshake_that_finishes_during_shutdown_is_closed_1001(server, nursery):
+    await server.daemon.aclose()
+    ws = await websocket(server, nursery, "/sessions/late")
+    with pytest.raises(ConnectionClosed) as closed:
+        await ws.get_message()
+    assert (closed.value.reason.code, closed.value.reason.reason) == (1001, "shutting down")
