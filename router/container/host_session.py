@@ -106,7 +106,8 @@ class SessionLink:
     def __init__(self, host: Host, session: str) -> None:
         self.host = host
         self.session = session
-        self.state: State = "idle"
+        self._state: State = "idle"
+        self._state_changed = trio.Event()
         #: Why the link gave up, when it did (``state == "failed"``).
         self.failure: LinkError | None = None
         self.runtime_id: str | None = None
@@ -139,6 +140,24 @@ class SessionLink:
             f"connections={self.connections} applied={self.frames_applied} "
             f"subscribers={len(self.subscribers)}>"
         )
+
+    @property
+    def state(self) -> State:
+        """``idle`` (not started), ``connecting``, ``live`` (reconciled),
+        ``backoff``, ``failed`` (see :attr:`failure`), ``closed``."""
+        return self._state
+
+    def _set_state(self, state: State) -> None:
+        if state != self._state:
+            self._state = state
+            self._state_changed.set()
+            self._state_changed = trio.Event()
+
+    async def wait_state(self, *states: State) -> State:
+        """Wait until the link is in one of ``states``; returns it."""
+        while self._state not in states:
+            await self._state_changed.wait()
+        return self._state
 
     def statistics(self) -> dict[str, Any]:
         return {
@@ -231,7 +250,7 @@ class SessionLink:
                     task_status.started(self)
                     nursery.start_soon(self._connect_loop, name=f"session {self.session!r} link")
         finally:
-            self.state = "closed" if self.failure is None else "failed"
+            self._set_state("closed" if self.failure is None else "failed")
             self._core = None
             for subscriber in list(self.subscribers):
                 self._drop(subscriber)
@@ -243,7 +262,7 @@ class SessionLink:
         # Since when no connection reached ``hello`` (from the first try).
         unreachable_since: float | None = trio.current_time()
         while True:
-            self.state = "connecting"
+            self._set_state("connecting")
             self._reached = False
             health_wait = self.host.settings.health_wait
             give_up = self.host.settings.give_up_after
@@ -287,7 +306,7 @@ class SessionLink:
                     )
                 )
                 return
-            self.state = "backoff"
+            self._set_state("backoff")
             delay = backoff.next()
             if give_up is not None:
                 delay = min(delay, max(0.0, unreachable_since + give_up - now))
@@ -300,7 +319,7 @@ class SessionLink:
     def _fail(self, error: LinkError) -> None:
         log.warning("session %r: giving up: %s", self.session, error)
         self.failure = error
-        self.state = "failed"
+        self._set_state("failed")
         self.host._link_failed(self)
 
     # ------------------------------------------------------------------ one connection
@@ -353,7 +372,7 @@ class SessionLink:
         self._reached = True
         self.runtime_id = hello.runtime_id
         self.connections += 1
-        self.state = "live"
+        self._set_state("live")
         await self._send(ws, effects)
 
     async def _drive(self, ws: WebSocketConnection, core: ConnectionCore, nursery: trio.Nursery) -> None:

@@ -174,8 +174,7 @@ async def test_an_operation_the_host_settled_offline_is_aborted_there_on_reconne
         await next_start(stream, "stuck")
     cutter.block()
     link = session.link
-    while link.state == "live":  # the drop is seen
-        await trio.sleep(0.01)
+    await link.wait_state("connecting", "backoff")  # the drop is seen
     assert await session.abort()  # settled here; the daemon cannot hear it
     assert (await session.wait("stuck")).reason == "aborted"
     await session.submit("after", operation_id="after")  # must not be aborted with it

@@ -7,7 +7,6 @@ from typing import Any, Callable
 
 import pytest
 import trio
-import trio.testing
 
 from router.container.host import EventStream, Host, HostSession, Refused
 from router.container.link import LinkRefused
@@ -270,13 +269,13 @@ async def test_a_host_not_running_refuses(store: Store, daemon: Daemon) -> None:
 async def test_a_restarted_host_reattaches_open_sessions(
     nursery: trio.Nursery, store: Store, daemon: Daemon
 ) -> None:
-    first = await start_host(nursery, store, endpoint_of(daemon))
-    session: HostSession = first.session()
-    async with session.events() as stream:
-        await session.submit("slow 500 across hosts", operation_id="x")
-        await next_event(stream, is_start("x"))
-    first.close()
-    await trio.testing.wait_all_tasks_blocked()
+    async with trio.open_nursery() as first_nursery:
+        first = await start_host(first_nursery, store, endpoint_of(daemon))
+        session: HostSession = first.session()
+        async with session.events() as stream:
+            await session.submit("slow 500 across hosts", operation_id="x")
+            await next_event(stream, is_start("x"))
+        first.close()
     second = await start_host(nursery, store, endpoint_of(daemon))
     assert (await second.session().wait("x")).text == "echo: across hosts (turn 1)"
 
@@ -293,13 +292,14 @@ async def test_closing_the_host_wakes_waits_and_ends_streams(
             await session.submit("slow 600000 forever", operation_id="f")
             await next_event(stream, is_start("f"))
 
-            async def waiter() -> None:
+            async def waiter(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                task_status.started()
                 with pytest.raises(Refused) as caught:
                     await session.wait("f")
                 outcome.append(caught.value.code)
 
-            nursery.start_soon(waiter)
-            await trio.testing.wait_all_tasks_blocked()
+            await nursery.start(waiter)
+            await trio.sleep(0)  # whether the wait has begun or not, closing ends it
             host.close()
             async for _ in stream:
                 pass  # ends
@@ -307,12 +307,12 @@ async def test_closing_the_host_wakes_waits_and_ends_streams(
     assert host._links == {} and host._waits == {}
 
 
-async def test_closing_a_session_while_its_link_starts(host: Host) -> None:
+async def test_closing_a_session_before_its_link_task_starts(host: Host) -> None:
     session = await host.sessions.create("quick")
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(session.submit, "x")
-        await trio.testing.wait_all_tasks_blocked()
-        await host.close_session("quick")
-    # Closed; the next call opens a new link and the operation completes.
-    results = [await session.wait(p["operationId"]) for p in await session.pending()]
-    assert all(r.status == "done" for r in results)
+    link = host._ensure_link("quick")  # its task is scheduled, not started
+    assert link.state == "idle"
+    await host.close_session("quick")
+    assert link.state == "closed" and link.connections == 0
+    assert "quick" not in host._links
+    # The next call opens a new link.
+    assert (await session.prompt("x"))[0].text == "echo: x (turn 1)"
