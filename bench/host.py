@@ -28,7 +28,6 @@ Everything runs on this machine's loopback; daemons are real processes.
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import json
 import os

@@ -25,7 +25,7 @@ import trio
 from router.container.host import Host, HostSession
 from router.container.link import DaemonEndpoint
 from router.container.store import Store
-from tests.host.conftest import FAST, start_host
+from tests.host.conftest import start_host
 from tests.host.proxy import CuttingProxy
 from tests.support.daemons import REPO, Daemon, spawn_daemon
 
