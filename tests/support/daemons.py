@@ -16,6 +16,7 @@ daemon behind; :meth:`Daemon.kill` kills it early, for fault tests.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import signal
@@ -37,6 +38,22 @@ Kind = Literal["ours", "reference"]
 KINDS: tuple[Kind, ...] = ("ours", "reference")
 
 _PORT = re.compile(rb"(?:listening |:)(\d+)\b")
+
+#: Every daemon process started here and not yet reaped. A test that ends
+#: normally stops its daemons in ``spawn_daemon``'s ``finally``; one that is
+#: torn down abruptly (pytest-timeout's signal, an interpreter exit) may not,
+#: so whatever is still alive when the interpreter exits is killed then.
+_LIVE: set[trio.Process] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for process in list(_LIVE):
+        if process.returncode is None:
+            try:
+                process.kill()
+            except ProcessLookupError:
+                pass
 
 
 @attrs.define
@@ -114,6 +131,7 @@ async def spawn_daemon(
                 task_status=task_status,
             )
         )
+        _LIVE.add(process)
         try:
             lines = _lines(process.stdout)
             with trio.fail_after(ready_timeout):
@@ -132,6 +150,7 @@ async def spawn_daemon(
         finally:
             with trio.CancelScope(shield=True):
                 await _stop(process)
+            _LIVE.discard(process)
             nursery.cancel_scope.cancel()
 
 
