@@ -34,11 +34,12 @@ import argparse
 import json
 import os
 import pstats
+import resource
 import signal
 import subprocess
 import sys
 import time
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -256,24 +257,101 @@ class Result:
     frames_per_s: float
     #: The server process's CPU time per operation (user + system).
     cpu_us_per_op: float
+    #: This (client) process's CPU time per operation.
+    client_us_per_op: float
 
 
-async def measure(command: list[str], *, ops: int, sessions: int, repeat: int, raw: bool) -> Result:
-    """Best of ``repeat`` runs, each on fresh sessions of one server
-    process; the CPU figure is that best run's."""
-    best = Result(0.0, 0.0, 0.0)
-    async with server(command) as (port, pid):
-        # Warm-up: imports, JIT (Node), first-session paths.
-        await run_load(port, min(ops, 500), 1, raw, "warm")
+def _client_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def measure_all(
+    rows: list[tuple[str, list[str]]], *, ops: int, sessions: int, repeat: int
+) -> dict[str, Result]:
+    """Every server at once, idle but for the one being measured; the runs
+    take turns (A, B, C, A, B, C...) so that each server meets the same
+    spells of machine noise. Best of ``repeat`` per server; the CPU figures
+    are that best run's."""
+    best = {name: Result(0.0, 0.0, 0.0, 0.0) for name, _ in rows}
+    async with AsyncExitStack() as stack:
+        ports = {}
+        for name, command in rows:
+            ports[name] = await stack.enter_async_context(server(command))
+        for name, _ in rows:  # warm-up: imports, JIT (Node), first-session paths
+            await run_load(ports[name][0], min(ops, 500), 1, _is_raw(name), "warm")
         for run in range(repeat):
-            cpu = cpu_seconds(pid)
-            seconds, frames = await run_load(port, ops, sessions, raw, f"r{run}-s{sessions}")
-            cpu = cpu_seconds(pid) - cpu
-            if not raw:
-                assert frames == ops * FRAMES_PER_OP, (frames, ops)
-            if ops / seconds > best.ops_per_s:
-                best = Result(ops / seconds, frames / seconds, cpu / ops * 1e6)
+            for name, _ in rows:
+                port, pid = ports[name]
+                cpu, client = cpu_seconds(pid), _client_cpu()
+                seconds, frames = await run_load(port, ops, sessions, _is_raw(name), f"r{run}-s{sessions}")
+                cpu, client = cpu_seconds(pid) - cpu, _client_cpu() - client
+                assert frames == ops * FRAMES_PER_OP, (name, frames, ops)
+                if ops / seconds > best[name].ops_per_s:
+                    best[name] = Result(ops / seconds, frames / seconds, cpu / ops * 1e6, client / ops * 1e6)
     return best
+
+
+def _is_raw(name: str) -> bool:
+    return name.startswith(("ceiling", "raw"))
+
+
+# --------------------------------------------------------------------------- the core alone
+
+
+def core_alone(ops: int) -> tuple[float, float]:
+    """The sans-IO session core by itself, in this process: per echo
+    operation, parse the prompt, handle it, the adapter's three calls (two
+    events, one persist), settle, and an ack every 32 frames. Returns (µs per
+    operation, of which µs in ``wire.json.dumps``)."""
+    from router.container.daemon_core import SessionCore, StartTurn
+    from wire import json as wire_json
+    from wire.container import AdapterInfo, Done
+
+    def run(count: int) -> float:
+        core = SessionCore("s", runtime_id="r", adapter=AdapterInfo(id="echo", version="1", capabilities=("steer",)))
+        conn = object()
+        core.attach(conn)
+        for text in ('{"type":"replay","after":0}', '{"type":"open","generation":1,"settings":{},"restore":[]}'):
+            message, _ = core.receive(conn, text)
+            core.handle(conn, message)
+        core.opened(1, object(), can_steer=True)
+        texts = ['{"type":"prompt","operationId":"op-%d","input":"hello %d","whenBusy":"followUp"}' % (i, i) for i in range(count)]
+        start = time.perf_counter()
+        for i, text in enumerate(texts):
+            message, _ = core.receive(conn, text)
+            (turn,) = [e.turn for e in core.handle(conn, message) if type(e) is StartTurn]
+            answer = f"echo: hello {i} (turn {i + 1})"
+            mid = f"op-{i}:assistant"
+            core.emit({"type": "text-delta", "messageId": mid, "delta": answer})
+            core.emit({"type": "message", "message": {"id": mid, "role": "assistant", "parts": [{"type": "text", "text": answer}], "operationId": f"op-{i}", "createdAt": 1795997349994}})
+            core.persist([{"turn": i + 1, "text": f"hello {i}"}])
+            core.turn_finished(turn, Done(text=answer))
+            if core.seq % ACK_EVERY < FRAMES_PER_OP:
+                message, _ = core.receive(conn, '{"type":"ack","seq":%d}' % core.seq)
+                core.handle(conn, message)
+        return (time.perf_counter() - start) / count * 1e6
+
+    whole = min(run(ops) for _ in range(3))
+    spent = 0.0
+    real = wire_json.dumps
+
+    def timed(value):
+        nonlocal spent
+        start = time.perf_counter()
+        try:
+            return real(value)
+        finally:
+            spent += time.perf_counter() - start
+
+    import router.container.daemon_core as core_module
+
+    core_module.dumps = timed
+    try:
+        run(ops)
+    finally:
+        core_module.dumps = real
+    return whole, spent / ops * 1e6
 
 
 # --------------------------------------------------------------------------- raw servers
@@ -373,42 +451,37 @@ def partial_serve(serve, app, config):
 
 def _row(name: str, one: Result, many: Result) -> str:
     return (
-        f"| {name} | {one.ops_per_s:,.0f} | {one.frames_per_s:,.0f} | {one.cpu_us_per_op:,.0f} "
-        f"| {many.ops_per_s:,.0f} | {many.frames_per_s:,.0f} | {many.cpu_us_per_op:,.0f} |"
+        f"| {name} | {one.ops_per_s:,.0f} | {one.frames_per_s:,.0f} | {one.cpu_us_per_op:,.0f} | {one.client_us_per_op:,.0f} "
+        f"| {many.ops_per_s:,.0f} | {many.frames_per_s:,.0f} | {many.cpu_us_per_op:,.0f} | {many.client_us_per_op:,.0f} |"
     )
 
 
 async def main(args: argparse.Namespace) -> None:
     ops, sessions, repeat = args.ops, args.sessions, args.repeat
-    results: dict[str, tuple[Result, Result]] = {}
     rows = [("ours", ours_command()), ("reference", reference_command()), ("ceiling (raw trio-websocket)", raw_command("trio-websocket"))]
     if args.transports:
         rows += [("raw: our front (h11 + trio-websocket)", raw_command("front")), ("raw: hypercorn ASGI", raw_command("hypercorn"))]
     if args.only:
         rows = [row for row in rows if row[0] in args.only]
-    for name, command in rows:
-        raw = name.startswith(("ceiling", "raw"))
-        one = await measure(command, ops=ops, sessions=1, repeat=repeat, raw=raw)
-        many = await measure(command, ops=ops, sessions=sessions, repeat=repeat, raw=raw)
-        results[name] = (one, many)
-        print(f"  measured {name}", file=sys.stderr, flush=True)
-    print(f"\n{ops:,} echo operations pipelined; best of {repeat}; many = {sessions} sessions at once;")
-    print("CPU = the server process's user + system time per operation\n")
-    print(
-        f"| server | ops/s, 1 session | frames/s | CPU µs/op | ops/s, {sessions} sessions | frames/s | CPU µs/op |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, (one, many) in results.items():
-        print(_row(name, one, many))
-    if "ours" in results and "reference" in results:
-        ours, ref = results["ours"], results["reference"]
+    one = await measure_all(rows, ops=ops, sessions=1, repeat=repeat)
+    many = await measure_all(rows, ops=ops, sessions=sessions, repeat=repeat)
+    print(f"\n{ops:,} echo operations pipelined; best of {repeat}, runs alternating between servers;")
+    print(f"many = {sessions} sessions at once; CPU = the server process's user + system time per operation;")
+    print("client = this process's CPU time per operation\n")
+    print(f"| server | ops/s, 1 session | frames/s | CPU µs/op | client µs/op | ops/s, {sessions} sessions | frames/s | CPU µs/op | client µs/op |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, _ in rows:
+        print(_row(name, one[name], many[name]))
+    core, in_dumps = core_alone(ops)
+    print(f"\nthe sans-IO core alone, same operations, no sockets: {core:.0f} µs/op, of which {in_dumps:.0f} µs in wire.json.dumps")
+    if "ours" in one and "reference" in one:
         print(
-            f"\nours / reference, throughput: {ours[0].ops_per_s / ref[0].ops_per_s:.2f}x on one session, "
-            f"{ours[1].ops_per_s / ref[1].ops_per_s:.2f}x on {sessions} sessions"
+            f"\nours / reference, throughput: {one['ours'].ops_per_s / one['reference'].ops_per_s:.2f}x on one session, "
+            f"{many['ours'].ops_per_s / many['reference'].ops_per_s:.2f}x on {sessions} sessions"
         )
         print(
-            f"reference / ours, CPU per op: {ref[0].cpu_us_per_op / ours[0].cpu_us_per_op:.2f}x on one session, "
-            f"{ref[1].cpu_us_per_op / ours[1].cpu_us_per_op:.2f}x on {sessions} sessions"
+            f"reference / ours, CPU per op: {one['reference'].cpu_us_per_op / one['ours'].cpu_us_per_op:.2f}x on one session, "
+            f"{many['reference'].cpu_us_per_op / many['ours'].cpu_us_per_op:.2f}x on {sessions} sessions"
         )
     if args.profile:
         async with server(ours_command(args.profile)) as (port, _):

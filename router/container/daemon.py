@@ -97,7 +97,7 @@ class Outbox:
     and the frames it keeps are replayed to the next connection.
     """
 
-    __slots__ = ("name", "_queue", "_wakeup", "_closing", "_dead", "sent", "finished")
+    __slots__ = ("name", "_queue", "_wakeup", "_closing", "_dead", "sent", "finished", "close_requested")
 
     def __init__(self, name: str = "") -> None:
         self.name = name
@@ -109,6 +109,8 @@ class Outbox:
         self.sent = 0
         #: Set when :meth:`run` has returned (closed, or the socket died).
         self.finished = trio.Event()
+        #: Set by :meth:`close` (the transport gives the writer a deadline).
+        self.close_requested = trio.Event()
 
     def send(self, text: str) -> None:
         if self._dead or self._closing is not None:
@@ -122,6 +124,7 @@ class Outbox:
         if self._dead or self._closing is not None:
             return
         self._closing = (code, reason)
+        self.close_requested.set()
         if self._wakeup is not None:
             self._wakeup.set()
 
@@ -213,29 +216,15 @@ class SessionRunner:
         if effects:
             self._apply(effects)
         if message is not None and not self._stopped:
-            try:
-                # Not a checkpoint: the caller's next read is one.
-                self._inbox_send.send_nowait((outbox, message))
-            except trio.WouldBlock:
-                await self._inbox_send.send((outbox, message))
+            await self._inbox_send.send((outbox, message))
 
     # ------------------------------------------------------------------ tasks
 
     async def _handle_inbox(self) -> None:
-        receive = self._inbox_receive
         try:
             with self._inbox_scope:
-                while True:
-                    conn, message = await receive.receive()
-                    while True:
-                        await self._handle(conn, message)
-                        # Whatever else is queued is handled without a trip
-                        # through the scheduler per message; the inbox is
-                        # bounded, so this loop is too.
-                        try:
-                            conn, message = receive.receive_nowait()
-                        except trio.WouldBlock:
-                            break
+                async for conn, message in self._inbox_receive:
+                    await self._handle(conn, message)
         finally:
             self._inbox_done.set()
 

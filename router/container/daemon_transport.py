@@ -80,11 +80,6 @@ MAX_MESSAGE_SIZE: Final = 64 * 1024 * 1024
 #: Bytes asked of the socket per read. trio-websocket's default is 4 KiB,
 #: which makes a 64 MiB restore message take 16,384 reads. Ours.
 RECEIVE_BUFFER: Final = 64 * 1024
-#: Messages trio-websocket's reader may hold before ours takes them (its
-#: default is 1, which makes the two tasks trade places on every message).
-#: Ours: enough for a pipelining host's burst, bounded in memory by
-#: MESSAGE_QUEUE_SIZE x MAX_MESSAGE_SIZE only in the worst case.
-MESSAGE_QUEUE_SIZE: Final = 16
 #: Largest HTTP request head. Node's default ``--max-http-header-size``
 #: (16 KiB), which the reference runs with.
 MAX_HEAD_BYTES: Final = 16 * 1024
@@ -397,7 +392,6 @@ class DaemonServer:
                 ws_request = await wrap_server_stream(
                     nursery,
                     _Replayed(stream, prefix),
-                    message_queue_size=MESSAGE_QUEUE_SIZE,
                     max_message_size=MAX_MESSAGE_SIZE,
                     receive_buffer_size=RECEIVE_BUFFER,
                 )
@@ -420,6 +414,7 @@ class DaemonServer:
         outbox = Outbox(f"{session!r}@{ws.remote}")
         self._outboxes.add(outbox)
         nursery.start_soon(outbox.run, _batching(ws), name=f"writer {outbox.name}")
+        nursery.start_soon(self._reap, nursery, outbox, name=f"reaper {outbox.name}")
         runner.attach(outbox)
         try:
             while True:
@@ -436,3 +431,14 @@ class DaemonServer:
         # Let the writer send what is queued and finish the close handshake.
         with trio.move_on_after(CLOSE_TIMEOUT):
             await outbox.finished.wait()
+
+    @staticmethod
+    async def _reap(nursery: trio.Nursery, outbox: Outbox) -> None:
+        """Once the connection is to close (replaced, shutting down, or the
+        host closed it), give the writer ``CLOSE_TIMEOUT`` to flush and
+        finish the close handshake, then drop the connection: a host that
+        stopped reading cannot keep a replaced connection's tasks alive."""
+        await outbox.close_requested.wait()
+        with trio.move_on_after(CLOSE_TIMEOUT):
+            await outbox.finished.wait()
+        nursery.cancel_scope.cancel()

@@ -201,3 +201,31 @@ async def test_a_handshake_that_finishes_during_shutdown_is_closed_1001(server, 
     with pytest.raises(ConnectionClosed) as closed:
         await ws.get_message()
     assert (closed.value.reason.code, closed.value.reason.reason) == (1001, "shutting down")
+
+
+async def test_a_replaced_connection_whose_host_stopped_reading_is_dropped(server, nursery, autojump_clock):
+    """Its writer is stuck (the host reads nothing), so the 4001 close frame
+    cannot go out; after CLOSE_TIMEOUT the connection is dropped anyway."""
+    from router.container.daemon import CLOSE_TIMEOUT
+
+    client, served = trio.testing.lockstep_stream_pair()
+    nursery.start_soon(server._handle_stream, served)
+    stuck = await wrap_client_stream(nursery, client, "daemon", "/sessions/stuck", extra_headers=[(b"x-cf-harness-token", TOKEN.encode())])
+    for message in [
+        {"type": "open", "generation": 1, "settings": {}, "restore": []},
+        {"type": "replay", "after": 0},
+        *({"type": "prompt", "operationId": f"op{i}", "input": "x", "whenBusy": "followUp"} for i in range(20)),
+    ]:
+        await stuck.send_message(json.dumps(message))
+    await trio.testing.wait_all_tasks_blocked()
+    (first,) = server._outboxes
+    assert first.pending > 0  # the writer is blocked on a host that does not read
+    fresh = await websocket(server, nursery, "/sessions/stuck")
+    assert json.loads(await fresh.get_message())["type"] == "hello"
+    with trio.fail_after(CLOSE_TIMEOUT * 2):
+        await first.finished.wait()
+    await trio.testing.wait_all_tasks_blocked()
+    assert server._outboxes == {o for o in server._outboxes if o is not first}
+    await fresh.send_message(json.dumps({"type": "replay", "after": 0}))
+    while json.loads(await fresh.get_message())["type"] != "caught-up":
+        pass
