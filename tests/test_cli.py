@@ -27,3 +27,10 @@ def test_an_unknown_command_is_a_usage_error():
     assert done.returncode == 2
     assert "unknown command 'frobnicate'" in done.stderr
 
+
+
+def test_every_command_module_imports_and_takes_help():
+    for name, (module, _) in COMMANDS.items():
+        done = subprocess.run([*_router(), name, "--help"], capture_output=True, text=True)
+        assert done.returncode == 0, f"router {name} --help: {done.stderr[-2000:]}"
+        assert f"router {name}" in done.stdout

@@ -11,10 +11,9 @@ from router.container.adapter import AdapterTurn
 from router.container.adapters import codex
 from tests.adapters.helpers import Recorder
 from tests.fakes.openai import FakeResponses, ResponsesReply
-from tests.support.npm import require_npm_package
+from tests.support.npm import CODEX_SPEC, require_npm_package
 from wire.container import ContainerSettings, Done
 
-CODEX_SPEC = "@openai/codex@0.171.0-linux-x64"
 
 
 @pytest.fixture(scope="module")

@@ -94,6 +94,8 @@ def require_npm_package(spec: str) -> Path:
 
 #: The reference implementation of the container protocol.
 AGENTS_SPEC = "agents@0.32.0"
+#: The Codex CLI (a native build) the Codex preset is tested against.
+CODEX_SPEC = "@openai/codex@0.171.0-linux-x64"
 
 
 def node_binary() -> str:

@@ -1,0 +1,38 @@
+"""Fetch every npm peer the tests use into the test cache, once, up front.
+
+    python3 -m tests.support.warm
+
+``.ci/run`` runs this before the test command so the downloads (the
+reference daemon, and the Claude Code and Codex native builds, several
+hundred MB) happen outside any test's timeout. Standard library only: it
+runs before the virtual environment exists. Exits 1 and says which fetch
+failed; the tests would then fail too (``ROUTER_REQUIRE_NPM=1``), with the
+same reason.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tests.support.claude import claude_binary_path
+from tests.support.npm import AGENTS_SPEC, CODEX_SPEC, NpmUnavailable, npm_package
+
+
+def main() -> int:
+    failed = 0
+    fetches = [(AGENTS_SPEC, lambda: npm_package(AGENTS_SPEC)), ("claude", claude_binary_path), (CODEX_SPEC, lambda: npm_package(CODEX_SPEC))]
+    for name, fetch in fetches:
+        start = time.monotonic()
+        try:
+            path = fetch()
+        except NpmUnavailable as exc:
+            failed += 1
+            print(f"warm: {name}: {exc}", file=sys.stderr)
+            continue
+        print(f"warm: {name}: {path} ({time.monotonic() - start:.1f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
