@@ -216,7 +216,10 @@ class SessionRunner:
         if effects:
             self._apply(effects)
         if message is not None and not self._stopped:
-            await self._inbox_send.send((outbox, message))
+            try:
+                await self._inbox_send.send((outbox, message))
+            except trio.BrokenResourceError:
+                pass  # shutting down: the message is dropped, as after a close
 
     # ------------------------------------------------------------------ tasks
 
@@ -226,6 +229,8 @@ class SessionRunner:
                 async for conn, message in self._inbox_receive:
                     await self._handle(conn, message)
         finally:
+            # A reader waiting to queue a message must not wait forever.
+            self._inbox_receive.close()
             self._inbox_done.set()
 
     async def _handle(self, conn: Outbox, message: Any) -> None:
