@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
@@ -51,6 +52,25 @@ def _print(line: str) -> None:
         pass
 
 
+def _write_stdout(data: bytes) -> None:
+    """Write all of ``data`` to fd 1, in a worker thread: a pipe whose reader
+    stopped reading blocks here, not the Trio loop serving the link. The raw
+    fd, not ``sys.stdout``: an abandoned write then holds no buffer lock the
+    interpreter's exit would wait on."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(sys.stdout.fileno(), view) :]
+    except BrokenPipeError:  # a reader that went away does not stop the link
+        pass
+
+
+async def _relay_line(line: str) -> None:
+    # Abandoned on cancel: a signal stops the command even while a write is
+    # stuck; meanwhile the subscriber's bound sheds or cuts off what piles up.
+    await trio.to_thread.run_sync(_write_stdout, (line + "\n").encode(), abandon_on_cancel=True)
+
+
 async def _serve(args: argparse.Namespace) -> int:
     try:
         link = ModLink(args.session_id, hold=args.hold_ms / 1000)
@@ -69,7 +89,7 @@ async def _serve(args: argparse.Namespace) -> int:
                         try:
                             with link.events(capacity=4096) as events:
                                 async for event in events:
-                                    _print(dumps(converter.unstructure(event)))
+                                    await _relay_line(dumps(converter.unstructure(event)))
                             return
                         except ModSubscriberOverflow as exc:
                             logging.getLogger("router.modlink").warning("events lost: %s", exc)

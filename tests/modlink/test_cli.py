@@ -128,3 +128,18 @@ def test_no_socket_path_is_a_usage_error(process_env: dict[str, str]) -> None:
     )
     assert done.returncode == 2
     assert "no-socket-path" in done.stderr
+
+
+def test_a_stdout_nobody_reads_does_not_stall_the_link(server: subprocess.Popen[str]) -> None:
+    # The person piped the events somewhere that stopped reading (a paused
+    # pager): once the pipe is full the relay waits, and the link must not.
+    path = _first_line(server)
+    snapshot = {"kind": "model", "model": "m" * 16_384}
+    with httpx.Client(transport=httpx.HTTPTransport(uds=path), base_url=MOD_URL_BASE, timeout=30) as client:
+        for _ in range(64):  # 16 MiB of events, far past any pipe's buffer
+            response = client.post("/events", content=json.dumps({"events": [snapshot] * 16}))
+            assert response.json() == {"ok": True}
+        assert client.get("/healthz").json() == {"link": MOD_HEALTH_MARKER}
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(timeout=30) == 0
+    assert not os.path.exists(path)
