@@ -34,7 +34,7 @@ from router.plugins.limits import Limits, Stop
 from router.plugins.loader import LoadedModule, Loader, LoadResult, Log, default_log
 from router.plugins.refusal import Refusal
 from router.plugins.routing import LaunchRecord, plan_launch
-from router.plugins.settings import Document, SettingsDir, plugins_value
+from router.plugins.settings import Document, SettingsDir, plugins_value, redact
 from router.plugins.usage import Bracket, RecordStore, TurnMeter, utc_now
 
 __all__ = ["PluginLayer", "RUNTIME_KINDS"]
@@ -144,7 +144,9 @@ class PluginLayer:
         )
         if refusal is not None:
             return refusal
-        self._log({"event": "launched", **record.to_json(), "env": sorted(record.env)})
+        # The record may carry a module's secret (the container harness's
+        # daemon token in reach): the log gets it redacted, env by name only.
+        self._log({"event": "launched", **redact(record.to_json()), "env": sorted(record.env)})
         return record
 
     # ------------------------------------------------------------------ turns

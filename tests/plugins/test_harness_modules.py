@@ -142,3 +142,33 @@ async def test_claude_code_version_without_a_binary(tmp_path: Path) -> None:
         await CLAUDE.version(context(ROUTE, env={"PATH": str(tmp_path)}))
     assert caught.value.code == "claude-binary-missing"
     assert os.path.isdir(tmp_path)
+
+
+async def test_a_container_launch_logs_no_daemon_token(nursery, tmp_path: Path) -> None:
+    # The launch record carries the token (the host dials with it); the
+    # launch's log entry must not: option secrets are never logged.
+    from router.plugins.layer import PluginLayer
+    from router.plugins.settings import SettingsDir
+    from router.plugins.usage import MemoryRecords
+    from wire.json import dumps
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = config.errorlog = None
+    [url] = await nursery.start(partial(serve, Health(), config, shutdown_trigger=trio.sleep_forever))
+    settings = tmp_path / "settings"
+    settings.mkdir()
+    (settings / "plugins.json").write_text(dumps({
+        "plugins": {"harness": ["container"]},
+        "options": {"harness": {"container": {"url": url, "token": "s3cret-daemon-token"}}},
+    }))
+    (settings / "routes.json").write_text(dumps({
+        "models": {"agent": {"provider": "p"}},
+        "instances": {"coder": {"harness": "container", "model": "agent", "thinking": "off"}},
+    }))
+    log: list = []
+    layer = PluginLayer(settings=SettingsDir(settings), records=MemoryRecords(), log=log.append)
+    record = await layer.launch("coder", session="s-1")
+    assert record.reach["token"] == "s3cret-daemon-token"
+    assert [entry["event"] for entry in log] == ["launched"]
+    assert "s3cret-daemon-token" not in dumps(log)
