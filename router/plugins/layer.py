@@ -99,7 +99,13 @@ class PluginLayer:
         value = self._plugins.get(kind)
         if type(value) is list:
             return [v for v in value if type(v) is str]
-        return [value] if type(value) is str else []
+        if type(value) is str:
+            return [value]
+        if value is None:
+            return []
+        # A setting of the wrong shape: the loader refused the kind and kept
+        # what it had, and what it kept stays on (limits fail closed).
+        return [module.name for module in self.loader.modules(kind)]
 
     def _kind_options(self, kind: str) -> dict[str, Any]:
         value = self._options.get(kind)

@@ -312,3 +312,31 @@ async def test_a_launch_with_a_check_switched_on_but_refused_fails_closed(
     assert [(r.kind, r.code) for r in result.refused] == [("limit-check", "interface-version")]
     refusal = await layer.launch("default")
     assert refusal.code == "limit-check-failed" and "not-loaded" in refusal.message
+
+
+@pytest.mark.parametrize("broken", [{"token-limit": True}, 5, True])
+async def test_a_limit_check_setting_of_the_wrong_shape_keeps_the_checks_it_had(
+    settings_dir: Path, broken
+) -> None:
+    # The loader refuses the kind and keeps token-limit; the limits must then
+    # still be enforced by it, not silently dropped.
+    from wire.json import dumps
+
+    (settings_dir / "plugins.json").write_text(dumps(
+        {"plugins": {"harness": ["echo"], "limit-check": ["token-limit"]}}))
+    (settings_dir / "limits.json").write_text(dumps({"limits": {"tokens": {"instances": {
+        "default": {"limit": 10, "since": "2026-01-01T00:00:00Z"}}}}}))
+    records = MemoryRecords([{"instance": "default", "at": "2026-02-01T00:00:00Z",
+                              "usage": {"input": 50, "output": 0, "cache_creation": 0,
+                                        "cache_read": 0}}])
+    layer = PluginLayer(settings=SettingsDir(settings_dir), records=records, log=lambda e: None)
+    assert (await layer.reload()).refused == ()
+    assert (await layer.launch("default")).code == "limit-reached"
+
+    (settings_dir / "plugins.json").write_text(dumps(
+        {"plugins": {"harness": ["echo"], "limit-check": broken}}))
+    result = await layer.reload()
+    assert [(r.kind, r.code, r.kept) for r in result.refused] == [
+        ("limit-check", "invalid-plugins", ("token-limit",))]
+    assert (await layer.launch("default")).code == "limit-reached"
+    assert [e["status"] for e in await layer.report()] == ["counted"]
