@@ -190,6 +190,11 @@ class SessionRunner:
         self._inbox_scope = trio.CancelScope()
         self._inbox_done = trio.Event()
         self._turns: dict[Turn, tuple[trio.CancelScope, trio.Event]] = {}
+        #: Adapter sessions a handled message is to close and whose close
+        #: has not ended yet: when shutdown stops the inbox part-way through
+        #: a new generation (waiting for the old turn to unwind), it closes
+        #: them itself.
+        self._closing: list[Any] = []
         self._stopped = False
 
     def __repr__(self) -> str:
@@ -235,7 +240,9 @@ class SessionRunner:
 
     async def _handle(self, conn: Outbox, message: Any) -> None:
         try:
-            await self._perform(self.core.handle(conn, message))
+            effects = self.core.handle(conn, message)
+            self._closing.extend(effect.session for effect in effects if type(effect) is CloseSession)
+            await self._perform(effects)
         except Exception as exc:  # a bug, not the peer: say so, go on
             log.exception("session %r: handling %s failed", self.core.session, type(message).__name__)
             conn.send(dumps({"type": "error", "message": error_text(exc)}))
@@ -340,6 +347,7 @@ class SessionRunner:
                     await _maybe_await(effect.session.close())
                 except Exception as exc:
                     log.warning("session %r: adapter close failed: %s", core.session, error_text(exc))
+                self._closing = [each for each in self._closing if each is not effect.session]
             else:
                 self._apply([effect])
 
@@ -353,6 +361,8 @@ class SessionRunner:
         await self._inbox_done.wait()
         try:
             await self._perform(self.core.shutdown())
+            # Closes the stopped inbox did not get to (or did not finish).
+            await self._perform([CloseSession(session) for session in self._closing])
         finally:
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()

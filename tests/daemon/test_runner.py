@@ -309,3 +309,16 @@ async def test_outbox_writes_in_order_then_closes(nursery):
     await outbox.finished.wait()
     assert written == ["0", "1", "2", "3", "4", "5"] and closed == [(4001, "replaced")]
     assert repr(outbox) == "<Outbox o dead pending=0 sent=6>"
+
+
+async def test_shutdown_during_a_new_generation_still_closes_the_old_session(opened, daemon, adapter):
+    """SIGTERM while a new ``open`` waits for the old generation's turn to
+    unwind: the old adapter session must still be closed."""
+    await opened.prompt("a", "ignore-cancel")
+    await opened.send({"type": "open", "generation": 2, "settings": {}, "restore": []})
+    assert not adapter.sessions[0].closed  # the inbox waits for a to end
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(daemon.aclose)
+        await trio.testing.wait_all_tasks_blocked()
+        adapter.sessions[0].release.set()
+    assert adapter.sessions[0].closed
