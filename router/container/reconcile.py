@@ -66,10 +66,12 @@ order. A frame at or below the cursor of the same runtime is skipped;
 ``start`` moves the operation to running and records the user's message
 (id ``<operationId>:user``, its parts from the input, ``createdAt`` the
 submission time); ``event`` goes to subscribers, and ``message`` events are
-stored under their operation's generation (an update replaces the message
-with the same id); ``usage`` events are recorded per operation; ``persist``
-appends entries to the current generation; ``settle`` settles the
-operation. The cursor moves in the same transaction. An ``ack`` goes out
+stored under their operation's generation (a message of no operation under
+the connection's; an update replaces the message with the same id);
+``usage`` events are recorded per operation; ``persist`` appends entries to
+the connection's generation (the one it opened or found open at ``hello``:
+a ``reset`` while it is live does not move its frames into the new one);
+``settle`` settles the operation. The cursor moves in the same transaction. An ``ack`` goes out
 after every :data:`ACK_EVERY` frames and after every batch that settled an
 operation. ``caught-up`` settles what ``hello`` reported settled, and hands
 over the operations deferred in step 2 that are still open.
@@ -259,6 +261,10 @@ class ConnectionCore:
         self.ack_every = ack_every
         #: The runtime id from ``hello``; None until then.
         self.runtime_id: str | None = None
+        #: The generation this connection opened (or found open) at
+        #: ``hello``: the adapter session its frames come from, even after a
+        #: ``reset`` moves the record on (the link then redials).
+        self.generation: int | None = None
         self.since_ack = 0
         #: ``(operation id, wire outcome)`` the daemon reported settled, to
         #: settle at ``caught-up``.
@@ -366,6 +372,7 @@ class ConnectionCore:
 
         # Decided and written: now the in-memory state.
         self.runtime_id = runtime
+        self.generation = record.generation
         self.settled_there = settled_there
         self.deferred = deferred
         effects = Effects(sends=tuple(sends), events=tuple(events), settled=tuple(settled))
@@ -514,7 +521,7 @@ class ConnectionCore:
             events.append({**event, "operationId": operation_id})
             if event["type"] == "message":
                 message = event["message"]
-                generation = record.generation
+                generation = self.generation
                 if operation_id is not None:
                     operation = store.operation(session, operation_id)
                     if operation is not None:
@@ -526,9 +533,10 @@ class ConnectionCore:
         if kind is PersistFrame:
             # Entries numbered at or below the open mark were persisted by an
             # older adapter session (before this host's ``open``): not this
-            # generation's.
+            # generation's. Later ones belong to the generation this
+            # connection opened, not to one a ``reset`` started since.
             if not (record.open_runtime == runtime and seq <= record.open_seq):
-                store.append_entries(session, record.generation, frame.entries)
+                store.append_entries(session, self.generation, frame.entries)
             return None
         if kind is SettleFrame:
             outcome = converter.unstructure(frame.outcome)

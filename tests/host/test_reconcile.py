@@ -405,6 +405,29 @@ def test_a_late_message_of_an_old_operation_stays_in_its_generation(store: Store
     assert [m["id"] for m in store.messages(SESSION, 1)] == ["a:user", "a:assistant"]
 
 
+def test_late_frames_of_the_connection_open_before_a_reset_stay_in_the_old_generation(store: Store) -> None:
+    # The reset commits while this connection (generation 1 open there) is
+    # still live; its frames keep coming until the link redials. An
+    # operation aborted here runs on there, and persists.
+    store.enqueue(SESSION, "a", "x")
+    core, _ = connect(store, hello())
+    receive(store, core, frame(1, start("a")))
+    store.settle(SESSION, "a", {"status": "unanswered", "reason": "aborted"})
+    store.reset_session(SESSION, None)
+    receive(
+        store,
+        core,
+        frame(2, persist({"turn": 1})),
+        frame(3, event(None, message("between", "not of generation 2"))),
+    )
+    assert store.entries(SESSION) == []
+    assert store.messages(SESSION) == []
+    assert store.entries(SESSION, 1) == [{"turn": 1}]
+    # The new connection opens generation 2 with nothing to restore.
+    _, effects = connect(store, hello("r1", open=1, last_seq=3))
+    assert sends(effects)[0] == {"type": "open", "generation": 2, "settings": {"model": "m"}, "restore": []}
+
+
 def test_errors_and_second_hellos_change_nothing(store: Store) -> None:
     from wire.container import ErrorMessage
 
