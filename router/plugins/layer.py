@@ -30,7 +30,7 @@ import trio
 
 from router.plugins.broker import Answer, Broker
 from router.plugins.channels import Channels, CoreCaller
-from router.plugins.limits import Limits, Stop
+from router.plugins.limits import CheckFailure, Limits, Stop
 from router.plugins.loader import LoadedModule, Loader, LoadResult, Log, default_log
 from router.plugins.refusal import Refusal
 from router.plugins.routing import LaunchRecord, plan_launch
@@ -172,10 +172,21 @@ class PluginLayer:
     async def end_turn(self, bracket: Bracket) -> tuple[dict[str, Any], Stop | None]:
         """Store the turn's record, then ask whether the session must stop."""
         record = await self._meter().end(bracket)
-        limits = _value(await self._read("limits.json"), "limits")
+        document = await self._read("limits.json")
+        switched_on = self._switched_on("limit-check")
+        if isinstance(document, Refusal) and switched_on:
+            # Fail closed, as launch does: limits that cannot be read cannot
+            # be known to hold, so the session stops once its turn has landed.
+            failure = CheckFailure(check="limits.json", code=document.code, message=document.message)
+            stop = Stop(check="limits.json", failure=failure,
+                        reason=f"limit-check-failed: limits.json cannot be read ({document.code})")
+            self._log({"event": "session-stop", "check": "limits.json", "code": document.code,
+                       "reason": stop.reason, "subject": dict(bracket.subject)})
+            return record, stop
+        limits = _value(document, "limits")
         subject = {k: bracket.subject.get(k) for k in ("instance", "provider", "model", "account")}
         stop = self.limits.must_stop(
-            switched_on=self._switched_on("limit-check"),
+            switched_on=switched_on,
             modules=self.loader.modules("limit-check"),
             limits=limits if type(limits) is dict else {},
             subject=subject,

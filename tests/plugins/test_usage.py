@@ -340,3 +340,25 @@ async def test_a_limit_check_setting_of_the_wrong_shape_keeps_the_checks_it_had(
         ("limit-check", "invalid-plugins", ("token-limit",))]
     assert (await layer.launch("default")).code == "limit-reached"
     assert [e["status"] for e in await layer.report()] == ["counted"]
+
+
+async def test_an_unreadable_limits_file_stops_the_session_at_the_end_of_its_turn(settings_dir: Path) -> None:
+    """Fail closed: a launch refuses when limits.json cannot be read, and a
+    running session stops at the end of its turn for the same reason, rather
+    than running on with no limits."""
+    settings = SettingsDir(settings_dir)
+    for name in ("plugins.json", "routes.json", "limits.json"):
+        settings.ensure(name)
+    ledger = MemoryLedger()
+    layer = PluginLayer(settings=settings, records=MemoryRecords(), deps={"ledger": ledger},
+                        log=lambda entry: None, now=lambda: dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc))
+    await layer.reload()
+    launch = await layer.launch("default", session="s-1")
+    bracket = await layer.begin_turn(launch)
+    (settings_dir / "limits.json").write_text("{ not json")
+    ledger.add("s-1", input_tokens=1, output_tokens=1)
+    record, stop = await layer.end_turn(bracket)
+    assert record["usage"]["input"] == 1  # the turn's usage still lands
+    assert stop is not None and stop.failure is not None
+    refusal = await layer.launch("default", session="s-2")
+    assert stop.reason == f"limit-check-failed: limits.json cannot be read ({refusal.code})"

@@ -219,4 +219,6 @@ async def read_turn(request, deps):
             return {"mark": _begin(path), "usage": None}
         return _end(mark, path)
 
-    return await trio.to_thread.run_sync(work)
+    # Only reads: a read the broker's deadline gives up on is abandoned, and
+    # its result dropped, so the deadline holds on a slow file system too.
+    return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
