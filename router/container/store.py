@@ -47,11 +47,13 @@ Schema
 
 Versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` lists the steps,
 each run in its own transaction that also sets the new version. A file newer
-than this code is refused (``store-too-new``). Times are milliseconds since
-the epoch (the wire's ``createdAt`` unit). JSON columns hold what the wire
-holds (``ContainerInput``, ``ContainerSettings``, ``ContainerMessage``,
-outcomes, entries), written with ``json.dumps`` (ASCII, so a lone surrogate
-from a JavaScript peer survives the UTF-8 database).
+than this code is refused (``store-too-new``); a path that cannot be opened,
+or a file that is not SQLite, is refused (``bad-store``) with nothing left
+open or locked. Times are milliseconds since the epoch (the wire's
+``createdAt`` unit). JSON columns hold what the wire holds
+(``ContainerInput``, ``ContainerSettings``, ``ContainerMessage``, outcomes,
+entries), written with ``json.dumps`` (ASCII, so a lone surrogate from a
+JavaScript peer survives the UTF-8 database).
 
 ``sessions``
     ``id``, ``parent`` (the session it was forked from), ``ordinal``
@@ -326,11 +328,16 @@ class Store:
     ) -> None:
         self.path = Path(path)
         self._clock = clock
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
         if not create and not self.path.exists():
             raise Refused("no-store", f"there is no store at {self.path}; check --store")
         self._lock_fd: int | None = None
         if exclusive:
-            self._lock_fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                self._lock_fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as error:
+                raise self._bad_store(error.strerror or str(error)) from None
             try:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -344,23 +351,30 @@ class Store:
             self._db = sqlite3.connect(
                 self.path, check_same_thread=False, isolation_level=None, timeout=10.0
             )
-        except BaseException:
+        except BaseException as error:
             self._unlock()
+            if isinstance(error, sqlite3.Error):
+                raise self._bad_store(str(error)) from None
             raise
-        self._db.execute("PRAGMA journal_mode=WAL")
-        if synchronous not in ("NORMAL", "FULL"):
-            raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
-        self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.execute("PRAGMA foreign_keys=ON")
         self._owner: int | None = None
         self._depth = 0
         self._guard = threading.Lock()
         self._limiter = trio.CapacityLimiter(1)
         try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={synchronous}")
+            self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
-        except BaseException:
-            self.close()
+        except BaseException as error:
+            self.close()  # the connection, and the file lock with it
+            if isinstance(error, sqlite3.DatabaseError):
+                raise self._bad_store(str(error)) from None
             raise
+
+    def _bad_store(self, reason: str) -> Refused:
+        return Refused(
+            "bad-store", f"{self.path} cannot be used as a store ({reason}); check --store"
+        )
 
     # ---------------------------------------------------------------- lifetime
 

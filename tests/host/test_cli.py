@@ -77,3 +77,13 @@ async def test_connection_and_usage_errors_exit_2_with_a_code(daemon: Daemon, tm
     assert code == 2 and err.startswith("router transcript: no-store: ")
     code, _, err = await router("transcript", "--store", str(store), "--session", "nobody")
     assert code == 2 and err.startswith("router transcript: unknown-session: ")
+    # A --store that cannot be a store is a usage error (2), not a crash
+    # (whose exit status, 1, would read as "unanswered").
+    not_a_store = tmp_path / "notes.txt"
+    not_a_store.write_text("hello\n" * 100)
+    code, out, err = await router(*prompt_args(daemon, not_a_store, "x"))
+    assert (code, out) == (2, "") and err.startswith("router prompt: bad-store: ")
+    code, _, err = await router(*prompt_args(daemon, tmp_path / "missing" / "host.db", "x"))
+    assert code == 2 and err.startswith("router prompt: bad-store: ")
+    code, _, err = await router("transcript", "--store", str(not_a_store))
+    assert code == 2 and err.startswith("router transcript: bad-store: ")

@@ -79,6 +79,21 @@ def test_a_missing_store_is_refused_when_it_may_not_be_created(tmp_path: Path) -
     assert not (tmp_path / "nothing.db").exists()
 
 
+def test_a_file_that_is_not_a_store_is_refused_and_left_unlocked(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database, but a file someone named with --store\n" * 100)
+    for _ in range(2):  # the first refusal released the file: refused the same way again
+        with pytest.raises(Refused) as caught:
+            Store(path)
+        assert caught.value.code == "bad-store" and str(path) in caught.value.sentence
+    with pytest.raises(Refused) as caught:
+        Store(path, exclusive=False, create=False)
+    assert caught.value.code == "bad-store"
+    with pytest.raises(Refused) as caught:
+        Store(tmp_path / "no such directory" / "host.db")
+    assert caught.value.code == "bad-store"
+
+
 def test_sessions_are_created_once_and_listed_in_order(store: Store) -> None:
     record, created = store.create_session("b", settings={"model": "m"})
     assert created and record.generation == 1 and record.settings == {"model": "m"}
