@@ -58,7 +58,7 @@ from router.container.link import (
     wait_healthy,
 )
 from router.container.reconcile import ConnectionCore, Effects
-from wire.container import Abort, ErrorMessage, Hello, dump_message, parse_daemon_message
+from wire.container import Abort, AdapterInfo, ErrorMessage, Hello, dump_message, parse_daemon_message
 
 if TYPE_CHECKING:
     from router.container.host import Host
@@ -111,6 +111,10 @@ class SessionLink:
         #: Why the link gave up, when it did (``state == "failed"``).
         self.failure: LinkError | None = None
         self.runtime_id: str | None = None
+        #: The adapter the daemon named in its last ``hello`` (id, version,
+        #: capabilities); None until a connection reached ``hello``. Kept
+        #: across reconnects, so it says what the session last ran on.
+        self.adapter: AdapterInfo | None = None
         self.subscribers: set[Subscriber] = set()
         self.connections = 0
         self.frames_applied = 0
@@ -371,6 +375,7 @@ class SessionLink:
         self._core = core
         self._reached = True
         self.runtime_id = hello.runtime_id
+        self.adapter = hello.adapter
         self.connections += 1
         self._set_state("live")
         await self._send(ws, effects)

@@ -1,0 +1,13 @@
+"""The user-turn router, its session registry and the live view.
+
+- :mod:`router.turns.core`: the sans-IO decisions (delivery states, what to
+  do on each answer);
+- :mod:`router.turns.record`: the deliveries' durable record (SQLite);
+- :mod:`router.turns.registry`: the open sessions, their kind, nursery, tasks;
+- :mod:`router.turns.live`: the live view (mod events → ``ContainerMessage``);
+- :mod:`router.turns.router`: :class:`TurnRouter`, the Trio layer;
+- :mod:`router.turns.cli`: ``router send``.
+
+Nothing is imported here, so ``router send`` (a plain HTTP client) starts
+without loading the server side; import the modules themselves.
+"""

@@ -1,0 +1,431 @@
+"""The user-turn router's decisions, without I/O: the sans-IO core.
+
+Theory of operation
+-------------------
+A *delivery* is one message for one session under one *event id*: the
+person's own words with the Dispatch message id they are (:class:`Person`),
+or a card (:class:`Card`), a message the router delivers that nobody at the
+session typed. The sender may send the same delivery again (a *resend*) as
+often as it likes, concurrently too; the event id is what makes that safe.
+Each event id has one :class:`Record`, kept durably by the Trio layer
+(``router.turns.record``), in one of three states:
+
+=============  ==============================================================
+``pending``    admitted; an attempt may be under way (or was, when the router
+               stopped in the middle of one)
+``unanswered`` the last attempt got no answer; the next resend tries again
+``answered``   final: every resend is answered from the record, nothing is
+               written again
+=============  ==============================================================
+
+The Trio layer drives a delivery through four plain functions:
+
+1. :func:`admit` (with the record as it stands, or ``None``): a resend of an
+   answered delivery is answered from the record; an event id seen before
+   for another session or another message is refused
+   (``event-id-conflict``); anything else proceeds, with a new ``pending``
+   record when the id is new.
+2. :func:`plan`, in the session's inbox: what to write. The record it
+   returns is stored *before* the write goes out (decide, then do), so a
+   router that dies mid-write resends correctly.
+3. the Trio layer does the write and reads its outcome;
+4. :func:`settle`: the new record and the sender's :class:`Reply`, from the
+   table :data:`TRANSITIONS`.
+
+**A Claude Code session** (through the mod's ``session.message``). The mod
+writes a row into the running turn, or the prompt of a new turn when idle,
+and is idempotent by the event id: it answers a replay from its own record
+and writes nothing (seed ``mod-protocol.ts``, ``ModCallArguments``). Its
+answer decides (seed, ``ModCallResults``):
+
+- a row (with its uuid) or a prompt the engine took: answered;
+- a prompt the session dropped (``deny`` with ``as: "prompt"``): answered,
+  and the answer says so: the person is told their message was dropped;
+- a row the session refused (``deny`` with ``as: "row"``): unanswered, so
+  the sender resends;
+- no answer at all (the call's deadline passed, the link closed, the mod
+  failed the call): unanswered.
+
+The Dispatch attempt of a person's message is *spent by the first write*
+(seed, ``eventId``: "it is spent by the first frame"): every later attempt
+under the same event id goes as a card. So a late answer (the mod wrote the
+person's words, but its answer missed the deadline) turns the person's
+message into a card under the same event id, and the mod answers that card
+from its record of the first write: the words land once. ``plan`` marks the
+attempt spent in the record it returns, which is stored before the write.
+A session whose mod has not connected gets no write at all (nothing could
+read it); the attempt is not spent and the delivery stays unanswered.
+
+**A container session** (through the host). The message becomes a
+``prompt`` whose operation id is the event id (the host and the daemon are
+idempotent on it), ``whenBusy: "steer"`` when the session's adapter reports
+the ``steer`` capability, else ``followUp``. Once the host has the
+operation on disk the delivery is answered; a host that refuses it (not
+running, say) leaves it unanswered.
+
+Invariants (``tests/turns/test_core_properties.py`` checks them under
+hypothesis): an answered record never changes again; a person's words are
+written as the person's at most once per event id, and only by the first
+attempt; an event id belongs to one session and one message.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Final, Literal, Mapping, TypeAlias, Union
+
+import attrs
+
+__all__ = [
+    "Admission",
+    "Answered",
+    "Card",
+    "ClaudeCodeTarget",
+    "ContainerTarget",
+    "Delivery",
+    "Denied",
+    "Message",
+    "NoAnswer",
+    "Outcome",
+    "Person",
+    "Proceed",
+    "PromptTaken",
+    "Queued",
+    "Record",
+    "Refused",
+    "Reply",
+    "RowWritten",
+    "State",
+    "SubmitPrompt",
+    "TRANSITIONS",
+    "TurnCoreError",
+    "Unanswered",
+    "WriteMessage",
+    "admit",
+    "message_kind",
+    "plan",
+    "settle",
+]
+
+
+class TurnCoreError(RuntimeError):
+    """A bug in the caller: a transition the table does not have."""
+
+
+class State(enum.Enum):
+    PENDING = "pending"
+    UNANSWERED = "unanswered"
+    ANSWERED = "answered"
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@attrs.frozen(kw_only=True)
+class Person:
+    """The person's own words, with the Dispatch message id they are."""
+
+    text: str
+    message_id: str
+
+
+@attrs.frozen(kw_only=True)
+class Card:
+    """A message the router delivers that nobody at the session typed."""
+
+    text: str
+
+
+Message: TypeAlias = Union[Person, Card]
+
+
+def message_kind(message: Message) -> Literal["person", "card"]:
+    return "person" if isinstance(message, Person) else "card"
+
+
+@attrs.frozen(kw_only=True)
+class Delivery:
+    """One message for one session, under the sender's event id."""
+
+    event_id: str
+    session: str
+    message: Message
+
+
+@attrs.frozen(kw_only=True)
+class Record:
+    """What the router knows of one event id (stored durably).
+
+    ``attempts`` counts the writes planned; ``person_spent`` says the
+    Dispatch attempt of a person's message is used up (every later attempt
+    is a card); ``answer`` is the final answer (JSON), once ``answered``;
+    ``last`` the ``(code, message)`` of the last attempt that got none.
+    """
+
+    event_id: str
+    session: str
+    message: Message
+    state: State = State.PENDING
+    attempts: int = 0
+    person_spent: bool = False
+    answer: Mapping[str, Any] | None = None
+    last: tuple[str, str] | None = None
+
+
+# --------------------------------------------------------------------------- replies
+
+
+@attrs.frozen(kw_only=True)
+class Answered:
+    """The delivery's answer; ``from_record`` when a resend was answered
+    from the record and nothing was written."""
+
+    answer: Mapping[str, Any]
+    from_record: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.answer, "fromRecord": self.from_record}
+
+
+@attrs.frozen(kw_only=True)
+class Unanswered:
+    """No answer this time: the sender resends under the same event id."""
+
+    event_id: str
+    code: str
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class Refused:
+    """A refusal at admission; resending the same delivery changes nothing."""
+
+    code: str
+    message: str
+
+
+Reply: TypeAlias = Union[Answered, Unanswered, Refused]
+
+# --------------------------------------------------------------------------- targets and writes
+
+
+@attrs.frozen(kw_only=True)
+class ClaudeCodeTarget:
+    """A Claude Code session; ``connected`` once its mod said ``hello``."""
+
+    connected: bool
+
+
+@attrs.frozen(kw_only=True)
+class ContainerTarget:
+    """A container session; ``steers`` when its adapter reports ``steer``."""
+
+    steers: bool
+
+
+Target: TypeAlias = Union[ClaudeCodeTarget, ContainerTarget]
+
+
+@attrs.frozen(kw_only=True)
+class WriteMessage:
+    """Call ``session.message`` with this message under the event id."""
+
+    event_id: str
+    message: Message
+
+
+@attrs.frozen(kw_only=True)
+class SubmitPrompt:
+    """Submit a prompt to the host: operation id, text, ``whenBusy``."""
+
+    operation_id: str
+    text: str
+    when_busy: Literal["steer", "followUp"]
+
+
+Write: TypeAlias = Union[WriteMessage, SubmitPrompt]
+
+# --------------------------------------------------------------------------- outcomes
+
+
+@attrs.frozen(kw_only=True)
+class RowWritten:
+    """The mod appended a row into the running turn."""
+
+    uuid: str
+
+
+@attrs.frozen(kw_only=True)
+class PromptTaken:
+    """The mod submitted a prompt the idle session took."""
+
+
+@attrs.frozen(kw_only=True)
+class Denied:
+    """The mod wrote nothing: the session refused the row or dropped the prompt."""
+
+    deny: str
+    as_: Literal["row", "prompt"]
+
+
+@attrs.frozen(kw_only=True)
+class NoAnswer:
+    """No answer: a deadline, a closed link, a failed call, a host refusal."""
+
+    code: str
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class Queued:
+    """The host has the prompt on disk under ``operation_id``."""
+
+    operation_id: str
+    when_busy: Literal["steer", "followUp"]
+
+
+Outcome: TypeAlias = Union[RowWritten, PromptTaken, Denied, NoAnswer, Queued]
+
+# --------------------------------------------------------------------------- admission
+
+
+@attrs.frozen(kw_only=True)
+class Proceed:
+    """Go on to the session's inbox with this record (``new``: just made)."""
+
+    record: Record
+    new: bool
+
+
+Admission: TypeAlias = Union[Proceed, Answered, Refused]
+
+
+def admit(existing: Record | None, delivery: Delivery) -> Admission:
+    """Decide a delivery against the record of its event id (None: new)."""
+    if existing is None:
+        return Proceed(
+            record=Record(event_id=delivery.event_id, session=delivery.session, message=delivery.message),
+            new=True,
+        )
+    if existing.session != delivery.session:
+        return Refused(
+            code="event-id-conflict",
+            message=f"event id {delivery.event_id!r} was already delivered to session "
+            f"{existing.session!r}; a resend names the same session, a new message takes a new event id",
+        )
+    if existing.message != delivery.message:
+        return Refused(
+            code="event-id-conflict",
+            message=f"event id {delivery.event_id!r} was already used for another message; "
+            "a resend carries the same message, a new message takes a new event id",
+        )
+    if existing.state is State.ANSWERED:
+        assert existing.answer is not None
+        return Answered(answer=existing.answer, from_record=True)
+    return Proceed(record=existing, new=False)
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def plan(record: Record, target: Target) -> tuple[Record, Write | Reply]:
+    """What to do for ``record`` now: the record to store first, and the
+    write (or, with nothing to write, the reply)."""
+    if record.state is State.ANSWERED:
+        assert record.answer is not None
+        return record, Answered(answer=record.answer, from_record=True)
+    if isinstance(target, ClaudeCodeTarget):
+        if not target.connected:
+            code = "mod-not-connected"
+            text = (
+                f"the Claude Code session {record.session!r} has no mod connected yet, so nothing "
+                "was written; resend with the same eventId once the session runs"
+            )
+            return (
+                attrs.evolve(record, state=State.UNANSWERED, last=(code, text)),
+                Unanswered(event_id=record.event_id, code=code, message=text),
+            )
+        message = record.message
+        if isinstance(message, Person) and record.person_spent:
+            message = Card(text=message.text)
+        return (
+            attrs.evolve(record, attempts=record.attempts + 1, person_spent=True),
+            WriteMessage(event_id=record.event_id, message=message),
+        )
+    when_busy: Literal["steer", "followUp"] = "steer" if target.steers else "followUp"
+    return (
+        attrs.evolve(record, attempts=record.attempts + 1),
+        SubmitPrompt(operation_id=record.event_id, text=record.message.text, when_busy=when_busy),
+    )
+
+
+# --------------------------------------------------------------------------- settling
+
+OutcomeKind: TypeAlias = Literal["written", "dropped", "row-refused", "no-answer"]
+
+#: (state before, what the outcome was) -> state after. An ``answered``
+#: record is in no row: it is never settled again.
+TRANSITIONS: Final[Mapping[tuple[State, OutcomeKind], State]] = {
+    (State.PENDING, "written"): State.ANSWERED,
+    (State.PENDING, "dropped"): State.ANSWERED,
+    (State.PENDING, "row-refused"): State.UNANSWERED,
+    (State.PENDING, "no-answer"): State.UNANSWERED,
+    (State.UNANSWERED, "written"): State.ANSWERED,
+    (State.UNANSWERED, "dropped"): State.ANSWERED,
+    (State.UNANSWERED, "row-refused"): State.UNANSWERED,
+    (State.UNANSWERED, "no-answer"): State.UNANSWERED,
+}
+
+
+def _kind_of(outcome: Outcome) -> OutcomeKind:
+    if isinstance(outcome, (RowWritten, PromptTaken, Queued)):
+        return "written"
+    if isinstance(outcome, Denied):
+        return "dropped" if outcome.as_ == "prompt" else "row-refused"
+    return "no-answer"
+
+
+def _answer(record: Record, write: Write, outcome: Outcome) -> dict[str, Any]:
+    base: dict[str, Any] = {"eventId": record.event_id, "session": record.session}
+    if isinstance(write, WriteMessage):
+        base["message"] = message_kind(write.message)
+    if isinstance(outcome, RowWritten):
+        return {**base, "status": "delivered", "as": "row", "uuid": outcome.uuid}
+    if isinstance(outcome, PromptTaken):
+        return {**base, "status": "delivered", "as": "prompt"}
+    if isinstance(outcome, Denied):  # a prompt the session dropped: told to the person
+        return {**base, "status": "dropped", "as": "prompt", "reason": outcome.deny}
+    assert isinstance(outcome, Queued)
+    return {
+        **base,
+        "status": "delivered",
+        "as": "prompt",
+        "operationId": outcome.operation_id,
+        "whenBusy": outcome.when_busy,
+    }
+
+
+def settle(record: Record, write: Write, outcome: Outcome) -> tuple[Record, Reply]:
+    """The record after ``write`` ended in ``outcome``, and the sender's reply."""
+    kind = _kind_of(outcome)
+    after = TRANSITIONS.get((record.state, kind))
+    if after is None:
+        raise TurnCoreError(f"no transition from {record.state.value} on {kind} (event {record.event_id!r})")
+    if isinstance(outcome, Queued) != isinstance(write, SubmitPrompt):
+        raise TurnCoreError(f"{type(outcome).__name__} does not answer {type(write).__name__}")
+    if after is State.ANSWERED:
+        answer = _answer(record, write, outcome)
+        return attrs.evolve(record, state=after, answer=answer, last=None), Answered(answer=answer)
+    if isinstance(outcome, Denied):
+        code = "row-refused"
+        text = (
+            f"the session refused the row ({outcome.deny}), so nothing was written; "
+            "resend with the same eventId"
+        )
+    else:
+        assert isinstance(outcome, NoAnswer)
+        code, text = outcome.code, outcome.message
+    return (
+        attrs.evolve(record, state=after, last=(code, text)),
+        Unanswered(event_id=record.event_id, code=code, message=text),
+    )

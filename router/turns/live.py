@@ -1,0 +1,456 @@
+"""The live view: one normalized stream per session, in the container's
+``ContainerMessage`` shape.
+
+Every session, whichever way it is reached, is shown as the same stream of
+*items* (plain JSON objects):
+
+``{"type": "message", "message": MESSAGE}``
+    a transcript message, new or updated: a later item with the same
+    ``message.id`` replaces it. ``MESSAGE`` is a ``ContainerMessage`` as the
+    container wire writes it (``id``, ``role``, ``parts``, ``operationId``,
+    ``createdAt``), plus ``"card": true`` on a message the router delivered
+    into a Claude Code session (a row the mod stamped ``wrote: "message"``).
+``{"type": "text-delta" | "reasoning-delta", "messageId": ID, "delta": TEXT}``
+    live text for a message still being written: append ``delta`` to the
+    message's last part when that part is of the delta's kind, else add a
+    part of that kind holding it.
+``{"type": "turn-start", "id": ID}`` / ``{"type": "turn-end", "id": ID, ...}``
+    a turn (a container operation, a Claude Code turn) began or ended.
+
+A subscriber first gets a snapshot, ``{"session", "kind", "messages",
+"busy"}``, then the items from that point on.
+
+This module holds the sans-IO parts: :class:`ModLiveConverter` (mod events
+in, items out, and the transcript so far for snapshots) and
+:func:`container_items` (the host's live events in, items out). The Trio
+fan-out is :class:`LiveHub`.
+
+Theory of operation (the mod's events)
+--------------------------------------
+- A ``step`` snapshot carries the whole step so far (seed, ``step``). Its
+  message is ``<turnId>:<index>``, role ``assistant``: the first snapshot
+  draws it; a later one that only grew the last text (or reasoning) part is
+  sent as a delta; any other change redraws the message; the ``done``
+  snapshot always draws the whole message, so a reader that missed deltas
+  ends right. Tool calls become ``tool`` parts (``running``), their
+  arguments parsed once they parse (partial JSON text stays text).
+- An ``append`` row: one stamped ``wrote: "pointer"`` (the prompt at rows a
+  turn never read) is hidden; one stamped ``wrote: "message"`` (a row or a
+  prompt this router wrote) is drawn as a card; the ``response`` row of a
+  step already drawn from its snapshots is not drawn again (rows and steps
+  pair up in order); a ``tool_result`` block completes its ``tool`` part;
+  other user and assistant rows (a prompt typed at the terminal, say) are
+  drawn as they are, meta rows and attachments are not. The seed says the
+  stamp, never the words, tells a card from a pointer; so does this.
+- ``turn-start`` / ``turn-complete`` become ``turn-start`` / ``turn-end``.
+  Other kinds (``hello``, ``model``, ``session-id`` ...) draw nothing.
+
+At most ``max_messages`` messages are kept for snapshots (oldest dropped),
+so a long session costs bounded memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import time
+from typing import Any, Callable, Final, Iterator, Mapping
+
+import trio
+
+from wire.json import JsonError, JsonValue, loads
+from wire.mod import (
+    ModAppendEvent,
+    ModEvent,
+    ModStepEvent,
+    ModStepReasoning,
+    ModStepText,
+    ModStepToolCall,
+    ModTurnCompleteEvent,
+    ModTurnStartEvent,
+)
+
+__all__ = [
+    "LIVE_BUFFER",
+    "LiveHub",
+    "LiveLagged",
+    "LiveSubscription",
+    "MAX_MESSAGES",
+    "ModLiveConverter",
+    "apply_item",
+    "container_items",
+]
+
+log = logging.getLogger("router.turns.live")
+
+#: Messages a Claude Code session's view keeps for snapshots (ours).
+MAX_MESSAGES: Final = 2000
+#: Item batches a live subscriber may fall behind before it is dropped (ours:
+#: a step streams at most ten snapshots a second, so this is minutes).
+LIVE_BUFFER: Final = 1024
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _block_parts(content: tuple[Mapping[str, JsonValue], ...] | list[Any]) -> list[dict[str, Any]]:
+    """Claude Code content blocks as ``ContainerMessage`` parts (blocks the
+    live view has no part for are left out)."""
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if type(block) is not dict:
+            continue
+        kind = block.get("type")
+        if kind == "text" and type(block.get("text")) is str:
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "thinking" and type(block.get("thinking")) is str:
+            parts.append({"type": "reasoning", "text": block["thinking"]})
+        elif kind == "image":
+            source = block.get("source")
+            if (
+                type(source) is dict
+                and type(source.get("media_type")) is str
+                and type(source.get("data")) is str
+            ):
+                parts.append({"type": "image", "mediaType": source["media_type"], "data": source["data"]})
+        elif kind == "tool_use" and type(block.get("id")) is str and type(block.get("name")) is str:
+            parts.append(
+                {
+                    "type": "tool",
+                    "toolCallId": block["id"],
+                    "toolName": block["name"],
+                    "input": block.get("input"),
+                    "state": "running",
+                }
+            )
+    return parts
+
+
+def _tool_input(args: str) -> JsonValue:
+    """A tool call's arguments: parsed once whole, the text while partial."""
+    try:
+        return loads(args)
+    except (JsonError, RecursionError):
+        return args
+
+
+def _step_parts(event: ModStepEvent) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    for part in event.parts:
+        if isinstance(part, ModStepText):
+            parts.append({"type": "text", "text": part.text})
+        elif isinstance(part, ModStepReasoning):
+            parts.append({"type": "reasoning", "text": part.text})
+        elif isinstance(part, ModStepToolCall):
+            parts.append(
+                {
+                    "type": "tool",
+                    "toolCallId": part.id,
+                    "toolName": part.name,
+                    "input": _tool_input(part.args),
+                    "state": "running",
+                }
+            )
+    return parts
+
+
+def _delta(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """``(kind, text)`` when ``new`` is ``old`` with only its last text or
+    reasoning part grown (or one such part added at the end), else None."""
+    if len(new) == len(old) and new:
+        *head, last = new
+        if head != old[:-1]:
+            return None
+        before = old[-1]
+        if last["type"] in ("text", "reasoning") and before["type"] == last["type"]:
+            if last["text"].startswith(before["text"]) and last["text"] != before["text"]:
+                return last["type"], last["text"][len(before["text"]) :]
+        return None
+    if len(new) == len(old) + 1 and new[:-1] == old:
+        last = new[-1]
+        if last["type"] in ("text", "reasoning") and (not old or old[-1]["type"] != last["type"]) and last["text"]:
+            return last["type"], last["text"]
+    return None
+
+
+def _text_of(parts: list[dict[str, Any]]) -> str:
+    return "".join(part["text"] for part in parts if part.get("type") == "text")
+
+
+def apply_item(messages: dict[str, dict[str, Any]], item: Mapping[str, Any]) -> None:
+    """Apply one live item to a reader's transcript (id -> message), as a
+    page does. The reference reader the tests hold the converter to."""
+    kind = item.get("type")
+    if kind == "message":
+        message = item["message"]
+        messages[message["id"]] = message
+    elif kind in ("text-delta", "reasoning-delta"):
+        message = messages.get(item["messageId"])
+        if message is None:
+            return
+        part_type = "text" if kind == "text-delta" else "reasoning"
+        parts = [dict(part) for part in message["parts"]]
+        if parts and parts[-1]["type"] == part_type:
+            parts[-1]["text"] += item["delta"]
+        else:
+            parts.append({"type": part_type, "text": item["delta"]})
+        messages[message["id"]] = {**message, "parts": parts}
+
+
+class ModLiveConverter:
+    """Mod events in, live items out (see the module docstring)."""
+
+    def __init__(self, *, now: Callable[[], int] = _now_ms, max_messages: int = MAX_MESSAGES) -> None:
+        self._now = now
+        self.max_messages = max_messages
+        #: The transcript so far, oldest first (id -> message).
+        self.messages: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self.busy = False
+        #: Steps drawn from snapshots whose ``response`` row has not come.
+        self._awaiting_row: collections.deque[str] = collections.deque(maxlen=64)
+        #: tool call id -> the message holding its part.
+        self._tools: dict[str, str] = {}
+        self.events_seen = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<ModLiveConverter messages={len(self.messages)} busy={self.busy} "
+            f"awaiting_rows={len(self._awaiting_row)} events={self.events_seen}>"
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"messages": list(self.messages.values()), "busy": self.busy}
+
+    def _store(self, message: dict[str, Any]) -> dict[str, Any]:
+        mid = message["id"]
+        if mid in self.messages:
+            self.messages[mid] = message
+        else:
+            self.messages[mid] = message
+            while len(self.messages) > self.max_messages:
+                old, dropped = self.messages.popitem(last=False)
+                for part in dropped["parts"]:
+                    if part.get("type") == "tool":
+                        self._tools.pop(part["toolCallId"], None)
+        for part in message["parts"]:
+            if part.get("type") == "tool":
+                self._tools[part["toolCallId"]] = mid
+        return {"type": "message", "message": message}
+
+    def feed(self, event: ModEvent) -> list[dict[str, Any]]:
+        """The items one mod event makes (often none)."""
+        self.events_seen += 1
+        if isinstance(event, ModStepEvent):
+            return self._step(event)
+        if isinstance(event, ModAppendEvent):
+            return self._append(event)
+        if isinstance(event, ModTurnStartEvent):
+            self.busy = True
+            return [{"type": "turn-start", "id": event.turn_id}]
+        if isinstance(event, ModTurnCompleteEvent):
+            self.busy = False
+            return [{"type": "turn-end", "id": event.turn_id, "reason": event.stop_reason}]
+        return []
+
+    def _step(self, event: ModStepEvent) -> list[dict[str, Any]]:
+        mid = f"{event.turn_id}:{event.index}"
+        parts = _step_parts(event)
+        old = self.messages.get(mid)
+        if old is None:
+            message = {
+                "id": mid,
+                "role": "assistant",
+                "parts": parts,
+                "operationId": event.turn_id,
+                "createdAt": self._now(),
+            }
+            items = [self._store(message)]
+        else:
+            message = {**old, "parts": parts}
+            change = None if event.done else _delta(old["parts"], parts)
+            if change is not None:
+                kind, text = change
+                self._store(message)
+                items = [{"type": f"{kind}-delta", "messageId": mid, "delta": text}]
+            elif parts == old["parts"] and not event.done:
+                items = []
+            else:
+                items = [self._store(message)]
+        if event.done and mid not in self._awaiting_row:
+            self._awaiting_row.append(mid)
+        return items
+
+    def _append(self, event: ModAppendEvent) -> list[dict[str, Any]]:
+        wrote = event.wrote if type(event.wrote) is str else None
+        if wrote == "pointer":
+            return []  # the prompt at rows a turn never read: the view draws nothing for it
+        row = event.message
+        if wrote is None and event.door == "response" and row.type == "assistant" and self._drawn_step(row.content):
+            return []  # the step its snapshots drew
+        items = self._tool_results(row.content)
+        if type(row.is_meta) is bool and row.is_meta and wrote is None:
+            return items
+        if row.type not in ("user", "assistant"):
+            return items
+        parts = _block_parts(row.content)
+        if not parts:
+            return items
+        message: dict[str, Any] = {
+            "id": event.uuid,
+            "role": row.type,
+            "parts": parts,
+            "operationId": None,
+            "createdAt": self._now(),
+        }
+        if wrote == "message":
+            message["card"] = True
+        items.append(self._store(message))
+        return items
+
+    def _drawn_step(self, content: tuple[Any, ...]) -> bool:
+        """Whether a ``response`` row is a step already drawn from its
+        snapshots: the oldest finished step whose text is the row's."""
+        text = _text_of(_block_parts(content))
+        for mid in list(self._awaiting_row):
+            message = self.messages.get(mid)
+            if message is None:
+                self._awaiting_row.remove(mid)  # dropped from the view already
+            elif _text_of(message["parts"]) == text:
+                self._awaiting_row.remove(mid)
+                return True
+        return False
+
+    def _tool_results(self, content: tuple[Any, ...]) -> list[dict[str, Any]]:
+        items = []
+        for block in content:
+            if type(block) is not dict or block.get("type") != "tool_result":
+                continue
+            call_id = block.get("tool_use_id")
+            mid = self._tools.get(call_id) if type(call_id) is str else None
+            message = self.messages.get(mid) if mid is not None else None
+            if message is None:
+                continue
+            parts = []
+            for part in message["parts"]:
+                if part.get("type") == "tool" and part["toolCallId"] == call_id:
+                    part = {
+                        **part,
+                        "state": "error" if block.get("is_error") is True else "done",
+                        "output": block.get("content"),
+                    }
+                parts.append(part)
+            items.append(self._store({**message, "parts": parts}))
+        return items
+
+
+def container_items(event: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The items one of the host's live events makes (the host already
+    speaks ``ContainerMessage``; this drops what the view does not show)."""
+    kind = event.get("type")
+    if kind == "message" and type(event.get("message")) is dict:
+        return [{"type": "message", "message": event["message"]}]
+    if kind in ("text-delta", "reasoning-delta"):
+        if type(event.get("messageId")) is str and type(event.get("delta")) is str:
+            return [{"type": kind, "messageId": event["messageId"], "delta": event["delta"]}]
+        return []
+    if kind == "operation-start" and type(event.get("operationId")) is str:
+        return [{"type": "turn-start", "id": event["operationId"]}]
+    if kind == "operation-end" and type(event.get("result")) is dict:
+        result = event["result"]
+        return [{"type": "turn-end", "id": result.get("operationId"), "result": result}]
+    return []
+
+
+# --------------------------------------------------------------------------- Trio fan-out
+
+
+class LiveLagged(Exception):
+    """A live subscriber fell more than :data:`LIVE_BUFFER` batches behind
+    and was dropped; subscribe again (the snapshot catches up)."""
+
+    code = "live-lagged"
+
+
+class LiveSubscription:
+    """A snapshot, then ``async for batch in subscription`` (lists of items)
+    until the session closes; raises :class:`LiveLagged` when dropped."""
+
+    def __init__(self, snapshot: dict[str, Any], receive: trio.MemoryReceiveChannel[list[dict[str, Any]]]) -> None:
+        self.snapshot = snapshot
+        self._receive = receive
+        self.lagged = False
+
+    def __aiter__(self) -> LiveSubscription:
+        return self
+
+    async def __anext__(self) -> list[dict[str, Any]]:
+        try:
+            return await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            if self.lagged:
+                raise LiveLagged("the live view fell too far behind and was dropped; subscribe again") from None
+            raise StopAsyncIteration from None
+
+
+class LiveHub:
+    """One Claude Code session's live view: a :class:`ModLiveConverter` and
+    its subscribers. :meth:`feed` is called by the session's one view task;
+    a subscriber that cannot keep up is dropped, never waited for."""
+
+    def __init__(self, converter: ModLiveConverter | None = None, *, buffer: int = LIVE_BUFFER) -> None:
+        self.converter = converter or ModLiveConverter()
+        self.buffer = buffer
+        self._subscribers: dict[trio.MemorySendChannel[list[dict[str, Any]]], LiveSubscription] = {}
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<LiveHub subscribers={len(self._subscribers)} {self.converter!r}>"
+
+    def feed(self, events: list[ModEvent]) -> None:
+        items: list[dict[str, Any]] = []
+        for event in events:
+            items += self.converter.feed(event)
+        self.publish(items)
+
+    def publish(self, items: list[dict[str, Any]]) -> None:
+        if not items:
+            return
+        for send, subscription in list(self._subscribers.items()):
+            try:
+                send.send_nowait(items)
+            except trio.WouldBlock:
+                subscription.lagged = True
+                del self._subscribers[send]
+                send.close()
+
+    def reset(self, why: str) -> None:
+        """The events were interrupted (a subscription overflowed): every
+        subscriber is dropped as lagged, so each takes a fresh snapshot."""
+        log.warning("live view reset: %s", why)
+        for send, subscription in list(self._subscribers.items()):
+            subscription.lagged = True
+            send.close()
+        self._subscribers.clear()
+
+    def close(self) -> None:
+        self.closed = True
+        for send in self._subscribers:
+            send.close()
+        self._subscribers.clear()
+
+    @contextlib.contextmanager
+    def subscribe(self) -> Iterator[LiveSubscription]:
+        send, receive = trio.open_memory_channel[list[dict[str, Any]]](self.buffer)
+        subscription = LiveSubscription(self.converter.snapshot(), receive)
+        if self.closed:
+            send.close()
+        else:
+            self._subscribers[send] = subscription
+        try:
+            yield subscription
+        finally:
+            self._subscribers.pop(send, None)
+            send.close()
+            receive.close()

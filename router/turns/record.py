@@ -1,0 +1,216 @@
+"""The deliveries' durable record: one SQLite file of its own in the data dir.
+
+One row per event id (:class:`~router.turns.core.Record`): the session, the
+message, the state, the attempts, whether a person's Dispatch attempt is
+spent, and the final answer. It is what makes a delivery exactly once across
+resends and across restarts of the router: a resend is answered from here.
+
+Theory of operation
+-------------------
+One ``sqlite3`` connection (``check_same_thread=False``), WAL, opened by
+:class:`DeliveryLog`. Trio code never calls it on the event loop: it goes
+through :meth:`DeliveryLog.call`, which runs the work in a worker thread
+under a ``CapacityLimiter(1)``, so the loop never waits on the disk and two
+threads never share the connection. A call is not abandoned on cancellation
+(``abandon_on_cancel=False``): a cancelled task waits for its write to commit
+or roll back. :meth:`admit` reads and inserts in one ``BEGIN IMMEDIATE``
+transaction, so two concurrent resends of a new event id make one record.
+
+Durability: ``synchronous=NORMAL`` under WAL, as the host's store: a
+committed record survives the death of the process at any instant.
+
+Resource handling: the log takes a non-blocking ``flock`` on its file for
+as long as it is open, so two routers never share one record
+(``deliveries-busy``); :meth:`close` releases it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Callable, Final, TypeVar
+
+import trio
+
+from router.turns.core import Admission, Card, Delivery, Message, Person, Proceed, Record, State, admit
+
+__all__ = ["DeliveryLog", "DeliveryLogRefused", "SCHEMA_VERSION"]
+
+T = TypeVar("T")
+
+#: The schema this code writes (``PRAGMA user_version``).
+SCHEMA_VERSION: Final = 1
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS deliveries (
+    event_id TEXT PRIMARY KEY,
+    session TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('person', 'card')),
+    text TEXT NOT NULL,
+    message_id TEXT,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'unanswered', 'answered')),
+    attempts INTEGER NOT NULL,
+    person_spent INTEGER NOT NULL,
+    answer TEXT,
+    last_code TEXT,
+    last_message TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+)
+"""
+
+
+class DeliveryLogRefused(Exception):
+    """The log cannot be opened: ``code`` and a sentence."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _row_of(record: Record) -> tuple[Any, ...]:
+    message = record.message
+    return (
+        record.event_id,
+        record.session,
+        "person" if isinstance(message, Person) else "card",
+        message.text,
+        message.message_id if isinstance(message, Person) else None,
+        record.state.value,
+        record.attempts,
+        int(record.person_spent),
+        None if record.answer is None else json.dumps(record.answer),
+        None if record.last is None else record.last[0],
+        None if record.last is None else record.last[1],
+    )
+
+
+def _record_of(row: tuple[Any, ...]) -> Record:
+    event_id, session, kind, text, message_id, state, attempts, spent, answer, last_code, last_message = row
+    message: Message = Person(text=text, message_id=message_id) if kind == "person" else Card(text=text)
+    return Record(
+        event_id=event_id,
+        session=session,
+        message=message,
+        state=State(state),
+        attempts=attempts,
+        person_spent=bool(spent),
+        answer=None if answer is None else json.loads(answer),
+        last=None if last_code is None else (last_code, last_message),
+    )
+
+
+_COLUMNS: Final = (
+    "event_id, session, kind, text, message_id, state, attempts, person_spent, answer, last_code, last_message"
+)
+
+
+class DeliveryLog:
+    """The durable record of deliveries (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, clock: Callable[[], int] = _now_ms) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise DeliveryLogRefused(
+                "deliveries-busy",
+                f"another router has the delivery record {self.path} open; stop it or use another data dir",
+            ) from None
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10.0)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            (version,) = self._db.execute("PRAGMA user_version").fetchone()
+            if version > SCHEMA_VERSION:
+                self._db.close()
+                raise DeliveryLogRefused(
+                    "deliveries-too-new",
+                    f"{self.path} was written by a newer router (schema {version}); upgrade this one",
+                )
+            self._db.execute(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            self._unlock()
+            raise
+        self._limiter = trio.CapacityLimiter(1)
+
+    def __repr__(self) -> str:
+        return f"<DeliveryLog {str(self.path)!r}>"
+
+    def close(self) -> None:
+        self._db.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> DeliveryLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- from Trio
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` (one of the sync methods) in the log's thread."""
+        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
+
+    # ----------------------------------------------------------------- sync (worker thread)
+
+    def get(self, event_id: str) -> Record | None:
+        row = self._db.execute(f"SELECT {_COLUMNS} FROM deliveries WHERE event_id = ?", (event_id,)).fetchone()
+        return None if row is None else _record_of(row)
+
+    def put(self, record: Record) -> None:
+        """Store ``record`` (insert or replace its row)."""
+        now = self._clock()
+        self._db.execute(
+            f"INSERT INTO deliveries ({_COLUMNS}, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (event_id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, "
+            "person_spent = excluded.person_spent, answer = excluded.answer, last_code = excluded.last_code, "
+            "last_message = excluded.last_message, updated_at = excluded.updated_at",
+            (*_row_of(record), now, now),
+        )
+
+    def admit(self, delivery: Delivery) -> Admission:
+        """:func:`~router.turns.core.admit` against the stored record, and
+        the new record stored, in one transaction."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            admission = admit(self.get(delivery.event_id), delivery)
+            if isinstance(admission, Proceed) and admission.new:
+                self.put(admission.record)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+        return admission
+
+    def records(self, session: str | None = None) -> list[Record]:
+        """Every record (of one session), oldest first."""
+        if session is None:
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM deliveries ORDER BY created_at, rowid").fetchall()
+        else:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM deliveries WHERE session = ? ORDER BY created_at, rowid", (session,)
+            ).fetchall()
+        return [_record_of(row) for row in rows]

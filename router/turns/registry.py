@@ -1,0 +1,204 @@
+"""The session registry: every session the router serves, with its kind, its
+nursery and its tasks.
+
+A session is one of two kinds (:class:`SessionKind`): a **container**
+session (reached through the host and its daemon) or a **claude-code**
+session (reached through its mod link). Each open session owns a nursery of
+its own, under the registry's, holding one task per channel it uses:
+
+- every session: the user-turn router's **inbox** (its deliveries, one at a
+  time, in order);
+- a claude-code session also: the **mod link**'s server (``ModLink.run``)
+  and the **live view** task that turns the link's events into the session's
+  live items.
+
+Sessions run concurrently; closing one cancels exactly its tasks.
+
+Error handling: a task that fails while the session starts fails the start
+(:meth:`SessionRegistry.open` raises that one error: a ``ModLinkRefused``,
+say); a task that fails later ends its session only (logged; the session's
+``failure`` keeps it) and never the registry. ``Cancelled`` is never
+swallowed.
+
+Resource handling: :meth:`SessionRegistry.run` owns every session's nursery;
+:meth:`SessionRegistry.close` cancels one session and waits until its tasks
+are done; :meth:`SessionRegistry.aclose` (or cancelling ``run``) does that
+for all. Each session's ``on_close`` callbacks run once its tasks are done
+(the router uses one to answer the deliveries still queued).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
+
+import attrs
+import trio
+
+if TYPE_CHECKING:
+    from router.modlink.server import ModLink
+    from router.turns.live import LiveHub
+
+__all__ = ["Session", "SessionKind", "SessionRegistry", "Starter"]
+
+log = logging.getLogger("router.turns.registry")
+
+#: ``(name, fn)``: a session task, started with ``nursery.start(fn)``, so
+#: ``fn`` takes ``task_status`` and calls ``started()`` once it is ready.
+Starter = tuple[str, Callable[..., Awaitable[Any]]]
+
+
+class SessionKind(str, enum.Enum):
+    CONTAINER = "container"
+    CLAUDE_CODE = "claude-code"
+
+
+@attrs.define(eq=False)
+class Session:
+    """One open session. ``inbox`` takes its deliveries; ``link`` and
+    ``live`` are a claude-code session's mod link and live view."""
+
+    id: str
+    kind: SessionKind
+    inbox: trio.MemorySendChannel[Any]
+    link: ModLink | None = None
+    live: LiveHub | None = None
+    #: Names of the tasks running in the session's nursery.
+    tasks: list[str] = attrs.field(factory=list)
+    scope: trio.CancelScope | None = None
+    closed: trio.Event = attrs.field(factory=trio.Event)
+    failure: BaseException | None = None
+    on_close: list[Callable[[], None]] = attrs.field(factory=list)
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed.is_set() else "open"
+        return f"<Session {self.id!r} {self.kind.value} {state} tasks={self.tasks}>"
+
+
+def _sole_error(group: BaseExceptionGroup[Any]) -> BaseException | None:
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        elif not isinstance(exc, trio.Cancelled):
+            leaves.append(exc)
+
+    walk(group)
+    return leaves[0] if len(leaves) == 1 else None
+
+
+class SessionRegistry:
+    """Every open session (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._nursery: trio.Nursery | None = None
+        self._opening: dict[str, trio.Event] = {}
+
+    def __repr__(self) -> str:
+        kinds = [session.kind.value for session in self._sessions.values()]
+        return f"<SessionRegistry sessions={len(kinds)} claude-code={kinds.count('claude-code')}>"
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "sessions": {
+                id: {"kind": session.kind.value, "tasks": list(session.tasks)}
+                for id, session in self._sessions.items()
+            }
+        }
+
+    async def run(self, *, task_status: trio.TaskStatus[SessionRegistry] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold every session's nursery until cancelled."""
+        if self._nursery is not None:
+            raise RuntimeError("this registry is already running")
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started(self)
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+
+    def get(self, id: str) -> Session | None:
+        return self._sessions.get(id)
+
+    def sessions(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    async def open(self, session: Session, starters: Sequence[Starter]) -> Session:
+        """Start ``session``'s tasks, in order, each ready before the next,
+        and register it. Raises the error of a task that failed to start.
+        Opening an id that is open (or opening) returns that session."""
+        if self._nursery is None:
+            raise RuntimeError("the session registry is not running")
+        while session.id in self._opening:
+            await self._opening[session.id].wait()
+        existing = self._sessions.get(session.id)
+        if existing is not None:
+            return existing
+        opening = self._opening[session.id] = trio.Event()
+        try:
+            await self._nursery.start(self._run_session, session, starters, name=f"session {session.id!r}")
+        except BaseExceptionGroup as group:
+            sole = _sole_error(group)
+            if sole is not None and isinstance(sole, Exception):
+                raise sole from None
+            raise
+        finally:
+            del self._opening[session.id]
+            opening.set()
+        return session
+
+    async def _run_session(
+        self, session: Session, starters: Sequence[Starter], *, task_status: trio.TaskStatus[Session]
+    ) -> None:
+        started = False
+        try:
+            with trio.CancelScope() as scope:
+                session.scope = scope
+                async with trio.open_nursery() as nursery:
+                    for name, fn in starters:
+                        await nursery.start(fn, name=f"{session.kind.value} {session.id!r}: {name}")
+                        session.tasks.append(name)
+                    self._sessions[session.id] = session
+                    started = True
+                    task_status.started(session)
+        except Exception as exc:
+            if not started:
+                raise
+            # A session's task failed: that session ends, nothing else does.
+            session.failure = exc
+            log.exception("session %r (%s) failed and was closed", session.id, session.kind.value, exc_info=exc)
+        finally:
+            if self._sessions.get(session.id) is session:
+                del self._sessions[session.id]
+            session.tasks.clear()
+            session.closed.set()
+            for callback in session.on_close:
+                try:
+                    callback()
+                except Exception:  # a bug in a callback must not stop the others
+                    log.exception("on_close of session %r failed", session.id)
+
+    async def close(self, id: str) -> bool:
+        """Close one session: cancel its tasks and wait until they are done.
+        False when no such session is open."""
+        session = self._sessions.get(id)
+        if session is None:
+            return False
+        assert session.scope is not None
+        session.scope.cancel(reason=f"session {id!r} closed")
+        await session.closed.wait()
+        return True
+
+    async def aclose(self) -> None:
+        """Close every session (all at once) and wait for them."""
+        sessions = list(self._sessions.values())
+        for session in sessions:
+            if session.scope is not None:
+                session.scope.cancel(reason="the router is shutting down")
+        for session in sessions:
+            await session.closed.wait()

@@ -1,0 +1,75 @@
+"""Adapters for the in-process daemon in the turns tests: turns the test
+holds open, with or without the ``steer`` capability."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from router.container.adapter import AdapterContext, AdapterTurn
+from wire.container import AdapterInfo, ContainerInput, ContainerOutcome, Done, input_text
+
+
+class GateAdapter:
+    """Answers ``got: <text>`` (with `` + <steered>`` for texts steered in).
+    A text starting ``hold`` waits for :attr:`gate`. ``steers`` sets the
+    capability it reports; its sessions can steer either way, so a wrong
+    ``whenBusy: "steer"`` would show."""
+
+    def __init__(self, *, steers: bool) -> None:
+        capabilities = ("steer",) if steers else ()
+        self.info = AdapterInfo(id="gate", version="1", capabilities=capabilities)
+        self.gate = trio.Event()
+        #: Operation ids of turns that started, in order.
+        self.started: list[str] = []
+        self._started_changed = trio.Event()
+
+    async def wait_started(self, count: int) -> None:
+        while len(self.started) < count:
+            await self._started_changed.wait()
+
+    def _mark(self, operation_id: str) -> None:
+        self.started.append(operation_id)
+        self._started_changed.set()
+        self._started_changed = trio.Event()
+
+    async def open(self, context: AdapterContext) -> GateSession:
+        return GateSession(self, context)
+
+
+class GateSession:
+    def __init__(self, adapter: GateAdapter, context: AdapterContext) -> None:
+        self._adapter = adapter
+        self._context = context
+        self._steered: list[str] = []
+
+    async def run(self, turn: AdapterTurn) -> ContainerOutcome:
+        text = input_text(turn.input)
+        self._adapter._mark(turn.operation_id)
+        if text.startswith("hold"):
+            await self._adapter.gate.wait()
+        answer = "got: " + text + "".join(f" + {each}" for each in self._steered)
+        self._steered.clear()
+        message_id = f"{turn.operation_id}:assistant"
+        self._context.emit({"type": "text-delta", "messageId": message_id, "delta": answer})
+        self._context.emit(
+            {
+                "type": "message",
+                "message": {
+                    "id": message_id,
+                    "role": "assistant",
+                    "parts": [{"type": "text", "text": answer}],
+                    "operationId": turn.operation_id,
+                    "createdAt": time.time_ns() // 1_000_000,
+                },
+            }
+        )
+        return Done(text=answer)
+
+    async def steer(self, input: ContainerInput) -> bool:
+        self._steered.append(input_text(input))
+        return True
+
+    async def close(self) -> None:
+        pass
