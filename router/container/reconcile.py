@@ -58,8 +58,11 @@ as a new runtime, or its frames would be skipped as already applied.
 **Deliver** (:meth:`ConnectionCore.deliver`): every open operation not
 delivered to this runtime goes out as ``prompt``, in submission order, and is
 marked delivered to it; operations after one deferred to ``caught-up`` wait
-with it, so the daemon still receives them in submission order. The first one after a ``reset`` takes the session's handoff note, which
-is then kept on the operation, so a redelivery carries it too.
+with it, so the daemon still receives them in submission order. The first
+one after a ``reset`` takes the session's handoff note, which is then kept on
+the operation, so a redelivery carries it too. A connection whose generation
+a ``reset`` has left behind delivers nothing (its daemon still has the old
+adapter session open; the link redials and the next connection delivers).
 
 **Apply** (:meth:`ConnectionCore.receive`): frames and ``caught-up`` in
 order. A frame at or below the cursor of the same runtime is skipped;
@@ -384,8 +387,13 @@ class ConnectionCore:
     # ------------------------------------------------------------------ deliver
 
     def deliver(self, store: Store) -> Effects:
-        """``prompt`` every open operation not yet delivered to this runtime."""
+        """``prompt`` every open operation not yet delivered to this runtime.
+        Nothing once a ``reset`` moved the record past the generation this
+        connection opened: the link redials, and the next connection opens
+        the new generation and delivers."""
         if not self.ready:
+            return NOTHING
+        if store.require_session(self.session).generation != self.generation:
             return NOTHING
         runtime = self.runtime_id
         sends: list[HostMessage] = []

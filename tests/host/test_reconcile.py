@@ -428,6 +428,28 @@ def test_late_frames_of_the_connection_open_before_a_reset_stay_in_the_old_gener
     assert sends(effects)[0] == {"type": "open", "generation": 2, "settings": {"model": "m"}, "restore": []}
 
 
+def test_a_connection_that_opened_the_old_generation_delivers_nothing_after_a_reset(store: Store) -> None:
+    # Another task resets, then submits, while this connection (generation
+    # 1 open there) has a deliver pending: the prompt must wait for the
+    # redial, or it runs in the old adapter session (without the new
+    # context), and the ``open`` of generation 2 then aborts it.
+    core, _ = connect(store, hello())
+    store.reset_session(SESSION, "the note")
+    store.enqueue(SESSION, "b", "after the reset")
+    with store.transaction():
+        assert not core.deliver(store)
+    record = store.operation(SESSION, "b")
+    assert record.delivered is None and record.handoff is None
+    assert store.require_session(SESSION).handoff == "the note"
+    # The next connection opens generation 2 and hands it over, note in front.
+    _, effects = connect(store, hello("r1", open=1))
+    assert kinds(effects) == ["open", "replay", "prompt"]
+    assert sends(effects)[-1]["input"] == [
+        {"type": "text", "text": "the note"},
+        {"type": "text", "text": "after the reset"},
+    ]
+
+
 def test_errors_and_second_hellos_change_nothing(store: Store) -> None:
     from wire.container import ErrorMessage
 
