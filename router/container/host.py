@@ -13,7 +13,7 @@ Usage (Trio idiom: the host is a component with ``run``)::
     async with trio.open_nursery() as nursery:
         await nursery.start(host.run)
         session = host.session("root")
-        result = await session.prompt("hello")
+        result, messages = await session.prompt("hello")
         host.close()
 
 Layout: :class:`Host` (the component: the store, the daemon endpoint, the
