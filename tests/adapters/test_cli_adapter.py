@@ -157,6 +157,35 @@ async def test_a_failing_cli_settles_unanswered_with_its_stderr_tail(tmp_path, r
     assert outcome == Unanswered(reason="claude exited with status 3: fake-cli: something went wrong\nfake-cli: giving up")
 
 
+async def test_the_stderr_of_a_cli_that_exits_at_once_is_never_lost(tmp_path):
+    """A CLI that fails before it reads anything: it closes stdout, writes
+    its reason to stderr and exits. Its stdout ends and it is reaped while
+    the reason may still sit unread in the stderr pipe; the reason must be
+    in every outcome, not just when the scheduler happens to read it first."""
+    quick = tmp_path / "quick-claude"
+    quick.write_text('#!/bin/sh\nexec 0<&- 1>&-\necho "claude: the real reason" >&2\nexit 3\n')
+    quick.chmod(0o755)
+    adapter = claude_code.make_adapter(program=str(quick), homes=tmp_path / "homes", cwd=tmp_path / "workspace")
+    session = await adapter.open(Recorder().context())
+    reasons = [(await run_turn(session, "hello", f"op-{i}")).reason for i in range(40)]
+    assert reasons == ["claude exited with status 3: claude: the real reason"] * 40
+
+
+async def test_a_process_left_holding_stderr_does_not_hold_the_turn(tmp_path):
+    leaver = tmp_path / "leaving-claude"
+    leaver.write_text('#!/bin/sh\nsleep 60 >/dev/null </dev/null &\necho "left $!" >&2\nexit 3\n')
+    leaver.chmod(0o755)
+    adapter = claude_code.make_adapter(program=str(leaver), homes=tmp_path / "homes", cwd=tmp_path / "workspace")
+    session = await adapter.open(Recorder().context())
+    with trio.fail_after(30):
+        outcome = await run_turn(session, "hello")
+    pid = int(outcome.reason.rsplit(" ", 1)[1])
+    try:
+        assert outcome.reason == f"claude exited with status 3: left {pid}" and alive(pid)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
 async def test_a_cli_that_cannot_start_settles_unanswered_saying_so(tmp_path, records):
     adapter = claude_code.make_adapter(program=str(tmp_path / "no-such-claude"), homes=tmp_path / "h", cwd=tmp_path)
     session = await adapter.open(Recorder().context())

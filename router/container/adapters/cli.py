@@ -106,6 +106,13 @@ SYNC_INTERVAL = 5.0
 #: 4096 characters.
 STDERR_TAIL = 4096
 
+#: Seconds stderr may stay open after the CLI has exited before the turn
+#: stops reading it. It normally ends with the CLI (what the CLI wrote is
+#: already in the pipe); only a process the CLI left behind holding it open
+#: makes the wait last. Ours (the reference waits for stderr's end without
+#: limit: Node's ``close`` event).
+STDERR_AFTER_EXIT = 1.0
+
 #: Most bytes of one file in one persisted entry: the reference's
 #: ``PIECE_BYTES`` (128 KiB, about 171 K characters once base64-encoded, well
 #: inside ``MAX_CHUNK_CHARS``).
@@ -603,11 +610,16 @@ class CliSession:
         try:
             try:
                 async with trio.open_nursery() as nursery:
+                    stderr_ended = trio.Event()
                     nursery.start_soon(self._feed_stdin, process, command.stdin)
-                    nursery.start_soon(self._drain_stderr, process, stderr_tail)
+                    nursery.start_soon(self._drain_stderr, process, stderr_tail, stderr_ended)
                     nursery.start_soon(self._sync_periodically)
                     await self._read_stdout(process, splitter, parser, record)
                     await process.wait()
+                    # What it wrote to stderr before it exited may still be
+                    # in the pipe: read it to the end (the failure reason).
+                    with trio.move_on_after(STDERR_AFTER_EXIT):
+                        await stderr_ended.wait()
                     nursery.cancel_scope.cancel()
             except BaseExceptionGroup as group:
                 # An abort reaches the caller as the bare ``Cancelled`` it
@@ -648,12 +660,14 @@ class CliSession:
                 await process.stdin.aclose()
 
     @staticmethod
-    async def _drain_stderr(process: trio.Process, tail: bytearray) -> None:
+    async def _drain_stderr(process: trio.Process, tail: bytearray, ended: trio.Event | None = None) -> None:
         assert process.stderr is not None
         async for chunk in process.stderr:
             tail += chunk
             if len(tail) > STDERR_TAIL:
                 del tail[: len(tail) - STDERR_TAIL]
+        if ended is not None:
+            ended.set()
 
     async def _read_stdout(self, process: trio.Process, splitter: LineSplitter, parser: CliParser, record: _TurnRecord) -> None:
         assert process.stdout is not None
