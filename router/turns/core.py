@@ -101,7 +101,10 @@ __all__ = [
     "TurnCoreError",
     "Unanswered",
     "WriteMessage",
+    "MAX_ID_CHARS",
+    "MAX_TEXT_CHARS",
     "admit",
+    "check_delivery",
     "message_kind",
     "plan",
     "settle",
@@ -286,6 +289,48 @@ class Queued:
 
 Outcome: TypeAlias = Union[RowWritten, PromptTaken, Denied, NoAnswer, Queued]
 
+# --------------------------------------------------------------------------- checking
+
+#: The longest event id, session id and Dispatch message id (ours: ids are
+#: UUIDs in practice; a bound keeps the record's keys small).
+MAX_ID_CHARS: Final = 256
+#: The longest message text (ours: far beyond a typed message, well below
+#: anything that would strain the mod link's 32 MiB body bound).
+MAX_TEXT_CHARS: Final = 100_000
+
+
+def _is_text(value: object) -> bool:
+    if type(value) is not str:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (JSON allows "\ud800")
+        return False
+    return True
+
+
+def check_delivery(delivery: Delivery) -> Refused | None:
+    """Whether a delivery is one the router can take: ids non-empty, of at
+    most :data:`MAX_ID_CHARS`, text non-empty and at most
+    :data:`MAX_TEXT_CHARS`, all valid Unicode. ``None`` when it is."""
+    message = delivery.message
+    ids = [("eventId", delivery.event_id), ("session", delivery.session)]
+    if isinstance(message, Person):
+        ids.append(("messageId", message.message_id))
+    for name, value in ids:
+        if not _is_text(value) or not value or len(value) > MAX_ID_CHARS:
+            return Refused(
+                code="bad-delivery",
+                message=f"{name} must be a non-empty string of valid Unicode, at most {MAX_ID_CHARS} characters",
+            )
+    if not _is_text(message.text) or not message.text or len(message.text) > MAX_TEXT_CHARS:
+        return Refused(
+            code="bad-delivery",
+            message=f"text must be a non-empty string of valid Unicode, at most {MAX_TEXT_CHARS} characters",
+        )
+    return None
+
+
 # --------------------------------------------------------------------------- admission
 
 
@@ -411,7 +456,10 @@ def settle(record: Record, write: Write, outcome: Outcome) -> tuple[Record, Repl
     after = TRANSITIONS.get((record.state, kind))
     if after is None:
         raise TurnCoreError(f"no transition from {record.state.value} on {kind} (event {record.event_id!r})")
-    if isinstance(outcome, Queued) != isinstance(write, SubmitPrompt):
+    mod_only = isinstance(outcome, (RowWritten, PromptTaken, Denied))
+    if (isinstance(outcome, Queued) and not isinstance(write, SubmitPrompt)) or (
+        mod_only and not isinstance(write, WriteMessage)
+    ):
         raise TurnCoreError(f"{type(outcome).__name__} does not answer {type(write).__name__}")
     if after is State.ANSWERED:
         answer = _answer(record, write, outcome)

@@ -297,13 +297,7 @@ class ModLiveConverter:
         parts = _block_parts(row.content)
         if not parts:
             return items
-        message: dict[str, Any] = {
-            "id": event.uuid,
-            "role": row.type,
-            "parts": parts,
-            "operationId": None,
-            "createdAt": self._now(),
-        }
+        message: dict[str, Any] = {"id": event.uuid, "role": row.type, "parts": parts, "createdAt": self._now()}
         if wrote == "message":
             message["card"] = True
         items.append(self._store(message))

@@ -79,6 +79,7 @@ from router.turns.core import (
     SubmitPrompt,
     Unanswered,
     WriteMessage,
+    check_delivery,
     plan,
     settle,
 )
@@ -304,6 +305,9 @@ class TurnRouter:
     async def deliver(self, delivery: Delivery) -> Reply:
         """Write one delivery into its session, exactly once per event id,
         and return the reply (see the module docstring)."""
+        refused = check_delivery(delivery)
+        if refused is not None:
+            return refused
         try:
             session = await self.session(delivery.session)
         except Problem as problem:

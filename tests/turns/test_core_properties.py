@@ -1,0 +1,157 @@
+"""The decision core under hypothesis: any interleaving of deliveries,
+resends and mod behaviours keeps the invariants of ``router.turns.core``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from router.turns.core import (
+    Answered,
+    Card,
+    ClaudeCodeTarget,
+    ContainerTarget,
+    Delivery,
+    Denied,
+    NoAnswer,
+    Person,
+    Proceed,
+    PromptTaken,
+    Queued,
+    Record,
+    Refused,
+    RowWritten,
+    State,
+    SubmitPrompt,
+    Unanswered,
+    WriteMessage,
+    admit,
+    plan,
+    settle,
+)
+
+EVENTS = st.sampled_from(["e1", "e2", "e3"])
+SESSIONS = st.sampled_from(["s1", "s2"])
+MESSAGES = st.one_of(
+    st.builds(Person, text=st.sampled_from(["hi", "yo"]), message_id=st.sampled_from(["m1", "m2"])),
+    st.builds(Card, text=st.sampled_from(["hi", "yo"])),
+)
+#: What the mod does with one write it has no record of.
+BEHAVIOURS = st.sampled_from(
+    ["row", "prompt", "deny-row", "deny-prompt", "late-written", "late-unwritten", "error", "not-connected"]
+)
+
+
+@attrs.define
+class Mod:
+    """A mod, idempotent by event id as the seed's: a replay is answered
+    from its record and writes nothing; a refusal is not recorded."""
+
+    record: dict[str, Any] = attrs.field(factory=dict)
+    writes: list[tuple[str, str]] = attrs.field(factory=list)  # (event id, "person" | "card")
+    uuids: int = 0
+
+    def write(self, step: WriteMessage, behaviour: str) -> Any:
+        known = self.record.get(step.event_id)
+        if known is not None:
+            return NoAnswer(code="no-answer", message="late") if behaviour.startswith("late") else known
+        if behaviour == "error":
+            return NoAnswer(code="mod-error", message="failed")
+        if behaviour in ("deny-row", "deny-prompt"):
+            return Denied(deny="no", as_=behaviour.removeprefix("deny-"))  # type: ignore[arg-type]
+        if behaviour == "late-unwritten":
+            return NoAnswer(code="no-answer", message="late")
+        kind = "person" if isinstance(step.message, Person) else "card"
+        self.writes.append((step.event_id, kind))
+        self.uuids += 1
+        answer = RowWritten(uuid=f"u{self.uuids}") if behaviour == "row" else PromptTaken()
+        self.record[step.event_id] = answer
+        return NoAnswer(code="no-answer", message="late") if behaviour == "late-written" else answer
+
+
+class Deliveries(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: dict[str, Record] = {}
+        self.mod = Mod()
+        self.submitted: dict[str, list[SubmitPrompt]] = {}
+        self.answers: dict[str, Any] = {}
+        self.first_attempt_kinds: dict[str, list[str]] = {}
+
+    @rule(event=EVENTS, session=SESSIONS, message=MESSAGES, behaviour=BEHAVIOURS, steers=st.booleans())
+    def deliver(self, event: str, session: str, message: Any, behaviour: str, steers: bool) -> None:
+        # Sessions are of one kind each: s1 a Claude Code session, s2 a container one.
+        container = session == "s2"
+        delivery = Delivery(event_id=event, session=session, message=message)
+        existing = self.log.get(event)
+        admission = admit(existing, delivery)
+        if isinstance(admission, Refused):
+            assert existing is not None
+            assert (existing.session, existing.message) != (session, message)
+            return
+        if isinstance(admission, Answered):
+            assert admission.from_record and existing is not None and existing.state is State.ANSWERED
+            assert admission.answer == self.answers[event]
+            return
+        assert isinstance(admission, Proceed)
+        record = admission.record
+        if admission.new:
+            assert existing is None
+        target = (
+            ContainerTarget(steers=steers)
+            if container
+            else ClaudeCodeTarget(connected=behaviour != "not-connected")
+        )
+        planned, step = plan(record, target)
+        assert planned.event_id == event and planned.session == session
+        self.log[event] = planned
+        if isinstance(step, Unanswered):
+            assert step.code == "mod-not-connected" and planned.attempts == record.attempts
+            return
+        if isinstance(step, SubmitPrompt):
+            assert step.operation_id == event and step.when_busy == ("steer" if steers else "followUp")
+            self.submitted.setdefault(event, []).append(step)
+            outcome: Any = (
+                NoAnswer(code="host-not-running", message="down") if behaviour == "error"
+                else Queued(operation_id=event, when_busy=step.when_busy)
+            )
+        else:
+            assert isinstance(step, WriteMessage)
+            kind = "person" if isinstance(step.message, Person) else "card"
+            # A person's words go as the person's only on the first write.
+            if kind == "person":
+                assert isinstance(message, Person) and planned.attempts == 1
+            if isinstance(message, Card):
+                assert kind == "card"
+            outcome = self.mod.write(step, behaviour)
+        settled, reply = settle(planned, step, outcome)
+        self.log[event] = settled
+        if isinstance(reply, Answered):
+            assert settled.state is State.ANSWERED and not reply.from_record
+            self.answers[event] = reply.answer
+        else:
+            assert isinstance(reply, Unanswered) and settled.state is State.UNANSWERED
+
+    @invariant()
+    def each_event_is_written_at_most_once(self) -> None:
+        events = [event for event, _ in self.mod.writes]
+        assert len(events) == len(set(events))
+
+    @invariant()
+    def answers_never_change(self) -> None:
+        for event, answer in self.answers.items():
+            record = self.log[event]
+            assert record.state is State.ANSWERED and record.answer == answer
+
+    @invariant()
+    def container_prompts_share_the_event_id(self) -> None:
+        for event, prompts in self.submitted.items():
+            assert {prompt.operation_id for prompt in prompts} == {event}
+
+
+TestDeliveries = Deliveries.TestCase
+TestDeliveries.settings = settings(max_examples=300, stateful_step_count=30, deadline=None)
