@@ -39,23 +39,13 @@ return a message or ``None``. Structuring errors are caught in one place
 
 from __future__ import annotations
 
-import typing
-from typing import Any, Callable, Final, Literal, Mapping, NewType, Sequence, TypeAlias, Union
+from typing import Any, Final, Literal, Mapping, NewType, Sequence, TypeAlias, Union
 
 import attrs
 import cattrs
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from wire.json import (
-    ABSENT,
-    JsonError,
-    JsonValue,
-    dumps,
-    is_count,
-    is_json,
-    js_length,
-    loads,
-)
+from wire._convert import Builder, Count, Json, Number, camel, identity
+from wire.json import ABSENT, Absent, JsonError, JsonValue, dumps, is_json, js_length, loads
 
 # --------------------------------------------------------------------------- constants
 # Values from the seed (container-protocol.d.ts) and the reference
@@ -95,15 +85,16 @@ class ContainerEnv:
 CONTAINER_ENV: Final = ContainerEnv()
 
 # --------------------------------------------------------------------------- field types
-# NewTypes the converter gives strict hooks, so an annotation says which rule
-# the wire applies.
+# Types the converter gives strict hooks, so an annotation says which rule the
+# wire applies: ``Count``, ``Number`` and ``Json`` (from ``wire._convert``,
+# shared with the mod wire), and this one of the container's own.
+#
+# Optional fields follow ``wire._convert``'s one rule: the default is what
+# "absent" means, and the rest of the annotation is what a present key holds.
+# ``model: str | None = None`` may be left out but is never null (the
+# reference refuses null there, and so do we); ``options: Json | Absent =
+# ABSENT`` may be left out, and null is a value of its own.
 
-#: A count: an int, not a bool, 0 ≤ n ≤ 2**53 − 1 (``isCount``).
-Count = NewType("Count", int)
-#: Any finite JSON number (``createdAt``, usage figures).
-Number = NewType("Number", float)
-#: A JSON value with finite numbers only (``isJson``), passed through untouched.
-Json = NewType("Json", object)
 #: An adapter event as the reference checks it (``isEvent``), kept as the
 #: plain JSON object it is; :data:`ContainerEvent` is its typed view.
 EventValue = NewType("EventValue", dict)
@@ -112,12 +103,6 @@ EventValue = NewType("EventValue", dict)
 def _extra() -> Any:
     """The ``extra`` attribute: unknown wire fields the reference keeps."""
     return attrs.field(factory=dict, kw_only=True, repr=False)
-
-
-def _optional(present: Any, default: Any = None) -> Any:
-    """A field the wire may leave out: ``default`` when absent (and then not
-    written), and of type ``present`` when there. ``null`` is not absent."""
-    return attrs.field(default=default, kw_only=True, metadata={"present": present})
 
 
 # --------------------------------------------------------------------------- input
@@ -148,8 +133,8 @@ ContainerWhenBusy: TypeAlias = Literal["followUp", "steer"]
 class ContainerSettings:
     """Per-session settings for the adapter; ``options`` is the adapter's own."""
 
-    model: str | None = _optional(str)
-    options: JsonValue = _optional(Json, ABSENT)
+    model: str | None = None
+    options: Json | Absent = ABSENT
     extra: Mapping[str, Any] = _extra()
 
 
@@ -177,7 +162,7 @@ class ToolPart:
     tool_name: str
     input: Json
     state: Literal["running", "done", "error"]
-    output: JsonValue = _optional(Json, ABSENT)
+    output: Json | Absent = ABSENT
 
 
 ContainerPart: TypeAlias = Union[TextPart, ReasoningPart, ImagePart, ToolPart]
@@ -191,7 +176,7 @@ class ContainerMessage:
     role: Literal["user", "assistant"]
     parts: tuple[ContainerPart, ...]
     #: The operation the message belongs to.
-    operation_id: str | None = _optional(str)
+    operation_id: str | None = None
     #: Milliseconds since the epoch.
     created_at: Number
 
@@ -223,9 +208,9 @@ class MessageEvent:
 class UsageEvent:
     """Token and cost figures, as the adapter counts them."""
 
-    input_tokens: float | None = _optional(Number)
-    output_tokens: float | None = _optional(Number)
-    cost_usd: float | None = _optional(Number)
+    input_tokens: float | None = None
+    output_tokens: float | None = None
+    cost_usd: float | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -406,7 +391,7 @@ class Prompt:
 class Abort:
     """Stop one operation, or every operation of the session (``None``)."""
 
-    operation_id: str | None = _optional(str)
+    operation_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -471,52 +456,20 @@ _CLASSES: tuple[type, ...] = (
     Restore, Open, Replay, Prompt, Abort, Configure, Ack,
 )  # fmt: skip
 
-_UNIONS: dict[Any, tuple[type, ...]] = {
-    ContainerInputPart: (TextInputPart, ImageInputPart),
-    ContainerPart: (TextPart, ReasoningPart, ImagePart, ToolPart),
-    ContainerEvent: (TextDeltaEvent, ReasoningDeltaEvent, MessageEvent, UsageEvent, LogEvent, RawEvent),
-    ContainerOutcome: (Done, Unanswered),
-    DaemonFrame: (StartFrame, EventFrame, PersistFrame, SettleFrame),
-    DaemonMessage: (Hello, FrameMessage, CaughtUp, ErrorMessage),
-    HostMessage: (Restore, Open, Replay, Prompt, Abort, Configure, Ack),
+#: Every tagged union (its members are its arguments), and its name in errors.
+_UNIONS: dict[Any, str] = {
+    ContainerInputPart: "an input part",
+    ContainerPart: "a message part",
+    ContainerEvent: "an event",
+    ContainerOutcome: "an outcome",
+    DaemonFrame: "a frame",
+    DaemonMessage: "a daemon message",
+    HostMessage: "a host message",
 }
 
 
 class WireError(ValueError):
     """A value does not have the shape the wire requires."""
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-def _fail(value: object, what: str) -> typing.NoReturn:
-    raise WireError(f"expected {what}, got {type(value).__name__}")
-
-
-def _structure_str(value: object, _: Any) -> str:
-    if type(value) is not str:
-        _fail(value, "a string")
-    return value  # type: ignore[return-value]
-
-
-def _structure_count(value: object, _: Any) -> int:
-    if not is_count(value):
-        raise WireError(f"expected a count (an integer from 0 to 2**53 - 1), got {value!r:.40}")
-    return value  # type: ignore[return-value]
-
-
-def _structure_number(value: object, _: Any) -> float:
-    if type(value) not in (int, float) or not is_json(value):
-        _fail(value, "a finite number")
-    return value  # type: ignore[return-value]
-
-
-def _structure_json(value: object, _: Any) -> JsonValue:
-    if not is_json(value):
-        _fail(value, "a JSON value with finite numbers")
-    return value
 
 
 def is_event(value: object) -> bool:
@@ -543,136 +496,58 @@ def is_event(value: object) -> bool:
     return False
 
 
-def _structure_event(value: object, _: Any) -> dict:
-    if not is_event(value):
-        _fail(value, "an adapter event")
-    return value  # type: ignore[return-value]
-
-
-def _is_union(tp: Any) -> bool:
-    return typing.get_origin(tp) in (Union, __import__("types").UnionType)
-
-
-def _is_literal(tp: Any) -> bool:
-    return typing.get_origin(tp) is Literal
-
-
-def _literal_hook(tp: Any) -> Callable[[object, Any], str]:
-    allowed = frozenset(typing.get_args(tp))
-
-    def structure(value: object, _: Any) -> str:
-        if type(value) is not str or value not in allowed:
-            raise WireError(f"expected one of {sorted(allowed)}, got {value!r:.40}")
-        return value
-
-    return structure
-
-
-def _is_homogeneous_tuple(tp: Any) -> bool:
-    args = typing.get_args(tp)
-    return typing.get_origin(tp) is tuple and len(args) == 2 and args[1] is Ellipsis
-
-
 def make_converter() -> cattrs.Converter:
-    """Build the container wire's converter. :data:`converter` is one."""
-    conv = cattrs.Converter(detailed_validation=False)
+    """Build the container wire's converter. :data:`converter` is one.
 
-    # Strict leaves: the wire refuses what cattrs would coerce.
-    conv.register_structure_hook(str, _structure_str)
-    conv.register_structure_hook(Count, _structure_count)
-    conv.register_structure_hook(Number, _structure_number)
-    conv.register_structure_hook(Json, _structure_json)
-    conv.register_structure_hook(EventValue, _structure_event)
-    for leaf in (Json, EventValue):
-        conv.register_unstructure_hook(leaf, lambda value: value)
-    conv.register_structure_hook_factory(_is_literal, _literal_hook)
+    Strict leaves, arrays, nullable and optional fields, tagged unions and
+    camelCase classes come from :class:`wire._convert.Builder`; what is the
+    container's own is here: adapter events checked as ``isEvent``, the
+    operation union, the input union, and ``extra``.
+    """
+    build = Builder(WireError, tags=_TAGS, detailed=False)
+    conv = build.conv
 
-    # Arrays are JSON arrays (lists), never any other iterable.
-    def tuple_structure(tp: Any) -> Callable[[object, Any], tuple]:
-        item = typing.get_args(tp)[0]
-        if item is Json:
-            def structure_json_items(value: object, _: Any) -> tuple:
-                if type(value) is not list or not all(is_json(each) for each in value):
-                    _fail(value, "an array of JSON values")
-                return tuple(value)
+    def structure_event(value: object, _: Any) -> dict:
+        if not is_event(value):
+            build.fail(value, "an adapter event")
+        return value  # type: ignore[return-value]
 
-            return structure_json_items
-        hook = conv.get_structure_hook(item)
+    conv.register_structure_hook(EventValue, structure_event)
+    conv.register_unstructure_hook(EventValue, identity)
 
-        def structure_items(value: object, _: Any) -> tuple:
-            if type(value) is not list:
-                _fail(value, "an array")
-            return tuple(hook(each, item) for each in value)
-
-        return structure_items
-
-    def tuple_unstructure(tp: Any) -> Callable[[tuple], list]:
-        item = typing.get_args(tp)[0]
-        if item in (str, Json):
-            return list
-        hook = conv.get_unstructure_hook(item)
-        return lambda value: [hook(each) for each in value]
-
-    conv.register_structure_hook_factory(_is_homogeneous_tuple, tuple_structure)
-    conv.register_unstructure_hook_factory(_is_homogeneous_tuple, tuple_unstructure)
-
-    # ``X | None`` with a required key: null is None, anything else is an X.
-    def nullable_structure(tp: Any) -> Callable[[object, Any], Any]:
-        (inner,) = [arg for arg in typing.get_args(tp) if arg is not type(None)]
-        hook = conv.get_structure_hook(inner)
-        return lambda value, _: None if value is None else hook(value, inner)
-
-    def is_nullable(tp: Any) -> bool:
-        args = typing.get_args(tp)
-        return _is_union(tp) and len(args) == 2 and type(None) in args
-
-    conv.register_structure_hook_factory(is_nullable, nullable_structure)
-    conv.register_unstructure_hook_factory(is_nullable, lambda tp: lambda value: value)
-
-    # Tagged unions, dispatched on the tag's value. Registered before the
-    # classes: a class's generated hook looks up its fields' hooks once, when
-    # it is made, and the union hooks resolve their members only when called.
-    for union, members in _UNIONS.items():
-        _register_union(conv, union, members)
-    _register_operation_union(conv)
+    # Unions before the classes: a class's generated hook looks up its
+    # fields' hooks once, when it is made, and the union hooks resolve their
+    # members only when called.
+    for union, what in _UNIONS.items():
+        build.union(union, what)
+    _register_operation_union(build)
     _register_input(conv)
 
-    # Classes: camelCase keys, the tag written first, unknown fields kept in
-    # ``extra`` where the reference keeps them.
+    # Classes: unknown fields kept in ``extra`` where the reference keeps them.
     for cls in _CLASSES:
-        _register_class(conv, cls)
+        if "extra" in attrs.fields_dict(cls):
+            _register_with_extra(build, cls)
+        else:
+            build.classes(cls)
     return conv
 
 
-def _register_class(conv: cattrs.Converter, cls: type) -> None:
-    overrides: dict[str, Any] = {}
-    has_extra = False
-    for field in attrs.fields(cls):
-        if field.name == "extra":
-            has_extra = True
-            overrides["extra"] = override(omit=True)
-            continue
-        present = field.metadata.get("present")
-        if present is None:
-            overrides[field.name] = override(rename=_camel(field.name))
-        else:
-            overrides[field.name] = override(
-                rename=_camel(field.name),
-                omit_if_default=True,
-                struct_hook=conv.get_structure_hook(present),
-            )
-    base_structure = make_dict_structure_fn(cls, conv, _cattrs_detailed_validation=False, **overrides)
-    base_unstructure = make_dict_unstructure_fn(cls, conv, **overrides)
+def _register_with_extra(build: Builder, cls: type) -> None:
+    """Hooks for a class whose unknown wire fields the reference keeps: the
+    shared class hooks (:meth:`Builder.register`), plus ``extra`` filled on
+    the way in and written back, after the known fields, on the way out."""
+    structure_fields, unstructure_fields = build.class_hooks(cls, omit=("extra",))
     tag = _TAGS.get(cls)
     known = frozenset(
-        [_camel(f.name) for f in attrs.fields(cls) if f.name != "extra"] + ([tag[0]] if tag else [])
+        [camel(f.name) for f in attrs.fields(cls) if f.name != "extra"] + ([tag[0]] if tag else [])
     )
+    fail, what = build.fail, build.what(cls)
 
     def structure(value: object, _: Any) -> Any:
         if type(value) is not dict:
-            _fail(value, f"an object ({cls.__name__})")
-        instance = base_structure(value, cls)
-        if has_extra and not known.issuperset(value):  # type: ignore[arg-type]
+            fail(value, what)
+        instance = structure_fields(value, cls)
+        if not known.issuperset(value):  # type: ignore[arg-type]
             # The instance is new and not yet shared: filling in the unknown
             # fields here keeps the generated hook as cattrs made it.
             extra = {k: v for k, v in value.items() if k not in known}  # type: ignore[union-attr]
@@ -680,47 +555,32 @@ def _register_class(conv: cattrs.Converter, cls: type) -> None:
         return instance
 
     def unstructure(instance: Any) -> dict:
-        body = base_unstructure(instance)
+        body = unstructure_fields(instance)
         if tag is not None:
             body = {tag[0]: tag[1], **body}
-        if has_extra and instance.extra:
+        if instance.extra:
             body.update(instance.extra)
         return body
 
-    conv.register_structure_hook(cls, structure)
-    conv.register_unstructure_hook(cls, unstructure)
+    build.conv.register_structure_hook(cls, structure)
+    build.conv.register_unstructure_hook(cls, unstructure)
 
 
-def _register_union(conv: cattrs.Converter, union: Any, members: tuple[type, ...]) -> None:
-    (key,) = {_TAGS[member][0] for member in members}
-    by_tag = {_TAGS[member][1]: member for member in members}
-
-    def structure(value: object, _: Any) -> Any:
-        if type(value) is not dict:
-            _fail(value, "an object")
-        tag = value.get(key)  # type: ignore[union-attr]
-        member = by_tag.get(tag) if type(tag) is str else None
-        if member is None:
-            raise WireError(f"unknown {key} {tag!r:.40}")
-        return conv.structure(value, member)
-
-    conv.register_structure_hook(union, structure)
-    conv.register_unstructure_hook(union, lambda value: conv.unstructure(value, type(value)))
-
-
-def _register_operation_union(conv: cattrs.Converter) -> None:
+def _register_operation_union(build: Builder) -> None:
     # ``status`` is the tag, but two of its values (queued, running) share a
     # class, which keeps the value as an attribute.
+    conv = build.conv
+
     def structure(value: object, _: Any) -> DaemonOperation:
         if type(value) is not dict:
-            _fail(value, "an object")
+            build.fail(value, "an operation (an object)")
         status = value.get("status")  # type: ignore[union-attr]
         if status == "settled":
             return conv.structure(value, SettledOperation)
         return conv.structure(value, PendingOperation)
 
     conv.register_structure_hook(DaemonOperation, structure)
-    conv.register_unstructure_hook(DaemonOperation, lambda value: conv.unstructure(value, type(value)))
+    build.unstructure_by_class(DaemonOperation)
 
 
 def _register_input(conv: cattrs.Converter) -> None:
