@@ -30,18 +30,19 @@ Optional fields: a field the seed marks optional (``name?: string``) defaults
 to :data:`wire.json.ABSENT` and is left out of the wire object when absent. A
 ``null`` is a value, never "absent": ``stopReason: null`` ("no response
 arrived") and a missing ``stopReason`` are different events, so both are kept.
+The rule, and the rest of the converter's machinery, is ``wire._convert``'s,
+shared with the container wire.
 """
 
 import secrets
-import types
 import typing
 from typing import Any, Final, Literal, TypeAlias, Union
 
 import attrs
 import cattrs
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from wire.json import ABSENT, Absent, JsonValue, dumps, is_count, is_json
+from wire._convert import Builder, camel, describe, identity, type_name
+from wire.json import ABSENT, Absent, JsonValue, dumps, is_json
 
 __all__ = [
     "MOD_APPEND_DOORS",
@@ -569,7 +570,6 @@ EVENT_KINDS: Final[dict[str, type]] = {
     "append": ModAppendEvent,
     "model": ModModelEvent,
 }
-_KIND_OF_EVENT: Final = {cls: kind for kind, cls in EVENT_KINDS.items()}
 
 # --------------------------------------------------------------------------- config and commands
 
@@ -835,101 +835,73 @@ class ModAckBody:
 
 # =========================================================================== the converter
 
+#: The tag each tagged class is told apart by (key, value), written first.
+_TAGS: Final[dict[type, tuple[str, object]]] = {
+    **{cls: ("kind", kind) for kind, cls in EVENT_KINDS.items()},
+    ModStepText: ("type", "text"),
+    ModStepReasoning: ("type", "reasoning"),
+    ModStepToolCall: ("type", "tool-call"),
+    ModUnreadPerson: ("kind", "person"),
+    ModUnreadCard: ("kind", "card"),
+    ModResultOk: ("ok", True),
+    ModResultError: ("ok", False),
+    ModForkAnswered: ("isAnswered", True),
+    ModForkUnanswered: ("isAnswered", False),
+    ModRowWritten: ("as", "row"),
+    ModPromptTaken: ("as", "prompt"),
+}
 
-def _camel(name: str) -> str:
-    head, *rest = name.rstrip("_").split("_")
-    return head + "".join(part.title() for part in rest)
+#: The unions dispatched on a tag, and their names in errors.
+_UNIONS: Final[dict[Any, str]] = {
+    ModStepPart: "a step part",
+    ModUnreadMessage: "an unread message",
+    ModResult: "a result",
+    ModModelForkResult: "a fork result",
+}
 
-
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if type(value) is bool:
-        return "a boolean"
-    if type(value) in (int, float):
-        return "a number"
-    if type(value) is str:
-        return "a string"
-    if type(value) in (list, tuple):
-        return "an array"
-    if type(value) is dict:
-        return "an object"
-    return type(value).__name__
-
-
-def _expect(condition: bool, what: str, value: object) -> None:
-    if not condition:
-        raise ModWireError(f"expected {what}, got {_type_name(value)}")
-
-
-def _is_absent_union(tp: Any) -> bool:
-    return typing.get_origin(tp) in (Union, types.UnionType) and Absent in typing.get_args(tp)
-
-
-def _strip_absent(tp: Any) -> Any:
-    rest = tuple(arg for arg in typing.get_args(tp) if arg is not Absent)
-    return rest[0] if len(rest) == 1 else Union[rest]  # type: ignore[return-value]
-
-
-def _is_literal(tp: Any) -> bool:
-    return typing.get_origin(tp) is Literal
-
-
-def _literal_matches(value: object, options: tuple[Any, ...]) -> bool:
-    # ``1 in (True,)`` is true in Python; the wire keeps the types apart.
-    return any(type(value) is type(option) and value == option for option in options)
+#: The classes whose hooks are generated, each after the classes its fields
+#: name: a generated function binds its fields' hooks when it is made.
+_CLASSES: Final[tuple[type, ...]] = (
+    ModAppendMessage, ModStepText, ModStepReasoning, ModStepToolCall,
+    ModHelloEvent, ModSessionIdEvent, ModSessionEndEvent, ModTurnStartEvent, ModStepEvent,
+    ModTurnCompleteEvent, ModAppendEvent, ModModelEvent,
+    ModConfigProvider, ModConfigRow, ModCommandInfo, ModUnreadPerson, ModUnreadCard,
+    ModSessionMessageArgs, ModCommandRunArgs, ModModelForkArgs, ModConfigSetArgs, ModSetEffortArgs,
+    ModRowWritten, ModPromptTaken, ModMessageDenied, ModCommandRunResult, ModForkAnswered,
+    ModForkUnanswered, ModConfigSetDone, ModConfigSetDenied, ModSetEffortResult,
+    ModResultOk, ModResultError, ModHealthBody, ModEventsBody, ModResultsBody, ModRequestsBody,
+    ModAckBody,
+)  # fmt: skip
 
 
 def make_converter() -> cattrs.Converter:
     """The mod link's converter: strict primitives, camelCase on the wire,
     tagged unions on ``kind`` / ``type`` / ``ok`` / ``isAnswered``, JSON
-    passed through where the seed relays it unread."""
-    conv = cattrs.Converter(detailed_validation=True)
+    passed through where the seed relays it unread.
 
-    # ---- strict primitives: a str is a str, a bool is not an int, numbers finite
-    def structure_str(value: object, _: Any) -> str:
-        _expect(type(value) is str, "a string", value)
-        return value  # type: ignore[return-value]
-
-    def structure_bool(value: object, _: Any) -> bool:
-        _expect(type(value) is bool, "a boolean", value)
-        return value  # type: ignore[return-value]
-
-    def structure_int(value: object, _: Any) -> int:
-        # Every int on this wire is a count (``step.index``).
-        _expect(is_count(value), "a whole number from 0 to 2**53 - 1", value)
-        return value  # type: ignore[return-value]
-
-    def structure_float(value: object, _: Any) -> float:
-        _expect(
-            type(value) in (int, float) and is_json(value), "a finite number", value
-        )
-        return value  # type: ignore[return-value]
-
-    conv.register_structure_hook(str, structure_str)
-    conv.register_structure_hook(bool, structure_bool)
-    conv.register_structure_hook(int, structure_int)
-    conv.register_structure_hook(float, structure_float)
-
-    def structure_literal(value: object, tp: Any) -> Any:
-        options = typing.get_args(tp)
-        if not _literal_matches(value, options):
-            raise ModWireError(
-                f"expected one of {', '.join(dumps(o) for o in options)}, got {_describe(value)}"
-            )
-        return value
-
-    conv.register_structure_hook_func(_is_literal, structure_literal)
+    The shared rules come from :class:`wire._convert.Builder`; the hooks here
+    are the mod wire's own.
+    """
+    build = Builder(ModWireError, tags=_TAGS, detailed=True, class_prefix="Mod")
+    conv, fail = build.conv, build.fail
 
     # ---- JSON passed through: content blocks, extra origin fields, raw values
     def structure_block(value: object, _: Any) -> dict[str, JsonValue]:
-        _expect(type(value) is dict, "a content block (an object)", value)
-        _expect(type(value.get("type")) is str, "a content block with a string type", value.get("type"))  # type: ignore[union-attr]
-        _expect(is_json(value), "JSON with finite numbers only", value)
+        if type(value) is not dict:
+            fail(value, "a content block (an object)")
+        if type(value.get("type")) is not str:  # type: ignore[union-attr]
+            fail(value.get("type"), "a content block with a string type")  # type: ignore[union-attr]
+        if not is_json(value):
+            fail(value, "JSON with finite numbers only")
         return value  # type: ignore[return-value]
 
-    conv.register_structure_hook_func(_exactly(ModContentBlock), structure_block)
-    conv.register_unstructure_hook_func(_exactly(ModContentBlock), lambda value: value)
+    # cattrs dispatches a class by ``singledispatch``, which a generic alias
+    # such as ``dict[str, Any]`` is not: a predicate matches the alias.
+    def is_block(tp: Any) -> bool:
+        return tp == ModContentBlock
+
+    conv.register_structure_hook_func(is_block, structure_block)
+    conv.register_unstructure_hook_func(is_block, identity)
 
     def structure_config_value(value: object, _: Any) -> ModConfigValue:
         ok = (
@@ -937,125 +909,72 @@ def make_converter() -> cattrs.Converter:
             or (type(value) in (int, float) and is_json(value))
             or (type(value) is list and all(type(item) is str for item in value))  # type: ignore[union-attr]
         )
-        _expect(ok, "a boolean, a string, a finite number or an array of strings", value)
+        if not ok:
+            fail(value, "a boolean, a string, a finite number or an array of strings")
         return value  # type: ignore[return-value]
 
     conv.register_structure_hook(ModConfigValue, structure_config_value)
-    conv.register_unstructure_hook(ModConfigValue, lambda value: value)
+    conv.register_unstructure_hook(ModConfigValue, identity)
+
+    # ``ModEffort | None`` and ``ModStopReason`` (a Literal or None) need no
+    # hook of their own: the Builder's nullable hook hands a non-null value on.
+    structure_level = conv.get_structure_hook(ModEffortLevel)
 
     def structure_effort(value: object, _: Any) -> ModEffort:
         if type(value) is str:
-            return structure_literal(value, ModEffortLevel)  # type: ignore[no-any-return]
-        _expect(
-            type(value) in (int, float) and is_json(value),
-            'an effort ("low", "medium", "high", "xhigh", "max" or a number)',
-            value,
-        )
+            return structure_level(value, ModEffortLevel)  # type: ignore[no-any-return]
+        if type(value) not in (int, float) or not is_json(value):
+            fail(value, 'an effort ("low", "medium", "high", "xhigh", "max" or a number)')
         return value  # type: ignore[return-value]
 
-    def structure_optional_effort(value: object, _: Any) -> ModEffort | None:
-        return None if value is None else structure_effort(value, ModEffort)
-
     conv.register_structure_hook(ModEffort, structure_effort)
-    conv.register_structure_hook(Union[ModEffort, None], structure_optional_effort)
 
-    def structure_stop_reason(value: object, _: Any) -> ModStopReason:
-        if value is None:
-            return None
-        return structure_literal(value, typing.get_args(ModStopReason)[0])  # type: ignore[no-any-return]
-
-    conv.register_structure_hook(ModStopReason, structure_stop_reason)
-
-    # ---- optional fields: present means "structure as the rest of the union"
-    conv.register_structure_hook_func(
-        _is_absent_union, lambda value, tp: conv.structure(value, _strip_absent(tp))
-    )
-
-    # ---- sequences arrive as JSON arrays only (cattrs would take a str or dict)
-    def is_tuple(tp: Any) -> bool:
-        return typing.get_origin(tp) is tuple
-
-    def structure_tuple(value: object, tp: Any) -> tuple[Any, ...]:
-        _expect(type(value) is list, "an array", value)
-        (item,) = typing.get_args(tp)[:1]
-        out = []
-        errors = []
-        for index, element in enumerate(value):  # type: ignore[arg-type]
-            try:
-                out.append(conv.structure(element, item))
-            except Exception as exc:  # noqa: BLE001 - gathered and re-raised as a group
-                exc.add_note(f"Structuring {tp!r} @ index {index}")
-                errors.append(exc)
-        if errors:
-            raise cattrs.IterableValidationError(f"While structuring {tp!r}", errors, tp)
-        return tuple(out)
-
-    conv.register_structure_hook_func(is_tuple, structure_tuple)
-    conv.register_unstructure_hook_func(is_tuple, lambda value: [conv.unstructure(v) for v in value])
-
-    def by_tag(name: str, key: str, table: dict[Any, type]) -> Any:
-        def structure(value: object, _: Any) -> Any:
-            _expect(type(value) is dict, f"{name} (an object)", value)
-            tag = value.get(key)  # type: ignore[union-attr]
-            for option, cls in table.items():
-                if _literal_matches(tag, (option,)):
-                    return conv.structure(value, cls)
-            raise ModWireError(
-                f"expected {name} with {key} one of {', '.join(dumps(o) for o in table)}, "
-                f"got {_describe(tag)}"
-            )
-
-        return structure
-
-    conv.register_structure_hook(
-        ModStepPart,
-        by_tag("a step part", "type", {"text": ModStepText, "reasoning": ModStepReasoning, "tool-call": ModStepToolCall}),
-    )
-    conv.register_structure_hook(
-        ModUnreadMessage, by_tag("an unread message", "kind", {"person": ModUnreadPerson, "card": ModUnreadCard})
-    )
-    conv.register_structure_hook(ModResult, by_tag("a result", "ok", {True: ModResultOk, False: ModResultError}))
-    conv.register_structure_hook(
-        ModModelForkResult,
-        by_tag("a fork result", "isAnswered", {True: ModForkAnswered, False: ModForkUnanswered}),
-    )
+    # ---- unions told apart by a tag
+    for union, what in _UNIONS.items():
+        build.union(union, what)
 
     # ---- events: a known kind by its class, any other string kind kept raw
     def structure_event(value: object, _: Any) -> Any:
-        _expect(type(value) is dict, "an event (an object)", value)
+        if type(value) is not dict:
+            fail(value, "an event (an object)")
         kind = value.get("kind")  # type: ignore[union-attr]
-        _expect(type(kind) is str, "an event with a string kind", kind)
+        if type(kind) is not str:
+            fail(kind, "an event with a string kind")
         cls = EVENT_KINDS.get(kind)  # type: ignore[arg-type]
         if cls is not None:
             return conv.structure(value, cls)
-        _expect(is_json(value), "JSON with finite numbers only", value)
+        if not is_json(value):
+            fail(value, "JSON with finite numbers only")
         return ModUnknownEvent(kind=kind, raw=value)  # type: ignore[arg-type]
 
     conv.register_structure_hook(ModEvent, structure_event)
     conv.register_structure_hook(ModUnknownEvent, structure_event)
     conv.register_unstructure_hook(ModUnknownEvent, lambda event: event.raw)
+    build.unstructure_by_class(ModEvent)
 
     # ---- session.message's three answers, told apart by deny, then as
     def structure_message_result(value: object, _: Any) -> Any:
-        _expect(type(value) is dict, "a session.message result (an object)", value)
+        if type(value) is not dict:
+            fail(value, "a session.message result (an object)")
         if "deny" in value:  # type: ignore[operator]
             if "uuid" in value:  # type: ignore[operator]
                 raise ModWireError("a denied write carries no uuid")
             return conv.structure(value, ModMessageDenied)
         written = value.get("as")  # type: ignore[union-attr]
-        if _literal_matches(written, ("row",)):
+        if type(written) is str and written == "row":
             return conv.structure(value, ModRowWritten)
-        if _literal_matches(written, ("prompt",)):
+        if type(written) is str and written == "prompt":
             if "uuid" in value:  # type: ignore[operator]
                 raise ModWireError("a prompt the session took carries no uuid")
             return conv.structure(value, ModPromptTaken)
-        raise ModWireError(f'expected as "row" or "prompt", got {_describe(written)}')
+        raise ModWireError(f'expected as "row" or "prompt", got {describe(written)}')
 
     conv.register_structure_hook(ModSessionMessageResult, structure_message_result)
 
     # ---- config.set: a deny, else a value
     def structure_config_set(value: object, _: Any) -> Any:
-        _expect(type(value) is dict, "a config.set result (an object)", value)
+        if type(value) is not dict:
+            fail(value, "a config.set result (an object)")
         if "deny" in value:  # type: ignore[operator]
             return conv.structure(value, ModConfigSetDenied)
         return conv.structure(value, ModConfigSetDone)
@@ -1074,8 +993,10 @@ def make_converter() -> cattrs.Converter:
     }
 
     def structure_origin(value: object, _: Any) -> ModAppendOrigin:
-        _expect(type(value) is dict, "an origin (an object)", value)
-        _expect(is_json(value), "JSON with finite numbers only", value)
+        if type(value) is not dict:
+            fail(value, "an origin (an object)")
+        if not is_json(value):
+            fail(value, "JSON with finite numbers only")
         if "kind" not in value:  # type: ignore[operator]
             raise ModWireError("an origin needs a kind")
         known: dict[str, Any] = {}
@@ -1105,11 +1026,12 @@ def make_converter() -> cattrs.Converter:
 
     # ---- requests: the argument is typed by the call it rides with
     def structure_request(value: object, _: Any) -> ModRequest:
-        _expect(type(value) is dict, "a request (an object)", value)
+        if type(value) is not dict:
+            fail(value, "a request (an object)")
         request_id = conv.structure(value.get("id"), str)  # type: ignore[union-attr]
         call = value.get("call")  # type: ignore[union-attr]
         if type(call) is not str or call not in CALL_ARGUMENTS:
-            raise ModWireError(f"expected a call of the mod link, got {_describe(call)}")
+            raise ModWireError(f"expected a call of the mod link, got {describe(call)}")
         expected = CALL_ARGUMENTS[call]
         args = value.get("args")  # type: ignore[union-attr]
         if expected is None:
@@ -1135,112 +1057,11 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(ModRequest, structure_request)
     conv.register_unstructure_hook(ModRequest, unstructure_request)
 
-    # ---- unions reached through a field are unstructured by the runtime class
-    for union in (ModEvent, ModStepPart, ModUnreadMessage, ModResult):
-        conv.register_unstructure_hook(union, lambda value: conv.unstructure(value, type(value)))
-    # ---- attrs classes: camelCase keys, absent fields left out. Generated
-    # last, and each after the classes its fields name: a generated function
-    # binds its fields' hooks when it is made.
-    plain = [
-        ModAppendMessage,
-        ModStepToolCall,
-        ModHelloEvent,
-        ModSessionIdEvent,
-        ModSessionEndEvent,
-        ModTurnStartEvent,
-        ModStepEvent,
-        ModTurnCompleteEvent,
-        ModAppendEvent,
-        ModModelEvent,
-        ModConfigProvider,
-        ModConfigRow,
-        ModCommandInfo,
-        ModUnreadPerson,
-        ModUnreadCard,
-        ModSessionMessageArgs,
-        ModCommandRunArgs,
-        ModModelForkArgs,
-        ModConfigSetArgs,
-        ModSetEffortArgs,
-        ModRowWritten,
-        ModPromptTaken,
-        ModMessageDenied,
-        ModCommandRunResult,
-        ModForkAnswered,
-        ModForkUnanswered,
-        ModConfigSetDone,
-        ModConfigSetDenied,
-        ModSetEffortResult,
-        ModResultOk,
-        ModResultError,
-        ModHealthBody,
-        ModEventsBody,
-        ModResultsBody,
-        ModRequestsBody,
-        ModAckBody,
-        ModStepText,
-        ModStepReasoning,
-    ]
-    for cls in plain:
-        overrides = {
-            field.name: override(rename=_camel(field.name), omit_if_default=field.default is ABSENT)
-            for field in attrs.fields(cls)
-        }
-        structure = make_dict_structure_fn(cls, conv, **overrides)
-        conv.register_structure_hook(cls, _object_hook(structure, cls))
-        conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **overrides))
-
-    # ---- tags: each tagged class writes its tag, and is read by it
-    def tagged(cls: type, key: str, tag: object) -> None:
-        inner = conv.get_unstructure_hook(cls)
-        conv.register_unstructure_hook(cls, lambda value: {key: tag, **inner(value)})
-
-    for kind, cls in EVENT_KINDS.items():
-        tagged(cls, "kind", kind)
-    tagged(ModStepText, "type", "text")
-    tagged(ModStepReasoning, "type", "reasoning")
-    tagged(ModStepToolCall, "type", "tool-call")
-    tagged(ModUnreadPerson, "kind", "person")
-    tagged(ModUnreadCard, "kind", "card")
-    tagged(ModResultOk, "ok", True)
-    tagged(ModResultError, "ok", False)
-    tagged(ModForkAnswered, "isAnswered", True)
-    tagged(ModForkUnanswered, "isAnswered", False)
-    tagged(ModRowWritten, "as", "row")
-    tagged(ModPromptTaken, "as", "prompt")
-
+    # ---- attrs classes: camelCase keys, absent fields left out, tags first.
+    # Generated last: a generated function binds its fields' hooks when it is
+    # made.
+    build.classes(*_CLASSES)
     return conv
-
-
-def _exactly(tp: Any) -> Any:
-    """A predicate matching one type alias (cattrs dispatches a class by
-    ``singledispatch``, which a generic alias such as ``dict[str, Any]`` is not)."""
-    return lambda candidate: candidate == tp
-
-
-def _object_hook(structure: Any, cls: type) -> Any:
-    """A generated dict-structuring function behind a check that the value is
-    a JSON object (the generated one would index into a str or a list)."""
-
-    def hook(value: object, _: Any) -> Any:
-        _expect(type(value) is dict, f"a {_wire_name(cls)} (an object)", value)
-        return structure(value, cls)
-
-    return hook
-
-
-def _wire_name(cls: type) -> str:
-    return cls.__name__.removeprefix("Mod")
-
-
-def _describe(value: object) -> str:
-    if type(value) in (str, bool, int, float) or value is None:
-        try:
-            text = dumps(value)
-        except ValueError:
-            return _type_name(value)
-        return text if len(text) <= 40 else text[:37] + '..."'
-    return _type_name(value)
 
 
 #: The mod link's converter: ``converter.unstructure(x)`` is the wire JSON
@@ -1266,7 +1087,7 @@ def _flatten(exc: BaseException, path: str) -> list[str]:
 def _note_path(exc: BaseException) -> str:
     for note in getattr(exc, "__notes__", ()):
         if note.startswith("Structuring class ") and " @ attribute " in note:
-            return "." + _camel(note.rsplit(" @ attribute ", 1)[1])
+            return "." + camel(note.rsplit(" @ attribute ", 1)[1])
         if " @ index " in note:
             return f"[{note.rsplit(' @ index ', 1)[1]}]"
     return ""
@@ -1296,10 +1117,10 @@ def structure_result(call: str, value: JsonValue) -> Any:
 
 def _body_list(body: object, key: str) -> list[Any]:
     if type(body) is not dict:
-        raise ModWireError(f"the body must be a JSON object holding {key!r}, not {_type_name(body)}")
+        raise ModWireError(f"the body must be a JSON object holding {key!r}, not {type_name(body)}")
     items = body.get(key)  # type: ignore[union-attr]
     if type(items) is not list:
-        raise ModWireError(f"the body's {key!r} must be an array, not {_type_name(items) if key in body else 'missing'}")  # type: ignore[operator]
+        raise ModWireError(f"the body's {key!r} must be an array, not {type_name(items) if key in body else 'missing'}")  # type: ignore[operator]
     return items  # type: ignore[return-value]
 
 
