@@ -1,0 +1,417 @@
+"""The HTTP API's routes: a Quart-Trio app over the user-turn router.
+
+Routes (JSON unless said otherwise; every refusal is ``{"error": code,
+"message": sentence}`` with a status that fits, see :data:`STATUS`):
+
+=======================================  ==================================================
+``GET /healthz``                         ``{"ok": true}``
+``GET /``                                the page: the live view and a send box (HTML)
+``GET /sessions``                        ``{"sessions": [{id, kind, busy, ...}]}``
+``POST /sessions {id?, instance?}``      create a container session (201)
+``POST /sessions/<id>/messages``         ``{text, eventId?, kind?, messageId?, wait?}`` →
+                                         the delivery's answer
+``GET /sessions/<id>/messages``          ``{session, kind, messages}``
+``GET /sessions/<id>/live``              server-sent events: a snapshot, then live items
+``POST /sessions/<id>/abort``            ``{operationId?}`` → ``{session, aborted}``
+=======================================  ==================================================
+
+``list``, ``send`` and ``read`` (messages and live) go through the plug-in
+layer's channel dispatch (``PluginLayer.dispatch``): the channel is named by
+the ``x-router-channel`` header, ``webui`` when absent (``router send``
+names ``cli``), so a switched-off channel refuses ``channel-off`` (503) with
+its recovery command. Creating and aborting are not channel operations.
+
+Guards, for a server on a loopback port that a browser can reach: the
+``Host`` header must name the loopback address and port the server listens
+on (``bad-host``, 421: a DNS-rebinding page cannot read or write through
+it), and every ``POST`` must be ``Content-Type: application/json``
+(``bad-content-type``, 415: a cross-site form cannot post without a CORS
+preflight, which this server never grants).
+
+A delivery's answer (``POST .../messages``): 200 with the answer
+(``status`` ``delivered`` or ``dropped``, ``fromRecord``, and ``reply``
+when ``wait`` asked for a container session's result); 503 with the
+``eventId`` when it went unanswered (resend the same ``eventId``); a
+refusal otherwise.
+
+Error handling: a bug in a route is logged and answered 500 ``internal``;
+the server goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, AsyncIterator, Callable, Final, Mapping
+
+import attrs
+from quart import Response, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from router.api.page import PAGE
+from router.container.host_session import EventsLagged
+from router.plugins.broker import Answer
+from router.plugins.channels import WEB_OFF_STATUS
+from router.plugins.layer import PluginLayer
+from router.plugins.refusal import Refusal
+from router.turns.core import Answered, Card, Delivery, Person, Refused, Unanswered
+from router.turns.live import LiveLagged
+from router.turns.router import Problem, TurnRouter
+from wire.json import JsonError, dumps, loads
+
+__all__ = ["ApiConfig", "BadBody", "MESSAGE_FIELDS", "STATUS", "make_app", "parse_body", "status_of"]
+
+log = logging.getLogger("router.api")
+
+#: The largest request body (ours: a message of ``MAX_TEXT_CHARS`` with room).
+MAX_BODY_BYTES: Final = 1024 * 1024
+#: The header that names the channel a request comes through.
+CHANNEL_HEADER: Final = "x-router-channel"
+DEFAULT_CHANNEL: Final = "webui"
+
+#: Refusal code -> HTTP status. Codes not here: 409 for the plug-in layer's
+#: launch refusals, 500 otherwise.
+STATUS: Final[Mapping[str, int]] = {
+    "bad-body": 400,
+    "not-json": 400,
+    "bad-delivery": 400,
+    "bad-session": 400,
+    "unknown-operation": 400,
+    "bad-host": 421,
+    "bad-content-type": 415,
+    "too-large": 413,
+    "not-found": 404,
+    "unknown-session": 404,
+    "method-not-allowed": 405,
+    "event-id-conflict": 409,
+    "session-exists": 409,
+    "abort-unsupported": 409,
+    "harness-unsupported": 409,
+    "no-host": 409,
+    "limit-reached": 429,
+    "limit-check-failed": 429,
+    "channel-off": WEB_OFF_STATUS,
+    "channel-failed": 500,
+    "internal": 500,
+    # Unanswered deliveries: resend with the same eventId.
+    "no-answer": 503,
+    "row-refused": 503,
+    "mod-not-connected": 503,
+    "link-closed": 503,
+    "session-closed": 503,
+    "inbox-full": 503,
+    "host-not-running": 503,
+    "mod-error": 502,
+}
+
+
+def status_of(code: str, default: int = 500) -> int:
+    return STATUS.get(code, default)
+
+
+def _error(code: str, message: str, status: int | None = None, **extra: Any) -> Response:
+    body = {"error": code, "message": message, **extra}
+    return Response(dumps(body), status=status or status_of(code), content_type="application/json")
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(dumps(value), status=status, content_type="application/json")
+
+
+@attrs.frozen(kw_only=True)
+class CoreAnswer:
+    """What the core answered a channel operation: a status and a body, or
+    (``live``) leave to open the session's live view."""
+
+    status: int = 200
+    body: Any = None
+    live: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ApiConfig:
+    #: The harness a new session's launch must route to: the one that runs
+    #: on this router's host (``echo`` for the in-process daemon).
+    harness: str = "echo"
+    #: The instance ``POST /sessions`` launches when the body names none.
+    default_instance: str = "default"
+
+
+class BadBody(Exception):
+    """A request body that is not JSON or not the route's shape."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+_BadBody = BadBody
+
+
+def parse_body(
+    raw: bytes,
+    spec: Mapping[str, Callable[[Any], bool]],
+    *,
+    required: tuple[str, ...] = (),
+    empty_ok: bool = False,
+) -> dict[str, Any]:
+    """A request body as an object of ``spec``'s fields (see
+    :func:`_fields`); an empty body is ``{}`` when ``empty_ok``. Raises
+    :class:`BadBody`, and nothing else, on any other input."""
+    if empty_ok and not raw.strip():
+        return {}
+    try:
+        body = loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, JsonError, RecursionError) as exc:
+        raise BadBody(f"the body is not JSON text: {exc}") from None
+    return _fields(body, spec, required)
+
+
+def _fields(body: Any, spec: Mapping[str, Callable[[Any], bool]], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``body`` checked as an object with only ``spec``'s keys, each passing
+    its check; raises :class:`BadBody` naming what is wrong."""
+    if type(body) is not dict:
+        raise _BadBody("the body must be a JSON object")
+    unknown = sorted(set(body) - set(spec))
+    if unknown:
+        raise _BadBody(f"unknown field(s) {', '.join(map(repr, unknown))}; the fields are {', '.join(spec)}")
+    for name in required:
+        if name not in body:
+            raise _BadBody(f"{name!r} is required")
+    for name, value in body.items():
+        if not spec[name](value):
+            raise _BadBody(f"{name!r} has the wrong type or value")
+    return body
+
+
+def _is_str(value: Any) -> bool:
+    return type(value) is str
+
+
+def _is_bool(value: Any) -> bool:
+    return type(value) is bool
+
+
+MESSAGE_FIELDS: Final = {
+    "text": _is_str,
+    "eventId": _is_str,
+    "kind": lambda value: value in ("person", "card"),
+    "messageId": _is_str,
+    "wait": _is_bool,
+}
+
+
+def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_hosts: Callable[[], set[str]]) -> QuartTrio:
+    """The app. ``allowed_hosts()`` names the ``Host`` values to accept
+    (known once the port is bound)."""
+    app = QuartTrio("router.api")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["BODY_TIMEOUT"] = 60
+
+    # ------------------------------------------------------------------ the core's caller
+
+    async def core(operation: str, args: Mapping[str, Any]) -> CoreAnswer:
+        try:
+            if operation == "list":
+                return CoreAnswer(body={"sessions": await router.list()})
+            if operation == "read":
+                if args.get("live"):
+                    await router.session(args["session"])  # refuse before the stream starts
+                    return CoreAnswer(live=args["session"])
+                return CoreAnswer(body=await router.messages(args["session"]))
+            if operation == "send":
+                return await _send(args)
+        except Problem as problem:
+            return CoreAnswer(status=status_of(problem.code), body={"error": problem.code, "message": problem.message})
+        raise AssertionError(f"the channel passed {operation!r}")  # pass_through allows list/send/read only
+
+    async def _send(args: Mapping[str, Any]) -> CoreAnswer:
+        event_id = args["eventId"] if "eventId" in args else str(uuid.uuid4())
+        text = args["text"]
+        message = (
+            Card(text=text)
+            if args.get("kind") == "card"
+            else Person(text=text, message_id=args["messageId"] if "messageId" in args else event_id)
+        )
+        reply = await router.deliver(Delivery(event_id=event_id, session=args["session"], message=message))
+        if isinstance(reply, Answered):
+            body = reply.to_json()
+            if args.get("wait") and body.get("operationId") and body.get("status") == "delivered":
+                body["reply"] = await router.reply_of(args["session"], body["operationId"])
+            return CoreAnswer(body=body)
+        if isinstance(reply, Unanswered):
+            return CoreAnswer(
+                status=status_of(reply.code, 503),
+                body={"error": reply.code, "message": reply.message, "eventId": reply.event_id},
+            )
+        assert isinstance(reply, Refused)
+        return CoreAnswer(status=status_of(reply.code, 409), body={"error": reply.code, "message": reply.message})
+
+    async def dispatch(operation: str, args: Mapping[str, Any]) -> CoreAnswer | Response:
+        channel = request.headers.get(CHANNEL_HEADER, DEFAULT_CHANNEL).strip() or DEFAULT_CHANNEL
+        answer = await layer.dispatch(channel, operation, args, core)
+        if isinstance(answer, Refusal):
+            return _error(answer.code, answer.message, status_of(answer.code, 500))
+        assert isinstance(answer, Answer)
+        if not isinstance(answer.value, CoreAnswer):
+            log.error("the %s channel answered %r, not the core's answer", channel, answer.value)
+            return _error("channel-failed", f"the {channel} channel answered something other than the core's answer")
+        return answer.value
+
+    def respond(answer: CoreAnswer | Response) -> Response:
+        if isinstance(answer, Response):
+            return answer
+        return _json(answer.body, answer.status)
+
+    async def json_body(
+        spec: Mapping[str, Callable[[Any], bool]], *, required: tuple[str, ...] = (), empty_ok: bool = False
+    ) -> dict[str, Any]:
+        raw = await request.get_data(cache=False)
+        assert isinstance(raw, bytes)
+        return parse_body(raw, spec, required=required, empty_ok=empty_ok)
+
+    # ------------------------------------------------------------------ guards
+
+    @app.before_request
+    async def guard() -> Response | None:
+        host = request.headers.get("host", "")
+        if host not in allowed_hosts():
+            return _error(
+                "bad-host",
+                f"this server answers requests for {' or '.join(sorted(allowed_hosts()))} only, not {host!r}",
+            )
+        if request.method == "POST":
+            mimetype = (request.mimetype or "").lower()
+            if mimetype != "application/json":
+                return _error(
+                    "bad-content-type", f"POST takes Content-Type: application/json, not {mimetype or 'none'!r}"
+                )
+        return None
+
+    # ------------------------------------------------------------------ routes
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return _json({"ok": True})
+
+    @app.get("/")
+    async def page() -> Response:
+        return Response(PAGE, content_type="text/html; charset=utf-8", headers={
+            "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'",
+            "X-Content-Type-Options": "nosniff",
+        })
+
+    @app.get("/sessions")
+    async def list_sessions() -> Response:
+        return respond(await dispatch("list", {}))
+
+    @app.post("/sessions")
+    async def create_session() -> Response:
+        try:
+            body = await json_body({"id": _is_str, "instance": _is_str}, empty_ok=True)
+        except _BadBody as exc:
+            return _error("bad-body", f"POST /sessions takes {{id?, instance?}}: {exc.message}")
+        instance = body.get("instance", config.default_instance)
+        session_id = body.get("id") or str(uuid.uuid4())
+        launch = await layer.launch(instance, session=session_id)
+        if isinstance(launch, Refusal):
+            return _error(launch.code, launch.message, status_of(launch.code, 409))
+        if launch.harness != config.harness:
+            return _error(
+                "harness-unsupported",
+                f"instance {instance!r} routes to the {launch.harness!r} harness, but this router runs its "
+                f"sessions on the {config.harness!r} harness; route the instance there with `router routes set`",
+            )
+        try:
+            created = await router.create(session_id)
+        except Problem as problem:
+            return _error(problem.code, problem.message)
+        return _json({**created, "instance": instance, "harness": launch.harness}, 201)
+
+    @app.post("/sessions/<session>/messages")
+    async def send(session: str) -> Response:
+        try:
+            body = await json_body(MESSAGE_FIELDS, required=("text",))
+        except _BadBody as exc:
+            return _error(
+                "bad-body",
+                f"POST /sessions/<id>/messages takes {{text, eventId?, kind?: 'person'|'card', messageId?, wait?}}: "
+                f"{exc.message}",
+            )
+        return respond(await dispatch("send", {**body, "session": session}))
+
+    @app.get("/sessions/<session>/messages")
+    async def read(session: str) -> Response:
+        return respond(await dispatch("read", {"session": session}))
+
+    @app.get("/sessions/<session>/live")
+    async def live(session: str) -> Response:
+        answer = await dispatch("read", {"session": session, "live": True})
+        if isinstance(answer, Response) or answer.live is None:
+            return respond(answer)
+        response = Response(
+            _events(router, session),
+            content_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        response.timeout = None
+        return response
+
+    @app.post("/sessions/<session>/abort")
+    async def abort(session: str) -> Response:
+        try:
+            body = await json_body({"operationId": _is_str}, empty_ok=True)
+        except _BadBody as exc:
+            return _error("bad-body", f"POST /sessions/<id>/abort takes {{operationId?}}: {exc.message}")
+        try:
+            return _json(await router.abort(session, body.get("operationId")))
+        except Problem as problem:
+            return _error(problem.code, problem.message)
+
+    # ------------------------------------------------------------------ errors
+
+    @app.errorhandler(_BadBody)
+    async def bad_body(exc: _BadBody) -> Response:
+        return _error("bad-body", exc.message)
+
+    @app.errorhandler(HTTPException)
+    async def http_error(exc: HTTPException) -> Response:
+        code = {404: "not-found", 405: "method-not-allowed", 413: "too-large"}.get(exc.code or 0, "bad-body")
+        text = {
+            404: f"{request.path} is not a route of the router's API (see GET /)",
+            405: f"{request.method} is not allowed on {request.path}",
+            413: f"the body is larger than {MAX_BODY_BYTES} bytes",
+        }.get(exc.code or 0, exc.description or "the request was refused")
+        return _error(code, text, exc.code or 400)
+
+    @app.errorhandler(Exception)
+    async def crashed(exc: Exception) -> Response:
+        log.exception("API route %s failed", request.path, exc_info=exc)
+        return _error("internal", "the router failed on this request; it was logged, and the router goes on")
+
+    return app
+
+
+def _sse(data: Any, event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {dumps(data)}\n\n".encode()
+
+
+async def _events(router: TurnRouter, session: str) -> AsyncIterator[bytes]:
+    """The live view as server-sent events: ``snapshot`` first, then one
+    ``data:`` line per item; ``lagged`` (then the end) when the stream fell
+    behind, ``closed`` when the session closed. A client that hangs up
+    cancels this (Quart-Trio cancels the response)."""
+    try:
+        async with router.live(session) as stream:
+            yield _sse({"type": "snapshot", **stream.snapshot}, "snapshot")
+            async for items in stream:
+                for item in items:
+                    yield _sse(item)
+        yield _sse({"type": "closed", "session": session}, "closed")
+    except (LiveLagged, EventsLagged) as exc:
+        yield _sse({"type": "lagged", "message": str(exc)}, "lagged")
+    except Problem as problem:
+        yield _sse({"type": "error", "error": problem.code, "message": problem.message}, "error")

@@ -1,0 +1,93 @@
+"""The HTTP API server: Hypercorn serving the Quart-Trio app on 127.0.0.1.
+
+Usage (a component of the main job)::
+
+    api = ApiServer(router, layer, port=8765)
+    url = await nursery.start(api.run)   # "http://127.0.0.1:8765"
+
+Resource handling: :meth:`ApiServer.run` binds the port (``0`` picks one),
+serves until cancelled, and closes the socket on every exit. Cancelling it
+ends every open live stream. Error handling: a port that cannot be bound
+raises ``OSError`` before ``started``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+import trio
+from hypercorn.config import Config, Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
+
+from router.api.app import ApiConfig, make_app
+from router.plugins.layer import PluginLayer
+from router.turns.router import TurnRouter
+
+__all__ = ["ApiServer", "DEFAULT_PORT", "LOOPBACK"]
+
+log = logging.getLogger("router.api")
+
+#: ``router serve``'s default port (ours).
+DEFAULT_PORT = 8765
+#: The API listens on loopback only: it is the person's own machine's door.
+LOOPBACK = "127.0.0.1"
+
+
+class ApiServer:
+    """The API on ``127.0.0.1:port`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        router: TurnRouter,
+        layer: PluginLayer,
+        *,
+        port: int = DEFAULT_PORT,
+        config: ApiConfig | None = None,
+    ) -> None:
+        self.router = router
+        self.layer = layer
+        self.requested_port = port
+        self.port: int | None = None
+        self._hosts: set[str] = set()
+        self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts)
+
+    def __repr__(self) -> str:
+        return f"<ApiServer {self.url or 'not bound'}>"
+
+    @property
+    def url(self) -> str | None:
+        return None if self.port is None else f"http://{LOOPBACK}:{self.port}"
+
+    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """Bind, serve until cancelled; ``started(url)`` once listening."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((LOOPBACK, self.requested_port))
+            sock.listen(128)
+            sock.setblocking(False)
+            self.port = sock.getsockname()[1]
+            self._hosts = {f"{LOOPBACK}:{self.port}", f"localhost:{self.port}"}
+            config = Config()
+            config.errorlog = logging.getLogger("router.api.http")
+            config.accesslog = None
+            config.graceful_timeout = 0.5
+            async with trio.open_nursery() as nursery:
+                await nursery.start(
+                    lambda task_status: worker_serve(
+                        wrap_app(self.app, 0, "asgi"),
+                        config,
+                        sockets=Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[]),
+                        task_status=task_status,
+                    )
+                )
+                log.info("API listening on %s", self.url)
+                task_status.started(self.url)
+        finally:
+            sock.close()
+
+    def statistics(self) -> dict[str, Any]:
+        return {"url": self.url}
