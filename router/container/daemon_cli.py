@@ -173,7 +173,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host", default="0.0.0.0", help="the address to listen on (default: 0.0.0.0, every IPv4 interface)"
     )
-    parser.add_argument("--log-level", default="WARNING", help="stderr log level (default: WARNING)")
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+        help="stderr log level (default: WARNING)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

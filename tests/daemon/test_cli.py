@@ -102,6 +102,13 @@ def test_the_command_refuses_an_adapter_it_cannot_load():
     assert "adapter-import-failed" in done.stderr and "this adapter module is broken" in done.stderr
 
 
+def test_the_command_refuses_a_log_level_it_does_not_know():
+    done = run_cli(["--log-level", "LOUD"], {**ENV, "CF_HARNESS_PORT": "0"})
+    assert done.returncode == 2
+    assert "--log-level" in done.stderr and "LOUD" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 async def test_the_listening_line_and_a_users_adapter_never_sees_the_token():
     async with spawn_daemon("ours", adapter="tests.daemon.fixture_adapters.env_check:adapter", runtime_id="rt-9") as daemon:
         async with connect(daemon, "env") as h:
