@@ -585,12 +585,18 @@ class SessionCore:
         else:
             op = self._operations.get(operation_id)
             ops = [] if op is None else [op]
+        dequeued = False
         for op in ops:
             if op.state == _QUEUED:
-                # Left in the queue: :meth:`_pump` skips what is not queued.
                 self._settle(op, {"status": "unanswered", "reason": ABORTED})
+                dequeued = True
             elif op.state == _RUNNING:
                 self._cancel_running()
+        if dequeued:
+            # Out of the queue, as the reference splices them out (one pass
+            # for any number): a queue that nothing drains (no session open,
+            # a long turn) must not keep what the host aborted.
+            self._queue = deque(op for op in self._queue if op.state == _QUEUED)
 
     def _cancel_running(self) -> None:
         running = self._running
@@ -729,8 +735,8 @@ class SessionCore:
         queue = self._queue
         while queue:
             op = queue.popleft()
-            # Skip what an abort settled in place, and an entry for an
-            # operation since forgotten and given again (it has a new entry).
+            # Only queued, remembered operations are in the queue (aborts
+            # take theirs out); skip anything else all the same.
             if op.state != _QUEUED or self._operations.get(op.id) is not op:
                 continue
             self._turns += 1

@@ -135,6 +135,24 @@ def test_abort_queued_settles_it_aborted():
     assert d.turns == []  # b never starts
 
 
+def test_aborted_queued_operations_leave_the_queue():
+    """As the reference, which splices them out: a host that prompts and
+    aborts while nothing can start (no session open here; or a long turn)
+    must not grow the queue (each entry holds its prompt's input)."""
+    d = Driver()
+    conn = live(d)
+    for i in range(50):
+        d.send(conn, prompt(f"op{i}"))
+        d.send(conn, {"type": "abort", "operationId": f"op{i}"})
+    for i in range(50, 100):
+        d.send(conn, prompt(f"op{i}"))
+    d.send(conn, {"type": "abort"})
+    assert len(d.core._queue) == 0
+    d.send(conn, prompt("last"))
+    d.send(conn, open_())
+    assert [t.operation_id for t in d.turns] == ["last"]
+
+
 @pytest.mark.parametrize(
     "result, outcome",
     [
