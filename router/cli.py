@@ -49,6 +49,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.plugins.cli",
         "show or set the harness routes of instances",
     ),
+    "serve": (
+        "router.serve",
+        "run the router: the store, an in-process echo daemon, the HTTP API and the page",
+    ),
+    "send": (
+        "router.turns.cli",
+        "send a message to a session of a running `router serve` and print the answer",
+    ),
+    "mcp": (
+        "router.mcp",
+        "serve MCP on stdio with the router inside (list sessions, send, read)",
+    ),
 }
 
 

@@ -55,7 +55,7 @@ from router.plugins.broker import Answer
 from router.plugins.channels import WEB_OFF_STATUS
 from router.plugins.layer import PluginLayer
 from router.plugins.refusal import Refusal
-from router.turns.core import Answered, Card, Delivery, Person, Refused, Unanswered
+from router.turns.core import Answered, Unanswered
 from router.turns.live import LiveLagged
 from router.turns.router import Problem, TurnRouter
 from wire.json import JsonError, dumps, loads
@@ -228,26 +228,18 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         raise AssertionError(f"the channel passed {operation!r}")  # pass_through allows list/send/read only
 
     async def _send(args: Mapping[str, Any]) -> CoreAnswer:
-        event_id = args["eventId"] if "eventId" in args else str(uuid.uuid4())
-        text = args["text"]
-        message = (
-            Card(text=text)
-            if args.get("kind") == "card"
-            else Person(text=text, message_id=args["messageId"] if "messageId" in args else event_id)
+        reply, body = await router.send(
+            args["session"],
+            args["text"],
+            event_id=args.get("eventId"),
+            card=args.get("kind") == "card",
+            message_id=args.get("messageId"),
+            wait=bool(args.get("wait")),
         )
-        reply = await router.deliver(Delivery(event_id=event_id, session=args["session"], message=message))
         if isinstance(reply, Answered):
-            body = reply.to_json()
-            if args.get("wait") and body.get("operationId") and body.get("status") == "delivered":
-                body["reply"] = await router.reply_of(args["session"], body["operationId"])
             return CoreAnswer(body=body)
-        if isinstance(reply, Unanswered):
-            return CoreAnswer(
-                status=status_of(reply.code, 503),
-                body={"error": reply.code, "message": reply.message, "eventId": reply.event_id},
-            )
-        assert isinstance(reply, Refused)
-        return CoreAnswer(status=status_of(reply.code, 409), body={"error": reply.code, "message": reply.message})
+        default = 503 if isinstance(reply, Unanswered) else 409
+        return CoreAnswer(status=status_of(reply.code, default), body=body)
 
     async def dispatch(operation: str, args: Mapping[str, Any]) -> CoreAnswer | Response:
         channel = request.headers.get(CHANNEL_HEADER, DEFAULT_CHANNEL).strip() or DEFAULT_CHANNEL

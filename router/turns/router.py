@@ -203,8 +203,8 @@ class TurnRouter:
                 return await self._open_container(session_id)
         raise Problem(
             code="unknown-session",
-            message=f"there is no session {session_id!r}; list them with GET /sessions "
-            "(or `router send` to one of those), or create a container session with POST /sessions",
+            message=f"there is no session {session_id!r}; list the sessions (GET /sessions, or the "
+            "list_sessions tool) to see which there are, or create a container session (POST /sessions)",
         )
 
     async def list(self) -> list[dict[str, Any]]:
@@ -330,6 +330,36 @@ class TurnRouter:
         await slot.done.wait()
         assert slot.reply is not None
         return slot.reply
+
+    async def send(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        event_id: str | None = None,
+        card: bool = False,
+        message_id: str | None = None,
+        wait: bool = False,
+    ) -> tuple[Reply, dict[str, Any]]:
+        """What every surface does with "send this text to this session":
+        build the delivery (a person's message unless ``card``; the event id
+        minted when not given; the Dispatch message id defaults to the event
+        id), deliver it, and answer its reply with the reply's JSON body:
+        the answer (plus ``reply``, a container operation's result, when
+        ``wait``), or ``{error, message[, eventId]}``."""
+        event_id = new_event_id() if event_id is None else event_id
+        message: Person | Card = (
+            Card(text=text) if card else Person(text=text, message_id=event_id if message_id is None else message_id)
+        )
+        reply = await self.deliver(Delivery(event_id=event_id, session=session_id, message=message))
+        if isinstance(reply, Answered):
+            body = reply.to_json()
+            if wait and body.get("status") == "delivered" and type(body.get("operationId")) is str:
+                body["reply"] = await self.reply_of(session_id, body["operationId"])
+            return reply, body
+        if isinstance(reply, Unanswered):
+            return reply, {"error": reply.code, "message": reply.message, "eventId": reply.event_id}
+        return reply, {"error": reply.code, "message": reply.message}
 
     async def _inbox(
         self, session: Session, receive: trio.MemoryReceiveChannel[_Slot], task_status: trio.TaskStatus[None]

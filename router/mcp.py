@@ -1,0 +1,329 @@
+"""``router mcp``: an MCP server on stdio with the router inside.
+
+This is the embedding DESIGN.md names: the process Claude Code starts as a
+plug-in's MCP server. It runs the main job (:class:`router.serve.MainJob`:
+the host's store, the in-process echo daemon, the session registry and the
+user-turn router; no HTTP API unless ``--port``), serves the mod link of the
+Claude Code session named by ``--claude-session`` (so that session becomes a
+``claude-code`` session of the router), and answers MCP over stdin/stdout
+with three tools:
+
+``list_sessions``
+    every session: ``[{id, kind, busy, ...}]``;
+``send_message {session, text, event_id?, card?, wait?}``
+    a delivery (exactly once per ``event_id``; minted when absent), answered
+    as the API answers it; a refusal or an unanswered delivery is a tool
+    error whose text starts with the code (and names the event id to resend);
+``read_messages {session}``
+    the session's transcript (``ContainerMessage`` objects).
+
+Each answer is one JSON text. **Stdout is the wire**: the process moves its
+own stdout to stderr before anything else runs (a stray print can never
+corrupt the wire) and logs to stderr. The wire's ends are non-blocking
+streams of Trio's own, so SIGINT and SIGTERM stop the server at once even
+while the client is quiet; either, or the client closing stdin, stops the
+job in order and exits 0.
+
+Data: ``--data-dir``, else ``<the router's data dir>/mcp/<the Claude Code
+session id, or "standalone">``: Claude Code starts one MCP server per
+session, and the host's store admits one host, so each embedded router
+keeps its own record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, AsyncIterator, Final
+
+import trio
+
+from router.serve import JobConfig, MainJob, StartFailed, add_common, setup_logging, sole_error
+
+__all__ = ["TOOLS", "configure", "run"]
+
+log = logging.getLogger("router.mcp")
+
+#: The longest line read from the client (ours: a message of the router's
+#: longest text, as JSON-RPC, fits many times over).
+MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+
+_ID = {"type": "string", "minLength": 1}
+
+#: name -> (description, input schema).
+TOOLS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
+    "list_sessions": (
+        "List the router's sessions: their id, kind (container or claude-code) and whether they are busy.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+    ),
+    "send_message": (
+        "Send a message to a session. Exactly once per event_id: to retry an unanswered send, send it again "
+        "with the same event_id. Set card for a message that is not the person's own words, and wait to get "
+        "a container session's reply.",
+        {
+            "type": "object",
+            "properties": {
+                "session": _ID,
+                "text": {"type": "string", "minLength": 1},
+                "event_id": _ID,
+                "card": {"type": "boolean"},
+                "wait": {"type": "boolean"},
+            },
+            "required": ["session", "text"],
+            "additionalProperties": False,
+        },
+    ),
+    "read_messages": (
+        "Read a session's transcript (messages with id, role, parts).",
+        {
+            "type": "object",
+            "properties": {"session": _ID},
+            "required": ["session"],
+            "additionalProperties": False,
+        },
+    ),
+}
+
+
+class ToolRefused(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+
+
+def _check(name: str, arguments: dict[str, Any]) -> None:
+    schema = TOOLS[name][1]
+    properties = schema["properties"]
+    unknown = sorted(set(arguments) - set(properties))
+    if unknown:
+        raise ToolRefused("bad-arguments", f"{name} takes {', '.join(properties) or 'no arguments'}, not {unknown}")
+    for key in schema.get("required", ()):
+        if key not in arguments:
+            raise ToolRefused("bad-arguments", f"{name} needs {key!r}")
+    for key, value in arguments.items():
+        expected = properties[key]["type"]
+        if (expected == "string" and type(value) is not str) or (expected == "boolean" and type(value) is not bool):
+            raise ToolRefused("bad-arguments", f"{key!r} is a {expected}")
+
+
+async def call_tool(router: Any, name: str, arguments: dict[str, Any]) -> Any:
+    """One tool call against the router: its JSON answer, or
+    :class:`ToolRefused`."""
+    from router.turns.core import Answered
+    from router.turns.router import Problem
+
+    if name not in TOOLS:
+        raise ToolRefused("unknown-tool", f"there is no tool {name!r}; the tools are {', '.join(TOOLS)}")
+    _check(name, arguments)
+    try:
+        if name == "list_sessions":
+            return {"sessions": await router.list()}
+        if name == "read_messages":
+            return await router.messages(arguments["session"])
+        reply, body = await router.send(
+            arguments["session"],
+            arguments["text"],
+            event_id=arguments.get("event_id"),
+            card=arguments.get("card", False),
+            wait=arguments.get("wait", False),
+        )
+    except Problem as problem:
+        raise ToolRefused(problem.code, problem.message) from None
+    if not isinstance(reply, Answered):
+        extra = f" (eventId {body['eventId']})" if "eventId" in body else ""
+        raise ToolRefused(body["error"], body["message"] + extra)
+    return body
+
+
+def build_server(router: Any) -> Any:
+    """The MCP server (the SDK's low-level ``Server``) over ``router``."""
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+    from wire.json import dumps
+
+    async def list_tools(ctx: Any, params: Any) -> Any:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(name=name, description=description, input_schema=schema)
+                for name, (description, schema) in TOOLS.items()
+            ]
+        )
+
+    async def on_call(ctx: Any, params: Any) -> Any:
+        try:
+            value = await call_tool(router, params.name, dict(params.arguments or {}))
+        except ToolRefused as refused:
+            return types.CallToolResult(content=[types.TextContent(type="text", text=str(refused))], is_error=True)
+        except Exception:
+            log.exception("tool %s failed", params.name)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text="internal: the router failed on this call (logged)")],
+                is_error=True,
+            )
+        return types.CallToolResult(content=[types.TextContent(type="text", text=dumps(value))])
+
+    return Server(
+        "router",
+        version="0.1.0",
+        instructions="The router's sessions: list them, send a message (exactly once per event_id), read one.",
+        on_list_tools=list_tools,
+        on_call_tool=on_call,
+        get_tool_input_schema=lambda name: TOOLS[name][1] if name in TOOLS else None,
+    )
+
+
+# --------------------------------------------------------------------------- stdio on Trio streams
+
+
+class _Lines:
+    """The client's lines, from a Trio stream (cancellable, unlike a thread
+    blocked in ``readline``). A line longer than :data:`MAX_LINE_BYTES` is
+    dropped whole, and logged."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        buffer = b""
+        skipping = False
+        while True:
+            data = await self._stream.receive_some(65536)
+            if not data:
+                if buffer.strip() and not skipping:
+                    yield buffer.decode("utf-8", errors="replace")
+                return
+            buffer += data
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if skipping:
+                    skipping = False
+                    continue
+                yield line.decode("utf-8", errors="replace") + "\n"
+            if len(buffer) > MAX_LINE_BYTES:
+                log.warning("dropped a line longer than %d bytes from the client", MAX_LINE_BYTES)
+                buffer = b""
+                skipping = True
+
+
+class _Writer:
+    """The wire's writing end: each message is written whole."""
+
+    def __init__(self, stream: trio.abc.SendStream) -> None:
+        self._stream = stream
+        self._lock = trio.StrictFIFOLock()
+
+    async def write(self, text: str) -> None:
+        async with self._lock:
+            await self._stream.send_all(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        pass
+
+
+def take_stdio() -> tuple[int, int]:
+    """Move the wire off fds 0 and 1: returns private duplicates of them,
+    and leaves fd 0 reading the null device and fd 1 writing to stderr."""
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return wire_in, wire_out
+
+
+async def serve_stdio(router: Any, wire_in: int, wire_out: int) -> None:
+    """Serve MCP on the two descriptors until the client closes its end."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(router)
+    receive = trio.lowlevel.FdStream(wire_in)
+    send = trio.lowlevel.FdStream(wire_out)
+    try:
+        async with stdio_server(stdin=_Lines(receive), stdout=_Writer(send)) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    finally:
+        for stream in (receive, send):
+            try:
+                os.set_blocking(stream.fileno(), True)  # the description may be a terminal's
+            except OSError:
+                pass
+            await stream.aclose()
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--claude-session", metavar="ID", action="append", default=[],
+                        help="serve the mod link of this Claude Code session (repeatable)")
+    parser.add_argument("--port", type=int, default=None,
+                        help="also serve the HTTP API on 127.0.0.1:PORT (0 picks one; the URL goes to stderr)")
+    add_common(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from router.plugins.settings import default_data_dir
+
+    wire_in, wire_out = take_stdio()  # before anything can print
+    setup_logging(args.log_level, "router mcp")
+    if args.data_dir is None:
+        leaf = args.claude_session[0] if args.claude_session else "standalone"
+        args.data_dir = str(Path(default_data_dir(os.environ)) / "mcp" / leaf)
+    if args.daemon is not None and not (args.token or os.environ.get("ROUTER_DAEMON_TOKEN")):
+        print("router mcp: --daemon needs the daemon's token (--token or $ROUTER_DAEMON_TOKEN)", file=sys.stderr)
+        return 2
+    from router.serve import job_config
+
+    config = job_config(args, os.environ, port=args.port, claude_sessions=tuple(args.claude_session))
+    try:
+        return trio.run(_main, config, wire_in, wire_out)
+    except StartFailed as exc:
+        print(f"router mcp: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"router mcp: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _main(config: JobConfig, wire_in: int, wire_out: int) -> int:
+    from router.modlink.errors import ModLinkRefused
+
+    job = MainJob(config)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        try:
+            async with trio.open_nursery() as nursery:
+                try:
+                    await nursery.start(job.run)
+                except ModLinkRefused as refused:
+                    raise StartFailed(refused.code, refused.message) from None
+                if job.url is not None:
+                    print(f"router mcp: API on {job.url}", file=sys.stderr, flush=True)
+                served = trio.CancelScope()
+
+                async def on_signal() -> None:
+                    async for received in signals:
+                        log.info("signal %s: stopping", signal.Signals(received).name)
+                        served.cancel()
+                        return
+
+                nursery.start_soon(on_signal)
+                with served:
+                    await serve_stdio(job.router, wire_in, wire_out)
+                await job.aclose()
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            sole = sole_error(group)
+            if isinstance(sole, ModLinkRefused):
+                raise StartFailed(sole.code, sole.message) from None
+            if isinstance(sole, (StartFailed, OSError)):
+                raise sole from None
+            raise
+    return 0

@@ -1,0 +1,334 @@
+"""``router serve``: the main job, on embedded defaults.
+
+On one machine with nothing else installed it starts, in this order:
+
+1. the plug-in settings (``plugins.json``, ``routes.json``, ``limits.json``
+   written from the safe defaults where missing) and the plug-in layer;
+2. the host's SQLite store (``host.sqlite``) and the deliveries' record
+   (``turns.sqlite``) in the data directory: ``--data-dir``, else
+   ``$ROUTER_DATA_DIR``, else ``$XDG_DATA_HOME/router``, else
+   ``~/.local/share/router``;
+3. an in-process container daemon with the echo adapter on a loopback port
+   with a random token (``--daemon URL`` points the host at a real daemon
+   instead, with ``--token`` or ``$ROUTER_DAEMON_TOKEN``);
+4. the host over that daemon, the session registry and the user-turn router;
+5. the HTTP API and the page on ``127.0.0.1:--port`` (default 8765; ``0``
+   picks a free port).
+
+It then prints one line, ``router serve: listening on <url> ...``, and
+serves until SIGINT or SIGTERM, when it stops in the reverse order: the API
+(no new requests; live streams end), every session (queued deliveries are
+answered ``session-closed``), the host, the daemon, and last the stores.
+Exit 0 after a clean stop, 2 when it cannot start (a busy store, a port in
+use).
+
+:class:`MainJob` is that assembly as a component (``router mcp`` runs it
+too, without the API unless asked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Mapping
+
+import attrs
+import trio
+
+__all__ = ["JobConfig", "MainJob", "configure", "run"]
+
+log = logging.getLogger("router.serve")
+
+#: The settings documents the job makes sure exist.
+SETTINGS_FILES = ("plugins.json", "routes.json", "limits.json")
+
+
+@attrs.frozen(kw_only=True)
+class JobConfig:
+    data_dir: Path
+    settings_dir: Path
+    #: The API's port; None runs no API.
+    port: int | None = None
+    #: A real daemon to use instead of the in-process one.
+    daemon_url: str | None = None
+    daemon_token: str | None = None
+    #: Claude Code sessions to serve (their mod links), by session id.
+    claude_sessions: tuple[str, ...] = ()
+    #: Seconds each ``session.message`` call may take.
+    message_deadline: float | None = None
+
+
+class StartFailed(Exception):
+    """The job could not start: ``code`` and a sentence."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class _Slot:
+    """One started component: its cancel scope and the event its task sets
+    when it is done."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.scope = trio.CancelScope()
+        self.done = trio.Event()
+
+
+class MainJob:
+    """The router assembled (see the module docstring). ``await
+    nursery.start(job.run)`` returns once everything listens; :meth:`aclose`
+    stops it in order. Attributes (``router``, ``host``, ``api``, ``url``
+    ...) are set while it runs.
+
+    Resource handling: :meth:`run` owns every component and the stores, and
+    closes the stores after every component stopped, on every exit.
+    Cancelling ``run`` stops everything at once; :meth:`aclose` stops it in
+    order.
+    """
+
+    def __init__(self, config: JobConfig, *, env: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self.env = dict(os.environ if env is None else env)
+        self.url: str | None = None
+        self.router: Any = None
+        self.host: Any = None
+        self.layer: Any = None
+        self.api: Any = None
+        self.daemon_url: str | None = None
+        self._stops: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+        self._stop = trio.Event()
+        self._stopped = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<MainJob {self.config.data_dir} url={self.url!r} components={[name for name, _ in self._stops]}>"
+
+    async def aclose(self) -> None:
+        """Stop in the reverse order of starting, and wait until done."""
+        self._stop.set()
+        await self._stopped.wait()
+
+    async def _start(self, nursery: trio.Nursery, name: str, run: Callable[..., Awaitable[Any]]) -> Any:
+        slot = _Slot(name)
+
+        async def body(task_status: trio.TaskStatus[Any]) -> None:
+            try:
+                with slot.scope:
+                    await run(task_status=task_status)
+            finally:
+                slot.done.set()
+
+        value = await nursery.start(body, name=name)
+
+        async def stop() -> None:
+            slot.scope.cancel(reason=f"the main job stops {name}")
+            await slot.done.wait()
+
+        self._stops.append((name, stop))
+        return value
+
+    async def run(self, *, task_status: trio.TaskStatus[MainJob] = trio.TASK_STATUS_IGNORED) -> None:
+        from router.api.app import ApiConfig
+        from router.api.server import ApiServer
+        from router.container.adapters.echo import adapter as echo_adapter
+        from router.container.daemon import Daemon
+        from router.container.daemon_transport import DaemonServer
+        from router.container.host import Host
+        from router.container.link import DaemonEndpoint
+        from router.container.store import Refused, Store
+        from router.plugins.layer import PluginLayer
+        from router.plugins.refusal import Refusal
+        from router.plugins.settings import SettingsDir
+        from router.plugins.usage import JsonlRecords
+        from router.turns.record import DeliveryLog, DeliveryLogRefused
+        from router.turns.registry import SessionRegistry
+        from router.turns.router import TurnRouter
+
+        config = self.config
+        opened: list[Any] = []
+        try:
+            # 1. Settings, with the safe defaults where a file is missing.
+            settings = SettingsDir(config.settings_dir)
+            for name in SETTINGS_FILES:
+                document = await trio.to_thread.run_sync(settings.ensure, name)
+                if isinstance(document, Refusal):
+                    log.warning("settings: %s", document)
+            self.layer = PluginLayer(
+                settings=settings, records=JsonlRecords(config.data_dir / "usage.jsonl"), env=self.env
+            )
+            loaded = await self.layer.reload()
+            for refused in loaded.refused:
+                log.warning("plug-in refused: %s", refused)
+            # 2. The stores.
+            try:
+                config.data_dir.mkdir(parents=True, exist_ok=True)
+                store = Store(config.data_dir / "host.sqlite")
+                opened.append(store)
+                record = DeliveryLog(config.data_dir / "turns.sqlite")
+                opened.append(record)
+            except (Refused, DeliveryLogRefused) as exc:
+                raise StartFailed(exc.code, getattr(exc, "sentence", None) or str(exc)) from None
+            except OSError as exc:
+                raise StartFailed("no-data-dir", f"{config.data_dir} cannot be used: {exc}") from None
+
+            async with trio.open_nursery() as nursery:
+                # 3. The daemon: in-process (echo) unless a real one is named.
+                if config.daemon_url is None:
+                    token = secrets.token_hex(16)
+                    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+                    server = DaemonServer(Daemon(echo_adapter, f"in-process-{uuid.uuid4().hex[:12]}"), token)
+
+                    async def run_daemon(task_status: trio.TaskStatus[Any]) -> None:
+                        await server.run(listeners, task_status=task_status)
+
+                    await self._start(nursery, "daemon", run_daemon)
+                    self._stops[-1] = ("daemon", _then(server.aclose, self._stops[-1][1]))
+                    self.daemon_url = f"ws://127.0.0.1:{server.ports[0]}"
+                    endpoint = DaemonEndpoint(self.daemon_url, token)
+                    harness = "echo"
+                else:
+                    token = config.daemon_token or ""
+                    self.daemon_url = config.daemon_url
+                    endpoint = DaemonEndpoint(config.daemon_url, token)
+                    harness = "container"
+                # 4. The host, the registry, the router.
+                self.host = Host(store, endpoint)
+                await self._start(nursery, "host", self.host.run)
+                registry = SessionRegistry()
+                await self._start(nursery, "registry", registry.run)
+                self._stops[-1] = ("registry", _then(registry.aclose, self._stops[-1][1]))
+                options: dict[str, Any] = {}
+                if config.message_deadline is not None:
+                    options["message_deadline"] = config.message_deadline
+                self.router = TurnRouter(log=record, registry=registry, host=self.host, env=self.env, **options)
+                for session_id in config.claude_sessions:
+                    await self.router.open_claude_code(session_id)
+                # 5. The API.
+                if config.port is not None:
+                    self.api = ApiServer(self.router, self.layer, port=config.port, config=ApiConfig(harness=harness))
+                    self.url = await self._start(nursery, "api", self.api.run)
+                task_status.started(self)
+                await self._stop.wait()
+                for name, stop in reversed(self._stops):
+                    log.info("stopping %s", name)
+                    await stop()
+        finally:
+            for each in reversed(opened):
+                each.close()
+            self._stopped.set()
+
+
+def _then(first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """A stop that runs ``first`` (a component's own graceful close) and
+    then ``second`` (cancel its task and wait for it)."""
+
+    async def both() -> None:
+        await first()
+        await second()
+
+    return both
+
+
+def sole_error(group: BaseExceptionGroup[Any]) -> BaseException | None:
+    """The one error in ``group`` (``Cancelled`` aside), or None."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        elif not isinstance(exc, trio.Cancelled):
+            leaves.append(exc)
+
+    walk(group)
+    return leaves[0] if len(leaves) == 1 else None
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _dirs(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Path, Path]:
+    from router.plugins.settings import default_data_dir, default_settings_dir
+
+    data = Path(args.data_dir) if args.data_dir else default_data_dir(env)
+    settings = Path(args.settings) if args.settings else default_settings_dir(env)
+    return data, settings
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", metavar="DIR", help="where the stores live (default $ROUTER_DATA_DIR, else "
+                        "$XDG_DATA_HOME/router, else ~/.local/share/router)")
+    parser.add_argument("--settings", metavar="DIR", help="the plug-in settings directory (default "
+                        "$ROUTER_SETTINGS_DIR, else $XDG_CONFIG_HOME/router, else ~/.config/router)")
+    parser.add_argument("--daemon", metavar="URL", help="a container daemon to use (ws://host:port) instead of "
+                        "the in-process echo daemon; its token from --token or $ROUTER_DAEMON_TOKEN")
+    parser.add_argument("--token", help="the daemon's token (with --daemon)")
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                        help="what goes to stderr (default warning)")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=8765,
+                        help="the API's port on 127.0.0.1 (default 8765; 0 picks a free one)")
+    add_common(parser)
+
+
+def job_config(args: argparse.Namespace, env: Mapping[str, str], **extra: Any) -> JobConfig:
+    data, settings = _dirs(args, env)
+    token = args.token or env.get("ROUTER_DAEMON_TOKEN")
+    return JobConfig(data_dir=data, settings_dir=settings, daemon_url=args.daemon, daemon_token=token, **extra)
+
+
+def setup_logging(level: str, prefix: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr, level=level.upper(), format=f"{prefix}: %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        print(f"router serve: --port {args.port} is not a port (0 to 65535)", file=sys.stderr)
+        return 2
+    if args.daemon is not None and not (args.token or os.environ.get("ROUTER_DAEMON_TOKEN")):
+        print("router serve: --daemon needs the daemon's token (--token or $ROUTER_DAEMON_TOKEN)", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level, "router serve")
+    config = job_config(args, os.environ, port=args.port)
+    try:
+        return trio.run(_serve, config)
+    except StartFailed as exc:
+        print(f"router serve: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"router serve: cannot-listen: 127.0.0.1:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+async def _serve(config: JobConfig) -> int:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        job = MainJob(config)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(job.run)
+                print(
+                    f"router serve: listening on {job.url} (data {config.data_dir}, settings {config.settings_dir})",
+                    flush=True,
+                )
+                async for received in signals:
+                    log.info("signal %s: stopping", signal.Signals(received).name)
+                    break
+                await job.aclose()
+        except BaseExceptionGroup as group:
+            sole = sole_error(group)
+            if isinstance(sole, (StartFailed, OSError)):
+                raise sole from None
+            raise
+    return 0
