@@ -175,8 +175,11 @@ class TurnRouter:
         async def serve_link(task_status: trio.TaskStatus[None]) -> None:
             await link.run(task_status=task_status)
 
+        # Subscribed before the link serves, so the view misses no event.
+        first = link.events()
+
         async def view(task_status: trio.TaskStatus[None]) -> None:
-            await self._view(link, live, task_status)
+            await self._view(link, live, first, task_status)
 
         starters: list[Starter] = [("mod-link", serve_link), ("live-view", view)]
         starters.append(("inbox", lambda task_status: self._inbox(session, receive, task_status)))
@@ -471,20 +474,21 @@ class TurnRouter:
 
     # ------------------------------------------------------------------ live view task
 
-    async def _view(self, link: ModLink, live: LiveHub, task_status: trio.TaskStatus[None]) -> None:
-        """The session's one live-view task: the link's events, converted."""
-        first = True
+    async def _view(
+        self, link: ModLink, live: LiveHub, subscription: Any, task_status: trio.TaskStatus[None]
+    ) -> None:
+        """The session's one live-view task: the link's events, converted.
+        A subscription that overflowed is replaced (the view's readers are
+        told to take a fresh snapshot)."""
+        task_status.started()
         while True:
-            subscription = link.events()
             with subscription:
-                if first:
-                    task_status.started()
-                    first = False
                 try:
                     async for event in subscription:
                         live.feed([event])
                 except ModSubscriberOverflow as exc:
                     live.reset(str(exc))
+                    subscription = link.events()
                     continue
             return  # the link stopped
 
