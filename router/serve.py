@@ -162,7 +162,8 @@ class MainJob:
                 if isinstance(document, Refusal):
                     log.warning("settings: %s", document)
             self.layer = PluginLayer(
-                settings=settings, records=JsonlRecords(config.data_dir / "usage.jsonl"), env=self.env
+                settings=settings, records=JsonlRecords(config.data_dir / "usage.jsonl"), env=self.env,
+                log=_plugin_log,
             )
             loaded = await self.layer.reload()
             for refused in loaded.refused:
@@ -224,6 +225,15 @@ class MainJob:
             for each in reversed(opened):
                 each.close()
             self._stopped.set()
+
+
+def _plugin_log(entry: dict[str, Any]) -> None:
+    """The plug-in layer's log: a launch is routine (info), anything else
+    it reports (a refused module, a refused launch) is a warning."""
+    from wire.json import dumps
+
+    level = logging.INFO if entry.get("event") == "launched" else logging.WARNING
+    logging.getLogger("router.plugins").log(level, "%s", dumps(entry))
 
 
 def _then(first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:

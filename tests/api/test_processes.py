@@ -212,3 +212,18 @@ async def test_mcp_embeds_a_claude_code_session(tmp_path: Path, env: dict[str, s
         messages = await drawn()
         assert messages[0]["card"] is True and messages[1]["role"] == "assistant"
         sim.stop()
+
+
+async def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = await trio.run_process(
+            [*ROUTER, "serve", "--port", str(port), "--data-dir", str(tmp_path / "data"), "--settings",
+             str(tmp_path / "settings")],
+            capture_stdout=True, capture_stderr=True, check=False, env=environment(), cwd=REPO,
+        )
+    assert done.returncode == 2 and b"cannot-listen" in done.stderr and done.stdout == b""
