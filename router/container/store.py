@@ -514,6 +514,11 @@ class Store:
     ) -> tuple[SessionRecord, bool]:
         """Create a session, or return the one with this id unchanged.
         Returns the record and whether this call created it."""
+        if type(id) is not str or not id:
+            raise Refused(
+                "bad-session-id",
+                f"a session id must be a non-empty string, not {id!r}; a daemon refuses an empty one",
+            )
         with self.transaction():
             existing = self.session(id)
             if existing is not None:

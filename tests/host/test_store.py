@@ -107,6 +107,18 @@ def test_sessions_are_created_once_and_listed_in_order(store: Store) -> None:
     assert caught.value.code == "unknown-session"
 
 
+def test_an_empty_session_id_is_refused(store: Store) -> None:
+    # The daemon closes a socket for an empty id with 4003 ("unauthorized"),
+    # which would read as a wrong token; the store refuses it up front.
+    with pytest.raises(Refused) as refused:
+        store.create_session("")
+    assert refused.value.code == "bad-session-id"
+    store.create_session("parent")
+    with pytest.raises(Refused):
+        store.fork_session("", "parent")
+    assert [record.id for record in store.sessions()] == ["parent"]
+
+
 def test_enqueue_is_idempotent_on_the_key(store: Store) -> None:
     store.create_session("s")
     first, accepted = store.enqueue("s", "op", "hello", "steer")
