@@ -89,7 +89,7 @@ from router.turns.registry import Session, SessionKind, SessionRegistry, Starter
 from wire.container import AdapterInfo
 from wire.mod import ModMessageDenied, ModPromptTaken, ModRowWritten, ModSessionMessageArgs, ModUnreadCard, ModUnreadPerson
 
-__all__ = ["INBOX_SIZE", "Problem", "TurnRouter"]
+__all__ = ["INBOX_SIZE", "LiveStream", "Problem", "TurnRouter", "new_event_id"]
 
 log = logging.getLogger("router.turns")
 
@@ -216,8 +216,10 @@ class TurnRouter:
         out: list[dict[str, Any]] = []
         if self.host is not None:
             for item in await self.host.sessions.list():
-                out.append({"id": item["id"], "kind": SessionKind.CONTAINER.value, "busy": item["busy"], **(
-                    {"parent": item["parent"]} if "parent" in item else {})})
+                entry = {"id": item["id"], "kind": SessionKind.CONTAINER.value, "busy": item["busy"]}
+                if "parent" in item:
+                    entry["parent"] = item["parent"]
+                out.append(entry)
         for session in self.registry.sessions():
             if session.kind is SessionKind.CLAUDE_CODE:
                 assert session.link is not None
@@ -238,11 +240,9 @@ class TurnRouter:
             raise Problem(code="no-host", message="this router serves no container sessions")
         if session_id is not None and (type(session_id) is not str or not session_id):
             raise Problem(code="bad-session", message="a session id is a non-empty string")
-        if session_id is not None and self.registry.get(session_id) is not None:
-            existing = self.registry.get(session_id)
-            assert existing is not None
-            if existing.kind is not SessionKind.CONTAINER:
-                raise Problem(code="session-exists", message=f"{session_id!r} is a {existing.kind.value} session")
+        existing = None if session_id is None else self.registry.get(session_id)
+        if existing is not None and existing.kind is not SessionKind.CONTAINER:
+            raise Problem(code="session-exists", message=f"{session_id!r} is a {existing.kind.value} session")
         created = await self.host.sessions.create(session_id)
         return {"id": created.id, "kind": SessionKind.CONTAINER.value}
 
@@ -531,6 +531,3 @@ async def _container_batches(events: Any) -> AsyncIterator[list[dict[str, Any]]]
 def new_event_id() -> str:
     return str(uuid.uuid4())
 
-
-# Re-exported for surfaces that build deliveries.
-__all__ += ["Card", "Delivery", "LiveStream", "Person", "new_event_id"]
