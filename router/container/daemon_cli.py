@@ -145,7 +145,7 @@ def load_adapter(spec: str) -> Any:
             raise AdapterLoadError(
                 "adapter-not-found", f"module {module_name!r} has no attribute {attribute!r} (from --adapter {spec!r})"
             ) from None
-    if not _is_adapter(value) and callable(value):
+    if isinstance(value, type) or (not _is_adapter(value) and callable(value)):
         try:
             value = value()
         except Exception as exc:

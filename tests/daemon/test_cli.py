@@ -75,6 +75,12 @@ def test_a_factory_is_called():
     assert isinstance(load_adapter("tests.daemon.fixture_adapters.shapes:make_adapter"), EchoAdapter)
 
 
+def test_a_class_is_instantiated_not_taken_for_an_adapter():
+    # A class has ``info`` and ``open`` too, but its ``open`` is unbound:
+    # taken as is, every open would fail with a missing-argument TypeError.
+    assert isinstance(load_adapter("tests.daemon.fixture_adapters.shapes:EchoAdapter"), EchoAdapter)
+
+
 def test_a_built_in_adapter_not_in_this_build_says_so(monkeypatch):
     monkeypatch.setitem(daemon_cli.ADAPTERS, "future", "router.container.adapters.not_written_yet:adapter")
     with pytest.raises(AdapterLoadError, match="adapter-not-found: the future adapter is not in this build"):
