@@ -296,10 +296,17 @@ def _migrate_to_2(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX usage_operation ON usage (session, operation_id)")
 
 
+def _migrate_to_3(db: sqlite3.Connection) -> None:
+    # Submission order is global (``ordinal``); without this index every
+    # submit found the next ordinal by scanning the whole operations table.
+    db.execute("CREATE INDEX operations_ordinal ON operations (ordinal)")
+
+
 #: Schema steps: ``MIGRATIONS[n]`` takes a file at version ``n`` to ``n + 1``.
 MIGRATIONS: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (
     _migrate_to_1,
     _migrate_to_2,
+    _migrate_to_3,
 )
 #: The version this code writes.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
