@@ -1,5 +1,5 @@
-"""The main job, until ``router serve`` exists: a container session that
-outlives its container.
+"""A container session that outlives its container, as real processes
+(``router serve`` is the main job; this shows the durability underneath it).
 
 1. Start ``router daemon --adapter echo`` as its own process (a "container").
 2. Send it three prompts through the host (``router prompt``), which keeps the
