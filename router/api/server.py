@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import logging
 import socket
+from functools import partial
 from typing import Any
 
 import trio
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve
-from hypercorn.utils import wrap_app
 
+from router._hypercorn import serve_on_socket
 from router.api.app import ApiConfig, make_app
 from router.plugins.layer import PluginLayer
 from router.turns.router import TurnRouter
@@ -71,19 +70,8 @@ class ApiServer:
             sock.setblocking(False)
             self.port = sock.getsockname()[1]
             self._hosts = {f"{LOOPBACK}:{self.port}", f"localhost:{self.port}"}
-            config = Config()
-            config.errorlog = logging.getLogger("router.api.http")
-            config.accesslog = None
-            config.graceful_timeout = 0.5
             async with trio.open_nursery() as nursery:
-                await nursery.start(
-                    lambda task_status: worker_serve(
-                        wrap_app(self.app, 0, "asgi"),
-                        config,
-                        sockets=Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[]),
-                        task_status=task_status,
-                    )
-                )
+                await nursery.start(partial(serve_on_socket, self.app, sock, logger="router.api.http"))
                 log.info("API listening on %s", self.url)
                 task_status.started(self.url)
         finally:

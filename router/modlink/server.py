@@ -39,18 +39,17 @@ import logging
 import os
 import socket
 import stat
+from functools import partial
 from typing import Any, Mapping
 
 import attrs
 import h11
 import trio
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve
-from hypercorn.utils import wrap_app
 from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from router._hypercorn import serve_on_socket
 from router.modlink.core import DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCore, LinkState, SubscriberQueue
 from router.modlink.errors import ModCallTimeout, ModLinkClosed, ModLinkRefused, ModSubscriberOverflow
 from wire.json import JsonError, dumps, loads
@@ -325,19 +324,8 @@ class ModLink:
         bound = os.stat(self.path)
         self._serving = True
         try:
-            config = Config()
-            config.errorlog = logging.getLogger("router.modlink.http")
-            config.accesslog = None
-            config.graceful_timeout = 0.5
             async with trio.open_nursery() as nursery:
-                await nursery.start(
-                    lambda task_status: worker_serve(
-                        wrap_app(self.app, 0, "asgi"),
-                        config,
-                        sockets=Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[]),
-                        task_status=task_status,
-                    )
-                )
+                await nursery.start(partial(serve_on_socket, self.app, sock, logger="router.modlink.http"))
                 log.info("mod link for session %s serving on %s", self.session_id, self.path)
                 task_status.started(self.path)
         finally:
