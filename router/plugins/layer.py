@@ -12,6 +12,8 @@ calls during its life (usage sources, limit checks, the search source) at
   (is delivered and stored), then ``end_turn``, then, if it answers a
   :class:`~router.plugins.limits.Stop`, the session is stopped with its
   ``reason``. The stop never cuts a turn short;
+- :meth:`may_continue`: whether a stopped session may be resumed (the
+  limit checks' ``may_launch`` for its subject);
 - :meth:`search`: the broker's web search;
 - :meth:`dispatch`: a channel's session operation;
 - :meth:`report`: every limit and what it has counted.
@@ -194,6 +196,25 @@ class PluginLayer:
             now=self._now(),
         )
         return record, stop
+
+    async def may_continue(self, subject: Mapping[str, Any]) -> Refusal | None:
+        """Whether a session a stop ended may take turns again: the limit
+        checks' ``may_launch`` for its ``subject`` (``{instance, provider,
+        model, account}``), as a launch asks them (no routing, no
+        preflight: the session runs already). ``None`` when it may; else
+        ``limit-reached``, ``limit-check-failed`` or the settings' refusal."""
+        document = await self._read("limits.json")
+        if isinstance(document, Refusal):
+            return document
+        limits = _value(document, "limits")
+        return self.limits.may_launch(
+            switched_on=self._switched_on("limit-check"),
+            modules=self.loader.modules("limit-check"),
+            limits=limits if type(limits) is dict else {},
+            subject=dict(subject),
+            records=await trio.to_thread.run_sync(self.records.read),
+            now=self._now(),
+        )
 
     # ------------------------------------------------------------- the rest
 
