@@ -63,6 +63,11 @@ the ``steer`` capability, else ``followUp``. Once the host has the
 operation on disk the delivery is answered; a host that refuses it (not
 running, say) leaves it unanswered.
 
+**A stopped session** (a limit stopped it, ``router.turns.brackets``) gets
+no write at all: the delivery is unanswered (``session-stopped``, with the
+stop's reason), no attempt is spent, and a resend once the person resumed
+the session goes as the first attempt would have.
+
 Invariants (``tests/turns/test_core_properties.py`` checks them under
 hypothesis): an answered record never changes again; a person's words are
 written as the person's at most once per event id, and only by the first
@@ -108,6 +113,7 @@ __all__ = [
     "message_kind",
     "plan",
     "settle",
+    "stopped_sentence",
 ]
 
 
@@ -214,16 +220,20 @@ Reply: TypeAlias = Union[Answered, Unanswered, Refused]
 
 @attrs.frozen(kw_only=True)
 class ClaudeCodeTarget:
-    """A Claude Code session; ``connected`` once its mod said ``hello``."""
+    """A Claude Code session; ``connected`` once its mod said ``hello``;
+    ``stopped``, the reason, when a limit stopped the session."""
 
     connected: bool
+    stopped: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class ContainerTarget:
-    """A container session; ``steers`` when its adapter reports ``steer``."""
+    """A container session; ``steers`` when its adapter reports ``steer``;
+    ``stopped``, the reason, when a limit stopped the session."""
 
     steers: bool
+    stopped: str | None = None
 
 
 Target: TypeAlias = Union[ClaudeCodeTarget, ContainerTarget]
@@ -331,6 +341,16 @@ def check_delivery(delivery: Delivery) -> Refused | None:
     return None
 
 
+def stopped_sentence(session: str, reason: str) -> str:
+    """The sentence a delivery into a stopped session is answered with."""
+    return (
+        f"session {session!r} is stopped ({reason}), so nothing was written; raise the limit or count "
+        "it from now (`router limits`, `router limits set`, `router limits reset PATH`), resume the "
+        f"session (`router resume {session}`, or POST /sessions/{session}/resume), then resend with "
+        "the same eventId"
+    )
+
+
 # --------------------------------------------------------------------------- admission
 
 
@@ -379,6 +399,15 @@ def plan(record: Record, target: Target) -> tuple[Record, Write | Reply]:
     if record.state is State.ANSWERED:
         assert record.answer is not None
         return record, Answered(answer=record.answer, from_record=True)
+    if target.stopped is not None:
+        # Nothing is written and no attempt is spent: once the person
+        # resumes the session, a resend goes as it would have.
+        code = "session-stopped"
+        text = stopped_sentence(record.session, target.stopped)
+        return (
+            attrs.evolve(record, state=State.UNANSWERED, last=(code, text)),
+            Unanswered(event_id=record.event_id, code=code, message=text),
+        )
     if isinstance(target, ClaudeCodeTarget):
         if not target.connected:
             code = "mod-not-connected"

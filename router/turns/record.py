@@ -5,6 +5,11 @@ message, the state, the attempts, whether a person's Dispatch attempt is
 spent, and the final answer. It is what makes a delivery exactly once across
 resends and across restarts of the router: a resend is answered from here.
 
+Beside the deliveries (schema 2): each session's **stop** (a limit stopped
+it; kept until the person resumes it, so a restart keeps it stopped) and
+each container session's **launch** (the launch record its turn brackets
+name, without ``env`` and with only ``reach.via``: they may hold secrets).
+
 Theory of operation
 -------------------
 One ``sqlite3`` connection (``check_same_thread=False``), WAL, opened by
@@ -37,14 +42,17 @@ from typing import Any, Callable, Final, TypeVar
 
 import trio
 
+from router.plugins.routing import LaunchRecord
+from router.turns.brackets import StopInfo, launch_of_json, launch_to_json
 from router.turns.core import Admission, Card, Delivery, Message, Person, Proceed, Record, State, admit
 
 __all__ = ["DeliveryLog", "DeliveryLogRefused", "SCHEMA_VERSION"]
 
 T = TypeVar("T")
 
-#: The schema this code writes (``PRAGMA user_version``).
-SCHEMA_VERSION: Final = 1
+#: The schema this code writes (``PRAGMA user_version``): 2 added ``stops``
+#: and ``launches`` (a version-1 file gains them when opened).
+SCHEMA_VERSION: Final = 2
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -63,6 +71,24 @@ CREATE TABLE IF NOT EXISTS deliveries (
     updated_at INTEGER NOT NULL
 )
 """
+
+_SCHEMA_2: Final = (
+    """
+CREATE TABLE IF NOT EXISTS stops (
+    session TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    check_name TEXT NOT NULL,
+    at TEXT NOT NULL
+)
+""",
+    """
+CREATE TABLE IF NOT EXISTS launches (
+    session TEXT PRIMARY KEY,
+    record TEXT NOT NULL,
+    updated_at INTEGER NOT NULL
+)
+""",
+)
 
 
 class DeliveryLogRefused(Exception):
@@ -144,6 +170,8 @@ class DeliveryLog:
                     f"{self.path} was written by a newer router (schema {version}); upgrade this one",
                 )
             self._db.execute(_SCHEMA)
+            for statement in _SCHEMA_2:
+                self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except BaseException:
             self._unlock()
@@ -214,3 +242,40 @@ class DeliveryLog:
                 f"SELECT {_COLUMNS} FROM deliveries WHERE session = ? ORDER BY created_at, rowid", (session,)
             ).fetchall()
         return [_record_of(row) for row in rows]
+
+    # ----------------------------------------------------------------- stops and launches
+
+    def put_stop(self, session: str, stop: StopInfo) -> None:
+        self._db.execute(
+            "INSERT INTO stops (session, reason, check_name, at) VALUES (?,?,?,?) ON CONFLICT (session) "
+            "DO UPDATE SET reason = excluded.reason, check_name = excluded.check_name, at = excluded.at",
+            (session, stop.reason, stop.check, stop.at),
+        )
+
+    def clear_stop(self, session: str) -> bool:
+        """Forget the session's stop; whether it had one."""
+        return self._db.execute("DELETE FROM stops WHERE session = ?", (session,)).rowcount > 0
+
+    def stop_of(self, session: str) -> StopInfo | None:
+        row = self._db.execute("SELECT reason, check_name, at FROM stops WHERE session = ?", (session,)).fetchone()
+        return None if row is None else StopInfo(reason=row[0], check=row[1], at=row[2])
+
+    def stops(self) -> dict[str, StopInfo]:
+        rows = self._db.execute("SELECT session, reason, check_name, at FROM stops").fetchall()
+        return {row[0]: StopInfo(reason=row[1], check=row[2], at=row[3]) for row in rows}
+
+    def put_launch(self, session: str, record: LaunchRecord) -> None:
+        self._db.execute(
+            "INSERT INTO launches (session, record, updated_at) VALUES (?,?,?) ON CONFLICT (session) "
+            "DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
+            (session, json.dumps(launch_to_json(record)), self._clock()),
+        )
+
+    def launch_of(self, session: str) -> LaunchRecord | None:
+        row = self._db.execute("SELECT record FROM launches WHERE session = ?", (session,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return launch_of_json(json.loads(row[0]))
+        except ValueError:
+            return None

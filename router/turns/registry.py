@@ -10,7 +10,11 @@ its own, under the registry's, holding one task per channel it uses:
   time, in order);
 - a claude-code session also: the **mod link**'s server (``ModLink.run``)
   and the **live view** task that turns the link's events into the session's
-  live items.
+  live items;
+- a container session, when the router meters turns: the **live view**
+  task that follows the host's events for the session;
+- with a plug-in layer, every session: the **meter** (its turn brackets,
+  ``router.turns.meter``), which the live view task feeds.
 
 Sessions run concurrently; closing one cancels exactly its tasks.
 
@@ -39,6 +43,7 @@ import trio
 if TYPE_CHECKING:
     from router.modlink.server import ModLink
     from router.turns.live import LiveHub
+    from router.turns.meter import SessionMeter
 
 __all__ = ["Session", "SessionKind", "SessionRegistry", "Starter"]
 
@@ -56,14 +61,16 @@ class SessionKind(str, enum.Enum):
 
 @attrs.define(eq=False)
 class Session:
-    """One open session. ``inbox`` takes its deliveries; ``link`` and
-    ``live`` are a claude-code session's mod link and live view."""
+    """One open session. ``inbox`` takes its deliveries; ``link`` is a
+    claude-code session's mod link; ``live`` its live view (a container
+    session's, when it has a view task); ``meter`` its turn brackets."""
 
     id: str
     kind: SessionKind
     inbox: trio.MemorySendChannel[Any]
     link: ModLink | None = None
     live: LiveHub | None = None
+    meter: SessionMeter | None = None
     #: Names of the tasks running in the session's nursery.
     tasks: list[str] = attrs.field(factory=list)
     scope: trio.CancelScope | None = None

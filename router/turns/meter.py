@@ -1,0 +1,174 @@
+"""One session's turn brackets, on Trio: the thin layer over
+:class:`router.turns.brackets.BracketCore`.
+
+Usage (a task in the session's nursery; the session's view task feeds it)::
+
+    meter = SessionMeter(session_id, layer=layer, launch=launch_of, on_stop=stopped)
+    await nursery.start(meter.run)
+    meter.turn_started("op-1")      # synchronous: the core's state changes at once
+    ...
+    meter.turn_ended("op-1")        # end_turn runs in meter.run, then maybe on_stop
+
+Theory of operation: the inputs (:meth:`turn_started`, :meth:`turn_ended`,
+:meth:`all_ended`, :meth:`resync`) are applied to the core synchronously,
+in the caller's task, so what the router reads (``core.measuring``,
+``core.stopped``) is true the moment an event has been seen. The effects
+the core answers are queued for the one worker task (:meth:`run`), which
+calls ``PluginLayer.begin_turn`` / ``end_turn`` one at a time and feeds the
+answers back; a stop runs ``on_stop``. :meth:`wait_until` waits for the
+core to reach a state.
+
+Error handling: ``begin_turn``, ``end_turn`` and ``launch`` (the session's
+launch record) that raise are logged and fail closed (the core stops the
+session at the end of the turn, see :func:`~router.turns.brackets.bracket_failure`);
+``on_stop`` that raises is logged. Nothing but ``Cancelled`` leaves
+:meth:`run`, so a failing bracket never ends the session's nursery.
+
+Resource handling: :meth:`run` owns nothing but its queue; cancelling it
+(the session closing) drops what is queued.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import logging
+from typing import Any, Awaitable, Callable, Iterable
+
+import trio
+
+from router.plugins.limits import Stop
+from router.plugins.routing import LaunchRecord
+from router.plugins.usage import iso, utc_now
+from router.turns.brackets import Begin, BeginFailed, BracketCore, Effect, End, StopInfo, StopSession, bracket_failure
+
+__all__ = ["SessionMeter"]
+
+log = logging.getLogger("router.turns.meter")
+
+
+class SessionMeter:
+    """One session's brackets (see the module docstring).
+
+    ``layer`` is the ``PluginLayer``; ``launch()`` answers the session's
+    launch record as of now (its model may have changed); ``on_stop(stop)``
+    is called once a turn's end stopped the session.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        layer: Any,
+        launch: Callable[[], Awaitable[LaunchRecord]],
+        on_stop: Callable[[StopInfo], Awaitable[None]],
+        one_turn: bool = False,
+        stopped: StopInfo | None = None,
+        now: Callable[[], dt.datetime] = utc_now,
+    ) -> None:
+        self.session_id = session_id
+        self.core = BracketCore(one_turn=one_turn, stopped=stopped)
+        self._layer = layer
+        self._launch = launch
+        self._on_stop = on_stop
+        self._now = now
+        self._queue: collections.deque[Effect] = collections.deque()
+        self._work = trio.lowlevel.ParkingLot()
+        self._changed = trio.lowlevel.ParkingLot()
+        #: The last turn record ``end_turn`` stored (for tests and statistics).
+        self.last_record: dict[str, Any] | None = None
+        self.failures = 0
+
+    def __repr__(self) -> str:
+        return f"<SessionMeter {self.session_id!r} {self.core!r} queued={len(self._queue)}>"
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "phase": self.core.phase.value,
+            "running": sorted(self.core.running),
+            "begun": self.core.begun_count,
+            "ended": self.core.ended_count,
+            "dropped": self.core.dropped_count,
+            "failures": self.failures,
+            "stopped": None if self.core.stopped is None else self.core.stopped.to_json(),
+        }
+
+    # ------------------------------------------------------------------ inputs (synchronous)
+
+    def _apply(self, effects: Iterable[Effect]) -> None:
+        self._queue.extend(effects)
+        if self._queue:
+            self._work.unpark_all()
+        self._changed.unpark_all()
+
+    def writing(self, turn_id: str) -> None:
+        self._apply(self.core.writing(turn_id))
+
+    def not_writing(self, turn_id: str) -> None:
+        self._apply(self.core.not_writing(turn_id))
+
+    def turn_started(self, turn_id: str) -> None:
+        self._apply(self.core.turn_started(turn_id))
+
+    def turn_ended(self, turn_id: str) -> None:
+        self._apply(self.core.turn_ended(turn_id))
+
+    def all_ended(self) -> None:
+        self._apply(self.core.all_ended())
+
+    def resync(self, running: Iterable[str]) -> None:
+        self._apply(self.core.resync(running))
+
+    def resume(self) -> StopInfo | None:
+        stopped = self.core.resume()
+        self._changed.unpark_all()
+        return stopped
+
+    async def wait_until(self, predicate: Callable[[BracketCore], bool]) -> None:
+        """Until ``predicate(core)`` holds (checked after every change)."""
+        while not predicate(self.core):
+            await self._changed.park()
+
+    # ------------------------------------------------------------------ the worker
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            while not self._queue:
+                await self._work.park()
+            effect = self._queue.popleft()
+            await self._carry_out(effect)
+
+    async def _carry_out(self, effect: Effect) -> None:
+        if isinstance(effect, Begin):
+            try:
+                launch = await self._launch()
+                bracket: Any = await self._layer.begin_turn(launch)
+            except Exception as exc:
+                self.failures += 1
+                log.exception("session %r: begin_turn failed; the session stops when the turn ends",
+                              self.session_id)
+                bracket = BeginFailed(stop=bracket_failure("begin_turn", exc, iso(self._now())))
+            self._apply(self.core.begun(bracket))
+        elif isinstance(effect, End):
+            stop: StopInfo | None
+            try:
+                record, answer = await self._layer.end_turn(effect.bracket)
+                self.last_record = record
+                stop = None if answer is None else _info(answer, iso(self._now()))
+            except Exception as exc:
+                self.failures += 1
+                log.exception("session %r: end_turn failed; the session stops", self.session_id)
+                stop = bracket_failure("end_turn", exc, iso(self._now()))
+            self._apply(self.core.ended(stop))
+        else:
+            assert isinstance(effect, StopSession)
+            log.warning("session %r stopped: %s", self.session_id, effect.stop.reason)
+            try:
+                await self._on_stop(effect.stop)
+            except Exception:
+                log.exception("session %r: carrying out its stop failed", self.session_id)
+
+
+def _info(stop: Stop, at: str) -> StopInfo:
+    return StopInfo(reason=stop.reason, check=stop.check, at=at)

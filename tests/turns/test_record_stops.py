@@ -1,0 +1,57 @@
+"""The record's stops and launches (schema 2): a stop survives a restart
+until it is cleared; a launch is kept without its secrets; a file written by
+the schema-1 router gains both tables and keeps its deliveries."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from router.plugins.routing import LaunchRecord
+from router.turns.brackets import StopInfo
+from router.turns.core import Delivery, Person, Proceed
+from router.turns.record import SCHEMA_VERSION, DeliveryLog
+
+STOP = StopInfo(reason="limit: token-limit tokens.instances.default limit 5 count 7", check="token-limit",
+                at="2030-01-01T00:00:00.000Z")
+LAUNCH = LaunchRecord(
+    instance="coder", session="s1", route="primary", route_reason="the instance's route", harness="container",
+    model="m", thinking="off", provider="p", account=None, harness_version="container-protocol 1",
+    reach={"via": "daemon", "url": "ws://127.0.0.1:1", "token": "hunter2"}, env={"SECRET": "hunter2"},
+)
+
+
+def test_a_stop_survives_a_restart_until_cleared(tmp_path: Path) -> None:
+    path = tmp_path / "turns.db"
+    with DeliveryLog(path) as log:
+        assert log.stop_of("s1") is None and log.stops() == {}
+        log.put_stop("s1", STOP)
+        log.put_launch("s1", LAUNCH)
+    with DeliveryLog(path) as log:
+        assert log.stop_of("s1") == STOP and log.stops() == {"s1": STOP}
+        launch = log.launch_of("s1")
+        assert launch is not None and launch.subject() == LAUNCH.subject()
+        assert launch.reach == {"via": "daemon"} and launch.env == {}
+        assert log.clear_stop("s1") and not log.clear_stop("s1")
+        assert log.stop_of("s1") is None and log.launch_of("nobody") is None
+    assert b"hunter2" not in path.read_bytes()
+
+
+def test_a_schema_1_file_gains_the_tables(tmp_path: Path) -> None:
+    path = tmp_path / "turns.db"
+    with DeliveryLog(path) as log:
+        assert isinstance(log.admit(Delivery(event_id="e1", session="s", message=Person(text="hi", message_id="e1"))),
+                          Proceed)
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE stops")
+    db.execute("DROP TABLE launches")
+    db.execute("PRAGMA user_version=1")
+    db.commit()
+    db.close()
+    with DeliveryLog(path) as log:
+        assert [r.event_id for r in log.records()] == ["e1"]
+        log.put_stop("s", STOP)
+        assert log.stop_of("s") == STOP
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (2,)
+    db.close()
