@@ -3,15 +3,19 @@
 On one machine with nothing else installed it starts, in this order:
 
 1. the plug-in settings (``plugins.json``, ``routes.json``, ``limits.json``
-   written from the safe defaults where missing) and the plug-in layer;
+   written from the safe defaults where missing);
 2. the host's SQLite store (``host.sqlite``) and the deliveries' record
    (``turns.sqlite``) in the data directory: ``--data-dir``, else
    ``$ROUTER_DATA_DIR``, else ``$XDG_DATA_HOME/router``, else
-   ``~/.local/share/router``;
+   ``~/.local/share/router``; then the plug-in layer, with the host's store
+   as the ``frames`` usage source's ledger and the turn records in
+   ``usage.jsonl`` there;
 3. an in-process container daemon with the echo adapter on a loopback port
    with a random token (``--daemon URL`` points the host at a real daemon
    instead, with ``--token`` or ``$ROUTER_DAEMON_TOKEN``);
-4. the host over that daemon, the session registry and the user-turn router;
+4. the host over that daemon, the session registry and the user-turn router
+   (which brackets every turn with the plug-in layer: usage records, and
+   the limit checks' ``must_stop``);
 5. the HTTP API and the page on ``127.0.0.1:--port`` (default 8765; ``0``
    picks a free port).
 
@@ -62,6 +66,12 @@ class JobConfig:
     claude_sessions: tuple[str, ...] = ()
     #: Seconds each ``session.message`` call may take.
     message_deadline: float | None = None
+    #: The in-process daemon's adapter (None: the echo adapter).
+    adapter: Any = None
+    #: The instance a session the router did not launch is metered as.
+    instance: str = "default"
+    #: The plug-in tree the layer loads from (None: the shipped one; tests only).
+    plugins_root: str | None = None
 
 
 class StartFailed(Exception):
@@ -147,7 +157,7 @@ class MainJob:
         from router.plugins.layer import PluginLayer
         from router.plugins.refusal import Refusal
         from router.plugins.settings import SettingsDir
-        from router.plugins.usage import JsonlRecords
+        from router.plugins.usage import JsonlRecords, StoreLedger
         from router.turns.record import DeliveryLog, DeliveryLogRefused
         from router.turns.registry import SessionRegistry
         from router.turns.router import TurnRouter
@@ -161,14 +171,8 @@ class MainJob:
                 document = await trio.to_thread.run_sync(settings.ensure, name)
                 if isinstance(document, Refusal):
                     log.warning("settings: %s", document)
-            self.layer = PluginLayer(
-                settings=settings, records=JsonlRecords(config.data_dir / "usage.jsonl"), env=self.env,
-                log=_plugin_log,
-            )
-            loaded = await self.layer.reload()
-            for refused in loaded.refused:
-                log.warning("plug-in refused: %s", refused)
-            # 2. The stores.
+            # 2. The stores, then the plug-in layer over them: the host's
+            # store is the ledger the ``frames`` usage source reads.
             try:
                 config.data_dir.mkdir(parents=True, exist_ok=True)
                 store = Store(config.data_dir / "host.sqlite")
@@ -179,13 +183,21 @@ class MainJob:
                 raise StartFailed(exc.code, getattr(exc, "sentence", None) or str(exc)) from None
             except OSError as exc:
                 raise StartFailed("no-data-dir", f"{config.data_dir} cannot be used: {exc}") from None
+            self.layer = PluginLayer(
+                settings=settings, records=JsonlRecords(config.data_dir / "usage.jsonl"), env=self.env,
+                log=_plugin_log, deps={"ledger": StoreLedger(store)}, root=config.plugins_root,
+            )
+            loaded = await self.layer.reload()
+            for refused in loaded.refused:
+                log.warning("plug-in refused: %s", refused)
 
             async with trio.open_nursery() as nursery:
                 # 3. The daemon: in-process (echo) unless a real one is named.
                 if config.daemon_url is None:
                     token = secrets.token_hex(16)
                     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-                    server = DaemonServer(Daemon(echo_adapter, f"in-process-{uuid.uuid4().hex[:12]}"), token)
+                    adapter = echo_adapter if config.adapter is None else config.adapter
+                    server = DaemonServer(Daemon(adapter, f"in-process-{uuid.uuid4().hex[:12]}"), token)
 
                     async def run_daemon(task_status: trio.TaskStatus[Any]) -> None:
                         await server.run(listeners, task_status=task_status)
@@ -194,12 +206,12 @@ class MainJob:
                     self._stops[-1] = ("daemon", _then(server.aclose, self._stops[-1][1]))
                     self.daemon_url = f"ws://127.0.0.1:{server.ports[0]}"
                     endpoint = DaemonEndpoint(self.daemon_url, token)
-                    harness = "echo"
+                    harness, via = "echo", "in-process"
                 else:
                     token = config.daemon_token or ""
                     self.daemon_url = config.daemon_url
                     endpoint = DaemonEndpoint(config.daemon_url, token)
-                    harness = "container"
+                    harness, via = "container", "daemon"
                 # 4. The host, the registry, the router.
                 self.host = Host(store, endpoint)
                 await self._start(nursery, "host", self.host.run)
@@ -209,7 +221,10 @@ class MainJob:
                 options: dict[str, Any] = {}
                 if config.message_deadline is not None:
                     options["message_deadline"] = config.message_deadline
-                self.router = TurnRouter(log=record, registry=registry, host=self.host, env=self.env, **options)
+                self.router = TurnRouter(
+                    log=record, registry=registry, host=self.host, env=self.env, layer=self.layer,
+                    instance=config.instance, container_harness=harness, container_via=via, **options,
+                )
                 for session_id in config.claude_sessions:
                     await self.router.open_claude_code(session_id)
                 # 5. The API.

@@ -13,6 +13,8 @@ Routes (JSON unless said otherwise; every refusal is ``{"error": code,
 ``GET /sessions/<id>/messages``          ``{session, kind, messages}``
 ``GET /sessions/<id>/live``              server-sent events: a snapshot, then live items
 ``POST /sessions/<id>/abort``            ``{operationId?}`` → ``{session, aborted}``
+``POST /sessions/<id>/resume``           ``{}`` → ``{session, resumed}``: a session a
+                                         limit stopped takes deliveries again
 =======================================  ==================================================
 
 ``list``, ``send`` and ``read`` (messages and live) go through the plug-in
@@ -85,6 +87,9 @@ STATUS: Final[Mapping[str, int]] = {
     "unknown-session": 404,
     "method-not-allowed": 405,
     "event-id-conflict": 409,
+    # A limit stopped the session: unanswered (with the eventId), but not
+    # for resending now; the person resumes the session first.
+    "session-stopped": 409,
     "session-exists": 409,
     "abort-unsupported": 409,
     "harness-unsupported": 409,
@@ -317,7 +322,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
                 f"sessions on the {config.harness!r} harness; route the instance there with `router routes set`",
             )
         try:
-            created = await router.create(session_id)
+            created = await router.create(session_id, launch=launch)
         except Problem as problem:
             return _error(problem.code, problem.message)
         return _json({**created, "instance": instance, "harness": launch.harness}, 201)
@@ -361,6 +366,17 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             return _json(await router.abort(session, body.get("operationId")))
         except Problem as problem:
             return _error(problem.code, problem.message)
+
+    @app.post("/sessions/<session>/resume")
+    async def resume(session: str) -> Response:
+        try:
+            await json_body({}, empty_ok=True)
+        except _BadBody as exc:
+            return _error("bad-body", f"POST /sessions/<id>/resume takes {{}}: {exc.message}")
+        try:
+            return _json(await router.resume(session))
+        except Problem as problem:
+            return _error(problem.code, problem.message, status_of(problem.code, 409))
 
     # ------------------------------------------------------------------ errors
 

@@ -6,7 +6,10 @@ follows ``GET /sessions/<id>/live`` with ``EventSource`` (a snapshot, then
 items it applies as ``router.turns.live.apply_item`` does), and sends with
 ``POST /sessions/<id>/messages``, minting the ``eventId`` itself so that a
 send that went unanswered (503) is resent under the same id, up to three
-times. Text is always set with ``textContent``, never parsed as HTML.
+times. A session a limit stopped shows a notice with the stop's reason (from
+the snapshot's ``stopped`` and the ``session-stopped`` item) and a button
+that resumes it (``POST /sessions/<id>/resume``). Text is always set with
+``textContent``, never parsed as HTML.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ PAGE: Final = """<!doctype html>
   .reasoning { color: #777; font-style: italic; }
   .tool { font-family: ui-monospace, monospace; font-size: 13px; color: #355; }
   .note { color: #666; font-size: 13px; }
+  #notice { padding: .4rem 1rem; background: #fde8e8; border-bottom: 1px solid #e0a0a0; display: flex; gap: .5rem; align-items: center; }
+  #notice[hidden] { display: none; }
   form { display: flex; gap: .5rem; padding: .5rem 1rem; border-top: 1px solid #ccc; }
   #text { flex: 1; }
 </style>
@@ -42,6 +47,7 @@ PAGE: Final = """<!doctype html>
   <button id="new" type="button">new session</button>
   <span id="status" class="note"></span>
 </header>
+<div id="notice" hidden><span id="reason"></span><button id="resume" type="button">resume</button></div>
 <div id="log"></div>
 <form id="send"><input id="text" autocomplete="off" placeholder="a message"><button>send</button></form>
 <script>
@@ -51,6 +57,11 @@ let source = null, messages = new Map();
 const json = { "content-type": "application/json" };
 
 function status(text) { $("status").textContent = text; }
+
+function stopped(stop) {
+  $("notice").hidden = !stop;
+  $("reason").textContent = stop ? "stopped: " + stop.reason : "";
+}
 
 function render() {
   const log = $("log");
@@ -85,11 +96,14 @@ function apply(item) {
     messages.set(message.id, { ...message, parts });
   } else if (item.type === "turn-start") status("working…");
   else if (item.type === "turn-end") status("");
+  else if (item.type === "session-stopped") stopped(item);
+  else if (item.type === "session-resumed") stopped(null);
 }
 
 function follow(id) {
   if (source) source.close();
   messages = new Map();
+  stopped(null);
   render();
   if (!id) return;
   source = new EventSource("/sessions/" + encodeURIComponent(id) + "/live");
@@ -97,6 +111,7 @@ function follow(id) {
     const snapshot = JSON.parse(e.data);
     messages = new Map(snapshot.messages.map((m) => [m.id, m]));
     status(snapshot.busy ? "working…" : "");
+    stopped(snapshot.stopped || null);
     render();
   });
   source.onmessage = (e) => { apply(JSON.parse(e.data)); render(); };
@@ -143,6 +158,12 @@ $("new").onclick = async () => {
   const body = await response.json();
   if (!response.ok) { status(body.error + ": " + body.message); return; }
   sessions(body.id);
+};
+$("resume").onclick = async () => {
+  const id = $("session").value;
+  const response = await fetch("/sessions/" + encodeURIComponent(id) + "/resume", { method: "POST", headers: json, body: "{}" });
+  const body = await response.json();
+  if (!response.ok) status(body.error + ": " + body.message);
 };
 $("send").onsubmit = (e) => {
   e.preventDefault();

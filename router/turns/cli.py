@@ -1,5 +1,6 @@
 """``router send SESSION TEXT``: send a message to a session of a running
-``router serve`` and print the answer as JSON.
+``router serve`` and print the answer as JSON. (``router resume SESSION``,
+below, lets a session a limit stopped take messages again.)
 
 It posts to ``--url`` (default ``http://127.0.0.1:8765``) through the
 ``cli`` channel, under an event id it mints itself (or ``--event-id``), so a
@@ -24,7 +25,7 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["configure", "run"]
+__all__ = ["configure", "configure_resume", "run", "run_resume"]
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 #: ``router.plugins.channels.CLI_OFF_EXIT``, not imported: this command
@@ -90,3 +91,39 @@ def run(args: argparse.Namespace) -> int:
     if type(answer) is dict and answer.get("error") == "channel-off":
         return CLI_OFF_EXIT
     return 1
+
+
+# --------------------------------------------------------------------------- router resume
+
+
+def configure_resume(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", help="the stopped session's id")
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"the running router serve (default {DEFAULT_URL})")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    """``router resume SESSION``: ``POST /sessions/<id>/resume``; print the
+    answer as JSON. Exit 0: resumed, or it was not stopped
+    (``resumed: false``); 1: refused (the limit is still reached:
+    ``limit-reached``; ``unknown-session`` ...); 2: a usage or connection
+    error."""
+    import httpx
+
+    if args.timeout <= 0:
+        print("router resume: --timeout must be positive", file=sys.stderr)
+        return 2
+    url = f"{args.url.rstrip('/')}/sessions/{quote(args.session, safe='')}/resume"
+    try:
+        response = httpx.post(url, content=b"{}", headers={"content-type": "application/json"},
+                              timeout=args.timeout)
+    except (httpx.TransportError, httpx.InvalidURL, ValueError) as exc:
+        print(f"router resume: cannot-connect: {args.url}: {exc}; is `router serve` running?", file=sys.stderr)
+        return 2
+    try:
+        answer = response.json()
+    except ValueError:
+        print(f"router resume: {url} answered {response.status_code} with no JSON; is it a router?", file=sys.stderr)
+        return 2
+    _print(answer)
+    return 0 if response.status_code == 200 else 1

@@ -23,15 +23,31 @@ deliveries one at a time, in order; sessions run concurrently. For each:
 
 1. read the record again (a resend queued behind the first attempt finds
    it answered and is answered from it);
-2. ``core.plan`` with the session's target: is the mod connected (a
-   Claude Code session); does the adapter steer (a container session);
-3. store the planned record, *then* write: ``session.message`` on the mod
+2. with a plug-in layer, wait while the session's last turn is being
+   measured (its stop decision comes first);
+3. ``core.plan`` with the session's target: is the mod connected (a
+   Claude Code session); does the adapter steer (a container session); is
+   the session stopped (``session-stopped``, nothing written);
+4. store the planned record, *then* write: ``session.message`` on the mod
    link under the call deadline, or ``submit`` to the host with the event id
-   as the operation id;
-4. ``core.settle`` with the outcome; store; answer the sender.
+   as the operation id (its turn's bracket opened first);
+5. ``core.settle`` with the outcome; store; answer the sender.
 
 The sender's wait is only a wait: cancelling it (a client that hung up)
 leaves the delivery to the inbox, which records its answer for the resend.
+
+**Turn brackets and stops** (with ``layer``, a ``PluginLayer``): each
+session has a meter (:mod:`router.turns.meter` over
+:mod:`router.turns.brackets`) fed by its live-view task, which sees each
+turn start and end after its result reached the viewers (a Claude Code
+session's mod events; a container session's host events, which come after
+the host stored the result and woke its waiters). At each turn's end the
+layer records its usage and asks the limit checks; a stop is recorded in
+``turns.sqlite`` (so a restart keeps it), shown in the live view
+(``session-stopped``), and a container session's queued operations are
+aborted. The session then answers deliveries ``session-stopped`` until the
+person resumes it (:meth:`TurnRouter.resume`, or launching it again with
+:meth:`TurnRouter.create`), which the limit checks must allow.
 
 Error handling: every refusal is a reply with a kebab-case code, never an
 exception: :class:`~router.turns.core.Refused` (bad target, a reused event
@@ -55,6 +71,7 @@ import attrs
 import trio
 
 from router.container.host import Host
+from router.container.host_session import EventsLagged
 from router.container.link import LinkError
 from router.container.store import Refused as HostRefused
 from router.modlink.errors import ModCallError, ModCallTimeout, ModLinkClosed, ModSubscriberOverflow
@@ -82,20 +99,44 @@ from router.turns.core import (
     check_delivery,
     plan,
     settle,
+    stopped_sentence,
 )
+from router.plugins.refusal import Refusal
+from router.plugins.routing import LaunchRecord
+from router.turns.brackets import StopInfo, attached_record
 from router.turns.live import LiveHub, LiveSubscription, container_items
+from router.turns.meter import SessionMeter
 from router.turns.record import DeliveryLog
 from router.turns.registry import Session, SessionKind, SessionRegistry, Starter
 from wire.container import AdapterInfo
-from wire.mod import ModMessageDenied, ModPromptTaken, ModRowWritten, ModSessionMessageArgs, ModUnreadCard, ModUnreadPerson
+from wire.mod import (
+    ModHelloEvent,
+    ModMessageDenied,
+    ModPromptTaken,
+    ModRowWritten,
+    ModSessionEndEvent,
+    ModSessionMessageArgs,
+    ModTurnCompleteEvent,
+    ModTurnStartEvent,
+    ModUnreadCard,
+    ModUnreadPerson,
+)
 
-__all__ = ["INBOX_SIZE", "LiveStream", "Problem", "TurnRouter", "new_event_id"]
+__all__ = ["INBOX_SIZE", "LiveStream", "MEASURE_WAIT", "Problem", "TurnRouter", "new_event_id"]
 
 log = logging.getLogger("router.turns")
 
 #: Deliveries a session's inbox holds before a new one is refused
 #: ``inbox-full`` (ours: far more than a person types ahead).
 INBOX_SIZE: Final = 256
+#: The longest a delivery waits for the end of the turn before it to be
+#: measured (ours: ``end_turn`` reads each usage source under the broker's
+#: 5 s deadline; this leaves room for two and the records, and keeps a
+#: stuck meter from holding the inbox).
+MEASURE_WAIT: Final = 30.0
+#: Pauses before a container session's view follows the host's events
+#: again after they ended (the link failed or was closed), doubling (ours).
+RESUBSCRIBE_PAUSE: Final = (0.1, 10.0)
 
 
 @attrs.frozen(kw_only=True)
@@ -133,6 +174,14 @@ class TurnRouter:
     ``message_deadline`` (seconds) bounds each ``session.message`` call;
     ``env`` is where a Claude Code session's socket path is resolved from
     (default ``os.environ``).
+
+    ``layer`` (a ``PluginLayer``; None: turns are not metered) brackets
+    every session's turns and may stop a session (see
+    :mod:`router.turns.brackets`). A session the router did not launch
+    itself (a Claude Code session it attached to; a container session with
+    no recorded launch, such as ``root``) is metered as the instance
+    ``instance``; container sessions run on ``container_harness``, reached
+    ``container_via`` (``in-process`` or ``daemon``).
     """
 
     def __init__(
@@ -145,6 +194,11 @@ class TurnRouter:
         message_deadline: float = DEFAULT_CALL_DEADLINE,
         inbox_size: int = INBOX_SIZE,
         link_options: Mapping[str, Any] | None = None,
+        layer: Any = None,
+        instance: str = "default",
+        container_harness: str = "echo",
+        container_via: str = "in-process",
+        measure_wait: float = MEASURE_WAIT,
     ) -> None:
         self.log = log
         self.registry = registry
@@ -153,6 +207,11 @@ class TurnRouter:
         self.message_deadline = message_deadline
         self.inbox_size = inbox_size
         self.link_options = dict(link_options or {})
+        self.layer = layer
+        self.instance = instance
+        self.container_harness = container_harness
+        self.container_via = container_via
+        self.measure_wait = measure_wait
         #: The container adapter last seen in a ``hello`` (any session): one
         #: daemon runs one adapter, so it speaks for sessions not linked yet.
         self.adapter: AdapterInfo | None = None
@@ -171,25 +230,119 @@ class TurnRouter:
         send, receive = trio.open_memory_channel[_Slot](self.inbox_size)
         session = Session(id=session_id, kind=SessionKind.CLAUDE_CODE, inbox=send, link=link, live=live)
         session.on_close.append(lambda: live.close())
+        starters: list[Starter] = []
 
         async def serve_link(task_status: trio.TaskStatus[None]) -> None:
             await link.run(task_status=task_status)
+
+        starters.append(("mod-link", serve_link))
+        if self.layer is not None:
+            session.meter = await self._meter(session, one_turn=True)
+            starters.append(("meter", session.meter.run))
 
         # Subscribed before the link serves, so the view misses no event.
         first = link.events()
 
         async def view(task_status: trio.TaskStatus[None]) -> None:
-            await self._view(link, live, first, task_status)
+            await self._view(session, link, live, first, task_status)
 
-        starters: list[Starter] = [("mod-link", serve_link), ("live-view", view)]
+        starters.append(("live-view", view))
         starters.append(("inbox", lambda task_status: self._inbox(session, receive, task_status)))
         return await self.registry.open(session, starters)
 
     async def _open_container(self, session_id: str) -> Session:
         send, receive = trio.open_memory_channel[_Slot](self.inbox_size)
         session = Session(id=session_id, kind=SessionKind.CONTAINER, inbox=send)
-        starters: list[Starter] = [("inbox", lambda task_status: self._inbox(session, receive, task_status))]
+        starters: list[Starter] = []
+        if self.layer is not None:
+            # Metered: one view task follows the host's events for both the
+            # meter and the live view (which then also carries stop notices).
+            live = session.live = LiveHub()
+            session.on_close.append(lambda: live.close())
+            session.meter = await self._meter(session, one_turn=False)
+            starters.append(("meter", session.meter.run))
+            starters.append(("live-view", lambda task_status: self._container_view(session, task_status)))
+        starters.append(("inbox", lambda task_status: self._inbox(session, receive, task_status)))
         return await self.registry.open(session, starters)
+
+    async def _meter(self, session: Session, *, one_turn: bool) -> SessionMeter:
+        stopped = await self.log.call(self.log.stop_of, session.id)
+
+        async def launch() -> LaunchRecord:
+            return await self._launch_record(session)
+
+        async def on_stop(stop: StopInfo) -> None:
+            await self._stopped(session, stop)
+
+        return SessionMeter(session.id, layer=self.layer, launch=launch, on_stop=on_stop,
+                            one_turn=one_turn, stopped=stopped)
+
+    async def _routes(self) -> object:
+        document = await trio.to_thread.run_sync(self.layer.settings.read, "routes.json")
+        return None if isinstance(document, Refusal) else document.value
+
+    async def _launch_record(self, session: Session) -> LaunchRecord:
+        """The launch record a turn of ``session`` is metered under: the
+        one recorded when it was launched, else one for an attached
+        session (see :func:`~router.turns.brackets.attached_record`)."""
+        if session.kind is SessionKind.CLAUDE_CODE:
+            assert session.link is not None
+            state = session.link.state
+            return attached_record(
+                # A ``/clear`` moves the session id, and the transcript with it.
+                session=state.session_id or session.id, instance=self.instance, harness="claude-code",
+                via="mod-link", routes=await self._routes(), model=state.model,
+                harness_version=state.claude_version, counts_account=True,
+            )
+        launched = await self.log.call(self.log.launch_of, session.id)
+        if launched is not None:
+            return launched
+        return attached_record(
+            session=session.id, instance=self.instance, harness=self.container_harness,
+            via=self.container_via, routes=await self._routes(),
+        )
+
+    async def _stopped(self, session: Session, stop: StopInfo) -> None:
+        """A turn's end stopped ``session``: record it, tell its viewers,
+        and abort what is queued in a container session (its next turns
+        must not run)."""
+        await self.log.call(self.log.put_stop, session.id, stop)
+        if session.live is not None:
+            session.live.publish([{"type": "session-stopped", "session": session.id, **stop.to_json()}])
+        if session.kind is SessionKind.CONTAINER and self.host is not None:
+            try:
+                await self.host.session(session.id).abort()
+            except (HostRefused, LinkError) as exc:
+                log.warning("session %r: aborting its queued operations failed: %s", session.id, exc)
+
+    def _stop_of(self, session: Session) -> StopInfo | None:
+        return None if session.meter is None else session.meter.core.stopped
+
+    async def resume(self, session_id: str) -> dict[str, Any]:
+        """Let a stopped session take deliveries again, once the limit
+        checks let its subject launch (``may_launch``): the person raised
+        the limit or reset its count. Raises :class:`Problem` with the
+        checks' refusal (``limit-reached``, ``limit-check-failed``) and the
+        session stays stopped. A session that is not stopped answers
+        ``resumed: false``."""
+        session = await self.session(session_id)
+        meter = session.meter
+        if meter is None or meter.core.stopped is None:
+            return {"session": session_id, "resumed": False}
+        record = await self._launch_record(session)
+        refusal = await self.layer.may_continue(record.subject())
+        if refusal is not None:
+            raise Problem(code=refusal.code, message=f"{refusal.message}; the session stays stopped")
+        return await self._resume(session)
+
+    async def _resume(self, session: Session) -> dict[str, Any]:
+        assert session.meter is not None
+        await self.log.call(self.log.clear_stop, session.id)
+        was = session.meter.resume()
+        if was is not None and session.live is not None:
+            session.live.publish([{"type": "session-resumed", "session": session.id}])
+        return {"session": session.id, "resumed": was is not None,
+                **({"was": was.to_json()} if was is not None else {})}
 
     async def session(self, session_id: str) -> Session:
         """The open session ``session_id``; a container session the host
@@ -212,8 +365,10 @@ class TurnRouter:
 
     async def list(self) -> list[dict[str, Any]]:
         """Every session: ``{id, kind, busy}`` (container sessions oldest
-        first, then Claude Code sessions)."""
+        first, then Claude Code sessions), with ``stopped`` (the stop's
+        reason) when a limit stopped it."""
         out: list[dict[str, Any]] = []
+        stops = await self.log.call(self.log.stops) if self.layer is not None else {}
         if self.host is not None:
             for item in await self.host.sessions.list():
                 entry = {"id": item["id"], "kind": SessionKind.CONTAINER.value, "busy": item["busy"]}
@@ -232,10 +387,18 @@ class TurnRouter:
                         "connected": state.hello_session_id is not None,
                     }
                 )
+        for entry in out:
+            open_session = self.registry.get(entry["id"])
+            stop = self._stop_of(open_session) if open_session is not None else stops.get(entry["id"])
+            if stop is not None:
+                entry["stopped"] = stop.reason
         return out
 
-    async def create(self, session_id: str | None = None) -> dict[str, Any]:
-        """Create a container session (an id that exists returns it)."""
+    async def create(self, session_id: str | None = None, *, launch: LaunchRecord | None = None) -> dict[str, Any]:
+        """Create a container session (an id that exists returns it).
+        ``launch`` is the launch the plug-in layer allowed for it: its turns
+        are metered under it, and a session a limit stopped is resumed (the
+        launch passed the limit checks)."""
         if self.host is None:
             raise Problem(code="no-host", message="this router serves no container sessions")
         if session_id is not None and (type(session_id) is not str or not session_id):
@@ -244,6 +407,10 @@ class TurnRouter:
         if existing is not None and existing.kind is not SessionKind.CONTAINER:
             raise Problem(code="session-exists", message=f"{session_id!r} is a {existing.kind.value} session")
         created = await self.host.sessions.create(session_id)
+        if launch is not None:
+            await self.log.call(self.log.put_launch, created.id, launch)
+            if self.layer is not None and await self.log.call(self.log.stop_of, created.id) is not None:
+                await self._resume(await self.session(created.id))
         return {"id": created.id, "kind": SessionKind.CONTAINER.value}
 
     async def messages(self, session_id: str) -> dict[str, Any]:
@@ -262,23 +429,41 @@ class TurnRouter:
     @contextlib.asynccontextmanager
     async def live(self, session_id: str) -> AsyncIterator[LiveStream]:
         """The session's live view: ``stream.snapshot``, then ``async for
-        items in stream`` until the session closes."""
+        items in stream`` until the session closes. The snapshot has
+        ``stopped`` (``{reason, check, at}``) while a limit has the session
+        stopped; the items ``session-stopped`` / ``session-resumed`` say
+        when that changes."""
         session = await self.session(session_id)
-        if session.kind is SessionKind.CLAUDE_CODE:
-            assert session.live is not None
-            with session.live.subscribe() as subscription:
-                snapshot = {"session": session_id, "kind": session.kind.value, **subscription.snapshot}
-                yield LiveStream(snapshot, _mod_batches(subscription))
+        if session.live is None:
+            # A container session that is not metered: the host's events, as they come.
+            assert self.host is not None
+            async with self.host.session(session_id).events() as events:
+                snapshot = {
+                    "session": session_id,
+                    "kind": session.kind.value,
+                    "messages": events.snapshot["messages"],
+                    "busy": events.snapshot["busy"],
+                }
+                yield LiveStream(snapshot, _container_batches(events))
             return
-        assert self.host is not None
-        async with self.host.session(session_id).events() as events:
-            snapshot = {
-                "session": session_id,
-                "kind": session.kind.value,
-                "messages": events.snapshot["messages"],
-                "busy": events.snapshot["busy"],
-            }
-            yield LiveStream(snapshot, _container_batches(events))
+        with session.live.subscribe() as subscription:
+            if session.kind is SessionKind.CLAUDE_CODE:
+                snapshot = {"session": session_id, "kind": session.kind.value, **subscription.snapshot}
+            else:
+                # Subscribed first, so nothing falls between the snapshot and
+                # the items (an item may repeat what the snapshot shows).
+                assert self.host is not None
+                host_snapshot = await self.host.session(session_id).snapshot()
+                snapshot = {
+                    "session": session_id,
+                    "kind": session.kind.value,
+                    "messages": host_snapshot["messages"],
+                    "busy": host_snapshot["busy"],
+                }
+            stop = self._stop_of(session)
+            if stop is not None:
+                snapshot["stopped"] = stop.to_json()
+            yield LiveStream(snapshot, _batches(subscription))
 
     async def abort(self, session_id: str, operation_id: str | None = None) -> dict[str, Any]:
         session = await self.session(session_id)
@@ -402,13 +587,16 @@ class TurnRouter:
         if record.state is State.ANSWERED:
             assert record.answer is not None
             return Answered(answer=record.answer, from_record=True)
+        await self._measured(session)
+        stop = self._stop_of(session)
+        stopped = None if stop is None else stop.reason
         if session.kind is SessionKind.CLAUDE_CODE:
             assert session.link is not None
             target: ClaudeCodeTarget | ContainerTarget = ClaudeCodeTarget(
-                connected=session.link.state.hello_session_id is not None
+                connected=session.link.state.hello_session_id is not None, stopped=stopped
             )
         else:
-            target = ContainerTarget(steers=self._steers(session.id))
+            target = ContainerTarget(steers=self._steers(session.id), stopped=stopped)
         planned, step = plan(record, target)
         await self.log.call(self.log.put, planned)
         if not isinstance(step, (WriteMessage, SubmitPrompt)):
@@ -420,6 +608,38 @@ class TurnRouter:
             self.delivered += 1
         return reply
 
+    async def _measured(self, session: Session) -> None:
+        """Hold a delivery while the turn before it is being measured, so
+        that a turn which reached a limit stops the session before anything
+        else is written into it. A container turn the host settled but the
+        view has not seen end yet counts as being measured too (the sender
+        may have its reply before the view its end). At most
+        ``measure_wait`` seconds: a meter that is stuck does not hold the
+        inbox for ever (logged)."""
+        meter = session.meter
+        if meter is None:
+            return
+        with trio.move_on_after(self.measure_wait) as waited:
+            if session.kind is SessionKind.CONTAINER and meter.core.running:
+                assert self.host is not None
+                if not await self.host.session(session.id).busy():
+                    await meter.wait_until(lambda core: not core.running)
+            await meter.wait_until(lambda core: not core.measuring)
+        if waited.cancelled_caught:
+            log.warning("session %r: the last turn was not measured within %g s; delivering anyway (%r)",
+                        session.id, self.measure_wait, meter)
+
+    async def _bracket_ahead(self, session: Session, meter: SessionMeter, operation_id: str) -> None:
+        """Open the turn's bracket before the operation is submitted (the
+        adapter may report usage the moment it starts), and wait until its
+        marks are taken; at most ``measure_wait`` seconds (logged)."""
+        meter.writing(operation_id)
+        with trio.move_on_after(self.measure_wait) as waited:
+            await meter.wait_until(lambda core: core.open)
+        if waited.cancelled_caught:
+            log.warning("session %r: no bracket opened within %g s; submitting anyway (%r)",
+                        session.id, self.measure_wait, meter)
+
     def _steers(self, session_id: str) -> bool:
         assert self.host is not None
         link = self.host.session(session_id).link
@@ -430,12 +650,31 @@ class TurnRouter:
     async def _write(self, session: Session, step: WriteMessage | SubmitPrompt) -> Outcome:
         if isinstance(step, SubmitPrompt):
             assert self.host is not None
+            meter = session.meter
+            if meter is not None:
+                await self._bracket_ahead(session, meter, step.operation_id)
+                stop = self._stop_of(session)
+                if stop is not None:  # a turn's end stopped the session meanwhile
+                    meter.not_writing(step.operation_id)
+                    return NoAnswer(code="session-stopped", message=stopped_sentence(session.id, stop.reason))
             try:
                 receipt = await self.host.session(session.id).submit(
                     step.text, operation_id=step.operation_id, when_busy=step.when_busy
                 )
             except HostRefused as exc:
+                if meter is not None:
+                    meter.not_writing(step.operation_id)
                 return NoAnswer(code=exc.code, message=f"{exc.sentence}; resend with the same eventId")
+            except BaseException:
+                if meter is not None:
+                    meter.not_writing(step.operation_id)
+                raise
+            if meter is not None and not receipt.accepted:
+                meter.not_writing(step.operation_id)  # known already: no new turn comes of it
+            if self._stop_of(session) is not None:
+                # The session stopped while this was being stored, after the
+                # stop aborted what was queued: it must not run either.
+                await self.host.session(session.id).abort(step.operation_id)
             return Queued(operation_id=receipt.operation_id, when_busy=step.when_busy)
         assert session.link is not None
         message = step.message
@@ -475,22 +714,95 @@ class TurnRouter:
     # ------------------------------------------------------------------ live view task
 
     async def _view(
-        self, link: ModLink, live: LiveHub, subscription: Any, task_status: trio.TaskStatus[None]
+        self, session: Session, link: ModLink, live: LiveHub, subscription: Any, task_status: trio.TaskStatus[None]
     ) -> None:
-        """The session's one live-view task: the link's events, converted.
-        A subscription that overflowed is replaced (the view's readers are
-        told to take a fresh snapshot)."""
+        """A Claude Code session's one live-view task: the link's events,
+        converted, then handed to the meter (a turn's end reaches the meter
+        after its result reached the viewers). A subscription that
+        overflowed is replaced (the view's readers are told to take a fresh
+        snapshot; the meter takes the turn the link's state says runs)."""
+        meter = session.meter
         task_status.started()
         while True:
             with subscription:
                 try:
                     async for event in subscription:
                         live.feed([event])
+                        if meter is not None:
+                            _meter_mod_event(meter, event)
                 except ModSubscriberOverflow as exc:
                     live.reset(str(exc))
                     subscription = link.events()
+                    if meter is not None:
+                        state = link.state
+                        meter.resync([state.turn_id] if state.turn_running and state.turn_id else [])
                     continue
             return  # the link stopped
+
+    async def _container_view(self, session: Session, task_status: trio.TaskStatus[None]) -> None:
+        """A container session's one live-view task: follows the host's
+        events for the session, publishes them as live items, then hands
+        each operation's start and end to the meter (an ``operation-end``
+        comes after the host stored the result and woke its waiters). Each
+        new subscription tells the meter which operations run (from its
+        snapshot), so a gap never leaves a bracket open. The events end
+        when the host's link for the session fails or closes; the view
+        follows again after a pause (viewers are told to take a fresh
+        snapshot)."""
+        assert self.host is not None and session.live is not None
+        live, meter = session.live, session.meter
+        host_session = self.host.session(session.id)
+        pause, cap = RESUBSCRIBE_PAUSE
+        started = False
+        while True:
+            try:
+                async with host_session.events() as events:
+                    if meter is not None:
+                        meter.resync(
+                            p["operationId"] for p in events.snapshot["pending"] if p["status"] == "running"
+                        )
+                    if not started:
+                        task_status.started()
+                        started = True
+                    pause = RESUBSCRIBE_PAUSE[0]
+                    async for batch in events:
+                        items: list[dict[str, Any]] = []
+                        for event in batch:
+                            items += container_items(event)
+                        live.publish(items)
+                        if meter is not None:
+                            for event in batch:
+                                _meter_host_event(meter, event)
+                why = "the host's events for the session ended"
+            except EventsLagged as exc:
+                why = str(exc)
+            except (HostRefused, LinkError) as exc:
+                why = f"the host refused the session's events ({exc.code})"
+            if not started:
+                task_status.started()
+                started = True
+            live.reset(why)
+            await trio.sleep(pause)  # a pause before trying again, not a condition
+            pause = min(pause * 2, cap)
+
+
+def _meter_mod_event(meter: SessionMeter, event: Any) -> None:
+    if isinstance(event, ModTurnStartEvent):
+        meter.turn_started(event.turn_id)
+    elif isinstance(event, ModTurnCompleteEvent):
+        meter.turn_ended(event.turn_id)
+    elif isinstance(event, (ModHelloEvent, ModSessionEndEvent)):
+        meter.all_ended()  # the mod restarted, or the session ended: no turn runs
+
+
+def _meter_host_event(meter: SessionMeter, event: Any) -> None:
+    kind = event.get("type") if type(event) is dict else None
+    if kind == "operation-start" and type(event.get("operationId")) is str:
+        meter.turn_started(event["operationId"])
+    elif kind == "operation-end" and type(event.get("result")) is dict:
+        operation_id = event["result"].get("operationId")
+        if type(operation_id) is str:
+            meter.turn_ended(operation_id)
 
 
 def _closed(delivery: Delivery) -> Unanswered:
@@ -514,7 +826,7 @@ class LiveStream:
         return self._batches
 
 
-async def _mod_batches(subscription: LiveSubscription) -> AsyncIterator[list[dict[str, Any]]]:
+async def _batches(subscription: LiveSubscription) -> AsyncIterator[list[dict[str, Any]]]:
     async for items in subscription:
         yield items
 

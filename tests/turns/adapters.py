@@ -1,5 +1,6 @@
 """Adapters for the in-process daemon in the turns tests: turns the test
-holds open, with or without the ``steer`` capability."""
+holds open, with or without the ``steer`` capability; the echo adapter
+reporting usage."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 import trio
 
 from router.container.adapter import AdapterContext, AdapterTurn
+from router.container.adapters.echo import EchoSession
 from wire.container import AdapterInfo, ContainerInput, ContainerOutcome, Done, input_text
 
 
@@ -73,3 +75,36 @@ class GateSession:
 
     async def close(self) -> None:
         pass
+
+
+class UsageAdapter:
+    """The echo adapter, reporting ``usage`` at the start of every turn:
+    ``input_tokens`` and ``output_tokens`` (as a model call would). A turn
+    whose text is a key of ``gates`` waits for that event first."""
+
+    def __init__(
+        self, *, input_tokens: int = 3, output_tokens: int = 2, steers: bool = True,
+        gates: dict[str, trio.Event] | None = None,
+    ) -> None:
+        self.info = AdapterInfo(id="usage-echo", version="1", capabilities=("steer",) if steers else ())
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.gates = dict(gates or {})
+
+    async def open(self, context: AdapterContext) -> UsageSession:
+        return UsageSession(self, context)
+
+
+class UsageSession(EchoSession):
+    def __init__(self, adapter: UsageAdapter, context: AdapterContext) -> None:
+        super().__init__(context)
+        self._adapter = adapter
+
+    async def run(self, turn: AdapterTurn) -> ContainerOutcome:
+        self._context.emit(
+            {"type": "usage", "inputTokens": self._adapter.input_tokens, "outputTokens": self._adapter.output_tokens}
+        )
+        gate = self._adapter.gates.get(input_text(turn.input))
+        if gate is not None:
+            await gate.wait()
+        return await super().run(turn)
