@@ -57,6 +57,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.turns.cli",
         "send a message to a session of a running `router serve` and print the answer",
     ),
+    "resume": (
+        "router.turns.cli",
+        "let a session a limit stopped take messages again",
+    ),
     "mcp": (
         "router.mcp",
         "serve MCP on stdio with the router inside (list sessions, send, read)",
