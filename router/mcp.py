@@ -42,7 +42,8 @@ from typing import Any, AsyncIterator, Final
 
 import trio
 
-from router.serve import JobConfig, MainJob, StartFailed, add_common, setup_logging, sole_error
+from router._trio import sole_error
+from router.serve import JobConfig, MainJob, StartFailed, add_common, setup_logging
 
 __all__ = ["TOOLS", "configure", "run"]
 

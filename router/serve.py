@@ -45,6 +45,8 @@ from typing import Any, Awaitable, Callable, Mapping
 import attrs
 import trio
 
+from router._trio import sole_error
+
 __all__ = ["JobConfig", "MainJob", "configure", "run"]
 
 log = logging.getLogger("router.serve")
@@ -260,21 +262,6 @@ def _then(first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[N
         await second()
 
     return both
-
-
-def sole_error(group: BaseExceptionGroup[Any]) -> BaseException | None:
-    """The one error in ``group`` (``Cancelled`` aside), or None."""
-    leaves: list[BaseException] = []
-
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                walk(inner)
-        elif not isinstance(exc, trio.Cancelled):
-            leaves.append(exc)
-
-    walk(group)
-    return leaves[0] if len(leaves) == 1 else None
 
 
 # --------------------------------------------------------------------------- the command

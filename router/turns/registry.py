@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 import attrs
 import trio
 
+from router._trio import sole_error
+
 if TYPE_CHECKING:
     from router.modlink.server import ModLink
     from router.turns.live import LiveHub
@@ -81,20 +83,6 @@ class Session:
     def __repr__(self) -> str:
         state = "closed" if self.closed.is_set() else "open"
         return f"<Session {self.id!r} {self.kind.value} {state} tasks={self.tasks}>"
-
-
-def _sole_error(group: BaseExceptionGroup[Any]) -> BaseException | None:
-    leaves: list[BaseException] = []
-
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                walk(inner)
-        elif not isinstance(exc, trio.Cancelled):
-            leaves.append(exc)
-
-    walk(group)
-    return leaves[0] if len(leaves) == 1 else None
 
 
 class SessionRegistry:
@@ -150,7 +138,7 @@ class SessionRegistry:
         try:
             await self._nursery.start(self._run_session, session, starters, name=f"session {session.id!r}")
         except BaseExceptionGroup as group:
-            sole = _sole_error(group)
+            sole = sole_error(group)
             if sole is not None and isinstance(sole, Exception):
                 raise sole from None
             raise
