@@ -45,6 +45,7 @@ shapes: ``{"type": "error", "error": {"type", "message"}}``; 529 is
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -52,11 +53,11 @@ from collections import deque
 from typing import Any, Callable, Iterator, Sequence, Union
 
 import attrs
-import hypercorn.config
-import hypercorn.trio
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
+
+from tests.fakes.serving import serve_on_loopback
 
 __all__ = [
     "ApiError",
@@ -462,15 +463,10 @@ class FakeAnthropic:
     async def run(self, *, host: str = "127.0.0.1", task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; reports the base URL (``http://host:port``)
         through ``task_status`` once the socket listens."""
-        config = hypercorn.config.Config()
-        config.bind = [f"{host}:0"]
-        config.accesslog = None
-        config.errorlog = logging.getLogger(f"{__name__}.server")
-        # A cancelled test must not wait for streams to drain.
-        config.graceful_timeout = 0.1
         async with trio.open_nursery() as nursery:
-            binds = await nursery.start(hypercorn.trio.serve, self.app, config)
-            self.url = binds[0]
+            self.url = await nursery.start(
+                functools.partial(serve_on_loopback, self.app, host=host, logger=f"{__name__}.server")
+            )
             task_status.started(self.url)
 
     def _build_app(self) -> QuartTrio:

@@ -17,20 +17,19 @@ Use it like :class:`tests.fakes.anthropic.FakeAnthropic`:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
-import logging
 from collections import deque
 from typing import Any, Union
 
 import attrs
-import hypercorn.config
-import hypercorn.trio
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from tests.fakes.anthropic import ApiError, RecordedRequest, encode_sse
+from tests.fakes.serving import serve_on_loopback
 
 __all__ = ["FakeResponses", "ResponsesReply"]
 
@@ -104,14 +103,10 @@ class FakeResponses:
         self._script.extend(items)
 
     async def run(self, *, host: str = "127.0.0.1", task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        config = hypercorn.config.Config()
-        config.bind = [f"{host}:0"]
-        config.accesslog = None
-        config.errorlog = logging.getLogger(f"{__name__}.server")
-        config.graceful_timeout = 0.1
         async with trio.open_nursery() as nursery:
-            binds = await nursery.start(hypercorn.trio.serve, self.app, config)
-            self.url = binds[0]
+            self.url = await nursery.start(
+                functools.partial(serve_on_loopback, self.app, host=host, logger=f"{__name__}.server")
+            )
             task_status.started(self.url)
 
     def _build_app(self) -> QuartTrio:
