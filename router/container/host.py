@@ -14,7 +14,8 @@ Usage (Trio idiom: the host is a component with ``run``)::
         await nursery.start(host.run)
         session = host.session("root")
         result, messages = await session.prompt("hello")
-        host.close()
+        await host.aclose()
+    store.close()  # after the host: no link may still use it
 
 Layout: :class:`Host` (the component: the store, the daemon endpoint, the
 settings, one :class:`~router.container.host_session.SessionLink` per session
@@ -166,8 +167,9 @@ class Host:
     Resource handling: :meth:`run` owns a nursery holding every session's
     link; :meth:`close` (or cancelling ``run``) closes them all, ends every
     event stream and wakes every ``wait`` (which then raises
-    ``host-not-running``). The store is the caller's: the host neither opens
-    nor closes it.
+    ``host-not-running``); :meth:`aclose` does the same and returns once
+    ``run`` has. The store is the caller's: the host neither opens nor
+    closes it, and it must outlive the host (close it after ``aclose``).
     """
 
     def __init__(
@@ -179,6 +181,8 @@ class Host:
         self.sessions = HostSessions(self)
         self._links: dict[str, SessionLink] = {}
         self._nursery: trio.Nursery | None = None
+        #: Set when ``run`` has returned (every link and its store calls done).
+        self._stopped = trio.Event()
         #: ``(session, operation)`` → the event its settle sets (popped then).
         self._waits: dict[tuple[str, str], _Wait] = {}
 
@@ -216,11 +220,20 @@ class Host:
             waits, self._waits = self._waits, {}
             for entry in waits.values():
                 entry.event.set()
+            self._stopped.set()
 
     def close(self) -> None:
         """Stop the host: every link closes; ``run`` returns."""
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel(reason="the host was closed")
+
+    async def aclose(self) -> None:
+        """:meth:`close`, then wait until ``run`` has returned, so no link
+        is still using the store. Returns at once for a host not running."""
+        running = self._nursery is not None
+        self.close()
+        if running:
+            await self._stopped.wait()
 
     def session(self, id: str = ROOT_SESSION) -> HostSession:
         """A handle on one session. No I/O until you call it."""

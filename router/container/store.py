@@ -365,6 +365,8 @@ class Store:
             raise
         self._owner: int | None = None
         self._depth = 0
+        self._closed = False
+        #: Held by the thread in a transaction, and by close().
         self._guard = threading.Lock()
         self._limiter = trio.CapacityLimiter(1)
         try:
@@ -386,8 +388,16 @@ class Store:
     # ---------------------------------------------------------------- lifetime
 
     def close(self) -> None:
-        self._db.close()
-        self._unlock()
+        """Close the file and drop the lock. Waits for a transaction another
+        thread is running to end first: closing SQLite under a running
+        statement crashes the interpreter. A transaction begun after the
+        close is refused (:class:`StoreMisuse`). Closing twice is harmless."""
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+            self._db.close()
+            self._unlock()
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:
@@ -431,6 +441,9 @@ class Store:
             return
         if not self._guard.acquire(blocking=False):
             raise StoreMisuse("the store was entered from two threads at once; use Store.call")
+        if self._closed:
+            self._guard.release()
+            raise StoreMisuse(f"the store {self.path} is closed; stop its host before closing it")
         self._owner, self._depth = me, 1
         try:
             self._db.execute("BEGIN IMMEDIATE")

@@ -81,6 +81,7 @@ async def test_a_daemon_killed_mid_turn_is_replaced_and_the_session_resumes(
     ids = [m["id"] for m in store.messages("root")]
     assert len(ids) == len(set(ids))  # the retried turn's user message is there once
     assert {"second:user", "third:user", "third:assistant"} <= set(ids)
+    await host.aclose()
     store.close()
 
 
@@ -118,7 +119,7 @@ async def through_proxy(daemon: Daemon, directory: Path, session_id: str, **prox
             host = await start_host(nursery, store, DaemonEndpoint(cutter.url, daemon.token))
             with trio.fail_after(60):
                 outcome = await run_workload(host, session_id)
-            host.close()
+            await host.aclose()  # before the store closes: no link may still use it
         nursery.cancel_scope.cancel()
     return outcome, cutter
 
@@ -183,7 +184,7 @@ async def test_an_operation_the_host_settled_offline_is_aborted_there_on_reconne
     result = await session.wait("after")
     assert result.text == "echo: after (turn 1)"
     assert link.connections >= 2
-    host.close()
+    await host.aclose()
     store.close()
     # The daemon's own record: aborted there.
     report = await daemon_hello(daemon, "root")
@@ -343,5 +344,5 @@ async def test_a_new_daemon_gets_a_large_history_in_restore_chunks(
             # reached the new daemon: its echo adapter counts them.
             result, _ = await session.prompt("after")
             assert result.text == "echo: after (turn 4)"
-        host.close()
+        await host.aclose()
     store.close()

@@ -116,6 +116,38 @@ def test_sessions_are_created_once_and_listed_in_order(store: Store) -> None:
     assert caught.value.code == "unknown-session"
 
 
+def test_closing_waits_for_a_transaction_another_thread_is_running(store_path: Path) -> None:
+    # Closing SQLite under a running statement crashes the interpreter
+    # (seen once as a segfault in the fault tests, when a store was closed
+    # while a host's worker thread still applied a frame). close() waits for
+    # the transaction; a later one is refused, never run on a closed file.
+    store = Store(store_path)
+    store.create_session("s")
+    inside, release = threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    def slow_transaction() -> None:
+        with store.transaction():
+            inside.set()
+            release.wait(10)
+            outcome.append(store.session("s").id)
+
+    worker = threading.Thread(target=slow_transaction)
+    worker.start()
+    assert inside.wait(10)
+    closer = threading.Thread(target=store.close)
+    closer.start()
+    closer.join(0.2)
+    assert closer.is_alive()  # still waiting: the transaction has the store
+    release.set()
+    worker.join(10)
+    closer.join(10)
+    assert outcome == ["s"] and not closer.is_alive()
+    with pytest.raises(StoreMisuse):
+        store.session("s")
+    store.close()  # closing twice is harmless
+
+
 def test_an_empty_session_id_is_refused(store: Store) -> None:
     # The daemon closes a socket for an empty id with 4003 ("unauthorized"),
     # which would read as a wrong token; the store refuses it up front.
