@@ -36,6 +36,7 @@ import functools
 import json
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Final, TypeVar
@@ -177,13 +178,22 @@ class DeliveryLog:
             self._unlock()
             raise
         self._limiter = trio.CapacityLimiter(1)
+        #: Held while a call runs in the worker thread, and by close():
+        #: closing SQLite under a running statement crashes the interpreter.
+        self._in_use = threading.Lock()
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<DeliveryLog {str(self.path)!r}>"
 
     def close(self) -> None:
-        self._db.close()
-        self._unlock()
+        """Close the file; waits for a call in flight. Closing twice is harmless."""
+        with self._in_use:
+            if self._closed:
+                return
+            self._closed = True
+            self._db.close()
+            self._unlock()
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:
@@ -200,7 +210,13 @@ class DeliveryLog:
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` (one of the sync methods) in the log's thread."""
-        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
+        return await trio.to_thread.run_sync(functools.partial(self._guarded, fn, *args), limiter=self._limiter)
+
+    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._in_use:
+            if self._closed:
+                raise RuntimeError(f"the delivery log {self.path} is closed")
+            return fn(*args)
 
     # ----------------------------------------------------------------- sync (worker thread)
 
