@@ -6,10 +6,12 @@ One :class:`LinkCore` per mod link (one Claude Code session). It holds four
 things, each changed only by a plain method call that returns at once:
 
 - **The instance claim.** :meth:`LinkCore.admit` is asked about every post
-  before anything of it is read. The first post that names an instance
-  (``MOD_INSTANCE_HEADER``) claims the link for the core's life; a post naming
-  another instance is refused (the server answers ``MOD_STATUS_TAKEN``); a post
-  naming none is served and claims nothing (seed, ``MOD_INSTANCE_HEADER``).
+  before anything of it is read, and :meth:`LinkCore.claim` once the post has
+  proved good, just before it is applied. The first good post that names an
+  instance (``MOD_INSTANCE_HEADER``) claims the link for the core's life; a
+  post naming another instance is refused (the server answers
+  ``MOD_STATUS_TAKEN``); a post naming none is served and claims nothing
+  (seed, ``MOD_INSTANCE_HEADER``); a post refused as malformed claims nothing.
 
 - **The request queue and the pending-call table.** :meth:`start_call` makes a
   request, queues it and records it as pending. :meth:`take_requests` hands
@@ -194,18 +196,25 @@ class LinkCore:
     # ----------------------------------------------------------------- the claim
 
     def admit(self, instance: str | None) -> bool:
-        """Whether a post naming ``instance`` (``None``: no header) is served.
-        The first instance named claims the link."""
-        if instance is None:
-            return True
-        if self.state.instance is None:
-            self.state = attrs.evolve(self.state, instance=instance)
-            log.info("mod instance %s holds the link", instance)
-            return True
-        if instance == self.state.instance:
+        """Whether a post naming ``instance`` (``None``: no header) may be
+        served: it names no instance, the holder, or the link is unclaimed.
+        Changes nothing except the refusal count; :meth:`claim` takes the
+        link once the post has proved good."""
+        if instance is None or self.state.instance in (None, instance):
             return True
         self.refused_posts += 1
         return False
+
+    def claim(self, instance: str | None) -> bool:
+        """Apply the claim of a good post: the first instance named holds the
+        link. False (and nothing changed) when another instance claimed it
+        while this post was being read; the post must then be refused whole."""
+        if not self.admit(instance):
+            return False
+        if instance is not None and self.state.instance is None:
+            self.state = attrs.evolve(self.state, instance=instance)
+            log.info("mod instance %s holds the link", instance)
+        return True
 
     # ----------------------------------------------------------------- calls
 

@@ -448,24 +448,34 @@ class ModLink:
         for subscription in self._subscriptions.values():
             subscription._wake()
 
-    async def _admit_and_read(self, route: str) -> tuple[Any, Response | None]:
-        """The claim, then the body as JSON: ``(value, None)`` or ``(None, refusal)``."""
+    async def _admit_and_read(self, route: str) -> tuple[str | None, Any, Response | None]:
+        """The instance the post names, and its body as JSON: ``(instance,
+        value, None)`` or ``(instance, None, refusal)``. Claims nothing; the
+        route calls :meth:`_claim` once the body has proved good."""
         # An empty header names no instance, as a missing one.
         instance = request.headers.get(MOD_INSTANCE_HEADER, "").strip() or None
         if not self._core.admit(instance):
-            return None, _error(
-                MOD_STATUS_TAKEN,
-                "taken",
-                f"another mod instance ({self._core.state.instance}) holds this link; one server serves one mod",
-            )
+            return instance, None, self._taken()
         raw = await request.get_data(cache=False)
         assert isinstance(raw, bytes)
         if route == MOD_ROUTE_REQUESTS and not raw.strip():
-            return {}, None
+            return instance, {}, None
         try:
-            return loads(raw.decode("utf-8")), None
+            return instance, loads(raw.decode("utf-8")), None
         except (UnicodeDecodeError, JsonError) as exc:
-            return None, _error(400, "not-json", f"the body of POST {route} is not JSON text: {exc}")
+            return instance, None, _error(400, "not-json", f"the body of POST {route} is not JSON text: {exc}")
+
+    def _claim(self, instance: str | None) -> Response | None:
+        """Claim the link for a good post, or the 409 when another instance
+        took it while this post was read."""
+        return None if self._core.claim(instance) else self._taken()
+
+    def _taken(self) -> Response:
+        return _error(
+            MOD_STATUS_TAKEN,
+            "taken",
+            f"another mod instance ({self._core.state.instance}) holds this link; one server serves one mod",
+        )
 
     def _make_app(self) -> QuartTrio:
         app = QuartTrio("router.modlink")
@@ -479,13 +489,15 @@ class ModLink:
 
         @app.post(MOD_ROUTE_EVENTS)
         async def events() -> Response:
-            body, refusal = await self._admit_and_read(MOD_ROUTE_EVENTS)
+            instance, body, refusal = await self._admit_and_read(MOD_ROUTE_EVENTS)
             if refusal is not None:
                 return refusal
             try:
                 accepted, skipped = read_events(body)
             except ModWireError as exc:
                 return _error(400, "bad-body", f"POST {MOD_ROUTE_EVENTS} takes {{events: [...]}}: {exc}")
+            if (refusal := self._claim(instance)) is not None:
+                return refusal
             for why in skipped:
                 log.warning("skipped a malformed mod event: %s", why)
             self._publish(accepted)
@@ -493,13 +505,15 @@ class ModLink:
 
         @app.post(MOD_ROUTE_RESULTS)
         async def results() -> Response:
-            body, refusal = await self._admit_and_read(MOD_ROUTE_RESULTS)
+            instance, body, refusal = await self._admit_and_read(MOD_ROUTE_RESULTS)
             if refusal is not None:
                 return refusal
             try:
                 good, broken, skipped = read_results(body)
             except ModWireError as exc:
                 return _error(400, "bad-body", f"POST {MOD_ROUTE_RESULTS} takes {{results: [...]}}: {exc}")
+            if (refusal := self._claim(instance)) is not None:
+                return refusal
             for why in skipped:
                 log.warning("skipped a mod result with no id: %s", why)
             for request_id, why in broken.items():
@@ -509,12 +523,14 @@ class ModLink:
 
         @app.post(MOD_ROUTE_REQUESTS)
         async def requests() -> Response:
-            body, refusal = await self._admit_and_read(MOD_ROUTE_REQUESTS)
+            instance, body, refusal = await self._admit_and_read(MOD_ROUTE_REQUESTS)
             if refusal is not None:
                 return refusal
             if type(body) is not dict:
                 # The seed gives the poll no body; we take none or an object.
                 return _error(400, "bad-body", f"POST {MOD_ROUTE_REQUESTS} takes no body or a JSON object")
+            if (refusal := self._claim(instance)) is not None:
+                return refusal
             taken = self._core.take_requests()
             if not taken and not self._closed:
                 with trio.move_on_after(self.hold) as hold:

@@ -62,13 +62,24 @@ APPEND = ModAppendEvent(
 
 def test_first_named_instance_holds_the_link() -> None:
     core = LinkCore()
-    assert core.admit(None)
+    assert core.claim(None)
     assert core.state.instance is None  # a post naming none claims nothing
-    assert core.admit("a")
-    assert core.admit("a")
+    assert core.admit("a") and core.state.instance is None  # asking claims nothing
+    assert core.claim("a")
+    assert core.claim("a")
     assert not core.admit("b")
-    assert core.admit(None)
+    assert not core.claim("b")
+    assert core.claim(None)
     assert core.state.instance == "a"
+    assert core.refused_posts == 2
+
+
+def test_of_two_posts_admitted_together_only_the_first_to_prove_good_claims() -> None:
+    core = LinkCore()
+    assert core.admit("a") and core.admit("b")  # both read their bodies
+    assert core.claim("b")
+    assert not core.claim("a")
+    assert core.state.instance == "b"
     assert core.refused_posts == 1
 
 

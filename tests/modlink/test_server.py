@@ -238,6 +238,17 @@ async def test_the_first_named_instance_wins_even_after_anonymous_posts(link: Mo
         assert link.state.instance == "late"
 
 
+async def test_a_malformed_post_claims_nothing(link: ModLink, open_client: Any) -> None:
+    async with open_client(link.path, "broken") as broken, open_client(link.path, "good") as good:
+        assert (await broken.post("/events", raw=b"{not json")).status_code == 400
+        assert (await broken.post("/results", {"results": 3})).status_code == 400
+        assert (await broken.post("/requests", [1])).status_code == 400
+        assert link.state.instance is None
+        assert (await good.post("/events", {"events": [HELLO]})).status_code == 200
+        assert link.state.instance == "good"
+        assert (await broken.post("/events", {"events": []})).status_code == MOD_STATUS_TAKEN
+
+
 # --------------------------------------------------------------------------- calls
 
 
