@@ -33,6 +33,12 @@ starts its reconcile (which does their work), so what is asked after that
 point is done after the reconcile, and nothing asked is lost to a race with
 a connection coming up.
 
+A heartbeat task pings the daemon from ``hello`` on. A ping unanswered in
+``ping_timeout`` (or stuck behind a send a daemon that stopped reading will
+never take) drops the connection: it wakes the driver and cancels the send
+in progress, the only place the driver waits on the network. Only sends are
+cancelled, never a store transaction or the notices after it.
+
 A peer cannot crash the session: a message that does not parse is logged
 and dropped; ``error`` messages are logged; a store error ends the
 connection (the next one starts from the record).
@@ -127,6 +133,12 @@ class SessionLink:
         self._want_configure = False
         self._want_aborts: dict[str, None] = {}  # ordered, no repeats
         self._wake = trio.Event()
+        #: Set by the heartbeat when the live connection stopped answering;
+        #: the driver raises it. ``_sending`` is the scope of a send in
+        #: progress, which the heartbeat cancels: a daemon that stops
+        #: reading blocks sends, and must not hold the session forever.
+        self._dropped: LinkError | None = None
+        self._sending: trio.CancelScope | None = None
         self._retry_now = trio.Event()
         #: Bumped by :meth:`reconnect`; a connection reconciled under an
         #: older epoch is dropped and dialled again.
@@ -345,6 +357,9 @@ class SessionLink:
                 socket = await dial(nursery, endpoint, self.session, connect_timeout=host.settings.connect_timeout)
                 ws = socket.ws
                 hello = await read_hello(ws, endpoint, timeout=host.settings.hello_timeout)
+                self._dropped = None
+                if host.settings.ping_interval is not None:
+                    nursery.start_soon(self._heartbeat, ws, name=f"session {self.session!r} heartbeat")
                 core = ConnectionCore(
                     self.session,
                     on_container_lost=host.settings.on_container_lost,
@@ -383,18 +398,15 @@ class SessionLink:
     async def _drive(self, ws: WebSocketConnection, core: ConnectionCore, nursery: trio.Nursery) -> None:
         send, receive = trio.open_memory_channel[Any](INBOX_SIZE)
         closed: list[ConnectionClosed] = []
-        dropped: list[LinkError] = []
         nursery.start_soon(self._reader, ws, send, closed, name=f"session {self.session!r} reader")
-        if self.host.settings.ping_interval is not None:
-            nursery.start_soon(self._heartbeat, ws, dropped, name=f"session {self.session!r} heartbeat")
         store = self.host.store
         with receive:
             while True:
                 self._wake = trio.Event()
                 if self._epoch != self._conn_epoch:
                     raise _Reconnect()
-                if dropped:
-                    raise dropped[0]
+                if self._dropped is not None:
+                    raise self._dropped
                 commands = self._take_requests()
                 if commands:
                     await self._run_requests(ws, core, commands)
@@ -479,11 +491,13 @@ class SessionLink:
                     return  # the driver ended this connection
                 self._wake.set()
 
-    async def _heartbeat(self, ws: WebSocketConnection, dropped: list[LinkError]) -> None:
+    async def _heartbeat(self, ws: WebSocketConnection) -> None:
         """Ping every ``ping_interval``; a ping unanswered for
         ``ping_timeout`` drops the connection (a half-open TCP connection
         would otherwise hold a session forever: the daemon never drops a
-        quiet socket, and neither side writes while idle)."""
+        quiet socket, and neither side writes while idle). A ping stuck
+        behind a send that cannot go out (a daemon that stopped reading)
+        counts as unanswered, and the send is cancelled."""
         settings = self.host.settings
         assert settings.ping_interval is not None
         while True:
@@ -494,13 +508,13 @@ class SessionLink:
                 except (ConnectionClosed, trio.BrokenResourceError):
                     return  # the reader reports the close
             if scope.cancelled_caught:
-                dropped.append(
-                    LinkDropped(
-                        "ping-timeout",
-                        f"the daemon did not answer a ping within {settings.ping_timeout:g} s",
-                    )
+                self._dropped = LinkDropped(
+                    "ping-timeout",
+                    f"the daemon did not answer a ping within {settings.ping_timeout:g} s",
                 )
                 self._wake.set()
+                if self._sending is not None:
+                    self._sending.cancel()
                 return
 
     def _commit(self, effects: Effects) -> None:
@@ -511,11 +525,18 @@ class SessionLink:
         self.emit(effects.events)
 
     async def _send(self, ws: WebSocketConnection, effects: Effects) -> None:
-        for message in effects.sends:
+        if not effects.sends:
+            return
+        with trio.CancelScope() as self._sending:
             try:
-                await ws.send_message(dump_message(message))
+                for message in effects.sends:
+                    await ws.send_message(dump_message(message))
             except ConnectionClosed as error:
                 raise closed_error(error, self.host.endpoint) from None
             except trio.BrokenResourceError:
                 raise LinkDropped("link-dropped", "the session socket broke while sending") from None
+            finally:
+                self._sending = None
+        if self._dropped is not None:
+            raise self._dropped  # the heartbeat gave up while we sent
 

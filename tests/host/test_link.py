@@ -189,3 +189,26 @@ async def test_a_daemon_that_stops_answering_pings_is_redialled(nursery: trio.Nu
     assert result.text == "back"
     assert daemon.connections == 2
     assert host.session().link.last_error.code == "ping-timeout"
+
+
+async def test_a_daemon_that_stops_reading_mid_send_is_redialled(nursery: trio.Nursery, store: Store) -> None:
+    """A frozen daemon (a paused container) stops reading: the host's sends
+    fill the socket buffers and block. The heartbeat must still drop the
+    connection; a blocked send is no excuse to hold the session forever."""
+    async def script(connection: FakeConnection) -> None:
+        await connection.greet()
+        if daemon.connections == 1:
+            await trio.sleep_forever()  # reads nothing more, ever
+        await trio.sleep_forever()
+
+    daemon = await fake(nursery, script)
+    host = await start(nursery, store, daemon, ping_interval=0.1, ping_timeout=0.3)
+    session = host.session()
+    # Far more than loopback's socket buffers hold, so the sends block.
+    for n in range(48):
+        await session.submit(f"{n:02d}" + "x" * 500_000)
+    with trio.fail_after(60):  # a generous bound; without the fix this hangs
+        while daemon.connections < 2:
+            await trio.sleep(0.05)
+    assert session.link.last_error is not None
+    assert session.link.last_error.code == "ping-timeout"
