@@ -80,10 +80,12 @@ JavaScript peer survives the UTF-8 database).
 ``entries``
     the adapter's persisted entries, ``(session, generation, position)``,
     in order; handed back in ``restore``/``open``.
-``usage`` (schema version 2)
+``usage`` (schema version 2; version 4 dropped its key)
     one row per ``usage`` event: ``session``, ``operation_id`` (NULL for an
-    event between turns), ``runtime`` and ``seq`` (the frame: the key, so a
-    replayed frame cannot count twice), ``input_tokens``,
+    event between turns), ``runtime`` and ``seq`` (the frame it came in,
+    kept as provenance, not a key: a container that reuses a runtime id
+    numbers its frames from 1 again, and its usage must count; a replayed
+    frame is kept out by the cursor, as every other frame is), ``input_tokens``,
     ``output_tokens``, ``cost_usd`` (NULL when the adapter did not report
     the figure or reported something that is not a finite number), ``raw``
     (the whole event, JSON), ``at``. Read it with :meth:`Store.usage_records`.
@@ -302,11 +304,38 @@ def _migrate_to_3(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX operations_ordinal ON operations (ordinal)")
 
 
+def _migrate_to_4(db: sqlite3.Connection) -> None:
+    # ``(session, runtime, seq)`` was the usage key, so the usage of a new
+    # container that reused a runtime id (frames numbered from 1 again) was
+    # dropped as a duplicate. The cursor already applies each frame once;
+    # the table is rebuilt without the key (SQLite cannot drop a key).
+    db.execute("ALTER TABLE usage RENAME TO usage_v3")
+    db.execute(
+        """CREATE TABLE usage (
+            session TEXT NOT NULL,
+            runtime TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            operation_id TEXT,
+            input_tokens REAL,
+            output_tokens REAL,
+            cost_usd REAL,
+            raw TEXT NOT NULL,
+            at INTEGER NOT NULL
+        )"""
+    )
+    columns = "session, runtime, seq, operation_id, input_tokens, output_tokens, cost_usd, raw, at"
+    db.execute(f"INSERT INTO usage ({columns}) SELECT {columns} FROM usage_v3 ORDER BY rowid")
+    db.execute("DROP TABLE usage_v3")  # its indexes go with it
+    db.execute("CREATE INDEX usage_at ON usage (at)")
+    db.execute("CREATE INDEX usage_operation ON usage (session, operation_id)")
+
+
 #: Schema steps: ``MIGRATIONS[n]`` takes a file at version ``n`` to ``n + 1``.
 MIGRATIONS: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (
     _migrate_to_1,
     _migrate_to_2,
     _migrate_to_3,
+    _migrate_to_4,
 )
 #: The version this code writes.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -829,28 +858,25 @@ class Store:
 
     def record_usage(
         self, session: str, operation_id: str | None, runtime: str, seq: int, event: dict
-    ) -> bool:
-        """Keep one ``usage`` event (frame ``runtime``/``seq``). A frame
-        already recorded is not counted again. Returns whether it was new."""
+    ) -> None:
+        """Keep one ``usage`` event, which came in frame ``runtime``/``seq``.
+        Called once per frame: the apply core's cursor skips replays."""
         with self.transaction():
-            return (
-                self._q(
-                    "INSERT OR IGNORE INTO usage (session, runtime, seq, operation_id,"
-                    " input_tokens, output_tokens, cost_usd, raw, at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        session,
-                        runtime,
-                        seq,
-                        operation_id,
-                        _figure(event.get("inputTokens")),
-                        _figure(event.get("outputTokens")),
-                        _figure(event.get("costUsd")),
-                        _dump(event),
-                        self.now(),
-                    ),
-                ).rowcount
-                > 0
+            self._q(
+                "INSERT INTO usage (session, runtime, seq, operation_id,"
+                " input_tokens, output_tokens, cost_usd, raw, at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session,
+                    runtime,
+                    seq,
+                    operation_id,
+                    _figure(event.get("inputTokens")),
+                    _figure(event.get("outputTokens")),
+                    _figure(event.get("costUsd")),
+                    _dump(event),
+                    self.now(),
+                ),
             )
 
     def usage_records(

@@ -340,6 +340,18 @@ def test_usage_is_recorded_per_operation_once(store: Store) -> None:
     assert (record.operation_id, record.input_tokens, record.output_tokens, record.cost_usd) == ("a", 7, 3, 0.01)
 
 
+def test_usage_of_a_container_that_reused_a_runtime_id_is_counted(store: Store) -> None:
+    usage = {"type": "usage", "inputTokens": 7}
+    store.enqueue(SESSION, "a", "x")
+    core, _ = connect(store, hello("r1"))
+    receive(store, core, frame(1, start("a")), frame(2, event("a", usage)), frame(3, settle("a", "one")))
+    # A new container under the same id numbers its frames from 1 again.
+    store.enqueue(SESSION, "b", "y")
+    core, _ = connect(store, hello("r1", open=None, last_seq=0))
+    receive(store, core, frame(1, start("b")), frame(2, event("b", usage)), frame(3, settle("b", "two")))
+    assert [(r.operation_id, r.input_tokens) for r in store.usage_records()] == [("a", 7), ("b", 7)]
+
+
 def test_frames_at_or_below_the_cursor_are_skipped(store: Store) -> None:
     store.enqueue(SESSION, "a", "x")
     core, _ = connect(store, hello())

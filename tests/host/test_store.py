@@ -46,8 +46,29 @@ def test_an_old_store_is_migrated(tmp_path: Path) -> None:
         assert store.schema_version() == SCHEMA_VERSION
         assert store.require_session("s").generation == 1
         # The step added the usage table.
-        assert store.record_usage("s", None, "r", 1, {"type": "usage", "inputTokens": 3})
+        store.record_usage("s", None, "r", 1, {"type": "usage", "inputTokens": 3})
         assert store.usage_records()[0].input_tokens == 3
+
+
+def test_usage_kept_under_the_old_frame_key_survives_the_rebuild(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    db = sqlite3.connect(path)
+    for step in MIGRATIONS[:3]:
+        step(db)
+    db.execute("PRAGMA user_version = 3")
+    db.execute("INSERT INTO sessions (id, ordinal, created_at, updated_at) VALUES ('s', 1, 0, 0)")
+    db.execute(
+        "INSERT INTO usage (session, runtime, seq, operation_id, input_tokens, output_tokens, cost_usd, raw, at)"
+        " VALUES ('s', 'r', 4, 'a', 10, 2, 0.5, '{}', 1000)"
+    )
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        # The same frame key again (a container that reused the id) counts.
+        store.record_usage("s", "a", "r", 4, {"type": "usage", "inputTokens": 1})
+        [record] = store.usage_records()
+        assert (record.input_tokens, record.output_tokens, record.cost_usd, record.events) == (11, 2, 0.5, 2)
 
 
 def test_a_submit_finds_the_next_ordinal_without_scanning_the_operations(store: Store) -> None:
@@ -245,7 +266,6 @@ def test_usage_records_sum_per_operation_and_filter_by_time(store_path: Path) ->
         store.create_session("s")
         store.create_session("t")
         store.record_usage("s", "a", "r", 1, {"type": "usage", "inputTokens": 10, "outputTokens": 2})
-        assert not store.record_usage("s", "a", "r", 1, {"type": "usage", "inputTokens": 10})
         clock.now = 2_000
         store.record_usage("s", "a", "r", 5, {"type": "usage", "inputTokens": 1, "costUsd": 0.5})
         store.record_usage("t", "b", "r", 1, {"type": "usage", "outputTokens": "lots"})

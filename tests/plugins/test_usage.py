@@ -80,8 +80,6 @@ async def test_frames_reads_the_hosts_store(tmp_path: Path) -> None:
         first = await FRAMES.read_turn(request, {"ledger": ledger})
         store.record_usage("s", "op-1", "rt-1", 2,
                            {"type": "usage", "inputTokens": 12, "outputTokens": 8})
-        store.record_usage("s", "op-1", "rt-1", 2,  # the same frame replayed: not counted
-                           {"type": "usage", "inputTokens": 12, "outputTokens": 8})
         store.record_usage("s", "op-1", "rt-1", 3,
                            {"type": "usage", "inputTokens": 2.6, "outputTokens": "lots"})
         second = await FRAMES.read_turn({**request, "mark": first["mark"]}, {"ledger": ledger})
