@@ -275,15 +275,22 @@ def run(args: argparse.Namespace) -> int:
 
     wire_in, wire_out = take_stdio()  # before anything can print
     setup_logging(args.log_level, "router mcp")
+    records = None
     if args.data_dir is None:
+        # Claude Code starts one MCP server per session: each gets stores of
+        # its own, but they all append their turns to the one records file
+        # (the one `router serve` and `router limits` use by default), so
+        # a limit counts every session's turns, not just this server's.
+        shared = Path(default_data_dir(os.environ))
         leaf = args.claude_session[0] if args.claude_session else "standalone"
-        args.data_dir = str(Path(default_data_dir(os.environ)) / "mcp" / leaf)
+        args.data_dir = str(shared / "mcp" / leaf)
+        records = shared / "usage.jsonl"
     if args.daemon is not None and not (args.token or os.environ.get("ROUTER_DAEMON_TOKEN")):
         print("router mcp: --daemon needs the daemon's token (--token or $ROUTER_DAEMON_TOKEN)", file=sys.stderr)
         return 2
     from router.serve import job_config
 
-    config = job_config(args, os.environ, port=args.port, claude_sessions=tuple(args.claude_session))
+    config = job_config(args, os.environ, port=args.port, claude_sessions=tuple(args.claude_session), records=records)
     try:
         return trio.run(_main, config, wire_in, wire_out)
     except StartFailed as exc:

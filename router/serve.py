@@ -74,6 +74,10 @@ class JobConfig:
     instance: str = "default"
     #: The plug-in tree the layer loads from (None: the shipped one; tests only).
     plugins_root: str | None = None
+    #: The turn records the limits count (None: ``usage.jsonl`` in
+    #: ``data_dir``). Several routers may share one file: each append is
+    #: one ``O_APPEND`` write.
+    records: Path | None = None
 
 
 class StartFailed(Exception):
@@ -186,7 +190,7 @@ class MainJob:
             except OSError as exc:
                 raise StartFailed("no-data-dir", f"{config.data_dir} cannot be used: {exc}") from None
             self.layer = PluginLayer(
-                settings=settings, records=JsonlRecords(config.data_dir / "usage.jsonl"), env=self.env,
+                settings=settings, records=JsonlRecords(config.records or config.data_dir / "usage.jsonl"), env=self.env,
                 log=_plugin_log, deps={"ledger": StoreLedger(store)}, root=config.plugins_root,
             )
             loaded = await self.layer.reload()

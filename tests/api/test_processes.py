@@ -114,6 +114,31 @@ async def test_mcp_tools_over_stdio(tmp_path: Path) -> None:
         assert bad.is_error and bad.content[0].text.startswith("bad-arguments: ")
 
 
+async def test_embedded_routers_keep_their_own_stores_and_share_the_turn_records(tmp_path: Path) -> None:
+    """Claude Code starts one ``router mcp`` per session: each has its own
+    stores, and all append to the one records file the limits count."""
+    from mcp import Client, StdioServerParameters
+
+    def params(*args: str) -> StdioServerParameters:
+        return StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "router", "mcp", "--settings", str(tmp_path / "settings"), *args],
+            env=environment({"ROUTER_DATA_DIR": str(tmp_path / "data")}),
+            cwd=str(REPO),
+        )
+
+    async with Client(params()) as first, Client(params("--claude-session", "cc-2")) as second:
+        for n, client in enumerate((first, second)):
+            sent = await client.call_tool("send_message", {"session": "root", "text": f"hi {n}", "wait": True})
+            assert not sent.is_error, sent.content[0].text
+    data = tmp_path / "data"
+    assert (data / "mcp" / "standalone" / "host.sqlite").exists()
+    assert (data / "mcp" / "cc-2" / "host.sqlite").exists()
+    records = [json.loads(line) for line in (data / "usage.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    assert not (data / "mcp" / "standalone" / "usage.jsonl").exists()
+
+
 async def test_mcp_stdout_is_the_wire(tmp_path: Path) -> None:
     """Raw: every stdout line is JSON-RPC, logs go to stderr, and closing
     stdin stops the job in order and exits 0."""
