@@ -221,3 +221,47 @@ async def test_through_the_host_an_api_error_exits_1_with_the_reason(claude, fak
     assert done.returncode == 1, done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == "unanswered" and "529" in result["reason"]
+
+
+async def test_through_the_host_api_the_live_events_show_the_turn_and_usage_reaches_the_store(claude, fake_api, tmp_path):
+    """The host's Python API over the real binary: ``events()`` streams the
+    turn live (deltas, the tool part running then done, the settle), the
+    transcript holds both sides, and the usage the CLI reported is in the
+    store for the plug-in layer."""
+    from router.container.host import Host, HostSettings
+    from router.container.link import DaemonEndpoint
+    from router.container.store import Store
+
+    fake_api.script(
+        tool_reply("Bash", {"command": "echo host-api-7", "description": "Echo"}),
+        text_reply("Saw host-api-7, in pieces.", chunk_chars=4),
+    )
+    live: list[dict[str, Any]] = []
+    with Store(tmp_path / "host.sqlite") as store:
+        async with spawn_daemon("ours", adapter="claude-code", env=daemon_env(claude, "a")) as daemon:
+            host = Host(store, DaemonEndpoint(daemon.url, daemon.token), HostSettings())
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                try:
+                    session = await host.sessions.create("chat-api")
+                    async with session.events() as stream:
+                        assert stream.snapshot["messages"] == []
+                        await session.submit("Run echo.", operation_id="op-1")
+                        with trio.fail_after(120):
+                            async for batch in stream:
+                                live.extend(batch)
+                                if any(e["type"] == "operation-end" for e in batch):
+                                    break
+                    result = await session.wait("op-1")
+                    messages = await session.messages()
+                finally:
+                    await host.aclose()
+        usage = store.usage_records("chat-api")
+    assert (result.status, result.text) == ("done", "Saw host-api-7, in pieces.")
+    kinds = [e["type"] for e in live]
+    assert kinds.index("operation-start") < kinds.index("text-delta") < kinds.index("operation-end")
+    assert "".join(e["delta"] for e in live if e["type"] == "text-delta").endswith("Saw host-api-7, in pieces.")
+    tools = [p for e in live if e["type"] == "message" for p in e["message"]["parts"] if p["type"] == "tool"]
+    assert [(t["state"], t.get("output")) for t in tools] == [("running", None), ("done", "host-api-7")]
+    assert [m["role"] for m in messages][0] == "user" and messages[-1]["role"] == "assistant"
+    assert [(u.operation_id, u.input_tokens is not None) for u in usage] == [("op-1", True)]
