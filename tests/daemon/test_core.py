@@ -388,6 +388,25 @@ def test_settled_operations_beyond_the_limit_are_forgotten_oldest_first():
     assert [op["operationId"] for op in core.operations()] == ["long", "q3", "q1"]
 
 
+def test_only_a_new_operation_forgets_settled_ones_as_in_the_reference():
+    core = SessionCore("s", runtime_id="r", adapter=ECHO_INFO, settled_kept=3)
+    d = Driver(core)
+    conn = live(d)
+    d.send(conn, open_())
+    for name in ("a", "b", "c", "d"):
+        d.send(conn, prompt(name))  # a runs, the others queue: nothing settled to forget
+    d.send(conn, {"type": "abort", "operationId": "a"})
+    d.finish(d.turns[0], TurnCancelled())
+    # Four remembered, one settled: an abort (or a settle) forgets none...
+    assert [(op["operationId"], op["status"]) for op in core.operations()] == [
+        ("a", "settled"), ("b", "running"), ("c", "queued"), ("d", "queued")
+    ]
+    d.send(conn, prompt("b"))  # ...nor does a prompt the daemon knows already...
+    assert len(core.operations()) == 4
+    d.send(conn, prompt("e"))  # ...only a new operation does.
+    assert [op["operationId"] for op in core.operations()] == ["b", "c", "d", "e"]
+
+
 def test_events_carry_the_running_operation_or_null():
     d = Driver()
     conn = live(d)
