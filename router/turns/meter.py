@@ -25,7 +25,9 @@ session at the end of the turn, see :func:`~router.turns.brackets.bracket_failur
 :meth:`run`, so a failing bracket never ends the session's nursery.
 
 Resource handling: :meth:`run` owns nothing but its queue; cancelling it
-(the session closing) drops what is queued.
+(the session closing) drops what is queued. So a session closing in order
+first awaits :meth:`finish_ended_turns`: a turn that has ended gets its
+record stored (and the stop it causes carried out) before the worker goes.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ class SessionMeter:
         #: The last turn record ``end_turn`` stored (for tests and statistics).
         self.last_record: dict[str, Any] | None = None
         self.failures = 0
+        #: ``End`` and ``StopSession`` effects queued or being carried out.
+        self._owed = 0
 
     def __repr__(self) -> str:
         return f"<SessionMeter {self.session_id!r} {self.core!r} queued={len(self._queue)}>"
@@ -96,7 +100,10 @@ class SessionMeter:
     # ------------------------------------------------------------------ inputs (synchronous)
 
     def _apply(self, effects: Iterable[Effect]) -> None:
-        self._queue.extend(effects)
+        for effect in effects:
+            self._queue.append(effect)
+            if not isinstance(effect, Begin):
+                self._owed += 1
         if self._queue:
             self._work.unpark_all()
         self._changed.unpark_all()
@@ -129,6 +136,13 @@ class SessionMeter:
         while not predicate(self.core):
             await self._changed.park()
 
+    async def finish_ended_turns(self) -> None:
+        """Until every turn that has ended is measured, its record stored and
+        the stop it caused carried out (a turn still running is not waited
+        for). Needs :meth:`run` going; the caller bounds the wait."""
+        while self.core.measuring or self._owed:
+            await self._changed.park()
+
     # ------------------------------------------------------------------ the worker
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -137,7 +151,12 @@ class SessionMeter:
             while not self._queue:
                 await self._work.park()
             effect = self._queue.popleft()
-            await self._carry_out(effect)
+            try:
+                await self._carry_out(effect)
+            finally:
+                if not isinstance(effect, Begin):
+                    self._owed -= 1
+                    self._changed.unpark_all()
 
     async def _carry_out(self, effect: Effect) -> None:
         if isinstance(effect, Begin):

@@ -26,8 +26,10 @@ swallowed.
 
 Resource handling: :meth:`SessionRegistry.run` owns every session's nursery;
 :meth:`SessionRegistry.close` cancels one session and waits until its tasks
-are done; :meth:`SessionRegistry.aclose` (or cancelling ``run``) does that
-for all. Each session's ``on_close`` callbacks run once its tasks are done
+are done; :meth:`SessionRegistry.aclose` does that for all (cancelling
+``run`` does it at once). Closing lets a session's meter first finish the
+turns that have ended (their records, any stop), up to ``METER_GRACE``
+seconds, so a router stopped right after a turn still counts it. Each session's ``on_close`` callbacks run once its tasks are done
 (the router uses one to answer the deliveries still queued).
 """
 
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Final, Sequence
 
 import attrs
 import trio
@@ -50,6 +52,10 @@ if TYPE_CHECKING:
 __all__ = ["Session", "SessionKind", "SessionRegistry", "Starter"]
 
 log = logging.getLogger("router.turns.registry")
+
+#: Seconds a closing session's meter may take to store the records of turns
+#: that have ended (``end_turn`` reads usage and writes one line).
+METER_GRACE: Final = 5.0
 
 #: ``(name, fn)``: a session task, started with ``nursery.start(fn)``, so
 #: ``fn`` takes ``task_status`` and calls ``started()`` once it is ready.
@@ -184,6 +190,7 @@ class SessionRegistry:
         session = self._sessions.get(id)
         if session is None:
             return False
+        await _finish_metering([session])
         assert session.scope is not None
         session.scope.cancel(reason=f"session {id!r} closed")
         await session.closed.wait()
@@ -192,8 +199,24 @@ class SessionRegistry:
     async def aclose(self) -> None:
         """Close every session (all at once) and wait for them."""
         sessions = list(self._sessions.values())
+        await _finish_metering(sessions)
         for session in sessions:
             if session.scope is not None:
                 session.scope.cancel(reason="the router is shutting down")
         for session in sessions:
             await session.closed.wait()
+
+
+async def _finish_metering(sessions: Sequence[Session]) -> None:
+    """Let each session's meter finish the turns that have ended, all at
+    once, for at most ``METER_GRACE`` seconds."""
+    meters = [session.meter for session in sessions if session.meter is not None]
+    if not meters:
+        return
+    with trio.move_on_after(METER_GRACE) as grace:
+        async with trio.open_nursery() as nursery:
+            for meter in meters:
+                nursery.start_soon(meter.finish_ended_turns)
+    if grace.cancelled_caught:
+        late = [meter.session_id for meter in meters if meter.core.measuring]
+        log.warning("closing without the records of ended turns of %s: the meter took over %g s", late, METER_GRACE)

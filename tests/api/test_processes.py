@@ -127,15 +127,24 @@ async def test_embedded_routers_keep_their_own_stores_and_share_the_turn_records
             cwd=str(REPO),
         )
 
+    data = tmp_path / "data"
+
+    def records() -> list[dict[str, Any]]:
+        path = data / "usage.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
     async with Client(params()) as first, Client(params("--claude-session", "cc-2")) as second:
         for n, client in enumerate((first, second)):
             sent = await client.call_tool("send_message", {"session": "root", "text": f"hi {n}", "wait": True})
             assert not sent.is_error, sent.content[0].text
-    data = tmp_path / "data"
+        # A turn's record is stored once its bracket closes, just after the
+        # reply: wait for both while the routers run.
+        with trio.fail_after(30):
+            while len(records()) < 2:
+                await trio.sleep(0.05)
     assert (data / "mcp" / "standalone" / "host.sqlite").exists()
     assert (data / "mcp" / "cc-2" / "host.sqlite").exists()
-    records = [json.loads(line) for line in (data / "usage.jsonl").read_text().splitlines()]
-    assert len(records) == 2
+    assert len(records()) == 2
     assert not (data / "mcp" / "standalone" / "usage.jsonl").exists()
 
 

@@ -341,3 +341,40 @@ async def test_the_meter_fails_closed_and_goes_on(nursery: trio.Nursery) -> None
     await meter.wait_until(lambda core: core.stopped is not None)
     assert meter.core.stopped.reason == STOP.reason and meter.core.stopped.check == "token-limit"
     assert len(stops) == 3
+
+
+async def test_closing_a_session_lets_its_meter_store_the_turn_that_ended(nursery: trio.Nursery) -> None:
+    """A router stopped right after a turn still counts the turn: the
+    registry lets the meter finish ``end_turn`` (and the stop it causes)
+    before it cancels the session, instead of dropping the record."""
+    from router.turns.registry import Session, SessionKind, SessionRegistry
+
+    class SlowEnd(FakeLayer):
+        async def end_turn(self, bracket: str) -> tuple[dict[str, Any], Stop | None]:
+            answer = await super().end_turn(bracket)
+            await trio.sleep(0.2)  # reading usage, writing the record
+            self.calls.append("stored")
+            return answer
+
+    layer = SlowEnd()
+    layer.stop = Stop(check="token-limit", reason=STOP.reason)
+    stops: list[StopInfo] = []
+
+    async def launch() -> LaunchRecord:
+        return attached_record(session="s", instance="default", harness="echo", via="in-process", routes=None)
+
+    async def on_stop(stop: StopInfo) -> None:
+        await trio.sleep(0.1)  # recording the stop
+        stops.append(stop)
+
+    registry = await nursery.start(SessionRegistry().run)
+    meter = SessionMeter("s", layer=layer, launch=launch, on_stop=on_stop)
+    send, _ = trio.open_memory_channel[Any](1)
+    await registry.open(Session(id="s", kind=SessionKind.CONTAINER, inbox=send, meter=meter), [("meter", meter.run)])
+    meter.turn_started("op1")
+    await meter.wait_until(lambda core: core.open)
+    meter.turn_ended("op1")
+    await registry.aclose()
+    assert layer.calls == ["begin", "end", "stored"]
+    assert [stop.check for stop in stops] == ["token-limit"]
+    assert registry.get("s") is None
