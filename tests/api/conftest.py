@@ -24,7 +24,7 @@ from router.plugins.usage import MemoryRecords
 from router.turns.record import DeliveryLog
 from router.turns.registry import SessionRegistry
 from router.turns.router import TurnRouter
-from tests.turns.conftest import FAST, env, runtime_dir, start_daemon  # noqa: F401  (fixtures)
+from tests.turns.conftest import FAST, start_daemon
 
 
 @attrs.define

@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from tests.api.processes import REPO, ROUTER, environment, send, serve, stop
+from tests.support.polling import until
 
 
 async def test_serve_and_send(tmp_path: Path) -> None:
@@ -140,8 +141,7 @@ async def test_embedded_routers_keep_their_own_stores_and_share_the_turn_records
         # A turn's record is stored once its bracket closes, just after the
         # reply: wait for both while the routers run.
         with trio.fail_after(30):
-            while len(records()) < 2:
-                await trio.sleep(0.05)
+            await until(lambda: len(records()) == 2, step=0.05)
     assert (data / "mcp" / "standalone" / "host.sqlite").exists()
     assert (data / "mcp" / "cc-2" / "host.sqlite").exists()
     assert len(records()) == 2
@@ -202,8 +202,7 @@ async def test_mcp_stops_on_a_signal_while_the_client_is_quiet(tmp_path: Path, s
         )
     try:
         with trio.fail_after(60):
-            while "API on http://127.0.0.1:" not in stderr.read_text():
-                await trio.sleep(0.05)  # the process's own progress; nothing to wake us
+            await until(lambda: "API on http://127.0.0.1:" in stderr.read_text(), step=0.05)
         process.send_signal(sig)
         with trio.fail_after(30):
             await process.wait()

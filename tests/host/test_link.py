@@ -19,6 +19,7 @@ from router.container.link import (
 from router.container.store import Store
 from tests.host.conftest import FAST
 from tests.host.fake_daemon import HELLO, FakeConnection, FakeDaemon
+from tests.support.polling import until
 
 
 def test_endpoints_name_their_paths() -> None:
@@ -208,7 +209,6 @@ async def test_a_daemon_that_stops_reading_mid_send_is_redialled(nursery: trio.N
     for n in range(48):
         await session.submit(f"{n:02d}" + "x" * 500_000)
     with trio.fail_after(60):  # a generous bound; without the fix this hangs
-        while daemon.connections < 2:
-            await trio.sleep(0.05)
+        await until(lambda: daemon.connections >= 2)
     assert session.link.last_error is not None
     assert session.link.last_error.code == "ping-timeout"

@@ -5,10 +5,7 @@ HTTP client over its socket."""
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import tempfile
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
@@ -16,25 +13,10 @@ import trio
 
 from router.modlink import ModLink
 from wire.json import dumps
+from tests.support.polling import until
 from wire.mod import MOD_INSTANCE_HEADER, MOD_URL_BASE
 
 SESSION = "0f8fad5b-d9cb-469f-a165-70867728950e"
-
-
-@pytest.fixture
-def runtime_dir() -> Iterator[str]:
-    """A fresh private run directory (0700) under /tmp, removed afterwards."""
-    path = tempfile.mkdtemp(prefix="ml-", dir="/tmp")
-    os.chmod(path, 0o700)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def env(runtime_dir: str) -> dict[str, str]:
-    return {"XDG_RUNTIME_DIR": runtime_dir}
 
 
 @pytest.fixture
@@ -87,13 +69,6 @@ async def _open_client(path: str, instance: str | None = "mod-a") -> AsyncIterat
 def open_client() -> Callable[..., Any]:
     """``async with open_client(path, instance="mod-a") as client``."""
     return _open_client
-
-
-async def until(condition: Callable[[], bool], *, step: float = 0.005) -> None:
-    """Wait for a condition the test cannot be woken for (another process's
-    or another socket's state); each check is a real event, not a timing."""
-    while not condition():
-        await trio.sleep(step)
 
 
 @pytest.fixture

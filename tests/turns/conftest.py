@@ -4,12 +4,9 @@ router, all in the test's nursery; a private run directory for mod links."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import attrs
 import pytest
@@ -24,6 +21,7 @@ from router.container.store import Store
 from router.turns.record import DeliveryLog
 from router.turns.registry import SessionRegistry
 from router.turns.router import TurnRouter
+from tests.support.polling import until  # noqa: F401  (re-exported for the tests here)
 
 #: Reconnect quickly, as the host's own tests do.
 FAST = dict(reconnect_base=0.02, reconnect_cap=0.25)
@@ -40,13 +38,6 @@ async def start_daemon(
     return DaemonEndpoint(f"ws://127.0.0.1:{server.ports[0]}", token), daemon
 
 
-async def until(condition: Callable[[], bool], *, step: float = 0.005) -> None:
-    """Wait for a condition nothing can wake the test for (another
-    component's inner state); each check is a real event, not a timing."""
-    while not condition():
-        await trio.sleep(step)
-
-
 def daemon_knows(daemon: Daemon, session: str, operation_id: str) -> bool:
     runner = daemon.sessions.get(session)
     return runner is not None and any(op["operationId"] == operation_id for op in runner.core.operations())
@@ -60,23 +51,6 @@ class Rig:
     log: DeliveryLog
     store: Store | None
     daemon: Daemon | None
-
-
-@pytest.fixture
-def runtime_dir() -> Iterator[str]:
-    """A fresh private run directory (0700) under /tmp (short, for socket
-    paths), removed afterwards."""
-    path = tempfile.mkdtemp(prefix="tr-", dir="/tmp")
-    os.chmod(path, 0o700)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def env(runtime_dir: str) -> dict[str, str]:
-    return {"XDG_RUNTIME_DIR": runtime_dir}
 
 
 @pytest.fixture
