@@ -94,7 +94,6 @@ JavaScript peer survives the UTF-8 database).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import math
 import os
@@ -107,6 +106,7 @@ from typing import Any, Callable, Final, Iterator, Literal, Sequence, TypeVar
 import attrs
 import trio
 
+from router._sqlite import connect_wal, lock_file
 from wire.json import JsonValue
 
 T = TypeVar("T")
@@ -371,22 +371,16 @@ class Store:
         self._lock_fd: int | None = None
         if exclusive:
             try:
-                self._lock_fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+                self._lock_fd = lock_file(self.path)
             except OSError as error:
                 raise self._bad_store(error.strerror or str(error)) from None
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+            if self._lock_fd is None:
                 raise Refused(
                     "store-busy",
                     f"another host has the store {self.path} open; stop it or use another store",
-                ) from None
+                )
         try:
-            self._db = sqlite3.connect(
-                self.path, check_same_thread=False, isolation_level=None, timeout=10.0
-            )
+            self._db = connect_wal(self.path, synchronous=synchronous)
         except BaseException as error:
             self._unlock()
             if isinstance(error, sqlite3.Error):
@@ -399,8 +393,6 @@ class Store:
         self._guard = threading.Lock()
         self._limiter = trio.CapacityLimiter(1)
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
         except BaseException as error:

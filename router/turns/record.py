@@ -31,11 +31,9 @@ as long as it is open, so two routers never share one record
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
 import os
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -43,6 +41,7 @@ from typing import Any, Callable, Final, TypeVar
 
 import trio
 
+from router._sqlite import connect_wal, lock_file
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import StopInfo, launch_of_json, launch_to_json
 from router.turns.core import Admission, Card, Delivery, Message, Person, Proceed, Record, State, admit
@@ -149,20 +148,14 @@ class DeliveryLog:
         self.path = Path(path)
         self._clock = clock
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._lock_fd = lock_file(self.path)
+        if self._lock_fd is None:
             raise DeliveryLogRefused(
                 "deliveries-busy",
                 f"another router has the delivery record {self.path} open; stop it or use another data dir",
-            ) from None
+            )
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db = connect_wal(self.path)
             (version,) = self._db.execute("PRAGMA user_version").fetchone()
             if version > SCHEMA_VERSION:
                 self._db.close()

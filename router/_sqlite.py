@@ -1,0 +1,40 @@
+"""The two SQLite files the router keeps (the host's store, the delivery
+record) are opened the same way: one process at a time, one connection, WAL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+from typing import Literal
+
+
+def lock_file(path: str | os.PathLike[str]) -> int | None:
+    """Open ``path`` (created with mode 0600 when missing) and take a
+    non-blocking exclusive ``flock`` on it, held until the returned
+    descriptor is closed. None when another process holds it; an
+    ``OSError`` opening the file passes through."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def connect_wal(
+    path: str | os.PathLike[str], *, synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+) -> sqlite3.Connection:
+    """One connection to ``path`` in WAL mode, usable from the worker thread
+    the caller serialises its calls on, transactions begun by hand. A file
+    that is not a database raises ``sqlite3.DatabaseError`` here."""
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10.0)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={synchronous}")
+    except BaseException:
+        db.close()
+        raise
+    return db
