@@ -47,6 +47,29 @@ def _print(body: Any) -> None:
     print(json.dumps(body, ensure_ascii=False), flush=True)
 
 
+def _post(command: str, server: str, url: str, body: Any, *, timeout: float,
+          headers: dict[str, str] | None = None) -> tuple[int, Any] | None:
+    """POST ``body`` as JSON to ``url`` of the router at ``server``: the
+    status and the JSON answer, or None once stderr says why there is none
+    (the caller exits 2). A timeout raises ``httpx.TimeoutException``."""
+    import httpx
+
+    try:
+        response = httpx.post(url, content=json.dumps(body).encode(),
+                              headers={"content-type": "application/json", **(headers or {})}, timeout=timeout)
+    except httpx.TimeoutException:
+        raise
+    except (httpx.TransportError, httpx.InvalidURL, ValueError) as exc:
+        print(f"router {command}: cannot-connect: {server}: {exc}; is `router serve` running?", file=sys.stderr)
+        return None
+    try:
+        return response.status_code, response.json()
+    except ValueError:
+        print(f"router {command}: {url} answered {response.status_code} with no JSON; is it a router?",
+              file=sys.stderr)
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     import httpx
 
@@ -60,12 +83,7 @@ def run(args: argparse.Namespace) -> int:
         body["kind"] = "card"
     url = f"{args.url.rstrip('/')}/sessions/{quote(args.session, safe='')}/messages"
     try:
-        response = httpx.post(
-            url,
-            content=json.dumps(body).encode(),
-            headers={"content-type": "application/json", "x-router-channel": "cli"},
-            timeout=args.timeout,
-        )
+        answered = _post("send", args.url, url, body, timeout=args.timeout, headers={"x-router-channel": "cli"})
     except httpx.TimeoutException:
         _print({
             "error": "timeout",
@@ -74,16 +92,11 @@ def run(args: argparse.Namespace) -> int:
             "eventId": event_id,
         })
         return 1
-    except (httpx.TransportError, httpx.InvalidURL, ValueError) as exc:
-        print(f"router send: cannot-connect: {args.url}: {exc}; is `router serve` running?", file=sys.stderr)
+    if answered is None:
         return 2
-    try:
-        answer = response.json()
-    except ValueError:
-        print(f"router send: {url} answered {response.status_code} with no JSON; is it a router?", file=sys.stderr)
-        return 2
+    status, answer = answered
     _print(answer)
-    if response.status_code == 200 and type(answer) is dict:
+    if status == 200 and type(answer) is dict:
         reply = answer.get("reply")
         if answer.get("status") != "delivered":
             return 1
@@ -115,15 +128,12 @@ def run_resume(args: argparse.Namespace) -> int:
         return 2
     url = f"{args.url.rstrip('/')}/sessions/{quote(args.session, safe='')}/resume"
     try:
-        response = httpx.post(url, content=b"{}", headers={"content-type": "application/json"},
-                              timeout=args.timeout)
-    except (httpx.TransportError, httpx.InvalidURL, ValueError) as exc:
-        print(f"router resume: cannot-connect: {args.url}: {exc}; is `router serve` running?", file=sys.stderr)
+        answered = _post("resume", args.url, url, {}, timeout=args.timeout)
+    except httpx.TimeoutException:
+        print(f"router resume: timeout: {args.url} did not answer within {args.timeout:g} s", file=sys.stderr)
         return 2
-    try:
-        answer = response.json()
-    except ValueError:
-        print(f"router resume: {url} answered {response.status_code} with no JSON; is it a router?", file=sys.stderr)
+    if answered is None:
         return 2
+    status, answer = answered
     _print(answer)
-    return 0 if response.status_code == 200 else 1
+    return 0 if status == 200 else 1

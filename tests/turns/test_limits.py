@@ -196,3 +196,12 @@ async def test_what_is_queued_behind_the_turn_that_stops_is_aborted(
     # may land before the first turn's bracket closes: counted with it, once.
     assert meter.core.stopped is not None
     assert meter.core.stopped.reason.startswith("limit: token-limit tokens.instances.default limit 5 count ")
+
+
+def test_resume_with_no_router_to_reach_is_a_connection_error(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    configure_resume(parser)
+    status = run_resume(parser.parse_args(["root", "--url", "http://127.0.0.1:1", "--timeout", "5"]))
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    assert err.startswith("router resume: cannot-connect: http://127.0.0.1:1: ")
