@@ -4,12 +4,11 @@ reporting usage."""
 
 from __future__ import annotations
 
-import time
 
 import trio
 
 from router.container.adapter import AdapterContext, AdapterTurn
-from router.container.adapters.echo import EchoSession
+from router.container.adapters.echo import EchoSession, emit_answer
 from wire.container import AdapterInfo, ContainerInput, ContainerOutcome, Done, input_text
 
 
@@ -53,20 +52,7 @@ class GateSession:
             await self._adapter.gate.wait()
         answer = "got: " + text + "".join(f" + {each}" for each in self._steered)
         self._steered.clear()
-        message_id = f"{turn.operation_id}:assistant"
-        self._context.emit({"type": "text-delta", "messageId": message_id, "delta": answer})
-        self._context.emit(
-            {
-                "type": "message",
-                "message": {
-                    "id": message_id,
-                    "role": "assistant",
-                    "parts": [{"type": "text", "text": answer}],
-                    "operationId": turn.operation_id,
-                    "createdAt": time.time_ns() // 1_000_000,
-                },
-            }
-        )
+        emit_answer(self._context, turn.operation_id, answer)
         return Done(text=answer)
 
     async def steer(self, input: ContainerInput) -> bool:

@@ -24,7 +24,7 @@ import trio
 from router.container.adapter import AdapterContext, AdapterTurn
 from wire.container import AdapterInfo, ContainerInput, ContainerOutcome, Done, Unanswered, input_text
 
-__all__ = ["EchoAdapter", "EchoSession", "adapter"]
+__all__ = ["EchoAdapter", "EchoSession", "adapter", "emit_answer"]
 
 # The reference's /^slow (\d+) ?(.*)$/s and /^fail ?(.*)$/s: ASCII digits (JS
 # \d), "." matching newlines (the s flag), anchored at both ends (fullmatch;
@@ -41,6 +41,23 @@ def _timer_seconds(ms: int) -> float:
     if ms > _MAX_TIMER_MS or ms < 1:
         ms = 1
     return ms / 1000
+
+
+def emit_answer(context: AdapterContext, operation_id: str, answer: str) -> None:
+    """Emit ``answer`` as the echo does: the whole text as one delta, then
+    the assistant message ``<operation id>:assistant`` holding it."""
+    message_id = f"{operation_id}:assistant"
+    context.emit({"type": "text-delta", "messageId": message_id, "delta": answer})
+    context.emit({
+        "type": "message",
+        "message": {
+            "id": message_id,
+            "role": "assistant",
+            "parts": [{"type": "text", "text": answer}],
+            "operationId": operation_id,
+            "createdAt": time.time_ns() // 1_000_000,  # Date.now(): ms
+        },
+    })
 
 
 class EchoSession:
@@ -64,19 +81,7 @@ class EchoSession:
         steered = "".join(f" + {each}" for each in self._steered)
         self._steered.clear()
         answer = f"echo: {body}{steered} (turn {self._turns})"
-        message_id = f"{turn.operation_id}:assistant"
-        emit = self._context.emit
-        emit({"type": "text-delta", "messageId": message_id, "delta": answer})
-        emit({
-            "type": "message",
-            "message": {
-                "id": message_id,
-                "role": "assistant",
-                "parts": [{"type": "text", "text": answer}],
-                "operationId": turn.operation_id,
-                "createdAt": time.time_ns() // 1_000_000,  # Date.now(): ms
-            },
-        })
+        emit_answer(self._context, turn.operation_id, answer)
         self._context.persist([{"turn": self._turns, "text": body}])
         return Done(text=answer)
 
