@@ -304,7 +304,7 @@ def core_alone(ops: int) -> tuple[float, float]:
     operation, parse the prompt, handle it, the adapter's three calls (two
     events, one persist), settle, and an ack every 32 frames. Returns (µs per
     operation, of which µs in ``wire.json.dumps``)."""
-    from router.container.daemon_core import SessionCore, StartTurn
+    from router.daemon.core import SessionCore, StartTurn
     from wire import json as wire_json
     from wire.container import AdapterInfo, Done
 
@@ -344,7 +344,7 @@ def core_alone(ops: int) -> tuple[float, float]:
         finally:
             spent += time.perf_counter() - start
 
-    import router.container.daemon_core as core_module
+    import router.daemon.core as core_module
 
     core_module.dumps = timed
     try:
@@ -384,14 +384,14 @@ async def serve_raw(kind: str) -> None:
             elif kind == "front":
                 # Our transport's front (h11 head, replayed into
                 # trio-websocket), with an echo in place of the daemon.
-                from router.container import daemon_transport as transport
+                from router.daemon import transport
 
                 class EchoFront(transport.DaemonServer):
                     async def _serve_session(self, nursery, ws, session):
                         await _raw_echo(ws)
 
-                from router.container.adapters.echo import adapter
-                from router.container.daemon import Daemon
+                from router.daemon.adapters.echo import adapter
+                from router.daemon.runner import Daemon
 
                 listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
                 front = EchoFront(Daemon(adapter, "raw"), TOKEN)

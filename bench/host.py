@@ -47,10 +47,10 @@ sys.path.insert(0, str(REPO))
 import trio  # noqa: E402
 from trio_websocket import open_websocket_url  # noqa: E402
 
-from router.container.host import Host, HostSettings  # noqa: E402
-from router.container.link import DaemonEndpoint  # noqa: E402
-from router.container.reconcile import ConnectionCore  # noqa: E402
-from router.container.store import Store  # noqa: E402
+from router.host.host import Host, HostSettings  # noqa: E402
+from router.host.link import DaemonEndpoint  # noqa: E402
+from router.host.reconcile import ConnectionCore  # noqa: E402
+from router.host.store import Store  # noqa: E402
 from tests.support.daemons import spawn_daemon  # noqa: E402
 from wire.container import CONTAINER_TOKEN_HEADER, FrameMessage, Hello, converter  # noqa: E402
 from wire.json import dumps  # noqa: E402

@@ -22,15 +22,15 @@ from typing import Sequence
 #: name -> (module, one-line help). The order is the order ``--help`` lists.
 COMMANDS: dict[str, tuple[str, str]] = {
     "daemon": (
-        "router.container.daemon_cli",
+        "router.daemon.cli",
         "serve the container daemon protocol (the side inside a container)",
     ),
     "prompt": (
-        "router.container.host_cli",
+        "router.host.cli",
         "submit a prompt to a container session through the host and wait",
     ),
     "transcript": (
-        "router.container.host_cli",
+        "router.host.cli",
         "print a container session's transcript from the host's store",
     ),
     "modlink": (

@@ -154,17 +154,14 @@ class MainJob:
     async def run(self, *, task_status: trio.TaskStatus[MainJob] = trio.TASK_STATUS_IGNORED) -> None:
         from router.api.app import ApiConfig
         from router.api.server import ApiServer
-        from router.container.adapters.echo import adapter as echo_adapter
-        from router.container.daemon import Daemon
-        from router.container.daemon_transport import DaemonServer
-        from router.container.host import Host
-        from router.container.link import DaemonEndpoint
-        from router.container.store import Refused, Store
+        from router.daemon.adapters.echo import adapter as echo_adapter
+        from router.daemon import Daemon, DaemonServer
+        from router.host import DaemonEndpoint, Host, Refused, Store
         from router.plugins.layer import PluginLayer
         from router.plugins.refusal import Refusal
         from router.plugins.settings import SettingsDir
         from router.plugins.usage import JsonlRecords, StoreLedger
-        from router.turns.record import DeliveryLog, DeliveryLogRefused
+        from router.turns.delivery_log import DeliveryLog, DeliveryLogRefused
         from router.turns.registry import SessionRegistry
         from router.turns.router import TurnRouter
 

@@ -1,6 +1,6 @@
 """The mod link's wire: where the socket lives, what crosses it, and nothing else.
 
-The spec is ``shared/seeds/mod-protocol.ts`` (below: "the seed"). The Claude
+The spec is ``hooks/mod-protocol.ts`` of claude-envoy 1.19.0 (below: "the seed"). The Claude
 Code mod (a TypeScript module running inside Claude Code) long-polls a small
 HTTP server on a private Unix socket; this module holds everything both ends
 must agree on, as pure values and pure functions. Names and values carry over

@@ -52,7 +52,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from router.api.page import PAGE
-from router.container.host_session import EventsLagged
+from router.host import EventsLagged
 from router.plugins.broker import Answer
 from router.plugins.channels import WEB_OFF_STATUS
 from router.plugins.layer import PluginLayer

@@ -1,7 +1,7 @@
 """The mod link: the socket server a Claude Code session's mod talks to, and a
 simulator of that mod.
 
-Spec: ``shared/seeds/mod-protocol.ts``; the wire itself is :mod:`wire.mod`.
+Spec: ``hooks/mod-protocol.ts`` of claude-envoy 1.19.0; the wire itself is :mod:`wire.mod`.
 ``core`` is the sans-IO state, ``server`` the Trio/Hypercorn layer, ``sim``
 the mod simulator, ``cli`` the ``router modlink`` command.
 """

@@ -1,6 +1,6 @@
 """A simulator of the Claude Code mod, for tests and benchmarks.
 
-It behaves as the seed (``shared/seeds/mod-protocol.ts``) describes the mod,
+It behaves as the seed (``hooks/mod-protocol.ts`` of claude-envoy 1.19.0) describes the mod,
 over the real Unix socket (httpx with a Unix-socket transport, which runs on
 Trio through anyio):
 

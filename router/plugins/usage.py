@@ -150,7 +150,7 @@ class UsageTotal:
     The wire's ``usage`` event carries ``inputTokens``, ``outputTokens`` and
     ``costUsd``, each optional; there are no cache kinds. A sum is ``None``
     when no event of the group reported that figure. The host's store answers
-    objects of this shape (``router.container.store.UsageRecord``).
+    objects of this shape (``router.host.store.UsageRecord``).
     """
 
     operation_id: str | None
@@ -203,7 +203,7 @@ class MemoryLedger:
 
 
 class StoreLedger:
-    """The host's SQLite store (``router.container.store.Store``) as a
+    """The host's SQLite store (``router.host.store.Store``) as a
     :class:`UsageLedger`: its ``usage_records`` are the totals, read in the
     store's worker thread."""
 

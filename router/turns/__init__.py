@@ -2,7 +2,7 @@
 
 - :mod:`router.turns.core`: the sans-IO decisions (delivery states, what to
   do on each answer);
-- :mod:`router.turns.record`: the deliveries' durable record (SQLite);
+- :mod:`router.turns.delivery_log`: the deliveries' durable record (SQLite);
 - :mod:`router.turns.registry`: the open sessions, their kind, nursery, tasks;
 - :mod:`router.turns.live`: the live view (mod events → ``ContainerMessage``);
 - :mod:`router.turns.router`: :class:`TurnRouter`, the Trio layer;

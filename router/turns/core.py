@@ -8,7 +8,7 @@ or a card (:class:`Card`), a message the router delivers that nobody at the
 session typed. The sender may send the same delivery again (a *resend*) as
 often as it likes, concurrently too; the event id is what makes that safe.
 Each event id has one :class:`Record`, kept durably by the Trio layer
-(``router.turns.record``), in one of three states:
+(``router.turns.delivery_log``), in one of three states:
 
 =============  ==============================================================
 ``pending``    admitted; an attempt may be under way (or was, when the router

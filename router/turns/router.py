@@ -56,7 +56,7 @@ handling one delivery answers it ``internal`` and the inbox goes on.
 
 Resource handling: sessions live in the registry; closing one answers the
 deliveries still queued for it ``session-closed``. The record (the
-:class:`~router.turns.record.DeliveryLog`) and the host are the caller's.
+:class:`~router.turns.delivery_log.DeliveryLog`) and the host are the caller's.
 """
 
 from __future__ import annotations
@@ -70,10 +70,8 @@ from typing import Any, AsyncIterator, Final, Mapping
 import attrs
 import trio
 
-from router.container.host import Host
-from router.container.host_session import EventsLagged
-from router.container.link import LinkError
-from router.container.store import Refused as HostRefused
+from router.host import EventsLagged, Host, LinkError
+from router.host import Refused as HostRefused
 from router.modlink.errors import ModCallError, ModCallTimeout, ModLinkClosed, ModSubscriberOverflow
 from router.modlink.server import DEFAULT_CALL_DEADLINE, ModLink
 from router.turns.core import (
@@ -106,7 +104,7 @@ from router.plugins.routing import LaunchRecord
 from router.turns.brackets import StopInfo, attached_record
 from router.turns.live import LiveHub, LiveSubscription, container_items
 from router.turns.meter import SessionMeter
-from router.turns.record import DeliveryLog
+from router.turns.delivery_log import DeliveryLog
 from router.turns.registry import Session, SessionKind, SessionRegistry, Starter
 from wire.container import AdapterInfo
 from wire.mod import (

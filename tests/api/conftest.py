@@ -15,13 +15,13 @@ import pytest
 import trio
 
 from router.api.server import ApiServer
-from router.container.adapters.echo import adapter as echo_adapter
-from router.container.host import Host, HostSettings
-from router.container.store import Store
+from router.daemon.adapters.echo import adapter as echo_adapter
+from router.host.host import Host, HostSettings
+from router.host.store import Store
 from router.plugins.layer import PluginLayer
 from router.plugins.settings import SettingsDir
 from router.plugins.usage import MemoryRecords
-from router.turns.record import DeliveryLog
+from router.turns.delivery_log import DeliveryLog
 from router.turns.registry import SessionRegistry
 from router.turns.router import TurnRouter
 from tests.turns.conftest import FAST, start_daemon

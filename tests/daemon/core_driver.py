@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from router.container.daemon_core import (
+from router.daemon.core import (
     AwaitTurn,
     CancelTurn,
     CloseConnection,

@@ -13,9 +13,9 @@ import sys
 import pytest
 import trio
 
-from router.container import daemon_cli
-from router.container.adapters.echo import EchoAdapter
-from router.container.daemon_cli import AdapterLoadError, DaemonConfigError, load_adapter, read_env
+from router.daemon import cli as daemon_cli
+from router.daemon.adapters.echo import EchoAdapter
+from router.daemon.cli import AdapterLoadError, DaemonConfigError, load_adapter, read_env
 from tests.daemon.hosts import connect
 from tests.support.daemons import REPO, spawn_daemon
 
@@ -82,7 +82,7 @@ def test_a_class_is_instantiated_not_taken_for_an_adapter():
 
 
 def test_a_built_in_adapter_not_in_this_build_says_so(monkeypatch):
-    monkeypatch.setitem(daemon_cli.ADAPTERS, "future", "router.container.adapters.not_written_yet:adapter")
+    monkeypatch.setitem(daemon_cli.ADAPTERS, "future", "router.daemon.adapters.not_written_yet:adapter")
     with pytest.raises(AdapterLoadError, match="adapter-not-found: the future adapter is not in this build"):
         load_adapter("future")
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from router.container.daemon_core import (
+from router.daemon.core import (
     AwaitTurn,
     CancelTurn,
     CloseSession,

@@ -23,7 +23,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from router.container.daemon_core import OpenSession, SessionCore, Steer, TurnCancelled, TurnFailed
+from router.daemon.core import OpenSession, SessionCore, Steer, TurnCancelled, TurnFailed
 from tests.daemon.core_driver import ECHO_INFO, Conn, Driver
 from wire.container import Done, Unanswered
 

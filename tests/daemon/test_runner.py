@@ -16,7 +16,7 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed
 
-from router.container.daemon import SHUTDOWN_GRACE, Daemon, Outbox, SessionRunner
+from router.daemon.runner import SHUTDOWN_GRACE, Daemon, Outbox, SessionRunner
 from wire.container import AdapterInfo, Done, Unanswered, input_text
 
 
@@ -225,7 +225,7 @@ async def test_configure_reaches_the_session(opened, adapter):
 
 async def test_a_close_that_raises_is_logged_and_the_new_generation_opens(opened, adapter, caplog):
     adapter.close_raises = True
-    with caplog.at_level(logging.WARNING, "router.container.daemon"):
+    with caplog.at_level(logging.WARNING, "router.daemon"):
         await opened.send({"type": "open", "generation": 2, "settings": {}, "restore": []})
     assert adapter.sessions[0].closed and len(adapter.sessions) == 2
     assert "close failed" in caplog.text

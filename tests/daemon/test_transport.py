@@ -12,9 +12,9 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed, wrap_client_stream
 
-from router.container.adapters.echo import adapter as echo
-from router.container.daemon import Daemon
-from router.container.daemon_transport import HEADERS_TIMEOUT, KEEP_ALIVE_TIMEOUT, DaemonServer, decode_session_id
+from router.daemon.adapters.echo import adapter as echo
+from router.daemon.runner import Daemon
+from router.daemon.transport import HEADERS_TIMEOUT, KEEP_ALIVE_TIMEOUT, DaemonServer, decode_session_id
 
 TOKEN = "secret"
 
@@ -182,14 +182,14 @@ def test_text_frames_are_the_bytes_wsproto_writes(length, char):
     from wsproto import Connection, ConnectionType
     from wsproto.events import TextMessage
 
-    from router.container.daemon_transport import text_frame
+    from router.daemon.transport import text_frame
 
     text = char * length
     assert text_frame(text) == Connection(ConnectionType.SERVER).send(TextMessage(data=text))
 
 
 def test_batching_falls_back_to_one_message_at_a_time_without_trio_websocket_internals():
-    from router.container.daemon_transport import _batching
+    from router.daemon.transport import _batching
 
     plain = object()
     assert _batching(plain) is plain
@@ -206,7 +206,7 @@ async def test_a_handshake_that_finishes_during_shutdown_is_closed_1001(server, 
 async def test_a_replaced_connection_whose_host_stopped_reading_is_dropped(server, nursery, autojump_clock):
     """Its writer is stuck (the host reads nothing), so the 4001 close frame
     cannot go out; after CLOSE_TIMEOUT the connection is dropped anyway."""
-    from router.container.daemon import CLOSE_TIMEOUT
+    from router.daemon.runner import CLOSE_TIMEOUT
 
     client, served = trio.testing.lockstep_stream_pair()
     nursery.start_soon(server._handle_stream, served)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import trio
 
-from router.container.adapter import AdapterTurn
-from router.container.adapters import claude_code
-from router.container.adapters.cli import CliSession
-from tests.adapters.helpers import Recorder, alive
+from router.daemon.adapter import AdapterTurn
+from router.daemon.adapters import claude_code
+from router.daemon.adapters.cli import CliSession
+from tests.daemon.adapters.helpers import Recorder, alive
 from tests.e2e_claude.helpers import ClaudeSetup, processes_in
 from tests.fakes.anthropic import Usage, bad_request, overloaded, slow_reply, text_reply, tool_reply
 from wire.container import ContainerSettings, Done, Unanswered

@@ -228,9 +228,9 @@ async def test_through_the_host_api_the_live_events_show_the_turn_and_usage_reac
     turn live (deltas, the tool part running then done, the settle), the
     transcript holds both sides, and the usage the CLI reported is in the
     store for the plug-in layer."""
-    from router.container.host import Host, HostSettings
-    from router.container.link import DaemonEndpoint
-    from router.container.store import Store
+    from router.host.host import Host, HostSettings
+    from router.host.link import DaemonEndpoint
+    from router.host.store import Store
 
     fake_api.script(
         tool_reply("Bash", {"command": "echo host-api-7", "description": "Echo"}),

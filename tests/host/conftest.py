@@ -10,9 +10,9 @@ from typing import AsyncIterator, Iterator
 import pytest
 import trio
 
-from router.container.host import Host, HostSettings
-from router.container.link import DaemonEndpoint
-from router.container.store import Store
+from router.host.host import Host, HostSettings
+from router.host.link import DaemonEndpoint
+from router.host.store import Store
 from tests.support.daemons import KINDS, Daemon, spawn_daemon
 
 #: Reconnect quickly: the fault tests drop links on purpose, many times.
@@ -22,9 +22,9 @@ FAST = dict(reconnect_base=0.02, reconnect_cap=0.25)
 def ours_missing() -> str | None:
     """Why our daemon cannot run yet, or None when it can."""
     try:
-        importlib.import_module("router.container.daemon_cli")
+        importlib.import_module("router.daemon.cli")
     except Exception as error:  # noqa: BLE001 - any import failure is a skip reason
-        return f"our daemon (router.container.daemon_cli) does not import yet: {error!r}"
+        return f"our daemon (router.daemon.cli) does not import yet: {error!r}"
     return None
 
 
@@ -74,6 +74,6 @@ def no_host_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     errors = [
         record
         for record in caplog.get_records("call")
-        if record.levelno >= logging.ERROR and record.name.startswith("router.container")
+        if record.levelno >= logging.ERROR and record.name.startswith(("router.host", "router.daemon"))
     ]
     assert not errors, [record.getMessage() for record in errors]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from router.container.reconcile import ConnectionCore, Effects
-from router.container.store import Store
+from router.host.reconcile import ConnectionCore, Effects
+from router.host.store import Store
 from wire.container import CaughtUp, DaemonMessage, FrameMessage, Hello, converter
 
 SESSION = "s"

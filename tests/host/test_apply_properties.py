@@ -21,8 +21,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from router.container.reconcile import ConnectionCore
-from router.container.store import Store
+from router.host.reconcile import ConnectionCore
+from router.host.store import Store
 from tests.host.core_driver import (
     SESSION,
     caught_up,

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import trio
 
-from router.container.host import Host, HostSession
-from router.container.link import DaemonEndpoint
-from router.container.store import Store
+from router.host.host import Host, HostSession
+from router.host.link import DaemonEndpoint
+from router.host.store import Store
 from tests.host.conftest import start_host
 from tests.host.proxy import CuttingProxy
 from tests.support.daemons import REPO, Daemon, spawn_daemon

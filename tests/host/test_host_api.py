@@ -8,9 +8,9 @@ from typing import Any, Callable
 import pytest
 import trio
 
-from router.container.host import EventStream, Host, HostSession, Refused
-from router.container.link import LinkRefused
-from router.container.store import Store
+from router.host.host import EventStream, Host, HostSession, Refused
+from router.host.link import LinkRefused
+from router.host.store import Store
 from tests.host.conftest import endpoint_of, start_host
 from tests.support.daemons import Daemon
 

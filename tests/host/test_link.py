@@ -8,15 +8,15 @@ import random
 import pytest
 import trio
 
-from router.container.host import Host, HostSettings
-from router.container.link import (
+from router.host.host import Host, HostSettings
+from router.host.link import (
     Backoff,
     DaemonEndpoint,
     EndpointError,
     LinkUnreachable,
     ProtocolMismatch,
 )
-from router.container.store import Store
+from router.host.store import Store
 from tests.host.conftest import FAST
 from tests.host.fake_daemon import HELLO, FakeConnection, FakeDaemon
 from tests.support.polling import until

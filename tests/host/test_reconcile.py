@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from router.container.reconcile import ACK_EVERY, ConnectionCore
-from router.container.store import Store
+from router.host.reconcile import ACK_EVERY, ConnectionCore
+from router.host.store import Store
 from tests.host.core_driver import (
     SESSION,
     caught_up,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from router.container.store import (
+from router.host.store import (
     MIGRATIONS,
     SCHEMA_VERSION,
     Refused,

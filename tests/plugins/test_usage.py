@@ -71,7 +71,7 @@ async def test_frames_unknown_without_figures_and_not_mine_elsewhere() -> None:
 
 
 async def test_frames_reads_the_hosts_store(tmp_path: Path) -> None:
-    from router.container.store import Store
+    from router.host.store import Store
 
     with Store(tmp_path / "host.db") as store:
         ledger = StoreLedger(store)

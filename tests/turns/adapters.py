@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import trio
 
-from router.container.adapter import AdapterContext, AdapterTurn
-from router.container.adapters.echo import EchoSession, emit_answer
+from router.daemon.adapter import AdapterContext, AdapterTurn
+from router.daemon.adapters.echo import EchoSession, emit_answer
 from wire.container import AdapterInfo, ContainerInput, ContainerOutcome, Done, input_text
 
 

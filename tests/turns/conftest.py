@@ -12,13 +12,13 @@ import attrs
 import pytest
 import trio
 
-from router.container.adapters.echo import adapter as echo_adapter
-from router.container.daemon import Daemon
-from router.container.daemon_transport import DaemonServer
-from router.container.host import Host, HostSettings
-from router.container.link import DaemonEndpoint
-from router.container.store import Store
-from router.turns.record import DeliveryLog
+from router.daemon.adapters.echo import adapter as echo_adapter
+from router.daemon.runner import Daemon
+from router.daemon.transport import DaemonServer
+from router.host.host import Host, HostSettings
+from router.host.link import DaemonEndpoint
+from router.host.store import Store
+from router.turns.delivery_log import DeliveryLog
 from router.turns.registry import SessionRegistry
 from router.turns.router import TurnRouter
 from tests.support.polling import until  # noqa: F401  (re-exported for the tests here)

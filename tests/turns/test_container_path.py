@@ -31,7 +31,7 @@ async def test_a_delivery_becomes_a_prompt_under_its_event_id(make_rig: Any) -> 
     }
     result = await rig.router.reply_of("root", "e1")
     assert result == {"operationId": "e1", "session": "root", "status": "done", "text": "echo: hello (turn 1)"}
-    # The host now knows the adapter from its hello (router/container/host_session.py).
+    # The host now knows the adapter from its hello (router/host/session_link.py).
     link = rig.host.session("root").link
     assert link is not None and link.adapter is not None
     assert (link.adapter.id, link.adapter.capabilities) == ("echo", ("steer",))

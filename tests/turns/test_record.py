@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from router.turns.core import Answered, Card, Delivery, Person, Proceed, Record, State, check_delivery
-from router.turns.record import DeliveryLog, DeliveryLogRefused
+from router.turns.delivery_log import DeliveryLog, DeliveryLogRefused
 
 DELIVERY = Delivery(event_id="e1", session="s", message=Person(text="hi", message_id="m1"))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import StopInfo
 from router.turns.core import Delivery, Person, Proceed
-from router.turns.record import SCHEMA_VERSION, DeliveryLog
+from router.turns.delivery_log import SCHEMA_VERSION, DeliveryLog
 
 STOP = StopInfo(reason="limit: token-limit tokens.instances.default limit 5 count 7", check="token-limit",
                 at="2030-01-01T00:00:00.000Z")

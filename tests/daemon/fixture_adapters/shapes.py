@@ -1,6 +1,6 @@
 """Attributes of every shape ``load_adapter`` meets."""
 
-from router.container.adapters.echo import EchoAdapter
+from router.daemon.adapters.echo import EchoAdapter
 
 not_an_adapter = 42
 

@@ -1,7 +1,7 @@
 """harness ``echo``: the in-process daemon with the echo adapter.
 
 The session runs in the router's own process: an in-process container daemon
-whose adapter echoes each prompt (``router.container``). It needs nothing on
+whose adapter echoes each prompt (``router.daemon``). It needs nothing on
 the machine, spends no account, and is the default route on a first start.
 """
 

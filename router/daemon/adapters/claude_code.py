@@ -2,8 +2,8 @@
 process per turn, resuming its own session by id.
 
 ``router daemon --adapter claude-code`` runs :data:`adapter`, a
-:class:`~router.container.adapters.cli.CliAdapter` **object** (not a factory;
-the same convention as ``router.container.adapters.echo:adapter``). It finds
+:class:`~router.daemon.adapters.cli.CliAdapter` **object** (not a factory;
+the same convention as ``router.daemon.adapters.echo:adapter``). It finds
 ``claude`` on ``PATH``; session homes go under ``$ROUTER_CLI_HOMES`` (default
 ``~/.harness/sessions``) and the working directory is ``$ROUTER_CLI_CWD``
 (default ``/workspace`` when it exists, else a scratch ``workspace`` in each
@@ -61,7 +61,7 @@ import os
 import time
 from typing import Any, Callable, Final
 
-from router.container.adapters.cli import CliAdapter, CliCommand, CliExit, CliPreset, CliTurn, CliUpdate
+from router.daemon.adapters.cli import CliAdapter, CliCommand, CliExit, CliPreset, CliTurn, CliUpdate
 from wire.container import ContainerOutcome, Done, Unanswered
 from wire.json import JsonValue, dumps, is_json, js_number, loads
 

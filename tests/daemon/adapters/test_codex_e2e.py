@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from router.container.adapter import AdapterTurn
-from router.container.adapters import codex
-from tests.adapters.helpers import Recorder
+from router.daemon.adapter import AdapterTurn
+from router.daemon.adapters import codex
+from tests.daemon.adapters.helpers import Recorder
 from tests.fakes.openai import FakeResponses, ResponsesReply
 from tests.support.npm import CODEX_SPEC, require_npm_package
 from wire.container import ContainerSettings, Done

@@ -1,7 +1,7 @@
 """The host: durable container sessions over the daemon WebSocket.
 
 The host is what the reference calls the object (``ContainerHarness`` in npm
-``agents@0.32.0``): it owns the durable record (:mod:`router.container.store`)
+``agents@0.32.0``): it owns the durable record (:mod:`router.host.store`)
 and drives a disposable daemon. It survives the loss of the socket, of the
 daemon, and of itself, and never loses or doubles an operation, a transcript
 message or a persisted entry.
@@ -18,11 +18,11 @@ Usage (Trio idiom: the host is a component with ``run``)::
     store.close()  # after the host: no link may still use it
 
 Layout: :class:`Host` (the component: the store, the daemon endpoint, the
-settings, one :class:`~router.container.host_session.SessionLink` per session
+settings, one :class:`~router.host.session_link.SessionLink` per session
 with work), :class:`HostSession` (the per-session API, a cheap handle), and
 :class:`HostSessions` (create / fork / list). The rules live in the sans-IO
-core (:mod:`router.container.reconcile`); the sockets in
-:mod:`router.container.host_session` and :mod:`router.container.link`.
+core (:mod:`router.host.reconcile`); the sockets in
+:mod:`router.host.session_link` and :mod:`router.host.link`.
 
 Every API call writes to the store first (in the store's worker thread, so
 the loop never waits on the disk) and then asks the session's link to act; a
@@ -41,8 +41,8 @@ from typing import Any, AsyncIterator, Final, Literal
 import attrs
 import trio
 
-from router.container.host_session import EventsLagged, SessionLink, Subscriber
-from router.container.link import (
+from router.host.session_link import EventsLagged, SessionLink, Subscriber
+from router.host.link import (
     CONNECT_TIMEOUT,
     HEALTH_WAIT,
     HELLO_TIMEOUT,
@@ -52,14 +52,14 @@ from router.container.link import (
     DaemonEndpoint,
     LinkError,
 )
-from router.container.reconcile import (
+from router.host.reconcile import (
     ACK_EVERY,
     LOST_POLICIES,
     LostPolicy,
     OperationResult,
     end_event,
 )
-from router.container.store import OPEN_STATUSES, Refused, SessionRecord, Store
+from router.host.store import OPEN_STATUSES, Refused, SessionRecord, Store
 from wire.container import ContainerInput, converter, structure_or_none
 from wire.json import JsonValue
 

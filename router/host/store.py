@@ -4,8 +4,8 @@ The host owns everything a session is (the daemon in the container is
 disposable): the sessions, their operations, the transcript, the adapter's
 persisted entries, the replay cursor and the generation. This module keeps
 them in SQLite and nothing else; the rules that decide *what* to write live in
-:mod:`router.container.reconcile`, and the Trio code that moves bytes lives in
-:mod:`router.container.host_session`.
+:mod:`router.host.reconcile`, and the Trio code that moves bytes lives in
+:mod:`router.host.session_link`.
 
 Theory of operation
 -------------------

@@ -3,11 +3,11 @@
 One :class:`ConnectionCore` per WebSocket connection of a session (the
 reference's ``attached`` record, ``ContainerHarness`` in npm
 ``agents@0.32.0``, ``dist/harness/container/index.js``). It never touches a
-socket and never awaits: each method takes the :class:`~router.container.store.Store`,
+socket and never awaits: each method takes the :class:`~router.host.store.Store`,
 runs inside one store transaction (the caller's ``Store.transact``), writes
 what the rule says, and returns :class:`Effects`: the host messages to send,
 the session events to hand to live subscribers, and the operations it
-settled. The Trio layer (:mod:`router.container.host_session`) sends and
+settled. The Trio layer (:mod:`router.host.session_link`) sends and
 notifies only after the transaction has committed, so nothing is announced
 that is not stored; a send that is lost with the socket is healed by the next
 ``hello`` (see "Why deciding before sending is safe").
@@ -100,7 +100,7 @@ from typing import Any, Final, Literal, Sequence
 
 import attrs
 
-from router.container.store import OPEN_STATUSES, OperationRecord, Store
+from router.host.store import OPEN_STATUSES, OperationRecord, Store
 from wire.container import (
     Abort,
     Ack,

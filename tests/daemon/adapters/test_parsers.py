@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.container.adapters.claude_code import ClaudeCodeParser, command as claude_command
-from router.container.adapters.cli import CliExit, CliTurn, CliUpdate, LineSplitter, fold_state
-from router.container.adapters.codex import CodexParser, command as codex_command
-from tests.adapters.helpers import FIXTURES
+from router.daemon.adapters.claude_code import ClaudeCodeParser, command as claude_command
+from router.daemon.adapters.cli import CliExit, CliTurn, CliUpdate, LineSplitter, fold_state
+from router.daemon.adapters.codex import CodexParser, command as codex_command
+from tests.daemon.adapters.helpers import FIXTURES
 from wire.container import ContainerSettings, Done, Unanswered, is_event
 from wire.json import JsonError
 

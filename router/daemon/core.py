@@ -11,7 +11,7 @@ is that bookkeeping for one session, as a plain class: inputs in (host
 messages, connections coming and going, adapter results, adapter events),
 effects out (texts to send, sockets to close, adapter calls to make). It
 never awaits and never touches a socket; the Trio layer
-(:mod:`router.container.daemon`) performs the effects in the order given and
+(:mod:`router.daemon.runner`) performs the effects in the order given and
 feeds results back. The rules are the reference daemon's (npm
 ``agents@0.32.0``, ``dist/daemon-core-*.js``: ``DaemonSession``); where this
 class chooses differently it says so.

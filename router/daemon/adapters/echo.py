@@ -21,7 +21,7 @@ from typing import Final
 
 import trio
 
-from router.container.adapter import AdapterContext, AdapterTurn
+from router.daemon.adapter import AdapterContext, AdapterTurn
 from wire.container import AdapterInfo, ContainerInput, ContainerOutcome, Done, Unanswered, input_text
 
 __all__ = ["EchoAdapter", "EchoSession", "adapter", "emit_answer"]

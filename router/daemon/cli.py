@@ -15,7 +15,7 @@ every adapter session, then exit 0.
 ``--adapter`` is ``echo`` (built in), ``claude-code`` or ``codex`` (the CLI
 adapters), or ``package.module:attribute`` for an adapter of your own: an
 object with ``info`` (a ``wire.container.AdapterInfo``) and ``open(context)``
-(see ``router.container.adapter``), or a callable taking no arguments that
+(see ``router.daemon.adapter``), or a callable taking no arguments that
 returns one. Exit status 2: the environment or the adapter is wrong, or the
 port cannot be bound; the message says which.
 """
@@ -40,9 +40,9 @@ __all__ = ["ADAPTERS", "AdapterLoadError", "DaemonConfig", "DaemonConfigError", 
 
 #: Built-in adapter names and where each lives.
 ADAPTERS: Final = {
-    "echo": "router.container.adapters.echo:adapter",
-    "claude-code": "router.container.adapters.claude_code:adapter",
-    "codex": "router.container.adapters.codex:adapter",
+    "echo": "router.daemon.adapters.echo:adapter",
+    "claude-code": "router.daemon.adapters.claude_code:adapter",
+    "codex": "router.daemon.adapters.codex:adapter",
 }
 
 
@@ -208,8 +208,8 @@ def run(args: argparse.Namespace) -> int:
 
 async def serve(adapter: Any, config: DaemonConfig, host: str) -> int:
     """Serve until SIGTERM or SIGINT, then close cleanly; returns 0."""
-    from router.container.daemon import Daemon
-    from router.container.daemon_transport import DaemonServer
+    from router.daemon.runner import Daemon
+    from router.daemon.transport import DaemonServer
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         listeners = await trio.open_tcp_listeners(config.port, host=host)

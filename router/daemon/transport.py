@@ -23,7 +23,7 @@ same work (``docs/bench.md``, "Daemon").
 A WebSocket whose token header does not match (``hmac.compare_digest``) or
 whose session id is empty or not valid percent-encoded UTF-8 is accepted and
 closed at once with ``CLOSE_UNAUTHORIZED`` (4003), as the reference does. A
-good one is attached to its session (:class:`~router.container.daemon.Daemon`):
+good one is attached to its session (:class:`~router.daemon.runner.Daemon`):
 the session sends ``hello``, a newer connection for the same session closes
 this one with 4001, and each text received goes to the session. A binary
 message is decoded as UTF-8 with replacement characters, as the reference's
@@ -65,12 +65,12 @@ import trio
 from trio_websocket import ConnectionClosed, wrap_server_stream
 from wsproto import ConnectionState
 
-from router.container.daemon import CLOSE_TIMEOUT, Daemon, DaemonClosed, Outbox
+from router.daemon.runner import CLOSE_TIMEOUT, Daemon, DaemonClosed, Outbox
 from wire.container import CLOSE_UNAUTHORIZED, CONTAINER_HEALTH_PATH, CONTAINER_SESSION_PATH, CONTAINER_TOKEN_HEADER
 
 __all__ = ["DaemonServer", "MAX_MESSAGE_SIZE", "decode_session_id"]
 
-log = logging.getLogger("router.container.daemon")
+log = logging.getLogger("router.daemon")
 
 #: Largest message accepted. The reference's ``MAX_MESSAGE_BYTES`` (64 MiB,
 #: runtime ``websocket.ts``) counts UTF-8 bytes; trio-websocket counts the

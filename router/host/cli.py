@@ -23,9 +23,9 @@ import sys
 
 import trio
 
-from router.container.host import ROOT_SESSION, Host, HostSettings
-from router.container.link import DaemonEndpoint, EndpointError, LinkError
-from router.container.store import Refused, Store
+from router.host.host import ROOT_SESSION, Host, HostSettings
+from router.host.link import DaemonEndpoint, EndpointError, LinkError
+from router.host.store import Refused, Store
 from wire.json import dumps
 
 #: ``router prompt``'s default for ``--connect-timeout``: seconds without a

@@ -9,11 +9,11 @@ from typing import Any
 import attrs
 import trio
 
-from router.container.adapter import AdapterContext
+from router.daemon.adapter import AdapterContext
 from wire.container import ContainerSettings
 
 FAKE_CLI = Path(__file__).with_name("fake_cli.py")
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 @attrs.define

@@ -1,7 +1,7 @@
 """The container daemon's Trio layer: sessions, turns and connections' send side.
 
 :class:`Daemon` serves any number of sessions with one adapter. Each session
-is a :class:`SessionRunner`: a :class:`~router.container.daemon_core.SessionCore`
+is a :class:`SessionRunner`: a :class:`~router.daemon.core.SessionCore`
 (all the decisions) and the tasks that carry them out, in a nursery of its
 own:
 
@@ -14,7 +14,7 @@ own:
 A connection's send side is an :class:`Outbox`: the core's sends are queued
 there without blocking (so an adapter's ``emit`` never waits on the network
 and frames keep their order) and one writer task per connection writes them.
-The transport (:mod:`router.container.daemon_transport`) owns the sockets.
+The transport (:mod:`router.daemon.transport`) owns the sockets.
 
 Error handling: an adapter that raises in ``open``, ``steer`` or
 ``configure`` gets the host an ``error`` message (the reference sends the
@@ -38,8 +38,8 @@ from typing import Any, Final, Protocol
 import trio
 from trio_websocket import ConnectionClosed
 
-from router.container.adapter import Adapter, AdapterContext, AdapterTurn
-from router.container.daemon_core import (
+from router.daemon.adapter import Adapter, AdapterContext, AdapterTurn
+from router.daemon.core import (
     MAX_KEPT_FRAMES,
     SETTLED_KEPT,
     AwaitTurn,
@@ -63,7 +63,7 @@ from wire.json import dumps
 
 __all__ = ["Daemon", "DaemonClosed", "Outbox", "SessionRunner", "SHUTDOWN_GRACE"]
 
-log = logging.getLogger("router.container.daemon")
+log = logging.getLogger("router.daemon")
 
 #: Host messages a session holds before the socket's reader waits (so a
 #: host that sends faster than the session handles is slowed by TCP, not

@@ -1,6 +1,6 @@
 """One session's link task: the Trio layer over :class:`ConnectionCore`.
 
-A :class:`SessionLink` is started by the :class:`~router.container.host.Host`
+A :class:`SessionLink` is started by the :class:`~router.host.host.Host`
 in its nursery when a session has work (or a subscriber) and runs until the
 session is closed or the host stops. It owns one nursery, and in it one
 task: the connect loop. Each connection gets a nursery of its own (the
@@ -12,7 +12,7 @@ Theory of operation
 
 Connect loop: wait for ``/healthz`` (backoff 250 ms → 2 s), dial (10 s), read
 ``hello`` (10 s); reconcile and deliver; then drive until the socket drops.
-Retryable failures (:class:`~router.container.link.LinkError` with
+Retryable failures (:class:`~router.host.link.LinkError` with
 ``retry``) pause for a capped exponential backoff with jitter, reset after
 every connection that reached ``hello``; failures that cannot heal
 (``unauthorized``, ``protocol-mismatch``), and unreachability beyond the
@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
-from router.container.link import (
+from router.host.link import (
     LinkDropped,
     LinkError,
     LinkUnreachable,
@@ -63,11 +63,11 @@ from router.container.link import (
     read_hello,
     wait_healthy,
 )
-from router.container.reconcile import ConnectionCore, Effects
+from router.host.reconcile import ConnectionCore, Effects
 from wire.container import Abort, AdapterInfo, ErrorMessage, Hello, dump_message, parse_daemon_message
 
 if TYPE_CHECKING:
-    from router.container.host import Host
+    from router.host.host import Host
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from router.container.adapter import AdapterTurn
-from router.container.adapters import claude_code
-from router.container.adapters.cli import CliAdapter, CliSession, home_for
-from tests.adapters.helpers import FAKE_CLI, FIXTURES, Recorder, alive, read_records
+from router.daemon.adapter import AdapterTurn
+from router.daemon.adapters import claude_code
+from router.daemon.adapters.cli import CliAdapter, CliSession, home_for
+from tests.daemon.adapters.helpers import FAKE_CLI, FIXTURES, Recorder, alive, read_records
 from wire.container import ContainerSettings, Done, TextInputPart, Unanswered
 
 

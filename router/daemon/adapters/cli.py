@@ -67,7 +67,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 import attrs
 import trio
 
-from router.container.adapter import AdapterContext, AdapterTurn
+from router.daemon.adapter import AdapterContext, AdapterTurn
 from wire.container import (
     AdapterInfo,
     ContainerOutcome,

@@ -1,1 +1,0 @@
-"""Adapters: the agent-specific part of the daemon (see ``router.container.adapter``)."""

@@ -1,0 +1,1 @@
+"""Adapters: the agent-specific part of the daemon (see ``router.daemon.adapter``)."""

@@ -1,0 +1,57 @@
+"""The host: the side of the container protocol that drives daemons and owns
+the durable record (what the reference calls the object).
+
+This package is one program. It imports :mod:`wire` and the shared helpers in
+:mod:`router`, never :mod:`router.daemon`, the other end of the protocol: a
+host drives any daemon that speaks the wire, ours or the reference's. Its
+public face is what this module exports:
+
+- :class:`Host` and :class:`HostSession`: submit, prompt, steer, wait, abort,
+  reset, set model, messages, events, sessions (``host``);
+- :class:`Store`: the durable record in SQLite (``store``);
+- :class:`DaemonEndpoint` and the link's errors (``link``).
+
+The modules inside:
+
+``reconcile``     sans-IO: reconcile on ``hello``, deliver, apply frames, acks
+``link``          dialling a daemon: health wait, connect and hello deadlines,
+                  backoff
+``session_link``  one session's link task (connect loop, reader, driver)
+``host``          the ``Host`` API
+``store``         the durable record: SQLite, WAL, one writer thread
+``cli``           ``router prompt``, ``router transcript``
+"""
+
+from router.host.host import (
+    ROOT_SESSION,
+    EventStream,
+    EventsLagged,
+    Host,
+    HostSession,
+    HostSessions,
+    HostSettings,
+    OperationResult,
+    Receipt,
+)
+from router.host.link import DaemonEndpoint, EndpointError, LinkError, LinkRefused
+from router.host.store import Refused, SessionRecord, Store, StoreMisuse
+
+__all__ = [
+    "DaemonEndpoint",
+    "EndpointError",
+    "EventStream",
+    "EventsLagged",
+    "Host",
+    "HostSession",
+    "HostSessions",
+    "HostSettings",
+    "LinkError",
+    "LinkRefused",
+    "OperationResult",
+    "ROOT_SESSION",
+    "Receipt",
+    "Refused",
+    "SessionRecord",
+    "Store",
+    "StoreMisuse",
+]
