@@ -9,10 +9,12 @@ public face is what this module exports:
 - :class:`Host` and :class:`HostSession`: submit, prompt, steer, wait, abort,
   reset, set model, messages, events, sessions (``host``);
 - :class:`Store`: the durable record in SQLite (``store``);
-- :class:`DaemonEndpoint` and the link's errors (``link``).
+- :class:`DaemonEndpoint` and the link's errors (``link``);
+- the typed events a session's subscribers receive (``events``).
 
 The modules inside:
 
+``events``        the typed events and operation results the host hands out
 ``reconcile``     sans-IO: reconcile on ``hello``, deliver, apply frames, acks
 ``link``          dialling a daemon: health wait, connect and hello deadlines,
                   backoff
@@ -22,6 +24,15 @@ The modules inside:
 ``cli``           ``router prompt``, ``router transcript``
 """
 
+from router.host.events import (
+    AdapterEvent,
+    ContainerLost,
+    HostEvent,
+    MessageStored,
+    OperationEnded,
+    OperationStarted,
+    event_json,
+)
 from router.host.host import (
     ROOT_SESSION,
     EventStream,
@@ -37,21 +48,28 @@ from router.host.link import DaemonEndpoint, EndpointError, LinkError, LinkRefus
 from router.host.store import Refused, SessionRecord, Store, StoreMisuse
 
 __all__ = [
+    "AdapterEvent",
+    "ContainerLost",
     "DaemonEndpoint",
     "EndpointError",
     "EventStream",
     "EventsLagged",
     "Host",
+    "HostEvent",
     "HostSession",
     "HostSessions",
     "HostSettings",
     "LinkError",
     "LinkRefused",
+    "MessageStored",
+    "OperationEnded",
     "OperationResult",
+    "OperationStarted",
     "ROOT_SESSION",
     "Receipt",
     "Refused",
     "SessionRecord",
     "Store",
     "StoreMisuse",
+    "event_json",
 ]

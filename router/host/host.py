@@ -41,7 +41,9 @@ from typing import Any, AsyncIterator, Final, Literal
 import attrs
 import trio
 
-from router.host.session_link import EventsLagged, SessionLink, Subscriber
+from router._fanout import Subscription
+from router.host.events import HostEvent
+from router.host.session_link import EventsLagged, SessionLink
 from router.host.link import (
     CONNECT_TIMEOUT,
     HEALTH_WAIT,
@@ -290,7 +292,7 @@ class Host:
             if entry is not None:
                 entry.event.set()
 
-    def _notify(self, session: str, results: list[OperationResult], events: list[dict]) -> None:
+    def _notify(self, session: str, results: list[OperationResult], events: list[HostEvent]) -> None:
         """Settles and events committed by the API (not by a link)."""
         self._settled(session, results)
         link = self._links.get(session)
@@ -513,36 +515,22 @@ class HostSession:
         host = self.host
         await host.store.call(host.store.require_session, self.id)
         link = host._ensure_link(self.id)
-        subscriber = Subscriber()
-        link.subscribers.add(subscriber)
-        try:
+        with link.subscribers.subscribe() as subscription:
             snapshot = await self.snapshot()
-            yield EventStream(self.id, snapshot, subscriber)
-        finally:
-            link.subscribers.discard(subscriber)
-            subscriber.send.close()
-            subscriber.receive.close()
+            yield EventStream(self.id, snapshot, subscription)
 
 
 class EventStream:
-    """A session's live events after a snapshot; see :meth:`HostSession.events`."""
+    """A session's live events after a snapshot; see :meth:`HostSession.events`.
+    ``async for batch in stream`` gives lists of :data:`~router.host.events.HostEvent`."""
 
-    def __init__(self, session: str, snapshot: dict, subscriber: Subscriber) -> None:
+    def __init__(self, session: str, snapshot: dict, subscription: Subscription[list[HostEvent]]) -> None:
         self.session = session
         self.snapshot = snapshot
-        self._subscriber = subscriber
+        self._subscription = subscription
 
-    def __aiter__(self) -> AsyncIterator[list[dict]]:
-        return self._batches()
-
-    async def _batches(self) -> AsyncIterator[list[dict]]:
-        try:
-            async for batch in self._subscriber.receive:
-                yield batch
-        except trio.ClosedResourceError:
-            return
-        if self._subscriber.lagged:
-            raise EventsLagged(self.session)
+    def __aiter__(self) -> Subscription[list[HostEvent]]:
+        return self._subscription
 
 
 class HostSessions:

@@ -100,6 +100,15 @@ from typing import Any, Final, Literal, Sequence
 
 import attrs
 
+from router.host.events import (
+    AdapterEvent,
+    ContainerLost,
+    HostEvent,
+    MessageStored,
+    OperationEnded,
+    OperationResult,
+    OperationStarted,
+)
 from router.host.store import OPEN_STATUSES, OperationRecord, Store
 from wire.container import (
     Abort,
@@ -140,48 +149,6 @@ LOST_POLICIES: Final = ("fail", "retry")
 CONTAINER_LOST: Final = "container_lost"
 
 
-@attrs.frozen(kw_only=True)
-class OperationResult:
-    """How an operation ended, as the API reports it."""
-
-    operation_id: str
-    session: str
-    status: Literal["done", "unanswered"]
-    text: str | None = None
-    reason: str | None = None
-
-    @classmethod
-    def of(cls, record: OperationRecord) -> OperationResult | None:
-        """The result of a settled operation record; None while it is open."""
-        if not record.settled or record.outcome is None:
-            return None
-        if record.status == "done":
-            text = record.outcome.get("text")
-            return cls(
-                operation_id=record.id,
-                session=record.session,
-                status="done",
-                text=text if type(text) is str else "",
-            )
-        reason = record.outcome.get("reason")
-        return cls(
-            operation_id=record.id,
-            session=record.session,
-            status="unanswered",
-            reason=reason if type(reason) is str else "unanswered",
-        )
-
-    def to_json(self) -> dict:
-        body: dict[str, Any] = {
-            "operationId": self.operation_id,
-            "session": self.session,
-            "status": self.status,
-        }
-        if self.status == "done":
-            body["text"] = self.text
-        else:
-            body["reason"] = self.reason
-        return body
 
 
 @attrs.frozen(kw_only=True)
@@ -189,8 +156,8 @@ class Effects:
     """What a core call leaves to do once its transaction has committed."""
 
     sends: tuple[HostMessage, ...] = ()
-    #: Session events for live subscribers (JSON objects), in order.
-    events: tuple[dict, ...] = ()
+    #: Session events for live subscribers, in order.
+    events: tuple[HostEvent, ...] = ()
     settled: tuple[OperationResult, ...] = ()
 
     def __add__(self, other: Effects) -> Effects:
@@ -237,8 +204,8 @@ def settle_in_store(store: Store, session: str, operation_id: str, outcome: dict
     return None if record is None else OperationResult.of(record)
 
 
-def end_event(result: OperationResult) -> dict:
-    return {"type": "operation-end", "result": result.to_json()}
+def end_event(result: OperationResult) -> OperationEnded:
+    return OperationEnded(result=result)
 
 
 class ConnectionCore:
@@ -305,7 +272,7 @@ class ConnectionCore:
         regressed = record.cursor_runtime == runtime and hello.last_seq < record.cursor_seq
         same_runtime = record.cursor_runtime == runtime and not regressed
         sends: list[HostMessage] = []
-        events: list[dict] = []
+        events: list[HostEvent] = []
         settled: list[OperationResult] = []
         settled_there: list[tuple[str, dict]] = []
         deferred: list[str] = []
@@ -365,7 +332,7 @@ class ConnectionCore:
                 sends.append(Abort(operation_id=there.operation_id))
 
         if lost_any:
-            events.insert(0, {"type": "container", "status": "lost"})
+            events.insert(0, ContainerLost())
 
         cursor_seq = record.cursor_seq
         if not same_runtime:
@@ -448,7 +415,7 @@ class ConnectionCore:
         runtime = self.runtime_id
         assert runtime is not None
         cursor_runtime, cursor_seq = record.cursor_runtime, record.cursor_seq
-        events: list[dict] = []
+        events: list[HostEvent] = []
         settled: list[OperationResult] = []
         counted = 0
         last_seq = None
@@ -503,7 +470,7 @@ class ConnectionCore:
         return effects
 
     def _apply_frame(
-        self, store: Store, record: Any, runtime: str, seq: int, frame: Any, events: list[dict]
+        self, store: Store, record: Any, runtime: str, seq: int, frame: Any, events: list[HostEvent]
     ) -> OperationResult | None:
         session = self.session
         kind = type(frame)
@@ -520,13 +487,12 @@ class ConnectionCore:
                         "createdAt": operation.created_at,
                     }
                     store.put_message(session, operation.generation, message, operation.id)
-                    events.append({"type": "message", "message": message, "operationId": operation.id})
-                events.append({"type": "operation-start", "operationId": operation_id})
+                    events.append(MessageStored(message=message, operation_id=operation.id))
+                events.append(OperationStarted(operation_id=operation_id))
             return None
         if kind is EventFrame:
             event = frame.event
             operation_id = frame.operation_id
-            events.append({**event, "operationId": operation_id})
             if event["type"] == "message":
                 message = event["message"]
                 generation = self.generation
@@ -535,8 +501,11 @@ class ConnectionCore:
                     if operation is not None:
                         generation = operation.generation
                 store.put_message(session, generation, message, operation_id)
-            elif event["type"] == "usage":
+                events.append(MessageStored(message=message, operation_id=operation_id))
+                return None
+            if event["type"] == "usage":
                 store.record_usage(session, operation_id, runtime, seq, event)
+            events.append(AdapterEvent(event=event, operation_id=operation_id))
             return None
         if kind is PersistFrame:
             # Entries numbered at or below the open mark were persisted by an

@@ -48,11 +48,13 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Callable, Final, Literal
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
+from router._fanout import FanOut, Lagged
+from router.host.events import HostEvent
 from router.host.link import (
     LinkDropped,
     LinkError,
@@ -85,25 +87,20 @@ class _Reconnect(Exception):
     """Control flow: drop this connection and dial again at once."""
 
 
-class EventsLagged(Exception):
+class EventsLagged(Lagged):
     """A subscriber fell too far behind the live events and was dropped."""
 
-    code = "events-lagged"
 
-    def __init__(self, session: str) -> None:
-        super().__init__(
-            f"events-lagged: the event stream of session {session!r} fell over "
-            f"{SUBSCRIBER_BUFFER} batches behind and was closed; open a new one "
-            "(its snapshot catches up)"
+def _events_lagged(session: str) -> Callable[[], EventsLagged]:
+    def make() -> EventsLagged:
+        return EventsLagged(
+            "events-lagged",
+            f"the event stream of session {session!r} fell over {SUBSCRIBER_BUFFER} batches "
+            "behind and was closed; open a new one (its snapshot catches up)",
+            session=session,
         )
 
-
-class Subscriber:
-    """One live event stream's sending side."""
-
-    def __init__(self) -> None:
-        self.send, self.receive = trio.open_memory_channel[list[dict]](SUBSCRIBER_BUFFER)
-        self.lagged = False
+    return make
 
 
 class SessionLink:
@@ -121,7 +118,10 @@ class SessionLink:
         #: capabilities); None until a connection reached ``hello``. Kept
         #: across reconnects, so it says what the session last ran on.
         self.adapter: AdapterInfo | None = None
-        self.subscribers: set[Subscriber] = set()
+        #: Live subscribers of this session's events (see :mod:`router._fanout`).
+        self.subscribers: FanOut[list[HostEvent]] = FanOut(
+            buffer=SUBSCRIBER_BUFFER, lagged_error=_events_lagged(session)
+        )
         self.connections = 0
         self.frames_applied = 0
         self.last_error: LinkError | None = None
@@ -217,23 +217,10 @@ class SessionLink:
         self._wake.set()
         self._retry_now.set()
 
-    def emit(self, events: list[dict] | tuple[dict, ...]) -> None:
+    def emit(self, events: list[HostEvent] | tuple[HostEvent, ...]) -> None:
         """Hand a batch of events to every live subscriber, without waiting."""
-        if not events:
-            return
-        batch = list(events)
-        for subscriber in list(self.subscribers):
-            try:
-                subscriber.send.send_nowait(batch)
-            except trio.WouldBlock:
-                subscriber.lagged = True
-                self._drop(subscriber)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._drop(subscriber)
-
-    def _drop(self, subscriber: Subscriber) -> None:
-        self.subscribers.discard(subscriber)
-        subscriber.send.close()
+        if events:
+            self.subscribers.publish(list(events))
 
     def stop(self) -> None:
         """Close the link (also when its task has not started yet)."""
@@ -268,8 +255,7 @@ class SessionLink:
         finally:
             self._set_state("closed" if self.failure is None else "failed")
             self._core = None
-            for subscriber in list(self.subscribers):
-                self._drop(subscriber)
+            self.subscribers.close()
             self._done.set()
             self.host._link_ended(self)
 

@@ -59,6 +59,7 @@ from typing import Any, Callable, Final, Iterator, Mapping
 
 import trio
 
+from router.host import AdapterEvent, HostEvent, MessageStored, OperationEnded, OperationStarted
 from wire.json import JsonError, JsonValue, loads
 from wire.mod import (
     ModAppendEvent,
@@ -339,21 +340,22 @@ class ModLiveConverter:
         return items
 
 
-def container_items(event: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The items one of the host's live events makes (the host already
-    speaks ``ContainerMessage``; this drops what the view does not show)."""
-    kind = event.get("type")
-    if kind == "message" and type(event.get("message")) is dict:
-        return [{"type": "message", "message": event["message"]}]
-    if kind in ("text-delta", "reasoning-delta"):
-        if type(event.get("messageId")) is str and type(event.get("delta")) is str:
-            return [{"type": kind, "messageId": event["messageId"], "delta": event["delta"]}]
+def container_items(event: HostEvent) -> list[dict[str, Any]]:
+    """The items one of the host's events makes (the host already speaks
+    ``ContainerMessage``; this drops what the view does not show)."""
+    kind = type(event)
+    if kind is MessageStored:
+        return [{"type": "message", "message": event.message}]
+    if kind is AdapterEvent:
+        raw = event.event
+        if raw["type"] in ("text-delta", "reasoning-delta"):
+            if type(raw.get("messageId")) is str and type(raw.get("delta")) is str:
+                return [{"type": raw["type"], "messageId": raw["messageId"], "delta": raw["delta"]}]
         return []
-    if kind == "operation-start" and type(event.get("operationId")) is str:
-        return [{"type": "turn-start", "id": event["operationId"]}]
-    if kind == "operation-end" and type(event.get("result")) is dict:
-        result = event["result"]
-        return [{"type": "turn-end", "id": result.get("operationId"), "result": result}]
+    if kind is OperationStarted:
+        return [{"type": "turn-start", "id": event.operation_id}]
+    if kind is OperationEnded:
+        return [{"type": "turn-end", "id": event.operation_id, "result": event.result.to_json()}]
     return []
 
 

@@ -70,7 +70,7 @@ from typing import Any, AsyncIterator, Final, Mapping
 import attrs
 import trio
 
-from router.host import EventsLagged, Host, LinkError
+from router.host import EventsLagged, Host, HostEvent, LinkError, OperationEnded, OperationStarted
 from router.host import Refused as HostRefused
 from router.modlink.errors import ModCallError, ModCallTimeout, ModLinkClosed, ModSubscriberOverflow
 from router.modlink.server import DEFAULT_CALL_DEADLINE, ModLink
@@ -793,14 +793,11 @@ def _meter_mod_event(meter: SessionMeter, event: Any) -> None:
         meter.all_ended()  # the mod restarted, or the session ended: no turn runs
 
 
-def _meter_host_event(meter: SessionMeter, event: Any) -> None:
-    kind = event.get("type") if type(event) is dict else None
-    if kind == "operation-start" and type(event.get("operationId")) is str:
-        meter.turn_started(event["operationId"])
-    elif kind == "operation-end" and type(event.get("result")) is dict:
-        operation_id = event["result"].get("operationId")
-        if type(operation_id) is str:
-            meter.turn_ended(operation_id)
+def _meter_host_event(meter: SessionMeter, event: HostEvent) -> None:
+    if type(event) is OperationStarted:
+        meter.turn_started(event.operation_id)
+    elif type(event) is OperationEnded:
+        meter.turn_ended(event.operation_id)
 
 
 def _closed(delivery: Delivery) -> Unanswered:

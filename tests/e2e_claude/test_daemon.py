@@ -228,6 +228,7 @@ async def test_through_the_host_api_the_live_events_show_the_turn_and_usage_reac
     turn live (deltas, the tool part running then done, the settle), the
     transcript holds both sides, and the usage the CLI reported is in the
     store for the plug-in layer."""
+    from router.host.events import event_json
     from router.host.host import Host, HostSettings
     from router.host.link import DaemonEndpoint
     from router.host.store import Store
@@ -249,6 +250,7 @@ async def test_through_the_host_api_the_live_events_show_the_turn_and_usage_reac
                         await session.submit("Run echo.", operation_id="op-1")
                         with trio.fail_after(120):
                             async for batch in stream:
+                                batch = [event_json(event) for event in batch]
                                 live.extend(batch)
                                 if any(e["type"] == "operation-end" for e in batch):
                                     break

@@ -23,6 +23,7 @@ import pytest
 import trio
 
 from router.host.host import Host, HostSession
+from router.host.events import event_json
 from router.host.link import DaemonEndpoint
 from router.host.store import Store
 from tests.host.conftest import start_host
@@ -32,6 +33,7 @@ from tests.support.daemons import REPO, Daemon, spawn_daemon
 
 async def next_start(stream: Any, operation_id: str) -> None:
     async for batch in stream:
+        batch = [event_json(event) for event in batch]
         for event in batch:
             if event["type"] == "operation-start" and event["operationId"] == operation_id:
                 return
@@ -63,6 +65,7 @@ async def test_a_daemon_killed_mid_turn_is_replaced_and_the_session_resumes(
                 lost = await session.wait("second")
                 seen = []
                 async for batch in stream:
+                    batch = [event_json(event) for event in batch]
                     seen += batch
                     if any(e["type"] == "container" for e in seen):
                         break

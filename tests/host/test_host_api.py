@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from router.host.host import EventStream, Host, HostSession, Refused
+from router.host.events import event_json
 from router.host.link import LinkRefused
 from router.host.store import Store
 from tests.host.conftest import endpoint_of, start_host
@@ -23,6 +24,7 @@ async def host(nursery: trio.Nursery, store: Store, daemon: Daemon) -> Host:
 async def next_event(stream: EventStream, predicate: Callable[[dict], bool]) -> dict:
     """The first live event that matches (earlier ones are skipped)."""
     async for batch in stream:
+        batch = [event_json(event) for event in batch]
         for event in batch:
             if predicate(event):
                 return event
@@ -183,6 +185,7 @@ async def test_events_give_a_snapshot_then_live_batches_until_the_session_closes
         assert [m["id"] for m in stream.snapshot["messages"]] == ["old:user", "old:assistant"]
         await session.submit("live", operation_id="new")
         async for batch in stream:
+            batch = [event_json(event) for event in batch]
             seen += batch
             if any(e["type"] == "operation-end" for e in batch):
                 await host.close_session("root")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from router.host.reconcile import ACK_EVERY, ConnectionCore
+from router.host.events import event_json
 from router.host.store import Store
 from tests.host.core_driver import (
     SESSION,
@@ -35,6 +36,11 @@ def store(tmp_path: Path) -> Store:
 
 
 # ---------------------------------------------------------------- reconcile: open
+
+
+def jsons(events):
+    """The events as an edge shows them (the tests read their JSON shapes)."""
+    return tuple(event_json(event) for event in events)
 
 
 def test_a_daemon_without_the_generation_gets_open_then_replay(store: Store) -> None:
@@ -125,8 +131,8 @@ def test_a_running_operation_of_a_lost_runtime_fails_by_default(store: Store) ->
     core, effects = connect(store, hello("r2"))
     assert store.operation(SESSION, "a").outcome == {"status": "unanswered", "reason": "container_lost"}
     assert [r.operation_id for r in effects.settled] == ["a"]
-    assert effects.events[0] == {"type": "container", "status": "lost"}
-    assert effects.events[1]["type"] == "operation-end"
+    assert jsons(effects.events)[0] == {"type": "container", "status": "lost"}
+    assert jsons(effects.events)[1]["type"] == "operation-end"
     # The queued one is handed to the new runtime.
     prompts = [body for body in sends(effects) if body["type"] == "prompt"]
     assert [p["operationId"] for p in prompts] == ["b"]
@@ -138,7 +144,7 @@ def test_a_running_operation_of_a_lost_runtime_runs_again_under_retry(store: Sto
     core, effects = connect(store, hello("r2"), on_container_lost="retry")
     record = store.operation(SESSION, "a")
     assert record.status == "queued" and record.delivered == "r2"
-    assert not effects.settled and effects.events == ({"type": "container", "status": "lost"},)
+    assert not effects.settled and jsons(effects.events) == ({"type": "container", "status": "lost"},)
     assert [b["operationId"] for b in sends(effects) if b["type"] == "prompt"] == ["a"]
 
 
@@ -217,7 +223,7 @@ def test_a_settle_frame_replayed_before_caught_up_wins_and_settles_once(store: S
     core, _ = connect(store, hello("r1", open=1, last_seq=1, operations=report))
     effects = receive(store, core, frame(1, settle("a", "t")), caught_up(1))
     assert [r.operation_id for r in effects.settled] == ["a"]
-    assert [e["type"] for e in effects.events] == ["operation-end"]
+    assert [e["type"] for e in jsons(effects.events)] == ["operation-end"]
 
 
 def test_operations_the_host_settled_or_never_had_are_aborted_there(store: Store) -> None:
@@ -287,7 +293,7 @@ def test_start_records_the_user_message_once(store: Store) -> None:
         "createdAt": created,
     }
     assert store.messages(SESSION) == [user]
-    assert [e["type"] for e in effects.events] == ["message", "operation-start"]
+    assert [e["type"] for e in jsons(effects.events)] == ["message", "operation-start"]
     assert store.operation(SESSION, "a").status == "running"
 
 
@@ -304,7 +310,7 @@ def test_events_go_out_and_messages_are_stored_and_updated_in_place(store: Store
         frame(4, event(None, {"type": "log", "level": "info", "message": "between"})),
         frame(5, event("a", message("a:assistant", "final", "a"))),
     )
-    assert {**delta, "operationId": "a"} in effects.events
+    assert {**delta, "operationId": "a"} in jsons(effects.events)
     assert [m["id"] for m in store.messages(SESSION)] == ["a:user", "a:assistant"]
     assert store.messages(SESSION)[1]["parts"] == [{"type": "text", "text": "final"}]
 
@@ -324,7 +330,7 @@ def test_persist_appends_entries_and_settle_settles(store: Store) -> None:
     assert [r.to_json() for r in effects.settled] == [
         {"operationId": "a", "session": SESSION, "status": "done", "text": "echo"}
     ]
-    assert effects.events[-1] == {"type": "operation-end", "result": effects.settled[0].to_json()}
+    assert jsons(effects.events)[-1] == {"type": "operation-end", "result": effects.settled[0].to_json()}
     assert sends(effects) == [{"type": "ack", "seq": 4}]  # a settle is acked at once
     record = store.require_session(SESSION)
     assert (record.cursor_runtime, record.cursor_seq) == ("r1", 4)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from router.host import AdapterEvent, ContainerLost, MessageStored, OperationEnded, OperationResult, OperationStarted
 from router.turns.live import LiveHub, LiveLagged, ModLiveConverter, apply_item, container_items
 from wire.container import ContainerMessage, structure_or_none
 from wire.json import ABSENT
@@ -189,18 +190,20 @@ def test_a_reader_applying_the_items_sees_the_converters_transcript(
 
 def test_the_hosts_events_normalized() -> None:
     message = {"id": "o1:assistant", "role": "assistant", "parts": [], "operationId": "o1", "createdAt": 1}
-    assert container_items({"type": "message", "message": message, "operationId": "o1"}) == [
-        {"type": "message", "message": message}
+    assert container_items(MessageStored(message=message, operation_id="o1")) == [{"type": "message", "message": message}]
+    delta = {"type": "text-delta", "messageId": "m", "delta": "x"}
+    assert container_items(AdapterEvent(event=delta, operation_id="o1")) == [delta]
+    assert container_items(OperationStarted(operation_id="o1")) == [{"type": "turn-start", "id": "o1"}]
+    result = OperationResult(operation_id="o1", session="root", status="done", text="t")
+    assert container_items(OperationEnded(result=result)) == [
+        {"type": "turn-end", "id": "o1", "result": result.to_json()}
     ]
-    assert container_items({"type": "text-delta", "messageId": "m", "delta": "x", "operationId": "o1"}) == [
-        {"type": "text-delta", "messageId": "m", "delta": "x"}
-    ]
-    assert container_items({"type": "operation-start", "operationId": "o1"}) == [{"type": "turn-start", "id": "o1"}]
-    result = {"operationId": "o1", "session": "root", "status": "done", "text": "t"}
-    assert container_items({"type": "operation-end", "result": result}) == [
-        {"type": "turn-end", "id": "o1", "result": result}
-    ]
-    for other in ({"type": "usage", "inputTokens": 1}, {"type": "log", "level": "info", "message": "m"}, {}):
+    for other in (
+        AdapterEvent(event={"type": "usage", "inputTokens": 1}, operation_id=None),
+        AdapterEvent(event={"type": "log", "level": "info", "message": "m"}, operation_id=None),
+        AdapterEvent(event={"type": "text-delta", "messageId": 3, "delta": "x"}, operation_id=None),
+        ContainerLost(),
+    ):
         assert container_items(other) == []
 
 
