@@ -296,7 +296,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
     @app.get("/")
     async def page() -> Response:
         return Response(PAGE, content_type="text/html; charset=utf-8", headers={
-            "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'",
+            "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:",
             "X-Content-Type-Options": "nosniff",
         })
 

@@ -1,27 +1,132 @@
-"""The page at ``/``: its script parses (``node --check``), and it sets
-text, never HTML."""
+"""The page at ``/``: its script parses (``node --check``), it sets text and
+never HTML, and its deciding parts (``page.js``: the Markdown subset, the
+server-sent events parser, the outbox of pending sends, what an answer
+means) do what they say, run in node. The whole page in a browser is
+``tests/browser/``."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
-from router.api.page import PAGE
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from router.api.page import PAGE, SCRIPT
 from tests.support.npm import node_binary
 
+PAGE_JS = Path(__file__).resolve().parents[2] / "router" / "api" / "page.js"
 
-def script() -> str:
-    start = PAGE.index("<script>") + len("<script>")
-    return PAGE[start : PAGE.index("</script>")]
+
+def node(body: str) -> Any:
+    """Run ``body`` in node with page.js's exports in scope; the JSON it
+    prints with ``out(value)``."""
+    program = (
+        f"const page = require({json.dumps(str(PAGE_JS))});\n"
+        "const out = (value) => process.stdout.write(JSON.stringify(value));\n" + body
+    )
+    done = subprocess.run([node_binary(), "-e", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def test_the_script_parses(tmp_path: Path) -> None:
     path = tmp_path / "page.js"
-    path.write_text(script())
+    path.write_text(SCRIPT)
     done = subprocess.run([node_binary(), "--check", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
 
+def test_the_script_is_inline_whole_and_cannot_end_its_own_element() -> None:
+    assert SCRIPT in PAGE and "/*PAGE_SCRIPT*/" not in PAGE
+    assert "</script" not in SCRIPT.lower()
+
+
 def test_the_page_never_parses_what_it_shows() -> None:
     assert "innerHTML" not in PAGE and "insertAdjacentHTML" not in PAGE and "document.write" not in PAGE
+    assert "outerHTML" not in PAGE and "eval(" not in SCRIPT and "new Function" not in SCRIPT
     assert "textContent" in PAGE
+
+
+def test_markdown_makes_code_blocks_lists_and_inline_spans() -> None:
+    text = "# Title\n\nSome **bold** and `code` and *it*.\n\n```py\nprint('<b>')\n```\n\n- one\n- two\n\n1. first\n> quoted"
+    tree = node(f"out(page.markdown({json.dumps(text)}));")
+    assert [block["tag"] for block in tree] == ["h3", "p", "pre", "ul", "ol", "blockquote"]
+    assert tree[2] == {"tag": "pre", "lang": "py", "text": "print('<b>')"}
+    assert [item["children"][0]["text"] for item in tree[3]["children"]] == ["one", "two"]
+    spans = [(span["tag"], span.get("text")) for span in tree[1]["children"]]
+    assert ("code", "code") in spans and ("strong", None) in spans and ("em", None) in spans
+
+
+def test_only_web_links_become_links() -> None:
+    spans = node('out(page.inline("[a](https://x.test/p) [b](javascript:alert(1)) [c](data:text/html,x)"));')
+    links = [span for span in spans if span["tag"] == "a"]
+    assert [link["href"] for link in links] == ["https://x.test/p", None, None]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.text(alphabet=st.sampled_from("#*_`[]()>-1. \nab<>&\"'"), max_size=200))
+def test_markdown_keeps_every_character_of_code_and_never_throws(text: str) -> None:
+    tree = node(f"out(page.markdown({json.dumps(text)}));")
+    assert isinstance(tree, list)
+
+
+def test_the_sse_parser_follows_the_rules_across_any_chunking() -> None:
+    stream = "id: 1\ndata: {\"a\":1}\n\n: comment\nevent: snapshot\ndata: x\ndata: y\nid: 2\n\nid: 3\n\r\ndata: z\r\n\r\n"
+    # Every way of cutting the stream into two chunks gives the same events.
+    results = node(
+        f"const s = {json.dumps(stream)}; const all = [];\n"
+        "for (let cut = 0; cut <= s.length; cut++) { const got = [];\n"
+        "  const p = new page.SseParser((e) => got.push(e)); p.feed(s.slice(0, cut)); p.feed(s.slice(cut));\n"
+        "  all.push(got); }\nout(all);"
+    )
+    expected = [
+        {"event": "message", "data": '{"a":1}', "id": "1"},
+        {"event": "snapshot", "data": "x\ny", "id": "2"},
+        {"event": "message", "data": "z", "id": "3"},
+    ]
+    assert all(events == expected for events in results), results[0]
+
+
+def test_the_outbox_keeps_sends_until_they_are_answered() -> None:
+    got = node(
+        "const store = new Map(); const storage = { getItem: (k) => store.has(k) ? store.get(k) : null,"
+        " setItem: (k, v) => store.set(k, v) };\n"
+        "const box = new page.Outbox(storage);\n"
+        "box.add('s1', 'hello', 'e1', 1); box.add('s2', 'other', 'e2', 2); box.tried('e1', 'offline');\n"
+        "const again = new page.Outbox(storage);  // a reloaded page reads the same storage\n"
+        "const before = again.all(); again.settle('e1'); const after = again.all(); const of = box.of('s2');\n"
+        "storage.setItem(page.OUTBOX_KEY, 'not json'); const broken = again.all();\n"
+        "out({before, after, of, broken});"
+    )
+    assert [(p["eventId"], p["tries"], p.get("note")) for p in got["before"]] == [("e1", 1, "offline"), ("e2", 0, None)]
+    assert [p["eventId"] for p in got["after"]] == ["e2"] and [p["text"] for p in got["of"]] == ["other"]
+    assert got["broken"] == []
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "final", "words"),
+    [
+        (0, {}, False, "unreachable"),
+        (503, {"error": "no-answer", "eventId": "e"}, False, "sent again"),
+        (409, {"error": "session-stopped", "message": "a limit stopped it"}, True, "refused: session-stopped"),
+        (200, {"status": "dropped", "reason": "busy"}, True, "dropped it: busy"),
+        (200, {"status": "delivered", "as": "row"}, True, "written into the running turn"),
+        (200, {"status": "delivered", "as": "prompt", "whenBusy": "steer"}, True, "steered into the running turn, if"),
+        (200, {"status": "delivered", "as": "prompt", "whenBusy": "followUp"}, True, "queued as a follow-up, if"),
+        (200, {"status": "delivered", "as": "prompt"}, True, "started as a prompt"),
+    ],
+)
+def test_each_answer_is_told_in_words(status: int, body: dict, final: bool, words: str) -> None:
+    outcome = node(f"out(page.outcomeText({status}, {json.dumps(body)}));")
+    assert outcome["final"] is final and words in outcome["text"]
+
+
+def test_the_board_state_of_a_session() -> None:
+    states = node(
+        "out([{state: 'parked'}, {stopped: {reason: 'x'}}, {busy: true}, {busy: false}].map(page.stateOf));"
+    )
+    assert states == ["parked", "stopped", "working", "idle"]

@@ -1,0 +1,103 @@
+"""The page in a real headless Chromium against a real ``router serve``.
+
+Each test saves screenshots under ``$ROUTER_TEST_ARTIFACTS`` (default
+``.artifacts/`` in the checkout, ignored by git), so a person can look at
+what the page showed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import httpx
+
+from tests.api.processes import REPO, serve
+from tests.support.chromium import Page, chromium
+
+ARTIFACTS = Path(os.environ.get("ROUTER_TEST_ARTIFACTS", REPO / ".artifacts"))
+
+ANSWERS = "[...document.querySelectorAll('#log .assistant')].map(d => d.innerText)"
+
+
+def artifact(name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS / name
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def type_and_send(page: Page, text: str) -> None:
+    await page.evaluate(f"document.getElementById('text').value = {json.dumps(text)}")
+    await page.evaluate("document.getElementById('send').requestSubmit()")
+
+
+async def open_root(page_url: str, browser) -> Page:
+    page = await browser.open(page_url)
+    await page.wait_for("document.querySelector('#board tr[data-session=\"root\"]') !== null")
+    await page.wait_for("document.getElementById('connection').dataset.state === 'live'")
+    return page
+
+
+async def test_a_message_sent_from_the_page_is_answered_live(tmp_path: Path) -> None:
+    async with serve(tmp_path) as served, chromium() as browser:
+        page = await open_root(served.url + "/", browser)
+        await type_and_send(page, "hello from the page")
+        answer = await page.wait_for(f"{ANSWERS}.find(t => t.includes('echo:'))")
+        await page.wait_for("document.getElementById('outcome').innerText.includes('started as a prompt')")
+        await page.screenshot(artifact("page-answered.png"))
+        assert answer == "echo: hello from the page (turn 1)"
+        users = await page.evaluate("[...document.querySelectorAll('#log .user')].map(d => d.innerText)")
+        assert users == ["hello from the page"]
+        assert await page.evaluate("localStorage.getItem('router.outbox')") == "[]"
+        assert page.errors == []
+
+
+async def test_a_message_typed_while_the_server_is_down_is_answered_once_when_it_is_back(tmp_path: Path) -> None:
+    port = free_port()
+    async with chromium() as browser:
+        async with serve(tmp_path, "--port", str(port)) as served:
+            page = await open_root(served.url + "/", browser)
+        # The server is gone: the page says so, and keeps what is typed.
+        await page.wait_for("['offline', 'reconnecting', 'connecting'].includes(document.getElementById('connection').dataset.state)")
+        await type_and_send(page, "typed while down")
+        await page.wait_for("document.querySelector('#log .pending') !== null")
+        kept = json.loads(await page.evaluate("localStorage.getItem('router.outbox')"))
+        assert [entry["text"] for entry in kept] == ["typed while down"]
+        await page.screenshot(artifact("page-pending.png"))
+        async with serve(tmp_path, "--port", str(port), name="serve-again") as again:
+            answer = await page.wait_for(f"{ANSWERS}.find(t => t.includes('typed while down'))", timeout=60)
+            assert answer == "echo: typed while down (turn 1)"
+            await page.wait_for("document.querySelector('#log .pending') === null")
+            # Exactly once: the record holds one user message and one answer,
+            # whatever the number of tries the page made.
+            async with httpx.AsyncClient() as client:
+                transcript = (await client.get(again.url + "/sessions/root/messages")).json()["messages"]
+            assert [(m["role"], m["parts"][0]["text"]) for m in transcript] == [
+                ("user", "typed while down"),
+                ("assistant", "echo: typed while down (turn 1)"),
+            ]
+            await page.screenshot(artifact("page-after-restart.png"))
+        assert page.errors == []
+
+
+async def test_the_stop_button_aborts_a_slow_turn(tmp_path: Path) -> None:
+    async with serve(tmp_path) as served, chromium() as browser:
+        page = await open_root(served.url + "/", browser)
+        await type_and_send(page, "slow 60000 never finishes")
+        await page.wait_for("!document.getElementById('working').hidden")
+        await page.evaluate("document.getElementById('stop').click()")
+        await page.wait_for("document.getElementById('outcome').innerText === 'stopped'")
+        await page.wait_for("document.getElementById('working').hidden")
+        await page.screenshot(artifact("page-stopped.png"))
+        assert await page.evaluate(ANSWERS) == []
+        async with httpx.AsyncClient() as client:
+            transcript = (await client.get(served.url + "/sessions/root/messages")).json()["messages"]
+        assert [m["role"] for m in transcript] == ["user"]
+        assert page.errors == []
