@@ -28,7 +28,9 @@ async def test_health_and_page(api: Api) -> None:
     assert (await api.client.get("/healthz")).json() == {"ok": True}
     page = await api.client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert "<title>router</title>" in page.text and "EventSource" in page.text
+    assert "<title>router</title>" in page.text and "SseParser" in page.text
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'self'" in policy and "img-src data:" in policy
 
 
 async def test_sessions_list_and_create(api: Api) -> None:
