@@ -290,7 +290,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from router.serve import job_config
 
-    config = job_config(args, os.environ, port=args.port, claude_sessions=tuple(args.claude_session), records=records)
+    config = job_config(args, os.environ, port=args.port, claude_sessions=tuple(args.claude_session), records=records,
+                        local="mcp")
     try:
         return trio.run(_main, config, wire_in, wire_out)
     except StartFailed as exc:
