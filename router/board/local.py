@@ -46,7 +46,7 @@ import os
 import secrets
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, Mapping
+from typing import Any, Mapping
 
 import attrs
 import trio
@@ -55,34 +55,13 @@ from quart import Response
 from router._hypercorn import serve_on_socket
 from router._unix import MAX_SOCKET_PATH_BYTES, bind_private_socket, make_private_directory, remove_if_bound
 from router.api.app import ApiConfig, make_app
+from router.board.paths import BINDING_SUFFIX, INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_directory, uses_runtime_dir
 from router.errors import Refusal
 from wire.json import dumps
 
-__all__ = ["LOCAL_HOST", "LocalServer", "RouterInfo", "SOCKET_SUFFIX", "local_directory", "make_local_directory",
-           "router_name"]
+__all__ = ["LocalServer", "RouterInfo", "make_local_directory", "router_name"]
 
 log = logging.getLogger("router.board")
-
-#: The ``Host`` a client names a router's Unix socket by (ours; any name
-#: would do, the socket is the address).
-LOCAL_HOST: Final = "localhost"
-#: A router's socket file: ``<name>.sock``; while binding, ``<name>.binding``.
-SOCKET_SUFFIX: Final = ".sock"
-BINDING_SUFFIX: Final = ".binding"
-#: The route that says who a router is.
-INFO_ROUTE: Final = "/router"
-
-
-def local_directory(env: Mapping[str, str]) -> Path:
-    """The directory every router of this user binds its socket in (see the
-    module docstring)."""
-    from router.plugins.settings import default_data_dir
-
-    runtime = env.get("XDG_RUNTIME_DIR") or ""
-    if os.path.isabs(runtime):
-        return Path(runtime) / "router"
-    return default_data_dir(env) / "run"
-
 
 def make_local_directory(env: Mapping[str, str]) -> Path:
     """:func:`local_directory`, created (0700) when missing and checked:
@@ -91,7 +70,7 @@ def make_local_directory(env: Mapping[str, str]) -> Path:
     directory its parents are made as the data directory is; a missing
     ``$XDG_RUNTIME_DIR`` is not ours to make, and is refused."""
     directory = local_directory(env)
-    if not os.path.isabs(env.get("XDG_RUNTIME_DIR") or ""):
+    if not uses_runtime_dir(env):
         try:
             directory.parent.mkdir(parents=True, exist_ok=True)
         except OSError:
