@@ -58,7 +58,8 @@ _ID = {"type": "string", "minLength": 1}
 #: name -> (description, input schema).
 TOOLS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     "list_sessions": (
-        "List the router's sessions: their id, kind (container or claude-code) and whether they are busy.",
+        "List the router's sessions: their id, kind (container or claude-code), state (idle, working, stopped, "
+        "unreachable, closed) and whether they are busy.",
         {"type": "object", "properties": {}, "additionalProperties": False},
     ),
     "send_message": (

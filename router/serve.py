@@ -17,14 +17,18 @@ On one machine with nothing else installed it starts, in this order:
    (which brackets every turn with the plug-in layer: usage records, and
    the limit checks' ``must_stop``);
 5. the HTTP API and the page on ``127.0.0.1:--port`` (default 8765; ``0``
-   picks a free port).
+   picks a free port);
+6. the same API on the router's private Unix socket
+   (:mod:`router.board.local`), where ``router sessions`` and ``router
+   send`` find it.
 
-It then prints one line, ``router serve: listening on <url> ...``, and
-serves until SIGINT or SIGTERM, when it stops in the reverse order: the API
-(no new requests; live streams end), every session (queued deliveries are
-answered ``session-closed``), the host, the daemon, and last the stores.
-Exit 0 after a clean stop, 2 when it cannot start (a busy store, a port in
-use).
+It then prints one line, ``router serve: listening on <url> (..., local
+<socket>)``, and serves until SIGINT or SIGTERM, when it stops in the
+reverse order: the private socket (its file removed), the API (no new
+requests; live streams end), every session (queued deliveries are answered
+``session-closed``), the host, the daemon, and last the stores. Exit 0
+after a clean stop, 2 when it cannot start (a busy store, a port in use, a
+local directory that is not private: ``unsafe-directory``).
 
 :class:`MainJob` is that assembly as a component (``router mcp`` runs it
 too, without the API unless asked).

@@ -137,8 +137,9 @@ async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT) -> 
     async def ask(path: str) -> None:
         answers[path] = await _ask(path, timeout)
 
+    sockets = router_sockets(directory)  # refused before anything is asked
     async with trio.open_nursery() as nursery:
-        for path in router_sockets(directory):
+        for path in sockets:
             nursery.start_soon(ask, path, name=f"survey {os.path.basename(path)}")
     for path in sorted(answers):
         answer = answers[path]
@@ -176,7 +177,9 @@ async def _ask(path: str, timeout: float) -> Reached | Skipped | None:
             return Skipped(path, refused)
         if type(info) is not dict or type(sessions) is not dict or type(sessions.get("sessions")) is not list:
             return Skipped(path, Refusal("not-a-router", f"{path} answered, but not as a router does"))
-        return Reached(info={**info, "socket": path}, sessions=[s for s in sessions["sessions"] if type(s) is dict])
+        # Its name and socket are the file's: what a client reached it by.
+        return Reached(info={**info, "name": name, "socket": path},
+                       sessions=[s for s in sessions["sessions"] if type(s) is dict])
     return Skipped(path, Refusal("no-answer", f"router {name} ({path}) did not answer within {timeout:g} s; "
                                  "it may be hung or stopped (it was left alone)"))
 
