@@ -167,7 +167,7 @@ async def _ask(path: str, timeout: float) -> Reached | Skipped | None:
                                          headers=CLI_CHANNEL, timeout=None) as client:
                 info = await _get(client, INFO_ROUTE, name)
                 sessions = await _get(client, "/sessions", name)
-        except httpx.TransportError as exc:
+        except httpx.HTTPError as exc:
             if listener_gone(path):
                 log.info("removed %s: nothing listens on it (its router is gone)", path)
                 remove_if_bound(path, before)

@@ -203,3 +203,44 @@ async def test_a_router_on_its_socket(api: Api, runtime_dir: str) -> None:  # no
         assert caught.value.code == "unknown-router"
         nursery.cancel_scope.cancel()
     assert not os.path.exists(path)  # removed on exit
+
+
+# --------------------------------------------------------------------------- not a router
+
+
+def _response(status: int, body: bytes) -> bytes:
+    return (f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n").encode() + body
+
+
+@pytest.mark.parametrize("answer,code", [
+    (_response(200, b"not json"), "not-a-router"),
+    (_response(200, b"[1, 2]"), "not-a-router"),
+    (_response(200, b'{"sessions": 3}'), "not-a-router"),
+    (_response(200, b"\xff\xfe"), "not-a-router"),
+    (_response(503, b'{"error": "channel-off", "message": "the cli channel is off"}'), "channel-off"),
+    (_response(500, b'{"error": "Not A Code", "message": "x"}'), "not-a-router"),
+    (_response(404, b"{}"), "not-a-router"),
+    (b"SSH-2.0-OpenSSH\r\n", "cannot-connect"),
+    (b"", "cannot-connect"),
+])
+async def test_a_socket_that_answers_but_not_as_a_router_is_left_out(
+    directory: str, runtime_dir: str, answer: bytes, code: str
+) -> None:
+    path = os.path.join(directory, "serve-3-odd.sock")
+    listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await listener.bind(path)
+    listener.listen(8)
+
+    async def answer_every_request(stream: trio.SocketStream) -> None:
+        async with stream:
+            await stream.receive_some(65536)
+            await stream.send_all(answer)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, answer_every_request, [trio.SocketListener(listener)])
+        board = await survey(_env(runtime_dir))
+        assert board.reached == [] and board.removed == []
+        assert [(s.socket, s.refusal.code) for s in board.skipped] == [(path, code)]
+        nursery.cancel_scope.cancel()
+    os.unlink(path)
