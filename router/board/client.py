@@ -36,9 +36,10 @@ import trio
 from router._unix import check_private_directory, listener_gone, remove_if_bound
 from router.board.paths import INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_directory
 from router.errors import Refusal, is_code
+from wire.json import JsonError, loads
 
-__all__ = ["ANSWER_TIMEOUT", "BASE_URL", "Board", "CLI_CHANNEL", "NO_ROUTER", "Reached", "Skipped", "holder", "router_sockets",
-           "survey"]
+__all__ = ["ANSWER_TIMEOUT", "BASE_URL", "Board", "CLI_CHANNEL", "NO_ROUTER", "Reached", "Skipped", "holder", "read_answer",
+           "reached", "router_sockets", "survey"]
 
 log = logging.getLogger("router.board")
 
@@ -175,29 +176,42 @@ async def _ask(path: str, timeout: float) -> Reached | Skipped | None:
             return Skipped(path, Refusal("cannot-connect", f"router {name} ({path}) cannot be reached: {exc}"))
         except Refusal as refused:
             return Skipped(path, refused)
-        if type(info) is not dict or type(sessions) is not dict or type(sessions.get("sessions")) is not list:
-            return Skipped(path, Refusal("not-a-router", f"{path} answered, but not as a router does"))
-        # Its name and socket are the file's: what a client reached it by.
-        return Reached(info={**info, "name": name, "socket": path},
-                       sessions=[s for s in sessions["sessions"] if type(s) is dict])
+        return reached(path, info, sessions)
     return Skipped(path, Refusal("no-answer", f"router {name} ({path}) did not answer within {timeout:g} s; "
                                  "it may be hung or stopped (it was left alone)"))
 
 
 async def _get(client: Any, route: str, name: str) -> Any:
-    """``GET route`` as JSON; a refusal the router answered is raised as
-    one (``channel-off`` ...)."""
     response = await client.get(route)
+    return read_answer(name, route, response.status_code, response.content)
+
+
+def read_answer(name: str, route: str, status: int, content: bytes) -> Any:
+    """The JSON a router answered ``GET route`` with, or a
+    :class:`~router.errors.Refusal`: the router's own when it refused with a
+    code (``channel-off`` ...), ``not-a-router`` for anything else that is
+    not a 200 with JSON. Raises nothing else, whatever ``content`` is."""
     try:
-        body = response.json()
-    except ValueError:
+        body = loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, JsonError, RecursionError):
         raise Refusal("not-a-router", f"router {name} answered GET {route} with no JSON") from None
-    if response.status_code != 200:
+    if status != 200:
         error = body.get("error") if type(body) is dict else None
         if is_code(error) and type(body.get("message")) is str:
             raise Refusal(error, f"router {name}: {body['message']}")
-        raise Refusal("not-a-router", f"router {name} answered GET {route} {response.status_code}")
+        raise Refusal("not-a-router", f"router {name} answered GET {route} {status}")
     return body
+
+
+def reached(path: str, info: Any, sessions: Any) -> Reached | Skipped:
+    """The router at ``path`` from its two answers (any JSON values): on
+    the board, or skipped ``not-a-router`` when they are not a router's."""
+    if type(info) is not dict or type(sessions) is not dict or type(sessions.get("sessions")) is not list:
+        return Skipped(path, Refusal("not-a-router", f"{path} answered, but not as a router does"))
+    # Its name and socket are the file's: what a client reached it by.
+    name = os.path.basename(path)[: -len(SOCKET_SUFFIX)]
+    return Reached(info={**info, "name": name, "socket": path},
+                   sessions=[item for item in sessions["sessions"] if type(item) is dict])
 
 
 #: The refusals of :func:`holder` that mean "no router to ask" (the CLI's

@@ -5,16 +5,19 @@ router's :class:`LocalServer` over the API fixture's router."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from router._unix import check_private_directory, listener_gone
-from router.board.client import holder, router_sockets, survey
+from router.board.client import Reached, Skipped, holder, read_answer, reached, router_sockets, survey
 from router.board.local import LocalServer, make_local_directory
 from router.board.paths import local_directory
 from router.errors import Refusal
@@ -244,3 +247,32 @@ async def test_a_socket_that_answers_but_not_as_a_router_is_left_out(
         assert [(s.socket, s.refusal.code) for s in board.skipped] == [(path, code)]
         nursery.cancel_scope.cancel()
     os.unlink(path)
+
+
+# --------------------------------------------------------------------------- hostile answers
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(
+        ["error", "message", "sessions", "name", "id", "x"]) | st.text(max_size=4), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(status=st.integers(100, 599), content=st.binary(max_size=64) | _json.map(lambda v: json.dumps(v).encode())
+       | st.integers(1, 5000).map(lambda depth: b"[" * depth + b"]" * depth))
+def test_any_answer_is_json_or_a_refusal(status: int, content: bytes) -> None:
+    try:
+        read_answer("r", "/sessions", status, content)
+    except Refusal as refused:
+        assert refused.code  # a code, whatever came in
+
+
+@settings(max_examples=300, deadline=None)
+@given(info=_json, sessions=_json)
+def test_any_two_answers_are_a_router_or_a_skip(info: Any, sessions: Any) -> None:
+    answer = reached("/d/serve-1-ab.sock", info, sessions)
+    assert isinstance(answer, (Reached, Skipped))
+    if isinstance(answer, Reached):
+        assert answer.name == "serve-1-ab" and all(type(item) is dict for item in answer.sessions)
