@@ -53,9 +53,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.serve",
         "run the router: the store, an in-process echo daemon, the HTTP API and the page",
     ),
+    "sessions": (
+        "router.board.cli",
+        "list every session of every router of yours on this machine, with its kind and state",
+    ),
     "send": (
         "router.turns.cli",
-        "send a message to a session of a running `router serve` and print the answer",
+        "send a message to any session `router sessions` lists and print the answer",
     ),
     "resume": (
         "router.turns.cli",

@@ -58,7 +58,8 @@ _ID = {"type": "string", "minLength": 1}
 #: name -> (description, input schema).
 TOOLS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     "list_sessions": (
-        "List the router's sessions: their id, kind (container or claude-code) and whether they are busy.",
+        "List the router's sessions: their id, kind (container or claude-code), state (idle, working, stopped, "
+        "unreachable, closed) and whether they are busy.",
         {"type": "object", "properties": {}, "additionalProperties": False},
     ),
     "send_message": (
@@ -290,7 +291,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from router.serve import job_config
 
-    config = job_config(args, os.environ, port=args.port, claude_sessions=tuple(args.claude_session), records=records)
+    config = job_config(args, os.environ, port=args.port, claude_sessions=tuple(args.claude_session), records=records,
+                        local="mcp")
     try:
         return trio.run(_main, config, wire_in, wire_out)
     except StartFailed as exc:

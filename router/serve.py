@@ -17,14 +17,18 @@ On one machine with nothing else installed it starts, in this order:
    (which brackets every turn with the plug-in layer: usage records, and
    the limit checks' ``must_stop``);
 5. the HTTP API and the page on ``127.0.0.1:--port`` (default 8765; ``0``
-   picks a free port).
+   picks a free port);
+6. the same API on the router's private Unix socket
+   (:mod:`router.board.local`), where ``router sessions`` and ``router
+   send`` find it.
 
-It then prints one line, ``router serve: listening on <url> ...``, and
-serves until SIGINT or SIGTERM, when it stops in the reverse order: the API
-(no new requests; live streams end), every session (queued deliveries are
-answered ``session-closed``), the host, the daemon, and last the stores.
-Exit 0 after a clean stop, 2 when it cannot start (a busy store, a port in
-use).
+It then prints one line, ``router serve: listening on <url> (..., local
+<socket>)``, and serves until SIGINT or SIGTERM, when it stops in the
+reverse order: the private socket (its file removed), the API (no new
+requests; live streams end), every session (queued deliveries are answered
+``session-closed``), the host, the daemon, and last the stores. Exit 0
+after a clean stop, 2 when it cannot start (a busy store, a port in use, a
+local directory that is not private: ``unsafe-directory``).
 
 :class:`MainJob` is that assembly as a component (``router mcp`` runs it
 too, without the API unless asked).
@@ -46,6 +50,7 @@ import attrs
 import trio
 
 from router._trio import sole_error
+from router.errors import Refusal as Refused
 
 __all__ = ["JobConfig", "MainJob", "configure", "run"]
 
@@ -78,15 +83,13 @@ class JobConfig:
     #: ``data_dir``). Several routers may share one file: each append is
     #: one ``O_APPEND`` write.
     records: Path | None = None
+    #: Serve the private Unix socket (``router.board.local``) as this
+    #: command (``serve``, ``mcp``); None serves none.
+    local: str | None = None
 
 
-class StartFailed(Exception):
-    """The job could not start: ``code`` and a sentence."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+class StartFailed(Refused):
+    """The job could not start: a refusal (``code`` and a sentence)."""
 
 
 class _Slot:
@@ -120,6 +123,9 @@ class MainJob:
         self.layer: Any = None
         self.api: Any = None
         self.daemon_url: str | None = None
+        #: The private Unix socket's server and path, when it serves one.
+        self.local: Any = None
+        self.socket: str | None = None
         self._stops: list[tuple[str, Callable[[], Awaitable[None]]]] = []
         self._stop = trio.Event()
         self._stopped = trio.Event()
@@ -234,6 +240,10 @@ class MainJob:
                 if config.port is not None:
                     self.api = ApiServer(self.router, self.layer, port=config.port, config=ApiConfig(harness=harness))
                     self.url = await self._start(nursery, "api", self.api.run)
+                # 6. The private Unix socket: this user's other commands
+                # (`router sessions`, `router send`) reach the router there.
+                if config.local is not None:
+                    await self._start_local(nursery, harness)
                 task_status.started(self)
                 await self._stop.wait()
                 for name, stop in reversed(self._stops):
@@ -243,6 +253,19 @@ class MainJob:
             for each in reversed(opened):
                 each.close()
             self._stopped.set()
+
+
+    async def _start_local(self, nursery: trio.Nursery, harness: str) -> None:
+        from router.api.app import ApiConfig
+        from router.board.local import LocalServer
+
+        assert self.config.local is not None
+        self.local = LocalServer(self.router, self.layer, env=self.env, command=self.config.local,
+                                 data_dir=self.config.data_dir, url=self.url, config=ApiConfig(harness=harness))
+        try:
+            self.socket = await self._start(nursery, "local", self.local.run)
+        except Refused as refused:
+            raise StartFailed(refused.code, refused.message, **refused.data) from None
 
 
 def _plugin_log(entry: dict[str, Any]) -> None:
@@ -314,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
         print("router serve: --daemon needs the daemon's token (--token or $ROUTER_DAEMON_TOKEN)", file=sys.stderr)
         return 2
     setup_logging(args.log_level, "router serve")
-    config = job_config(args, os.environ, port=args.port)
+    config = job_config(args, os.environ, port=args.port, local="serve")
     try:
         return trio.run(_serve, config)
     except StartFailed as exc:
@@ -332,7 +355,8 @@ async def _serve(config: JobConfig) -> int:
             async with trio.open_nursery() as nursery:
                 await nursery.start(job.run)
                 print(
-                    f"router serve: listening on {job.url} (data {config.data_dir}, settings {config.settings_dir})",
+                    f"router serve: listening on {job.url} (data {config.data_dir}, settings {config.settings_dir}, "
+                    f"local {job.socket})",
                     flush=True,
                 )
                 async for received in signals:

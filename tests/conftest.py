@@ -26,3 +26,13 @@ def runtime_dir() -> Iterator[str]:
 def env(runtime_dir: str) -> dict[str, str]:
     """The environment a mod link resolves its socket path from."""
     return {"XDG_RUNTIME_DIR": runtime_dir}
+
+
+@pytest.fixture(autouse=True)
+def private_runtime_dir(runtime_dir: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with a run directory of its own (``XDG_RUNTIME_DIR``):
+    the routers it starts, in process or as processes, bind their local
+    sockets there (``router.board.local``), never in the user's own, and no
+    test sees another's routers."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime_dir)
+    return runtime_dir

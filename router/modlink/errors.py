@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import trio
 
+from router.errors import Refusal
+
 __all__ = [
     "ModBadResult",
     "ModCallError",
@@ -32,13 +34,13 @@ class ModLinkError(Exception):
     """Anything the mod link reports."""
 
 
-class ModLinkRefused(ModLinkError):
-    """The link was not started: ``code`` (kebab-case) and a sentence."""
+class ModLinkRefused(Refusal, ModLinkError):
+    """The link was not started: a :class:`~router.errors.Refusal` (``code``,
+    ``message``), with the ``path`` it concerns when there is one (also in
+    ``data``)."""
 
     def __init__(self, code: str, message: str, *, path: str | None = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+        super().__init__(code, message, **({} if path is None else {"path": path}))
         self.path = path
 
 

@@ -34,7 +34,6 @@ if it is still the one it bound, fails the calls still waiting with
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import socket
@@ -50,6 +49,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from router._hypercorn import serve_on_socket
+from router._unix import bind_private_socket, make_private_directory, remove_if_bound
 from router.modlink.core import DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCore, LinkState, SubscriberQueue
 from router.modlink.errors import ModCallTimeout, ModLinkClosed, ModLinkRefused, ModSubscriberOverflow
 from wire.json import JsonError, dumps, loads
@@ -360,68 +360,15 @@ class ModLink:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(os.fsencode(self.path))
-            # The directory is already 0700; the socket is the user's alone too.
-            os.chmod(self.path, 0o600)
-            sock.listen(128)
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            why = "another server bound it first" if exc.errno == errno.EADDRINUSE else os.strerror(exc.errno or 0)
-            raise ModLinkRefused("bind-failed", f"could not bind {self.path}: {why}", path=self.path) from exc
-        return sock
+        return bind_private_socket(self.path, refusal=ModLinkRefused)
 
     def _check_directory(self, directory: str) -> None:
         """Create the private directory (0700) when missing; refuse unless it
         is a real directory, owned by this user, mode 0700."""
-        try:
-            os.mkdir(directory, 0o700)
-            os.chmod(directory, 0o700)  # whatever the umask took away or not
-        except FileExistsError:
-            pass
-        except FileNotFoundError:
-            raise ModLinkRefused(
-                "unsafe-directory",
-                f"{os.path.dirname(directory)} does not exist, so the private directory "
-                f"{directory} cannot be made in it; create it (mode 0700) or set XDG_RUNTIME_DIR",
-                path=directory,
-            ) from None
-        except OSError as exc:
-            raise ModLinkRefused(
-                "unsafe-directory", f"could not create {directory}: {os.strerror(exc.errno or 0)}", path=directory
-            ) from exc
-        info = os.lstat(directory)
-        if not stat.S_ISDIR(info.st_mode):
-            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory"
-            raise ModLinkRefused(
-                "unsafe-directory", f"{directory} is {kind}; the socket only goes in a real directory", path=directory
-            )
-        if info.st_uid != os.geteuid():
-            raise ModLinkRefused(
-                "unsafe-directory",
-                f"{directory} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}); "
-                "another user could read the session through it",
-                path=directory,
-            )
-        mode = stat.S_IMODE(info.st_mode)
-        if mode != 0o700:
-            raise ModLinkRefused(
-                "unsafe-directory",
-                f"{directory} has mode {mode:04o}, not 0700; run 'chmod 700 {directory}' if it is yours",
-                path=directory,
-            )
+        make_private_directory(directory, refusal=ModLinkRefused)
 
     def _remove_socket(self, bound: os.stat_result) -> None:
-        # Only the file this server bound: after a stale takeover another
-        # server may own the path now.
-        try:
-            now = os.lstat(self.path)
-            if (now.st_dev, now.st_ino) == (bound.st_dev, bound.st_ino):
-                os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        remove_if_bound(self.path, bound)
 
     def _close(self) -> None:
         self._closed = True

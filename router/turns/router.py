@@ -99,6 +99,7 @@ from router.turns.core import (
     settle,
     stopped_sentence,
 )
+from router.board.state import claude_code_state, container_state
 from router.plugins.refusal import Refusal
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import StopInfo, attached_record
@@ -362,9 +363,10 @@ class TurnRouter:
         )
 
     async def list(self) -> list[dict[str, Any]]:
-        """Every session: ``{id, kind, busy}`` (container sessions oldest
-        first, then Claude Code sessions), with ``stopped`` (the stop's
-        reason) when a limit stopped it."""
+        """Every session: ``{id, kind, busy, state}`` (container sessions
+        oldest first, then Claude Code sessions), with ``stopped`` (the
+        stop's reason) when a limit stopped it; ``state`` as
+        :mod:`router.board.state` derives it."""
         out: list[dict[str, Any]] = []
         stops = await self.log.call(self.log.stops) if self.layer is not None else {}
         if self.host is not None:
@@ -390,7 +392,16 @@ class TurnRouter:
             stop = self._stop_of(open_session) if open_session is not None else stops.get(entry["id"])
             if stop is not None:
                 entry["stopped"] = stop.reason
+            entry["state"] = self._state(entry, open_session, stopped=stop is not None)
         return out
+
+    def _state(self, entry: dict[str, Any], session: Session | None, *, stopped: bool) -> str:
+        """The session's state (:mod:`router.board.state`)."""
+        if session is not None and session.kind is SessionKind.CLAUDE_CODE:
+            assert session.link is not None
+            return claude_code_state(link=session.link.state, stopped=stopped, closed=session.closed.is_set())
+        link = None if self.host is None else self.host.session(entry["id"]).link
+        return container_state(busy=entry["busy"], stopped=stopped, link_state=None if link is None else link.state)
 
     async def create(self, session_id: str | None = None, *, launch: LaunchRecord | None = None) -> dict[str, Any]:
         """Create a container session (an id that exists returns it).

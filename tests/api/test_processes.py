@@ -99,7 +99,7 @@ async def test_mcp_tools_over_stdio(tmp_path: Path) -> None:
         assert [tool.name for tool in tools.tools] == ["list_sessions", "send_message", "read_messages"]
         listed = await client.call_tool("list_sessions", {})
         assert not listed.is_error
-        assert json.loads(listed.content[0].text) == {"sessions": [{"id": "root", "kind": "container", "busy": False}]}
+        assert json.loads(listed.content[0].text) == {"sessions": [{"id": "root", "kind": "container", "busy": False, "state": "idle"}]}
         sent = await client.call_tool("send_message", {"session": "root", "text": "over mcp", "event_id": "m1",
                                                        "wait": True})
         answer = json.loads(sent.content[0].text)
@@ -228,7 +228,7 @@ async def test_mcp_embeds_a_claude_code_session(tmp_path: Path, env: dict[str, s
         await nursery.start(sim.run)
         assert sim.stopped is None
         listed = json.loads((await client.call_tool("list_sessions", {})).content[0].text)["sessions"]
-        assert {"id": CLAUDE, "kind": "claude-code", "busy": False, "connected": True} in listed
+        assert {"id": CLAUDE, "kind": "claude-code", "busy": False, "connected": True, "state": "idle"} in listed
         sent = await client.call_tool("send_message", {"session": CLAUDE, "text": "from the bus", "card": True})
         answer = json.loads(sent.content[0].text)
         assert not sent.is_error and answer["as"] == "prompt" and answer["message"] == "card"

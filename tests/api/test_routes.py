@@ -35,7 +35,7 @@ async def test_health_and_page(api: Api) -> None:
 
 async def test_sessions_list_and_create(api: Api) -> None:
     listed = (await api.client.get("/sessions")).json()
-    assert listed == {"sessions": [{"id": "root", "kind": "container", "busy": False}]}
+    assert listed == {"sessions": [{"id": "root", "kind": "container", "busy": False, "state": "idle"}]}
     created = await api.client.post("/sessions", json={"id": "mine"})
     assert created.status_code == 201
     assert created.json() == {"id": "mine", "kind": "container", "instance": "default", "harness": "echo"}
@@ -225,13 +225,15 @@ async def test_a_claude_code_session_through_the_api(api: Api, nursery: trio.Nur
     from router.modlink.sim import ModSimulator
 
     await api.router.open_claude_code(CLAUDE)
+    sessions = (await api.client.get("/sessions")).json()["sessions"]
+    assert [s["state"] for s in sessions if s["id"] == CLAUDE] == ["unreachable"]  # no mod said hello
     early = await api.send(CLAUDE, {"text": "anyone?", "eventId": "c0"})
     body = refusal(early, 503, "mod-not-connected")
     assert body["eventId"] == "c0"
     sim = ModSimulator(CLAUDE, env=env, snapshot_interval=0)
     await nursery.start(sim.run)
     sessions = (await api.client.get("/sessions")).json()["sessions"]
-    assert {"id": CLAUDE, "kind": "claude-code", "busy": False, "connected": True} in sessions
+    assert {"id": CLAUDE, "kind": "claude-code", "busy": False, "connected": True, "state": "idle"} in sessions
     answered = await api.send(CLAUDE, {"text": "anyone?", "eventId": "c0"})
     assert answered.status_code == 200
     assert answered.json()["as"] == "prompt" and answered.json()["message"] == "person"

@@ -109,7 +109,7 @@ async def test_a_limit_stops_the_session_after_the_turn_that_reaches_it(
     assert body["error"] == "session-stopped" and body["eventId"] == "e4"
     assert REASON in body["message"] and "router limits reset" in body["message"] and "resend" in body["message"]
     sessions = (await running.client.get("/sessions")).json()["sessions"]
-    assert [s.get("stopped") for s in sessions if s["id"] == "root"] == [REASON]
+    assert [(s.get("stopped"), s["state"]) for s in sessions if s["id"] == "root"] == [(REASON, "stopped")]
     async with running.client.stream("GET", "/sessions/root/live") as live:
         snapshot = await live_items(live, lambda item: True).__anext__()
     assert snapshot["stopped"]["reason"] == REASON

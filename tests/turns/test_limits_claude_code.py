@@ -110,7 +110,7 @@ async def test_a_limit_stops_a_claude_code_session(
     assert REASON in refused.json()["message"]
     assert [p.text for p in sim.prompts if p.wrote == "message"] == ["turn 1", "turn 2"]  # nothing written
     sessions = (await claude_job.client.get("/sessions")).json()["sessions"]
-    assert [s.get("stopped") for s in sessions if s["id"] == SESSION] == [REASON]
+    assert [(s.get("stopped"), s["state"]) for s in sessions if s["id"] == SESSION] == [(REASON, "stopped")]
 
     entry = limits.report(claude_job.data / "usage.jsonl")["tokens.instances.default"]
     assert entry["status"] == "counted" and entry["count"] == 400

@@ -1,0 +1,74 @@
+"""``router sessions [--json]``: every session of every router of this user
+on this machine.
+
+It asks every router's private socket at once (:func:`router.board.client.survey`),
+each under ``--timeout`` seconds, and prints one line per session (its id,
+kind, state and the router that holds it), or with ``--json`` one JSON list
+of objects: each session as its router lists it (``id``, ``kind``,
+``state``, ``busy`` and what else the router knows: ``connected``,
+``parent``, ``stopped``) plus ``router``, who holds it (``{name, command,
+pid, socket, dataDir, url?}``).
+
+A router that does not answer in time, or answers with a refusal (its
+``cli`` channel is off ...), is named on stderr and left out; a dead
+router's socket (connect refused) is removed without a word.
+
+Exit status: 0 when every router answered (no router at all is an empty
+list); 1 when one or more were left out (the list is partial); 2 on a usage
+error, or when the local directory is not a private directory of this
+user's (``unsafe-directory``: nothing in it is asked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from functools import partial
+from typing import Any
+
+__all__ = ["configure", "run"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from router.board.client import ANSWER_TIMEOUT
+
+    parser.add_argument("--json", action="store_true", help="print one JSON list of objects")
+    parser.add_argument("--timeout", type=float, default=ANSWER_TIMEOUT,
+                        help=f"seconds each router has to answer (default {ANSWER_TIMEOUT:g})")
+
+
+def run(args: argparse.Namespace) -> int:
+    import trio
+
+    from router.board.client import survey
+    from router.errors import Refusal
+
+    if args.timeout <= 0:
+        print("router sessions: --timeout must be positive", file=sys.stderr)
+        return 2
+    try:
+        board = trio.run(partial(survey, os.environ, timeout=args.timeout))
+    except Refusal as refused:
+        print(f"router sessions: {refused}", file=sys.stderr)
+        return 2
+    for skipped in board.skipped:
+        print(f"router sessions: left out {skipped.name}: {skipped.refusal}", file=sys.stderr)
+    sessions = board.sessions()
+    if args.json:
+        print(json.dumps(sessions, ensure_ascii=False), flush=True)
+    else:
+        _table(sessions)
+        if not board.reached and not board.skipped:
+            print(f"router sessions: no router of yours is running (none in {board.directory})", file=sys.stderr)
+    return 1 if board.skipped else 0
+
+
+def _table(sessions: list[dict[str, Any]]) -> None:
+    rows = [("SESSION", "KIND", "STATE", "ROUTER")]
+    rows += [(str(s.get("id")), str(s.get("kind")), str(s.get("state")), str(s["router"].get("name")))
+             for s in sessions]
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3], flush=True)

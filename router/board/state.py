@@ -1,0 +1,64 @@
+"""A session's state, derived from what its router knows (sans-IO).
+
+DESIGN.md names the states: ``idle``, ``working``, ``waiting`` (a
+permission ask waits on the person), ``parked`` (the provider's usage
+limit), ``stopped`` (one of our limits stopped it), ``unreachable``,
+``closed``. The router knows five of them today (``waiting`` and ``parked``
+come with the asks and the provider's limits):
+
+============  =======================================  ==============================================
+state         a container session                      a Claude Code session
+============  =======================================  ==============================================
+closed        the host closed its link                 its mod said ``session-end`` (until a
+                                                       ``session-id`` starts the next), or the
+                                                       router closed the session
+stopped       a limit stopped it (until resumed)       the same
+unreachable   the host cannot reach its daemon now     no mod has said ``hello`` on its link
+              (its link is in backoff, or failed)
+working       an operation is open (queued, running)   a turn runs (``turn-start`` .. ``turn-complete``)
+idle          none of the above                        none of the above
+============  =======================================  ==============================================
+
+The first row that holds wins, top to bottom: a closed session is closed
+whatever else is true, and a stopped one says so before it says it is
+unreachable or working (the person has to act on it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+__all__ = ["STATES", "claude_code_state", "container_state", "session_state"]
+
+#: Every state this router reports, in the order the table above checks them.
+STATES: Final = ("closed", "stopped", "unreachable", "working", "idle")
+#: The host's link states in which its daemon cannot be reached
+#: (``router.host.SessionLink.state``).
+UNREACHABLE_LINKS: Final = frozenset({"backoff", "failed"})
+
+
+def session_state(*, closed: bool = False, stopped: bool = False, reachable: bool = True, busy: bool = False) -> str:
+    """The state the table gives these facts."""
+    for state, holds in (("closed", closed), ("stopped", stopped), ("unreachable", not reachable), ("working", busy)):
+        if holds:
+            return state
+    return "idle"
+
+
+def container_state(*, busy: bool, stopped: bool, link_state: str | None) -> str:
+    """A container session's state; ``link_state`` is its host link's state
+    (None: it has no link yet, which the next delivery opens)."""
+    return session_state(
+        closed=link_state == "closed", stopped=stopped, reachable=link_state not in UNREACHABLE_LINKS, busy=busy
+    )
+
+
+def claude_code_state(*, link: Any, stopped: bool, closed: bool) -> str:
+    """A Claude Code session's state; ``link`` is its mod link's
+    ``LinkState``, ``closed`` whether the router closed the session."""
+    return session_state(
+        closed=closed or link.ended is not None,
+        stopped=stopped,
+        reachable=link.hello_session_id is not None,
+        busy=link.turn_running,
+    )
