@@ -8,7 +8,7 @@ end, whether the session must stop (seed, "Limit checks": "a stop lets the
 turn's result land, then stops the session"). This module decides *when*
 to make those calls for one session, from the turn events the session's
 view task sees, and what a stop means for the session; the Trio layer
-(:mod:`router.turns.meter`) makes the calls and applies the effects.
+(:mod:`router.turns.session_brackets`) makes the calls and applies the effects.
 
 A *turn* is what the harness actually runs:
 

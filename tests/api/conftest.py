@@ -59,7 +59,7 @@ async def api(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[Api]:
             opened.append(log)
             registry = SessionRegistry()
             await nursery.start(registry.run)
-            router = TurnRouter(log=log, registry=registry, host=host, env=env, link_options={"hold": 0.5})
+            router = TurnRouter(deliveries=log, registry=registry, host=host, env=env, link_options={"hold": 0.5})
             settings = SettingsDir(tmp_path / "settings")
             layer = PluginLayer(settings=settings, records=MemoryRecords())
             server = ApiServer(router, layer, port=0)

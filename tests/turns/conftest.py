@@ -76,7 +76,7 @@ async def make_rig(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[Callabl
                 opened.append(log)
                 registry = SessionRegistry()
                 await nursery.start(registry.run)
-                router = TurnRouter(log=log, registry=registry, host=host, env=env, **options)
+                router = TurnRouter(deliveries=log, registry=registry, host=host, env=env, **options)
                 return Rig(router=router, host=host, registry=registry, log=log, store=store, daemon=daemon)
 
             yield make

@@ -27,7 +27,7 @@ from router.turns.brackets import (
     launch_of_json,
     launch_to_json,
 )
-from router.turns.meter import SessionMeter
+from router.turns.session_brackets import SessionBrackets
 
 STOP = StopInfo(reason="limit: token-limit tokens.instances.default limit 5 count 7", check="token-limit", at="t")
 
@@ -304,7 +304,7 @@ async def test_the_meter_fails_closed_and_goes_on(nursery: trio.Nursery) -> None
         stops.append(stop)
         raise RuntimeError("a failing stop is logged, not raised")
 
-    meter = SessionMeter("s", layer=layer, launch=launch, on_stop=on_stop)
+    meter = SessionBrackets("s", layer=layer, launch=launch, on_stop=on_stop)
     await nursery.start(meter.run)
 
     meter.turn_started("op1")
@@ -368,9 +368,9 @@ async def test_closing_a_session_lets_its_meter_store_the_turn_that_ended(nurser
         stops.append(stop)
 
     registry = await nursery.start(SessionRegistry().run)
-    meter = SessionMeter("s", layer=layer, launch=launch, on_stop=on_stop)
+    meter = SessionBrackets("s", layer=layer, launch=launch, on_stop=on_stop)
     send, _ = trio.open_memory_channel[Any](1)
-    await registry.open(Session(id="s", kind=SessionKind.CONTAINER, inbox=send, meter=meter), [("meter", meter.run)])
+    await registry.open(Session(id="s", kind=SessionKind.CONTAINER, inbox=send, brackets=meter), [("meter", meter.run)])
     meter.turn_started("op1")
     await meter.wait_until(lambda core: core.open)
     meter.turn_ended("op1")
