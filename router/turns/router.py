@@ -159,7 +159,10 @@ class TurnRouter:
     itself (a Claude Code session it attached to; a container session with
     no recorded launch, such as ``root``) is metered as the instance
     ``instance``; container sessions run on ``container_harness``, reached
-    ``container_via`` (``in-process`` or ``daemon``).
+    ``container_via`` (``in-process`` or ``daemon``). A delivery waits at
+    most ``measure_wait`` seconds for the turn before it to be measured, and
+    a container write at most ``bracket_wait`` for its turn's bracket to
+    open (each then goes on, logged).
     """
 
     def __init__(
@@ -177,6 +180,7 @@ class TurnRouter:
         container_harness: str = "echo",
         container_via: str = "in-process",
         measure_wait: float = MEASURE_WAIT,
+        bracket_wait: float = MEASURE_WAIT,
     ) -> None:
         self.deliveries = deliveries
         self.registry = registry
@@ -190,7 +194,7 @@ class TurnRouter:
         #: The host's container sessions (None: this router serves none).
         self.containers = None if host is None else ContainerSessions(
             host, deliveries=deliveries, instance=instance, harness=container_harness, via=container_via,
-            routes=self._routes, measure_wait=measure_wait,
+            routes=self._routes, bracket_wait=bracket_wait,
         )
         self.delivered = 0
 

@@ -55,7 +55,7 @@ class ContainerSessions:
     """The container sessions of ``host`` (see the module docstring).
     ``deliveries`` holds their recorded launches; a session with none is
     metered as ``instance`` on ``harness``, reached ``via``; a turn's
-    bracket may take ``measure_wait`` seconds to open before its prompt is
+    bracket may take ``bracket_wait`` seconds to open before its prompt is
     submitted anyway."""
 
     kind = SessionKind.CONTAINER
@@ -69,7 +69,7 @@ class ContainerSessions:
         harness: str,
         via: str,
         routes: Callable[[], Awaitable[object]],
-        measure_wait: float,
+        bracket_wait: float,
     ) -> None:
         self.host = host
         self.deliveries = deliveries
@@ -77,7 +77,7 @@ class ContainerSessions:
         self.harness = harness
         self.via = via
         self.routes = routes
-        self.measure_wait = measure_wait
+        self.bracket_wait = bracket_wait
         #: The container adapter last seen in a ``hello`` (any session): one
         #: daemon runs one adapter, so it speaks for sessions not linked yet.
         self.adapter: AdapterInfo | None = None
@@ -205,12 +205,12 @@ class ContainerTarget:
     async def prepare(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None) -> None:
         """Open the turn's bracket before the operation is submitted (the
         adapter may report usage the moment it starts), and wait until its
-        marks are taken; at most ``measure_wait`` seconds (logged)."""
+        marks are taken; at most ``bracket_wait`` seconds (logged)."""
         assert isinstance(step, SubmitPrompt)
         if brackets is None:
             return
         brackets.writing(step.operation_id)
-        wait = self.sessions.measure_wait
+        wait = self.sessions.bracket_wait
         with trio.move_on_after(wait) as waited:
             await brackets.wait_until(lambda core: core.open)
         if waited.cancelled_caught:
