@@ -81,7 +81,7 @@ __all__ = [
     "Phase",
     "StopInfo",
     "StopSession",
-    "attached_record",
+    "attached_launch",
     "bracket_failure",
     "launch_of_json",
     "launch_to_json",
@@ -327,7 +327,7 @@ def _str(value: object) -> str | None:
     return value if type(value) is str and value else None
 
 
-def attached_record(
+def attached_launch(
     *,
     session: str,
     instance: str,

@@ -7,7 +7,8 @@ person's own words with the Dispatch message id they are (:class:`Person`),
 or a card (:class:`Card`), a message the router delivers that nobody at the
 session typed. The sender may send the same delivery again (a *resend*) as
 often as it likes, concurrently too; the event id is what makes that safe.
-Each event id has one :class:`DeliveryEntry`, kept durably by the Trio layer
+Each event id has one :class:`DeliveryEntry` (its entry in the delivery
+log), kept durably by the Trio layer
 (``router.turns.delivery_log``), in one of three states:
 
 =============  ==============================================================
@@ -79,7 +80,7 @@ the operation is aborted (:class:`AbortOperation`): the stop aborted what
 was queued before it, and this one must not run either.
 
 Invariants (``tests/turns/test_core_properties.py`` checks them under
-hypothesis): an answered record never changes again; a person's words are
+hypothesis): an answered entry never changes again; a person's words are
 written as the person's at most once per event id, and only by the first
 attempt; an event id belongs to one session and one message.
 """
@@ -391,7 +392,7 @@ def stopped_sentence(session: str, reason: str) -> str:
 
 @attrs.frozen(kw_only=True)
 class Proceed:
-    """Go on to the session's inbox with this record (``new``: just made)."""
+    """Go on to the session's inbox with this entry (``new``: just made)."""
 
     entry: DeliveryEntry
     new: bool
@@ -428,43 +429,43 @@ def admit(existing: DeliveryEntry | None, delivery: Delivery) -> Admission:
 # --------------------------------------------------------------------------- planning
 
 
-def plan(record: DeliveryEntry, target: Readiness) -> tuple[DeliveryEntry, Write | Reply]:
-    """What to do for ``record`` now: the record to store first, and the
+def plan(entry: DeliveryEntry, target: Readiness) -> tuple[DeliveryEntry, Write | Reply]:
+    """What to do for ``entry`` now: the entry to store first, and the
     write (or, with nothing to write, the reply)."""
-    if record.state is State.ANSWERED:
-        assert record.answer is not None
-        return record, Answered(answer=record.answer, from_record=True)
+    if entry.state is State.ANSWERED:
+        assert entry.answer is not None
+        return entry, Answered(answer=entry.answer, from_record=True)
     if target.stopped is not None:
         # Nothing is written and no attempt is spent: once the person
         # resumes the session, a resend goes as it would have.
         code = "session-stopped"
-        text = stopped_sentence(record.session, target.stopped)
+        text = stopped_sentence(entry.session, target.stopped)
         return (
-            attrs.evolve(record, state=State.UNANSWERED, last=(code, text)),
-            Unanswered(event_id=record.event_id, code=code, message=text),
+            attrs.evolve(entry, state=State.UNANSWERED, last=(code, text)),
+            Unanswered(event_id=entry.event_id, code=code, message=text),
         )
     if isinstance(target, ClaudeCodeReadiness):
         if not target.connected:
             code = "mod-not-connected"
             text = (
-                f"the Claude Code session {record.session!r} has no mod connected yet, so nothing "
+                f"the Claude Code session {entry.session!r} has no mod connected yet, so nothing "
                 "was written; resend with the same eventId once the session runs"
             )
             return (
-                attrs.evolve(record, state=State.UNANSWERED, last=(code, text)),
-                Unanswered(event_id=record.event_id, code=code, message=text),
+                attrs.evolve(entry, state=State.UNANSWERED, last=(code, text)),
+                Unanswered(event_id=entry.event_id, code=code, message=text),
             )
-        message = record.message
-        if isinstance(message, Person) and record.person_spent:
+        message = entry.message
+        if isinstance(message, Person) and entry.person_spent:
             message = Card(text=message.text)
         return (
-            attrs.evolve(record, attempts=record.attempts + 1, person_spent=True),
-            WriteMessage(event_id=record.event_id, message=message),
+            attrs.evolve(entry, attempts=entry.attempts + 1, person_spent=True),
+            WriteMessage(event_id=entry.event_id, message=message),
         )
     when_busy: Literal["steer", "followUp"] = "steer" if target.steers else "followUp"
     return (
-        attrs.evolve(record, attempts=record.attempts + 1),
-        SubmitPrompt(operation_id=record.event_id, text=record.message.text, when_busy=when_busy),
+        attrs.evolve(entry, attempts=entry.attempts + 1),
+        SubmitPrompt(operation_id=entry.event_id, text=entry.message.text, when_busy=when_busy),
     )
 
 
@@ -496,7 +497,7 @@ def after_write(outcome: Outcome, stopped: str | None) -> tuple[Outcome, AbortOp
 OutcomeKind: TypeAlias = Literal["written", "dropped", "row-refused", "no-answer", "stopped"]
 
 #: (state before, what the outcome was) -> state after. An ``answered``
-#: record is in no row: it is never settled again.
+#: entry is in no row: it is never settled again.
 TRANSITIONS: Final[Mapping[tuple[State, OutcomeKind], State]] = {
     (State.PENDING, "written"): State.ANSWERED,
     (State.PENDING, "dropped"): State.ANSWERED,
@@ -521,11 +522,11 @@ def _kind_of(outcome: Outcome) -> OutcomeKind:
     return "no-answer"
 
 
-def _answer(record: DeliveryEntry, write: Write, outcome: Outcome) -> dict[str, Any]:
+def _answer(entry: DeliveryEntry, write: Write, outcome: Outcome) -> dict[str, Any]:
     if isinstance(outcome, Stopped):
         assert outcome.written is not None
         outcome = outcome.written
-    base: dict[str, Any] = {"eventId": record.event_id, "session": record.session}
+    base: dict[str, Any] = {"eventId": entry.event_id, "session": entry.session}
     if isinstance(write, WriteMessage):
         base["message"] = message_kind(write.message)
     if isinstance(outcome, RowWritten):
@@ -544,12 +545,12 @@ def _answer(record: DeliveryEntry, write: Write, outcome: Outcome) -> dict[str, 
     }
 
 
-def settle(record: DeliveryEntry, write: Write, outcome: Outcome) -> tuple[DeliveryEntry, Reply]:
-    """The record after ``write`` ended in ``outcome``, and the sender's reply."""
+def settle(entry: DeliveryEntry, write: Write, outcome: Outcome) -> tuple[DeliveryEntry, Reply]:
+    """The entry after ``write`` ended in ``outcome``, and the sender's reply."""
     kind = _kind_of(outcome)
-    after = TRANSITIONS.get((record.state, kind))
+    after = TRANSITIONS.get((entry.state, kind))
     if after is None:
-        raise TurnCoreError(f"no transition from {record.state.value} on {kind} (event {record.event_id!r})")
+        raise TurnCoreError(f"no transition from {entry.state.value} on {kind} (event {entry.event_id!r})")
     mod_only = isinstance(outcome, (RowWritten, PromptTaken, Denied))
     queued = isinstance(outcome, Queued) or (isinstance(outcome, Stopped) and outcome.written is not None)
     if (queued and not isinstance(write, SubmitPrompt)) or (
@@ -557,8 +558,8 @@ def settle(record: DeliveryEntry, write: Write, outcome: Outcome) -> tuple[Deliv
     ):
         raise TurnCoreError(f"{type(outcome).__name__} does not answer {type(write).__name__}")
     if after is State.ANSWERED:
-        answer = _answer(record, write, outcome)
-        return attrs.evolve(record, state=after, answer=answer, last=None), Answered(answer=answer)
+        answer = _answer(entry, write, outcome)
+        return attrs.evolve(entry, state=after, answer=answer, last=None), Answered(answer=answer)
     if isinstance(outcome, Denied):
         code = "row-refused"
         text = (
@@ -566,11 +567,11 @@ def settle(record: DeliveryEntry, write: Write, outcome: Outcome) -> tuple[Deliv
             "resend with the same eventId"
         )
     elif isinstance(outcome, Stopped):
-        code, text = "session-stopped", stopped_sentence(record.session, outcome.reason)
+        code, text = "session-stopped", stopped_sentence(entry.session, outcome.reason)
     else:
         assert isinstance(outcome, NoAnswer)
         code, text = outcome.code, outcome.message
     return (
-        attrs.evolve(record, state=after, last=(code, text)),
-        Unanswered(event_id=record.event_id, code=code, message=text),
+        attrs.evolve(entry, state=after, last=(code, text)),
+        Unanswered(event_id=entry.event_id, code=code, message=text),
     )

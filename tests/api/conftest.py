@@ -16,8 +16,7 @@ import trio
 
 from router.api.server import ApiServer
 from router.daemon.adapters.echo import adapter as echo_adapter
-from router.host.host import Host, HostSettings
-from router.host.store import Store
+from router.host import Host, HostSettings, Store
 from router.plugins.layer import PluginLayer
 from router.plugins.settings import SettingsDir
 from router.plugins.usage import MemoryRecords

@@ -22,7 +22,7 @@ from router.turns.brackets import (
     Phase,
     StopInfo,
     StopSession,
-    attached_record,
+    attached_launch,
     bracket_failure,
     launch_of_json,
     launch_to_json,
@@ -160,16 +160,16 @@ def test_attached_records_and_their_json() -> None:
         "instances": {"coder": {"harness": "claude-code", "model": "claude-opus-4-5", "thinking": "high",
                                 "account": "max-plan"}},
     }
-    record = attached_record(session="s1", instance="coder", harness="claude-code", via="mod-link",
+    record = attached_launch(session="s1", instance="coder", harness="claude-code", via="mod-link",
                              routes=routes, counts_account=True)
     assert record.subject() == {"instance": "coder", "provider": "anthropic", "model": "claude-opus-4-5",
                                 "account": "max-plan"}
     assert record.route == "attached" and record.reach == {"via": "mod-link"} and record.thinking == "high"
     # The session's own model wins; a route to another harness says nothing.
-    other = attached_record(session="s1", instance="coder", harness="echo", via="in-process", routes=routes,
+    other = attached_launch(session="s1", instance="coder", harness="echo", via="in-process", routes=routes,
                             model="echo")
     assert other.subject() == {"instance": "coder", "provider": "echo", "model": "echo", "account": None}
-    bare = attached_record(session="s1", instance="x", harness="echo", via="in-process", routes=None)
+    bare = attached_launch(session="s1", instance="x", harness="echo", via="in-process", routes=None)
     assert bare.subject() == {"instance": "x", "provider": None, "model": None, "account": None}
     # Kept without env and with only reach.via: they may hold a secret.
     secret = LaunchRecord(
@@ -298,7 +298,7 @@ async def test_the_meter_fails_closed_and_goes_on(nursery: trio.Nursery) -> None
     stops: list[StopInfo] = []
 
     async def launch() -> LaunchRecord:
-        return attached_record(session="s", instance="default", harness="echo", via="in-process", routes=None)
+        return attached_launch(session="s", instance="default", harness="echo", via="in-process", routes=None)
 
     async def on_stop(stop: StopInfo) -> None:
         stops.append(stop)
@@ -361,7 +361,7 @@ async def test_closing_a_session_lets_its_meter_store_the_turn_that_ended(nurser
     stops: list[StopInfo] = []
 
     async def launch() -> LaunchRecord:
-        return attached_record(session="s", instance="default", harness="echo", via="in-process", routes=None)
+        return attached_launch(session="s", instance="default", harness="echo", via="in-process", routes=None)
 
     async def on_stop(stop: StopInfo) -> None:
         await trio.sleep(0.1)  # recording the stop

@@ -62,7 +62,7 @@ async def test_a_stop_that_lands_while_the_next_write_is_prepared_writes_nothing
         # The second delivery is planned (its entry stored before the write)
         # while the first turn is still being measured.
         while True:
-            entry = await rig.log.call(rig.log.get, "e2")
+            entry = await rig.deliveries.call(rig.deliveries.get, "e2")
             if entry is not None and entry.attempts == 1:
                 break
             await trio.sleep(0.01)
@@ -74,5 +74,5 @@ async def test_a_stop_that_lands_while_the_next_write_is_prepared_writes_nothing
     session = await rig.router.session("root")
     assert session.brackets.statistics()["stopped"]["reason"] == REASON
     assert "e2" not in session.brackets.statistics()["running"]
-    settled = await rig.log.call(rig.log.get, "e2")
+    settled = await rig.deliveries.call(rig.deliveries.get, "e2")
     assert settled.state.value == "unanswered" and settled.last[0] == "session-stopped"

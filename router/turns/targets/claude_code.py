@@ -20,7 +20,7 @@ from router.errors import Refusal
 from router.modlink.errors import ModCallError, ModCallTimeout, ModLinkClosed, ModSubscriberOverflow
 from router.modlink.server import ModLink
 from router.plugins.routing import LaunchRecord
-from router.turns.brackets import attached_record
+from router.turns.brackets import attached_launch
 from router.turns.core import (
     ClaudeCodeReadiness,
     Denied,
@@ -179,7 +179,7 @@ class ClaudeCodeTarget:
 
     async def launch_record(self) -> LaunchRecord:
         state = self.link.state
-        return attached_record(
+        return attached_launch(
             # A ``/clear`` moves the session id, and the transcript with it.
             session=state.session_id or self.id, instance=self.instance, harness="claude-code",
             via="mod-link", routes=await self._routes(), model=state.model,

@@ -25,7 +25,7 @@ from router.errors import Refusal
 from router.host import EventsLagged, Host, HostEvent, LinkError, OperationEnded, OperationStarted
 from router.host import Refused as HostRefused
 from router.plugins.routing import LaunchRecord
-from router.turns.brackets import attached_record
+from router.turns.brackets import attached_launch
 from router.turns.core import ContainerReadiness, NoAnswer, Outcome, Queued, SubmitPrompt, WriteMessage
 from router.turns.delivery_log import DeliveryLog
 from router.turns.live import LiveHub, container_items
@@ -259,7 +259,7 @@ class ContainerTarget:
         launched = await deliveries.call(deliveries.launch_of, self.id)
         if launched is not None:
             return launched
-        return attached_record(
+        return attached_launch(
             session=self.id, instance=self.sessions.instance, harness=self.sessions.harness,
             via=self.sessions.via, routes=await self.sessions.routes(),
         )
