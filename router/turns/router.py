@@ -327,7 +327,8 @@ class TurnRouter:
             raise Refusal("no-host", "this router serves no container sessions")
         if session_id is not None and (type(session_id) is not str or not session_id):
             raise Refusal("bad-session", "a session id is a non-empty string")
-        created = await self.containers.create(session_id, None if session_id is None else self.registry.get(session_id))
+        existing = None if session_id is None else self.registry.get(session_id)
+        created = await self.containers.create(session_id, existing)
         if launch is not None:
             await self.deliveries.call(self.deliveries.put_launch, created, launch)
             if self.layer is not None and await self.deliveries.call(self.deliveries.stop_of, created) is not None:
@@ -502,7 +503,9 @@ class TurnRouter:
             log.warning("session %r: the last turn was not measured within %g s; delivering anyway (%r)",
                         session.id, self.measure_wait, brackets)
 
-    async def _write(self, session: Session, step: WriteMessage | SubmitPrompt) -> tuple[Outcome, AbortOperation | None]:
+    async def _write(
+        self, session: Session, step: WriteMessage | SubmitPrompt
+    ) -> tuple[Outcome, AbortOperation | None]:
         """Write ``step`` through the session's target. The stop is read
         twice, each time right after an await, and the core decides what it
         means: stopped before the write went out, nothing is written;

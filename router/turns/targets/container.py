@@ -137,7 +137,7 @@ class ContainerTarget:
     def __init__(self, sessions: ContainerSessions, session_id: str, *, metered: bool) -> None:
         self.id = session_id
         self.sessions = sessions
-        self.session = sessions.host.session(session_id)
+        self.host_session = sessions.host.session(session_id)
         self.hub: LiveHub | None = LiveHub() if metered else None
 
     def __repr__(self) -> str:
@@ -167,7 +167,7 @@ class ContainerTarget:
         started = False
         while True:
             try:
-                async with self.session.events() as events:
+                async with self.host_session.events() as events:
                     if brackets is not None:
                         brackets.resync(
                             p["operationId"] for p in events.snapshot["pending"] if p["status"] == "running"
@@ -224,7 +224,9 @@ class ContainerTarget:
     async def write(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None) -> Outcome:
         assert isinstance(step, SubmitPrompt)
         try:
-            receipt = await self.session.submit(step.text, operation_id=step.operation_id, when_busy=step.when_busy)
+            receipt = await self.host_session.submit(
+                step.text, operation_id=step.operation_id, when_busy=step.when_busy
+            )
         except HostRefused as exc:
             self.withdraw(step, brackets)
             return NoAnswer(code=exc.code, message=f"{_said(exc)}; resend with the same eventId")
@@ -236,7 +238,7 @@ class ContainerTarget:
         return Queued(operation_id=receipt.operation_id, when_busy=step.when_busy)
 
     async def abort_operation(self, operation_id: str) -> None:
-        await self.session.abort(operation_id)
+        await self.host_session.abort(operation_id)
 
     # ------------------------------------------------------------------ metering
 
@@ -244,13 +246,13 @@ class ContainerTarget:
         """A turn the host settled but the view has not seen end yet (the
         sender may have its reply before the view its end): wait for the
         view, unless the host still runs something."""
-        if brackets.core.running and not await self.session.busy():
+        if brackets.core.running and not await self.host_session.busy():
             await brackets.wait_until(lambda core: not core.running)
 
     async def stopped(self) -> None:
         """Abort what is queued: the session's next turns must not run."""
         try:
-            await self.session.abort()
+            await self.host_session.abort()
         except (HostRefused, LinkError) as exc:
             log.warning("session %r: aborting its queued operations failed: %s", self.id, exc)
 
@@ -271,19 +273,19 @@ class ContainerTarget:
         return None
 
     async def messages(self) -> list[Any]:
-        return await self.session.messages()
+        return await self.host_session.messages()
 
     @contextlib.asynccontextmanager
     async def live(self) -> AsyncIterator[LiveStream]:
         if self.hub is None:
             # Not metered: the host's events, as they come.
-            async with self.session.events() as events:
+            async with self.host_session.events() as events:
                 yield LiveStream(self._snapshot(events.snapshot), _host_batches(events))
             return
         with self.hub.subscribe() as subscription:
             # Subscribed first, so nothing falls between the snapshot and
             # the items (an item may repeat what the snapshot shows).
-            yield LiveStream(self._snapshot(await self.session.snapshot()), live_batches(subscription))
+            yield LiveStream(self._snapshot(await self.host_session.snapshot()), live_batches(subscription))
 
     def _snapshot(self, host_snapshot: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -296,7 +298,7 @@ class ContainerTarget:
     async def abort(self, operation_id: str | None) -> dict[str, Any]:
         if operation_id is not None and (type(operation_id) is not str or not operation_id):
             raise Refusal("bad-body", "operationId is a non-empty string")
-        aborted = await self.session.abort(operation_id)
+        aborted = await self.host_session.abort(operation_id)
         return {"session": self.id, "aborted": aborted, **({"operationId": operation_id} if operation_id else {})}
 
 
