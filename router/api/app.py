@@ -123,10 +123,13 @@ def _error(code: str, message: str, status: int | None = None, **extra: Any) -> 
     return Response(dumps(body), status=status or status_of(code), content_type="application/json")
 
 
-def _refused(refusal: Refusal, default: int = 500) -> Response:
+def _refusal_body(refusal: Refusal) -> dict[str, Any]:
     """A refusal at the HTTP edge: ``{...data, "error": code, "message"}``."""
-    body = {**refusal.data, "error": refusal.code, "message": refusal.message}
-    return Response(dumps(body), status=status_of(refusal.code, default), content_type="application/json")
+    return {**refusal.data, "error": refusal.code, "message": refusal.message}
+
+
+def _refused(refusal: Refusal, default: int = 500) -> Response:
+    return _json(_refusal_body(refusal), status_of(refusal.code, default))
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -238,8 +241,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             if operation == "send":
                 return await _send(args)
         except Refusal as refusal:
-            return CoreAnswer(status=status_of(refusal.code), body={**refusal.data, "error": refusal.code,
-                                                                     "message": refusal.message})
+            return CoreAnswer(status=status_of(refusal.code), body=_refusal_body(refusal))
         raise AssertionError(f"the channel passed {operation!r}")  # pass_through allows list/send/read only
 
     async def _send(args: Mapping[str, Any]) -> CoreAnswer:
@@ -432,4 +434,4 @@ async def _events(router: TurnRouter, session: str) -> AsyncIterator[bytes]:
     except Lagged as lagged:
         yield _sse({"type": "lagged", "error": lagged.code, "message": lagged.message}, "lagged")
     except Refusal as refusal:
-        yield _sse({**refusal.data, "type": "error", "error": refusal.code, "message": refusal.message}, "error")
+        yield _sse({**_refusal_body(refusal), "type": "error"}, "error")
