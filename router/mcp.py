@@ -43,6 +43,7 @@ from typing import Any, AsyncIterator, Final
 import trio
 
 from router._trio import sole_error
+from router.errors import Refusal
 from router.serve import JobConfig, MainJob, StartFailed, add_common, setup_logging
 
 __all__ = ["TOOLS", "configure", "run"]
@@ -91,9 +92,9 @@ TOOLS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
 }
 
 
-class ToolRefused(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
+class ToolRefused(Refusal):
+    """A tool call refused: its name, its arguments, or the router's answer
+    (``code: message`` is the call's error text)."""
 
 
 def _check(name: str, arguments: dict[str, Any]) -> None:
@@ -115,7 +116,6 @@ async def call_tool(router: Any, name: str, arguments: dict[str, Any]) -> Any:
     """One tool call against the router: its JSON answer, or
     :class:`ToolRefused`."""
     from router.turns.core import Answered
-    from router.turns.router import Problem
 
     if name not in TOOLS:
         raise ToolRefused("unknown-tool", f"there is no tool {name!r}; the tools are {', '.join(TOOLS)}")
@@ -132,8 +132,8 @@ async def call_tool(router: Any, name: str, arguments: dict[str, Any]) -> Any:
             card=arguments.get("card", False),
             wait=arguments.get("wait", False),
         )
-    except Problem as problem:
-        raise ToolRefused(problem.code, problem.message) from None
+    except Refusal as refusal:
+        raise ToolRefused(refusal.code, refusal.message, **refusal.data) from None
     if not isinstance(reply, Answered):
         extra = f" (eventId {body['eventId']})" if "eventId" in body else ""
         raise ToolRefused(body["error"], body["message"] + extra)
@@ -158,8 +158,9 @@ def build_server(router: Any) -> Any:
     async def on_call(ctx: Any, params: Any) -> Any:
         try:
             value = await call_tool(router, params.name, dict(params.arguments or {}))
-        except ToolRefused as refused:
-            return types.CallToolResult(content=[types.TextContent(type="text", text=str(refused))], is_error=True)
+        except Refusal as refused:
+            text = f"{refused.code}: {refused.message}"
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
         except Exception:
             log.exception("tool %s failed", params.name)
             return types.CallToolResult(

@@ -49,8 +49,8 @@ from typing import Any, Awaitable, Callable, Mapping
 import attrs
 import trio
 
+from router import errors
 from router._trio import sole_error
-from router.errors import Refusal as Refused
 
 __all__ = ["JobConfig", "MainJob", "configure", "run"]
 
@@ -88,11 +88,12 @@ class JobConfig:
     local: str | None = None
 
 
-class StartFailed(Refused):
-    """The job could not start: a refusal (``code`` and a sentence)."""
+class StartFailed(errors.Refusal):
+    """The job could not start (a store that cannot open, a data dir that
+    cannot be used): the commands print it and exit 2."""
 
 
-class _Slot:
+class _Component:
     """One started component: its cancel scope and the event its task sets
     when it is done."""
 
@@ -139,20 +140,20 @@ class MainJob:
         await self._stopped.wait()
 
     async def _start(self, nursery: trio.Nursery, name: str, run: Callable[..., Awaitable[Any]]) -> Any:
-        slot = _Slot(name)
+        component = _Component(name)
 
         async def body(task_status: trio.TaskStatus[Any]) -> None:
             try:
-                with slot.scope:
+                with component.scope:
                     await run(task_status=task_status)
             finally:
-                slot.done.set()
+                component.done.set()
 
         value = await nursery.start(body, name=name)
 
         async def stop() -> None:
-            slot.scope.cancel(reason=f"the main job stops {name}")
-            await slot.done.wait()
+            component.scope.cancel(reason=f"the main job stops {name}")
+            await component.done.wait()
 
         self._stops.append((name, stop))
         return value
@@ -167,7 +168,7 @@ class MainJob:
         from router.plugins.refusal import Refusal
         from router.plugins.settings import SettingsDir
         from router.plugins.usage import JsonlRecords, StoreLedger
-        from router.turns.delivery_log import DeliveryLog, DeliveryLogRefused
+        from router.turns.delivery_log import DeliveryLog
         from router.turns.registry import SessionRegistry
         from router.turns.router import TurnRouter
 
@@ -186,10 +187,11 @@ class MainJob:
                 config.data_dir.mkdir(parents=True, exist_ok=True)
                 store = Store(config.data_dir / "host.sqlite")
                 opened.append(store)
-                record = DeliveryLog(config.data_dir / "turns.sqlite")
-                opened.append(record)
-            except (Refused, DeliveryLogRefused) as exc:
-                raise StartFailed(exc.code, getattr(exc, "sentence", None) or str(exc)) from None
+                deliveries = DeliveryLog(config.data_dir / "turns.sqlite")
+                opened.append(deliveries)
+            except (Refused, errors.Refusal) as exc:
+                # TODO(layout): the host's Refused says ``sentence`` until it is a Refusal.
+                raise StartFailed(exc.code, getattr(exc, "sentence", None) or exc.message) from None
             except OSError as exc:
                 raise StartFailed("no-data-dir", f"{config.data_dir} cannot be used: {exc}") from None
             self.layer = PluginLayer(
@@ -231,7 +233,7 @@ class MainJob:
                 if config.message_deadline is not None:
                     options["message_deadline"] = config.message_deadline
                 self.router = TurnRouter(
-                    log=record, registry=registry, host=self.host, env=self.env, layer=self.layer,
+                    deliveries=deliveries, registry=registry, host=self.host, env=self.env, layer=self.layer,
                     instance=config.instance, container_harness=harness, container_via=via, **options,
                 )
                 for session_id in config.claude_sessions:
@@ -264,7 +266,7 @@ class MainJob:
                                  data_dir=self.config.data_dir, url=self.url, config=ApiConfig(harness=harness))
         try:
             self.socket = await self._start(nursery, "local", self.local.run)
-        except Refused as refused:
+        except errors.Refusal as refused:
             raise StartFailed(refused.code, refused.message, **refused.data) from None
 
 

@@ -36,8 +36,11 @@ when ``wait`` asked for a container session's result); 503 with the
 ``eventId`` when it went unanswered (resend the same ``eventId``); a
 refusal otherwise.
 
-Error handling: a bug in a route is logged and answered 500 ``internal``;
-the server goes on.
+Error handling: a :class:`~router.errors.Refusal` a route raises is answered
+with its code, sentence and data, at the status :data:`STATUS` names; a bug
+in a route is logged and answered 500 ``internal``; the server goes on. The
+live stream ends with a ``lagged`` event on any :class:`router._fanout.Lagged`
+(the live view's or the host's events).
 """
 
 from __future__ import annotations
@@ -51,15 +54,15 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from router._fanout import Lagged
 from router.api.page import PAGE
-from router.host import EventsLagged
+from router.errors import Refusal
 from router.plugins.broker import Answer
 from router.plugins.channels import WEB_OFF_STATUS
 from router.plugins.layer import PluginLayer
-from router.plugins.refusal import Refusal
+from router.plugins.refusal import Refusal as PluginRefusal
 from router.turns.core import Answered, Unanswered
-from router.turns.live import LiveLagged
-from router.turns.router import Problem, TurnRouter
+from router.turns.router import TurnRouter
 from wire.json import JsonError, dumps, loads
 
 __all__ = ["ApiConfig", "BadBody", "MESSAGE_FIELDS", "STATUS", "make_app", "parse_body", "status_of"]
@@ -120,6 +123,15 @@ def _error(code: str, message: str, status: int | None = None, **extra: Any) -> 
     return Response(dumps(body), status=status or status_of(code), content_type="application/json")
 
 
+def _refusal_body(refusal: Refusal) -> dict[str, Any]:
+    """A refusal at the HTTP edge: ``{...data, "error": code, "message"}``."""
+    return {**refusal.data, "error": refusal.code, "message": refusal.message}
+
+
+def _refused(refusal: Refusal, default: int = 500) -> Response:
+    return _json(_refusal_body(refusal), status_of(refusal.code, default))
+
+
 def _json(value: Any, status: int = 200) -> Response:
     return Response(dumps(value), status=status, content_type="application/json")
 
@@ -143,12 +155,12 @@ class ApiConfig:
     default_instance: str = "default"
 
 
-class BadBody(Exception):
-    """A request body that is not JSON or not the route's shape."""
+class BadBody(Refusal):
+    """A request body that is not JSON or not the route's shape
+    (``bad-body``); a route catches it to name the shape it takes."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__("bad-body", message, **data)
 
 
 _BadBody = BadBody
@@ -228,8 +240,8 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
                 return CoreAnswer(body=await router.messages(args["session"]))
             if operation == "send":
                 return await _send(args)
-        except Problem as problem:
-            return CoreAnswer(status=status_of(problem.code), body={"error": problem.code, "message": problem.message})
+        except Refusal as refusal:
+            return CoreAnswer(status=status_of(refusal.code), body=_refusal_body(refusal))
         raise AssertionError(f"the channel passed {operation!r}")  # pass_through allows list/send/read only
 
     async def _send(args: Mapping[str, Any]) -> CoreAnswer:
@@ -249,7 +261,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
     async def dispatch(operation: str, args: Mapping[str, Any]) -> CoreAnswer | Response:
         channel = request.headers.get(CHANNEL_HEADER, DEFAULT_CHANNEL).strip() or DEFAULT_CHANNEL
         answer = await layer.dispatch(channel, operation, args, core)
-        if isinstance(answer, Refusal):
+        if isinstance(answer, PluginRefusal):
             return _error(answer.code, answer.message, status_of(answer.code, 500))
         assert isinstance(answer, Answer)
         if not isinstance(answer.value, CoreAnswer):
@@ -313,7 +325,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         instance = body.get("instance", config.default_instance)
         session_id = body.get("id") or str(uuid.uuid4())
         launch = await layer.launch(instance, session=session_id)
-        if isinstance(launch, Refusal):
+        if isinstance(launch, PluginRefusal):
             return _error(launch.code, launch.message, status_of(launch.code, 409))
         if launch.harness != config.harness:
             return _error(
@@ -323,8 +335,8 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             )
         try:
             created = await router.create(session_id, launch=launch)
-        except Problem as problem:
-            return _error(problem.code, problem.message)
+        except Refusal as refusal:
+            return _refused(refusal)
         return _json({**created, "instance": instance, "harness": launch.harness}, 201)
 
     @app.post("/sessions/<session>/messages")
@@ -364,8 +376,8 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             return _error("bad-body", f"POST /sessions/<id>/abort takes {{operationId?}}: {exc.message}")
         try:
             return _json(await router.abort(session, body.get("operationId")))
-        except Problem as problem:
-            return _error(problem.code, problem.message)
+        except Refusal as refusal:
+            return _refused(refusal)
 
     @app.post("/sessions/<session>/resume")
     async def resume(session: str) -> Response:
@@ -375,14 +387,14 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             return _error("bad-body", f"POST /sessions/<id>/resume takes {{}}: {exc.message}")
         try:
             return _json(await router.resume(session))
-        except Problem as problem:
-            return _error(problem.code, problem.message, status_of(problem.code, 409))
+        except Refusal as refusal:
+            return _refused(refusal, 409)
 
     # ------------------------------------------------------------------ errors
 
-    @app.errorhandler(_BadBody)
-    async def bad_body(exc: _BadBody) -> Response:
-        return _error("bad-body", exc.message)
+    @app.errorhandler(Refusal)
+    async def refused(exc: Refusal) -> Response:
+        return _refused(exc)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
@@ -419,7 +431,7 @@ async def _events(router: TurnRouter, session: str) -> AsyncIterator[bytes]:
                 for item in items:
                     yield _sse(item)
         yield _sse({"type": "closed", "session": session}, "closed")
-    except (LiveLagged, EventsLagged) as exc:
-        yield _sse({"type": "lagged", "message": str(exc)}, "lagged")
-    except Problem as problem:
-        yield _sse({"type": "error", "error": problem.code, "message": problem.message}, "error")
+    except Lagged as lagged:
+        yield _sse({"type": "lagged", "error": lagged.code, "message": lagged.message}, "lagged")
+    except Refusal as refusal:
+        yield _sse({**_refusal_body(refusal), "type": "error"}, "error")

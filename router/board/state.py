@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-__all__ = ["STATES", "claude_code_state", "container_state", "session_state"]
+__all__ = ["STATES", "claude_code_state", "container_state", "session_state", "stopped_state"]
 
 #: Every state this router reports, in the order the table above checks them.
 STATES: Final = ("closed", "stopped", "unreachable", "working", "idle")
@@ -43,6 +43,12 @@ def session_state(*, closed: bool = False, stopped: bool = False, reachable: boo
         if holds:
             return state
     return "idle"
+
+
+def stopped_state(state: str) -> str:
+    """The state of a session in ``state`` that a limit has stopped (the
+    table's precedence: only ``closed`` says more)."""
+    return state if state == "closed" else "stopped"
 
 
 def container_state(*, busy: bool, stopped: bool, link_state: str | None) -> str:

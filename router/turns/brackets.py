@@ -8,7 +8,7 @@ end, whether the session must stop (seed, "Limit checks": "a stop lets the
 turn's result land, then stops the session"). This module decides *when*
 to make those calls for one session, from the turn events the session's
 view task sees, and what a stop means for the session; the Trio layer
-(:mod:`router.turns.meter`) makes the calls and applies the effects.
+(:mod:`router.turns.session_brackets`) makes the calls and applies the effects.
 
 A *turn* is what the harness actually runs:
 
@@ -81,7 +81,7 @@ __all__ = [
     "Phase",
     "StopInfo",
     "StopSession",
-    "attached_record",
+    "attached_launch",
     "bracket_failure",
     "launch_of_json",
     "launch_to_json",
@@ -327,7 +327,7 @@ def _str(value: object) -> str | None:
     return value if type(value) is str and value else None
 
 
-def attached_record(
+def attached_launch(
     *,
     session: str,
     instance: str,

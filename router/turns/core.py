@@ -7,7 +7,8 @@ person's own words with the Dispatch message id they are (:class:`Person`),
 or a card (:class:`Card`), a message the router delivers that nobody at the
 session typed. The sender may send the same delivery again (a *resend*) as
 often as it likes, concurrently too; the event id is what makes that safe.
-Each event id has one :class:`Record`, kept durably by the Trio layer
+Each event id has one :class:`DeliveryEntry` (its entry in the delivery
+log), kept durably by the Trio layer
 (``router.turns.delivery_log``), in one of three states:
 
 =============  ==============================================================
@@ -28,7 +29,9 @@ The Trio layer drives a delivery through four plain functions:
 2. :func:`plan`, in the session's inbox: what to write. The record it
    returns is stored *before* the write goes out (decide, then do), so a
    router that dies mid-write resends correctly.
-3. the Trio layer does the write and reads its outcome;
+3. the Trio layer does the write and reads its outcome, asking
+   :func:`before_write` once the write is ready and :func:`after_write`
+   once it returned whether the session stopped meanwhile;
 4. :func:`settle`: the new record and the sender's :class:`Reply`, from the
    table :data:`TRANSITIONS`.
 
@@ -66,10 +69,18 @@ running, say) leaves it unanswered.
 **A stopped session** (a limit stopped it, ``router.turns.brackets``) gets
 no write at all: the delivery is unanswered (``session-stopped``, with the
 stop's reason), no attempt is spent, and a resend once the person resumed
-the session goes as the first attempt would have.
+the session goes as the first attempt would have. A turn's end may stop
+the session *while* a write is under way (the Trio layer awaits between the
+plan and the write: a container turn's bracket opens first; and while the
+host stores the prompt): that is the outcome :class:`Stopped`. Stopped
+before the write went out, nothing is written and the delivery is
+unanswered (``session-stopped``; the planned attempt counts). Stopped after
+the host queued the prompt, the delivery is answered (the host has it) and
+the operation is aborted (:class:`AbortOperation`): the stop aborted what
+was queued before it, and this one must not run either.
 
 Invariants (``tests/turns/test_core_properties.py`` checks them under
-hypothesis): an answered record never changes again; a person's words are
+hypothesis): an answered entry never changes again; a person's words are
 written as the person's at most once per event id, and only by the first
 attempt; an event id belongs to one session and one message.
 """
@@ -82,11 +93,12 @@ from typing import Any, Final, Literal, Mapping, TypeAlias, Union
 import attrs
 
 __all__ = [
+    "AbortOperation",
     "Admission",
     "Answered",
     "Card",
-    "ClaudeCodeTarget",
-    "ContainerTarget",
+    "ClaudeCodeReadiness",
+    "ContainerReadiness",
     "Delivery",
     "Denied",
     "Message",
@@ -96,11 +108,13 @@ __all__ = [
     "Proceed",
     "PromptTaken",
     "Queued",
-    "Record",
+    "Readiness",
+    "DeliveryEntry",
     "Refused",
     "Reply",
     "RowWritten",
     "State",
+    "Stopped",
     "SubmitPrompt",
     "TRANSITIONS",
     "TurnCoreError",
@@ -109,6 +123,8 @@ __all__ = [
     "MAX_ID_CHARS",
     "MAX_TEXT_CHARS",
     "admit",
+    "after_write",
+    "before_write",
     "check_delivery",
     "message_kind",
     "plan",
@@ -162,7 +178,7 @@ class Delivery:
 
 
 @attrs.frozen(kw_only=True)
-class Record:
+class DeliveryEntry:
     """What the router knows of one event id (stored durably).
 
     ``attempts`` counts the writes planned; ``person_spent`` says the
@@ -215,11 +231,11 @@ class Refused:
 
 Reply: TypeAlias = Union[Answered, Unanswered, Refused]
 
-# --------------------------------------------------------------------------- targets and writes
+# --------------------------------------------------------------------------- readiness and writes
 
 
 @attrs.frozen(kw_only=True)
-class ClaudeCodeTarget:
+class ClaudeCodeReadiness:
     """A Claude Code session; ``connected`` once its mod said ``hello``;
     ``stopped``, the reason, when a limit stopped the session."""
 
@@ -228,7 +244,7 @@ class ClaudeCodeTarget:
 
 
 @attrs.frozen(kw_only=True)
-class ContainerTarget:
+class ContainerReadiness:
     """A container session; ``steers`` when its adapter reports ``steer``;
     ``stopped``, the reason, when a limit stopped the session."""
 
@@ -236,7 +252,7 @@ class ContainerTarget:
     stopped: str | None = None
 
 
-Target: TypeAlias = Union[ClaudeCodeTarget, ContainerTarget]
+Readiness: TypeAlias = Union[ClaudeCodeReadiness, ContainerReadiness]
 
 
 @attrs.frozen(kw_only=True)
@@ -297,7 +313,27 @@ class Queued:
     when_busy: Literal["steer", "followUp"]
 
 
-Outcome: TypeAlias = Union[RowWritten, PromptTaken, Denied, NoAnswer, Queued]
+@attrs.frozen(kw_only=True)
+class Stopped:
+    """A limit stopped the session while the write was under way (between
+    the plan and the write, or while the host stored the prompt).
+    ``written`` is what the write did when it had gone out already (the
+    host has the prompt on disk: it is answered, and aborted so it never
+    runs); ``None`` when nothing went out."""
+
+    reason: str
+    written: Queued | None = None
+
+
+Outcome: TypeAlias = Union[RowWritten, PromptTaken, Denied, NoAnswer, Queued, Stopped]
+
+
+@attrs.frozen(kw_only=True)
+class AbortOperation:
+    """Abort this container operation: it was queued into a session that
+    stopped meanwhile, and must not run."""
+
+    operation_id: str
 
 # --------------------------------------------------------------------------- checking
 
@@ -356,20 +392,20 @@ def stopped_sentence(session: str, reason: str) -> str:
 
 @attrs.frozen(kw_only=True)
 class Proceed:
-    """Go on to the session's inbox with this record (``new``: just made)."""
+    """Go on to the session's inbox with this entry (``new``: just made)."""
 
-    record: Record
+    entry: DeliveryEntry
     new: bool
 
 
 Admission: TypeAlias = Union[Proceed, Answered, Refused]
 
 
-def admit(existing: Record | None, delivery: Delivery) -> Admission:
+def admit(existing: DeliveryEntry | None, delivery: Delivery) -> Admission:
     """Decide a delivery against the record of its event id (None: new)."""
     if existing is None:
         return Proceed(
-            record=Record(event_id=delivery.event_id, session=delivery.session, message=delivery.message),
+            entry=DeliveryEntry(event_id=delivery.event_id, session=delivery.session, message=delivery.message),
             new=True,
         )
     if existing.session != delivery.session:
@@ -387,58 +423,81 @@ def admit(existing: Record | None, delivery: Delivery) -> Admission:
     if existing.state is State.ANSWERED:
         assert existing.answer is not None
         return Answered(answer=existing.answer, from_record=True)
-    return Proceed(record=existing, new=False)
+    return Proceed(entry=existing, new=False)
 
 
 # --------------------------------------------------------------------------- planning
 
 
-def plan(record: Record, target: Target) -> tuple[Record, Write | Reply]:
-    """What to do for ``record`` now: the record to store first, and the
+def plan(entry: DeliveryEntry, target: Readiness) -> tuple[DeliveryEntry, Write | Reply]:
+    """What to do for ``entry`` now: the entry to store first, and the
     write (or, with nothing to write, the reply)."""
-    if record.state is State.ANSWERED:
-        assert record.answer is not None
-        return record, Answered(answer=record.answer, from_record=True)
+    if entry.state is State.ANSWERED:
+        assert entry.answer is not None
+        return entry, Answered(answer=entry.answer, from_record=True)
     if target.stopped is not None:
         # Nothing is written and no attempt is spent: once the person
         # resumes the session, a resend goes as it would have.
         code = "session-stopped"
-        text = stopped_sentence(record.session, target.stopped)
+        text = stopped_sentence(entry.session, target.stopped)
         return (
-            attrs.evolve(record, state=State.UNANSWERED, last=(code, text)),
-            Unanswered(event_id=record.event_id, code=code, message=text),
+            attrs.evolve(entry, state=State.UNANSWERED, last=(code, text)),
+            Unanswered(event_id=entry.event_id, code=code, message=text),
         )
-    if isinstance(target, ClaudeCodeTarget):
+    if isinstance(target, ClaudeCodeReadiness):
         if not target.connected:
             code = "mod-not-connected"
             text = (
-                f"the Claude Code session {record.session!r} has no mod connected yet, so nothing "
+                f"the Claude Code session {entry.session!r} has no mod connected yet, so nothing "
                 "was written; resend with the same eventId once the session runs"
             )
             return (
-                attrs.evolve(record, state=State.UNANSWERED, last=(code, text)),
-                Unanswered(event_id=record.event_id, code=code, message=text),
+                attrs.evolve(entry, state=State.UNANSWERED, last=(code, text)),
+                Unanswered(event_id=entry.event_id, code=code, message=text),
             )
-        message = record.message
-        if isinstance(message, Person) and record.person_spent:
+        message = entry.message
+        if isinstance(message, Person) and entry.person_spent:
             message = Card(text=message.text)
         return (
-            attrs.evolve(record, attempts=record.attempts + 1, person_spent=True),
-            WriteMessage(event_id=record.event_id, message=message),
+            attrs.evolve(entry, attempts=entry.attempts + 1, person_spent=True),
+            WriteMessage(event_id=entry.event_id, message=message),
         )
     when_busy: Literal["steer", "followUp"] = "steer" if target.steers else "followUp"
     return (
-        attrs.evolve(record, attempts=record.attempts + 1),
-        SubmitPrompt(operation_id=record.event_id, text=record.message.text, when_busy=when_busy),
+        attrs.evolve(entry, attempts=entry.attempts + 1),
+        SubmitPrompt(operation_id=entry.event_id, text=entry.message.text, when_busy=when_busy),
     )
+
+
+# --------------------------------------------------------------------------- the stop around a write
+
+
+def before_write(stopped: str | None) -> Stopped | None:
+    """Whether a planned write still goes out, now that it is ready (a
+    container session's turn bracket is open): ``stopped`` is the
+    session's stop reason as it stands now (``None``: not stopped). A
+    :class:`Stopped` outcome, with nothing written, when a turn's end
+    stopped the session since the plan; ``None`` to write."""
+    return None if stopped is None else Stopped(reason=stopped)
+
+
+def after_write(outcome: Outcome, stopped: str | None) -> tuple[Outcome, AbortOperation | None]:
+    """The outcome of a write once the session's stop, as it stands after
+    the write returned, is known. A prompt the host queued into a session
+    that stopped meanwhile comes after the stop aborted what was queued, so
+    it is aborted too (it must not run), and still answered: the host has
+    it. A mod write is unchanged (it went into the turn that stopped)."""
+    if stopped is not None and isinstance(outcome, Queued):
+        return Stopped(reason=stopped, written=outcome), AbortOperation(operation_id=outcome.operation_id)
+    return outcome, None
 
 
 # --------------------------------------------------------------------------- settling
 
-OutcomeKind: TypeAlias = Literal["written", "dropped", "row-refused", "no-answer"]
+OutcomeKind: TypeAlias = Literal["written", "dropped", "row-refused", "no-answer", "stopped"]
 
 #: (state before, what the outcome was) -> state after. An ``answered``
-#: record is in no row: it is never settled again.
+#: entry is in no row: it is never settled again.
 TRANSITIONS: Final[Mapping[tuple[State, OutcomeKind], State]] = {
     (State.PENDING, "written"): State.ANSWERED,
     (State.PENDING, "dropped"): State.ANSWERED,
@@ -448,10 +507,14 @@ TRANSITIONS: Final[Mapping[tuple[State, OutcomeKind], State]] = {
     (State.UNANSWERED, "dropped"): State.ANSWERED,
     (State.UNANSWERED, "row-refused"): State.UNANSWERED,
     (State.UNANSWERED, "no-answer"): State.UNANSWERED,
+    (State.PENDING, "stopped"): State.UNANSWERED,
+    (State.UNANSWERED, "stopped"): State.UNANSWERED,
 }
 
 
 def _kind_of(outcome: Outcome) -> OutcomeKind:
+    if isinstance(outcome, Stopped):
+        return "stopped" if outcome.written is None else "written"
     if isinstance(outcome, (RowWritten, PromptTaken, Queued)):
         return "written"
     if isinstance(outcome, Denied):
@@ -459,8 +522,11 @@ def _kind_of(outcome: Outcome) -> OutcomeKind:
     return "no-answer"
 
 
-def _answer(record: Record, write: Write, outcome: Outcome) -> dict[str, Any]:
-    base: dict[str, Any] = {"eventId": record.event_id, "session": record.session}
+def _answer(entry: DeliveryEntry, write: Write, outcome: Outcome) -> dict[str, Any]:
+    if isinstance(outcome, Stopped):
+        assert outcome.written is not None
+        outcome = outcome.written
+    base: dict[str, Any] = {"eventId": entry.event_id, "session": entry.session}
     if isinstance(write, WriteMessage):
         base["message"] = message_kind(write.message)
     if isinstance(outcome, RowWritten):
@@ -479,30 +545,33 @@ def _answer(record: Record, write: Write, outcome: Outcome) -> dict[str, Any]:
     }
 
 
-def settle(record: Record, write: Write, outcome: Outcome) -> tuple[Record, Reply]:
-    """The record after ``write`` ended in ``outcome``, and the sender's reply."""
+def settle(entry: DeliveryEntry, write: Write, outcome: Outcome) -> tuple[DeliveryEntry, Reply]:
+    """The entry after ``write`` ended in ``outcome``, and the sender's reply."""
     kind = _kind_of(outcome)
-    after = TRANSITIONS.get((record.state, kind))
+    after = TRANSITIONS.get((entry.state, kind))
     if after is None:
-        raise TurnCoreError(f"no transition from {record.state.value} on {kind} (event {record.event_id!r})")
+        raise TurnCoreError(f"no transition from {entry.state.value} on {kind} (event {entry.event_id!r})")
     mod_only = isinstance(outcome, (RowWritten, PromptTaken, Denied))
-    if (isinstance(outcome, Queued) and not isinstance(write, SubmitPrompt)) or (
+    queued = isinstance(outcome, Queued) or (isinstance(outcome, Stopped) and outcome.written is not None)
+    if (queued and not isinstance(write, SubmitPrompt)) or (
         mod_only and not isinstance(write, WriteMessage)
     ):
         raise TurnCoreError(f"{type(outcome).__name__} does not answer {type(write).__name__}")
     if after is State.ANSWERED:
-        answer = _answer(record, write, outcome)
-        return attrs.evolve(record, state=after, answer=answer, last=None), Answered(answer=answer)
+        answer = _answer(entry, write, outcome)
+        return attrs.evolve(entry, state=after, answer=answer, last=None), Answered(answer=answer)
     if isinstance(outcome, Denied):
         code = "row-refused"
         text = (
             f"the session refused the row ({outcome.deny}), so nothing was written; "
             "resend with the same eventId"
         )
+    elif isinstance(outcome, Stopped):
+        code, text = "session-stopped", stopped_sentence(entry.session, outcome.reason)
     else:
         assert isinstance(outcome, NoAnswer)
         code, text = outcome.code, outcome.message
     return (
-        attrs.evolve(record, state=after, last=(code, text)),
-        Unanswered(event_id=record.event_id, code=code, message=text),
+        attrs.evolve(entry, state=after, last=(code, text)),
+        Unanswered(event_id=entry.event_id, code=code, message=text),
     )

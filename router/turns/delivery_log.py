@@ -1,6 +1,6 @@
 """The deliveries' durable record: one SQLite file of its own in the data dir.
 
-One row per event id (:class:`~router.turns.core.Record`): the session, the
+One row per event id (a :class:`~router.turns.core.DeliveryEntry`): the session, the
 message, the state, the attempts, whether a person's Dispatch attempt is
 spent, and the final answer. It is what makes a delivery exactly once across
 resends and across restarts of the router: a resend is answered from here.
@@ -27,6 +27,9 @@ committed record survives the death of the process at any instant.
 Resource handling: the log takes a non-blocking ``flock`` on its file for
 as long as it is open, so two routers never share one record
 (``deliveries-busy``); :meth:`close` releases it.
+
+Error handling: a log that cannot be opened (another router holds it, a
+newer router wrote it) raises :class:`~router.errors.Refusal`.
 """
 
 from __future__ import annotations
@@ -42,11 +45,12 @@ from typing import Any, Callable, Final, TypeVar
 import trio
 
 from router._sqlite import connect_wal, lock_file
+from router.errors import Refusal
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import StopInfo, launch_of_json, launch_to_json
-from router.turns.core import Admission, Card, Delivery, Message, Person, Proceed, Record, State, admit
+from router.turns.core import Admission, Card, Delivery, Message, Person, Proceed, DeliveryEntry, State, admit
 
-__all__ = ["DeliveryLog", "DeliveryLogRefused", "SCHEMA_VERSION"]
+__all__ = ["DeliveryLog", "SCHEMA_VERSION"]
 
 T = TypeVar("T")
 
@@ -91,40 +95,31 @@ CREATE TABLE IF NOT EXISTS launches (
 )
 
 
-class DeliveryLogRefused(Exception):
-    """The log cannot be opened: ``code`` and a sentence."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _row_of(record: Record) -> tuple[Any, ...]:
-    message = record.message
+def _row_of(entry: DeliveryEntry) -> tuple[Any, ...]:
+    message = entry.message
     return (
-        record.event_id,
-        record.session,
+        entry.event_id,
+        entry.session,
         "person" if isinstance(message, Person) else "card",
         message.text,
         message.message_id if isinstance(message, Person) else None,
-        record.state.value,
-        record.attempts,
-        int(record.person_spent),
-        None if record.answer is None else json.dumps(record.answer),
-        None if record.last is None else record.last[0],
-        None if record.last is None else record.last[1],
+        entry.state.value,
+        entry.attempts,
+        int(entry.person_spent),
+        None if entry.answer is None else json.dumps(entry.answer),
+        None if entry.last is None else entry.last[0],
+        None if entry.last is None else entry.last[1],
     )
 
 
-def _record_of(row: tuple[Any, ...]) -> Record:
+def _entry_of(row: tuple[Any, ...]) -> DeliveryEntry:
     event_id, session, kind, text, message_id, state, attempts, spent, answer, last_code, last_message = row
     message: Message = Person(text=text, message_id=message_id) if kind == "person" else Card(text=text)
-    return Record(
+    return DeliveryEntry(
         event_id=event_id,
         session=session,
         message=message,
@@ -150,7 +145,7 @@ class DeliveryLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_file(self.path)
         if self._lock_fd is None:
-            raise DeliveryLogRefused(
+            raise Refusal(
                 "deliveries-busy",
                 f"another router has the delivery record {self.path} open; stop it or use another data dir",
             )
@@ -159,7 +154,7 @@ class DeliveryLog:
             (version,) = self._db.execute("PRAGMA user_version").fetchone()
             if version > SCHEMA_VERSION:
                 self._db.close()
-                raise DeliveryLogRefused(
+                raise Refusal(
                     "deliveries-too-new",
                     f"{self.path} was written by a newer router (schema {version}); upgrade this one",
                 )
@@ -213,44 +208,44 @@ class DeliveryLog:
 
     # ----------------------------------------------------------------- sync (worker thread)
 
-    def get(self, event_id: str) -> Record | None:
+    def get(self, event_id: str) -> DeliveryEntry | None:
         row = self._db.execute(f"SELECT {_COLUMNS} FROM deliveries WHERE event_id = ?", (event_id,)).fetchone()
-        return None if row is None else _record_of(row)
+        return None if row is None else _entry_of(row)
 
-    def put(self, record: Record) -> None:
-        """Store ``record`` (insert or replace its row)."""
+    def put(self, entry: DeliveryEntry) -> None:
+        """Store ``entry`` (insert or replace its row)."""
         now = self._clock()
         self._db.execute(
             f"INSERT INTO deliveries ({_COLUMNS}, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (event_id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, "
             "person_spent = excluded.person_spent, answer = excluded.answer, last_code = excluded.last_code, "
             "last_message = excluded.last_message, updated_at = excluded.updated_at",
-            (*_row_of(record), now, now),
+            (*_row_of(entry), now, now),
         )
 
     def admit(self, delivery: Delivery) -> Admission:
         """:func:`~router.turns.core.admit` against the stored record, and
-        the new record stored, in one transaction."""
+        the new entry stored, in one transaction."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             admission = admit(self.get(delivery.event_id), delivery)
             if isinstance(admission, Proceed) and admission.new:
-                self.put(admission.record)
+                self.put(admission.entry)
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
         return admission
 
-    def records(self, session: str | None = None) -> list[Record]:
-        """Every record (of one session), oldest first."""
+    def entries(self, session: str | None = None) -> list[DeliveryEntry]:
+        """Every entry (of one session), oldest first."""
         if session is None:
             rows = self._db.execute(f"SELECT {_COLUMNS} FROM deliveries ORDER BY created_at, rowid").fetchall()
         else:
             rows = self._db.execute(
                 f"SELECT {_COLUMNS} FROM deliveries WHERE session = ? ORDER BY created_at, rowid", (session,)
             ).fetchall()
-        return [_record_of(row) for row in rows]
+        return [_entry_of(row) for row in rows]
 
     # ----------------------------------------------------------------- stops and launches
 

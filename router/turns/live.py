@@ -23,7 +23,7 @@ A subscriber first gets a snapshot, ``{"session", "kind", "messages",
 This module holds the sans-IO parts: :class:`ModLiveConverter` (mod events
 in, items out, and the transcript so far for snapshots) and
 :func:`container_items` (the host's live events in, items out). The Trio
-fan-out is :class:`LiveHub`.
+fan-out is :class:`LiveHub`, on :mod:`router._fanout`.
 
 Theory of operation (the mod's events)
 --------------------------------------
@@ -57,8 +57,7 @@ import logging
 import time
 from typing import Any, Callable, Final, Iterator, Mapping
 
-import trio
-
+from router._fanout import FanOut, Lagged, Subscription
 from router.host import AdapterEvent, HostEvent, MessageStored, OperationEnded, OperationStarted
 from wire.json import JsonError, JsonValue, loads
 from wire.mod import (
@@ -362,47 +361,69 @@ def container_items(event: HostEvent) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- Trio fan-out
 
 
-class LiveLagged(Exception):
-    """A live subscriber fell more than :data:`LIVE_BUFFER` batches behind
-    and was dropped; subscribe again (the snapshot catches up)."""
+class LiveLagged(Lagged):
+    """A live subscriber fell more than its buffer (:data:`LIVE_BUFFER`
+    batches) behind and was dropped; subscribe again (the snapshot catches
+    up). Its code is ``live-lagged``."""
 
-    code = "live-lagged"
+
+def _live_lagged(buffer: int) -> Callable[[], LiveLagged]:
+    def make() -> LiveLagged:
+        return LiveLagged(
+            "live-lagged",
+            f"the live view fell over {buffer} batches behind and was dropped; subscribe again",
+        )
+
+    return make
 
 
 class LiveSubscription:
     """A snapshot, then ``async for batch in subscription`` (lists of items)
     until the session closes; raises :class:`LiveLagged` when dropped."""
 
-    def __init__(self, snapshot: dict[str, Any], receive: trio.MemoryReceiveChannel[list[dict[str, Any]]]) -> None:
+    __slots__ = ("snapshot", "_items")
+
+    def __init__(self, snapshot: dict[str, Any], items: Subscription[list[dict[str, Any]]]) -> None:
         self.snapshot = snapshot
-        self._receive = receive
-        self.lagged = False
+        self._items = items
+
+    @property
+    def lagged(self) -> bool:
+        """Whether this subscriber was dropped for falling behind."""
+        return self._items.lagged
 
     def __aiter__(self) -> LiveSubscription:
         return self
 
     async def __anext__(self) -> list[dict[str, Any]]:
-        try:
-            return await self._receive.receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            if self.lagged:
-                raise LiveLagged("the live view fell too far behind and was dropped; subscribe again") from None
-            raise StopAsyncIteration from None
+        return await self._items.__anext__()
 
 
 class LiveHub:
-    """One Claude Code session's live view: a :class:`ModLiveConverter` and
-    its subscribers. :meth:`feed` is called by the session's one view task;
-    a subscriber that cannot keep up is dropped, never waited for."""
+    """One session's live view: a :class:`ModLiveConverter` and its
+    subscribers, over the one fan-out (:class:`router._fanout.FanOut`).
+    :meth:`feed` (mod events) and :meth:`publish` (items) are called by the
+    session's one view task; a subscriber that cannot keep up is dropped,
+    never waited for."""
 
     def __init__(self, converter: ModLiveConverter | None = None, *, buffer: int = LIVE_BUFFER) -> None:
         self.converter = converter or ModLiveConverter()
-        self.buffer = buffer
-        self._subscribers: dict[trio.MemorySendChannel[list[dict[str, Any]]], LiveSubscription] = {}
-        self.closed = False
+        self._fanout: FanOut[list[dict[str, Any]]] = FanOut(buffer=buffer, lagged_error=_live_lagged(buffer))
 
     def __repr__(self) -> str:
-        return f"<LiveHub subscribers={len(self._subscribers)} {self.converter!r}>"
+        return f"<LiveHub subscribers={len(self._fanout)} {self.converter!r}>"
+
+    @property
+    def buffer(self) -> int:
+        return self._fanout.buffer
+
+    @property
+    def closed(self) -> bool:
+        return self._fanout.closed
+
+    def statistics(self) -> dict[str, int | bool]:
+        """The fan-out's figures: ``subscribers``, ``published``, ``dropped``, ``closed``."""
+        return self._fanout.statistics()
 
     def feed(self, events: list[ModEvent]) -> None:
         items: list[dict[str, Any]] = []
@@ -411,42 +432,20 @@ class LiveHub:
         self.publish(items)
 
     def publish(self, items: list[dict[str, Any]]) -> None:
-        if not items:
-            return
-        for send, subscription in list(self._subscribers.items()):
-            try:
-                send.send_nowait(items)
-            except trio.WouldBlock:
-                subscription.lagged = True
-                del self._subscribers[send]
-                send.close()
+        if items:
+            self._fanout.publish(items)
 
     def reset(self, why: str) -> None:
         """The events were interrupted (a subscription overflowed): every
         subscriber is dropped as lagged, so each takes a fresh snapshot."""
         log.warning("live view reset: %s", why)
-        for send, subscription in list(self._subscribers.items()):
-            subscription.lagged = True
-            send.close()
-        self._subscribers.clear()
+        self._fanout.reset()
 
     def close(self) -> None:
-        self.closed = True
-        for send in self._subscribers:
-            send.close()
-        self._subscribers.clear()
+        self._fanout.close()
 
     @contextlib.contextmanager
     def subscribe(self) -> Iterator[LiveSubscription]:
-        send, receive = trio.open_memory_channel[list[dict[str, Any]]](self.buffer)
-        subscription = LiveSubscription(self.converter.snapshot(), receive)
-        if self.closed:
-            send.close()
-        else:
-            self._subscribers[send] = subscription
-        try:
-            yield subscription
-        finally:
-            self._subscribers.pop(send, None)
-            send.close()
-            receive.close()
+        snapshot = self.converter.snapshot()
+        with self._fanout.subscribe() as items:
+            yield LiveSubscription(snapshot, items)

@@ -14,7 +14,7 @@ its own, under the registry's, holding one task per channel it uses:
 - a container session, when the router meters turns: the **live view**
   task that follows the host's events for the session;
 - with a plug-in layer, every session: the **meter** (its turn brackets,
-  ``router.turns.meter``), which the live view task feeds.
+  ``router.turns.session_brackets``), which the live view task feeds.
 
 Sessions run concurrently; closing one cancels exactly its tasks.
 
@@ -45,9 +45,8 @@ import trio
 from router._trio import sole_error
 
 if TYPE_CHECKING:
-    from router.modlink.server import ModLink
     from router.turns.live import LiveHub
-    from router.turns.meter import SessionMeter
+    from router.turns.session_brackets import SessionBrackets
 
 __all__ = ["Session", "SessionKind", "SessionRegistry", "Starter"]
 
@@ -69,16 +68,17 @@ class SessionKind(str, enum.Enum):
 
 @attrs.define(eq=False)
 class Session:
-    """One open session. ``inbox`` takes its deliveries; ``link`` is a
-    claude-code session's mod link; ``live`` its live view (a container
-    session's, when it has a view task); ``meter`` its turn brackets."""
+    """One open session. ``inbox`` takes its deliveries; ``target`` is its
+    channel (a ``router.turns.targets`` target: the mod link, or the host);
+    ``live`` its live view (a container session's, when it has a view
+    task); ``brackets`` its turn brackets."""
 
     id: str
     kind: SessionKind
     inbox: trio.MemorySendChannel[Any]
-    link: ModLink | None = None
+    target: Any = None
     live: LiveHub | None = None
-    meter: SessionMeter | None = None
+    brackets: SessionBrackets | None = None
     #: Names of the tasks running in the session's nursery.
     tasks: list[str] = attrs.field(factory=list)
     scope: trio.CancelScope | None = None
@@ -210,7 +210,7 @@ class SessionRegistry:
 async def _finish_metering(sessions: Sequence[Session]) -> None:
     """Let each session's meter finish the turns that have ended, all at
     once, for at most ``METER_GRACE`` seconds."""
-    meters = [session.meter for session in sessions if session.meter is not None]
+    meters = [session.brackets for session in sessions if session.brackets is not None]
     if not meters:
         return
     with trio.move_on_after(METER_GRACE) as grace:

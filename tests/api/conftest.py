@@ -16,8 +16,7 @@ import trio
 
 from router.api.server import ApiServer
 from router.daemon.adapters.echo import adapter as echo_adapter
-from router.host.host import Host, HostSettings
-from router.host.store import Store
+from router.host import Host, HostSettings, Store
 from router.plugins.layer import PluginLayer
 from router.plugins.settings import SettingsDir
 from router.plugins.usage import MemoryRecords
@@ -59,7 +58,7 @@ async def api(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[Api]:
             opened.append(log)
             registry = SessionRegistry()
             await nursery.start(registry.run)
-            router = TurnRouter(log=log, registry=registry, host=host, env=env, link_options={"hold": 0.5})
+            router = TurnRouter(deliveries=log, registry=registry, host=host, env=env, link_options={"hold": 0.5})
             settings = SettingsDir(tmp_path / "settings")
             layer = PluginLayer(settings=settings, records=MemoryRecords())
             server = ApiServer(router, layer, port=0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import trio
 
-from router.daemon.adapter import AdapterContext, AdapterTurn
+from router.daemon import AdapterContext, AdapterTurn
 from router.daemon.adapters.echo import EchoSession, emit_answer
 from wire.container import AdapterInfo, ContainerInput, ContainerOutcome, Done, input_text
 

@@ -13,11 +13,8 @@ import pytest
 import trio
 
 from router.daemon.adapters.echo import adapter as echo_adapter
-from router.daemon.runner import Daemon
-from router.daemon.transport import DaemonServer
-from router.host.host import Host, HostSettings
-from router.host.link import DaemonEndpoint
-from router.host.store import Store
+from router.daemon import Daemon, DaemonServer
+from router.host import DaemonEndpoint, Host, HostSettings, Store
 from router.turns.delivery_log import DeliveryLog
 from router.turns.registry import SessionRegistry
 from router.turns.router import TurnRouter
@@ -48,7 +45,7 @@ class Rig:
     router: TurnRouter
     host: Host | None
     registry: SessionRegistry
-    log: DeliveryLog
+    deliveries: DeliveryLog
     store: Store | None
     daemon: Daemon | None
 
@@ -76,8 +73,8 @@ async def make_rig(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[Callabl
                 opened.append(log)
                 registry = SessionRegistry()
                 await nursery.start(registry.run)
-                router = TurnRouter(log=log, registry=registry, host=host, env=env, **options)
-                return Rig(router=router, host=host, registry=registry, log=log, store=store, daemon=daemon)
+                router = TurnRouter(deliveries=log, registry=registry, host=host, env=env, **options)
+                return Rig(router=router, host=host, registry=registry, deliveries=log, store=store, daemon=daemon)
 
             yield make
             nursery.cancel_scope.cancel()

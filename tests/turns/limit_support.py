@@ -33,7 +33,7 @@ class Running:
         )
 
     async def meter(self, session: str) -> Any:
-        return (await self.router.session(session)).meter
+        return (await self.router.session(session)).brackets
 
 
 def job_config(tmp: Path, **options: Any) -> JobConfig:

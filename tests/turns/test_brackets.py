@@ -22,12 +22,12 @@ from router.turns.brackets import (
     Phase,
     StopInfo,
     StopSession,
-    attached_record,
+    attached_launch,
     bracket_failure,
     launch_of_json,
     launch_to_json,
 )
-from router.turns.meter import SessionMeter
+from router.turns.session_brackets import SessionBrackets
 
 STOP = StopInfo(reason="limit: token-limit tokens.instances.default limit 5 count 7", check="token-limit", at="t")
 
@@ -160,16 +160,16 @@ def test_attached_records_and_their_json() -> None:
         "instances": {"coder": {"harness": "claude-code", "model": "claude-opus-4-5", "thinking": "high",
                                 "account": "max-plan"}},
     }
-    record = attached_record(session="s1", instance="coder", harness="claude-code", via="mod-link",
+    record = attached_launch(session="s1", instance="coder", harness="claude-code", via="mod-link",
                              routes=routes, counts_account=True)
     assert record.subject() == {"instance": "coder", "provider": "anthropic", "model": "claude-opus-4-5",
                                 "account": "max-plan"}
     assert record.route == "attached" and record.reach == {"via": "mod-link"} and record.thinking == "high"
     # The session's own model wins; a route to another harness says nothing.
-    other = attached_record(session="s1", instance="coder", harness="echo", via="in-process", routes=routes,
+    other = attached_launch(session="s1", instance="coder", harness="echo", via="in-process", routes=routes,
                             model="echo")
     assert other.subject() == {"instance": "coder", "provider": "echo", "model": "echo", "account": None}
-    bare = attached_record(session="s1", instance="x", harness="echo", via="in-process", routes=None)
+    bare = attached_launch(session="s1", instance="x", harness="echo", via="in-process", routes=None)
     assert bare.subject() == {"instance": "x", "provider": None, "model": None, "account": None}
     # Kept without env and with only reach.via: they may hold a secret.
     secret = LaunchRecord(
@@ -298,13 +298,13 @@ async def test_the_meter_fails_closed_and_goes_on(nursery: trio.Nursery) -> None
     stops: list[StopInfo] = []
 
     async def launch() -> LaunchRecord:
-        return attached_record(session="s", instance="default", harness="echo", via="in-process", routes=None)
+        return attached_launch(session="s", instance="default", harness="echo", via="in-process", routes=None)
 
     async def on_stop(stop: StopInfo) -> None:
         stops.append(stop)
         raise RuntimeError("a failing stop is logged, not raised")
 
-    meter = SessionMeter("s", layer=layer, launch=launch, on_stop=on_stop)
+    meter = SessionBrackets("s", layer=layer, launch=launch, on_stop=on_stop)
     await nursery.start(meter.run)
 
     meter.turn_started("op1")
@@ -361,16 +361,16 @@ async def test_closing_a_session_lets_its_meter_store_the_turn_that_ended(nurser
     stops: list[StopInfo] = []
 
     async def launch() -> LaunchRecord:
-        return attached_record(session="s", instance="default", harness="echo", via="in-process", routes=None)
+        return attached_launch(session="s", instance="default", harness="echo", via="in-process", routes=None)
 
     async def on_stop(stop: StopInfo) -> None:
         await trio.sleep(0.1)  # recording the stop
         stops.append(stop)
 
     registry = await nursery.start(SessionRegistry().run)
-    meter = SessionMeter("s", layer=layer, launch=launch, on_stop=on_stop)
+    meter = SessionBrackets("s", layer=layer, launch=launch, on_stop=on_stop)
     send, _ = trio.open_memory_channel[Any](1)
-    await registry.open(Session(id="s", kind=SessionKind.CONTAINER, inbox=send, meter=meter), [("meter", meter.run)])
+    await registry.open(Session(id="s", kind=SessionKind.CONTAINER, inbox=send, brackets=meter), [("meter", meter.run)])
     meter.turn_started("op1")
     await meter.wait_until(lambda core: core.open)
     meter.turn_ended("op1")

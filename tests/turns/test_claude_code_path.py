@@ -112,8 +112,8 @@ async def test_a_refused_row_is_left_unanswered_then_resent(
     reply = await rig.router.deliver(person("e1", "hello"))
     assert isinstance(reply, Unanswered) and reply.code == "row-refused"
     assert "no rows now" in reply.message and "resend" in reply.message
-    record = await rig.log.call(rig.log.get, "e1")
-    assert record.state is State.UNANSWERED and record.person_spent
+    entry = await rig.deliveries.call(rig.deliveries.get, "e1")
+    assert entry.state is State.UNANSWERED and entry.person_spent
     sim.deny_writes = None
     again = await rig.router.deliver(person("e1", "hello"))
     assert isinstance(again, Answered) and not again.from_record
@@ -175,8 +175,8 @@ async def test_no_write_while_the_mod_is_not_connected(
     rig = await claude_rig(make_rig)
     reply = await rig.router.deliver(person("e1", "early"))
     assert isinstance(reply, Unanswered) and reply.code == "mod-not-connected"
-    record = await rig.log.call(rig.log.get, "e1")
-    assert record.attempts == 0 and not record.person_spent  # nothing went out
+    entry = await rig.deliveries.call(rig.deliveries.get, "e1")
+    assert entry.attempts == 0 and not entry.person_spent  # nothing went out
     sim = await start_sim(nursery, env)
     again = await rig.router.deliver(person("e1", "early"))
     assert isinstance(again, Answered) and again.answer["message"] == "person"

@@ -13,8 +13,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from router.turns.core import (
     Answered,
     Card,
-    ClaudeCodeTarget,
-    ContainerTarget,
+    ClaudeCodeReadiness,
+    ContainerReadiness,
     Delivery,
     Denied,
     NoAnswer,
@@ -22,7 +22,7 @@ from router.turns.core import (
     Proceed,
     PromptTaken,
     Queued,
-    Record,
+    DeliveryEntry,
     Refused,
     RowWritten,
     State,
@@ -30,6 +30,8 @@ from router.turns.core import (
     Unanswered,
     WriteMessage,
     admit,
+    after_write,
+    before_write,
     plan,
     settle,
 )
@@ -42,7 +44,9 @@ MESSAGES = st.one_of(
 )
 #: What the mod does with one write it has no record of.
 BEHAVIOURS = st.sampled_from(
-    ["row", "prompt", "deny-row", "deny-prompt", "late-written", "late-unwritten", "error", "not-connected"]
+    ["row", "prompt", "deny-row", "deny-prompt", "late-written", "late-unwritten", "error", "not-connected",
+     # A limit stops a container session before its write goes out, or while the host stores it.
+     "stop-before", "stop-after"]
 )
 
 
@@ -76,11 +80,12 @@ class Mod:
 class Deliveries(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.log: dict[str, Record] = {}
+        self.log: dict[str, DeliveryEntry] = {}
         self.mod = Mod()
         self.submitted: dict[str, list[SubmitPrompt]] = {}
         self.answers: dict[str, Any] = {}
         self.first_attempt_kinds: dict[str, list[str]] = {}
+        self.aborted: set[str] = set()
 
     @rule(event=EVENTS, session=SESSIONS, message=MESSAGES, behaviour=BEHAVIOURS, steers=st.booleans())
     def deliver(self, event: str, session: str, message: Any, behaviour: str, steers: bool) -> None:
@@ -98,13 +103,13 @@ class Deliveries(RuleBasedStateMachine):
             assert admission.answer == self.answers[event]
             return
         assert isinstance(admission, Proceed)
-        record = admission.record
+        record = admission.entry
         if admission.new:
             assert existing is None
         target = (
-            ContainerTarget(steers=steers)
+            ContainerReadiness(steers=steers)
             if container
-            else ClaudeCodeTarget(connected=behaviour != "not-connected")
+            else ClaudeCodeReadiness(connected=behaviour != "not-connected")
         )
         planned, step = plan(record, target)
         assert planned.event_id == event and planned.session == session
@@ -114,11 +119,17 @@ class Deliveries(RuleBasedStateMachine):
             return
         if isinstance(step, SubmitPrompt):
             assert step.operation_id == event and step.when_busy == ("steer" if steers else "followUp")
-            self.submitted.setdefault(event, []).append(step)
-            outcome: Any = (
-                NoAnswer(code="host-not-running", message="down") if behaviour == "error"
-                else Queued(operation_id=event, when_busy=step.when_busy)
-            )
+            outcome: Any = before_write("limit" if behaviour == "stop-before" else None)
+            if outcome is None:
+                self.submitted.setdefault(event, []).append(step)
+                outcome, abort = after_write(
+                    NoAnswer(code="host-not-running", message="down") if behaviour == "error"
+                    else Queued(operation_id=event, when_busy=step.when_busy),
+                    "limit" if behaviour == "stop-after" else None,
+                )
+                if abort is not None:
+                    assert abort.operation_id == event and behaviour == "stop-after"
+                    self.aborted.add(event)
         else:
             assert isinstance(step, WriteMessage)
             kind = "person" if isinstance(step.message, Person) else "card"
@@ -135,6 +146,8 @@ class Deliveries(RuleBasedStateMachine):
             self.answers[event] = reply.answer
         else:
             assert isinstance(reply, Unanswered) and settled.state is State.UNANSWERED
+            if behaviour == "stop-before" and container:
+                assert reply.code == "session-stopped" and "limit" in reply.message
 
     @invariant()
     def each_event_is_written_at_most_once(self) -> None:
@@ -146,6 +159,12 @@ class Deliveries(RuleBasedStateMachine):
         for event, answer in self.answers.items():
             record = self.log[event]
             assert record.state is State.ANSWERED and record.answer == answer
+
+    @invariant()
+    def an_aborted_prompt_was_submitted_and_answered(self) -> None:
+        # The host had it on disk: the sender is answered, and it never runs.
+        for event in self.aborted:
+            assert event in self.submitted and self.log[event].state is State.ANSWERED
 
     @invariant()
     def container_prompts_share_the_event_id(self) -> None:

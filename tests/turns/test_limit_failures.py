@@ -88,7 +88,7 @@ async def test_a_raising_usage_source_leaves_its_reading_unknown(
     meter = await running.meter("root")
     await meter.wait_until(lambda core: core.ended_count == 2)
     assert meter.core.stopped is None and meter.failures == 0
-    assert meter.last_record["source"] == "frames" and meter.last_record["usage"]["input"] == 3
+    assert meter.last_turn_record["source"] == "frames" and meter.last_turn_record["usage"]["input"] == 3
     assert '"event":"usage-unknown","source":"raising"' in caplog.text and "source-threw" in caplog.text
 
     # The only source raising: every turn is unknown, never zero, and nothing stops.
@@ -98,7 +98,7 @@ async def test_a_raising_usage_source_leaves_its_reading_unknown(
     assert answer.json()["reply"]["status"] == "done"
     meter = await running.meter("root")
     await meter.wait_until(lambda core: core.ended_count == 1)
-    assert meter.last_record["usage"] is None and meter.core.stopped is None
+    assert meter.last_turn_record["usage"] is None and meter.core.stopped is None
 
 
 async def test_a_raising_limit_check_stops_the_session_at_the_end_of_its_turn(

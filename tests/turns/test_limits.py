@@ -85,8 +85,8 @@ async def test_a_limit_stops_the_session_after_the_turn_that_reaches_it(
     meter = await running.meter("root")
     await meter.wait_until(lambda core: core.ended_count == 2)
     assert meter.core.stopped is None
-    assert meter.last_record["usage"] == {"input": 3, "output": 2, "cache_creation": 0, "cache_read": 0}
-    assert meter.last_record["source"] == "frames" and meter.last_record["instance"] == "default"
+    assert meter.last_turn_record["usage"] == {"input": 3, "output": 2, "cache_creation": 0, "cache_read": 0}
+    assert meter.last_turn_record["source"] == "frames" and meter.last_turn_record["instance"] == "default"
 
     async with running.client.stream("GET", "/sessions/root/live") as live:
         items = live_items(live, lambda item: item["type"] == "session-stopped")

@@ -87,12 +87,12 @@ async def test_a_limit_stops_a_claude_code_session(
 
     await turn(1)
     assert meter.core.stopped is None
-    assert meter.last_record is not None
-    assert {k: meter.last_record[k] for k in ("session", "harness", "model", "instance", "source")} == {
+    assert meter.last_turn_record is not None
+    assert {k: meter.last_turn_record[k] for k in ("session", "harness", "model", "instance", "source")} == {
         "session": SESSION, "harness": "claude-code", "model": MODEL, "instance": "default",
         "source": "claude-transcript",
     }
-    assert meter.last_record["usage"] == {"input": 100, "output": 20, "cache_creation": 5, "cache_read": 75}
+    assert meter.last_turn_record["usage"] == {"input": 100, "output": 20, "cache_creation": 5, "cache_read": 75}
 
     async with claude_job.client.stream("GET", f"/sessions/{SESSION}/live") as live:
         items = live_items(live, lambda item: item["type"] == "session-stopped")
@@ -137,13 +137,13 @@ async def test_a_turn_typed_at_the_terminal_is_metered_too(
         f.write(assistant_lines("msg_typed"))
     gate.set()
     await meter.wait_until(lambda core: core.ended_count == 1)
-    assert meter.last_record["usage"]["input"] == 100
+    assert meter.last_turn_record["usage"]["input"] == 100
     # A mod that says hello again (it restarted) mid-turn ends the turn it had.
     held = trio.Event()
     sim.type_prompt("another", steps=[[held, "never"]])
     await meter.wait_until(lambda core: core.begun_count == 2 and core.open)
     meter.all_ended()  # as the view does on ``hello``
     await meter.wait_until(lambda core: core.ended_count == 2)
-    assert meter.last_record["usage"] is None  # nothing new in the transcript: unknown, never zero
+    assert meter.last_turn_record["usage"] is None  # nothing new in the transcript: unknown, never zero
     held.set()
     await sim.wait_idle()

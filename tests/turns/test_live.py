@@ -7,11 +7,13 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.host import AdapterEvent, ContainerLost, MessageStored, OperationEnded, OperationResult, OperationStarted
+from router._fanout import Lagged
 from router.turns.live import LiveHub, LiveLagged, ModLiveConverter, apply_item, container_items
 from wire.container import ContainerMessage, structure_or_none
 from wire.json import ABSENT
@@ -207,6 +209,17 @@ def test_the_hosts_events_normalized() -> None:
         assert container_items(other) == []
 
 
+@attrs.frozen(kw_only=True)
+class FrameSkippedLike:
+    """An event class the host may add later (a frame it skipped, say)."""
+
+    seq: int
+
+
+def test_an_event_class_the_view_does_not_know_makes_no_items() -> None:
+    assert container_items(FrameSkippedLike(seq=3)) == []  # type: ignore[arg-type]
+
+
 async def test_a_hub_drops_a_subscriber_that_falls_behind() -> None:
     hub = LiveHub(converter(), buffer=2)
     with hub.subscribe() as slow, hub.subscribe() as fast:
@@ -218,8 +231,12 @@ async def test_a_hub_drops_a_subscriber_that_falls_behind() -> None:
         # The slow one reads what it kept, then learns it was dropped.
         assert (await slow.__anext__())[0]["message"]["id"] == "u0"
         assert (await slow.__anext__())[0]["message"]["id"] == "u1"
-        with pytest.raises(LiveLagged):
+        with pytest.raises(LiveLagged) as lagged:
             await slow.__anext__()
+        # The one fan-out's Lagged, with the live view's code.
+        assert isinstance(lagged.value, Lagged) and lagged.value.code == "live-lagged"
+        assert slow.lagged and not fast.lagged
+        assert hub.statistics() == {"subscribers": 1, "published": 3, "dropped": 1, "closed": False}
         hub.close()
         with pytest.raises(StopAsyncIteration):
             await fast.__anext__()

@@ -11,8 +11,9 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from router.turns.core import Answered, Card, Delivery, Person, Proceed, Record, State, check_delivery
-from router.turns.delivery_log import DeliveryLog, DeliveryLogRefused
+from router.turns.core import Answered, Card, Delivery, Person, Proceed, DeliveryEntry, State, check_delivery
+from router.errors import Refusal
+from router.turns.delivery_log import DeliveryLog
 
 DELIVERY = Delivery(event_id="e1", session="s", message=Person(text="hi", message_id="m1"))
 
@@ -23,10 +24,10 @@ def test_a_record_survives_a_restart(tmp_path: Path) -> None:
         admission = log.admit(DELIVERY)
         assert isinstance(admission, Proceed) and admission.new
         answer = {"eventId": "e1", "status": "delivered"}
-        log.put(attrs.evolve(admission.record, state=State.ANSWERED, attempts=1, person_spent=True, answer=answer))
+        log.put(attrs.evolve(admission.entry, state=State.ANSWERED, attempts=1, person_spent=True, answer=answer))
     with DeliveryLog(path) as log:
         assert log.admit(DELIVERY) == Answered(answer=answer, from_record=True)
-        (record,) = log.records()
+        (record,) = log.entries()
         assert record.attempts == 1 and record.person_spent
 
 
@@ -36,12 +37,12 @@ def test_a_second_admission_of_a_new_id_makes_no_second_record(tmp_path: Path) -
         second = log.admit(DELIVERY)
         assert isinstance(first, Proceed) and first.new
         assert isinstance(second, Proceed) and not second.new
-        assert len(log.records()) == 1
+        assert len(log.entries()) == 1
 
 
 def test_one_router_per_record(tmp_path: Path) -> None:
     with DeliveryLog(tmp_path / "turns.db"):
-        with pytest.raises(DeliveryLogRefused) as caught:
+        with pytest.raises(Refusal) as caught:
             DeliveryLog(tmp_path / "turns.db")
         assert caught.value.code == "deliveries-busy"
     DeliveryLog(tmp_path / "turns.db").close()  # free again
@@ -58,7 +59,7 @@ async def test_calls_run_off_the_loop_one_at_a_time(tmp_path: Path) -> None:
             for n in range(40):
                 nursery.start_soon(admit, n)
         assert sum(isinstance(r, Proceed) and r.new for r in results) == 5
-        assert len(await log.call(log.records)) == 5
+        assert len(await log.call(log.entries)) == 5
 
 
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=40)
@@ -80,7 +81,7 @@ def test_any_record_round_trips(
     attempts: int, spent: bool, answer: dict | None,
 ) -> None:
     message = Card(text=text) if message_id is None else Person(text=text, message_id=message_id)
-    record = Record(
+    record = DeliveryEntry(
         event_id=event_id, session=session, message=message, state=state, attempts=attempts,
         person_spent=spent, answer=answer, last=None if answer else ("no-answer", text),
     )

@@ -49,7 +49,7 @@ def test_a_schema_1_file_gains_the_tables(tmp_path: Path) -> None:
     db.commit()
     db.close()
     with DeliveryLog(path) as log:
-        assert [r.event_id for r in log.records()] == ["e1"]
+        assert [r.event_id for r in log.entries()] == ["e1"]
         log.put_stop("s", STOP)
         assert log.stop_of("s") == STOP
     db = sqlite3.connect(path)

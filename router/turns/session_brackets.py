@@ -3,7 +3,7 @@
 
 Usage (a task in the session's nursery; the session's view task feeds it)::
 
-    meter = SessionMeter(session_id, layer=layer, launch=launch_of, on_stop=stopped)
+    meter = SessionBrackets(session_id, layer=layer, launch=launch_of, on_stop=stopped)
     await nursery.start(meter.run)
     meter.turn_started("op-1")      # synchronous: the core's state changes at once
     ...
@@ -44,12 +44,12 @@ from router.plugins.routing import LaunchRecord
 from router.plugins.usage import iso, utc_now
 from router.turns.brackets import Begin, BeginFailed, BracketCore, Effect, End, StopInfo, StopSession, bracket_failure
 
-__all__ = ["SessionMeter"]
+__all__ = ["SessionBrackets"]
 
-log = logging.getLogger("router.turns.meter")
+log = logging.getLogger("router.turns.session_brackets")
 
 
-class SessionMeter:
+class SessionBrackets:
     """One session's brackets (see the module docstring).
 
     ``layer`` is the ``PluginLayer``; ``launch()`` answers the session's
@@ -78,13 +78,13 @@ class SessionMeter:
         self._work = trio.lowlevel.ParkingLot()
         self._changed = trio.lowlevel.ParkingLot()
         #: The last turn record ``end_turn`` stored (for tests and statistics).
-        self.last_record: dict[str, Any] | None = None
+        self.last_turn_record: dict[str, Any] | None = None
         self.failures = 0
         #: ``End`` and ``StopSession`` effects queued or being carried out.
         self._owed = 0
 
     def __repr__(self) -> str:
-        return f"<SessionMeter {self.session_id!r} {self.core!r} queued={len(self._queue)}>"
+        return f"<SessionBrackets {self.session_id!r} {self.core!r} queued={len(self._queue)}>"
 
     def statistics(self) -> dict[str, Any]:
         return {
@@ -173,7 +173,7 @@ class SessionMeter:
             stop: StopInfo | None
             try:
                 record, answer = await self._layer.end_turn(effect.bracket)
-                self.last_record = record
+                self.last_turn_record = record
                 stop = None if answer is None else _info(answer, iso(self._now()))
             except Exception as exc:
                 self.failures += 1

@@ -1,0 +1,226 @@
+"""A Claude Code session as a target: its mod link.
+
+The router writes with ``session.message`` under the call deadline; the
+session's one live-view task reads the link's events, turns them into live
+items (:class:`~router.turns.live.ModLiveConverter` inside a
+:class:`~router.turns.live.LiveHub`) and then hands each turn's start and
+end to the session's brackets, so a turn's end reaches the brackets after
+its result reached the viewers. The mod link carries no abort: a turn is
+stopped at the session's own terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+
+import trio
+
+from router.board.state import claude_code_state
+from router.errors import Refusal
+from router.modlink.errors import ModCallError, ModCallTimeout, ModLinkClosed, ModSubscriberOverflow
+from router.modlink.server import ModLink
+from router.plugins.routing import LaunchRecord
+from router.turns.brackets import attached_launch
+from router.turns.core import (
+    ClaudeCodeReadiness,
+    Denied,
+    NoAnswer,
+    Outcome,
+    Person,
+    PromptTaken,
+    RowWritten,
+    SubmitPrompt,
+    WriteMessage,
+)
+from router.turns.live import LiveHub
+from router.turns.registry import SessionKind, Starter
+from router.turns.session_brackets import SessionBrackets
+from router.turns.targets.base import LiveStream, live_batches
+from wire.mod import (
+    ModHelloEvent,
+    ModMessageDenied,
+    ModPromptTaken,
+    ModRowWritten,
+    ModSessionEndEvent,
+    ModSessionMessageArgs,
+    ModTurnCompleteEvent,
+    ModTurnStartEvent,
+    ModUnreadCard,
+    ModUnreadPerson,
+)
+
+__all__ = ["ClaudeCodeTarget"]
+
+
+class ClaudeCodeTarget:
+    """One Claude Code session's mod link, as a target (see the module
+    docstring). ``deadline`` (seconds) bounds each ``session.message``;
+    ``instance`` and ``routes()`` name the launch record its turns are
+    metered under (it was not launched by this router)."""
+
+    kind = SessionKind.CLAUDE_CODE
+    one_turn = True
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        env: Mapping[str, str],
+        link_options: Mapping[str, Any],
+        deadline: float,
+        instance: str,
+        routes: Callable[[], Awaitable[object]],
+    ) -> None:
+        self.id = session_id
+        self.link = ModLink(session_id, env=env, **link_options)
+        self.hub: LiveHub | None = LiveHub()
+        self.deadline = deadline
+        self.instance = instance
+        self._routes = routes
+        # Subscribed before the link serves, so the view misses no event.
+        self._first = self.link.events()
+
+    def __repr__(self) -> str:
+        return f"<ClaudeCodeTarget {self.id!r} {self.link!r}>"
+
+    # ------------------------------------------------------------------ tasks
+
+    def tasks(self, brackets: SessionBrackets | None) -> list[Starter]:
+        async def serve_link(task_status: trio.TaskStatus[None]) -> None:
+            await self.link.run(task_status=task_status)
+
+        async def view(task_status: trio.TaskStatus[None]) -> None:
+            await self._view(brackets, task_status)
+
+        return [("mod-link", serve_link), ("live-view", view)]
+
+    async def _view(self, brackets: SessionBrackets | None, task_status: trio.TaskStatus[None]) -> None:
+        """The session's one live-view task: the link's events, converted,
+        then handed to the brackets. A subscription that overflowed is
+        replaced (the view's readers are told to take a fresh snapshot; the
+        brackets take the turn the link's state says runs)."""
+        assert self.hub is not None
+        subscription = self._first
+        task_status.started()
+        while True:
+            with subscription:
+                try:
+                    async for event in subscription:
+                        self.hub.feed([event])
+                        if brackets is not None:
+                            _bracket_mod_event(brackets, event)
+                except ModSubscriberOverflow as exc:
+                    self.hub.reset(str(exc))
+                    subscription = self.link.events()
+                    if brackets is not None:
+                        state = self.link.state
+                        brackets.resync([state.turn_id] if state.turn_running and state.turn_id else [])
+                    continue
+            return  # the link stopped
+
+    # ------------------------------------------------------------------ writing
+
+    def readiness(self, stopped: str | None) -> ClaudeCodeReadiness:
+        return ClaudeCodeReadiness(connected=self.link.state.hello_session_id is not None, stopped=stopped)
+
+    async def prepare(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None) -> None:
+        """Nothing to prepare: the mod writes into whatever turn runs."""
+
+    def withdraw(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None) -> None:
+        """Nothing was prepared."""
+
+    async def write(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None) -> Outcome:
+        assert isinstance(step, WriteMessage)
+        message = step.message
+        unread: ModUnreadPerson | ModUnreadCard = (
+            ModUnreadPerson(text=message.text, message_id=message.message_id)
+            if isinstance(message, Person)
+            else ModUnreadCard(text=message.text)
+        )
+        args = ModSessionMessageArgs(
+            content=({"type": "text", "text": message.text},), message=unread, event_id=step.event_id
+        )
+        try:
+            result = await self.link.call("session.message", args, deadline=self.deadline)
+        except ModCallTimeout:
+            return NoAnswer(
+                code="no-answer",
+                message=f"the Claude Code session did not answer within {self.deadline:g} s; resend "
+                "with the same eventId (a resend goes as a card, and the session answers it from its record "
+                "if this write landed)",
+            )
+        except ModLinkClosed:
+            return NoAnswer(
+                code="link-closed",
+                message="the session's mod link closed before it answered; resend with the same eventId",
+            )
+        except ModCallError as exc:
+            return NoAnswer(
+                code="mod-error", message=f"the mod failed the write ({exc.error}); resend with the same eventId"
+            )
+        if isinstance(result, ModRowWritten):
+            return RowWritten(uuid=result.uuid)
+        if isinstance(result, ModPromptTaken):
+            return PromptTaken()
+        assert isinstance(result, ModMessageDenied)
+        return Denied(deny=result.deny, as_=result.as_)
+
+    async def abort_operation(self, operation_id: str) -> None:  # pragma: no cover - the core never asks
+        raise AssertionError("a Claude Code session has no operations to abort")
+
+    # ------------------------------------------------------------------ metering
+
+    async def turns_seen(self, brackets: SessionBrackets) -> None:
+        """The link's events are the view's: a turn the mod ended is seen."""
+
+    async def stopped(self) -> None:
+        """Nothing is queued in a Claude Code session: the stop holds its
+        next deliveries, and that is all."""
+
+    async def launch_record(self) -> LaunchRecord:
+        state = self.link.state
+        return attached_launch(
+            # A ``/clear`` moves the session id, and the transcript with it.
+            session=state.session_id or self.id, instance=self.instance, harness="claude-code",
+            via="mod-link", routes=await self._routes(), model=state.model,
+            harness_version=state.claude_version, counts_account=True,
+        )
+
+    # ------------------------------------------------------------------ reading
+
+    def entry(self) -> dict[str, Any]:
+        state = self.link.state
+        return {
+            "id": self.id,
+            "kind": self.kind.value,
+            "busy": state.turn_running,
+            "connected": state.hello_session_id is not None,
+            "state": claude_code_state(link=state, stopped=False, closed=False),
+        }
+
+    async def messages(self) -> list[Any]:
+        assert self.hub is not None
+        return self.hub.converter.snapshot()["messages"]
+
+    @contextlib.asynccontextmanager
+    async def live(self) -> AsyncIterator[LiveStream]:
+        assert self.hub is not None
+        with self.hub.subscribe() as subscription:
+            yield LiveStream({"session": self.id, "kind": self.kind.value, **subscription.snapshot},
+                             live_batches(subscription))
+
+    async def abort(self, operation_id: str | None) -> dict[str, Any]:
+        raise Refusal(
+            "abort-unsupported",
+            "a Claude Code session's turn is stopped at its own terminal (Esc); the mod link carries no abort",
+        )
+
+
+def _bracket_mod_event(brackets: SessionBrackets, event: Any) -> None:
+    if isinstance(event, ModTurnStartEvent):
+        brackets.turn_started(event.turn_id)
+    elif isinstance(event, ModTurnCompleteEvent):
+        brackets.turn_ended(event.turn_id)
+    elif isinstance(event, (ModHelloEvent, ModSessionEndEvent)):
+        brackets.all_ended()  # the mod restarted, or the session ended: no turn runs
