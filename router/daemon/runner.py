@@ -217,7 +217,12 @@ class SessionRunner:
     async def receive(self, outbox: Outbox, text: str) -> None:
         """A text from ``outbox``'s socket: refused, ignored or queued for the
         inbox (waits while the inbox is full)."""
-        message, effects = self.core.receive(outbox, text)
+        try:
+            message, effects = self.core.receive(outbox, text)
+        except Exception as exc:  # a bug in parsing, not the peer: say so, keep the connection
+            log.exception("session %r: reading a host message failed", self.core.session)
+            outbox.send(dumps({"type": "error", "message": error_text(exc)}))
+            return
         if effects:
             self._apply(effects)
         if message is not None and not self._stopped:
