@@ -136,3 +136,85 @@ def test_an_adapter_event_or_entry_too_deep_for_the_wire_is_refused_to_the_adapt
             with pytest.raises(ValueError):
                 payload(value)
             assert d.core.seq == seq
+
+
+# --------------------------------------------------------------------------- a host that stops reading
+
+
+async def test_a_host_that_stops_reading_is_closed_at_the_outbox_bound_and_replay_heals_it(
+    nursery, autojump_clock, monkeypatch
+) -> None:
+    """The outbox of a host that reads nothing (a half-open connection) stops
+    at its bound: the connection is closed with 1011, or dropped when even
+    that cannot be written, and the host's next connection replays every
+    frame, so nothing is lost."""
+    import json
+
+    import trio.testing
+    from trio_websocket import wrap_client_stream
+
+    from router.daemon import runner as runner_module
+    from router.daemon.adapters.echo import adapter as echo
+    from router.daemon.runner import CLOSE_TIMEOUT, Daemon
+    from router.daemon.transport import DaemonServer
+
+    monkeypatch.setattr(runner_module, "OUTBOX_SLACK", 16)
+    daemon = await nursery.start(Daemon(echo, "rt", max_kept_frames=100).run)
+    server = DaemonServer(daemon, "t")
+    headers = [(b"x-cf-harness-token", b"t")]
+    client, served = trio.testing.lockstep_stream_pair()
+    nursery.start_soon(server._handle_stream, served)
+    # A receive queue of one message: once it is full the client reads no
+    # more bytes, and the daemon's writer blocks on it.
+    stuck = await wrap_client_stream(nursery, client, "daemon", "/sessions/s", extra_headers=headers, message_queue_size=1)
+    await stuck.send_message(json.dumps({"type": "open", "generation": 1, "settings": {}, "restore": []}))
+    await stuck.send_message(json.dumps({"type": "replay", "after": 0}))
+    for i in range(10):  # 50 frames: fewer than the session keeps
+        await stuck.send_message(json.dumps({"type": "prompt", "operationId": f"op{i}", "input": f"t{i}", "whenBusy": "followUp"}))
+    await trio.testing.wait_all_tasks_blocked()
+    (outbox,) = server._outboxes
+    assert outbox.limit == 100 + 16
+    # A host that sends and never reads: every bad message gets an error
+    # queued (errors are not kept; nothing else bounds them).
+    for _ in range(200):
+        await stuck.send_message("not json")
+        assert outbox.pending <= outbox.limit
+    with trio.fail_after(CLOSE_TIMEOUT * 3):
+        await outbox.finished.wait()
+    assert outbox.overflowed
+    await trio.testing.wait_all_tasks_blocked()
+    assert outbox not in server._outboxes
+    # The next connection replays everything: all ten settled, seqs 1..N.
+    fresh_client, fresh_served = trio.testing.memory_stream_pair()
+    nursery.start_soon(server._handle_stream, fresh_served)
+    fresh = await wrap_client_stream(nursery, fresh_client, "daemon", "/sessions/s", extra_headers=headers)
+    hello = json.loads(await fresh.get_message())
+    assert hello["type"] == "hello" and hello["lastSeq"] == 50
+    await fresh.send_message(json.dumps({"type": "replay", "after": 0}))
+    seqs, settled = [], set()
+    while True:
+        message = json.loads(await fresh.get_message())
+        if message["type"] == "caught-up":
+            break
+        seqs.append(message["seq"])
+        if message["frame"]["kind"] == "settle":
+            settled.add(message["frame"]["operationId"])
+    assert seqs == list(range(1, 51))
+    assert settled == {f"op{i}" for i in range(10)}
+
+
+def test_the_outbox_bound_holds_a_whole_replay() -> None:
+    """A replay of every kept frame is queued at once; the bound must hold
+    it, or a host that reads would be cut and replay again forever."""
+    from router.daemon.runner import OUTBOX_SLACK, Outbox
+    from router.daemon.core import MAX_KEPT_FRAMES
+
+    outbox = Outbox("o")
+    for i in range(MAX_KEPT_FRAMES + 2):  # hello, every kept frame, caught-up
+        outbox.send(f"frame {i}")
+    assert not outbox.closing and outbox.pending == MAX_KEPT_FRAMES + 2
+    for i in range(OUTBOX_SLACK):
+        outbox.send("live")
+    assert outbox.overflowed and outbox.closing and outbox.pending == 0
+    outbox.send("after")
+    assert outbox.pending == 0
