@@ -218,3 +218,30 @@ def test_the_outbox_bound_holds_a_whole_replay() -> None:
     assert outbox.overflowed and outbox.closing and outbox.pending == 0
     outbox.send("after")
     assert outbox.pending == 0
+
+
+# --------------------------------------------------------------------------- hostile HTTP at the daemon's port
+
+
+async def test_hostile_http_at_the_daemon_port_ends_nothing() -> None:
+    """The mod link's fuzzer (``tests/modlink/hostile_http.py``) at our
+    daemon's own HTTP (h11, not Hypercorn), the inputs that ended Hypercorn
+    servers included: the daemon still answers its health check and runs a
+    session end to end."""
+    import os
+    from functools import partial
+
+    import trio
+
+    from tests.daemon.test_faults import still_serves
+    from tests.modlink.hostile_http import KILLERS, run_case, storm
+
+    async with spawn_daemon("ours") as daemon:
+        dial = partial(trio.open_tcp_stream, "127.0.0.1", daemon.port)
+        async with trio.open_nursery() as nursery:
+            for case in KILLERS:
+                for _ in range(20):
+                    nursery.start_soon(run_case, dial, case)
+        await storm(dial, seed=7, count=int(os.environ.get("ROUTER_FUZZ_CASES", "2000")) // 2)
+        assert daemon.process.returncode is None
+        await still_serves(daemon)

@@ -246,3 +246,16 @@ def test_mod_bodies_at_any_depth_are_read_or_refused(depth: int, shape: str, tem
         return
     events, skipped = m.read_events(value)
     assert len(events) + len(skipped) == 1
+
+
+def test_huge_but_shallow_mod_bodies_are_read() -> None:
+    many = {"events": [{"kind": "turn-start", "turnId": f"t{i}"} for i in range(100_000)]}
+    events, skipped = m.read_events(loads(dumps(many)))
+    assert len(events) == 100_000 and skipped == []
+    big = "x" * 5_000_000
+    block = {"events": [{"kind": "novel-kind", "blob": big, "list": list(range(200_000))}]}
+    (event,), skipped = m.read_events(loads(dumps(block)))
+    assert skipped == [] and event.raw["blob"] == big
+    results = {"results": [{"id": f"r{i}", "ok": True, "value": {"v": [i]}} for i in range(50_000)]}
+    good, broken, skipped = m.read_results(loads(dumps(results)))
+    assert len(good) == 50_000 and broken == {} and skipped == []
