@@ -49,7 +49,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Final
 
-from router.daemon.adapters.cli import CliAdapter, CliCommand, CliExit, CliPreset, CliTurn, CliUpdate
+from router.daemon.adapters.cli import CliAdapter, CliCommand, CliExit, CliPreset, CliTurn, CliUpdate, usage_event
 from wire.container import ContainerOutcome, Done, Unanswered
 from wire.json import JsonValue, dumps, loads
 
@@ -214,14 +214,7 @@ class CodexParser:
         return CliUpdate(events=(self._message(),))
 
     def _turn_completed(self, event: dict[str, Any]) -> CliUpdate:
-        usage: dict[str, Any] = {"type": "usage"}
-        figures = event.get("usage")
-        if isinstance(figures, dict):
-            for source, target in (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens")):
-                value = figures.get(source)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    usage[target] = value
-        return CliUpdate(events=(usage,), outcome=Done(text=self.last_text))
+        return CliUpdate(events=(usage_event(event.get("usage")),), outcome=Done(text=self.last_text))
 
     def _turn_failed(self, event: dict[str, Any]) -> CliUpdate:
         error = event.get("error")
