@@ -63,12 +63,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
 
-__all__ = ["ConnectionHealth", "GRACEFUL_TIMEOUT", "HEALTH_KEY", "connection_health", "serve_on_socket"]
-
-#: Seconds Hypercorn gives open requests (a held poll, a live stream) to
-#: finish when the server is cancelled. Short: nothing here is worth waiting
-#: for at shutdown. Ours.
-GRACEFUL_TIMEOUT: Final = 0.5
+__all__ = ["ConnectionHealth", "HEALTH_KEY", "connection_health", "serve_on_socket"]
 
 
 #: Where each connection's :class:`ConnectionHealth` sits in the ASGI
@@ -183,12 +178,13 @@ async def serve_on_socket(
     stays the caller's to close. Error handling: one connection's failure
     is logged and ends that connection, never the server. Resource handling:
     the app's lifespan startup runs before ``started``; cancelling ends the
-    listener and every connection.
+    listener and every connection at once (open requests, a held poll or a
+    live stream, get no grace: ``worker_serve``'s graceful timeout only ever
+    applied to its own shutdown trigger, never to a cancelled server).
     """
     config = Config()
     config.errorlog = logging.getLogger(logger)
     config.accesslog = None
-    config.graceful_timeout = GRACEFUL_TIMEOUT
     asgi = wrap_app(_refuse_bad_hosts(app), 0, "asgi")
     state: dict = {}
     lifespan = Lifespan(asgi, config, state)
