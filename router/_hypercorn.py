@@ -3,24 +3,165 @@
 Both HTTP servers of the router bind their own socket before Hypercorn sees
 it: the mod link checks its private directory and a stale socket first, the
 API picks its port and learns it. This is the one place that hands such a
-socket to Hypercorn's Trio worker.
+socket to Hypercorn.
+
+Theory of operation
+-------------------
+
+Hypercorn's Trio worker (``hypercorn.trio.run.worker_serve``) runs every
+connection (a ``hypercorn.trio.tcp_server.TCPServer``) in one nursery with
+the listener, so an exception that escapes one connection ends the server:
+for the mod link, the socket is removed and the real mod loses its link.
+Hostile HTTP does make one escape (Hypercorn 0.18, h11 0.16; upstream
+pgjones/hypercorn issue 203, "H11 Got data when expected EOF", open). It is
+a race on one connection: the request head is complete, so the app answers
+at once, and its task closes the connection (``TCPServer._close`` sends EOF,
+outside the connection's send lock) while the reading task meets the bad
+rest of the request (a body shorter than its ``Content-Length`` and then
+EOF, bytes after a ``Connection: close`` request) and Hypercorn writes its
+400 on the same stream. trio's conflict detector raises
+``BusyResourceError`` in that second send, which Hypercorn does not catch.
+``GET /healthz`` with ``Content-Length: 2``, one body byte and a close ends
+the server within a few tries.
+
+Two things here, at two depths:
+
+- :class:`_Connection` mends the race where it happens: a send that finds
+  the stream busy can only be meeting that EOF (every other send holds the
+  send lock), so the connection is closing and the bytes could not go
+  anyway; it is treated as a send to a closed stream, which Hypercorn
+  already handles (its ``Closed`` event). It also records that a write
+  failed (:class:`ConnectionHealth`, in the scope's ``state``), which
+  Hypercorn keeps from the app: the mod link puts back the requests of a
+  poll whose answer could not be written.
+- :func:`serve_on_socket` serves the listener itself (what ``worker_serve``
+  does, without multiprocessing, QUIC, TLS or a shutdown trigger) and
+  contains each connection: whatever escapes one (a bug, ours or
+  Hypercorn's) is logged with its traceback and ends that connection only.
+  The fuzzer in ``tests/modlink/test_hostile_http.py`` pins the inputs.
+
+This reaches into Hypercorn's connection class (``TCPServer``, its
+``protocol`` and ``send_lock``), which is not its public API: a test runs
+the killing inputs against both servers, so a Hypercorn that changes them
+fails there, not in production.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-from typing import Any
+from functools import partial
+from typing import Any, Final
 
+import attrs
 import trio
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve
+from hypercorn.config import Config
+from hypercorn.events import Closed, Event, RawData
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
 
-#: Seconds Hypercorn gives open requests (a held poll, a live stream) to
-#: finish when the server is cancelled. Short: nothing here is worth waiting
-#: for at shutdown. Ours.
-GRACEFUL_TIMEOUT = 0.5
+__all__ = ["ConnectionHealth", "HEALTH_KEY", "connection_health", "serve_on_socket"]
+
+
+#: Where each connection's :class:`ConnectionHealth` sits in the ASGI
+#: scope's ``state`` (Hypercorn copies the connection's state into every
+#: request's scope). Ours.
+HEALTH_KEY: Final = "router.connection"
+
+
+@attrs.define
+class ConnectionHealth:
+    """What an app may ask about its connection: whether a write of it has
+    failed (h11's ``send_failed``). Hypercorn itself swallows such a
+    failure (the peer is gone, the stream is closed), so a response "sent"
+    on a dead connection looks sent to the app."""
+
+    send_failed: bool = False
+
+
+def connection_health(scope: dict) -> ConnectionHealth | None:
+    """The health of the connection an ASGI ``scope`` came on, when this
+    module serves it."""
+    state = scope.get("state")
+    health = state.get(HEALTH_KEY) if isinstance(state, dict) else None
+    return health if isinstance(health, ConnectionHealth) else None
+
+
+class _Connection(TCPServer):
+    """Hypercorn's connection, with the send race of pgjones/hypercorn#203
+    closed (see the module docstring) and its write failures told to the
+    app (:class:`ConnectionHealth`)."""
+
+    def __init__(self, *args: Any, health: ConnectionHealth) -> None:
+        super().__init__(*args)
+        self.health = health
+
+    async def protocol_send(self, event: Event) -> None:
+        if not isinstance(event, RawData):
+            await super().protocol_send(event)
+            return
+        # Hypercorn's own write, under its send lock, shielded as there.
+        async with self.send_lock:
+            try:
+                with trio.CancelScope(shield=True):
+                    await self.stream.send_all(event.data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                # Busy: only the EOF of a closing connection sends without
+                # the lock, so this connection is closing and the bytes
+                # cannot go; as for a dead peer, it is closed.
+                self.health.send_failed = True
+                await self.protocol.handle(Closed())
+
+
+#: The answer to a ``Host`` that is not a host name (both servers' refusal
+#: shape: ``{"error": code, "message": sentence}``).
+_BAD_HOST_BODY: Final = b'{"error":"bad-host","message":"the Host header is not a host name"}'
+
+
+def _refuse_bad_hosts(app: Any) -> Any:
+    """``app``, behind a check of the ``Host`` header as Werkzeug's URL map
+    makes it (lower case, the port apart, IDNA): a Host it cannot encode
+    (a label over 63 octets, bytes that are not a name) raises ``BadHost``
+    while Quart builds the request context, before any handler or error
+    handler runs, and Hypercorn logs that as a crash and answers 500. Here
+    it is a 400 with the servers' refusal body, and nothing is logged."""
+
+    async def checked(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            host = next((value for name, value in scope["headers"] if name == b"host"), b"")
+            try:
+                host.decode("latin-1").lower().partition(":")[0].encode("idna")
+            except UnicodeError:
+                await send({
+                    "type": "http.response.start",
+                    "status": 400,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(_BAD_HOST_BODY))],
+                })
+                await send({"type": "http.response.body", "body": _BAD_HOST_BODY})
+                return
+        await app(scope, receive, send)
+
+    return checked
+
+
+async def _serve_connection(
+    app: Any, config: Config, context: WorkerContext, state: dict, log: logging.Logger, stream: trio.SocketStream
+) -> None:
+    """One connection, contained: nothing it raises reaches the listener."""
+    try:
+        health = ConnectionHealth()
+        connection_state = ConnectionState({**state, HEALTH_KEY: health})
+        await _Connection(app, config, context, connection_state, stream, health=health)
+    except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass  # the peer went away: nothing to say
+    except* Exception:
+        log.exception("an HTTP connection failed; it was closed, and the server goes on")
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
 
 
 async def serve_on_socket(
@@ -31,16 +172,32 @@ async def serve_on_socket(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``sock`` (bound, listening, non-blocking) until
-    cancelled; ``task_status.started()`` once Hypercorn accepts connections.
+    cancelled; ``task_status.started()`` once connections are accepted.
+
     Errors go to the logger ``logger``; there is no access log. The socket
-    stays the caller's to close."""
+    stays the caller's to close. Error handling: one connection's failure
+    is logged and ends that connection, never the server. Resource handling:
+    the app's lifespan startup runs before ``started``; cancelling ends the
+    listener and every connection at once (open requests, a held poll or a
+    live stream, get no grace: ``worker_serve``'s graceful timeout only ever
+    applied to its own shutdown trigger, never to a cancelled server).
+    """
     config = Config()
     config.errorlog = logging.getLogger(logger)
     config.accesslog = None
-    config.graceful_timeout = GRACEFUL_TIMEOUT
-    await worker_serve(
-        wrap_app(app, 0, "asgi"),
-        config,
-        sockets=Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[]),
-        task_status=task_status,
-    )
+    asgi = wrap_app(_refuse_bad_hosts(app), 0, "asgi")
+    state: dict = {}
+    lifespan = Lifespan(asgi, config, state)
+    context = WorkerContext(None)
+    listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    handler = partial(_serve_connection, asgi, config, context, state, logging.getLogger(logger))
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        try:
+            async with trio.open_nursery() as connections:
+                await connections.start(partial(trio.serve_listeners, handler, [listener], handler_nursery=connections))
+                task_status.started()
+        finally:
+            # Idle keep-alive connections watch this to close themselves.
+            await context.terminated.set()

@@ -33,8 +33,12 @@ values are opaque: plain JSON values, checked as the reference checks them
 and passed through whole.
 
 :func:`parse_host_message` and :func:`parse_daemon_message` never raise: they
-return a message or ``None``. Structuring errors are caught in one place
-(:func:`structure_or_none`).
+return a message or ``None``, at any depth and size. Structuring errors are
+caught in one place (:func:`structure_or_none`). A text nested deeper than
+``wire.json.MAX_DEPTH`` (256) is ``None`` before anything is parsed, and
+every check of a JSON-valued field (``is_json``, ``isEvent``) walks it
+without recursion; the reference (V8) reads much deeper values, and the
+difference is a refusal, the safe side of it.
 """
 
 from __future__ import annotations

@@ -27,9 +27,13 @@ default. The differences this module closes:
 - **Length.** :func:`js_length` counts UTF-16 code units, which is what
   ``string.length`` measures and what ``MAX_CHUNK_CHARS`` bounds.
 
-Nesting deeper than Python's recursion allows (about 900 levels) is refused by
-:func:`loads`; V8 accepts deeper documents. No peer sends such a thing, and a
-refusal is the safe side of that difference.
+- **Depth.** A document nested deeper than :data:`MAX_DEPTH` (256 arrays and
+  objects) is refused by :func:`loads`, by :func:`is_json` and by
+  :func:`dumps`, so no reader ever meets a value it cannot handle and no
+  writer writes what a reader refuses. Every check of depth is iterative: a
+  hostile value 100,000 levels deep is a "no", never a ``RecursionError``.
+  V8's ``JSON.parse`` is iterative and takes much deeper documents; see
+  :data:`MAX_DEPTH` for why ours stops at 256.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from __future__ import annotations
 import json as _json
 import math
 import re
+from itertools import accumulate
 from typing import Any, Final, TypeAlias
 
 __all__ = [
@@ -44,8 +49,10 @@ __all__ = [
     "Absent",
     "JsonError",
     "JsonValue",
+    "MAX_DEPTH",
     "MAX_SAFE_INTEGER",
     "dumps",
+    "exceeds_depth",
     "is_count",
     "is_json",
     "js_length",
@@ -56,6 +63,20 @@ __all__ = [
 
 #: ``Number.MAX_SAFE_INTEGER``: the largest count either wire carries.
 MAX_SAFE_INTEGER: Final = 2**53 - 1
+
+#: The deepest nesting of arrays and objects either wire reads or writes
+#: (``[]`` is depth 1, ``[[]]`` depth 2). Ours: the reference's peers set no
+#: limit (V8's ``JSON.parse`` is iterative), but in Python the stdlib's
+#: decoder and encoder, ``==`` and ``repr`` each spend one level of the
+#: interpreter's recursion limit (1,000 by default) per level of nesting,
+#: and ``copy.deepcopy`` and ``pickle`` two, wherever a value is parsed,
+#: written, compared, shown or copied. 256 leaves the deepcopy of the
+#: deepest value (512 levels) the rest of the stack for its caller's own
+#: frames (a Trio task under Hypercorn runs about 60 deep, a test under
+#: pytest and hypothesis about 150), and it is far above real traffic: the
+#: deepest thing either wire carries is a tool's input or a content block,
+#: a dozen levels at most.
+MAX_DEPTH: Final = 256
 
 #: A JSON value as Python holds it. Dicts and lists are plain, and mutable:
 #: a payload passes through the wire untouched, so nothing here copies it.
@@ -123,37 +144,99 @@ _decoder = _json.JSONDecoder(
 def loads(text: str) -> JsonValue:
     """Parse ``text`` as ``JSON.parse`` would.
 
-    Raises :class:`JsonError` for anything ``JSON.parse`` refuses (and for
-    nesting too deep to parse recursively).
+    Raises :class:`JsonError` for anything ``JSON.parse`` refuses, and for a
+    text nested deeper than :data:`MAX_DEPTH` (checked before parsing, so
+    the answer never depends on how deep the caller's stack is).
     """
     if type(text) is not str:
         raise JsonError(f"JSON text must be a str, not {type(text).__name__}")
+    if exceeds_depth(text):
+        raise JsonError(_TOO_DEEP)
     try:
         return _decoder.decode(text)
     except JsonError:
         raise
     except (ValueError, RecursionError) as exc:
+        # RecursionError: only a caller already near the recursion limit.
         raise JsonError(str(exc) or type(exc).__name__) from None
+
+
+_TOO_DEEP: Final = f"nested deeper than {MAX_DEPTH} arrays and objects (wire.json.MAX_DEPTH)"
+
+#: Every byte but the four brackets, for ``bytes.translate`` to delete.
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP: Final = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def exceeds_depth(text: str, limit: int = MAX_DEPTH) -> bool:
+    """Whether the JSON text ``text`` nests arrays and objects deeper than
+    ``limit``, brackets inside strings not counted.
+
+    Iterative and linear, in C string operations: for a text with at most
+    ``limit`` opening brackets, two counts. Otherwise escaped backslashes
+    and then escaped quotes are dropped (a run of backslashes pairs up from
+    its left, as inside a JSON string), so every quote left opens or closes
+    a string and the pieces between them alternate outside and inside; an
+    unterminated string runs to the end. Outside strings a JSON text is
+    ASCII, so the rest is scanned as bytes. A text that is not JSON gets an
+    answer too (the decoder refuses that text whatever it is).
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    if "\\" in text:
+        text = text.replace("\\\\", "").replace('\\"', "")
+    outside = "".join(text.split('"')[::2])
+    brackets = outside.encode("ascii", "ignore").translate(None, _NOT_BRACKETS)
+    # The deepest point is the largest running sum of +1 per opening and
+    # -1 per closing bracket.
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0) > limit
 
 
 # --------------------------------------------------------------------------- checks
 
 
+_SCALARS: Final = frozenset({str, bool, int, type(None)})
+
+
 def is_json(value: object) -> bool:
-    """Whether ``value`` is a JSON value with only finite numbers."""
+    """Whether ``value`` is a JSON value with only finite numbers, nested at
+    most :data:`MAX_DEPTH` deep.
+
+    Without recursion: containers wait on a list with their depth, so any
+    depth (a cycle included, which is infinitely deep) gets an answer.
+    """
     kind = type(value)
-    if value is None or kind is str or kind is bool or kind is int:
+    if kind in _SCALARS:
         return True
     if kind is float:
         return math.isfinite(value)  # type: ignore[arg-type]
-    if kind is list or kind is tuple:
-        return all(is_json(item) for item in value)  # type: ignore[attr-defined]
-    if kind is dict:
-        return all(
-            type(key) is str and is_json(item)
-            for key, item in value.items()  # type: ignore[attr-defined]
-        )
-    return False
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    push, pop = pending.append, pending.pop
+    while pending:
+        item, depth = pop()
+        kind = type(item)
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False
+            children = item.values()
+        elif kind is list or kind is tuple:
+            children = item
+        else:
+            return False
+        depth += 1
+        if depth > MAX_DEPTH:
+            return False
+        for child in children:
+            kind = type(child)
+            if kind in _SCALARS:
+                continue
+            if kind is float:
+                if not math.isfinite(child):
+                    return False
+                continue
+            push((child, depth))
+    return True
 
 
 def is_count(value: object) -> bool:
@@ -230,10 +313,16 @@ def _retoken(match: re.Match[str]) -> str:
 def dumps(value: JsonValue) -> str:
     """``JSON.stringify(value)`` for a JSON value.
 
-    Raises ``ValueError`` for a non-finite number and ``TypeError`` for a
-    value that is not JSON at all.
+    Raises ``ValueError`` for a non-finite number or a value nested deeper
+    than :data:`MAX_DEPTH` (what :func:`loads` would refuse), and
+    ``TypeError`` for a value that is not JSON at all.
     """
-    text = _encoder.encode(value)
+    try:
+        text = _encoder.encode(value)
+    except RecursionError:
+        raise ValueError(_TOO_DEEP) from None
+    if exceeds_depth(text):
+        raise ValueError(_TOO_DEEP)
     surrogates = not text.isascii() and _SURROGATE.search(text) is not None
     if not surrogates and text[0] not in "-0123456789" and _SUSPECT_NUMBER.search(text) is None:
         return text

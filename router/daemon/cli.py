@@ -34,6 +34,7 @@ from typing import Any, Final, Mapping
 import attrs
 import trio
 
+from router.errors import Refusal
 from wire.container import CONTAINER_ENV, AdapterInfo
 
 __all__ = ["ADAPTERS", "AdapterLoadError", "DaemonConfig", "DaemonConfigError", "configure", "load_adapter", "read_env", "run"]
@@ -46,18 +47,15 @@ ADAPTERS: Final = {
 }
 
 
-class DaemonConfigError(Exception):
-    """The environment does not say how to run; the message says what to set."""
+class DaemonConfigError(Refusal):
+    """The environment does not say how to run: ``missing-env`` or
+    ``bad-env``, and a sentence saying what to set."""
 
 
-class AdapterLoadError(Exception):
+class AdapterLoadError(Refusal):
     """``--adapter`` names nothing usable. ``code`` is ``adapter-not-found``
     (no such module or attribute) or ``adapter-import-failed`` (the module
     exists and raised while it was imported) or ``bad-adapter``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
 
 
 @attrs.frozen
@@ -76,7 +74,8 @@ def read_env(environ: Mapping[str, str]) -> DaemonConfig:
         which = " and ".join(missing)
         verb = "is" if len(missing) == 1 else "are"
         raise DaemonConfigError(
-            f"missing-env: {which} {verb} not set; the host starts the container with "
+            "missing-env",
+            f"{which} {verb} not set; the host starts the container with "
             f"{', '.join(names)} (set {CONTAINER_ENV.port}=0 to pick a free port)"
         )
     raw_port = environ[CONTAINER_ENV.port]
@@ -86,7 +85,8 @@ def read_env(environ: Mapping[str, str]) -> DaemonConfig:
         port = -1
     if not 0 <= port <= 65535:
         raise DaemonConfigError(
-            f"bad-env: {CONTAINER_ENV.port}={raw_port!r} is not a port number (0 to 65535; 0 picks a free port)"
+            "bad-env",
+            f"{CONTAINER_ENV.port}={raw_port!r} is not a port number (0 to 65535; 0 picks a free port)",
         )
     return DaemonConfig(
         token=environ[CONTAINER_ENV.token], runtime_id=environ[CONTAINER_ENV.runtime_id], port=port

@@ -74,6 +74,7 @@ Where this differs from the reference, on purpose:
 from __future__ import annotations
 
 import heapq
+import reprlib
 from collections import deque
 from itertools import islice
 from typing import Any, Final, Hashable, Iterator, Sequence
@@ -100,7 +101,7 @@ from wire.container import (
     is_event,
     parse_host_message,
 )
-from wire.json import JsonValue, dumps, is_json
+from wire.json import MAX_DEPTH, JsonValue, dumps, exceeds_depth, is_json
 
 __all__ = [
     "AwaitTurn",
@@ -697,7 +698,7 @@ class SessionCore:
         """An adapter event (a ``ContainerEvent`` JSON object): an ``event``
         frame for the running operation, or null between turns."""
         if not is_event(event):
-            raise ValueError(f"not a container event (see wire.container.ContainerEvent): {event!r:.200}")
+            raise ValueError(f"not a container event (see wire.container.ContainerEvent): {_preview(event)}")
         out = self._out = []
         running = self._running
         self._frame({
@@ -711,10 +712,10 @@ class SessionCore:
         """Adapter resume state: ``persist`` frames of at most
         ``MAX_CHUNK_CHARS`` each (a larger entry alone)."""
         if isinstance(entries, (str, bytes, dict)):
-            raise ValueError(f"persist takes a list of JSON values, not {entries!r:.200}")
+            raise ValueError(f"persist takes a list of JSON values, not {_preview(entries)}")
         entries = list(entries)
         if not is_json(entries):
-            raise ValueError(f"persist takes a list of JSON values, not {entries!r:.200}")
+            raise ValueError(f"persist takes a list of JSON values, not {_preview(entries)}")
         out = self._out = []
         # One entry is one group whatever its size: no need to measure it.
         for group in chunk_entries(entries) if len(entries) > 1 else [entries] if entries else []:
@@ -764,10 +765,16 @@ class SessionCore:
                 del operations[op.id]
 
     def _frame(self, frame: dict) -> None:
-        """Number ``frame``, keep it, and send it if the connection is live."""
+        """Number ``frame``, keep it, and send it if the connection is live.
+        Raises ``ValueError`` (and changes nothing) for a frame the wire
+        cannot carry: ``dumps`` refuses a frame nested deeper than
+        ``MAX_DEPTH``, and the message around it is one level more."""
         body = dumps(frame)  # first: nothing changes if this raises
-        self.seq = seq = self.seq + 1
+        seq = self.seq + 1
         text = '{"type":"frame","seq":%d,"frame":%s}' % (seq, body)
+        if exceeds_depth(text):
+            raise ValueError(f"the frame is nested deeper than the wire's {MAX_DEPTH} levels (wire.json.MAX_DEPTH)")
+        self.seq = seq
         kept = self._kept
         kept.append(KeptFrame((seq, frame, text)))
         if len(kept) > self.max_kept_frames:
@@ -777,6 +784,13 @@ class SessionCore:
 
 
 _ABORTED: Final = {"status": "unanswered", "reason": ABORTED}
+
+
+def _preview(value: object) -> str:
+    """A short picture of what an adapter handed over, for its error:
+    ``reprlib`` stops at six levels and a few items, so a value of any depth
+    or size is shown in bounded time and stack."""
+    return reprlib.repr(value)
 
 
 def _error(message: str) -> str:

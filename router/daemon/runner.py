@@ -61,7 +61,7 @@ from router.daemon.core import (
 from wire.container import AdapterInfo
 from wire.json import dumps
 
-__all__ = ["Daemon", "DaemonClosed", "Outbox", "SessionRunner", "SHUTDOWN_GRACE"]
+__all__ = ["CLOSE_NOT_READING", "Daemon", "DaemonClosed", "OUTBOX_SLACK", "Outbox", "SessionRunner", "SHUTDOWN_GRACE"]
 
 log = logging.getLogger("router.daemon")
 
@@ -77,6 +77,20 @@ SHUTDOWN_GRACE: Final = 5.0
 #: How long a close handshake may take before the socket is dropped. Ours;
 #: the reference does not wait for it at all.
 CLOSE_TIMEOUT: Final = 5.0
+#: Texts an outbox may hold beyond a whole replay of its session's kept
+#: frames (``max_kept_frames``, which a ``replay`` queues at once) before
+#: its host is taken for one that stopped reading (a half-open connection
+#: the reference host never pings). Ours: a thousand live frames arriving
+#: while the writer drains a full replay is a long turn's worth of deltas.
+#: Beyond it the outbox holds only texts the session keeps anyway, or
+#: frames it has already dropped for their age, so its memory is bounded.
+OUTBOX_SLACK: Final = 1_024
+#: The close code and reason for such a host (RFC 6455 1011, "an
+#: unexpected condition prevented the server from fulfilling the
+#: request"). Nothing is lost: every frame not acknowledged is kept, and
+#: the host's next connection replays it.
+CLOSE_NOT_READING: Final = 1011
+NOT_READING_REASON: Final = "the host is not reading; reconnect and replay"
 
 
 class MessageSocket(Protocol):
@@ -94,13 +108,23 @@ class Outbox:
     blocking, and written by one task (:meth:`run`).
 
     A send to a closed or dead connection is dropped: the session goes on,
-    and the frames it keeps are replayed to the next connection.
+    and the frames it keeps are replayed to the next connection. A send
+    that would make the queue longer than ``limit`` texts (its host stopped
+    reading) empties the queue and closes the connection with
+    :data:`CLOSE_NOT_READING`; the transport drops it if even the close
+    cannot be written.
     """
 
-    __slots__ = ("name", "_queue", "_wakeup", "_closing", "_dead", "sent", "finished", "close_requested")
+    __slots__ = (
+        "name", "limit", "_queue", "_wakeup", "_closing", "_dead", "sent", "overflowed", "finished",
+        "close_requested",
+    )  # fmt: skip
 
-    def __init__(self, name: str = "") -> None:
+    def __init__(self, name: str = "", *, limit: int = MAX_KEPT_FRAMES + OUTBOX_SLACK) -> None:
         self.name = name
+        self.limit = limit
+        #: Whether the queue reached ``limit`` (and the connection was closed for it).
+        self.overflowed = False
         self._queue: deque[str] = deque()
         self._wakeup: trio.Event | None = None
         self._closing: tuple[int, str] | None = None
@@ -114,6 +138,15 @@ class Outbox:
 
     def send(self, text: str) -> None:
         if self._dead or self._closing is not None:
+            return
+        if len(self._queue) >= self.limit:
+            # The host is not reading. What is queued is kept by the
+            # session (or was dropped from it for its age already): let it
+            # go, and let the next connection replay it.
+            log.warning("outbox %s: %d texts unwritten; closing %d", self.name, len(self._queue), CLOSE_NOT_READING)
+            self.overflowed = True
+            self._queue.clear()
+            self.close(CLOSE_NOT_READING, NOT_READING_REASON)
             return
         self._queue.append(text)
         if self._wakeup is not None:
@@ -175,7 +208,7 @@ class Outbox:
             self.finished.set()
 
     def __repr__(self) -> str:
-        state = "dead" if self._dead else "closing" if self._closing else "open"
+        state = "dead" if self._dead else "overflowed" if self.overflowed else "closing" if self._closing else "open"
         return f"<Outbox {self.name} {state} pending={len(self._queue)} sent={self.sent}>"
 
 
@@ -208,6 +241,12 @@ class SessionRunner:
 
     # ------------------------------------------------------------------ connections
 
+    @property
+    def outbox_limit(self) -> int:
+        """The ``limit`` of this session's connections' outboxes: a whole
+        replay of its kept frames and :data:`OUTBOX_SLACK` more."""
+        return self.core.max_kept_frames + OUTBOX_SLACK
+
     def attach(self, outbox: Outbox) -> None:
         self._apply(self.core.attach(outbox))
 
@@ -217,7 +256,12 @@ class SessionRunner:
     async def receive(self, outbox: Outbox, text: str) -> None:
         """A text from ``outbox``'s socket: refused, ignored or queued for the
         inbox (waits while the inbox is full)."""
-        message, effects = self.core.receive(outbox, text)
+        try:
+            message, effects = self.core.receive(outbox, text)
+        except Exception as exc:  # a bug in parsing, not the peer: say so, keep the connection
+            log.exception("session %r: reading a host message failed", self.core.session)
+            outbox.send(dumps({"type": "error", "message": error_text(exc)}))
+            return
         if effects:
             self._apply(effects)
         if message is not None and not self._stopped:

@@ -41,7 +41,11 @@ which reads whatever arrives). Making it wait when the outbox is long looks
 like backpressure but deadlocks with any host whose reading waits on its own
 sends (a host that acks from its read loop): the daemon stops reading, the
 host's ack blocks, the host stops reading, the daemon's writer blocks. The
-outbox holds references to kept frames' texts, not copies.
+outbox holds references to kept frames' texts, not copies, and at most a
+whole replay of the session's kept frames and ``OUTBOX_SLACK`` more: past
+that its host is not reading, and the connection is closed with 1011 (or
+dropped after ``CLOSE_TIMEOUT`` when not even the close can be written);
+the host's next connection replays what it missed.
 
 Error handling: a peer's bytes never raise out of a connection's task (h11's
 and wsproto's protocol errors answer 400 or close; a dead socket ends the
@@ -411,7 +415,7 @@ class DaemonServer:
             with trio.move_on_after(CLOSE_TIMEOUT):
                 await ws.aclose(CLOSE_GOING_AWAY, SHUTDOWN_REASON)
             return
-        outbox = Outbox(f"{session!r}@{ws.remote}")
+        outbox = Outbox(f"{session!r}@{ws.remote}", limit=runner.outbox_limit)
         self._outboxes.add(outbox)
         nursery.start_soon(outbox.run, _batching(ws), name=f"writer {outbox.name}")
         nursery.start_soon(self._reap, nursery, outbox, name=f"reaper {outbox.name}")

@@ -16,7 +16,10 @@ things, each changed only by a plain method call that returns at once:
 - **The request queue and the pending-call table.** :meth:`start_call` makes a
   request, queues it and records it as pending. :meth:`take_requests` hands
   every queued request to the one poll that asks, and empties the queue, so a
-  request goes to exactly one poll. A result (:meth:`accept_results`) settles
+  request goes to exactly one poll; when that poll's answer could not be
+  written, :meth:`send_failed` puts its requests back at the front of the
+  queue for the next poll (a caller never waits out its deadline for work a
+  dead poll took). A result (:meth:`accept_results`) settles
   the pending call with its id and removes it; a result for an id that is not
   pending (unknown, already settled, or abandoned when its caller's deadline
   passed) is dropped and counted. :meth:`abandon_call` forgets a call whose
@@ -240,6 +243,20 @@ class LinkCore:
         for request in taken:
             self._pending[request.id].queued = False
         return taken
+
+    def send_failed(self, requests: Iterable[ModRequest]) -> list[ModRequest]:
+        """The poll these requests were taken for never got its answer out
+        (its client went away, its write failed): h11's ``send_failed``.
+        Each one whose call is still pending and not queued again goes back
+        to the front of the queue, in its order, for the next poll; one whose
+        caller gave up or that was answered meanwhile stays gone. Returns the
+        requests queued again."""
+        back = [r for r in requests if (p := self._pending.get(r.id)) is not None and not p.queued]
+        for request in reversed(back):
+            self._queue[request.id] = request
+            self._queue.move_to_end(request.id, last=False)
+            self._pending[request.id].queued = True
+        return back
 
     def abandon_call(self, request_id: str) -> None:
         """The caller gave up (deadline, cancellation): forget the call, and

@@ -48,7 +48,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from router._hypercorn import serve_on_socket
+from router._hypercorn import connection_health, serve_on_socket
 from router._unix import bind_private_socket, make_private_directory, remove_if_bound
 from router.modlink.core import DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCore, LinkState, SubscriberQueue
 from router.modlink.errors import ModCallTimeout, ModLinkClosed, ModLinkRefused, ModSubscriberOverflow
@@ -88,6 +88,10 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 #: How long a call waits for the mod's answer unless told otherwise (our
 #: choice: six poll holds, so a mod between two polls is always reached).
 DEFAULT_CALL_DEADLINE = 30.0
+
+
+#: The scope key under which a poll leaves the requests it took (ours).
+_TAKEN = "router.modlink.taken"
 
 
 def _error(status: int, code: str, message: str) -> Response:
@@ -245,6 +249,8 @@ class ModLink:
         # Poll counters: how each held poll ended (tests assert on these).
         self.polls_with_work = 0
         self.polls_expired = 0
+        #: Polls whose answer was not written, their requests queued again.
+        self.polls_unwritten = 0
         self.app = self._make_app()
 
     def __repr__(self) -> str:
@@ -265,6 +271,7 @@ class ModLink:
             "polls_waiting": self._work.statistics().tasks_waiting,
             "polls_with_work": self.polls_with_work,
             "polls_expired": self.polls_expired,
+            "polls_unwritten": self.polls_unwritten,
         }
 
     async def call(self, name: str, args: Any = None, *, deadline: float = DEFAULT_CALL_DEADLINE) -> Any:
@@ -325,7 +332,7 @@ class ModLink:
         self._serving = True
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(partial(serve_on_socket, self.app, sock, logger="router.modlink.http"))
+                await nursery.start(partial(serve_on_socket, self._asgi, sock, logger="router.modlink.http"))
                 log.info("mod link for session %s serving on %s", self.session_id, self.path)
                 task_status.started(self.path)
         finally:
@@ -382,6 +389,44 @@ class ModLink:
         self._work.unpark_all()
 
     # ----------------------------------------------------------------- the app
+
+    async def _asgi(self, scope: dict, receive: Any, send: Any) -> None:
+        """The app as served: a poll whose answer was not written (the
+        handler cancelled after it took requests, or the write failed on a
+        connection whose client went away) puts its requests back
+        (:meth:`LinkCore.send_failed`), so the next poll gets them and no
+        caller waits out its deadline for work a dead poll took.
+
+        Decided here, around the whole of Quart's handling, because a
+        failed write never reaches the app: Hypercorn swallows it, and only
+        the connection's :class:`~router._hypercorn.ConnectionHealth` says
+        so. The route leaves what it took in the scope (``_TAKEN``)."""
+        if scope["type"] != "http" or scope.get("path") != MOD_ROUTE_REQUESTS:
+            await self.app(scope, receive, send)
+            return
+        written = False
+
+        async def send_watched(message: dict) -> None:
+            nonlocal written
+            await send(message)
+            # The answer is one chunk of JSON: written once that chunk went
+            # out on a connection none of whose writes failed. (Quart's
+            # last, empty chunk may never be sent: Quart-Trio ends the
+            # handler as soon as Hypercorn reports the stream closed.)
+            if message["type"] == "http.response.body" and message.get("body"):
+                health = connection_health(scope)
+                written = health is None or not health.send_failed
+
+        try:
+            await self.app(scope, receive, send_watched)
+        finally:
+            taken = scope.pop(_TAKEN, None)
+            if taken and not written:
+                self.polls_unwritten += 1
+                back = self._core.send_failed(taken)
+                if back:
+                    self._work.unpark_all()
+                log.info("a poll's answer was not written; %d of its %d requests queued again", len(back), len(taken))
 
     def _settle(self, outcomes: list[CallOutcome]) -> None:
         for outcome in outcomes:
@@ -490,6 +535,8 @@ class ModLink:
                     self.polls_with_work += 1
             elif taken:
                 self.polls_with_work += 1
+            if taken:
+                request.scope[_TAKEN] = taken  # for _asgi, should the answer not be written
             return _json({"requests": [converter.unstructure(item) for item in taken]})
 
         @app.errorhandler(HTTPException)

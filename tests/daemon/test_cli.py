@@ -146,3 +146,17 @@ async def test_the_first_line_names_adapter_address_and_runtime():
         await process.stdout.aclose()
     assert re.fullmatch(r"router daemon: echo on 127\.0\.0\.1:\d+ \(runtime rt-7\)", data.split(b"\n")[0].decode())
     assert status == 0  # SIGINT is a clean stop too
+
+
+def test_the_cli_errors_are_refusals_with_codes() -> None:
+    from router.errors import Refusal
+
+    with pytest.raises(DaemonConfigError) as missing:
+        read_env({})
+    assert isinstance(missing.value, Refusal) and missing.value.code == "missing-env"
+    with pytest.raises(DaemonConfigError) as bad:
+        read_env({"CF_HARNESS_TOKEN": "t", "CF_HARNESS_RUNTIME_ID": "r", "CF_HARNESS_PORT": "x"})
+    assert bad.value.code == "bad-env" and "CF_HARNESS_PORT" in bad.value.message
+    with pytest.raises(AdapterLoadError) as load:
+        load_adapter("nope")
+    assert isinstance(load.value, Refusal) and load.value.code == "bad-adapter"

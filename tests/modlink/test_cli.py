@@ -143,3 +143,47 @@ def test_a_stdout_nobody_reads_does_not_stall_the_link(server: subprocess.Popen[
     server.send_signal(signal.SIGTERM)
     assert server.wait(timeout=30) == 0
     assert not os.path.exists(path)
+
+
+def test_hostile_http_does_not_end_the_process(process_env: dict[str, str], tmp_path: "os.PathLike[str]") -> None:
+    """The inputs that once ended ``router modlink`` (pgjones/hypercorn issue
+    203), many times, then a storm: the process still serves, its socket is
+    still there, and it logged no traceback."""
+    import functools
+    import pathlib
+
+    import trio
+
+    from tests.modlink.hostile_http import KILLERS, run_case, storm
+
+    log = pathlib.Path(tmp_path) / "stderr.log"
+    with open(log, "w") as stderr:  # a file: a storm's warnings never fill a pipe
+        process = subprocess.Popen(
+            [sys.executable, "-m", "router", "modlink", "--session-id", SESSION],
+            env=process_env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+        )
+    try:
+        path = _first_line(process)
+
+        async def attack() -> None:
+            dial = functools.partial(trio.open_unix_socket, path)
+            async with trio.open_nursery() as nursery:
+                for case in KILLERS:
+                    for _ in range(40):
+                        nursery.start_soon(run_case, dial, case)
+            await storm(dial, seed=203, count=1000)
+
+        trio.run(attack)
+        assert process.poll() is None and os.path.exists(path)
+        with httpx.Client(transport=httpx.HTTPTransport(uds=path), base_url=MOD_URL_BASE, timeout=30) as client:
+            assert client.get("/healthz").json() == {"link": MOD_HEALTH_MARKER}
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+        assert process.stdout is not None
+        process.stdout.close()
+    errors = log.read_text()
+    assert "Traceback" not in errors and " ERROR " not in errors, errors[-3000:]

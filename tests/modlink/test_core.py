@@ -341,3 +341,39 @@ def test_row_written_is_the_typed_result() -> None:
     )
     (outcome,) = core.accept_results([ModResultOk(id=request.id, value={"as": "row", "uuid": "u1"})])
     assert outcome.value == ModRowWritten(uuid="u1")
+
+
+def test_every_mod_link_error_is_a_refusal_with_its_code() -> None:
+    import pickle
+
+    import trio
+
+    from router.errors import Refusal
+    from router.modlink import (
+        ModBadResult,
+        ModCallError,
+        ModCallTimeout,
+        ModLinkClosed,
+        ModLinkRefused,
+        ModSubscriberOverflow,
+    )
+
+    cases = [
+        (ModLinkRefused("link-in-use", "a live server answers", path="/run/x"), "link-in-use"),
+        (ModCallError("session.model", "not now"), "mod-call-failed"),
+        (ModBadResult("session.model", "a number"), "mod-bad-result"),
+        (ModCallTimeout("session.model", 5), "mod-call-timeout"),
+        (ModLinkClosed("the mod link is closed"), "link-closed"),
+        (ModSubscriberOverflow("fell behind"), "subscriber-overflow"),
+    ]
+    for error, code in cases:
+        assert isinstance(error, Refusal) and error.code == code and error.message
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and again == error
+    refused, failed, bad, timeout = (case[0] for case in cases[:4])
+    assert refused.path == "/run/x" and refused.to_json()["path"] == "/run/x"
+    assert ModLinkRefused("no-socket-path", "no base").path is None
+    assert (failed.call, failed.error) == ("session.model", "not now")
+    assert isinstance(bad, ModCallError) and bad.error == "a number"
+    assert isinstance(timeout, trio.TooSlowError) and timeout.deadline == 5
+    assert pickle.loads(pickle.dumps(timeout)).call == "session.model"

@@ -61,7 +61,7 @@ import os
 import time
 from typing import Any, Callable, Final
 
-from router.daemon.adapters.cli import CliAdapter, CliCommand, CliExit, CliPreset, CliTurn, CliUpdate
+from router.daemon.adapters.cli import CliAdapter, CliCommand, CliExit, CliPreset, CliTurn, CliUpdate, usage_event
 from wire.container import ContainerOutcome, Done, Unanswered
 from wire.json import JsonValue, dumps, is_json, js_number, loads
 
@@ -328,13 +328,7 @@ class ClaudeProjection:
 
     @staticmethod
     def _usage(message: dict[str, Any]) -> list[JsonValue]:
-        event: dict[str, Any] = {"type": "usage"}
-        usage = message.get("usage")
-        if isinstance(usage, dict):
-            for source, target in (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens")):
-                value = usage.get(source)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    event[target] = value
+        event = usage_event(message.get("usage"))
         cost = message.get("total_cost_usd")
         if isinstance(cost, (int, float)) and not isinstance(cost, bool):
             event["costUsd"] = cost

@@ -92,6 +92,7 @@ __all__ = [
     "SYNC_INTERVAL",
     "fold_state",
     "home_for",
+    "usage_event",
 ]
 
 #: Seconds a CLI has to exit after ``SIGINT`` before its process group is
@@ -282,6 +283,19 @@ class LineSplitter:
         line = bytes(self._buffer).decode("utf-8", errors="replace")
         self._buffer.clear()
         return line.removesuffix("\r")
+
+
+def usage_event(figures: object) -> dict[str, Any]:
+    """A ``usage`` event from a CLI's token figures (``input_tokens`` and
+    ``output_tokens``, as both Claude Code and Codex name them): the
+    figures that are numbers, under the wire's names."""
+    event: dict[str, Any] = {"type": "usage"}
+    if isinstance(figures, dict):
+        for source, target in (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens")):
+            value = figures.get(source)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                event[target] = value
+    return event
 
 
 def fold_state(entries: Iterable[JsonValue]) -> dict[str, str]:

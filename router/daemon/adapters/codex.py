@@ -49,7 +49,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Final
 
-from router.daemon.adapters.cli import CliAdapter, CliCommand, CliExit, CliPreset, CliTurn, CliUpdate
+from router.daemon.adapters.cli import CliAdapter, CliCommand, CliExit, CliPreset, CliTurn, CliUpdate, usage_event
 from wire.container import ContainerOutcome, Done, Unanswered
 from wire.json import JsonValue, dumps, loads
 
@@ -190,43 +190,51 @@ class CodexParser:
         if not isinstance(event, dict):
             return CliUpdate()
         kind = event.get("type")
-        if kind == "thread.started":
-            thread = event.get("thread_id")
-            return CliUpdate(state={"threadId": thread}) if isinstance(thread, str) and thread else CliUpdate()
         if kind in ("item.started", "item.updated", "item.completed"):
-            item = event.get("item")
-            if not isinstance(item, dict):
-                return CliUpdate()
-            if item.get("type") == "error":
-                return CliUpdate(events=({"type": "log", "level": "warn", "message": _str(item.get("message"), "error")},))
-            part = _part_of(item)
-            if part is None:
-                return CliUpdate()
-            key = item["id"] if isinstance(item.get("id"), str) else str(len(self.parts))
-            self.parts[key] = part
-            if part["type"] == "text" and kind == "item.completed":
-                self.last_text = part["text"]
-            return CliUpdate(events=(self._message(),))
-        if kind == "turn.completed":
-            usage: dict[str, Any] = {"type": "usage"}
-            figures = event.get("usage")
-            if isinstance(figures, dict):
-                for source, target in (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens")):
-                    value = figures.get(source)
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        usage[target] = value
-            return CliUpdate(events=(usage,), outcome=Done(text=self.last_text))
-        if kind == "turn.failed":
-            error = event.get("error")
-            message = error.get("message") if isinstance(error, dict) else None
-            return CliUpdate(outcome=Unanswered(reason=_str(message, "turn failed")))
-        if kind == "error":
-            # Reconnect notices and the like; a fatal one ends in
-            # `turn.failed` or a non-zero exit.
-            message = event.get("message")
-            self.failure = message if isinstance(message, str) else self.failure
-            return CliUpdate(events=({"type": "log", "level": "warn", "message": _str(message, "error")},))
-        return CliUpdate()
+            return self._item(kind, event.get("item"))
+        read = self._READERS.get(kind) if isinstance(kind, str) else None
+        return CliUpdate() if read is None else read(self, event)
+
+    def _thread_started(self, event: dict[str, Any]) -> CliUpdate:
+        thread = event.get("thread_id")
+        return CliUpdate(state={"threadId": thread}) if isinstance(thread, str) and thread else CliUpdate()
+
+    def _item(self, kind: str, item: Any) -> CliUpdate:
+        if not isinstance(item, dict):
+            return CliUpdate()
+        if item.get("type") == "error":
+            return CliUpdate(events=({"type": "log", "level": "warn", "message": _str(item.get("message"), "error")},))
+        part = _part_of(item)
+        if part is None:
+            return CliUpdate()
+        key = item["id"] if isinstance(item.get("id"), str) else str(len(self.parts))
+        self.parts[key] = part
+        if part["type"] == "text" and kind == "item.completed":
+            self.last_text = part["text"]
+        return CliUpdate(events=(self._message(),))
+
+    def _turn_completed(self, event: dict[str, Any]) -> CliUpdate:
+        return CliUpdate(events=(usage_event(event.get("usage")),), outcome=Done(text=self.last_text))
+
+    def _turn_failed(self, event: dict[str, Any]) -> CliUpdate:
+        error = event.get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+        return CliUpdate(outcome=Unanswered(reason=_str(message, "turn failed")))
+
+    def _error(self, event: dict[str, Any]) -> CliUpdate:
+        # Reconnect notices and the like; a fatal one ends in `turn.failed`
+        # or a non-zero exit.
+        message = event.get("message")
+        self.failure = message if isinstance(message, str) else self.failure
+        return CliUpdate(events=({"type": "log", "level": "warn", "message": _str(message, "error")},))
+
+    #: The readers of the top-level event types other than items.
+    _READERS: Final[dict[str, Callable[["CodexParser", dict[str, Any]], CliUpdate]]] = {
+        "thread.started": _thread_started,
+        "turn.completed": _turn_completed,
+        "turn.failed": _turn_failed,
+        "error": _error,
+    }
 
     def end(self, exit: CliExit) -> ContainerOutcome:
         if self.failure is not None:
