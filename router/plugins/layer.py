@@ -32,7 +32,7 @@ import trio
 
 from router.plugins.broker import Answer, Broker
 from router.plugins.channels import Channels, CoreCaller
-from router.plugins.limits import CheckFailure, Limits, Stop
+from router.plugins.limits import CheckFailure, Limits, Stop, counting_window
 from router.plugins.loader import LoadedModule, Loader, LoadResult, Log, default_log
 from router.plugins.refusal import Refusal
 from router.plugins.routing import LaunchRecord, plan_launch
@@ -113,6 +113,16 @@ class PluginLayer:
         value = self._options.get(kind)
         return value if type(value) is dict else {}
 
+    async def _counted_records(self, limits: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The turn records a launch or a turn's end hands the limit checks:
+        only those that can count for a limit of ``limits``
+        (:func:`~router.plugins.limits.counting_window`), read incrementally
+        in a worker thread. None at all while no limit is set."""
+        any_limit, start = counting_window(limits)
+        if not any_limit:
+            return []
+        return await trio.to_thread.run_sync(self.records.since, start)
+
     # ----------------------------------------------------------------- launch
 
     def _load_harness(self, name: str) -> LoadedModule | Refusal:
@@ -142,12 +152,13 @@ class PluginLayer:
             self._log({"event": "launch-refused", "instance": instance, **record.to_json()})
             return record
         limits = _value(limits_doc, "limits")
+        limits = limits if type(limits) is dict else {}
         refusal = self.limits.may_launch(
             switched_on=self._switched_on("limit-check"),
             modules=self.loader.modules("limit-check"),
-            limits=limits if type(limits) is dict else {},
+            limits=limits,
             subject=record.subject(),
-            records=await trio.to_thread.run_sync(self.records.read),
+            records=await self._counted_records(limits),
             now=self._now(),
         )
         if refusal is not None:
@@ -186,13 +197,14 @@ class PluginLayer:
                        "reason": stop.reason, "subject": dict(bracket.subject)})
             return record, stop
         limits = _value(document, "limits")
+        limits = limits if type(limits) is dict else {}
         subject = {k: bracket.subject.get(k) for k in ("instance", "provider", "model", "account")}
         stop = self.limits.must_stop(
             switched_on=switched_on,
             modules=self.loader.modules("limit-check"),
-            limits=limits if type(limits) is dict else {},
+            limits=limits,
             subject=subject,
-            records=await trio.to_thread.run_sync(self.records.read),
+            records=await self._counted_records(limits),
             now=self._now(),
         )
         return record, stop
@@ -207,12 +219,13 @@ class PluginLayer:
         if isinstance(document, Refusal):
             return document
         limits = _value(document, "limits")
+        limits = limits if type(limits) is dict else {}
         return self.limits.may_launch(
             switched_on=self._switched_on("limit-check"),
             modules=self.loader.modules("limit-check"),
-            limits=limits if type(limits) is dict else {},
+            limits=limits,
             subject=dict(subject),
-            records=await trio.to_thread.run_sync(self.records.read),
+            records=await self._counted_records(limits),
             now=self._now(),
         )
 

@@ -48,10 +48,11 @@ from router.plugins.broker import Answer, Broker
 from router.plugins.loader import LoadedModule, Log, default_log
 from router.plugins.models import Json, LimitTree, NonEmpty, nests_deeper, structure
 from router.plugins.refusal import Refusal
-from router.plugins.usage import TOKEN_KINDS, iso
+from router.plugins.usage import TOKEN_KINDS, copy_json, iso, parse_time
 
 __all__ = [
     "CheckFailure",
+    "counting_window",
     "Limits",
     "Stop",
     "apply_limits_patch",
@@ -85,6 +86,23 @@ def resolve_limit(limits: object, path: Sequence[str]) -> dict[str, Any] | None:
             return None
         node = node[key]
     return node if type(node) is dict and "limit" in node else None
+
+
+def counting_window(limits: object) -> tuple[bool, dt.datetime | None]:
+    """Which turn records can count for a limit of ``limits``: ``(False,
+    None)`` when there is no limit (none can); else ``(True, start)``, the
+    earliest ``since`` of any limit, or ``None`` (every record) when some
+    limit's ``since`` cannot be read. A limit counts from its ``since`` on
+    (the writer owns it), so a record before every limit's ``since`` counts
+    for none; a record whose time cannot be read is always handed over
+    (checks count it apart). This is what keeps a turn's end from costing
+    every turn ever recorded."""
+    starts = [parse_time(node.get("since")) for _, node in limit_paths(limits)]
+    if not starts:
+        return False, None
+    if any(start is None for start in starts):
+        return True, None
+    return True, min(starts)  # type: ignore[type-var]
 
 
 def format_path(path: Sequence[str]) -> str:
@@ -187,6 +205,17 @@ def _check_report(value: object, limits: object) -> str | None:
 # --------------------------------------------------------------------------- composition
 
 
+def _copy_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """A check's own copy of its arguments. The records (there may be many)
+    are copied by :func:`~router.plugins.usage.copy_json`, several times
+    faster than ``copy.deepcopy``; the rest by ``deepcopy``."""
+    rest = copy.deepcopy({key: value for key, value in args.items() if key != "records"})
+    if "records" in args:
+        rest["records"] = [copy_json(record) for record in args["records"]]
+    return rest
+
+
+
 class Limits:
     """Asks the switched-on limit checks, and composes their answers.
 
@@ -210,7 +239,7 @@ class Limits:
                 message=f'the limit check "{name}" is switched on but not loaded; see the '
                 "plugin-refused log entry, or run `router plugins` to check the setting",
             )
-        answer = self._broker.call_sync(module, function, copy.deepcopy(dict(args)),
+        answer = self._broker.call_sync(module, function, _copy_args(args),
                                         crash_code="check-threw")
         if isinstance(answer, Refusal):
             return CheckFailure(check=name, code=answer.code, message=answer.message)
