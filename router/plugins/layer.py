@@ -90,7 +90,7 @@ class PluginLayer:
         not parse refuses every kind, which keeps what it had."""
         document = await self._read("plugins.json")
         plugins = plugins_value(document)
-        result = self.loader.load(plugins, only=RUNTIME_KINDS)
+        result = await self.loader.load_async(plugins, only=RUNTIME_KINDS)
         if type(plugins) is dict:
             self._plugins = plugins
             options = _value(document, "options")
@@ -125,11 +125,11 @@ class PluginLayer:
 
     # ----------------------------------------------------------------- launch
 
-    def _load_harness(self, name: str) -> LoadedModule | Refusal:
+    async def _load_harness(self, name: str) -> LoadedModule | Refusal:
         # A fresh loader per launch: the module's file is executed again, so
         # an earlier load's module is never reused.
         fresh = Loader(root=self.loader.root, log=self._log)
-        result = fresh.load({"harness": [name]}, only=["harness"])
+        result = await fresh.load_async({"harness": [name]}, only=["harness"])
         if result.refused:
             return result.refused[0].refusal()
         return fresh.modules("harness")[0]

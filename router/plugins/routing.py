@@ -42,7 +42,8 @@ loaded only for a route being checked; an off harness is never loaded.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Mapping, Sequence
+import inspect
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import attrs
 
@@ -60,6 +61,7 @@ __all__ = [
     "LaunchRecord",
     "Route",
     "apply_routes_patch",
+    "check_loaded_route",
     "check_route",
     "harness_facts",
     "parse_routes",
@@ -171,27 +173,28 @@ def harness_facts(broker: Broker, module: LoadedModule, options: object) -> Harn
 
 
 LoadHarness = Callable[[str], "LoadedModule | Refusal"]
+#: What a launch loads a harness with: :meth:`Loader.load_async` behind it
+#: (a plain :data:`LoadHarness` is taken too).
+LoadHarnessAsync = Callable[[str], "Awaitable[LoadedModule | Refusal] | LoadedModule | Refusal"]
 
 
-def check_route(
-    route: Route,
-    *,
-    switched_on: Sequence[str],
-    load_harness: LoadHarness,
-    models: object,
-    broker: Broker,
+def _harness_off(route: Route, switched_on: Sequence[str]) -> Refusal | None:
+    """Check 1: the route's harness is switched on."""
+    if route.harness in switched_on:
+        return None
+    return Refusal(
+        code="harness-off",
+        message=f'the harness "{route.harness}" is not switched on; run `router plugins` and '
+        f'`router plugins set --file PATCH` with "harness" listing every harness to keep on, '
+        f'"{route.harness}" included',
+    )
+
+
+def check_loaded_route(
+    route: Route, module: LoadedModule | Refusal, *, models: object, broker: Broker,
     options: object = None,
 ) -> HarnessFacts | Refusal:
-    """Checks 1–4 of a route (no preflight). Loads the harness module only
-    when it is switched on. ``options`` are the harness module's options."""
-    if route.harness not in switched_on:
-        return Refusal(
-            code="harness-off",
-            message=f'the harness "{route.harness}" is not switched on; run `router plugins` and '
-            f'`router plugins set --file PATCH` with "harness" listing every harness to keep on, '
-            f'"{route.harness}" included',
-        )
-    module = load_harness(route.harness)
+    """Checks 2–4 of a route whose harness module the loader answered."""
     if isinstance(module, Refusal):
         return Refusal(
             code="harness-refused",
@@ -215,6 +218,22 @@ def check_route(
             "models with `router routes set`, or route to one of them",
         )
     return facts
+
+
+def check_route(
+    route: Route,
+    *,
+    switched_on: Sequence[str],
+    load_harness: LoadHarness,
+    models: object,
+    broker: Broker,
+    options: object = None,
+) -> HarnessFacts | Refusal:
+    """Checks 1–4 of a route (no preflight), synchronously (the commands).
+    Loads the harness module only when it is switched on. ``options`` are
+    the harness module's options."""
+    return _harness_off(route, switched_on) or check_loaded_route(
+        route, load_harness(route.harness), models=models, broker=broker, options=options)
 
 
 def harness_options(plugins_doc: object, harness: str) -> dict[str, Any]:
@@ -293,7 +312,7 @@ async def _try_route(
     *,
     plugins_doc: Mapping[str, Any],
     models: object,
-    load_harness: LoadHarness,
+    load_harness: LoadHarnessAsync,
     broker: Broker,
     env: Mapping[str, str],
     session: str | None,
@@ -303,8 +322,13 @@ async def _try_route(
     plugins = plugins_doc.get("plugins") if type(plugins_doc.get("plugins")) is dict else {}
     switched_on = plugins.get("harness") if type(plugins.get("harness")) is list else []
     options = harness_options(plugins_doc, route.harness)
-    facts = check_route(route, switched_on=switched_on, load_harness=load_harness,
-                        models=models, broker=broker, options=options)
+    off = _harness_off(route, switched_on)
+    if off is not None:
+        return off
+    module = load_harness(route.harness)
+    if inspect.isawaitable(module):
+        module = await module
+    facts = check_loaded_route(route, module, models=models, broker=broker, options=options)
     if isinstance(facts, Refusal):
         return facts
     context = harness_context(routes.instance, route, options, env, session)
@@ -316,7 +340,7 @@ async def plan_launch(
     *,
     plugins_doc: Mapping[str, Any],
     routes_doc: Mapping[str, Any],
-    load_harness: LoadHarness,
+    load_harness: LoadHarnessAsync,
     broker: Broker,
     env: Mapping[str, str],
     session: str | None = None,
