@@ -43,6 +43,7 @@ from typing import Any, AsyncIterator, Final
 import trio
 
 from router._trio import sole_error
+from router.errors import Refusal
 from router.serve import JobConfig, MainJob, StartFailed, add_common, setup_logging
 
 __all__ = ["TOOLS", "configure", "run"]
@@ -114,23 +115,23 @@ async def call_tool(router: Any, name: str, arguments: dict[str, Any]) -> Any:
     """One tool call against the router: its JSON answer, or
     :class:`ToolRefused`."""
     from router.turns.core import Answered
+    from router.turns.requests import send_request_from_tool
     from router.turns.router import Problem
 
     if name not in TOOLS:
         raise ToolRefused("unknown-tool", f"there is no tool {name!r}; the tools are {', '.join(TOOLS)}")
-    _check(name, arguments)
+    send = send_request_from_tool(arguments) if name == "send_message" else None
+    if isinstance(send, Refusal):
+        raise ToolRefused(send.code, send.message)
+    if send is None:
+        _check(name, arguments)
     try:
         if name == "list_sessions":
             return {"sessions": await router.list()}
         if name == "read_messages":
             return await router.messages(arguments["session"])
-        reply, body = await router.send(
-            arguments["session"],
-            arguments["text"],
-            event_id=arguments.get("event_id"),
-            card=arguments.get("card", False),
-            wait=arguments.get("wait", False),
-        )
+        assert send is not None
+        reply, body = await router.send(send.session, send.text, **send.send_arguments())
     except Problem as problem:
         raise ToolRefused(problem.code, problem.message) from None
     if not isinstance(reply, Answered):

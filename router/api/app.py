@@ -59,10 +59,11 @@ from router.plugins.layer import PluginLayer
 from router.plugins.refusal import Refusal
 from router.turns.core import Answered, Unanswered
 from router.turns.live import LiveLagged
+from router.turns.requests import SendRequest, send_request_from_body
 from router.turns.router import Problem, TurnRouter
 from wire.json import JsonError, dumps, loads
 
-__all__ = ["ApiConfig", "BadBody", "MESSAGE_FIELDS", "STATUS", "make_app", "parse_body", "status_of"]
+__all__ = ["ApiConfig", "BadBody", "STATUS", "make_app", "parse_body", "status_of"]
 
 log = logging.getLogger("router.api")
 
@@ -194,19 +195,6 @@ def _is_str(value: Any) -> bool:
     return type(value) is str
 
 
-def _is_bool(value: Any) -> bool:
-    return type(value) is bool
-
-
-MESSAGE_FIELDS: Final = {
-    "text": _is_str,
-    "eventId": _is_str,
-    "kind": lambda value: value in ("person", "card"),
-    "messageId": _is_str,
-    "wait": _is_bool,
-}
-
-
 def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_hosts: Callable[[], set[str]]) -> QuartTrio:
     """The app. ``allowed_hosts()`` names the ``Host`` values to accept
     (known once the port is bound)."""
@@ -233,14 +221,8 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         raise AssertionError(f"the channel passed {operation!r}")  # pass_through allows list/send/read only
 
     async def _send(args: Mapping[str, Any]) -> CoreAnswer:
-        reply, body = await router.send(
-            args["session"],
-            args["text"],
-            event_id=args.get("eventId"),
-            card=args.get("kind") == "card",
-            message_id=args.get("messageId"),
-            wait=bool(args.get("wait")),
-        )
+        send = SendRequest.from_args(args)
+        reply, body = await router.send(send.session, send.text, **send.send_arguments())
         if isinstance(reply, Answered):
             return CoreAnswer(body=body)
         default = 503 if isinstance(reply, Unanswered) else 409
@@ -329,15 +311,10 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
 
     @app.post("/sessions/<session>/messages")
     async def send(session: str) -> Response:
-        try:
-            body = await json_body(MESSAGE_FIELDS, required=("text",))
-        except _BadBody as exc:
-            return _error(
-                "bad-body",
-                f"POST /sessions/<id>/messages takes {{text, eventId?, kind?: 'person'|'card', messageId?, wait?}}: "
-                f"{exc.message}",
-            )
-        return respond(await dispatch("send", {**body, "session": session}))
+        send = send_request_from_body(await request.get_data(cache=False), session)
+        if isinstance(send, Refusal):
+            return _error(send.code, send.message)
+        return respond(await dispatch("send", send.to_args()))
 
     @app.get("/sessions/<session>/messages")
     async def read(session: str) -> Response:

@@ -1,0 +1,184 @@
+"""The send request: "deliver this text into this session", from any surface.
+
+Two edges take it, each in its own spelling, and both become one
+:class:`SendRequest` through one converter:
+
+- the HTTP API's ``POST /sessions/<id>/messages`` body
+  (:func:`send_request_from_body`): ``{text, eventId?, kind?: "person" |
+  "card", messageId?, wait?}``, camelCase, the session in the path; a bad
+  body refuses ``bad-body``;
+- the MCP tool ``send_message`` (:func:`send_request_from_tool`):
+  ``{session, text, event_id?, card?, wait?}``, as its input schema
+  publishes it; bad arguments refuse ``bad-arguments``.
+
+Each edge's shape is a frozen attrs class structured by :data:`converter`
+(built by :func:`make_converter` on the wires' ``Builder``): strict leaves (a
+``wait`` of ``1`` or ``"true"`` is refused, never read as true), unknown keys
+refused, an optional key either absent or of its type (``null`` is refused,
+as before). A refusal is a :class:`router.errors.Refusal` whose message
+names the failing key::
+
+    bad-body: POST /sessions/<id>/messages takes {...}: wait: expected a boolean, got a string
+
+Hostile input: nothing here descends into a value it does not expect (every
+field is a leaf), so a value nested 10,000 levels deep is refused by its
+type at the top, and the body's JSON is read by ``wire.json.loads``, which
+refuses a text nested past the interpreter's limit as not JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Final, Literal
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, override
+
+from wire._convert import Builder, camel
+from wire.json import JsonError, loads
+
+from router.errors import Refusal
+
+__all__ = [
+    "API_SHAPE",
+    "TOOL_SHAPE",
+    "ApiSendBody",
+    "SendRequest",
+    "ToolSendArguments",
+    "converter",
+    "make_converter",
+    "send_request_from_body",
+    "send_request_from_tool",
+]
+
+#: How each edge says what it takes, at the head of its refusals.
+API_SHAPE: Final = ("POST /sessions/<id>/messages takes "
+                    "{text, eventId?, kind?: 'person'|'card', messageId?, wait?}")
+TOOL_SHAPE: Final = "send_message takes {session, text, event_id?, card?, wait?}"
+
+
+class RequestShapeError(ValueError):
+    """A send request's key of the wrong type or value."""
+
+
+@attrs.frozen(kw_only=True)
+class SendRequest:
+    """One delivery, as the user-turn router's ``send`` takes it."""
+
+    session: str
+    text: str
+    event_id: str | None = None
+    card: bool = False
+    message_id: str | None = None
+    wait: bool = False
+
+    def send_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of ``TurnRouter.send`` after its two
+        positional ones (``session``, ``text``)."""
+        return {"event_id": self.event_id, "card": self.card, "message_id": self.message_id,
+                "wait": self.wait}
+
+    def to_args(self) -> dict[str, Any]:
+        """As a plain object (what a channel carries to the core)."""
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_args(cls, args: Any) -> SendRequest:
+        """Back from :meth:`to_args` (the core's side of a channel)."""
+        return cls(**{field.name: args[field.name] for field in attrs.fields(cls)})
+
+
+@attrs.frozen(kw_only=True)
+class ApiSendBody:
+    """The API's body (camelCase keys on the wire)."""
+
+    text: str
+    event_id: str | None = None
+    kind: Literal["person", "card"] = "person"
+    message_id: str | None = None
+    wait: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ToolSendArguments:
+    """The MCP tool's arguments (snake_case, as its schema names them)."""
+
+    session: str
+    text: str
+    event_id: str | None = None
+    card: bool = False
+    wait: bool = False
+
+
+def make_converter() -> cattrs.Converter:
+    """The send request's converter: strict leaves, and each edge's class
+    with its spelling and no key it does not name."""
+    builder = Builder(RequestShapeError, tags={}, detailed=True)
+    conv = builder.conv
+    for cls, key in ((ApiSendBody, camel), (ToolSendArguments, str)):
+        attrs.resolve_types(cls)
+        # A key whose default is None is optional, and present it is a
+        # string: null is refused (as before), never read as "absent".
+        overrides = {
+            field.name: override(rename=key(field.name), struct_hook=conv.get_structure_hook(str))
+            if field.default is None else override(rename=key(field.name))
+            for field in attrs.fields(cls)
+        }
+        structure = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **overrides)
+        builder.register(cls, structure, conv.get_unstructure_hook(cls))
+    return conv
+
+
+converter: Final = make_converter()
+
+
+def _problem(exc: BaseException, spell: Callable[[str], str]) -> str:
+    """The first failing key of a structuring error (spelled as its edge
+    spells it) and what is wrong."""
+    key = ""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+            break
+        exc = exc.exceptions[0]
+        names = [note.name for note in getattr(exc, "__notes__", ()) if hasattr(note, "name")]
+        key = spell(names[0]) if names else key
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return f"unknown field(s) {', '.join(map(repr, sorted(exc.extra_fields)))}"
+    if isinstance(exc, KeyError):
+        return f"{key!r} is required"
+    return f"{key}: {exc}" if key else str(exc)
+
+
+def _structure(value: object, cls: type, code: str, shape: str, spell: Callable[[str], str]) -> Any:
+    try:
+        return converter.structure(value, cls)
+    except Exception as exc:  # noqa: BLE001 - every structuring error refuses
+        return Refusal(code, f"{shape}: {_problem(exc, spell)}")
+
+
+def send_request_from_body(raw: bytes, session: str) -> SendRequest | Refusal:
+    """The API's ``POST /sessions/<session>/messages`` body (its bytes), or
+    the ``bad-body`` refusal saying what is wrong."""
+    try:
+        value = loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, JsonError, RecursionError) as exc:
+        return Refusal("bad-body", f"{API_SHAPE}: the body is not JSON text: {exc}")
+    if type(value) is not dict:
+        return Refusal("bad-body", f"{API_SHAPE}: the body must be a JSON object")
+    body = _structure(value, ApiSendBody, "bad-body", API_SHAPE, camel)
+    if isinstance(body, Refusal):
+        return body
+    return SendRequest(session=session, text=body.text, event_id=body.event_id,
+                       card=body.kind == "card", message_id=body.message_id, wait=body.wait)
+
+
+def send_request_from_tool(arguments: object) -> SendRequest | Refusal:
+    """The MCP ``send_message`` tool's arguments, or the ``bad-arguments``
+    refusal saying what is wrong."""
+    if type(arguments) is not dict:
+        return Refusal("bad-arguments", f"{TOOL_SHAPE}: the arguments must be an object")
+    parsed = _structure(arguments, ToolSendArguments, "bad-arguments", TOOL_SHAPE, str)
+    if isinstance(parsed, Refusal):
+        return parsed
+    return SendRequest(session=parsed.session, text=parsed.text, event_id=parsed.event_id,
+                       card=parsed.card, wait=parsed.wait)
