@@ -54,7 +54,7 @@ from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule
 from router.plugins.refusal import Refusal, is_code
 from router.plugins.models import InstanceSetting, RoutesDocument, StoredInstance, StoredRoute, structure
-from router.plugins.settings import parse_patch
+from router.plugins.settings import parse_change
 
 __all__ = [
     "HarnessFacts",
@@ -476,12 +476,9 @@ def apply_routes_patch(
     ``check(route, models)``: the launcher's checks 1–4. A route the patch
     does not change is not checked.
     """
-    parsed = parse_patch(patch, "routes")
+    parsed = parse_change(patch, "routes", current, RoutesDocument)
     if isinstance(parsed, Refusal):
         return parsed
-    document = structure(current, RoutesDocument, what="routes.json", code="invalid-settings")
-    if isinstance(document, Refusal):
-        return Refusal(code="invalid-settings", message=f"{document.message}; fix it by hand")
     if not parsed.instances and not parsed.models:
         return Refusal(code="empty-patch",
                        message="the patch changes nothing: name at least one instance or model")

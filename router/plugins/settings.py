@@ -76,6 +76,7 @@ __all__ = [
     "apply_plugins_patch",
     "default_data_dir",
     "default_settings_dir",
+    "parse_change",
     "parse_patch",
     "plugins_value",
     "redact",
@@ -322,6 +323,19 @@ def parse_patch(patch: object, what: str) -> Any:
     return parsed
 
 
+def parse_change(patch: object, what: str, current: object, document: type) -> Any:
+    """A patch's model, once the patch and the stored value it applies to
+    (``document``, the file's model) both have their shapes; else the
+    refusal (``invalid-settings`` for the stored value)."""
+    parsed = parse_patch(patch, what)
+    if isinstance(parsed, Refusal):
+        return parsed
+    stored = structure(current, document, what=f"{what}.json", code="invalid-settings")
+    if isinstance(stored, Refusal):
+        return Refusal(code="invalid-settings", message=f"{stored.message}; fix it by hand")
+    return parsed
+
+
 ModuleExists = Callable[[str, str], Refusal | None]
 
 
@@ -393,12 +407,9 @@ def apply_plugins_patch(
     replaces the kind's whole list. ``module_exists(kind, name)`` answers
     ``None`` for a module in the tree, else why not (it imports nothing).
     """
-    parsed = parse_patch(patch, "plugins")
+    parsed = parse_change(patch, "plugins", current, PluginsDocument)
     if isinstance(parsed, Refusal):
         return parsed
-    document = structure(current, PluginsDocument, what="plugins.json", code="invalid-settings")
-    if isinstance(document, Refusal):
-        return Refusal(code="invalid-settings", message=f"{document.message}; fix it by hand")
     if not parsed.plugins and not any(parsed.options.values()):
         return Refusal(code="empty-patch",
                        message="the patch changes nothing: name at least one kind under plugins "

@@ -11,7 +11,8 @@ Two edges take it, each in its own spelling, and both become one
   ``{session, text, event_id?, card?, wait?}``, as its input schema
   publishes it; bad arguments refuse ``bad-arguments``.
 
-Each edge's shape is a frozen attrs class structured by :data:`converter`
+Each edge's shape is a frozen attrs class (the API's :class:`ApiSendBody`;
+the tool's is :class:`SendRequest` itself) structured by :data:`converter`
 (built by :func:`make_converter` on the wires' ``Builder``): strict leaves (a
 ``wait`` of ``1`` or ``"true"`` is refused, never read as true), unknown keys
 refused, an optional key either absent or of its type (``null`` is refused,
@@ -44,7 +45,6 @@ __all__ = [
     "TOOL_SHAPE",
     "ApiSendBody",
     "SendRequest",
-    "ToolSendArguments",
     "converter",
     "make_converter",
     "send_request_from_body",
@@ -99,31 +99,24 @@ class ApiSendBody:
     wait: bool = False
 
 
-@attrs.frozen(kw_only=True)
-class ToolSendArguments:
-    """The MCP tool's arguments (snake_case, as its schema names them)."""
-
-    session: str
-    text: str
-    event_id: str | None = None
-    card: bool = False
-    wait: bool = False
-
-
 def make_converter() -> cattrs.Converter:
     """The send request's converter: strict leaves, and each edge's class
     with its spelling and no key it does not name."""
     builder = Builder(RequestShapeError, tags={}, detailed=True)
     conv = builder.conv
-    for cls, key in ((ApiSendBody, camel), (ToolSendArguments, str)):
+    # The API's body is its own class (camelCase, ``kind``, no session); the
+    # tool's arguments are a SendRequest as the tool spells it (snake_case,
+    # no ``message_id``: the tool does not take one).
+    for cls, key, omit in ((ApiSendBody, camel, ()), (SendRequest, str, ("message_id",))):
         attrs.resolve_types(cls)
-        # A key whose default is None is optional, and present it is a
-        # string: null is refused (as before), never read as "absent".
-        overrides = {
-            field.name: override(rename=key(field.name), struct_hook=conv.get_structure_hook(str))
-            if field.default is None else override(rename=key(field.name))
-            for field in attrs.fields(cls)
-        }
+        overrides = {name: override(omit=True) for name in omit}
+        for field in attrs.fields(cls):
+            if field.name in omit:
+                continue
+            # A key whose default is None is optional, and present it is a
+            # string: null is refused (as before), never read as "absent".
+            hook = conv.get_structure_hook(str) if field.default is None else None
+            overrides[field.name] = override(rename=key(field.name), struct_hook=hook)
         structure = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **overrides)
         builder.register(cls, structure, conv.get_unstructure_hook(cls))
     return conv
@@ -177,8 +170,4 @@ def send_request_from_tool(arguments: object) -> SendRequest | Refusal:
     refusal saying what is wrong."""
     if type(arguments) is not dict:
         return Refusal("bad-arguments", f"{TOOL_SHAPE}: the arguments must be an object")
-    parsed = _structure(arguments, ToolSendArguments, "bad-arguments", TOOL_SHAPE, str)
-    if isinstance(parsed, Refusal):
-        return parsed
-    return SendRequest(session=parsed.session, text=parsed.text, event_id=parsed.event_id,
-                       card=parsed.card, wait=parsed.wait)
+    return _structure(arguments, SendRequest, "bad-arguments", TOOL_SHAPE, str)
