@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 from wire.json import JsonError, dumps, loads
@@ -30,6 +29,7 @@ from router.plugins.broker import Broker
 from router.plugins.kinds import KINDS
 from router.plugins.limits import Limits, apply_limits_patch, format_path
 from router.plugins.loader import LoadedModule, Loader, check_paths
+from router.plugins.models import MAX_SETTINGS_BYTES, read_capped
 from router.plugins.refusal import Refusal
 from router.plugins.routing import Route, apply_routes_patch, check_route, harness_options, parse_routes
 from router.plugins.settings import (
@@ -87,10 +87,14 @@ def _refused(command: str, refusal: Refusal) -> int:
 
 def _read_patch(command: str, path: str) -> Any | int:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = read_capped(path)
+        text = "" if data is None else data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         print(f"router {command}: cannot read {path}: {exc}", file=sys.stderr)
         return 2
+    if data is None:
+        return _refused(command, Refusal(code="invalid-patch", message=f"{path} is larger than "
+                                         f"{MAX_SETTINGS_BYTES} bytes; a patch is small"))
     try:
         return loads(text)
     except JsonError as exc:

@@ -50,6 +50,8 @@ from router.errors import Refusal
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_SETTINGS_BYTES",
+    "read_capped",
     "FallbackSetting",
     "Json",
     "LimitTree",
@@ -79,6 +81,10 @@ __all__ = [
 #: walkers would reach first.
 MAX_DEPTH: Final = 64
 
+#: The largest settings file or patch file read. Real ones are a few KiB;
+#: a bigger one is a mistake (or hostile) and is refused unparsed.
+MAX_SETTINGS_BYTES: Final = 4 * 1024 * 1024
+
 #: A string that is not empty (a route's harness, model, thinking level).
 NonEmpty = NewType("NonEmpty", str)
 #: A key of the limits tree: a limit or a group of limits (see below).
@@ -105,6 +111,14 @@ def nests_deeper(value: object, limit: int = MAX_DEPTH) -> bool:
             return True
         stack.extend((child, depth + 1) for child in children)
     return False
+
+
+def read_capped(path: Any) -> bytes | None:
+    """A file's bytes, or ``None`` when it holds more than
+    :data:`MAX_SETTINGS_BYTES` (read no further). Raises ``OSError``."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_SETTINGS_BYTES + 1)
+    return None if len(data) > MAX_SETTINGS_BYTES else data
 
 
 # --------------------------------------------------------------------------- models

@@ -66,7 +66,7 @@ from wire.json import JsonError, dumps, loads
 
 from router.plugins.defaults import DOCUMENTS
 from router.plugins.kinds import KINDS, check_kind_setting, is_name, names_of
-from router.plugins.models import MAX_DEPTH, LimitsPatch, PluginsDocument, PluginsPatch, RoutesPatch, nests_deeper, structure
+from router.plugins.models import MAX_DEPTH, MAX_SETTINGS_BYTES, LimitsPatch, PluginsDocument, PluginsPatch, RoutesPatch, nests_deeper, read_capped, structure
 from router.plugins.refusal import Refusal
 from router.plugins.usage import iso, read_json_lines, utc_now
 
@@ -172,13 +172,16 @@ class SettingsDir:
         when the file is there but is not JSON."""
         path = self.path / name
         try:
-            data = path.read_bytes()
+            data = read_capped(path)
         except FileNotFoundError:
             return Document(name=name, value=copy.deepcopy(dict(DOCUMENTS[name])),
                             revision=revision_of(b""), exists=False)
         except OSError as exc:
             return Refusal(code="unreadable-settings",
                            message=f"{path} cannot be read: {exc.strerror or exc}")
+        if data is None:
+            return Refusal(code="invalid-settings",
+                           message=f"{path} is larger than {MAX_SETTINGS_BYTES} bytes; fix it by hand")
         try:
             value = loads(data.decode("utf-8"))
         except (UnicodeDecodeError, JsonError) as exc:

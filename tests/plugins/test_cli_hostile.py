@@ -38,3 +38,17 @@ def test_a_deep_settings_file_is_refused_when_shown(settings_dir: Path, capsys, 
     status = main([name, "--settings", str(settings_dir)])
     err = capsys.readouterr().err
     assert status == 1 and "refused: invalid-settings: " in err, err
+
+
+def test_huge_patch_and_settings_files_are_refused_unparsed(settings_dir: Path, tmp_path: Path,
+                                                            capsys) -> None:
+    from router.plugins.models import MAX_SETTINGS_BYTES
+
+    huge = '{"revision": "r", "models": {"m": {"provider": "%s"}}}' % ("x" * MAX_SETTINGS_BYTES)
+    patch = tmp_path / "patch.json"
+    patch.write_text(huge)
+    assert main(["routes", "--settings", str(settings_dir), "set", "--file", str(patch)]) == 1
+    assert "refused: invalid-patch: " in capsys.readouterr().err
+    (settings_dir / "routes.json").write_text(huge)
+    assert main(["routes", "--settings", str(settings_dir)]) == 1
+    assert "refused: invalid-settings: " in capsys.readouterr().err
