@@ -324,39 +324,24 @@ def _step(exc: BaseException) -> str | None:
     return None
 
 
-def _first(exc: BaseException, path: str = "") -> tuple[str, str]:
-    """The first failing path under ``exc`` and its sentence."""
+def shape_problem(exc: BaseException) -> tuple[tuple[str, ...], str]:
+    """``(path, sentence)`` of a structuring error: the first failing path
+    under ``exc``, as steps (``(".instances", '["coder"]', ".model")`` reads
+    ``instances["coder"].model``), and what is wrong there."""
+    steps: list[str] = []
     while True:
         if isinstance(exc, ForbiddenExtraKeysError):
             keys = ", ".join(sorted(map(str, exc.extra_fields)))
-            return path, f"keys it does not take: {keys}"
+            return tuple(steps), f"keys it does not take: {keys}"
         if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
-            path += _step(exc) or ""
+            step = _step(exc)
+            if step is not None:
+                steps.append(step)
             continue
         if isinstance(exc, KeyError):  # a required key is missing; its note named it
-            return path, "required"
-        return path, str(exc)
-
-
-def shape_problem(exc: BaseException) -> tuple[tuple[str, ...], str]:
-    """``(path, sentence)`` of a structuring error: the path as text steps
-    (``("instances", '["coder"]', ".model")`` reads ``instances["coder"].model``)."""
-    path, message = _first(exc)
-    return _split(path), message
-
-
-def _split(path: str) -> tuple[str, ...]:
-    steps: list[str] = []
-    index = 0
-    while index < len(path):
-        end = len(path)
-        for stop in (path.find(".", index + 1), path.find("[", index + 1)):
-            if stop > 0:
-                end = min(end, stop)
-        steps.append(path[index:end])
-        index = end
-    return tuple(steps)
+            return tuple(steps), "required"
+        return tuple(steps), str(exc)
 
 
 def structure(value: object, cls: Any, *, what: str, code: str,
