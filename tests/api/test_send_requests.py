@@ -117,3 +117,21 @@ def test_either_edge_answers_a_request_or_a_refusal(value) -> None:
     assert isinstance(body, SendRequest) or body.code == "bad-body"
     if isinstance(tool, SendRequest):
         assert type(tool.session) is str and type(tool.text) is str and type(tool.wait) is bool
+
+
+def test_rpc_refusal_answers_what_the_sdk_would_drop() -> None:
+    from router.turns.requests import MAX_MESSAGE_DEPTH, rpc_refusal
+
+    def message(depth: int, request_id: str = "7") -> bytes:
+        return ('{"jsonrpc": "2.0", "id": %s, "method": "tools/call", "params": {"name": "send_message", '
+                '"arguments": {"id": 9, "text": "a [{ b", "x": %s}}}' % (request_id, deep_text(depth).decode())).encode()
+
+    assert rpc_refusal(message(MAX_MESSAGE_DEPTH - 4)) is None
+    for depth, request_id in ((MAX_MESSAGE_DEPTH, "7"), (10_000, '"r-1"'), (1_000, "null")):
+        reply = json.loads(rpc_refusal(message(depth, request_id)))
+        assert reply["id"] == json.loads(request_id)
+        assert reply["error"]["code"] == -32600 and reply["error"]["message"].startswith("too-deep: ")
+    head = json.loads(rpc_refusal(b'{"jsonrpc": "2.0", "id": 3, "params": "xxxx', too_long=True))
+    assert head["id"] == 3 and head["error"]["message"].startswith("too-large: ")
+    # Brackets inside strings do not count.
+    assert rpc_refusal(('{"id": 1, "text": "%s"}' % ("[" * 500)).encode()) is None
