@@ -25,6 +25,7 @@ harness of a launch and a channel's selection are read at each call).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 from typing import Any, Callable, Mapping
 
@@ -113,6 +114,13 @@ class PluginLayer:
         value = self._options.get(kind)
         return value if type(value) is dict else {}
 
+    @staticmethod
+    async def _off_loop(ask: Callable[..., Any], **kwargs: Any) -> Any:
+        """Ask the limit checks in a worker thread: they are plain functions
+        over data, and with many turn records to count (a limit older than
+        a long history) they take long enough to stall the loop."""
+        return await trio.to_thread.run_sync(functools.partial(ask, **kwargs))
+
     async def _counted_records(self, limits: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The turn records a launch or a turn's end hands the limit checks:
         only those that can count for a limit of ``limits``
@@ -153,7 +161,8 @@ class PluginLayer:
             return record
         limits = _value(limits_doc, "limits")
         limits = limits if type(limits) is dict else {}
-        refusal = self.limits.may_launch(
+        refusal = await self._off_loop(
+            self.limits.may_launch,
             switched_on=self._switched_on("limit-check"),
             modules=self.loader.modules("limit-check"),
             limits=limits,
@@ -199,7 +208,8 @@ class PluginLayer:
         limits = _value(document, "limits")
         limits = limits if type(limits) is dict else {}
         subject = {k: bracket.subject.get(k) for k in ("instance", "provider", "model", "account")}
-        stop = self.limits.must_stop(
+        stop = await self._off_loop(
+            self.limits.must_stop,
             switched_on=switched_on,
             modules=self.loader.modules("limit-check"),
             limits=limits,
@@ -220,7 +230,8 @@ class PluginLayer:
             return document
         limits = _value(document, "limits")
         limits = limits if type(limits) is dict else {}
-        return self.limits.may_launch(
+        return await self._off_loop(
+            self.limits.may_launch,
             switched_on=self._switched_on("limit-check"),
             modules=self.loader.modules("limit-check"),
             limits=limits,
@@ -236,7 +247,8 @@ class PluginLayer:
         if isinstance(document, Refusal):
             return document
         limits = _value(document, "limits")
-        return self.limits.report(
+        return await self._off_loop(
+            self.limits.report,
             switched_on=self._switched_on("limit-check"),
             modules=self.loader.modules("limit-check"),
             limits=limits if type(limits) is dict else {},

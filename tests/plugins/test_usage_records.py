@@ -169,9 +169,14 @@ async def _turn_ends(settings_dir: Path, data: Path, count: int, limits: dict | 
 
     write_module(tree, "limit-check", "counter", """
         INTERFACE_VERSION = 2
+        import threading
         SEEN = []
-        def may_launch(args): return {"allow": True}
+        ON_MAIN = []
+        def may_launch(args):
+            ON_MAIN.append(threading.current_thread() is threading.main_thread())
+            return {"allow": True}
         def must_stop(args):
+            ON_MAIN.append(threading.current_thread() is threading.main_thread())
             SEEN.append(len(args["records"]))
             return {"stop": False}
         def report(args): return []
@@ -192,7 +197,10 @@ async def _turn_ends(settings_dir: Path, data: Path, count: int, limits: dict | 
         before = records.statistics()["lines_parsed"]
         await layer.end_turn(await layer.begin_turn(launch))
         parsed.append(records.statistics()["lines_parsed"] - before)
-    return parsed, layer.loader.module("limit-check", "counter").module.SEEN
+    module = layer.loader.module("limit-check", "counter").module
+    # The checks are asked in a worker thread, never on the loop.
+    assert module.ON_MAIN == [False] * 4
+    return parsed, module.SEEN
 
 
 @pytest.mark.parametrize("count", [20, 3_000])
