@@ -38,7 +38,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, AsyncIterator, Final
+from typing import Any, AsyncIterator, Awaitable, Callable, Final
 
 import trio
 
@@ -116,22 +116,22 @@ async def call_tool(router: Any, name: str, arguments: dict[str, Any]) -> Any:
     """One tool call against the router: its JSON answer, or
     :class:`ToolRefused`."""
     from router.turns.core import Answered
+    from router.turns.requests import send_request_from_tool
 
     if name not in TOOLS:
         raise ToolRefused("unknown-tool", f"there is no tool {name!r}; the tools are {', '.join(TOOLS)}")
-    _check(name, arguments)
+    send = send_request_from_tool(arguments) if name == "send_message" else None
+    if isinstance(send, Refusal):
+        raise ToolRefused(send.code, send.message)
+    if send is None:
+        _check(name, arguments)
     try:
         if name == "list_sessions":
             return {"sessions": await router.list()}
         if name == "read_messages":
             return await router.messages(arguments["session"])
-        reply, body = await router.send(
-            arguments["session"],
-            arguments["text"],
-            event_id=arguments.get("event_id"),
-            card=arguments.get("card", False),
-            wait=arguments.get("wait", False),
-        )
+        assert send is not None
+        reply, body = await router.send(send.session, send.text, **send.send_arguments())
     except Refusal as refusal:
         raise ToolRefused(refusal.code, refusal.message, **refusal.data) from None
     if not isinstance(reply, Answered):
@@ -185,10 +185,25 @@ def build_server(router: Any) -> Any:
 class _Lines:
     """The client's lines, from a Trio stream (cancellable, unlike a thread
     blocked in ``readline``). A line longer than :data:`MAX_LINE_BYTES` is
-    dropped whole, and logged."""
+    dropped whole, and logged. A line the SDK would drop unanswered (too
+    long, or nested too deep for its JSON reader) is answered here with a
+    JSON-RPC error through ``refuse`` (``router.turns.requests.rpc_refusal``)."""
 
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+    def __init__(self, stream: trio.abc.ReceiveStream,
+                 refuse: Callable[[str], Awaitable[None]] | None = None) -> None:
         self._stream = stream
+        self._refuse = refuse
+
+    async def _answered(self, line: bytes, *, too_long: bool = False) -> bool:
+        """Whether ``line`` was refused here (and so is not the SDK's)."""
+        from router.turns.requests import rpc_refusal
+
+        reply = rpc_refusal(line, too_long=too_long) if self._refuse is not None else None
+        if reply is None:
+            return False
+        assert self._refuse is not None
+        await self._refuse(reply.decode("utf-8"))
+        return True
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
@@ -208,9 +223,11 @@ class _Lines:
                 if skipping:
                     skipping = False
                     continue
-                yield line.decode("utf-8", errors="replace") + "\n"
+                if not await self._answered(line):
+                    yield line.decode("utf-8", errors="replace") + "\n"
             if len(buffer) > MAX_LINE_BYTES:
                 log.warning("dropped a line longer than %d bytes from the client", MAX_LINE_BYTES)
+                await self._answered(buffer[:65536], too_long=True)
                 buffer = b""
                 skipping = True
 
@@ -249,8 +266,9 @@ async def serve_stdio(router: Any, wire_in: int, wire_out: int) -> None:
     server = build_server(router)
     receive = trio.lowlevel.FdStream(wire_in)
     send = trio.lowlevel.FdStream(wire_out)
+    writer = _Writer(send)
     try:
-        async with stdio_server(stdin=_Lines(receive), stdout=_Writer(send)) as (read_stream, write_stream):  # type: ignore[arg-type]
+        async with stdio_server(stdin=_Lines(receive, writer.write), stdout=writer) as (read_stream, write_stream):  # type: ignore[arg-type]
             await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:
         for stream in (receive, send):

@@ -60,12 +60,13 @@ from router.errors import Refusal
 from router.plugins.broker import Answer
 from router.plugins.channels import WEB_OFF_STATUS
 from router.plugins.layer import PluginLayer
-from router.plugins.refusal import Refusal as PluginRefusal
+
 from router.turns.core import Answered, Unanswered
+from router.turns.requests import SendRequest, send_request_from_body
 from router.turns.router import TurnRouter
 from wire.json import JsonError, dumps, loads
 
-__all__ = ["ApiConfig", "BadBody", "MESSAGE_FIELDS", "STATUS", "make_app", "parse_body", "status_of"]
+__all__ = ["ApiConfig", "BadBody", "STATUS", "make_app", "parse_body", "status_of"]
 
 log = logging.getLogger("router.api")
 
@@ -206,19 +207,6 @@ def _is_str(value: Any) -> bool:
     return type(value) is str
 
 
-def _is_bool(value: Any) -> bool:
-    return type(value) is bool
-
-
-MESSAGE_FIELDS: Final = {
-    "text": _is_str,
-    "eventId": _is_str,
-    "kind": lambda value: value in ("person", "card"),
-    "messageId": _is_str,
-    "wait": _is_bool,
-}
-
-
 def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_hosts: Callable[[], set[str]]) -> QuartTrio:
     """The app. ``allowed_hosts()`` names the ``Host`` values to accept
     (known once the port is bound)."""
@@ -245,14 +233,8 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         raise AssertionError(f"the channel passed {operation!r}")  # pass_through allows list/send/read only
 
     async def _send(args: Mapping[str, Any]) -> CoreAnswer:
-        reply, body = await router.send(
-            args["session"],
-            args["text"],
-            event_id=args.get("eventId"),
-            card=args.get("kind") == "card",
-            message_id=args.get("messageId"),
-            wait=bool(args.get("wait")),
-        )
+        send = SendRequest.from_args(args)
+        reply, body = await router.send(send.session, send.text, **send.send_arguments())
         if isinstance(reply, Answered):
             return CoreAnswer(body=body)
         default = 503 if isinstance(reply, Unanswered) else 409
@@ -261,7 +243,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
     async def dispatch(operation: str, args: Mapping[str, Any]) -> CoreAnswer | Response:
         channel = request.headers.get(CHANNEL_HEADER, DEFAULT_CHANNEL).strip() or DEFAULT_CHANNEL
         answer = await layer.dispatch(channel, operation, args, core)
-        if isinstance(answer, PluginRefusal):
+        if isinstance(answer, Refusal):
             return _error(answer.code, answer.message, status_of(answer.code, 500))
         assert isinstance(answer, Answer)
         if not isinstance(answer.value, CoreAnswer):
@@ -325,7 +307,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         instance = body.get("instance", config.default_instance)
         session_id = body.get("id") or str(uuid.uuid4())
         launch = await layer.launch(instance, session=session_id)
-        if isinstance(launch, PluginRefusal):
+        if isinstance(launch, Refusal):
             return _error(launch.code, launch.message, status_of(launch.code, 409))
         if launch.harness != config.harness:
             return _error(
@@ -341,15 +323,10 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
 
     @app.post("/sessions/<session>/messages")
     async def send(session: str) -> Response:
-        try:
-            body = await json_body(MESSAGE_FIELDS, required=("text",))
-        except _BadBody as exc:
-            return _error(
-                "bad-body",
-                f"POST /sessions/<id>/messages takes {{text, eventId?, kind?: 'person'|'card', messageId?, wait?}}: "
-                f"{exc.message}",
-            )
-        return respond(await dispatch("send", {**body, "session": session}))
+        send = send_request_from_body(await request.get_data(cache=False), session)
+        if isinstance(send, Refusal):
+            return _error(send.code, send.message)
+        return respond(await dispatch("send", send.to_args()))
 
     @app.get("/sessions/<session>/messages")
     async def read(session: str) -> Response:

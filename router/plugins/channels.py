@@ -90,7 +90,7 @@ class Channels:
     ) -> Answer | Refusal:
         document = await trio.to_thread.run_sync(self._settings.read, "plugins.json")
         # A file that is broken gives None: the loader keeps its last good selection.
-        self._loader.load(plugins_value(document), only=["channel"])
+        await self._loader.load_async(plugins_value(document), only=["channel"])
         captured = self._loader.modules("channel")  # frozen: a reload cannot change it
         module = next((m for m in captured if m.name == channel), None)
         if module is None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 from wire.json import JsonError, dumps, loads
@@ -30,13 +29,14 @@ from router.plugins.broker import Broker
 from router.plugins.kinds import KINDS
 from router.plugins.limits import Limits, apply_limits_patch, format_path
 from router.plugins.loader import LoadedModule, Loader, check_paths
+from router.plugins.models import MAX_SETTINGS_BYTES, read_capped
 from router.plugins.refusal import Refusal
 from router.plugins.routing import Route, apply_routes_patch, check_route, harness_options, parse_routes
 from router.plugins.settings import (
     Document,
     SettingsDir,
     apply_plugins_patch,
-    check_patch_envelope,
+    parse_patch,
     default_actor,
     default_data_dir,
     default_settings_dir,
@@ -87,10 +87,14 @@ def _refused(command: str, refusal: Refusal) -> int:
 
 def _read_patch(command: str, path: str) -> Any | int:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = read_capped(path)
+        text = "" if data is None else data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         print(f"router {command}: cannot read {path}: {exc}", file=sys.stderr)
         return 2
+    if data is None:
+        return _refused(command, Refusal(code="invalid-patch", message=f"{path} is larger than "
+                                         f"{MAX_SETTINGS_BYTES} bytes; a patch is small"))
     try:
         return loads(text)
     except JsonError as exc:
@@ -136,9 +140,9 @@ def run_plugins(args: argparse.Namespace, *, root: str | None = None) -> int:
         patch = _read_patch("plugins set", args.file)
         if isinstance(patch, int):
             return patch
-        refusal = check_patch_envelope(patch, {"plugins", "options"}, "plugins")
-        if refusal is not None:
-            return _refused("plugins set", refusal)
+        parsed = parse_patch(patch, "plugins")
+        if isinstance(parsed, Refusal):
+            return _refused("plugins set", parsed)
         return _apply(
             "plugins set", settings, "plugins.json", patch, args.actor,
             lambda current: apply_plugins_patch(
@@ -198,52 +202,28 @@ def _route_checker(plugins_doc: Any, *, root: str | None) -> Callable[[Route, ob
     return check
 
 
-def run_routes(args: argparse.Namespace, *, root: str | None = None) -> int:
-    settings = _settings(args)
-    plugins_doc = _read("routes", settings, "plugins.json")
-    if isinstance(plugins_doc, int):
-        return plugins_doc
-    check = _route_checker(plugins_doc.value, root=root)
-    if getattr(args, "action", None) == "set":
-        patch = _read_patch("routes set", args.file)
-        if isinstance(patch, int):
-            return patch
-        refusal = check_patch_envelope(patch, {"instances", "models"}, "routes")
-        if refusal is not None:
-            return _refused("routes set", refusal)
-        return _apply("routes set", settings, "routes.json", patch, args.actor,
-                      lambda current: apply_routes_patch(current, patch, check=check),
-                      as_json=args.json)
-    document = _read("routes", settings, "routes.json")
-    if isinstance(document, int):
-        return document
-    value = document.value if type(document.value) is dict else {}
-    models = value.get("models") if type(value.get("models")) is dict else {}
-    instances = value.get("instances") if type(value.get("instances")) is dict else {}
-    shown = []
-    for name in instances:
-        routes = parse_routes(value, name)
-        row: dict[str, Any] = {"instance": name}
-        if isinstance(routes, Refusal):
-            row["primary"] = {"status": routes.code, "message": routes.message}
-        else:
-            row["account"] = routes.account
-            for which, route in (("primary", routes.primary), ("fallback", routes.fallback)):
-                if route is None:
-                    continue
-                if isinstance(route, Refusal):
-                    row[which] = {"status": route.code, "message": route.message}
-                    continue
-                answer = check(route, models)
-                row[which] = {**route.to_json(), "status": answer.code if isinstance(
-                    answer, Refusal) else "ok"}
-                if isinstance(answer, Refusal):
-                    row[which]["message"] = answer.message
-        shown.append(row)
-    if args.json:
-        _print_json({"revision": document.revision, "models": models, "instances": instances,
-                     "checks": shown})
-        return 0
+def _route_row(value: dict[str, Any], name: str, models: Any,
+               check: Callable[[Route, object], Any]) -> dict[str, Any]:
+    """One instance's routes and each route's check, as ``router routes`` shows them."""
+    routes = parse_routes(value, name)
+    row: dict[str, Any] = {"instance": name}
+    if isinstance(routes, Refusal):
+        row["primary"] = {"status": routes.code, "message": routes.message}
+        return row
+    row["account"] = routes.account
+    for which, route in (("primary", routes.primary), ("fallback", routes.fallback)):
+        if isinstance(route, Refusal):
+            row[which] = {"status": route.code, "message": route.message}
+        elif route is not None:
+            answer = check(route, models)
+            row[which] = {**route.to_json(), "status": "ok"}
+            if isinstance(answer, Refusal):
+                row[which].update(status=answer.code, message=answer.message)
+    return row
+
+
+def _print_routes(settings: SettingsDir, document: Document, models: dict[str, Any],
+                  shown: list[dict[str, Any]]) -> None:
     print(f"{settings.path / 'routes.json'} revision {document.revision}")
     print("  models: " + (", ".join(
         f"{m} ({s.get('provider')})" for m, s in models.items() if type(s) is dict) or "none"))
@@ -256,6 +236,36 @@ def run_routes(args: argparse.Namespace, *, root: str | None = None) -> int:
             described = "/".join(route[f] for f in ("harness", "model", "thinking") if f in route)
             status = route["status"] + (f": {route['message']}" if "message" in route else "")
             print(f"    {which}: {described or '-'}  [{status}]")
+
+
+def run_routes(args: argparse.Namespace, *, root: str | None = None) -> int:
+    settings = _settings(args)
+    plugins_doc = _read("routes", settings, "plugins.json")
+    if isinstance(plugins_doc, int):
+        return plugins_doc
+    check = _route_checker(plugins_doc.value, root=root)
+    if getattr(args, "action", None) == "set":
+        patch = _read_patch("routes set", args.file)
+        if isinstance(patch, int):
+            return patch
+        parsed = parse_patch(patch, "routes")
+        if isinstance(parsed, Refusal):
+            return _refused("routes set", parsed)
+        return _apply("routes set", settings, "routes.json", patch, args.actor,
+                      lambda current: apply_routes_patch(current, patch, check=check),
+                      as_json=args.json)
+    document = _read("routes", settings, "routes.json")
+    if isinstance(document, int):
+        return document
+    value = document.value if type(document.value) is dict else {}
+    models = value.get("models") if type(value.get("models")) is dict else {}
+    instances = value.get("instances") if type(value.get("instances")) is dict else {}
+    shown = [_route_row(value, name, models, check) for name in instances]
+    if args.json:
+        _print_json({"revision": document.revision, "models": models, "instances": instances,
+                     "checks": shown})
+    else:
+        _print_routes(settings, document, models, shown)
     return 0
 
 
@@ -323,9 +333,9 @@ def run_limits(args: argparse.Namespace, *, root: str | None = None) -> int:
             patch = _read_patch(command, args.file)
             if isinstance(patch, int):
                 return patch
-            refusal = check_patch_envelope(patch, {"limits", "reset"}, "limits")
-            if refusal is not None:
-                return _refused(command, refusal)
+            parsed = parse_patch(patch, "limits")
+            if isinstance(parsed, Refusal):
+                return _refused(command, parsed)
             limits_patch, reset = patch.get("limits"), patch.get("reset")
         else:
             current = _read(command, settings, "limits.json")

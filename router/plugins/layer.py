@@ -25,6 +25,7 @@ harness of a launch and a channel's selection are read at each call).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 from typing import Any, Callable, Mapping
 
@@ -32,7 +33,7 @@ import trio
 
 from router.plugins.broker import Answer, Broker
 from router.plugins.channels import Channels, CoreCaller
-from router.plugins.limits import CheckFailure, Limits, Stop
+from router.plugins.limits import CheckFailure, Limits, Stop, counting_window
 from router.plugins.loader import LoadedModule, Loader, LoadResult, Log, default_log
 from router.plugins.refusal import Refusal
 from router.plugins.routing import LaunchRecord, plan_launch
@@ -90,7 +91,7 @@ class PluginLayer:
         not parse refuses every kind, which keeps what it had."""
         document = await self._read("plugins.json")
         plugins = plugins_value(document)
-        result = self.loader.load(plugins, only=RUNTIME_KINDS)
+        result = await self.loader.load_async(plugins, only=RUNTIME_KINDS)
         if type(plugins) is dict:
             self._plugins = plugins
             options = _value(document, "options")
@@ -113,13 +114,30 @@ class PluginLayer:
         value = self._options.get(kind)
         return value if type(value) is dict else {}
 
+    @staticmethod
+    async def _off_loop(ask: Callable[..., Any], **kwargs: Any) -> Any:
+        """Ask the limit checks in a worker thread: they are plain functions
+        over data, and with many turn records to count (a limit older than
+        a long history) they take long enough to stall the loop."""
+        return await trio.to_thread.run_sync(functools.partial(ask, **kwargs))
+
+    async def _counted_records(self, limits: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The turn records a launch or a turn's end hands the limit checks:
+        only those that can count for a limit of ``limits``
+        (:func:`~router.plugins.limits.counting_window`), read incrementally
+        in a worker thread. None at all while no limit is set."""
+        any_limit, start = counting_window(limits)
+        if not any_limit:
+            return []
+        return await trio.to_thread.run_sync(self.records.since, start)
+
     # ----------------------------------------------------------------- launch
 
-    def _load_harness(self, name: str) -> LoadedModule | Refusal:
+    async def _load_harness(self, name: str) -> LoadedModule | Refusal:
         # A fresh loader per launch: the module's file is executed again, so
         # an earlier load's module is never reused.
         fresh = Loader(root=self.loader.root, log=self._log)
-        result = fresh.load({"harness": [name]}, only=["harness"])
+        result = await fresh.load_async({"harness": [name]}, only=["harness"])
         if result.refused:
             return result.refused[0].refusal()
         return fresh.modules("harness")[0]
@@ -142,12 +160,14 @@ class PluginLayer:
             self._log({"event": "launch-refused", "instance": instance, **record.to_json()})
             return record
         limits = _value(limits_doc, "limits")
-        refusal = self.limits.may_launch(
+        limits = limits if type(limits) is dict else {}
+        refusal = await self._off_loop(
+            self.limits.may_launch,
             switched_on=self._switched_on("limit-check"),
             modules=self.loader.modules("limit-check"),
-            limits=limits if type(limits) is dict else {},
+            limits=limits,
             subject=record.subject(),
-            records=await trio.to_thread.run_sync(self.records.read),
+            records=await self._counted_records(limits),
             now=self._now(),
         )
         if refusal is not None:
@@ -186,13 +206,15 @@ class PluginLayer:
                        "reason": stop.reason, "subject": dict(bracket.subject)})
             return record, stop
         limits = _value(document, "limits")
+        limits = limits if type(limits) is dict else {}
         subject = {k: bracket.subject.get(k) for k in ("instance", "provider", "model", "account")}
-        stop = self.limits.must_stop(
+        stop = await self._off_loop(
+            self.limits.must_stop,
             switched_on=switched_on,
             modules=self.loader.modules("limit-check"),
-            limits=limits if type(limits) is dict else {},
+            limits=limits,
             subject=subject,
-            records=await trio.to_thread.run_sync(self.records.read),
+            records=await self._counted_records(limits),
             now=self._now(),
         )
         return record, stop
@@ -207,12 +229,14 @@ class PluginLayer:
         if isinstance(document, Refusal):
             return document
         limits = _value(document, "limits")
-        return self.limits.may_launch(
+        limits = limits if type(limits) is dict else {}
+        return await self._off_loop(
+            self.limits.may_launch,
             switched_on=self._switched_on("limit-check"),
             modules=self.loader.modules("limit-check"),
-            limits=limits if type(limits) is dict else {},
+            limits=limits,
             subject=dict(subject),
-            records=await trio.to_thread.run_sync(self.records.read),
+            records=await self._counted_records(limits),
             now=self._now(),
         )
 
@@ -223,7 +247,8 @@ class PluginLayer:
         if isinstance(document, Refusal):
             return document
         limits = _value(document, "limits")
-        return self.limits.report(
+        return await self._off_loop(
+            self.limits.report,
             switched_on=self._switched_on("limit-check"),
             modules=self.loader.modules("limit-check"),
             limits=limits if type(limits) is dict else {},

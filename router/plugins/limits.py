@@ -46,11 +46,13 @@ import attrs
 
 from router.plugins.broker import Answer, Broker
 from router.plugins.loader import LoadedModule, Log, default_log
+from router.plugins.models import Json, LimitTree, NonEmpty, nests_deeper, structure
 from router.plugins.refusal import Refusal
-from router.plugins.usage import TOKEN_KINDS, iso
+from router.plugins.usage import TOKEN_KINDS, copy_json, iso, parse_time
 
 __all__ = [
     "CheckFailure",
+    "counting_window",
     "Limits",
     "Stop",
     "apply_limits_patch",
@@ -84,6 +86,23 @@ def resolve_limit(limits: object, path: Sequence[str]) -> dict[str, Any] | None:
             return None
         node = node[key]
     return node if type(node) is dict and "limit" in node else None
+
+
+def counting_window(limits: object) -> tuple[bool, dt.datetime | None]:
+    """Which turn records can count for a limit of ``limits``: ``(False,
+    None)`` when there is no limit (none can); else ``(True, start)``, the
+    earliest ``since`` of any limit, or ``None`` (every record) when some
+    limit's ``since`` cannot be read. A limit counts from its ``since`` on
+    (the writer owns it), so a record before every limit's ``since`` counts
+    for none; a record whose time cannot be read is always handed over
+    (checks count it apart). This is what keeps a turn's end from costing
+    every turn ever recorded."""
+    starts = [parse_time(node.get("since")) for _, node in limit_paths(limits)]
+    if not starts:
+        return False, None
+    if any(start is None for start in starts):
+        return True, None
+    return True, min(starts)  # type: ignore[type-var]
 
 
 def format_path(path: Sequence[str]) -> str:
@@ -186,6 +205,17 @@ def _check_report(value: object, limits: object) -> str | None:
 # --------------------------------------------------------------------------- composition
 
 
+def _copy_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """A check's own copy of its arguments. The records (there may be many)
+    are copied by :func:`~router.plugins.usage.copy_json`, several times
+    faster than ``copy.deepcopy``; the rest by ``deepcopy``."""
+    rest = copy.deepcopy({key: value for key, value in args.items() if key != "records"})
+    if "records" in args:
+        rest["records"] = [copy_json(record) for record in args["records"]]
+    return rest
+
+
+
 class Limits:
     """Asks the switched-on limit checks, and composes their answers.
 
@@ -209,7 +239,7 @@ class Limits:
                 message=f'the limit check "{name}" is switched on but not loaded; see the '
                 "plugin-refused log entry, or run `router plugins` to check the setting",
             )
-        answer = self._broker.call_sync(module, function, copy.deepcopy(dict(args)),
+        answer = self._broker.call_sync(module, function, _copy_args(args),
                                         crash_code="check-threw")
         if isinstance(answer, Refusal):
             return CheckFailure(check=name, code=answer.code, message=answer.message)
@@ -353,32 +383,6 @@ class Limits:
 # --------------------------------------------------------------------------- writing
 
 
-def _check_limit_tree(node: object, path: Path) -> Refusal | None:
-    if type(node) is not dict:
-        return Refusal(code="invalid-limits",
-                       message=f"{format_path(path) or 'limits'} is not an object")
-    if "limit" in node:
-        if type(node["limit"]) is not int or node["limit"] < 0:
-            return Refusal(code="invalid-limits",
-                           message=f"the limit at {format_path(path)} is not a non-negative integer")
-        for key, value in node.items():
-            if key != "limit" and not (value is None or type(value) in (str, int, float, bool)):
-                return Refusal(code="invalid-limits",
-                               message=f"{format_path(path + (key,))} is not a plain value")
-        return None
-    for key, value in node.items():
-        if type(value) is not dict:
-            return Refusal(
-                code="invalid-limits",
-                message=f"{format_path(path + (key,))} is neither a limit (an object with a "
-                '"limit") nor a group of limits',
-            )
-        refusal = _check_limit_tree(value, path + (key,))
-        if refusal is not None:
-            return refusal
-    return None
-
-
 def _merge(current: Any, patch: Any) -> Any:
     """Merge ``patch`` into ``current``: ``null`` removes, a limit (an object
     with ``limit``) replaces, other objects merge key by key."""
@@ -391,6 +395,43 @@ def _merge(current: Any, patch: Any) -> Any:
         else:
             merged[key] = _merge(merged.get(key), value)
     return merged
+
+
+def _parse_limits_patch(patch: object, reset: object) -> tuple[dict[str, Any], list[Path]] | Refusal:
+    """The patch's limits tree and reset paths, shape-checked (see
+    :class:`~router.plugins.models.LimitsPatch`)."""
+    # The patch's tree may hold nulls (a removal); the merged tree is the
+    # one checked as limits.
+    tree = structure(patch, Mapping[str, Json] | None, what="the patch's limits",
+                     code="invalid-patch")
+    if isinstance(tree, Refusal):
+        return tree
+    paths = structure(reset, tuple[tuple[NonEmpty, ...], ...] | None, what="the patch's reset",
+                      code="invalid-patch")
+    if isinstance(paths, Refusal) or any(not p for p in paths or ()):
+        return Refusal(code="invalid-patch",
+                       message='reset is a list of limit paths, each a list of keys such as '
+                       '["tokens", "instances", "coder"]')
+    return tree or {}, [tuple(p) for p in paths or ()]
+
+
+def _since_refusal(path: Path, node: dict[str, Any], before: Mapping[str, Any] | None,
+                   stamp: str) -> Refusal | None:
+    """Set ``node``'s ``since`` as the writer owns it, or refuse a patch that
+    gives another."""
+    if before is None:
+        if "since" in node and node["since"] != stamp:
+            return Refusal(code="since-fixed",
+                           message=f"the new limit {format_path(path)} counts from now; leave out "
+                           "its since")
+        node["since"] = stamp
+        return None
+    if node.get("since", before.get("since")) != before.get("since"):
+        return Refusal(code="since-fixed",
+                       message=f"the since of {format_path(path)} moves only by a reset; leave it "
+                       f"out or reset the limit (router limits reset {format_path(path)})")
+    node["since"] = before.get("since", stamp)
+    return None
 
 
 def apply_limits_patch(
@@ -407,48 +448,28 @@ def apply_limits_patch(
     ``reset`` (a list of paths, each a list of keys) moves a limit's
     ``since`` to ``now``.
     """
-    if patch is None:
-        patch = {}
-    if type(patch) is not dict:
-        return Refusal(code="invalid-patch", message="the patch's limits is not an object")
-    if reset is None:
-        reset = []
-    if type(reset) is not list or any(
-        type(p) is not list or not p or any(type(k) is not str for k in p) for p in reset
-    ):
-        return Refusal(code="invalid-patch",
-                       message='reset is a list of limit paths, each a list of keys such as '
-                       '["tokens", "instances", "coder"]')
-    if not patch and not reset:
+    parsed = _parse_limits_patch(patch, reset)
+    if isinstance(parsed, Refusal):
+        return parsed
+    tree, paths = parsed
+    if not tree and not paths:
         return Refusal(code="empty-patch",
                        message="the patch changes nothing: give limits to change or paths to reset")
-    merged = _merge(dict(current), patch)
-    refusal = _check_limit_tree(merged, ())
-    if refusal is not None:
-        return refusal
+    if nests_deeper(current):
+        return Refusal(code="invalid-settings", message="limits.json nests too deep; fix it by hand")
+    merged = _merge(dict(current), tree)
+    checked = structure(merged, LimitTree, what="limits.json", code="invalid-limits", at="limits")
+    if isinstance(checked, Refusal):
+        return checked
     stamp = iso(now)
     old = {p: node for p, node in limit_paths(dict(current))}
     new = dict(limit_paths(merged))
     for path, node in new.items():
-        before = old.get(path)
-        if before is None:
-            if "since" in node and node["since"] != stamp:
-                return Refusal(
-                    code="since-fixed",
-                    message=f"the new limit {format_path(path)} counts from now; leave out its since",
-                )
-            node["since"] = stamp
-        else:
-            given = node.get("since", before.get("since"))
-            if given != before.get("since"):
-                return Refusal(
-                    code="since-fixed",
-                    message=f"the since of {format_path(path)} moves only by a reset; leave it out "
-                    f"or reset the limit (router limits reset {format_path(path)})",
-                )
-            node["since"] = before.get("since", stamp)
-    for path in reset:
-        node = new.get(tuple(path))
+        refusal = _since_refusal(path, node, old.get(path), stamp)
+        if refusal is not None:
+            return refusal
+    for path in paths:
+        node = new.get(path)
         if node is None:
             return Refusal(code="unknown-limit",
                            message=f"there is no limit at {format_path(path)} to reset; "
@@ -459,4 +480,3 @@ def apply_limits_patch(
         if old.get(path) != new.get(path):
             changes[format_path(path)] = {"old": old.get(path), "new": new.get(path)}
     return merged, changes
-

@@ -40,9 +40,13 @@ had before (none, on its first load), and ``log`` gets
 An unknown kind refuses only itself (``unknown-kind``); a settings value that
 is not an object refuses every kind (``invalid-plugins``).
 
-Loads run one at a time: :meth:`Loader.load` is plain synchronous code (so no
-Trio task can interleave with it: it has no checkpoint) and holds a
-process-wide lock (so no thread can either).
+Loads run one at a time, and off the Trio thread: :meth:`Loader.load_async`
+waits its turn on the loader's ``trio.Lock``, then checks and executes the
+files in a worker thread under a process-wide ``threading.Lock`` (so no
+other load, from any thread, runs at once), and applies the outcome on the
+Trio thread in one step with no checkpoint (so no task sees a load half
+applied). :meth:`Loader.load` is the synchronous entry point (the commands,
+tests), under the same process-wide lock.
 
 What the checks do not protect against
 --------------------------------------
@@ -51,8 +55,9 @@ What the checks do not protect against
   the loader inside this tree; they do not sandbox the module.
 - A module's top-level code runs at step 4, before the export and interface
   checks: a module refused ``missing-export`` or ``interface-version`` has
-  still run. Its top-level code runs on the calling thread (for the router,
-  the Trio thread), so it must be quick.
+  still run. In the router its top-level code runs in a worker thread
+  (:meth:`Loader.load_async`), so a slow import does not stall the loop; it
+  must still be safe to run off the main thread.
 - Someone who can write this tree can change the module between the checks
   and the read, or change what it imports. The checks catch mistakes and
   stale links, not a writer racing the router as the same user.
@@ -80,6 +85,7 @@ import types
 from typing import Any, Callable, Iterable, Mapping
 
 import attrs
+import trio
 
 from wire.json import dumps
 
@@ -347,6 +353,19 @@ def import_module(kind: str, name: str, *, root: str | None = None) -> LoadedMod
 # --------------------------------------------------------------------------- loader
 
 
+@attrs.define
+class _Plan:
+    """What one load will do: kind -> its new modules, and the refusals."""
+
+    modules: dict[str, tuple[LoadedModule, ...]] = attrs.field(factory=dict)
+    refused: list[PluginRefusal] = attrs.field(factory=list)
+
+    def refuse(self, loader: "Loader", kind: str, name: str | None, refusal: Refusal) -> None:
+        kept = tuple(m.name for m in loader.modules(kind)) if kind in KINDS else ()
+        self.refused.append(PluginRefusal(kind=kind, name=name, code=refusal.code,
+                                          message=refusal.message, kept=kept))
+
+
 class Loader:
     """Loads the switched-on modules of each kind, and keeps what it loaded.
 
@@ -360,6 +379,7 @@ class Loader:
         self._modules: dict[str, tuple[LoadedModule, ...]] = {k: () for k in KINDS}
         self._refused: dict[str, PluginRefusal] = {}
         self._loads = 0
+        self._async_lock = trio.Lock()
 
     @property
     def root(self) -> str:
@@ -388,65 +408,86 @@ class Loader:
     def load(self, plugins: object, *, only: Iterable[str] | None = None) -> LoadResult:
         """Load the modules ``plugins`` (the settings' ``plugins`` object)
         switches on. With ``only``, just those kinds are touched; the others
-        keep what they have. A kind absent from ``plugins`` is switched off."""
-        with _LOAD_LOCK:
-            self._loads += 1
-            kinds = [KINDS[k] for k in (only if only is not None else KINDS)]
-            refused: list[PluginRefusal] = []
-            if type(plugins) is not dict:
-                for kind in kinds:
-                    refused.append(self._refuse(
-                        kind.name, None,
-                        Refusal(code="invalid-plugins",
-                                message="the plugins setting is not an object of kind to "
-                                "module names; every kind keeps what it had"),
-                    ))
-                return LoadResult(self._snapshot(), tuple(refused))
-            if only is None:
-                for key in plugins:
-                    if key not in KINDS:
-                        refused.append(self._refuse(
-                            str(key), None,
-                            Refusal(code="unknown-kind",
-                                    message=f'"{key}" is not a plug-in kind; the kinds are '
-                                    f"{', '.join(KINDS)}"),
-                        ))
-            for kind in kinds:
-                refusal = self._load_kind(kind, plugins.get(kind.name))
-                if refusal is not None:
-                    refused.append(refusal)
-            return LoadResult(self._snapshot(), tuple(refused))
+        keep what they have. A kind absent from ``plugins`` is switched off.
 
-    def _load_kind(self, kind: Kind, value: object) -> PluginRefusal | None:
+        Blocking (it stats, reads and executes files): the synchronous entry
+        point, for commands and tests. Trio code awaits :meth:`load_async`."""
+        with _LOAD_LOCK:
+            return self._commit(self._plan(plugins, only))
+
+    async def load_async(self, plugins: object, *, only: Iterable[str] | None = None) -> LoadResult:
+        """:meth:`load` for Trio code: the files are checked and executed in
+        a worker thread, so the loop goes on meanwhile; the outcome is
+        applied on the Trio thread, all kinds at once, so a task reading
+        :meth:`modules` sees the loader before the load or after it, never
+        halfway. Loads of one loader queue on a ``trio.Lock`` (in order,
+        holding no thread while they wait); the process-wide lock still
+        keeps any two loads from running at once.
+
+        Not cancellable once its thread has started (a module's top-level
+        code cannot be interrupted): a cancellation is delivered after the
+        load is applied."""
+        async with self._async_lock:
+            plan = await trio.to_thread.run_sync(self._plan_locked, plugins, only)
+            return self._commit(plan)
+
+    def _plan_locked(self, plugins: object, only: Iterable[str] | None) -> _Plan:
+        with _LOAD_LOCK:
+            return self._plan(plugins, only)
+
+    def _plan(self, plugins: object, only: Iterable[str] | None) -> _Plan:
+        """Everything a load decides, changing nothing: which kinds get
+        which modules, and the refusals (each with what its kind keeps)."""
+        plan = _Plan()
+        kinds = [KINDS[k] for k in (only if only is not None else KINDS)]
+        if type(plugins) is not dict:
+            for kind in kinds:
+                plan.refuse(self, kind.name, None, Refusal(
+                    code="invalid-plugins",
+                    message="the plugins setting is not an object of kind to module names; "
+                    "every kind keeps what it had"))
+            return plan
+        if only is None:
+            for key in plugins:
+                if key not in KINDS:
+                    plan.refuse(self, str(key), None, Refusal(
+                        code="unknown-kind",
+                        message=f'"{key}" is not a plug-in kind; the kinds are {", ".join(KINDS)}'))
+        for kind in kinds:
+            self._plan_kind(plan, kind, plugins.get(kind.name))
+        return plan
+
+    def _plan_kind(self, plan: _Plan, kind: Kind, value: object) -> None:
         if value is None:  # absent: the kind is off
-            self._modules[kind.name] = ()
-            self._refused.pop(kind.name, None)
-            return None
+            plan.modules[kind.name] = ()
+            return
         refusal = check_kind_setting(kind, value)
         if refusal is not None:
             bad = value if kind.switch == "one" and type(value) is str else None
             if refusal.code == "bad-name" and bad is None:
                 bad = next((n for n in value if not is_name(n)), None)  # type: ignore[union-attr]
-            return self._refuse(kind.name, bad, refusal)
+            plan.refuse(self, kind.name, bad, refusal)
+            return
         loaded = []
         for name in names_of(kind, value):
             result = import_module(kind.name, name, root=self._root)
             if isinstance(result, Refusal):
-                return self._refuse(kind.name, name, result)
+                plan.refuse(self, kind.name, name, result)
+                return
             loaded.append(result)
-        self._modules[kind.name] = tuple(loaded)
-        self._refused.pop(kind.name, None)
-        return None
+        plan.modules[kind.name] = tuple(loaded)
 
-    def _refuse(self, kind: str, name: str | None, refusal: Refusal) -> PluginRefusal:
-        kept = tuple(m.name for m in self._modules.get(kind, ()))
-        entry = PluginRefusal(
-            kind=kind, name=name, code=refusal.code, message=refusal.message, kept=kept
-        )
-        if kind in self._modules:
-            self._refused[kind] = entry
-        self._log(entry.log_entry())
-        return entry
+    def _commit(self, plan: _Plan) -> LoadResult:
+        """Apply a plan: no checkpoint, so no Trio task sees it half done."""
+        self._loads += 1
+        for kind, modules in plan.modules.items():
+            self._modules[kind] = modules
+            self._refused.pop(kind, None)
+        for entry in plan.refused:
+            if entry.kind in self._modules:
+                self._refused[entry.kind] = entry
+            self._log(entry.log_entry())
+        return LoadResult(self._snapshot(), tuple(plan.refused))
 
     def _snapshot(self) -> dict[str, tuple[str, ...]]:
         return {k: tuple(m.name for m in v) for k, v in self._modules.items()}

@@ -42,23 +42,26 @@ loaded only for a route being checked; an off harness is never loaded.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Mapping, Sequence
+import inspect
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import attrs
 
-from wire.json import is_json
+from wire.json import dumps, is_json
 
 from router.plugins.broker import Broker
 from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule
 from router.plugins.refusal import Refusal, is_code
-from router.plugins.settings import check_patch_envelope
+from router.plugins.models import InstanceSetting, RoutesDocument, StoredInstance, StoredRoute, structure
+from router.plugins.settings import parse_change
 
 __all__ = [
     "HarnessFacts",
     "LaunchRecord",
     "Route",
     "apply_routes_patch",
+    "check_loaded_route",
     "check_route",
     "harness_facts",
     "parse_routes",
@@ -89,13 +92,12 @@ class InstanceRoutes:
     account: str | None
 
 
-def _route(value: object, what: str, instance: str) -> Route | Refusal | None:
-    """A route from a setting; ``None`` when nothing of it is set."""
+def _route(value: StoredRoute | StoredInstance | None, what: str, instance: str) -> Route | Refusal | None:
+    """A route from a setting; ``None`` when nothing of it is set (an empty
+    string is not set)."""
     if value is None:
         return None
-    if type(value) is not dict:
-        return Refusal(code="no-route", message=f'the {what} route of "{instance}" is not an object')
-    present = [f for f in ROUTE_FIELDS if type(value.get(f)) is str and value[f]]
+    present = [f for f in ROUTE_FIELDS if getattr(value, f)]
     if not present:
         return None
     if len(present) < len(ROUTE_FIELDS):
@@ -105,10 +107,13 @@ def _route(value: object, what: str, instance: str) -> Route | Refusal | None:
             message=f'the {what} route of instance "{instance}" has no {missing}; set harness, '
             "model and thinking with `router routes set`",
         )
-    return Route(value["harness"], value["model"], value["thinking"])
+    return Route(value.harness, value.model, value.thinking)  # type: ignore[arg-type]
 
 
 def parse_routes(routes_doc: object, instance: str) -> InstanceRoutes | Refusal:
+    """The routes ``routes.json`` sets for ``instance``: ``no-route`` when
+    it sets none, ``invalid-settings`` (naming the path) when the
+    instance's setting is of the wrong shape. Other instances are not read."""
     instances = routes_doc.get("instances") if type(routes_doc) is dict else None
     setting = instances.get(instance) if type(instances) is dict else None
     if type(setting) is not dict:
@@ -116,18 +121,20 @@ def parse_routes(routes_doc: object, instance: str) -> InstanceRoutes | Refusal:
             code="no-route",
             message=f'no route is set for instance "{instance}"; set one with `router routes set`',
         )
-    primary = _route(setting, "primary", instance)
+    stored = structure(setting, StoredInstance, what="routes.json", code="invalid-settings",
+                       at=f"instances[{dumps(instance)}]")
+    if isinstance(stored, Refusal):
+        return Refusal(code=stored.code, message=f"{stored.message}; fix it by hand")
+    primary = _route(stored, "primary", instance)
     if primary is None:
         primary = Refusal(
             code="no-route",
             message=f'instance "{instance}" has no harness, model or thinking level; set them '
             "with `router routes set`",
         )
-    fallback = _route(setting.get("fallback"), "fallback", instance)
-    account = setting.get("account")
     return InstanceRoutes(
-        instance=instance, primary=primary, fallback=fallback,
-        account=account if type(account) is str and account else None,
+        instance=instance, primary=primary, fallback=_route(stored.fallback, "fallback", instance),
+        account=stored.account or None,
     )
 
 
@@ -166,27 +173,28 @@ def harness_facts(broker: Broker, module: LoadedModule, options: object) -> Harn
 
 
 LoadHarness = Callable[[str], "LoadedModule | Refusal"]
+#: What a launch loads a harness with: :meth:`Loader.load_async` behind it
+#: (a plain :data:`LoadHarness` is taken too).
+LoadHarnessAsync = Callable[[str], "Awaitable[LoadedModule | Refusal] | LoadedModule | Refusal"]
 
 
-def check_route(
-    route: Route,
-    *,
-    switched_on: Sequence[str],
-    load_harness: LoadHarness,
-    models: object,
-    broker: Broker,
+def _harness_off(route: Route, switched_on: Sequence[str]) -> Refusal | None:
+    """Check 1: the route's harness is switched on."""
+    if route.harness in switched_on:
+        return None
+    return Refusal(
+        code="harness-off",
+        message=f'the harness "{route.harness}" is not switched on; run `router plugins` and '
+        f'`router plugins set --file PATCH` with "harness" listing every harness to keep on, '
+        f'"{route.harness}" included',
+    )
+
+
+def check_loaded_route(
+    route: Route, module: LoadedModule | Refusal, *, models: object, broker: Broker,
     options: object = None,
 ) -> HarnessFacts | Refusal:
-    """Checks 1–4 of a route (no preflight). Loads the harness module only
-    when it is switched on. ``options`` are the harness module's options."""
-    if route.harness not in switched_on:
-        return Refusal(
-            code="harness-off",
-            message=f'the harness "{route.harness}" is not switched on; run `router plugins` and '
-            f'`router plugins set --file PATCH` with "harness" listing every harness to keep on, '
-            f'"{route.harness}" included',
-        )
-    module = load_harness(route.harness)
+    """Checks 2–4 of a route whose harness module the loader answered."""
     if isinstance(module, Refusal):
         return Refusal(
             code="harness-refused",
@@ -210,6 +218,22 @@ def check_route(
             "models with `router routes set`, or route to one of them",
         )
     return facts
+
+
+def check_route(
+    route: Route,
+    *,
+    switched_on: Sequence[str],
+    load_harness: LoadHarness,
+    models: object,
+    broker: Broker,
+    options: object = None,
+) -> HarnessFacts | Refusal:
+    """Checks 1–4 of a route (no preflight), synchronously (the commands).
+    Loads the harness module only when it is switched on. ``options`` are
+    the harness module's options."""
+    return _harness_off(route, switched_on) or check_loaded_route(
+        route, load_harness(route.harness), models=models, broker=broker, options=options)
 
 
 def harness_options(plugins_doc: object, harness: str) -> dict[str, Any]:
@@ -288,7 +312,7 @@ async def _try_route(
     *,
     plugins_doc: Mapping[str, Any],
     models: object,
-    load_harness: LoadHarness,
+    load_harness: LoadHarnessAsync,
     broker: Broker,
     env: Mapping[str, str],
     session: str | None,
@@ -298,8 +322,13 @@ async def _try_route(
     plugins = plugins_doc.get("plugins") if type(plugins_doc.get("plugins")) is dict else {}
     switched_on = plugins.get("harness") if type(plugins.get("harness")) is list else []
     options = harness_options(plugins_doc, route.harness)
-    facts = check_route(route, switched_on=switched_on, load_harness=load_harness,
-                        models=models, broker=broker, options=options)
+    off = _harness_off(route, switched_on)
+    if off is not None:
+        return off
+    module = load_harness(route.harness)
+    if inspect.isawaitable(module):
+        module = await module
+    facts = check_loaded_route(route, module, models=models, broker=broker, options=options)
     if isinstance(facts, Refusal):
         return facts
     context = harness_context(routes.instance, route, options, env, session)
@@ -311,7 +340,7 @@ async def plan_launch(
     *,
     plugins_doc: Mapping[str, Any],
     routes_doc: Mapping[str, Any],
-    load_harness: LoadHarness,
+    load_harness: LoadHarnessAsync,
     broker: Broker,
     env: Mapping[str, str],
     session: str | None = None,
@@ -395,25 +424,43 @@ async def _record(
 # --------------------------------------------------------------------------- writing
 
 
-def _check_route_shape(value: object, where: str, *, fallback: bool) -> Refusal | None:
-    if type(value) is not dict:
-        return Refusal(code="invalid-routes", message=f"{where} is not an object")
-    allowed = set(ROUTE_FIELDS) if fallback else {*ROUTE_FIELDS, "fallback", "account"}
-    extra = set(value) - allowed
-    if extra:
-        return Refusal(code="invalid-routes",
-                       message=f"{where} has keys a route does not take: {', '.join(sorted(extra))}")
-    for field in allowed - {"fallback"}:
-        if field in value and value[field] is not None and (
-            type(value[field]) is not str or not value[field]
-        ):
-            return Refusal(code="invalid-routes", message=f"{where}.{field} is not a non-empty string")
-    if "harness" in value and type(value["harness"]) is str and not is_name(value["harness"]):
-        return Refusal(code="bad-name", message=f'{where}.harness "{value["harness"]}" is not a module name')
+CheckRoute = Callable[[Route, object], "HarnessFacts | Refusal"]
+
+
+def _setting_refusal(name: str, setting: InstanceSetting) -> Refusal | None:
+    """What the model cannot say about a route in a patch: a harness that is
+    not a module name, a fallback that names only some of the three."""
+    if setting.harness is not None and not is_name(setting.harness):
+        return Refusal(code="bad-name",
+                       message=f'instances.{name}.harness "{setting.harness}" is not a module name')
+    fallback = setting.fallback
+    if fallback is None:
+        return None
+    if fallback.harness is not None and not is_name(fallback.harness):
+        return Refusal(code="bad-name", message=f'instances.{name}.fallback.harness '
+                       f'"{fallback.harness}" is not a module name')
+    given = [f for f in ROUTE_FIELDS if getattr(fallback, f)]
+    if 0 < len(given) < len(ROUTE_FIELDS):
+        return Refusal(code="partial-fallback",
+                       message=f"the fallback of {name} names only {', '.join(given)}; a fallback "
+                       "names harness, model and thinking, or nothing")
     return None
 
 
-CheckRoute = Callable[[Route, object], "HarnessFacts | Refusal"]
+def _check_changed(name: str, old: object, value: dict[str, Any], models: object,
+                   check: CheckRoute) -> Refusal | None:
+    """Checks 1–4 on each route of ``value`` that differs from ``old``'s."""
+    new_routes = parse_routes({"instances": {name: value}}, name)
+    assert isinstance(new_routes, InstanceRoutes)  # the patch's shape was checked
+    old_routes = parse_routes({"instances": {name: old}}, name)
+    before = (old_routes.primary, old_routes.fallback) if isinstance(old_routes, InstanceRoutes) \
+        else (None, None)
+    for route, was in zip((new_routes.primary, new_routes.fallback), before):
+        if isinstance(route, Route) and route != was:
+            answer = check(route, models)
+            if isinstance(answer, Refusal):
+                return Refusal(code=answer.code, message=f"instances.{name}: {answer.message}")
+    return None
 
 
 def apply_routes_patch(
@@ -422,75 +469,39 @@ def apply_routes_patch(
     """The new ``routes.json`` value and its changes, or a refusal.
 
     ``patch`` is ``{"revision", "instances"?: {name: route | null},
-    "models"?: {name: {"provider"} | null}}``. A route replaces the
+    "models"?: {name: {"provider"} | null}}`` (its shape:
+    :class:`~router.plugins.models.RoutesPatch`). A route replaces the
     instance's whole route. Every route the patch changes (a primary or a
     fallback that differs from the stored one) goes through
     ``check(route, models)``: the launcher's checks 1–4. A route the patch
     does not change is not checked.
     """
-    refusal = check_patch_envelope(patch, {"instances", "models"}, "routes")
-    if refusal is not None:
-        return refusal
-    assert type(patch) is dict
-    if type(current) is not dict:
-        return Refusal(code="invalid-settings", message="routes.json is not an object; fix it by hand")
-    instances_patch = patch.get("instances", {})
-    models_patch = patch.get("models", {})
-    if type(instances_patch) is not dict or type(models_patch) is not dict:
-        return Refusal(code="invalid-patch", message="instances and models in a patch are objects")
-    if not instances_patch and not models_patch:
+    parsed = parse_change(patch, "routes", current, RoutesDocument)
+    if isinstance(parsed, Refusal):
+        return parsed
+    if not parsed.instances and not parsed.models:
         return Refusal(code="empty-patch",
                        message="the patch changes nothing: name at least one instance or model")
+    assert type(patch) is dict and type(current) is dict
     new = copy.deepcopy(current)
     instances = new.setdefault("instances", {})
     models = new.setdefault("models", {})
-    if type(instances) is not dict or type(models) is not dict:
-        return Refusal(code="invalid-settings",
-                       message="routes.json's instances or models is not an object; fix it by hand")
     changes: dict[str, Any] = {}
-    for name, value in models_patch.items():
-        if value is not None and (type(value) is not dict or set(value) != {"provider"}
-                                  or type(value["provider"]) is not str or not value["provider"]):
-            return Refusal(code="invalid-routes",
-                           message=f'models.{name} is {{"provider": "<name>"}} or null')
+    for name, value in patch.get("models", {}).items():
         changes[f"models.{name}"] = {"old": copy.deepcopy(models.get(name)), "new": value}
         if value is None:
             models.pop(name, None)
         else:
             models[name] = copy.deepcopy(value)
-    for name, value in instances_patch.items():
-        if type(name) is not str or not name:
-            return Refusal(code="invalid-routes", message="an instance name is a non-empty string")
+    for name, value in patch.get("instances", {}).items():
         old = instances.get(name)
         changes[f"instances.{name}"] = {"old": copy.deepcopy(old), "new": copy.deepcopy(value)}
         if value is None:
             instances.pop(name, None)
             continue
-        refusal = _check_route_shape(value, f"instances.{name}", fallback=False)
-        if refusal is None and value.get("fallback") is not None:
-            refusal = _check_route_shape(value["fallback"], f"instances.{name}.fallback",
-                                         fallback=True)
-            if refusal is None:
-                given = [f for f in ROUTE_FIELDS if value["fallback"].get(f)]
-                if 0 < len(given) < len(ROUTE_FIELDS):
-                    refusal = Refusal(
-                        code="partial-fallback",
-                        message=f"the fallback of {name} names only {', '.join(given)}; a "
-                        "fallback names harness, model and thinking, or nothing",
-                    )
+        refusal = _setting_refusal(name, parsed.instances[name]) or _check_changed(
+            name, old, value, models, check)
         if refusal is not None:
             return refusal
-        old_routes = parse_routes({"instances": {name: old}}, name) if type(old) is dict else None
-        new_routes = parse_routes({"instances": {name: value}}, name)
-        assert not isinstance(new_routes, Refusal)
-        pairs = [
-            (new_routes.primary, old_routes.primary if isinstance(old_routes, InstanceRoutes) else None),
-            (new_routes.fallback, old_routes.fallback if isinstance(old_routes, InstanceRoutes) else None),
-        ]
-        for route, before in pairs:
-            if isinstance(route, Route) and route != before:
-                answer = check(route, models)
-                if isinstance(answer, Refusal):
-                    return Refusal(code=answer.code, message=f"instances.{name}: {answer.message}")
         instances[name] = copy.deepcopy(value)
     return new, changes

@@ -58,7 +58,7 @@ import hashlib
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Final, Iterator, Mapping
 
 import attrs
 
@@ -66,6 +66,7 @@ from wire.json import JsonError, dumps, loads
 
 from router.plugins.defaults import DOCUMENTS
 from router.plugins.kinds import KINDS, check_kind_setting, is_name, names_of
+from router.plugins.models import MAX_DEPTH, MAX_SETTINGS_BYTES, LimitsPatch, PluginsDocument, PluginsPatch, RoutesPatch, nests_deeper, read_capped, structure
 from router.plugins.refusal import Refusal
 from router.plugins.usage import iso, read_json_lines, utc_now
 
@@ -75,6 +76,8 @@ __all__ = [
     "apply_plugins_patch",
     "default_data_dir",
     "default_settings_dir",
+    "parse_change",
+    "parse_patch",
     "plugins_value",
     "redact",
     "revision_of",
@@ -169,13 +172,16 @@ class SettingsDir:
         when the file is there but is not JSON."""
         path = self.path / name
         try:
-            data = path.read_bytes()
+            data = read_capped(path)
         except FileNotFoundError:
             return Document(name=name, value=copy.deepcopy(dict(DOCUMENTS[name])),
                             revision=revision_of(b""), exists=False)
         except OSError as exc:
             return Refusal(code="unreadable-settings",
                            message=f"{path} cannot be read: {exc.strerror or exc}")
+        if data is None:
+            return Refusal(code="invalid-settings",
+                           message=f"{path} is larger than {MAX_SETTINGS_BYTES} bytes; fix it by hand")
         try:
             value = loads(data.decode("utf-8"))
         except (UnicodeDecodeError, JsonError) as exc:
@@ -183,6 +189,12 @@ class SettingsDir:
                 code="invalid-settings",
                 message=f"{path} is not JSON ({exc}); fix it by hand, or move it away to start "
                 "from the defaults",
+            )
+        if nests_deeper(value):
+            return Refusal(
+                code="invalid-settings",
+                message=f"{path} nests deeper than {MAX_DEPTH} levels; fix it by hand, or move it "
+                "away to start from the defaults",
             )
         return Document(name=name, value=value, revision=revision_of(data), exists=True)
 
@@ -290,26 +302,101 @@ class SettingsDir:
 
 # --------------------------------------------------------------------------- patches
 
+#: What each command's patch is, its model, and the code of a fault inside
+#: its values (a fault in the envelope is ``invalid-patch``).
+PATCH_SHAPES: Final[Mapping[str, tuple[Any, str, str]]] = {
+    "plugins": (PluginsPatch, "invalid-patch",
+                '{"revision", "plugins"?: {kind: value|null}, "options"?: {kind: {name: object|null}}}'),
+    "routes": (RoutesPatch, "invalid-routes",
+               '{"revision", "instances"?: {name: route|null}, "models"?: {name: {"provider"}|null}}'),
+    "limits": (LimitsPatch, "invalid-limits", '{"revision", "limits"?: {...}, "reset"?: [[key, ...], ...]}'),
+}
 
-def check_patch_envelope(patch: object, allowed: set[str], what: str) -> Refusal | None:
-    """The common shape: an object with a string ``revision`` and only the
-    keys ``allowed``."""
-    if type(patch) is not dict:
+
+def parse_patch(patch: object, what: str) -> Any:
+    """A ``router <what> set`` patch as its model, or the refusal naming the
+    failing path (``invalid-patch``, or the command's own code for a fault
+    inside a value)."""
+    cls, inner, shape = PATCH_SHAPES[what]
+    parsed = structure(patch, cls, what=f"the {what} patch", code="invalid-patch", inner_code=inner)
+    if isinstance(parsed, Refusal) and parsed.code == "invalid-patch":
         return Refusal(code="invalid-patch",
-                       message=f'a {what} patch is a JSON object {{"revision": ..., ...}}')
-    if type(patch.get("revision")) is not str:
-        return Refusal(code="invalid-patch",
-                       message=f"the patch has no revision; run `router {what}` to see the "
-                       "current revision and put it in the patch")
-    extra = set(patch) - allowed - {"revision"}
-    if extra:
-        return Refusal(code="invalid-patch",
-                       message=f"the patch has keys a {what} patch does not take: "
-                       f"{', '.join(sorted(extra))}; it takes {', '.join(sorted(allowed))}")
-    return None
+                       message=f"{parsed.message}; a {what} patch is {shape}, with the revision "
+                       f"`router {what}` shows")
+    return parsed
+
+
+def parse_change(patch: object, what: str, current: object, document: type) -> Any:
+    """A patch's model, once the patch and the stored value it applies to
+    (``document``, the file's model) both have their shapes; else the
+    refusal (``invalid-settings`` for the stored value)."""
+    parsed = parse_patch(patch, what)
+    if isinstance(parsed, Refusal):
+        return parsed
+    stored = structure(current, document, what=f"{what}.json", code="invalid-settings")
+    if isinstance(stored, Refusal):
+        return Refusal(code="invalid-settings", message=f"{stored.message}; fix it by hand")
+    return parsed
 
 
 ModuleExists = Callable[[str, str], Refusal | None]
+
+
+def _unknown_kind(kind_name: str) -> Refusal:
+    return Refusal(code="unknown-kind",
+                   message=f'"{kind_name}" is not a plug-in kind; the kinds are {", ".join(KINDS)}')
+
+
+def _unknown_plugin(kind_name: str, name: str, missing: Refusal) -> Refusal:
+    return Refusal(code="unknown-plugin",
+                   message=f'there is no {kind_name} module "{name}" in the plug-in tree '
+                   f"({missing.code}: {missing.message})")
+
+
+def _patch_kind(plugins: dict[str, Any], kind_name: str, value: Any,
+                module_exists: ModuleExists) -> dict[str, Any] | Refusal:
+    """Set one kind's setting in ``plugins``; its change, or a refusal."""
+    kind = KINDS.get(kind_name)
+    if kind is None:
+        return _unknown_kind(kind_name)
+    old = copy.deepcopy(plugins.get(kind_name))
+    if value is None:
+        plugins.pop(kind_name, None)
+        return {"old": old, "new": None}
+    refusal = check_kind_setting(kind, value)
+    if refusal is not None:
+        return refusal
+    for name in names_of(kind, value):
+        missing = module_exists(kind_name, name)
+        if missing is not None:
+            return _unknown_plugin(kind_name, name, missing)
+    plugins[kind_name] = copy.deepcopy(value)
+    return {"old": old, "new": copy.deepcopy(value)}
+
+
+def _patch_options(options: dict[str, Any], kind_name: str, per_module: Mapping[str, Any],
+                   module_exists: ModuleExists, changes: dict[str, Any]) -> Refusal | None:
+    """Set or remove each module's options of one kind in ``options``."""
+    if kind_name not in KINDS:
+        return _unknown_kind(kind_name)
+    kind_options = options.get(kind_name)
+    if type(kind_options) is not dict:
+        kind_options = options[kind_name] = {}
+    for name, value in per_module.items():
+        if not is_name(name):
+            return Refusal(code="bad-name", message=f'"{name}" is not a module name')
+        old = kind_options.get(name)
+        if value is None:
+            kind_options.pop(name, None)
+        else:
+            missing = module_exists(kind_name, name)
+            if missing is not None:
+                return _unknown_plugin(kind_name, name, missing)
+            kind_options[name] = copy.deepcopy(dict(value))
+        changes[f"options.{kind_name}.{name}"] = {"old": redact(old), "new": redact(value)}
+    if not kind_options:
+        options.pop(kind_name)
+    return None
 
 
 def apply_plugins_patch(
@@ -323,80 +410,25 @@ def apply_plugins_patch(
     replaces the kind's whole list. ``module_exists(kind, name)`` answers
     ``None`` for a module in the tree, else why not (it imports nothing).
     """
-    refusal = check_patch_envelope(patch, {"plugins", "options"}, "plugins")
-    if refusal is not None:
-        return refusal
-    assert type(patch) is dict
-    if type(current) is not dict or type(current.get("plugins", {})) is not dict or type(
-        current.get("options", {})
-    ) is not dict:
-        return Refusal(code="invalid-settings",
-                       message="plugins.json is not an object with plugins and options objects; "
-                       "fix it by hand")
-    plugins_patch = patch.get("plugins", {})
-    options_patch = patch.get("options", {})
-    if type(plugins_patch) is not dict or type(options_patch) is not dict:
-        return Refusal(code="invalid-patch",
-                       message="plugins and options in a patch are objects keyed by kind")
-    option_entries = sum(len(v) if type(v) is dict else 1 for v in options_patch.values())
-    if not plugins_patch and option_entries == 0:
+    parsed = parse_change(patch, "plugins", current, PluginsDocument)
+    if isinstance(parsed, Refusal):
+        return parsed
+    if not parsed.plugins and not any(parsed.options.values()):
         return Refusal(code="empty-patch",
                        message="the patch changes nothing: name at least one kind under plugins "
                        "or one module under options")
+    assert type(current) is dict
     new = copy.deepcopy(current)
     plugins = new.setdefault("plugins", {})
     options = new.setdefault("options", {})
     changes: dict[str, Any] = {}
-    for kind_name, value in plugins_patch.items():
-        kind = KINDS.get(kind_name)
-        if kind is None:
-            return Refusal(code="unknown-kind",
-                           message=f'"{kind_name}" is not a plug-in kind; the kinds are '
-                           f"{', '.join(KINDS)}")
-        old_value = copy.deepcopy(plugins.get(kind_name))
-        if value is None:
-            plugins.pop(kind_name, None)
-            changes[f"plugins.{kind_name}"] = {"old": old_value, "new": None}
-            continue
-        refusal = check_kind_setting(kind, value)
+    for kind_name, value in parsed.plugins.items():
+        change = _patch_kind(plugins, kind_name, value, module_exists)
+        if isinstance(change, Refusal):
+            return change
+        changes[f"plugins.{kind_name}"] = change
+    for kind_name, per_module in parsed.options.items():
+        refusal = _patch_options(options, kind_name, per_module, module_exists, changes)
         if refusal is not None:
             return refusal
-        for name in names_of(kind, value):
-            missing = module_exists(kind_name, name)
-            if missing is not None:
-                return Refusal(code="unknown-plugin",
-                               message=f'there is no {kind_name} module "{name}" in the plug-in '
-                               f"tree ({missing.code}: {missing.message})")
-        plugins[kind_name] = copy.deepcopy(value)
-        changes[f"plugins.{kind_name}"] = {"old": old_value, "new": copy.deepcopy(value)}
-    for kind_name, per_module in options_patch.items():
-        if kind_name not in KINDS:
-            return Refusal(code="unknown-kind",
-                           message=f'"{kind_name}" is not a plug-in kind; the kinds are '
-                           f"{', '.join(KINDS)}")
-        if type(per_module) is not dict:
-            return Refusal(code="invalid-patch",
-                           message=f"options.{kind_name} is an object of module name to options")
-        kind_options = options.setdefault(kind_name, {})
-        if type(kind_options) is not dict:
-            kind_options = options[kind_name] = {}
-        for name, value in per_module.items():
-            if not is_name(name):
-                return Refusal(code="bad-name", message=f'"{name}" is not a module name')
-            old = kind_options.get(name)
-            if value is None:
-                kind_options.pop(name, None)
-            else:
-                if type(value) is not dict:
-                    return Refusal(code="invalid-patch",
-                                   message=f"options.{kind_name}.{name} is an object")
-                missing = module_exists(kind_name, name)
-                if missing is not None:
-                    return Refusal(code="unknown-plugin",
-                                   message=f'there is no {kind_name} module "{name}" in the '
-                                   f"plug-in tree ({missing.code}: {missing.message})")
-                kind_options[name] = copy.deepcopy(value)
-            changes[f"options.{kind_name}.{name}"] = {"old": redact(old), "new": redact(value)}
-        if not kind_options:
-            options.pop(kind_name)
     return new, changes

@@ -12,7 +12,8 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.api.app import MESSAGE_FIELDS, BadBody, parse_body
+from router.errors import Refusal
+from router.turns.requests import SendRequest, send_request_from_body
 from tests.api.conftest import Api
 from tests.turns.conftest import until
 
@@ -200,12 +201,11 @@ async def test_live_refusals(api: Api) -> None:
     ).map(lambda value: json.dumps(value).encode()),
 ))
 def test_a_body_parses_or_is_refused(raw: bytes) -> None:
-    try:
-        body = parse_body(raw, MESSAGE_FIELDS, required=("text",))
-    except BadBody as exc:
-        assert exc.message
+    body = send_request_from_body(raw, "s")
+    if isinstance(body, Refusal):
+        assert body.code == "bad-body" and body.message
     else:
-        assert type(body["text"]) is str and set(body) <= set(MESSAGE_FIELDS)
+        assert isinstance(body, SendRequest) and type(body.text) is str and body.session == "s"
 
 
 async def test_hostile_bodies_never_crash_a_route(api: Api) -> None:

@@ -36,7 +36,8 @@ def _text(value):
     return value if type(value) is str else ""
 
 
-async def search(options, query, deps):
+def _endpoint(options):
+    """The SearXNG address from the options, and how many results to keep."""
     url = options.get("url")
     if type(url) is not str or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise PluginError(
@@ -47,11 +48,15 @@ async def search(options, query, deps):
     limit = options.get("max_results", 10)
     if type(limit) is not int or not 1 <= limit <= 100:
         limit = 10
-    endpoint = url.rstrip("/") + "/search"
+    return url, limit
+
+
+async def _fetch(url, query):
+    """The answer's body, at most ``MAX_ANSWER_BYTES``, after a 200."""
     try:
         async with httpx.AsyncClient(follow_redirects=False) as client:
             async with client.stream(
-                "GET", endpoint, params={"q": query, "format": "json"},
+                "GET", url.rstrip("/") + "/search", params={"q": query, "format": "json"},
                 headers={"Accept": "application/json"},
             ) as response:
                 body = b""
@@ -70,12 +75,10 @@ async def search(options, query, deps):
         raise PluginError(
             "searxng-http-error", f"SearXNG at {url} answered {response.status_code}{hint}"
         )
-    try:
-        answer = json.loads(body)
-    except (ValueError, RecursionError):
-        raise PluginError("searxng-bad-answer", f"SearXNG at {url} did not answer JSON") from None
-    if type(answer) is not dict or type(answer.get("results")) is not list:
-        raise PluginError("searxng-bad-answer", f"SearXNG at {url} answered no results list")
+    return body
+
+
+def _results(answer, limit):
     results = []
     for item in answer["results"]:
         if type(item) is not dict or type(item.get("url")) is not str or not item["url"]:
@@ -87,6 +90,19 @@ async def search(options, query, deps):
         })
         if len(results) == limit:
             break
+    return results
+
+
+async def search(options, query, deps):
+    url, limit = _endpoint(options)
+    body = await _fetch(url, query)
+    try:
+        answer = json.loads(body)
+    except (ValueError, RecursionError):
+        raise PluginError("searxng-bad-answer", f"SearXNG at {url} did not answer JSON") from None
+    if type(answer) is not dict or type(answer.get("results")) is not list:
+        raise PluginError("searxng-bad-answer", f"SearXNG at {url} answered no results list")
+    results = _results(answer, limit)
     estimate = answer.get("number_of_results")
     if type(estimate) is float and estimate.is_integer():
         estimate = int(estimate)

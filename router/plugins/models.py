@@ -1,0 +1,362 @@
+"""The settings documents and their patches as attrs models, through one
+cattrs converter.
+
+``plugins.json``, ``routes.json`` and ``limits.json`` (and the patches of
+``router plugins|routes|limits set``) are read by structuring them into the
+frozen classes below with :data:`converter`, built by :func:`make_converter`
+on the wires' :class:`wire._convert.Builder`: strict leaves (a ``bool`` is
+never a number, ``"1"`` is never a number, a count is an integer from 0 to
+2**53 − 1), arrays only from JSON arrays, and a refusal that names the
+failing path, as cattrs' ``transform_error`` does::
+
+    invalid-routes: the routes patch: instances["coder"].model: expected a non-empty string, got a number
+
+The models decide *shape* only. What a value means (a kind that is not a
+kind, a module that is not in the tree, a harness that is off) is decided
+after structuring, by the writers in ``settings``, ``routing`` and
+``limits``, each with its own refusal code (``docs/plugins.md``).
+
+What is stored is the JSON value that was checked, not the model written
+back: a file keeps the bytes a person wrote (and so its revision) unless a
+patch changes it, and a stored document may hold keys the router does not
+read (a person's note): the document models take extra keys, the patch
+models refuse them.
+
+Depth
+-----
+
+Every value is checked to nest at most :data:`MAX_DEPTH` levels before
+anything else reads it (iteratively: the check itself cannot overflow the
+stack). Module options are any JSON, and ``copy.deepcopy``, ``redact`` and
+the limits tree's walkers recurse: a file or a patch nested a few hundred
+levels deep would otherwise raise ``RecursionError`` instead of refusing.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import typing
+from typing import Any, Final, Mapping, NewType
+
+import attrs
+import cattrs
+from cattrs.errors import ForbiddenExtraKeysError, IterableValidationNote
+from cattrs.gen import make_dict_structure_fn
+
+from wire._convert import Builder, Json, describe
+from wire.json import dumps
+
+from router.errors import Refusal
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_SETTINGS_BYTES",
+    "read_capped",
+    "FallbackSetting",
+    "Json",
+    "LimitTree",
+    "NonEmpty",
+    "InstanceSetting",
+    "LimitsPatch",
+    "ModelSetting",
+    "PluginsDocument",
+    "PluginsPatch",
+    "RoutesDocument",
+    "RoutesPatch",
+    "SettingsShapeError",
+    "StoredInstance",
+    "StoredRoute",
+    "converter",
+    "make_converter",
+    "nests_deeper",
+    "shape_problem",
+    "structure",
+]
+
+#: The deepest nesting a settings document or patch may have. The deepest
+#: shape the router itself reads is a limit under
+#: ``limits.tokens.models.<provider>.<model>`` (6 levels); module options
+#: are small objects. 64 is far above both and far below the interpreter's
+#: recursion limit (1,000), which ``copy.deepcopy`` and the limits tree's
+#: walkers would reach first.
+MAX_DEPTH: Final = 64
+
+#: The largest settings file or patch file read. Real ones are a few KiB;
+#: a bigger one is a mistake (or hostile) and is refused unparsed.
+MAX_SETTINGS_BYTES: Final = 4 * 1024 * 1024
+
+#: A string that is not empty (a route's harness, model, thinking level).
+NonEmpty = NewType("NonEmpty", str)
+#: A key of the limits tree: a limit or a group of limits (see below).
+LimitTree = NewType("LimitTree", dict)
+
+
+class SettingsShapeError(ValueError):
+    """A value of the wrong shape somewhere in a settings document."""
+
+
+def nests_deeper(value: object, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` has arrays or objects nested more than ``limit``
+    deep. Iterative, so any depth is answered."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if type(node) is dict:
+            children: Any = node.values()
+        elif type(node) in (list, tuple):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def read_capped(path: Any) -> bytes | None:
+    """A file's bytes, or ``None`` when it holds more than
+    :data:`MAX_SETTINGS_BYTES` (read no further). Raises ``OSError``."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_SETTINGS_BYTES + 1)
+    return None if len(data) > MAX_SETTINGS_BYTES else data
+
+
+# --------------------------------------------------------------------------- models
+
+
+@attrs.frozen(kw_only=True)
+class FallbackSetting:
+    """A fallback in a routes patch: each field a non-empty string or
+    ``null``/absent (a partial one is refused after structuring)."""
+
+    harness: NonEmpty | None = None
+    model: NonEmpty | None = None
+    thinking: NonEmpty | None = None
+
+
+@attrs.frozen(kw_only=True)
+class InstanceSetting:
+    """An instance's route in a routes patch."""
+
+    harness: NonEmpty | None = None
+    model: NonEmpty | None = None
+    thinking: NonEmpty | None = None
+    account: NonEmpty | None = None
+    fallback: FallbackSetting | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ModelSetting:
+    provider: NonEmpty
+
+
+@attrs.frozen(kw_only=True)
+class RoutesPatch:
+    revision: str
+    instances: Mapping[NonEmpty, InstanceSetting | None] = attrs.field(factory=dict)
+    models: Mapping[str, ModelSetting | None] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class StoredRoute:
+    """A route as ``routes.json`` holds it. An empty string is "not set",
+    as a missing key is (a launch then refuses ``no-route``)."""
+
+    harness: str | None = None
+    model: str | None = None
+    thinking: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class StoredInstance:
+    harness: str | None = None
+    model: str | None = None
+    thinking: str | None = None
+    account: str | None = None
+    fallback: StoredRoute | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RoutesDocument:
+    """``routes.json``: its instances are read one at a time (a launch of
+    one instance is not refused for another's mistake)."""
+
+    models: Mapping[str, Json] = attrs.field(factory=dict)
+    instances: Mapping[str, Json] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class PluginsPatch:
+    """``{"revision", "plugins"?: {kind: setting | null}, "options"?: {kind:
+    {name: object | null}}}``. A kind's setting is checked by its kind
+    (``kinds.check_kind_setting``), after structuring."""
+
+    revision: str
+    plugins: Mapping[str, Json] = attrs.field(factory=dict)
+    options: Mapping[str, Mapping[str, Mapping[str, Json] | None]] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class PluginsDocument:
+    plugins: Mapping[str, Json] = attrs.field(factory=dict)
+    options: Mapping[str, Json] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class LimitsPatch:
+    """``{"revision", "limits"?: tree, "reset"?: [[key, ...], ...]}``."""
+
+    revision: str
+    #: A patch of the tree: ``null`` removes; the merged tree is checked.
+    limits: Mapping[str, Json] | None = None
+    reset: tuple[tuple[NonEmpty, ...], ...] | None = None
+
+
+#: Patches refuse keys they do not take; documents keep them.
+PATCHES: Final = (FallbackSetting, InstanceSetting, ModelSetting, RoutesPatch, PluginsPatch,
+                  LimitsPatch)
+DOCUMENTS: Final = (StoredRoute, StoredInstance, RoutesDocument, PluginsDocument)
+
+
+# --------------------------------------------------------------------------- converter
+
+
+def _is_mapping(tp: Any) -> bool:
+    return typing.get_origin(tp) in (dict, collections.abc.Mapping)
+
+
+def make_converter() -> cattrs.Converter:
+    """The settings converter: the wires' strict leaves, objects keyed by
+    strings, the limits tree, and the models above."""
+    builder = Builder(SettingsShapeError, tags={}, detailed=True)
+    conv = builder.conv
+
+    def structure_non_empty(value: object, _: Any) -> str:
+        if type(value) is not str or not value:
+            raise SettingsShapeError(f"expected a non-empty string, got {describe(value)}")
+        return value  # type: ignore[return-value]
+
+    conv.register_structure_hook(NonEmpty, structure_non_empty)
+
+    def structure_mapping(tp: Any) -> Any:
+        key_type, value_type = typing.get_args(tp)
+        key_hook = conv.get_structure_hook(key_type)
+        value_hook = conv.get_structure_hook(value_type)
+
+        def structure(value: object, _: Any) -> dict:
+            if type(value) is not dict:
+                builder.fail(value, "an object")
+            out, errors = {}, []
+            for key, item in value.items():  # type: ignore[union-attr]
+                try:
+                    out[key_hook(key, key_type)] = value_hook(item, value_type)
+                except Exception as exc:  # noqa: BLE001 - gathered and raised as a group
+                    exc.add_note(IterableValidationNote(f"Structuring @ key {key!r}", key, value_type))
+                    errors.append(exc)
+            if errors:
+                raise cattrs.IterableValidationError(f"While structuring {tp!r}", errors, tp)
+            return out
+
+        return structure
+
+    conv.register_structure_hook_factory(_is_mapping, structure_mapping)
+    conv.register_structure_hook(LimitTree, lambda value, _: _structure_tree(value))
+    # A generated hook looks its fields' hooks up when it is made: each class
+    # after the classes its fields name (the order of the tuples above).
+    for cls in PATCHES + DOCUMENTS:
+        attrs.resolve_types(cls)
+        structure = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=cls in PATCHES)
+        builder.register(cls, structure, conv.get_unstructure_hook(cls))
+    return conv
+
+
+def _structure_tree(value: object) -> dict:
+    """The limits tree: every object is a limit (it has a ``limit`` key: a
+    count, and plain values beside it) or a group of limits and groups.
+    Iterative; the depth was bounded before."""
+    if type(value) is not dict:
+        raise SettingsShapeError(f"expected an object of limits, got {describe(value)}")
+    stack: list[tuple[tuple[str, ...], object]] = [((), value)]
+    while stack:
+        path, node = stack.pop()
+        if type(node) is not dict:
+            raise _at(path, f'expected a limit (an object with a "limit") or a group of limits, '
+                      f"got {describe(node)}")
+        if "limit" not in node:
+            stack.extend((path + (key,), child) for key, child in reversed(node.items()))
+            continue
+        limit = node["limit"]
+        if type(limit) is not int or limit < 0:
+            raise _at(path + ("limit",), f"expected a non-negative integer, got {describe(limit)}")
+        for key, item in node.items():
+            if not (item is None or type(item) in (str, int, float, bool)):
+                raise _at(path + (key,), f"expected a plain value, got {describe(item)}")
+    return value
+
+
+def _at(path: tuple[str, ...], message: str) -> Exception:
+    """An error deep in the limits tree, with its path as cattrs' notes."""
+    exc: Exception = SettingsShapeError(message)
+    for key in reversed(path):
+        exc.add_note(IterableValidationNote(f"Structuring @ key {key!r}", key, dict))
+        exc = cattrs.IterableValidationError("While structuring a limits tree", [exc], dict)
+    return exc
+
+
+converter: Final = make_converter()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _step(exc: BaseException) -> str | None:
+    """The path step cattrs' notes give an error: ``.name`` or ``["key"]``
+    or ``[index]``."""
+    for note in getattr(exc, "__notes__", ()):
+        name = getattr(note, "name", None)
+        if type(name) is str:
+            return f".{name}"
+        if isinstance(note, IterableValidationNote):
+            index = note.index
+            return f"[{dumps(index) if type(index) is str else index}]"
+        if type(note) is str and " @ index " in note:  # the wires' array hook
+            return f"[{note.rsplit(' @ index ', 1)[1]}]"
+    return None
+
+
+def shape_problem(exc: BaseException) -> tuple[tuple[str, ...], str]:
+    """``(path, sentence)`` of a structuring error: the first failing path
+    under ``exc``, as steps (``(".instances", '["coder"]', ".model")`` reads
+    ``instances["coder"].model``), and what is wrong there."""
+    steps: list[str] = []
+    while True:
+        if isinstance(exc, ForbiddenExtraKeysError):
+            keys = ", ".join(sorted(map(str, exc.extra_fields)))
+            return tuple(steps), f"keys it does not take: {keys}"
+        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+            step = _step(exc)
+            if step is not None:
+                steps.append(step)
+            continue
+        if isinstance(exc, KeyError):  # a required key is missing; its note named it
+            return tuple(steps), "required"
+        return tuple(steps), str(exc)
+
+
+def structure(value: object, cls: Any, *, what: str, code: str,
+              inner_code: str | None = None, at: str = "") -> Any:
+    """``value`` as a ``cls``, or a refusal ``code`` naming ``what`` (the
+    file or patch) and the failing path; ``at`` is where ``value`` sits in
+    ``what`` (``instances["coder"]``). ``inner_code``, when given, is the
+    code of a failure two or more steps deep (inside ``instances``, say),
+    where ``code`` is that of the envelope."""
+    if nests_deeper(value):
+        return Refusal(code=code, message=f"{what} nests deeper than {MAX_DEPTH} levels")
+    try:
+        return converter.structure(value, cls)
+    except Exception as exc:  # noqa: BLE001 - every structuring error refuses
+        steps, message = shape_problem(exc)
+        where = (at + "".join(steps)).lstrip(".")
+        chosen = inner_code if inner_code is not None and len(steps) >= 2 else code
+        return Refusal(code=chosen, message=f"{what}: {where + ': ' if where else ''}{message}")
