@@ -183,7 +183,7 @@ class MainJob:
                 record = DeliveryLog(config.data_dir / "turns.sqlite")
                 opened.append(record)
             except (Refused, DeliveryLogRefused) as exc:
-                raise StartFailed(exc.code, getattr(exc, "sentence", None) or str(exc)) from None
+                raise StartFailed(exc.code, exc.message) from None
             except OSError as exc:
                 raise StartFailed("no-data-dir", f"{config.data_dir} cannot be used: {exc}") from None
             self.layer = PluginLayer(

@@ -26,8 +26,8 @@ core (:mod:`router.host.reconcile`); the sockets in
 
 Every API call writes to the store first (in the store's worker thread, so
 the loop never waits on the disk) and then asks the session's link to act; a
-call that returns has its effect on disk. A refusal is :class:`Refused`, with
-a kebab-case code and a sentence.
+call that returns has its effect on disk. A refusal is :class:`Refused` (a
+:class:`router.errors.Refusal`: a kebab-case code and a message).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ The object side of one session socket, as the reference's ``DaemonLink``
 (npm ``agents@0.32.0``, ``dist/harness/container/index.js``): wait until the
 daemon answers ``GET /healthz``, dial ``/sessions/<url-encoded id>`` with the
 token header, and read its ``hello``. Failures are typed
-(:class:`LinkError`), each with a kebab-case code, a sentence, and whether
-trying again can help (``retry``): a daemon that is not there yet is worth
+(:class:`LinkError`, a :class:`~router.errors.Refusal`), each with a
+kebab-case code, a message, and whether trying again can help
+(``retry``): a daemon that is not there yet is worth
 another try after a backoff; a daemon that refuses the token or speaks
 another protocol is not, and the caller stops rather than loop.
 
@@ -33,6 +34,7 @@ from trio_websocket import (
     wrap_client_stream,
 )
 
+from router.errors import Refusal
 from wire.container import (
     CLOSE_REPLACED,
     CLOSE_UNAUTHORIZED,
@@ -75,15 +77,11 @@ MESSAGE_QUEUE_SIZE: Final = 64
 
 # --------------------------------------------------------------------------- errors
 
-class LinkError(Exception):
-    """The link failed: ``code``, a sentence, and whether to try again."""
+class LinkError(Refusal):
+    """The link failed: ``code``, ``message``, and whether trying again can
+    help (``retry``, a class attribute: the kinds below)."""
 
     retry: bool = True
-
-    def __init__(self, code: str, sentence: str) -> None:
-        super().__init__(f"{code}: {sentence}")
-        self.code = code
-        self.sentence = sentence
 
 
 class LinkUnreachable(LinkError):
@@ -106,13 +104,8 @@ class ProtocolMismatch(LinkError):
     retry = False
 
 
-class EndpointError(ValueError):
-    """The daemon URL cannot be used; ``code`` and a sentence."""
-
-    def __init__(self, code: str, sentence: str) -> None:
-        super().__init__(f"{code}: {sentence}")
-        self.code = code
-        self.sentence = sentence
+class EndpointError(Refusal):
+    """The daemon URL cannot be used (``bad-daemon-url``)."""
 
 
 # --------------------------------------------------------------------------- endpoint
@@ -341,7 +334,7 @@ async def read_hello(
     except ConnectionClosed as error:
         failure = closed_error(error, endpoint)
         if isinstance(failure, LinkDropped):
-            raise LinkUnreachable(failure.code, failure.sentence + ", before hello") from None
+            raise LinkUnreachable(failure.code, failure.message + ", before hello") from None
         raise failure from None
     if message.protocol != CONTAINER_PROTOCOL_VERSION:
         raise ProtocolMismatch(

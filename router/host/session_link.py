@@ -304,7 +304,7 @@ class SessionLink:
                 self._fail(
                     LinkUnreachable(
                         error.code,
-                        f"{error.sentence}; gave up after {give_up:g} s without a connection",
+                        f"{error.message}; gave up after {give_up:g} s without a connection",
                     )
                 )
                 return

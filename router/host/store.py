@@ -107,6 +107,7 @@ import attrs
 import trio
 
 from router._sqlite import connect_wal, lock_file
+from router.errors import Refusal
 from wire.json import JsonValue
 
 T = TypeVar("T")
@@ -120,14 +121,10 @@ OPEN_STATUSES: Final = ("queued", "running")
 SETTLED_STATUSES: Final = ("done", "unanswered")
 
 
-class Refused(Exception):
-    """A refusal: ``code`` (kebab-case) and a sentence a person can act on.
-    Raised by the store and by the host's API."""
-
-    def __init__(self, code: str, sentence: str) -> None:
-        super().__init__(f"{code}: {sentence}")
-        self.code = code
-        self.sentence = sentence
+class Refused(Refusal):
+    """A refusal of the store or of the host's API: ``code`` (kebab-case),
+    ``message`` (a sentence a person can act on), ``data``; see
+    :class:`router.errors.Refusal`."""
 
 
 class StoreMisuse(RuntimeError):

@@ -662,7 +662,7 @@ class TurnRouter:
             except HostRefused as exc:
                 if meter is not None:
                     meter.not_writing(step.operation_id)
-                return NoAnswer(code=exc.code, message=f"{exc.sentence}; resend with the same eventId")
+                return NoAnswer(code=exc.code, message=f"{exc.message}; resend with the same eventId")
             except BaseException:
                 if meter is not None:
                     meter.not_writing(step.operation_id)

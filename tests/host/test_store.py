@@ -115,7 +115,7 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_unlocked(tmp_path: Path)
     for _ in range(2):  # the first refusal released the file: refused the same way again
         with pytest.raises(Refused) as caught:
             Store(path)
-        assert caught.value.code == "bad-store" and str(path) in caught.value.sentence
+        assert caught.value.code == "bad-store" and str(path) in caught.value.message
     with pytest.raises(Refused) as caught:
         Store(path, exclusive=False, create=False)
     assert caught.value.code == "bad-store"
@@ -231,7 +231,7 @@ def test_reset_opens_a_new_generation_and_is_refused_while_busy(store: Store) ->
     store.enqueue("s", "a", "x")
     with pytest.raises(Refused) as caught:
         store.reset_session("s", None)
-    assert caught.value.code == "session-busy" and "abort" in caught.value.sentence
+    assert caught.value.code == "session-busy" and "abort" in caught.value.message
     store.settle("s", "a", {"status": "done", "text": ""})
     assert store.reset_session("s", "note") == 2
     record = store.require_session("s")
