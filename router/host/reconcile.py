@@ -109,7 +109,7 @@ from router.host.events import (
     OperationResult,
     OperationStarted,
 )
-from router.host.store import OPEN_STATUSES, OperationRecord, Store
+from router.host.store import OPEN_STATUSES, OperationRecord, SessionRecord, Store
 from wire.container import (
     Abort,
     Ack,
@@ -149,8 +149,6 @@ LOST_POLICIES: Final = ("fail", "retry")
 CONTAINER_LOST: Final = "container_lost"
 
 
-
-
 @attrs.frozen(kw_only=True)
 class Effects:
     """What a core call leaves to do once its transaction has committed."""
@@ -172,6 +170,22 @@ class Effects:
 
 
 NOTHING: Final = Effects()
+
+
+@attrs.define
+class _Reconcile:
+    """What one reconcile decides, step by step, before it is committed."""
+
+    sends: list[HostMessage] = attrs.field(factory=list)
+    events: list[HostEvent] = attrs.field(factory=list)
+    settled: list[OperationResult] = attrs.field(factory=list)
+    #: ``(operation id, wire outcome)`` to settle at ``caught-up``.
+    settled_there: list[tuple[str, dict]] = attrs.field(factory=list)
+    #: Operations handed to this runtime that it does not list.
+    deferred: list[str] = attrs.field(factory=list)
+
+    def effects(self) -> Effects:
+        return Effects(sends=tuple(self.sends), events=tuple(self.events), settled=tuple(self.settled))
 
 
 def user_parts(input: JsonValue) -> list[dict]:
@@ -264,37 +278,53 @@ class ConnectionCore:
     def hello(self, store: Store, hello: Hello) -> Effects:
         """Reconcile with the daemon's ``hello`` (then apply any early
         frames). Returns ``restore``/``open``/``configure``, ``abort``s and
-        ``replay`` to send, in that order."""
+        ``replay`` to send, in that order: the module docstring's steps 1
+        to 4, one method each."""
         if self.ready:
             raise RuntimeError("hello on a connection that is already reconciled")
         record = store.require_session(self.session)
         runtime = hello.runtime_id
         regressed = record.cursor_runtime == runtime and hello.last_seq < record.cursor_seq
-        same_runtime = record.cursor_runtime == runtime and not regressed
-        sends: list[HostMessage] = []
-        events: list[HostEvent] = []
-        settled: list[OperationResult] = []
-        settled_there: list[tuple[str, dict]] = []
-        deferred: list[str] = []
+        reconcile = _Reconcile()
+        self._open(store, record, hello, reconcile)
+        self._open_operations(store, hello, regressed, reconcile)
+        self._abort_unknown(store, hello, reconcile)
+        self._replay_from(store, record, runtime, regressed, reconcile)
 
+        # Decided and written: now the in-memory state.
+        self.runtime_id = runtime
+        self.generation = record.generation
+        self.settled_there = reconcile.settled_there
+        self.deferred = reconcile.deferred
+        effects = reconcile.effects()
+        if self.early:
+            early, self.early = self.early, []
+            effects = effects + self._apply(store, early)
+        return effects
+
+    def _open(self, store: Store, record: SessionRecord, hello: Hello, reconcile: _Reconcile) -> None:
+        """Step 1: ``restore`` chunks and ``open`` when the daemon does not
+        hold the stored generation, else ``configure``."""
         settings = converter.structure(record.settings, ContainerSettings)
-        if hello.open != record.generation:
-            groups = chunk_entries(store.entries(self.session, record.generation))
-            last = groups.pop() if groups else []
-            sends += [
-                Restore(generation=record.generation, entries=tuple(group)) for group in groups
-            ]
-            sends.append(Open(generation=record.generation, settings=settings, restore=tuple(last)))
-            store.set_open_mark(self.session, runtime, hello.last_seq)
-        else:
-            sends.append(Configure(settings=settings))
+        if hello.open == record.generation:
+            reconcile.sends.append(Configure(settings=settings))
+            return
+        groups = chunk_entries(store.entries(self.session, record.generation))
+        last = groups.pop() if groups else []
+        reconcile.sends += [Restore(generation=record.generation, entries=tuple(group)) for group in groups]
+        reconcile.sends.append(Open(generation=record.generation, settings=settings, restore=tuple(last)))
+        store.set_open_mark(self.session, hello.runtime_id, hello.last_seq)
 
+    def _open_operations(self, store: Store, hello: Hello, regressed: bool, reconcile: _Reconcile) -> None:
+        """Step 2: every operation the host has open, against what the
+        daemon reports."""
+        runtime = hello.runtime_id
         known = {operation.operation_id: operation for operation in hello.operations}
         lost_any = False
         for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
             there = known.get(operation.id)
             if type(there) is SettledOperation:
-                settled_there.append((operation.id, converter.unstructure(there.outcome)))
+                reconcile.settled_there.append((operation.id, converter.unstructure(there.outcome)))
                 continue
             if there is not None:
                 continue
@@ -306,50 +336,48 @@ class ConnectionCore:
                     # it (beyond 1,000 settled) while its frames are still
                     # kept. Decide at ``caught-up``, once the kept frames
                     # are in, so a kept settle wins over a second run.
-                    deferred.append(operation.id)
+                    reconcile.deferred.append(operation.id)
                 elif operation.delivered is not None:
                     store.set_delivered(self.session, operation.id, None)
                 continue
             lost_any = True
-            if self.on_container_lost == "retry":
-                store.requeue(self.session, operation.id)
-            else:
-                result = settle_in_store(
-                    store,
-                    self.session,
-                    operation.id,
-                    {"status": "unanswered", "reason": CONTAINER_LOST},
-                )
-                if result is not None:
-                    settled.append(result)
-                    events.append(end_event(result))
+            self._lose(store, operation.id, reconcile)
+        if lost_any:
+            reconcile.events.insert(0, ContainerLost())
 
+    def _lose(self, store: Store, operation_id: str, reconcile: _Reconcile) -> None:
+        """An operation lost with its container: requeued or settled
+        ``unanswered``/``container_lost``, per the policy."""
+        if self.on_container_lost == "retry":
+            store.requeue(self.session, operation_id)
+            return
+        result = settle_in_store(
+            store, self.session, operation_id, {"status": "unanswered", "reason": CONTAINER_LOST}
+        )
+        if result is not None:
+            reconcile.settled.append(result)
+            reconcile.events.append(end_event(result))
+
+    def _abort_unknown(self, store: Store, hello: Hello, reconcile: _Reconcile) -> None:
+        """Step 3: what the daemon has open but the host settled or never
+        had is aborted there."""
         for there in hello.operations:
             if type(there) is not PendingOperation:
                 continue
             mine = store.operation(self.session, there.operation_id)
             if mine is None or mine.settled:
-                sends.append(Abort(operation_id=there.operation_id))
+                reconcile.sends.append(Abort(operation_id=there.operation_id))
 
-        if lost_any:
-            events.insert(0, ContainerLost())
-
+    def _replay_from(
+        self, store: Store, record: SessionRecord, runtime: str, regressed: bool, reconcile: _Reconcile
+    ) -> None:
+        """Step 4: a runtime other than the cursor's (or one that regressed)
+        starts the cursor at 0; then ``replay`` from the cursor."""
         cursor_seq = record.cursor_seq
-        if not same_runtime:
+        if record.cursor_runtime != runtime or regressed:
             cursor_seq = 0
             store.set_cursor(self.session, runtime, 0)
-        sends.append(Replay(after=cursor_seq))
-
-        # Decided and written: now the in-memory state.
-        self.runtime_id = runtime
-        self.generation = record.generation
-        self.settled_there = settled_there
-        self.deferred = deferred
-        effects = Effects(sends=tuple(sends), events=tuple(events), settled=tuple(settled))
-        if self.early:
-            early, self.early = self.early, []
-            effects = effects + self._apply(store, early)
-        return effects
+        reconcile.sends.append(Replay(after=cursor_seq))
 
     # ------------------------------------------------------------------ deliver
 
