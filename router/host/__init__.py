@@ -16,9 +16,13 @@ The modules inside:
 
 ``events``        the typed events and operation results the host hands out
 ``reconcile``     sans-IO: reconcile on ``hello``, deliver, apply frames, acks
+``connection``    sans-IO: a session link's state across connections (requests,
+                  backoff, give-up, what to do when a connection ends)
 ``link``          dialling a daemon: health wait, connect and hello deadlines,
                   backoff
-``session_link``  one session's link task (connect loop, reader, driver)
+``session_link``  one session's link task (connect loop, reader, driver), and
+                  the ``LinkOwner`` protocol it needs from the host
+``settings``      ``HostSettings``
 ``host``          the ``Host`` API
 ``store``         the durable record: SQLite, WAL, one writer thread
 ``cli``           ``router prompt``, ``router transcript``

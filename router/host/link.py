@@ -22,7 +22,7 @@ import logging
 import math
 import random
 import ssl
-from typing import Final
+from typing import Awaitable, Callable, Final
 from urllib.parse import quote, urlsplit
 
 import attrs
@@ -209,22 +209,34 @@ async def check_health(endpoint: DaemonEndpoint) -> None:
     )
 
 
-async def wait_healthy(endpoint: DaemonEndpoint, *, timeout: float = HEALTH_WAIT) -> None:
-    """Repeat :func:`check_health` with backoff (250 ms doubling to 2 s, as
-    the reference's ``waitHealthy``) until it answers, for up to ``timeout``
-    seconds; then raise the last failure."""
+async def wait_healthy(
+    endpoint: DaemonEndpoint,
+    *,
+    timeout: float = HEALTH_WAIT,
+    check: Callable[[DaemonEndpoint], Awaitable[None]] = check_health,
+    failed: Callable[[LinkUnreachable], None] | None = None,
+) -> None:
+    """Repeat ``check`` (one ``GET /healthz``) with pauses of 250 ms doubling
+    to 2 s (the reference's ``waitHealthy``) until it answers, for up to
+    ``timeout`` seconds, a cancel scope around the whole wait; then raise
+    the last failure. Each failed check is also handed to ``failed``, so a
+    caller whose own deadline cuts the wait short knows why."""
+    last: LinkUnreachable | None = None
     delay = HEALTH_BACKOFF_FIRST
-    deadline = trio.current_time() + timeout
-    while True:
-        try:
-            await check_health(endpoint)
-            return
-        except LinkUnreachable as error:
-            last = error
-        if trio.current_time() + delay > deadline:
-            raise last
-        await trio.sleep(delay)
-        delay = min(delay * 2, HEALTH_BACKOFF_CAP)
+    with trio.move_on_after(timeout):
+        while True:
+            try:
+                await check(endpoint)
+                return
+            except LinkUnreachable as error:
+                last = error
+                if failed is not None:
+                    failed(error)
+            await trio.sleep(delay)
+            delay = min(delay * 2, HEALTH_BACKOFF_CAP)
+    raise last or LinkUnreachable(
+        "health-timeout", f"the daemon at {endpoint.url} did not answer its health check within {timeout:g} s"
+    )
 
 
 # --------------------------------------------------------------------------- dial and hello
