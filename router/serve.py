@@ -156,7 +156,7 @@ class MainJob:
         from router.api.server import ApiServer
         from router.daemon.adapters.echo import adapter as echo_adapter
         from router.daemon import Daemon, DaemonServer
-        from router.host import DaemonEndpoint, Host, Refused, Store
+        from router.host import DaemonEndpoint, Host, HostSettings, Refused, Store
         from router.plugins.layer import PluginLayer
         from router.plugins.refusal import Refusal
         from router.plugins.settings import SettingsDir
@@ -216,7 +216,7 @@ class MainJob:
                     endpoint = DaemonEndpoint(config.daemon_url, token)
                     harness, via = "container", "daemon"
                 # 4. The host, the registry, the router.
-                self.host = Host(store, endpoint)
+                self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"))
                 await self._start(nursery, "host", self.host.run)
                 registry = SessionRegistry()
                 await self._start(nursery, "registry", registry.run)

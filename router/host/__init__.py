@@ -31,6 +31,7 @@ The modules inside:
 from router.host.events import (
     AdapterEvent,
     ContainerLost,
+    FrameSkipped,
     HostEvent,
     MessageStored,
     OperationEnded,
@@ -49,7 +50,7 @@ from router.host.host import (
     Receipt,
 )
 from router.host.link import DaemonEndpoint, EndpointError, LinkError, LinkRefused
-from router.host.store import Refused, SessionRecord, Store, StoreMisuse
+from router.host.store import Refused, SessionRecord, SkippedFrame, Store, StoreMisuse
 
 __all__ = [
     "AdapterEvent",
@@ -58,6 +59,7 @@ __all__ = [
     "EndpointError",
     "EventStream",
     "EventsLagged",
+    "FrameSkipped",
     "Host",
     "HostEvent",
     "HostSession",
@@ -73,6 +75,7 @@ __all__ = [
     "Receipt",
     "Refused",
     "SessionRecord",
+    "SkippedFrame",
     "Store",
     "StoreMisuse",
     "event_json",

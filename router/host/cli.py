@@ -25,6 +25,7 @@ import trio
 
 from router.host.host import ROOT_SESSION, Host, HostSettings
 from router.host.link import DaemonEndpoint, EndpointError, LinkError
+from router.host.reconcile import LOST_POLICIES
 from router.host.store import Refused, Store
 from wire.json import dumps
 
@@ -54,9 +55,10 @@ def configure_prompt(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--on-container-lost",
-        choices=("fail", "retry"),
+        choices=LOST_POLICIES,
         default="fail",
-        help="what a turn lost with its container does: settle container_lost, or run again",
+        help="what a turn lost with its container does: settle container_lost, run again, or run again "
+        "when the adapter declares it safe (if-declared)",
     )
     parser.add_argument(
         "--connect-timeout",

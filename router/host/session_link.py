@@ -71,7 +71,7 @@ from router.host.link import (
     read_hello,
     wait_healthy,
 )
-from router.host.reconcile import ConnectionCore, Effects
+from router.host.reconcile import ConnectionCore, Effects, UnreadableFrame, frame_seq
 from router.host.settings import HostSettings
 from router.host.store import Store
 from wire.container import Abort, AdapterInfo, ErrorMessage, Hello, dump_message, parse_daemon_message
@@ -468,20 +468,38 @@ class SessionLink:
         await self._send(ws, effects)
 
     def _parse(self, batch: list[Any]) -> list[Any]:
+        """The batch's messages as the core takes them. What does not parse
+        is never the end of the connection: a frame (its top level has a
+        ``seq``) is handed on as :class:`UnreadableFrame`, to be passed and
+        recorded in its place; anything else is logged and dropped."""
         messages = []
-        for text in batch:
-            if not isinstance(text, str):
-                text = text.decode("utf-8", "replace")
-            message = parse_daemon_message(text)
+        for raw in batch:
+            text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+            message = self._parse_one(text)
             if message is None:
-                log.warning("session %r: dropped a message that does not parse: %.120r", self.session, text)
-            elif type(message) is ErrorMessage:
+                continue
+            if type(message) is ErrorMessage:
                 log.warning("session %r: the daemon reports an error: %s", self.session, message.message)
             elif type(message) is Hello:
                 log.warning("session %r: ignored a second hello on one connection", self.session)
             else:
                 messages.append(message)
         return messages
+
+    def _parse_one(self, text: str) -> Any:
+        try:
+            message = parse_daemon_message(text)
+            reason = "it is not a daemon message the wire knows"
+        except Exception as error:  # the parser's contract is None; a bug there must not end the session
+            message, reason = None, f"the parser failed on it: {error!r:.200}"
+        if message is not None:
+            return message
+        seq = frame_seq(text)
+        if seq is None:
+            log.warning("session %r: dropped a message that does not parse (%s): %.120r", self.session, reason, text)
+            return None
+        log.warning("session %r: frame %d does not parse (%s); passing it: %.120r", self.session, seq, reason, text)
+        return UnreadableFrame(seq=seq, reason=f"it does not parse: {reason}", text=text)
 
     async def _reader(
         self,

@@ -28,7 +28,9 @@ class HostSettings:
     #: An operation whose container was lost while it ran: ``"fail"``
     #: settles it ``unanswered``/``container_lost`` (the reference's
     #: default), ``"retry"`` runs it again in the new container (only safe
-    #: when the agent's tools can be repeated).
+    #: when the agent's tools can be repeated), ``"if-declared"`` (ours,
+    #: ``router serve``'s) retries when the new container's adapter declares
+    #: the ``rerun`` capability, else fails.
     on_container_lost: LostPolicy = attrs.field(
         default="fail", validator=attrs.validators.in_(LOST_POLICIES)
     )

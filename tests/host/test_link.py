@@ -151,11 +151,13 @@ async def test_what_does_not_parse_is_dropped_and_the_session_goes_on(
         await connection.send_text("{bad")
         await connection.send({"type": "error", "message": "unparseable message"})
         await connection.send({"type": "frame", "seq": 1, "frame": {"kind": "nonsense"}})
-        await connection.send({"type": "frame", "seq": 1, "frame": {"kind": "start", "operationId": op}})
+        # A frame that does not parse is passed, and acked at once.
+        assert await connection.receive_type("ack") == {"type": "ack", "seq": 1}
+        await connection.send({"type": "frame", "seq": 2, "frame": {"kind": "start", "operationId": op}})
         await connection.send(
-            {"type": "frame", "seq": 2, "frame": {"kind": "settle", "operationId": op, "outcome": {"status": "done", "text": "ok"}}}
+            {"type": "frame", "seq": 3, "frame": {"kind": "settle", "operationId": op, "outcome": {"status": "done", "text": "ok"}}}
         )
-        assert await connection.receive_type("ack") == {"type": "ack", "seq": 2}
+        assert await connection.receive_type("ack") == {"type": "ack", "seq": 3}
         await trio.sleep_forever()
 
     daemon = await fake(nursery, script)
@@ -163,7 +165,9 @@ async def test_what_does_not_parse_is_dropped_and_the_session_goes_on(
     result, messages = await host.session().prompt("hi")
     assert result.text == "ok"
     assert [m["id"] for m in messages] == [f"{result.operation_id}:user"]
-    assert daemon.paths[-1] == "/sessions/root"
+    assert daemon.paths[-1] == "/sessions/root" and daemon.connections == 1
+    (skipped,) = await store.call(store.skipped_frames, "root")
+    assert (skipped.runtime, skipped.seq) == ("fake", 1) and skipped.reason.startswith("it does not parse")
 
 
 async def test_a_replaced_socket_reconnects(nursery: trio.Nursery, store: Store) -> None:
