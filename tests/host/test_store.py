@@ -326,3 +326,36 @@ async def test_async_calls_run_one_at_a_time_in_worker_threads(store: Store) -> 
             nursery.start_soon(store.transact, enqueue, i)
     assert loop_thread not in seen
     assert len(await store.call(store.operations)) == 20
+
+
+def test_a_v4_store_gains_the_skipped_frames_table(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    db = sqlite3.connect(path)
+    for step in MIGRATIONS[:4]:
+        step(db)
+    db.execute("PRAGMA user_version = 4")
+    db.execute("INSERT INTO sessions (id, ordinal, created_at, updated_at) VALUES ('s', 1, 0, 0)")
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.skipped_frames("s") == []
+        # A lone surrogate (JSON from JavaScript) is kept as SQLite can hold it.
+        store.skip_frame("s", "r", 7, "it does not parse: why", '{"seq":7,"x":"\ud800"}' + "y" * 5000)
+        [skipped] = store.skipped_frames("s")
+    assert (skipped.session, skipped.runtime, skipped.seq, skipped.reason) == ("s", "r", 7, "it does not parse: why")
+    assert skipped.text.startswith('{"seq":7,"x":"?"}') and len(skipped.text) == 2000
+
+
+def test_a_savepoint_undoes_its_part_alone(store: Store) -> None:
+    store.create_session("s")
+    with store.transaction():
+        with pytest.raises(ValueError):
+            with store.savepoint():
+                store.put_message("s", 1, {"id": "gone", "role": "user", "parts": [], "createdAt": 1}, None)
+                raise ValueError("undo this part")
+        store.put_message("s", 1, {"id": "kept", "role": "user", "parts": [], "createdAt": 1}, None)
+    assert [message["id"] for message in store.messages("s")] == ["kept"]
+    with pytest.raises(StoreMisuse):
+        with store.savepoint():
+            pass  # outside a transaction
