@@ -75,7 +75,13 @@ the connection's; an update replaces the message with the same id);
 ``usage`` events are recorded per operation; ``persist`` appends entries to
 the connection's generation (the one it opened or found open at ``hello``:
 a ``reset`` while it is live does not move its frames into the new one);
-``settle`` settles the operation. The cursor moves in the same transaction. An ``ack`` goes out
+``settle`` settles the operation. A frame that does not parse (an
+:class:`UnreadableFrame`) or cannot be applied (it raises, and the call is
+``careful``: one savepoint per frame) is *passed*: kept in the store's
+``skipped_frames``, told as :class:`~router.host.events.FrameSkipped`, and
+acked at once, so one poisoned frame that a daemon replays on every
+connection cannot stall the session. The cursor moves in the same
+transaction. An ``ack`` goes out
 after every :data:`ACK_EVERY` frames and after every batch that settled an
 operation. ``caught-up`` settles what ``hello`` reported settled, and hands
 over the operations deferred in step 2 that are still open.
@@ -97,6 +103,7 @@ ends with its connection, and the next ``hello`` decides again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -281,7 +288,7 @@ def _text_of(item: FrameMessage) -> str:
         return ""
 
 
-def _store_failure(error: Exception) -> bool:
+def is_store_failure(error: BaseException) -> bool:
     """Whether ``error`` is the store failing (the disk, a lock, a closed or
     corrupt file), not this frame: then the batch fails and the connection
     with it, and the next one tries again from the record. Anything else
@@ -449,7 +456,7 @@ class ConnectionCore:
         effects = reconcile.effects()
         if self.early:
             early, self.early = self.early, []
-            effects = effects + self._apply(store, early)
+            effects = effects + self._apply(store, early, True)
         return effects
 
     def _open(self, store: Store, record: SessionRecord, hello: Hello, reconcile: _Reconcile) -> None:
@@ -578,9 +585,19 @@ class ConnectionCore:
 
     # ------------------------------------------------------------------ apply
 
-    def receive(self, store: Store, messages: Sequence[DaemonMessage | UnreadableFrame]) -> Effects:
+    def receive(
+        self, store: Store, messages: Sequence[DaemonMessage | UnreadableFrame], *, careful: bool = False
+    ) -> Effects:
         """Apply daemon messages received after ``hello``, in order, as one
-        transaction. Frames before the reconcile are buffered."""
+        transaction. Frames before the reconcile are buffered.
+
+        A frame that raises while it is applied makes the whole call raise
+        (the transaction rolls back, this core is unchanged), unless
+        ``careful``: then each frame is applied in its own savepoint and one
+        that raises is undone alone and passed. The caller applies a batch
+        quickly first and carefully only after it raised something that is
+        not a store failure (:func:`is_store_failure`): savepoints cost
+        about half the speed of a batch of small frames."""
         items: list[FrameMessage | CaughtUp | UnreadableFrame] = []
         for message in messages:
             if type(message) is FrameMessage or type(message) is CaughtUp or type(message) is UnreadableFrame:
@@ -590,9 +607,11 @@ class ConnectionCore:
         if not self.ready:
             self.early.extend(items)
             return NOTHING
-        return self._apply(store, items)
+        return self._apply(store, items, careful)
 
-    def _apply(self, store: Store, items: Sequence[FrameMessage | CaughtUp | UnreadableFrame]) -> Effects:
+    def _apply(
+        self, store: Store, items: Sequence[FrameMessage | CaughtUp | UnreadableFrame], careful: bool
+    ) -> Effects:
         record = store.require_session(self.session)
         runtime = self.runtime_id
         assert runtime is not None
@@ -606,7 +625,7 @@ class ConnectionCore:
             if type(item) is CaughtUp:
                 self._caught_up(store, runtime, batch)
             else:
-                self._frame(store, record, runtime, item, batch)
+                self._frame(store, record, runtime, item, batch, careful)
         if batch.moved:
             store.set_cursor(self.session, runtime, batch.cursor_seq)
 
@@ -644,10 +663,17 @@ class ConnectionCore:
         batch.deferred = []
 
     def _frame(
-        self, store: Store, record: SessionRecord, runtime: str, item: FrameMessage | UnreadableFrame, batch: _Batch
+        self,
+        store: Store,
+        record: SessionRecord,
+        runtime: str,
+        item: FrameMessage | UnreadableFrame,
+        batch: _Batch,
+        careful: bool,
     ) -> None:
-        """One frame: skipped when the cursor is past it, else applied (in a
-        savepoint) or, when it cannot be parsed or applied, passed."""
+        """One frame: skipped when the cursor is past it, else applied (when
+        ``careful``, in a savepoint) or, when it cannot be parsed or applied,
+        passed."""
         seq = item.seq
         batch.counted += 1
         batch.last_seq = seq if batch.last_seq is None else max(batch.last_seq, seq)
@@ -659,10 +685,10 @@ class ConnectionCore:
         else:
             events: list[HostEvent] = []
             try:
-                with store.savepoint():
+                with store.savepoint() if careful else contextlib.nullcontext():
                     result = self._apply_frame(store, record, runtime, seq, item.frame, events)
             except Exception as error:
-                if _store_failure(error):
+                if not careful or is_store_failure(error):
                     raise
                 log.warning(
                     "session %r: frame %d of runtime %r cannot be applied; passing it",
@@ -754,6 +780,7 @@ __all__ = [
     "settle_in_store",
     "UnreadableFrame",
     "frame_seq",
+    "is_store_failure",
     "user_parts",
     "with_handoff",
 ]

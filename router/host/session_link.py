@@ -50,6 +50,7 @@ record after a backoff that keeps growing while the fault recurs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sqlite3
 from typing import Any, Awaitable, Callable, Final, Iterator, Protocol, Sequence
@@ -71,7 +72,7 @@ from router.host.link import (
     read_hello,
     wait_healthy,
 )
-from router.host.reconcile import ConnectionCore, Effects, UnreadableFrame, frame_seq
+from router.host.reconcile import ConnectionCore, Effects, UnreadableFrame, frame_seq, is_store_failure
 from router.host.settings import HostSettings
 from router.host.store import Store
 from wire.container import Abort, AdapterInfo, ErrorMessage, Hello, dump_message, parse_daemon_message
@@ -452,7 +453,15 @@ class SessionLink:
     async def _apply(self, ws: WebSocketConnection, core: ConnectionCore, batch: list[Any]) -> None:
         messages = self._parse(batch)
         if messages:
-            effects = await self.store.transact(core.receive, messages)
+            try:
+                effects = await self.store.transact(core.receive, messages)
+            except Exception as error:
+                if is_store_failure(error):
+                    raise
+                # A frame that cannot be applied (or a bug): rolled back,
+                # the core unchanged. Again, one savepoint a frame, passing
+                # any frame that raises; what raises then is not a frame's.
+                effects = await self.store.transact(functools.partial(core.receive, careful=True), messages)
             self.frames_applied = core.frames_applied
             self._commit(effects)
             await self._send(ws, effects)

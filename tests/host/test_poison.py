@@ -270,9 +270,15 @@ def test_a_frame_that_cannot_be_applied_is_undone_alone_and_passed(
             raise RecursionError("too deep to encode")
 
     monkeypatch.setattr(Store, "put_message", put_message)
-    effects = receive(
-        store, core, frame(1, event("a", message("poison", "x", "a"))), frame(2, event("a", message("m", "fine", "a")))
-    )
+    frames = [frame(1, event("a", message("poison", "x", "a"))), frame(2, event("a", message("m", "fine", "a")))]
+    # Quickly, the batch raises whole: nothing written, the core unchanged.
+    with pytest.raises(RecursionError):
+        receive(store, core, *frames)
+    assert store.messages(SESSION) == [] and store.require_session(SESSION).cursor_seq == 0
+    assert (core.frames_applied, core.since_ack) == (0, 0)
+    # Carefully (what the link does next), the frame is undone alone and passed.
+    with store.transaction():
+        effects = core.receive(store, frames, careful=True)
     assert [message["id"] for message in store.messages(SESSION)] == ["m"]
     (skipped,) = store.skipped_frames(SESSION)
     assert skipped.seq == 1 and skipped.reason == "it cannot be applied: RecursionError('too deep to encode')"
@@ -290,8 +296,8 @@ def test_a_store_failure_is_not_the_frames_doing(core_store: Store, monkeypatch:
         raise sqlite3.OperationalError("database or disk is full")
 
     monkeypatch.setattr(Store, "append_entries", full)
-    with pytest.raises(sqlite3.OperationalError):
-        receive(store, core, frame(1, persist({"n": 1})))
+    with pytest.raises(sqlite3.OperationalError), store.transaction():
+        core.receive(store, [frame(1, persist({"n": 1}))], careful=True)
     assert store.skipped_frames(SESSION) == [] and store.require_session(SESSION).cursor_seq == 0
     assert core.frames_passed == 0
 
