@@ -50,13 +50,20 @@ def test_an_old_store_is_migrated(tmp_path: Path) -> None:
         assert store.usage_records()[0].input_tokens == 3
 
 
+def old_store(path: Path, version: int) -> sqlite3.Connection:
+    """A file at schema ``version`` holding the session ``s``, still open
+    (commit and close it)."""
+    db = sqlite3.connect(path)
+    for step in MIGRATIONS[:version]:
+        step(db)
+    db.execute(f"PRAGMA user_version = {version}")
+    db.execute("INSERT INTO sessions (id, ordinal, created_at, updated_at) VALUES ('s', 1, 0, 0)")
+    return db
+
+
 def test_usage_kept_under_the_old_frame_key_survives_the_rebuild(tmp_path: Path) -> None:
     path = tmp_path / "v3.db"
-    db = sqlite3.connect(path)
-    for step in MIGRATIONS[:3]:
-        step(db)
-    db.execute("PRAGMA user_version = 3")
-    db.execute("INSERT INTO sessions (id, ordinal, created_at, updated_at) VALUES ('s', 1, 0, 0)")
+    db = old_store(path, 3)
     db.execute(
         "INSERT INTO usage (session, runtime, seq, operation_id, input_tokens, output_tokens, cost_usd, raw, at)"
         " VALUES ('s', 'r', 4, 'a', 10, 2, 0.5, '{}', 1000)"
@@ -330,11 +337,7 @@ async def test_async_calls_run_one_at_a_time_in_worker_threads(store: Store) -> 
 
 def test_a_v4_store_gains_the_skipped_frames_table(tmp_path: Path) -> None:
     path = tmp_path / "v4.db"
-    db = sqlite3.connect(path)
-    for step in MIGRATIONS[:4]:
-        step(db)
-    db.execute("PRAGMA user_version = 4")
-    db.execute("INSERT INTO sessions (id, ordinal, created_at, updated_at) VALUES ('s', 1, 0, 0)")
+    db = old_store(path, 4)
     db.commit()
     db.close()
     with Store(path) as store:
