@@ -163,7 +163,7 @@ class MainJob:
         from router.api.server import ApiServer
         from router.daemon.adapters.echo import adapter as echo_adapter
         from router.daemon import Daemon, DaemonServer
-        from router.host import DaemonEndpoint, Host, Refused, Store
+        from router.host import DaemonEndpoint, Host, HostSettings, Store
         from router.plugins.layer import PluginLayer
         from router.plugins.refusal import Refusal
         from router.plugins.settings import SettingsDir
@@ -189,9 +189,8 @@ class MainJob:
                 opened.append(store)
                 deliveries = DeliveryLog(config.data_dir / "turns.sqlite")
                 opened.append(deliveries)
-            except (Refused, errors.Refusal) as exc:
-                # TODO(layout): the host's Refused says ``sentence`` until it is a Refusal.
-                raise StartFailed(exc.code, getattr(exc, "sentence", None) or exc.message) from None
+            except errors.Refusal as exc:
+                raise StartFailed(exc.code, exc.message) from None
             except OSError as exc:
                 raise StartFailed("no-data-dir", f"{config.data_dir} cannot be used: {exc}") from None
             self.layer = PluginLayer(
@@ -224,7 +223,7 @@ class MainJob:
                     endpoint = DaemonEndpoint(config.daemon_url, token)
                     harness, via = "container", "daemon"
                 # 4. The host, the registry, the router.
-                self.host = Host(store, endpoint)
+                self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"))
                 await self._start(nursery, "host", self.host.run)
                 registry = SessionRegistry()
                 await self._start(nursery, "registry", registry.run)

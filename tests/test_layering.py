@@ -54,12 +54,7 @@ FACES: dict[str, tuple[str, ...]] = {
 #: internals (pinned below 0.13 in pyproject.toml; the fallback is tested).
 ALLOWED_PRIVATE: dict[str, set[str]] = {
     "router/daemon/transport.py": {"_stream_lock", "_wsproto", "_stream", "_abort_web_socket"},
-    # TODO(layout): the session link reaches into Host; an owner protocol replaces this.
-    "router/host/session_link.py": {"_backoff", "_link_ended", "_link_failed", "_settled"},
 }
-#: Import cycles not mended yet. TODO(layout): the session link's owner
-#: protocol breaks this one.
-KNOWN_CYCLES = [["router.host.host", "router.host.session_link", "router.host.host"]]
 
 
 @pytest.mark.parametrize("module", PURE)
@@ -153,7 +148,7 @@ def test_no_import_cycles():
     for name in sorted(graph):
         if name not in state:
             visit(name)
-    assert cycles == KNOWN_CYCLES
+    assert cycles == []
 
 
 def _defined_private(tree: ast.AST) -> set[str]:

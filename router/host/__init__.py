@@ -16,9 +16,13 @@ The modules inside:
 
 ``events``        the typed events and operation results the host hands out
 ``reconcile``     sans-IO: reconcile on ``hello``, deliver, apply frames, acks
+``connection``    sans-IO: a session link's state across connections (requests,
+                  backoff, give-up, what to do when a connection ends)
 ``link``          dialling a daemon: health wait, connect and hello deadlines,
                   backoff
-``session_link``  one session's link task (connect loop, reader, driver)
+``session_link``  one session's link task (connect loop, reader, driver), and
+                  the ``LinkOwner`` protocol it needs from the host
+``settings``      ``HostSettings``
 ``host``          the ``Host`` API
 ``store``         the durable record: SQLite, WAL, one writer thread
 ``cli``           ``router prompt``, ``router transcript``
@@ -27,6 +31,7 @@ The modules inside:
 from router.host.events import (
     AdapterEvent,
     ContainerLost,
+    FrameSkipped,
     HostEvent,
     MessageStored,
     OperationEnded,
@@ -45,7 +50,7 @@ from router.host.host import (
     Receipt,
 )
 from router.host.link import DaemonEndpoint, EndpointError, LinkError, LinkRefused
-from router.host.store import Refused, SessionRecord, Store, StoreMisuse
+from router.host.store import Refused, SessionRecord, SkippedFrame, Store, StoreMisuse
 
 __all__ = [
     "AdapterEvent",
@@ -54,6 +59,7 @@ __all__ = [
     "EndpointError",
     "EventStream",
     "EventsLagged",
+    "FrameSkipped",
     "Host",
     "HostEvent",
     "HostSession",
@@ -69,6 +75,7 @@ __all__ = [
     "Receipt",
     "Refused",
     "SessionRecord",
+    "SkippedFrame",
     "Store",
     "StoreMisuse",
     "event_json",

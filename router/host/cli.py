@@ -5,7 +5,7 @@
 host on the store at ``PATH`` (created if missing), waits for it to settle
 and prints ``{"status": "done", "text": ...}`` (exit 0) or ``{"status":
 "unanswered", "reason": ...}`` (exit 1). A usage or connection error prints
-``router prompt: <code>: <sentence>`` on stderr and exits 2; the operation
+``router prompt: <code>: <message>`` on stderr and exits 2; the operation
 stays in the store, and running the same command with the same ``--id``
 picks it up where it was (the key makes the submission idempotent).
 
@@ -25,6 +25,7 @@ import trio
 
 from router.host.host import ROOT_SESSION, Host, HostSettings
 from router.host.link import DaemonEndpoint, EndpointError, LinkError
+from router.host.reconcile import LOST_POLICIES
 from router.host.store import Refused, Store
 from wire.json import dumps
 
@@ -54,9 +55,10 @@ def configure_prompt(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--on-container-lost",
-        choices=("fail", "retry"),
+        choices=LOST_POLICIES,
         default="fail",
-        help="what a turn lost with its container does: settle container_lost, or run again",
+        help="what a turn lost with its container does: settle container_lost, run again, or run again "
+        "when the adapter declares it safe (if-declared)",
     )
     parser.add_argument(
         "--connect-timeout",
@@ -77,8 +79,8 @@ def _quiet_logs() -> None:
     )
 
 
-def _error(command: str, code: str, sentence: str) -> int:
-    print(f"router {command}: {code}: {sentence}", file=sys.stderr)
+def _error(command: str, code: str, message: str) -> int:
+    print(f"router {command}: {code}: {message}", file=sys.stderr)
     return 2
 
 
@@ -87,11 +89,11 @@ def run_prompt(args: argparse.Namespace) -> int:
     try:
         endpoint = DaemonEndpoint(args.daemon, args.token)
     except EndpointError as error:
-        return _error("prompt", error.code, error.sentence)
+        return _error("prompt", error.code, error.message)
     try:
         store = Store(args.store)
     except Refused as error:
-        return _error("prompt", error.code, error.sentence)
+        return _error("prompt", error.code, error.message)
     with store:
         return trio.run(_prompt, args, endpoint, store)
 
@@ -114,7 +116,7 @@ async def _prompt(args: argparse.Namespace, endpoint: DaemonEndpoint, store: Sto
             )
             result = await session.wait(receipt.operation_id)
         except (Refused, LinkError) as error:
-            status = _error("prompt", error.code, error.sentence)
+            status = _error("prompt", error.code, error.message)
         else:
             if result.status == "done":
                 outcome, status = {"status": "done", "text": result.text}, 0
@@ -137,6 +139,6 @@ def run_transcript(args: argparse.Namespace) -> int:
         with Store(args.store, exclusive=False, create=False) as store:
             messages = store.messages(args.session)
     except Refused as error:
-        return _error("transcript", error.code, error.sentence)
+        return _error("transcript", error.code, error.message)
     print(dumps(messages), flush=True)
     return 0

@@ -24,6 +24,9 @@ Kinds:
 - :class:`AdapterEvent`: any other adapter event (text and reasoning deltas,
   tool progress, usage, logs), as the daemon sent it: opaque JSON, with the
   operation it belongs to.
+- :class:`FrameSkipped`: the host passed a frame it could not parse or
+  apply (recorded in the store and acknowledged, so the session goes on):
+  an error notice for whoever watches the session.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from router.host.store import OperationRecord
 __all__ = [
     "AdapterEvent",
     "ContainerLost",
+    "FrameSkipped",
     "HostEvent",
     "MessageStored",
     "OperationEnded",
@@ -129,7 +133,23 @@ class AdapterEvent:
         return self.event["type"]
 
 
-HostEvent: TypeAlias = MessageStored | OperationStarted | OperationEnded | ContainerLost | AdapterEvent
+@attrs.frozen(kw_only=True)
+class FrameSkipped:
+    """The host passed frame ``seq`` of runtime ``runtime_id`` without
+    applying it: it could not parse it, or applying it failed (``reason``
+    says which, and why). It is kept in the store
+    (``Store.skipped_frames``) and acknowledged, so the daemon drops it and
+    the session goes on; whatever it carried (a message, an entry, a settle)
+    is missing."""
+
+    runtime_id: str
+    seq: int
+    reason: str
+
+
+HostEvent: TypeAlias = (
+    MessageStored | OperationStarted | OperationEnded | ContainerLost | AdapterEvent | FrameSkipped
+)
 
 
 def event_json(event: HostEvent) -> dict[str, Any]:
@@ -144,4 +164,6 @@ def event_json(event: HostEvent) -> dict[str, Any]:
         return {"type": "container", "status": "lost"}
     if type(event) is AdapterEvent:
         return {**event.event, "operationId": event.operation_id}
+    if type(event) is FrameSkipped:
+        return {"type": "frame-skipped", "runtimeId": event.runtime_id, "seq": event.seq, "reason": event.reason}
     raise TypeError(f"not a host event: {event!r}")

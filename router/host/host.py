@@ -26,8 +26,8 @@ core (:mod:`router.host.reconcile`); the sockets in
 
 Every API call writes to the store first (in the store's worker thread, so
 the loop never waits on the disk) and then asks the session's link to act; a
-call that returns has its effect on disk. A refusal is :class:`Refused`, with
-a kebab-case code and a sentence.
+call that returns has its effect on disk. A refusal is :class:`Refused` (a
+:class:`router.errors.Refusal`: a kebab-case code and a message).
 """
 
 from __future__ import annotations
@@ -36,31 +36,17 @@ import functools
 import logging
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Final, Literal
+from typing import Any, AsyncIterator, Final, Literal, Sequence
 
 import attrs
 import trio
 
 from router._fanout import Subscription
 from router.host.events import HostEvent
+from router.host.link import Backoff, DaemonEndpoint, LinkError
+from router.host.reconcile import OperationResult, end_event
 from router.host.session_link import EventsLagged, SessionLink
-from router.host.link import (
-    CONNECT_TIMEOUT,
-    HEALTH_WAIT,
-    HELLO_TIMEOUT,
-    RECONNECT_BASE,
-    RECONNECT_CAP,
-    Backoff,
-    DaemonEndpoint,
-    LinkError,
-)
-from router.host.reconcile import (
-    ACK_EVERY,
-    LOST_POLICIES,
-    LostPolicy,
-    OperationResult,
-    end_event,
-)
+from router.host.settings import HostSettings
 from router.host.store import OPEN_STATUSES, Refused, SessionRecord, Store
 from wire.container import ContainerInput, converter, structure_or_none
 from wire.json import JsonValue
@@ -84,45 +70,6 @@ __all__ = [
     "Receipt",
     "Refused",
 ]
-
-
-@attrs.frozen(kw_only=True)
-class HostSettings:
-    """How a host behaves. Every default names its source."""
-
-    #: An operation whose container was lost while it ran: ``"fail"``
-    #: settles it ``unanswered``/``container_lost`` (the reference's
-    #: default), ``"retry"`` runs it again in the new container (only safe
-    #: when the agent's tools can be repeated).
-    on_container_lost: LostPolicy = attrs.field(
-        default="fail", validator=attrs.validators.in_(LOST_POLICIES)
-    )
-    #: Seconds to connect, and to receive ``hello`` (the reference's 10 s each).
-    connect_timeout: float = CONNECT_TIMEOUT
-    hello_timeout: float = HELLO_TIMEOUT
-    #: Seconds one health wait keeps trying before the attempt counts as failed.
-    health_wait: float = HEALTH_WAIT
-    #: Reconnect backoff: first step and cap (the reference's 1 s and 30 s).
-    reconnect_base: float = RECONNECT_BASE
-    reconnect_cap: float = RECONNECT_CAP
-    #: Stop trying after this many seconds without reaching ``hello`` (None:
-    #: never; the daemon is disposable and may come back). ``router prompt``
-    #: sets it, so an unreachable daemon is an exit status, not a hang.
-    give_up_after: float | None = None
-    #: Seconds between pings on a live connection, and how long a pong may
-    #: take before the connection is dropped (None: no pings). Not in the
-    #: reference (its platform watches the container instead); ours, so a
-    #: half-open TCP connection cannot hold a session forever.
-    ping_interval: float | None = 30.0
-    ping_timeout: float = 10.0
-    #: Frames between acks (the reference's 32).
-    ack_every: int = ACK_EVERY
-    #: Reattach every session with open operations when the host starts
-    #: (the reference's ``onStart``).
-    wake_open: bool = True
-    #: ``ContainerSettings`` (wire JSON: ``model``, ``options``) a new
-    #: session starts with.
-    defaults: dict = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
@@ -181,6 +128,7 @@ class Host:
         self.endpoint = endpoint
         self.settings = settings or HostSettings()
         self.sessions = HostSessions(self)
+        self._owner = _LinkOwner(self)
         self._links: dict[str, SessionLink] = {}
         self._nursery: trio.Nursery | None = None
         #: Set when ``run`` has returned (every link and its store calls done).
@@ -261,30 +209,19 @@ class Host:
         link = self._links.get(session)
         if link is not None and (link.failure is None or not restart_failed):
             return link
-        link = SessionLink(self, session)
+        link = SessionLink(
+            self._owner, session, store=self.store, endpoint=self.endpoint, settings=self.settings
+        )
         self._links[session] = link
         nursery.start_soon(link.run, name=f"session {session!r}")
         return link
 
-    def _backoff(self) -> Backoff:
-        return Backoff(base=self.settings.reconnect_base, cap=self.settings.reconnect_cap)
-
-    def _link_ended(self, link: SessionLink) -> None:
-        # A failed link stays, so ``wait`` can report why; a closed one goes.
-        if link.failure is None and self._links.get(link.session) is link:
-            del self._links[link.session]
-        # After ``close_session``, waits on the session look again (and
-        # reopen a link if they must). A link that ended otherwise ended
-        # with the host, whose ``run`` wakes every wait once it is down.
-        if link.stopped:
-            self._link_failed(link)
-
-    def _link_failed(self, link: SessionLink) -> None:
-        """Wake every wait on the link's session, to look again."""
-        for key in [key for key in self._waits if key[0] == link.session]:
+    def _wake_session(self, session: str) -> None:
+        """Wake every wait on ``session``, to look again."""
+        for key in [key for key in self._waits if key[0] == session]:
             self._waits.pop(key).event.set()
 
-    def _settled(self, session: str, results: tuple[OperationResult, ...] | list[OperationResult]) -> None:
+    def _settled(self, session: str, results: Sequence[OperationResult]) -> None:
         """Settles committed: wake their waiters. (Events go with the
         link's own batch.)"""
         for result in results:
@@ -298,6 +235,38 @@ class Host:
         link = self._links.get(session)
         if link is not None:
             link.emit(events)
+
+
+class _LinkOwner:
+    """What the host is to its session links: the
+    :class:`~router.host.session_link.LinkOwner` protocol, kept off the
+    host's own API."""
+
+    __slots__ = ("host",)
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def backoff(self) -> Backoff:
+        settings = self.host.settings
+        return Backoff(base=settings.reconnect_base, cap=settings.reconnect_cap)
+
+    def settled(self, session: str, results: Sequence[OperationResult]) -> None:
+        self.host._settled(session, results)
+
+    def failed(self, link: SessionLink) -> None:
+        self.host._wake_session(link.session)
+
+    def ended(self, link: SessionLink) -> None:
+        host = self.host
+        # A failed link stays, so ``wait`` can report why; a closed one goes.
+        if link.failure is None and host._links.get(link.session) is link:
+            del host._links[link.session]
+        # After ``close_session``, waits on the session look again (and
+        # reopen a link if they must). A link that ended otherwise ended
+        # with the host, whose ``run`` wakes every wait once it is down.
+        if link.stopped:
+            host._wake_session(link.session)
 
 
 class HostSession:
@@ -515,7 +484,7 @@ class HostSession:
         host = self.host
         await host.store.call(host.store.require_session, self.id)
         link = host._ensure_link(self.id)
-        with link.subscribers.subscribe() as subscription:
+        with link.subscribe() as subscription:
             snapshot = await self.snapshot()
             yield EventStream(self.id, snapshot, subscription)
 

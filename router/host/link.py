@@ -4,8 +4,9 @@ The object side of one session socket, as the reference's ``DaemonLink``
 (npm ``agents@0.32.0``, ``dist/harness/container/index.js``): wait until the
 daemon answers ``GET /healthz``, dial ``/sessions/<url-encoded id>`` with the
 token header, and read its ``hello``. Failures are typed
-(:class:`LinkError`), each with a kebab-case code, a sentence, and whether
-trying again can help (``retry``): a daemon that is not there yet is worth
+(:class:`LinkError`, a :class:`~router.errors.Refusal`), each with a
+kebab-case code, a message, and whether trying again can help
+(``retry``): a daemon that is not there yet is worth
 another try after a backoff; a daemon that refuses the token or speaks
 another protocol is not, and the caller stops rather than loop.
 
@@ -21,7 +22,7 @@ import logging
 import math
 import random
 import ssl
-from typing import Final
+from typing import Awaitable, Callable, Final
 from urllib.parse import quote, urlsplit
 
 import attrs
@@ -33,6 +34,7 @@ from trio_websocket import (
     wrap_client_stream,
 )
 
+from router.errors import Refusal
 from wire.container import (
     CLOSE_REPLACED,
     CLOSE_UNAUTHORIZED,
@@ -75,15 +77,11 @@ MESSAGE_QUEUE_SIZE: Final = 64
 
 # --------------------------------------------------------------------------- errors
 
-class LinkError(Exception):
-    """The link failed: ``code``, a sentence, and whether to try again."""
+class LinkError(Refusal):
+    """The link failed: ``code``, ``message``, and whether trying again can
+    help (``retry``, a class attribute: the kinds below)."""
 
     retry: bool = True
-
-    def __init__(self, code: str, sentence: str) -> None:
-        super().__init__(f"{code}: {sentence}")
-        self.code = code
-        self.sentence = sentence
 
 
 class LinkUnreachable(LinkError):
@@ -106,13 +104,8 @@ class ProtocolMismatch(LinkError):
     retry = False
 
 
-class EndpointError(ValueError):
-    """The daemon URL cannot be used; ``code`` and a sentence."""
-
-    def __init__(self, code: str, sentence: str) -> None:
-        super().__init__(f"{code}: {sentence}")
-        self.code = code
-        self.sentence = sentence
+class EndpointError(Refusal):
+    """The daemon URL cannot be used (``bad-daemon-url``)."""
 
 
 # --------------------------------------------------------------------------- endpoint
@@ -216,22 +209,34 @@ async def check_health(endpoint: DaemonEndpoint) -> None:
     )
 
 
-async def wait_healthy(endpoint: DaemonEndpoint, *, timeout: float = HEALTH_WAIT) -> None:
-    """Repeat :func:`check_health` with backoff (250 ms doubling to 2 s, as
-    the reference's ``waitHealthy``) until it answers, for up to ``timeout``
-    seconds; then raise the last failure."""
+async def wait_healthy(
+    endpoint: DaemonEndpoint,
+    *,
+    timeout: float = HEALTH_WAIT,
+    check: Callable[[DaemonEndpoint], Awaitable[None]] = check_health,
+    failed: Callable[[LinkUnreachable], None] | None = None,
+) -> None:
+    """Repeat ``check`` (one ``GET /healthz``) with pauses of 250 ms doubling
+    to 2 s (the reference's ``waitHealthy``) until it answers, for up to
+    ``timeout`` seconds, a cancel scope around the whole wait; then raise
+    the last failure. Each failed check is also handed to ``failed``, so a
+    caller whose own deadline cuts the wait short knows why."""
+    last: LinkUnreachable | None = None
     delay = HEALTH_BACKOFF_FIRST
-    deadline = trio.current_time() + timeout
-    while True:
-        try:
-            await check_health(endpoint)
-            return
-        except LinkUnreachable as error:
-            last = error
-        if trio.current_time() + delay > deadline:
-            raise last
-        await trio.sleep(delay)
-        delay = min(delay * 2, HEALTH_BACKOFF_CAP)
+    with trio.move_on_after(timeout):
+        while True:
+            try:
+                await check(endpoint)
+                return
+            except LinkUnreachable as error:
+                last = error
+                if failed is not None:
+                    failed(error)
+            await trio.sleep(delay)
+            delay = min(delay * 2, HEALTH_BACKOFF_CAP)
+    raise last or LinkUnreachable(
+        "health-timeout", f"the daemon at {endpoint.url} did not answer its health check within {timeout:g} s"
+    )
 
 
 # --------------------------------------------------------------------------- dial and hello
@@ -341,7 +346,7 @@ async def read_hello(
     except ConnectionClosed as error:
         failure = closed_error(error, endpoint)
         if isinstance(failure, LinkDropped):
-            raise LinkUnreachable(failure.code, failure.sentence + ", before hello") from None
+            raise LinkUnreachable(failure.code, failure.message + ", before hello") from None
         raise failure from None
     if message.protocol != CONTAINER_PROTOCOL_VERSION:
         raise ProtocolMismatch(

@@ -37,7 +37,8 @@ anything is delivered, in this order (as the reference's ``#reconcile``):
    ``caught-up``, so the kept frames (messages, persisted entries) land
    first; still queued or running there → left alone; running in another
    runtime (or in a runtime that regressed, below) → **lost**: requeued
-   (``on_container_lost="retry"``) or settled ``unanswered`` /
+   (``on_container_lost="retry"``, or ``"if-declared"`` when the new
+   runtime's adapter declares ``rerun``) or settled ``unanswered`` /
    ``container_lost`` (``"fail"``, the reference's default); handed to
    another runtime (or none) → marked undelivered, so it is handed over
    again; handed to *this* runtime, which does not list it → handed over
@@ -74,7 +75,13 @@ the connection's; an update replaces the message with the same id);
 ``usage`` events are recorded per operation; ``persist`` appends entries to
 the connection's generation (the one it opened or found open at ``hello``:
 a ``reset`` while it is live does not move its frames into the new one);
-``settle`` settles the operation. The cursor moves in the same transaction. An ``ack`` goes out
+``settle`` settles the operation. A frame that does not parse (an
+:class:`UnreadableFrame`) or cannot be applied (it raises, and the call is
+``careful``: one savepoint per frame) is *passed*: kept in the store's
+``skipped_frames``, told as :class:`~router.host.events.FrameSkipped`, and
+acked at once, so one poisoned frame that a daemon replays on every
+connection cannot stall the session. The cursor moves in the same
+transaction. An ``ack`` goes out
 after every :data:`ACK_EVERY` frames and after every batch that settled an
 operation. ``caught-up`` settles what ``hello`` reported settled, and hands
 over the operations deferred in step 2 that are still open.
@@ -96,6 +103,11 @@ ends with its connection, and the next ``hello`` decides again.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import re
+import sqlite3
 from typing import Any, Final, Literal, Sequence
 
 import attrs
@@ -103,13 +115,14 @@ import attrs
 from router.host.events import (
     AdapterEvent,
     ContainerLost,
+    FrameSkipped,
     HostEvent,
     MessageStored,
     OperationEnded,
     OperationResult,
     OperationStarted,
 )
-from router.host.store import OPEN_STATUSES, OperationRecord, Store
+from router.host.store import OPEN_STATUSES, SessionRecord, Store, StoreMisuse
 from wire.container import (
     Abort,
     Ack,
@@ -133,22 +146,30 @@ from wire.container import (
     StartFrame,
     chunk_entries,
     converter,
+    dump_message,
 )
 from wire.json import JsonValue
+
+log = logging.getLogger(__name__)
 
 #: Frames between acknowledgements, so the daemon can forget them. The
 #: reference's ``ACK_EVERY`` (32).
 ACK_EVERY: Final = 32
 
-LostPolicy = Literal["fail", "retry"]
-#: What happens to an operation whose container was lost while it ran; the
-#: reference's ``onContainerLost`` values, ``"fail"`` its default.
-LOST_POLICIES: Final = ("fail", "retry")
+LostPolicy = Literal["fail", "retry", "if-declared"]
+#: What happens to an operation whose container was lost while it ran: the
+#: reference's ``onContainerLost`` values (``"fail"``, its default, and
+#: ``"retry"``), and ours, ``"if-declared"``: retry when the adapter of the
+#: new runtime declares :data:`RERUN_CAPABILITY`, else fail.
+LOST_POLICIES: Final = ("fail", "retry", "if-declared")
+#: The adapter capability (in ``hello.adapter.capabilities``) saying its
+#: turns are safe to run again: an operation it lost with its container may
+#: run a second time (ours: the echo adapter declares it). The reference
+#: host ignores capabilities it does not know.
+RERUN_CAPABILITY: Final = "rerun"
 
 #: The reason an operation lost with its container settles with (the wire's).
 CONTAINER_LOST: Final = "container_lost"
-
-
 
 
 @attrs.frozen(kw_only=True)
@@ -172,6 +193,152 @@ class Effects:
 
 
 NOTHING: Final = Effects()
+
+
+@attrs.frozen(kw_only=True)
+class UnreadableFrame:
+    """A daemon message that is a frame (its top level names ``seq``, see
+    :func:`frame_seq`) but does not parse: the core passes it as skipped,
+    in its place among the frames."""
+
+    seq: int
+    reason: str
+    text: str
+
+
+#: The largest ``seq`` taken from a frame that does not parse: the wire's
+#: integers are JavaScript's safe integers (2**53 - 1).
+MAX_SEQ: Final = 2**53 - 1
+_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_INTEGER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?![0-9.eE])")
+
+
+def frame_seq(text: str) -> int | None:
+    """The ``seq`` of a daemon message that does not parse but is a frame:
+    a JSON object whose top level has ``"type": "frame"`` and ``"seq"`` a
+    positive integer (up to :data:`MAX_SEQ`); None otherwise.
+
+    Only the top level is read, without recursion (a value nested at any
+    depth is stepped over by counting brackets), and reading stops once
+    both are found, so a frame whose body is deep, malformed or cut short
+    is still known by its number."""
+    found: dict[str, object] = {}
+    at = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
+    if not text.startswith("{", at):
+        return None
+    at += 1
+    while len(found) < 2:
+        key = _STRING.match(text, _WHITESPACE.match(text, at).end())  # type: ignore[union-attr]
+        if key is None:
+            return None
+        at = _WHITESPACE.match(text, key.end()).end()  # type: ignore[union-attr]
+        if not text.startswith(":", at):
+            return None
+        at = _WHITESPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+        name = json.loads(key.group())
+        if name in ("type", "seq"):
+            value = (_STRING if name == "type" else _INTEGER).match(text, at)
+            if value is None:
+                return None
+            found[name] = json.loads(value.group())
+            at = value.end()
+        else:
+            at = _step_over(text, at)
+        at = _WHITESPACE.match(text, at).end()  # type: ignore[union-attr]
+        if not text.startswith(",", at):
+            break
+        at += 1
+    seq = found.get("seq")
+    if found.get("type") != "frame" or type(seq) is not int or not 0 < seq <= MAX_SEQ:
+        return None
+    return seq
+
+
+def _step_over(text: str, at: int) -> int:
+    """Where the JSON value starting at ``at`` ends (or the text does):
+    strings skipped whole, brackets counted, no recursion."""
+    depth = 0
+    while at < len(text):
+        char = text[at]
+        if char == '"':
+            string = _STRING.match(text, at)
+            if string is None:
+                return len(text)
+            at = string.end()
+            continue
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            if depth == 0:
+                return at
+            depth -= 1
+        elif char == "," and depth == 0:
+            return at
+        at += 1
+    return at
+
+
+def _text_of(item: FrameMessage) -> str:
+    """A frame's wire text, for the record of a frame passed; empty when
+    even that fails (it is only a note)."""
+    try:
+        return dump_message(item)
+    except Exception:
+        return ""
+
+
+def is_store_failure(error: BaseException) -> bool:
+    """Whether ``error`` is the store failing (the disk, a lock, a closed or
+    corrupt file), not this frame: then the batch fails and the connection
+    with it, and the next one tries again from the record. Anything else
+    raised while applying one frame is that frame's doing (a value the store
+    cannot hold, a value too deep to encode, a bug that only it meets)."""
+    if isinstance(error, (sqlite3.OperationalError, sqlite3.InternalError, StoreMisuse, MemoryError)):
+        return True
+    return type(error) is sqlite3.DatabaseError
+
+
+@attrs.define(kw_only=True)
+class _Batch:
+    """What applying one batch has done so far, before it is committed."""
+
+    cursor_runtime: str | None
+    cursor_seq: int
+    #: Whether the cursor moved (a frame applied or passed).
+    moved: bool = False
+    events: list[HostEvent] = attrs.field(factory=list)
+    settled: list[OperationResult] = attrs.field(factory=list)
+    #: Frames counted towards the next ack, and the highest seq among them.
+    counted: int = 0
+    last_seq: int | None = None
+    #: Ack at the end of this batch (a settle, or a frame passed).
+    ack_now: bool = False
+    applied: int = 0
+    skipped: int = 0
+    passed: int = 0
+    #: The connection's ``settled_there`` and ``deferred``, which a
+    #: ``caught-up`` in this batch empties, and whether it hands deferred
+    #: operations over again.
+    settled_there: list[tuple[str, dict]]
+    deferred: list[str]
+    redeliver: bool = False
+
+
+@attrs.define
+class _Reconcile:
+    """What one reconcile decides, step by step, before it is committed."""
+
+    sends: list[HostMessage] = attrs.field(factory=list)
+    events: list[HostEvent] = attrs.field(factory=list)
+    settled: list[OperationResult] = attrs.field(factory=list)
+    #: ``(operation id, wire outcome)`` to settle at ``caught-up``.
+    settled_there: list[tuple[str, dict]] = attrs.field(factory=list)
+    #: Operations handed to this runtime that it does not list.
+    deferred: list[str] = attrs.field(factory=list)
+
+    def effects(self) -> Effects:
+        return Effects(sends=tuple(self.sends), events=tuple(self.events), settled=tuple(self.settled))
 
 
 def user_parts(input: JsonValue) -> list[dict]:
@@ -225,7 +392,7 @@ class ConnectionCore:
         ack_every: int = ACK_EVERY,
     ) -> None:
         if on_container_lost not in LOST_POLICIES:
-            raise ValueError(f"on_container_lost is 'fail' or 'retry', not {on_container_lost!r}")
+            raise ValueError(f"on_container_lost is one of {LOST_POLICIES}, not {on_container_lost!r}")
         self.session = session
         self.on_container_lost = on_container_lost
         self.ack_every = ack_every
@@ -243,9 +410,13 @@ class ConnectionCore:
         #: handed over again at ``caught-up`` if the replay did not settle them.
         self.deferred: list[str] = []
         #: Frames and ``caught-up`` received before the reconcile.
-        self.early: list[FrameMessage | CaughtUp] = []
+        self.early: list[FrameMessage | CaughtUp | UnreadableFrame] = []
         self.frames_applied = 0
+        #: Frames at or below the cursor (already applied or passed).
         self.frames_skipped = 0
+        #: Frames passed without applying: they did not parse, or could not
+        #: be applied.
+        self.frames_passed = 0
 
     def __repr__(self) -> str:
         phase = "ready" if self.ready else "awaiting hello"
@@ -264,37 +435,56 @@ class ConnectionCore:
     def hello(self, store: Store, hello: Hello) -> Effects:
         """Reconcile with the daemon's ``hello`` (then apply any early
         frames). Returns ``restore``/``open``/``configure``, ``abort``s and
-        ``replay`` to send, in that order."""
+        ``replay`` to send, in that order: the module docstring's steps 1
+        to 4, one method each."""
         if self.ready:
             raise RuntimeError("hello on a connection that is already reconciled")
         record = store.require_session(self.session)
         runtime = hello.runtime_id
         regressed = record.cursor_runtime == runtime and hello.last_seq < record.cursor_seq
-        same_runtime = record.cursor_runtime == runtime and not regressed
-        sends: list[HostMessage] = []
-        events: list[HostEvent] = []
-        settled: list[OperationResult] = []
-        settled_there: list[tuple[str, dict]] = []
-        deferred: list[str] = []
+        reconcile = _Reconcile()
+        self._open(store, record, hello, reconcile)
+        self._open_operations(store, hello, regressed, reconcile)
+        self._abort_unknown(store, hello, reconcile)
+        self._replay_from(store, record, runtime, regressed, reconcile)
 
+        # Decided and written: now the in-memory state.
+        self.runtime_id = runtime
+        self.generation = record.generation
+        self.settled_there = reconcile.settled_there
+        self.deferred = reconcile.deferred
+        effects = reconcile.effects()
+        if self.early:
+            early, self.early = self.early, []
+            effects = effects + self._apply(store, early, True)
+        return effects
+
+    def _open(self, store: Store, record: SessionRecord, hello: Hello, reconcile: _Reconcile) -> None:
+        """Step 1: ``restore`` chunks and ``open`` when the daemon does not
+        hold the stored generation, else ``configure``."""
         settings = converter.structure(record.settings, ContainerSettings)
-        if hello.open != record.generation:
-            groups = chunk_entries(store.entries(self.session, record.generation))
-            last = groups.pop() if groups else []
-            sends += [
-                Restore(generation=record.generation, entries=tuple(group)) for group in groups
-            ]
-            sends.append(Open(generation=record.generation, settings=settings, restore=tuple(last)))
-            store.set_open_mark(self.session, runtime, hello.last_seq)
-        else:
-            sends.append(Configure(settings=settings))
+        if hello.open == record.generation:
+            reconcile.sends.append(Configure(settings=settings))
+            return
+        groups = chunk_entries(store.entries(self.session, record.generation))
+        last = groups.pop() if groups else []
+        reconcile.sends += [Restore(generation=record.generation, entries=tuple(group)) for group in groups]
+        reconcile.sends.append(Open(generation=record.generation, settings=settings, restore=tuple(last)))
+        store.set_open_mark(self.session, hello.runtime_id, hello.last_seq)
 
+    def _open_operations(self, store: Store, hello: Hello, regressed: bool, reconcile: _Reconcile) -> None:
+        """Step 2: every operation the host has open, against what the
+        daemon reports."""
+        runtime = hello.runtime_id
         known = {operation.operation_id: operation for operation in hello.operations}
+        rerun = self.on_container_lost == "retry" or (
+            self.on_container_lost == "if-declared" and RERUN_CAPABILITY in hello.adapter.capabilities
+        )
         lost_any = False
         for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
             there = known.get(operation.id)
             if type(there) is SettledOperation:
-                settled_there.append((operation.id, converter.unstructure(there.outcome)))
+                reconcile.settled_there.append((operation.id, converter.unstructure(there.outcome)))
                 continue
             if there is not None:
                 continue
@@ -306,50 +496,49 @@ class ConnectionCore:
                     # it (beyond 1,000 settled) while its frames are still
                     # kept. Decide at ``caught-up``, once the kept frames
                     # are in, so a kept settle wins over a second run.
-                    deferred.append(operation.id)
+                    reconcile.deferred.append(operation.id)
                 elif operation.delivered is not None:
                     store.set_delivered(self.session, operation.id, None)
                 continue
             lost_any = True
-            if self.on_container_lost == "retry":
-                store.requeue(self.session, operation.id)
-            else:
-                result = settle_in_store(
-                    store,
-                    self.session,
-                    operation.id,
-                    {"status": "unanswered", "reason": CONTAINER_LOST},
-                )
-                if result is not None:
-                    settled.append(result)
-                    events.append(end_event(result))
+            self._lose(store, operation.id, rerun, reconcile)
+        if lost_any:
+            reconcile.events.insert(0, ContainerLost())
 
+    def _lose(self, store: Store, operation_id: str, rerun: bool, reconcile: _Reconcile) -> None:
+        """An operation lost with its container: requeued (``rerun``, as the
+        policy and the new runtime's adapter decide) or settled
+        ``unanswered``/``container_lost``."""
+        if rerun:
+            store.requeue(self.session, operation_id)
+            return
+        result = settle_in_store(
+            store, self.session, operation_id, {"status": "unanswered", "reason": CONTAINER_LOST}
+        )
+        if result is not None:
+            reconcile.settled.append(result)
+            reconcile.events.append(end_event(result))
+
+    def _abort_unknown(self, store: Store, hello: Hello, reconcile: _Reconcile) -> None:
+        """Step 3: what the daemon has open but the host settled or never
+        had is aborted there."""
         for there in hello.operations:
             if type(there) is not PendingOperation:
                 continue
             mine = store.operation(self.session, there.operation_id)
             if mine is None or mine.settled:
-                sends.append(Abort(operation_id=there.operation_id))
+                reconcile.sends.append(Abort(operation_id=there.operation_id))
 
-        if lost_any:
-            events.insert(0, ContainerLost())
-
+    def _replay_from(
+        self, store: Store, record: SessionRecord, runtime: str, regressed: bool, reconcile: _Reconcile
+    ) -> None:
+        """Step 4: a runtime other than the cursor's (or one that regressed)
+        starts the cursor at 0; then ``replay`` from the cursor."""
         cursor_seq = record.cursor_seq
-        if not same_runtime:
+        if record.cursor_runtime != runtime or regressed:
             cursor_seq = 0
             store.set_cursor(self.session, runtime, 0)
-        sends.append(Replay(after=cursor_seq))
-
-        # Decided and written: now the in-memory state.
-        self.runtime_id = runtime
-        self.generation = record.generation
-        self.settled_there = settled_there
-        self.deferred = deferred
-        effects = Effects(sends=tuple(sends), events=tuple(events), settled=tuple(settled))
-        if self.early:
-            early, self.early = self.early, []
-            effects = effects + self._apply(store, early)
-        return effects
+        reconcile.sends.append(Replay(after=cursor_seq))
 
     # ------------------------------------------------------------------ deliver
 
@@ -396,78 +585,131 @@ class ConnectionCore:
 
     # ------------------------------------------------------------------ apply
 
-    def receive(self, store: Store, messages: Sequence[DaemonMessage]) -> Effects:
+    def receive(
+        self, store: Store, messages: Sequence[DaemonMessage | UnreadableFrame], *, careful: bool = False
+    ) -> Effects:
         """Apply daemon messages received after ``hello``, in order, as one
-        transaction. Frames before the reconcile are buffered."""
-        items: list[FrameMessage | CaughtUp] = []
+        transaction. Frames before the reconcile are buffered.
+
+        A frame that raises while it is applied makes the whole call raise
+        (the transaction rolls back, this core is unchanged), unless
+        ``careful``: then each frame is applied in its own savepoint and one
+        that raises is undone alone and passed. The caller applies a batch
+        quickly first and carefully only after it raised something that is
+        not a store failure (:func:`is_store_failure`): savepoints cost
+        about half the speed of a batch of small frames."""
+        items: list[FrameMessage | CaughtUp | UnreadableFrame] = []
         for message in messages:
-            if type(message) is FrameMessage or type(message) is CaughtUp:
+            if type(message) is FrameMessage or type(message) is CaughtUp or type(message) is UnreadableFrame:
                 items.append(message)
             # ``error`` and a second ``hello`` change nothing (the Trio layer
             # logs them).
         if not self.ready:
             self.early.extend(items)
             return NOTHING
-        return self._apply(store, items)
+        return self._apply(store, items, careful)
 
-    def _apply(self, store: Store, items: Sequence[FrameMessage | CaughtUp]) -> Effects:
+    def _apply(
+        self, store: Store, items: Sequence[FrameMessage | CaughtUp | UnreadableFrame], careful: bool
+    ) -> Effects:
         record = store.require_session(self.session)
         runtime = self.runtime_id
         assert runtime is not None
-        cursor_runtime, cursor_seq = record.cursor_runtime, record.cursor_seq
-        events: list[HostEvent] = []
-        settled: list[OperationResult] = []
-        counted = 0
-        last_seq = None
-        settled_frame = False
-        applied = skipped = 0
-        pending_there = self.settled_there
-        deferred = self.deferred
-        redeliver = False
+        batch = _Batch(
+            cursor_runtime=record.cursor_runtime,
+            cursor_seq=record.cursor_seq,
+            settled_there=list(self.settled_there),
+            deferred=list(self.deferred),
+        )
         for item in items:
             if type(item) is CaughtUp:
-                for operation_id, outcome in pending_there:
-                    result = settle_in_store(store, self.session, operation_id, outcome)
-                    if result is not None:
-                        settled.append(result)
-                        events.append(end_event(result))
-                pending_there = []
-                for operation_id in deferred:
-                    operation = store.operation(self.session, operation_id)
-                    if operation is not None and not operation.settled and operation.delivered == runtime:
-                        store.set_delivered(self.session, operation_id, None)
-                    redeliver = True  # and what was held behind it
-                deferred = []
-                continue
-            seq = item.seq
-            counted += 1
-            last_seq = seq if last_seq is None else max(last_seq, seq)
-            if cursor_runtime == runtime and seq <= cursor_seq:
-                skipped += 1
-                continue
-            result = self._apply_frame(store, record, runtime, seq, item.frame, events)
-            if result is not None:
-                settled.append(result)
-                settled_frame = True
-            cursor_runtime, cursor_seq = runtime, seq
-            applied += 1
-        if applied:
-            store.set_cursor(self.session, runtime, cursor_seq)
+                self._caught_up(store, runtime, batch)
+            else:
+                self._frame(store, record, runtime, item, batch, careful)
+        if batch.moved:
+            store.set_cursor(self.session, runtime, batch.cursor_seq)
 
         # Written: now the in-memory state, and the ack.
-        self.settled_there = pending_there
-        self.deferred = deferred
-        self.frames_applied += applied
-        self.frames_skipped += skipped
-        self.since_ack += counted
+        self.settled_there = batch.settled_there
+        self.deferred = batch.deferred
+        self.frames_applied += batch.applied
+        self.frames_skipped += batch.skipped
+        self.frames_passed += batch.passed
+        self.since_ack += batch.counted
         sends: tuple[HostMessage, ...] = ()
-        if last_seq is not None and (settled_frame or self.since_ack >= self.ack_every):
+        if batch.last_seq is not None and (batch.ack_now or self.since_ack >= self.ack_every):
             self.since_ack = 0
-            sends = (Ack(seq=last_seq),)
-        effects = Effects(sends=sends, events=tuple(events), settled=tuple(settled))
-        if redeliver:
+            sends = (Ack(seq=batch.last_seq),)
+        effects = Effects(sends=sends, events=tuple(batch.events), settled=tuple(batch.settled))
+        if batch.redeliver:
             effects = effects + self.deliver(store)  # after ``self.deferred`` is cleared
         return effects
+
+    def _caught_up(self, store: Store, runtime: str, batch: _Batch) -> None:
+        """``caught-up``: settle what ``hello`` reported settled, and hand
+        over again what was deferred and is still open (with what was held
+        behind it)."""
+        for operation_id, outcome in batch.settled_there:
+            result = settle_in_store(store, self.session, operation_id, outcome)
+            if result is not None:
+                batch.settled.append(result)
+                batch.events.append(end_event(result))
+        for operation_id in batch.deferred:
+            operation = store.operation(self.session, operation_id)
+            if operation is not None and not operation.settled and operation.delivered == runtime:
+                store.set_delivered(self.session, operation_id, None)
+            batch.redeliver = True
+        batch.settled_there = []
+        batch.deferred = []
+
+    def _frame(
+        self,
+        store: Store,
+        record: SessionRecord,
+        runtime: str,
+        item: FrameMessage | UnreadableFrame,
+        batch: _Batch,
+        careful: bool,
+    ) -> None:
+        """One frame: skipped when the cursor is past it, else applied (when
+        ``careful``, in a savepoint) or, when it cannot be parsed or applied,
+        passed."""
+        seq = item.seq
+        batch.counted += 1
+        batch.last_seq = seq if batch.last_seq is None else max(batch.last_seq, seq)
+        if batch.cursor_runtime == runtime and seq <= batch.cursor_seq:
+            batch.skipped += 1
+            return
+        if type(item) is UnreadableFrame:
+            self._pass(store, runtime, seq, item.reason, item.text, batch)
+        else:
+            events: list[HostEvent] = []
+            try:
+                with store.savepoint() if careful else contextlib.nullcontext():
+                    result = self._apply_frame(store, record, runtime, seq, item.frame, events)
+            except Exception as error:
+                if not careful or is_store_failure(error):
+                    raise
+                log.warning(
+                    "session %r: frame %d of runtime %r cannot be applied; passing it",
+                    self.session, seq, runtime, exc_info=True,
+                )  # fmt: skip
+                self._pass(store, runtime, seq, f"it cannot be applied: {error!r:.300}", _text_of(item), batch)
+            else:
+                batch.events += events
+                batch.applied += 1
+                if result is not None:
+                    batch.settled.append(result)
+                    batch.ack_now = True
+        batch.cursor_runtime, batch.cursor_seq, batch.moved = runtime, seq, True
+
+    def _pass(self, store: Store, runtime: str, seq: int, reason: str, text: str, batch: _Batch) -> None:
+        """Pass a frame without applying it: recorded, told, and acked at
+        once (so the daemon drops it, and a replay does not bring it back)."""
+        store.skip_frame(self.session, runtime, seq, reason, text)
+        batch.events.append(FrameSkipped(runtime_id=runtime, seq=seq, reason=reason))
+        batch.passed += 1
+        batch.ack_now = True
 
     def _apply_frame(
         self, store: Store, record: Any, runtime: str, seq: int, frame: Any, events: list[HostEvent]
@@ -531,10 +773,14 @@ __all__ = [
     "Effects",
     "LOST_POLICIES",
     "LostPolicy",
+    "RERUN_CAPABILITY",
     "NOTHING",
     "OperationResult",
     "end_event",
     "settle_in_store",
+    "UnreadableFrame",
+    "frame_seq",
+    "is_store_failure",
     "user_parts",
     "with_handoff",
 ]

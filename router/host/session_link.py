@@ -1,37 +1,39 @@
-"""One session's link task: the Trio layer over :class:`ConnectionCore`.
+"""One session's link task: the Trio layer over :class:`LinkCore` (the
+link's state across connections, :mod:`router.host.connection`) and
+:class:`ConnectionCore` (one connection's reconcile and apply,
+:mod:`router.host.reconcile`).
 
-A :class:`SessionLink` is started by the :class:`~router.host.host.Host`
-in its nursery when a session has work (or a subscriber) and runs until the
-session is closed or the host stops. It owns one nursery, and in it one
-task: the connect loop. Each connection gets a nursery of its own (the
-WebSocket's reader task, and ours), so dropping a connection cancels exactly
-that connection's tasks.
+A :class:`SessionLink` is started by its owner (the
+:class:`~router.host.host.Host`, seen here only as the small
+:class:`LinkOwner` protocol) in the owner's nursery when a session has work
+(or a subscriber), and runs until the session is closed or the host stops.
+It owns one nursery, and in it one task: the connect loop. Each connection
+gets a nursery of its own (the WebSocket's reader task, and ours), so
+dropping a connection cancels exactly that connection's tasks.
 
 Theory of operation
 -------------------
 
 Connect loop: wait for ``/healthz`` (backoff 250 ms → 2 s), dial (10 s), read
 ``hello`` (10 s); reconcile and deliver; then drive until the socket drops.
-Retryable failures (:class:`~router.host.link.LinkError` with
-``retry``) pause for a capped exponential backoff with jitter, reset after
-every connection that reached ``hello``; failures that cannot heal
-(``unauthorized``, ``protocol-mismatch``), and unreachability beyond the
-host's ``give_up_after``, end the loop and are kept in :attr:`failure`,
-where ``wait`` reports them. :meth:`reconnect` (after a ``reset``) drops the
-connection and dials again at once.
+What to do when a connection ends is the core's decision (pause, dial at
+once, or give up). The whole loop runs inside the **give-up scope**, a
+cancel scope whose deadline the core moves (infinite while a connection is
+live); when it fires, the link has been unreachable for ``give_up_after``
+and fails with the last error.
 
 One connection: a reader task moves messages from the socket into a bounded
 memory channel (backpressure: a slow store stops the reader, and then
 trio-websocket stops reading the socket); the driver (the connection's main
-task, the only owner of the core and the only writer) takes everything
-queued, applies it in **one store transaction** (one batch), then, with the
-transaction committed, notifies (settle waiters, live subscribers: plain
-synchronous calls, so a cancellation cannot fall between commit and notice)
-and sends (acks). Commands from the API (deliver, abort, configure) are
-recorded on the link and wake the driver; a connection clears them when it
-starts its reconcile (which does their work), so what is asked after that
-point is done after the reconcile, and nothing asked is lost to a race with
-a connection coming up.
+task, the only owner of the connection core and the only writer) takes
+everything queued, applies it in **one store transaction** (one batch),
+then, with the transaction committed, notifies (settle waiters, live
+subscribers: plain synchronous calls, so a cancellation cannot fall between
+commit and notice) and sends (acks). Requests from the API (deliver, abort,
+configure, redial) are recorded in the link core and wake the driver; the
+core's rules (a reconcile does what was asked before it, a take hands out
+the rest once) are why nothing asked is lost to a race with a connection
+coming up.
 
 A heartbeat task pings the daemon from ``hello`` on. A ping unanswered in
 ``ping_timeout`` (or stuck behind a send a daemon that stopped reading will
@@ -40,36 +42,40 @@ in progress, the only place the driver waits on the network. Only sends are
 cancelled, never a store transaction or the notices after it.
 
 A peer cannot crash the session: a message that does not parse is logged
-and dropped; ``error`` messages are logged; a store error ends the
-connection (the next one starts from the record).
+and dropped; ``error`` messages are logged; a store error or a bug ends the
+connection, logged with its traceback, and the next one starts from the
+record after a backoff that keeps growing while the fault recurs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import sqlite3
-from typing import TYPE_CHECKING, Any, Callable, Final, Literal
+from typing import Any, Awaitable, Callable, Final, Iterator, Protocol, Sequence
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
-from router._fanout import FanOut, Lagged
-from router.host.events import HostEvent
+from router._fanout import FanOut, Lagged, Subscription
+from router.host.connection import GiveUp, LinkCore, LinkState, Pause, Redial, Requests
+from router.host.events import HostEvent, OperationResult
 from router.host.link import (
+    Backoff,
+    DaemonEndpoint,
     LinkDropped,
     LinkError,
-    LinkUnreachable,
     SessionSocket,
     closed_error,
     dial,
     read_hello,
     wait_healthy,
 )
-from router.host.reconcile import ConnectionCore, Effects
+from router.host.reconcile import ConnectionCore, Effects, UnreadableFrame, frame_seq, is_store_failure
+from router.host.settings import HostSettings
+from router.host.store import Store
 from wire.container import Abort, AdapterInfo, ErrorMessage, Hello, dump_message, parse_daemon_message
-
-if TYPE_CHECKING:
-    from router.host.host import Host
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +86,31 @@ INBOX_SIZE: Final = 1024
 #: Live event batches a subscriber may fall behind before it is dropped.
 SUBSCRIBER_BUFFER: Final = 4096
 
-State = Literal["idle", "connecting", "live", "backoff", "failed", "closed"]
+#: How the link waits for a daemon's ``/healthz`` (a parameter, so a test
+#: can put a daemon on virtual time).
+HealthWait = Callable[..., Awaitable[None]]
+
+__all__ = ["EventsLagged", "LinkOwner", "SessionLink"]
 
 
-class _Reconnect(Exception):
+class LinkOwner(Protocol):
+    """What a :class:`SessionLink` needs from whoever started it (the
+    :class:`~router.host.host.Host`)."""
+
+    def backoff(self) -> Backoff:
+        """A fresh reconnect backoff for a new link."""
+
+    def settled(self, session: str, results: Sequence[OperationResult]) -> None:
+        """Operations settled (committed): wake their waiters."""
+
+    def failed(self, link: SessionLink) -> None:
+        """The link gave up (:attr:`SessionLink.failure`)."""
+
+    def ended(self, link: SessionLink) -> None:
+        """The link's task returned (closed, failed, or the host stopped)."""
+
+
+class _Redial(Exception):
     """Control flow: drop this connection and dial again at once."""
 
 
@@ -106,46 +133,37 @@ def _events_lagged(session: str) -> Callable[[], EventsLagged]:
 class SessionLink:
     """A session's connection to the daemon; see the module docstring."""
 
-    def __init__(self, host: Host, session: str) -> None:
-        self.host = host
+    def __init__(
+        self,
+        owner: LinkOwner,
+        session: str,
+        *,
+        store: Store,
+        endpoint: DaemonEndpoint,
+        settings: HostSettings,
+        health_wait: HealthWait = wait_healthy,
+    ) -> None:
+        self.owner = owner
         self.session = session
-        self._state: State = "idle"
+        self.store = store
+        self.endpoint = endpoint
+        self.settings = settings
+        self._health_wait = health_wait
+        self.core = LinkCore(backoff=owner.backoff(), give_up_after=settings.give_up_after)
         self._state_changed = trio.Event()
-        #: Why the link gave up, when it did (``state == "failed"``).
-        self.failure: LinkError | None = None
-        self.runtime_id: str | None = None
-        #: The adapter the daemon named in its last ``hello`` (id, version,
-        #: capabilities); None until a connection reached ``hello``. Kept
-        #: across reconnects, so it says what the session last ran on.
-        self.adapter: AdapterInfo | None = None
-        #: Live subscribers of this session's events (see :mod:`router._fanout`).
-        self.subscribers: FanOut[list[HostEvent]] = FanOut(
+        self._subscribers: FanOut[list[HostEvent]] = FanOut(
             buffer=SUBSCRIBER_BUFFER, lagged_error=_events_lagged(session)
         )
-        self.connections = 0
         self.frames_applied = 0
-        self.last_error: LinkError | None = None
-        self._core: ConnectionCore | None = None
-        #: Work the API asked for, done by the driver of the live
-        #: connection. Cleared when a connection starts its reconcile (which
-        #: does all of it); what is asked after that point is done after it.
-        self._want_deliver = False
-        self._want_configure = False
-        self._want_aborts: dict[str, None] = {}  # ordered, no repeats
+        #: Wakes the driver of the live connection (a request, a message, a drop).
         self._wake = trio.Event()
-        #: Set by the heartbeat when the live connection stopped answering;
-        #: the driver raises it. ``_sending`` is the scope of a send in
-        #: progress, which the heartbeat cancels: a daemon that stops
-        #: reading blocks sends, and must not hold the session forever.
-        self._dropped: LinkError | None = None
+        #: Wakes a backoff pause (a redial).
+        self._wake_pause = trio.Event()
+        #: The scope of a send in progress, which the heartbeat cancels: a
+        #: daemon that stops reading blocks sends, and must not hold the
+        #: session forever.
         self._sending: trio.CancelScope | None = None
-        self._retry_now = trio.Event()
-        #: Bumped by :meth:`reconnect`; a connection reconciled under an
-        #: older epoch is dropped and dialled again.
-        self._epoch = 0
-        self._conn_epoch = 0
-        self._retry_epoch = 0
-        self._reached = False
+        self._give_up: trio.CancelScope | None = None
         self._scope: trio.CancelScope | None = None
         self._stop_requested = False
         self._done = trio.Event()
@@ -153,49 +171,91 @@ class SessionLink:
     def __repr__(self) -> str:
         return (
             f"<SessionLink {self.session!r} {self.state} runtime={self.runtime_id!r} "
-            f"connections={self.connections} applied={self.frames_applied} "
-            f"subscribers={len(self.subscribers)}>"
+            f"connections={self.core.connections} applied={self.frames_applied} "
+            f"subscribers={len(self._subscribers)}>"
         )
 
+    # ------------------------------------------------------------------ what it shows
+
     @property
-    def state(self) -> State:
+    def state(self) -> LinkState:
         """``idle`` (not started), ``connecting``, ``live`` (reconciled),
         ``backoff``, ``failed`` (see :attr:`failure`), ``closed``."""
-        return self._state
+        return self.core.state
 
-    def _set_state(self, state: State) -> None:
-        if state != self._state:
-            self._state = state
-            self._state_changed.set()
-            self._state_changed = trio.Event()
+    @property
+    def failure(self) -> LinkError | None:
+        """Why the link gave up, when it did (``state == "failed"``)."""
+        return self.core.failure
 
-    async def wait_state(self, *states: State) -> State:
+    @property
+    def last_error(self) -> LinkError | None:
+        return self.core.last_error
+
+    @property
+    def runtime_id(self) -> str | None:
+        return self.core.runtime_id
+
+    @property
+    def adapter(self) -> AdapterInfo | None:
+        """The adapter the daemon named in its last ``hello`` (id, version,
+        capabilities); None until a connection reached ``hello``. Kept
+        across reconnects, so it says what the session last ran on."""
+        return self.core.adapter
+
+    @property
+    def connections(self) -> int:
+        """How many connections were reconciled."""
+        return self.core.connections
+
+    @property
+    def subscribers(self) -> int:
+        """How many live subscribers the session's events have."""
+        return len(self._subscribers)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stop_requested
+
+    def _moved(self) -> None:
+        """The core changed: tell ``wait_state`` and move the give-up scope."""
+        self._state_changed.set()
+        self._state_changed = trio.Event()
+        if self._give_up is not None:
+            self._give_up.deadline = self.core.give_up_deadline
+
+    async def wait_state(self, *states: LinkState) -> LinkState:
         """Wait until the link is in one of ``states``; returns it."""
-        while self._state not in states:
+        while self.state not in states:
             await self._state_changed.wait()
-        return self._state
+        return self.state
 
     def statistics(self) -> dict[str, Any]:
+        core = self.core
         return {
-            "state": self.state,
-            "runtime_id": self.runtime_id,
-            "connections": self.connections,
+            "state": core.state,
+            "runtime_id": core.runtime_id,
+            "connections": core.connections,
+            "attempt": core.backoff.attempt,
+            "internal_failures": core.internal_failures,
             "frames_applied": self.frames_applied,
-            "subscribers": len(self.subscribers),
-            "queued_aborts": len(self._want_aborts),
-            "last_error": None if self.last_error is None else self.last_error.code,
+            "subscribers": len(self._subscribers),
+            "pending": core.pending(),
+            "give_up_deadline": core.give_up_deadline,
+            "last_error": None if core.last_error is None else core.last_error.code,
         }
 
     # ------------------------------------------------------------------ API side
 
     def request_deliver(self) -> None:
         """Hand the session's undelivered operations to the daemon."""
-        self._want_deliver = True
+        self.core.ask_deliver()
         self._wake.set()
 
     def request_configure(self) -> None:
         """Send the session's stored settings."""
-        self._want_configure = True
+        self.core.ask_configure()
         self._wake.set()
 
     def request_abort(self, operation_ids: list[str]) -> None:
@@ -206,32 +266,33 @@ class SessionLink:
         must not be stopped. An abort for an operation the daemon settled or
         does not know changes nothing there. Sent in the order given."""
         if operation_ids:
-            for operation_id in operation_ids:
-                self._want_aborts[operation_id] = None
+            self.core.ask_abort(operation_ids)
             self._wake.set()
 
     def reconnect(self) -> None:
         """Drop the current connection (if any) and dial again at once: the
         next ``hello`` is reconciled against the record as it is now."""
-        self._epoch += 1
+        self.core.ask_redial()
         self._wake.set()
-        self._retry_now.set()
+        self._wake_pause.set()
 
     def emit(self, events: list[HostEvent] | tuple[HostEvent, ...]) -> None:
         """Hand a batch of events to every live subscriber, without waiting."""
         if events:
-            self.subscribers.publish(list(events))
+            self._subscribers.publish(list(events))
+
+    @contextlib.contextmanager
+    def subscribe(self) -> Iterator[Subscription[list[HostEvent]]]:
+        """A live subscription to the session's event batches (see
+        :class:`router._fanout.FanOut`)."""
+        with self._subscribers.subscribe() as subscription:
+            yield subscription
 
     def stop(self) -> None:
         """Close the link (also when its task has not started yet)."""
         self._stop_requested = True
         if self._scope is not None:
             self._scope.cancel(reason="the session was closed")
-
-    @property
-    def stopped(self) -> bool:
-        """Whether :meth:`stop` was called."""
-        return self._stop_requested
 
     async def wait_closed(self) -> None:
         await self._done.wait()
@@ -253,86 +314,67 @@ class SessionLink:
                     task_status.started(self)
                     nursery.start_soon(self._connect_loop, name=f"session {self.session!r} link")
         finally:
-            self._set_state("closed" if self.failure is None else "failed")
-            self._core = None
-            self.subscribers.close()
+            self.core.closed()
+            self._moved()
+            self._subscribers.close()
             self._done.set()
-            self.host._link_ended(self)
+            self.owner.ended(self)
 
     async def _connect_loop(self) -> None:
-        backoff = self.host._backoff()
-        # Since when no connection reached ``hello`` (from the first try).
-        unreachable_since: float | None = trio.current_time()
-        while True:
-            self._set_state("connecting")
-            self._reached = False
-            health_wait = self.host.settings.health_wait
-            give_up = self.host.settings.give_up_after
-            if give_up is not None and unreachable_since is not None:
-                # The health wait does not outlast the give-up deadline.
-                left = unreachable_since + give_up - trio.current_time()
-                health_wait = max(0.0, min(health_wait, left))
-            try:
-                await self._one_connection(health_wait)
-            except _Reconnect:
-                backoff.reset()
-                unreachable_since = None
-                self._retry_epoch = self._epoch
-                self._retry_now = trio.Event()
-                continue
-            except LinkError as error:
-                self.last_error = error
-                if not error.retry:
-                    self._fail(error)
+        core = self.core
+        with trio.CancelScope() as self._give_up:
+            core.started(trio.current_time())
+            self._moved()
+            while True:
+                decision = await self._one_attempt()
+                self._moved()
+                if type(decision) is GiveUp:
+                    self._failed(decision.error)
                     return
-                log.info("session %r: %s", self.session, error)
-            except Exception as error:
-                # A store error or a bug in one connection must not take the
-                # session (or the host) down: log it, and start again from
-                # the record after a backoff.
-                log.exception("session %r: the connection failed", self.session)
-                self.last_error = LinkDropped("internal-error", f"the connection failed: {error!r}")
-            if self._reached:
-                backoff.reset()
-                unreachable_since = None
-            now = trio.current_time()
-            if unreachable_since is None:
-                unreachable_since = now
-            give_up = self.host.settings.give_up_after
-            if give_up is not None and not self._reached and now - unreachable_since >= give_up:
-                error = self.last_error or LinkUnreachable("daemon-unreachable", "no daemon answered")
-                self._fail(
-                    LinkUnreachable(
-                        error.code,
-                        f"{error.sentence}; gave up after {give_up:g} s without a connection",
-                    )
-                )
-                return
-            self._set_state("backoff")
-            delay = backoff.next()
-            if give_up is not None:
-                delay = min(delay, max(0.0, unreachable_since + give_up - now))
-            if self._retry_epoch == self._epoch:
-                with trio.move_on_after(delay):
-                    await self._retry_now.wait()
-            self._retry_epoch = self._epoch
-            self._retry_now = trio.Event()
+                if type(decision) is Pause:
+                    # No checkpoint since the decision: a redial asked from
+                    # here on sets this event.
+                    self._wake_pause = trio.Event()
+                    if not core.redial_asked:
+                        with trio.move_on_after(decision.seconds):
+                            await self._wake_pause.wait()
+        if self._give_up.cancelled_caught:
+            self._failed(core.gave_up())
+            self._moved()
 
-    def _fail(self, error: LinkError) -> None:
+    async def _one_attempt(self) -> GiveUp | Pause | Redial:
+        core = self.core
+        core.attempt()
+        self._moved()
+        try:
+            await self._one_connection()
+        except _Redial:
+            return core.ended(None, now=trio.current_time())
+        except LinkError as error:
+            if error.retry:
+                log.info("session %r: %s", self.session, error)
+            return core.ended(error, now=trio.current_time())
+        except Exception as error:
+            # A store error or a bug in one connection must not take the
+            # session (or the host) down: log it with its traceback, and
+            # start again from the record after a backoff, which does not
+            # start over: a fault that recurs is retried at the cap.
+            log.exception("session %r: the connection failed", self.session)
+            failure = LinkDropped("internal-error", f"the connection failed: {error!r}")
+            return core.ended(failure, now=trio.current_time(), internal=True)
+        raise AssertionError("a connection always ends with an exception")  # pragma: no cover
+
+    def _failed(self, error: LinkError) -> None:
         log.warning("session %r: giving up: %s", self.session, error)
-        self.failure = error
-        self._set_state("failed")
-        self.host._link_failed(self)
+        self.owner.failed(self)
 
     # ------------------------------------------------------------------ one connection
 
-    async def _one_connection(self, health_wait: float) -> None:
+    async def _one_connection(self) -> None:
         """Dial, reconcile, drive, until the connection ends; always raises
-        (a :class:`LinkError`, or :class:`_Reconnect`). Sets ``_reached``
-        once the ``hello`` is reconciled."""
-        host = self.host
-        endpoint = host.endpoint
-        await wait_healthy(endpoint, timeout=health_wait)
+        (a :class:`LinkError`, :class:`_Redial`, or a failure of ours)."""
+        settings = self.settings
+        await self._health_wait(self.endpoint, timeout=settings.health_wait, failed=self.core.attempt_failed)
         ended: BaseException | None = None
         # The nursery's body keeps its own errors and re-raises them after
         # the nursery, so they come out whole rather than in an exception
@@ -340,24 +382,20 @@ class SessionLink:
         async with trio.open_nursery() as nursery:
             socket: SessionSocket | None = None
             try:
-                socket = await dial(nursery, endpoint, self.session, connect_timeout=host.settings.connect_timeout)
-                ws = socket.ws
-                hello = await read_hello(ws, endpoint, timeout=host.settings.hello_timeout)
-                self._dropped = None
-                if host.settings.ping_interval is not None:
-                    nursery.start_soon(self._heartbeat, ws, name=f"session {self.session!r} heartbeat")
+                socket = await dial(nursery, self.endpoint, self.session, connect_timeout=settings.connect_timeout)
+                hello = await read_hello(socket.ws, self.endpoint, timeout=settings.hello_timeout)
+                self.core.hello_received()
+                self._moved()
+                if settings.ping_interval is not None:
+                    nursery.start_soon(self._heartbeat, socket.ws, name=f"session {self.session!r} heartbeat")
                 core = ConnectionCore(
-                    self.session,
-                    on_container_lost=host.settings.on_container_lost,
-                    ack_every=host.settings.ack_every,
+                    self.session, on_container_lost=settings.on_container_lost, ack_every=settings.ack_every
                 )
-                await self._connected(ws, core, hello)
-                await self._drive(ws, core, nursery)
-            except (LinkError, _Reconnect, sqlite3.Error) as error:
+                await self._connected(socket.ws, core, hello)
+                await self._drive(socket.ws, core, nursery)
+            except (LinkError, _Redial, sqlite3.Error) as error:
                 ended = error
             finally:
-                self._core = None
-                self.runtime_id = None
                 if socket is not None:
                     await socket.close()
                 nursery.cancel_scope.cancel()
@@ -366,96 +404,111 @@ class SessionLink:
         raise LinkDropped("link-dropped", "the session socket closed")  # pragma: no cover
 
     async def _connected(self, ws: WebSocketConnection, core: ConnectionCore, hello: Hello) -> None:
-        store = self.host.store
-        self._want_deliver = self._want_configure = False
-        self._want_aborts.clear()
-        self._conn_epoch = self._epoch
+        self.core.reconciling()
+        store = self.store
         reconciled = await store.transact(core.hello, hello)
         self._commit(reconciled)  # before the next checkpoint: settles are told
         effects = reconciled + await store.transact(core.deliver)
-        self._core = core
-        self._reached = True
-        self.runtime_id = hello.runtime_id
-        self.adapter = hello.adapter
-        self.connections += 1
-        self._set_state("live")
+        self.core.reconciled(hello.runtime_id, hello.adapter)
+        self._moved()
         await self._send(ws, effects)
 
     async def _drive(self, ws: WebSocketConnection, core: ConnectionCore, nursery: trio.Nursery) -> None:
         send, receive = trio.open_memory_channel[Any](INBOX_SIZE)
         closed: list[ConnectionClosed] = []
         nursery.start_soon(self._reader, ws, send, closed, name=f"session {self.session!r} reader")
-        store = self.host.store
         with receive:
             while True:
                 self._wake = trio.Event()
-                if self._epoch != self._conn_epoch:
-                    raise _Reconnect()
-                if self._dropped is not None:
-                    raise self._dropped
-                commands = self._take_requests()
-                if commands:
-                    await self._run_requests(ws, core, commands)
-                batch: list[Any] = []
-                ended = False
-                while len(batch) < MAX_BATCH:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                    except trio.EndOfChannel:
-                        ended = True
-                        break
+                interrupt = self.core.interrupt()
+                if interrupt is not None:
+                    raise _Redial() if type(interrupt) is Redial else interrupt
+                requests = self.core.take()
+                if requests is not None:
+                    await self._run_requests(ws, core, requests)
+                batch, ended = self._take_batch(receive)
                 if batch:
-                    messages = self._parse(batch)
-                    if messages:
-                        effects = await store.transact(core.receive, messages)
-                        self.frames_applied = core.frames_applied
-                        self._commit(effects)
-                        await self._send(ws, effects)
+                    await self._apply(ws, core, batch)
                 if ended:
                     if closed:
-                        raise closed_error(closed[0], self.host.endpoint)
+                        raise closed_error(closed[0], self.endpoint)
                     raise LinkDropped("link-dropped", "the session socket closed")
-                if not batch and not commands:
+                if not batch and requests is None:
                     await self._wake.wait()
 
-    def _take_requests(self) -> tuple[bool, bool, tuple[str, ...]] | None:
-        if not (self._want_deliver or self._want_configure or self._want_aborts):
-            return None
-        taken = (self._want_deliver, self._want_configure, tuple(self._want_aborts))
-        self._want_deliver = self._want_configure = False
-        self._want_aborts.clear()
-        return taken
+    @staticmethod
+    def _take_batch(receive: trio.MemoryReceiveChannel[Any]) -> tuple[list[Any], bool]:
+        """Up to :data:`MAX_BATCH` messages already queued, and whether the
+        reader has ended."""
+        batch: list[Any] = []
+        while len(batch) < MAX_BATCH:
+            try:
+                batch.append(receive.receive_nowait())
+            except trio.WouldBlock:
+                return batch, False
+            except trio.EndOfChannel:
+                return batch, True
+        return batch, False
 
-    async def _run_requests(
-        self, ws: WebSocketConnection, core: ConnectionCore, requests: tuple[bool, bool, tuple[str, ...]]
-    ) -> None:
-        deliver, configure, aborts = requests
-        store = self.host.store
-        effects = Effects(sends=tuple(Abort(operation_id=op) for op in aborts))
-        if deliver:
+    async def _apply(self, ws: WebSocketConnection, core: ConnectionCore, batch: list[Any]) -> None:
+        messages = self._parse(batch)
+        if messages:
+            try:
+                effects = await self.store.transact(core.receive, messages)
+            except Exception as error:
+                if is_store_failure(error):
+                    raise
+                # A frame that cannot be applied (or a bug): rolled back,
+                # the core unchanged. Again, one savepoint a frame, passing
+                # any frame that raises; what raises then is not a frame's.
+                effects = await self.store.transact(functools.partial(core.receive, careful=True), messages)
+            self.frames_applied = core.frames_applied
+            self._commit(effects)
+            await self._send(ws, effects)
+
+    async def _run_requests(self, ws: WebSocketConnection, core: ConnectionCore, requests: Requests) -> None:
+        store = self.store
+        effects = Effects(sends=tuple(Abort(operation_id=op) for op in requests.aborts))
+        if requests.deliver:
             effects = effects + await store.transact(core.deliver)
-        if configure:
+        if requests.configure:
             effects = effects + await store.transact(core.configure)
         self._commit(effects)
         await self._send(ws, effects)
 
     def _parse(self, batch: list[Any]) -> list[Any]:
+        """The batch's messages as the core takes them. What does not parse
+        is never the end of the connection: a frame (its top level has a
+        ``seq``) is handed on as :class:`UnreadableFrame`, to be passed and
+        recorded in its place; anything else is logged and dropped."""
         messages = []
-        for text in batch:
-            if not isinstance(text, str):
-                text = text.decode("utf-8", "replace")
-            message = parse_daemon_message(text)
+        for raw in batch:
+            text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+            message = self._parse_one(text)
             if message is None:
-                log.warning("session %r: dropped a message that does not parse: %.120r", self.session, text)
-            elif type(message) is ErrorMessage:
+                continue
+            if type(message) is ErrorMessage:
                 log.warning("session %r: the daemon reports an error: %s", self.session, message.message)
             elif type(message) is Hello:
                 log.warning("session %r: ignored a second hello on one connection", self.session)
             else:
                 messages.append(message)
         return messages
+
+    def _parse_one(self, text: str) -> Any:
+        try:
+            message = parse_daemon_message(text)
+            reason = "it is not a daemon message the wire knows"
+        except Exception as error:  # the parser's contract is None; a bug there must not end the session
+            message, reason = None, f"the parser failed on it: {error!r:.200}"
+        if message is not None:
+            return message
+        seq = frame_seq(text)
+        if seq is None:
+            log.warning("session %r: dropped a message that does not parse (%s): %.120r", self.session, reason, text)
+            return None
+        log.warning("session %r: frame %d does not parse (%s); passing it: %.120r", self.session, seq, reason, text)
+        return UnreadableFrame(seq=seq, reason=f"it does not parse: {reason}", text=text)
 
     async def _reader(
         self,
@@ -484,7 +537,7 @@ class SessionLink:
         quiet socket, and neither side writes while idle). A ping stuck
         behind a send that cannot go out (a daemon that stopped reading)
         counts as unanswered, and the send is cancelled."""
-        settings = self.host.settings
+        settings = self.settings
         assert settings.ping_interval is not None
         while True:
             await trio.sleep(settings.ping_interval)
@@ -494,9 +547,11 @@ class SessionLink:
                 except (ConnectionClosed, trio.BrokenResourceError):
                     return  # the reader reports the close
             if scope.cancelled_caught:
-                self._dropped = LinkDropped(
-                    "ping-timeout",
-                    f"the daemon did not answer a ping within {settings.ping_timeout:g} s",
+                self.core.ping_timed_out(
+                    LinkDropped(
+                        "ping-timeout",
+                        f"the daemon did not answer a ping within {settings.ping_timeout:g} s",
+                    )
                 )
                 self._wake.set()
                 if self._sending is not None:
@@ -507,7 +562,7 @@ class SessionLink:
         """After a transaction committed: tell waiters and subscribers.
         Synchronous on purpose (no checkpoint between commit and notice)."""
         if effects.settled:
-            self.host._settled(self.session, effects.settled)
+            self.owner.settled(self.session, effects.settled)
         self.emit(effects.events)
 
     async def _send(self, ws: WebSocketConnection, effects: Effects) -> None:
@@ -518,11 +573,11 @@ class SessionLink:
                 for message in effects.sends:
                     await ws.send_message(dump_message(message))
             except ConnectionClosed as error:
-                raise closed_error(error, self.host.endpoint) from None
+                raise closed_error(error, self.endpoint) from None
             except trio.BrokenResourceError:
                 raise LinkDropped("link-dropped", "the session socket broke while sending") from None
             finally:
                 self._sending = None
-        if self._dropped is not None:
-            raise self._dropped  # the heartbeat gave up while we sent
-
+        interrupt = self.core.interrupt()
+        if isinstance(interrupt, LinkError):
+            raise interrupt  # the heartbeat gave up while we sent

@@ -89,6 +89,12 @@ JavaScript peer survives the UTF-8 database).
     ``output_tokens``, ``cost_usd`` (NULL when the adapter did not report
     the figure or reported something that is not a finite number), ``raw``
     (the whole event, JSON), ``at``. Read it with :meth:`Store.usage_records`.
+``skipped_frames`` (schema version 5)
+    one row per frame the host passed without applying it (it could not
+    parse or apply it; see :mod:`router.host.reconcile`): ``session``,
+    ``runtime``, ``seq``, ``reason``, ``text`` (its first
+    :data:`SKIPPED_TEXT_CHARS` characters), ``at``. Read it with
+    :meth:`Store.skipped_frames`.
 """
 
 from __future__ import annotations
@@ -107,6 +113,7 @@ import attrs
 import trio
 
 from router._sqlite import connect_wal, lock_file
+from router.errors import Refusal
 from wire.json import JsonValue
 
 T = TypeVar("T")
@@ -118,16 +125,15 @@ WhenBusy = Literal["followUp", "steer"]
 OPEN_STATUSES: Final = ("queued", "running")
 #: Statuses of a settled operation.
 SETTLED_STATUSES: Final = ("done", "unanswered")
+#: How much of a skipped frame's text the record keeps: enough to see what
+#: it was, not a copy of a 64 MiB message.
+SKIPPED_TEXT_CHARS: Final = 2000
 
 
-class Refused(Exception):
-    """A refusal: ``code`` (kebab-case) and a sentence a person can act on.
-    Raised by the store and by the host's API."""
-
-    def __init__(self, code: str, sentence: str) -> None:
-        super().__init__(f"{code}: {sentence}")
-        self.code = code
-        self.sentence = sentence
+class Refused(Refusal):
+    """A refusal of the store or of the host's API: ``code`` (kebab-case),
+    ``message`` (a sentence a person can act on), ``data``; see
+    :class:`router.errors.Refusal`."""
 
 
 class StoreMisuse(RuntimeError):
@@ -144,6 +150,12 @@ def _dump(value: JsonValue) -> str:
 
 def _load(text: str | None) -> JsonValue:
     return None if text is None else json.loads(text)
+
+
+def _storable(text: str) -> str:
+    """``text`` as SQLite can hold it: a lone surrogate (which JSON from a
+    JavaScript peer may carry) becomes ``?``."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _figure(value: object) -> float | None:
@@ -210,6 +222,19 @@ class UsageRecord:
     #: The first and last event's time, ms since the epoch.
     first_at: int
     last_at: int
+
+
+@attrs.frozen(kw_only=True)
+class SkippedFrame:
+    """A frame the host passed without applying (it could not parse or
+    apply it): where it came from, why, and the start of its text."""
+
+    session: str
+    runtime: str
+    seq: int
+    reason: str
+    text: str
+    at: int
 
 
 # --------------------------------------------------------------------------- schema
@@ -330,12 +355,30 @@ def _migrate_to_4(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX usage_operation ON usage (session, operation_id)")
 
 
+def _migrate_to_5(db: sqlite3.Connection) -> None:
+    # Frames the host could not parse or apply, passed so the session goes
+    # on (a daemon replays a kept frame on every connection until it is
+    # acknowledged): the record says which, and why.
+    db.execute(
+        """CREATE TABLE skipped_frames (
+            session TEXT NOT NULL,
+            runtime TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            reason TEXT NOT NULL,
+            text TEXT NOT NULL,
+            at INTEGER NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX skipped_frames_session ON skipped_frames (session)")
+
+
 #: Schema steps: ``MIGRATIONS[n]`` takes a file at version ``n`` to ``n + 1``.
 MIGRATIONS: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (
     _migrate_to_1,
     _migrate_to_2,
     _migrate_to_3,
     _migrate_to_4,
+    _migrate_to_5,
 )
 #: The version this code writes.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -477,6 +520,21 @@ class Store:
         finally:
             self._owner, self._depth = None, 0
             self._guard.release()
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[Store]:
+        """Inside a transaction, a part undone on its own when it raises
+        (the transaction goes on): SQLite's ``SAVEPOINT``."""
+        if self._owner != threading.get_ident():
+            raise StoreMisuse("a savepoint is taken inside a transaction of this thread")
+        self._db.execute("SAVEPOINT part")
+        try:
+            yield self
+        except BaseException:
+            self._db.execute("ROLLBACK TO part")
+            self._db.execute("RELEASE part")
+            raise
+        self._db.execute("RELEASE part")
 
     def _q(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         return self._db.execute(sql, params)
@@ -846,6 +904,31 @@ class Store:
             ).fetchall()
         return [json.loads(row[0]) for row in rows]
 
+    # ---------------------------------------------------------------- skipped frames
+
+    def skip_frame(self, session: str, runtime: str, seq: int, reason: str, text: str) -> None:
+        """Keep the note of a frame passed without applying it: its runtime
+        and seq, why, and the start of its text (at most
+        :data:`SKIPPED_TEXT_CHARS` characters)."""
+        with self.transaction():
+            self._q(
+                "INSERT INTO skipped_frames (session, runtime, seq, reason, text, at) VALUES (?, ?, ?, ?, ?, ?)",
+                (session, runtime, seq, reason, _storable(text[:SKIPPED_TEXT_CHARS]), self.now()),
+            )
+
+    def skipped_frames(self, session: str) -> list[SkippedFrame]:
+        """The frames of ``session`` the host passed without applying, oldest first."""
+        with self.transaction():
+            rows = self._q(
+                "SELECT session, runtime, seq, reason, text, at FROM skipped_frames"
+                " WHERE session = ? ORDER BY rowid",
+                (session,),
+            ).fetchall()
+        return [
+            SkippedFrame(session=row[0], runtime=row[1], seq=row[2], reason=row[3], text=row[4], at=row[5])
+            for row in rows
+        ]
+
     # ---------------------------------------------------------------- usage
 
     def record_usage(
@@ -921,7 +1004,7 @@ class Store:
         stamp = {"created_at", "updated_at", "started_at", "settled_at", "at"}
         out: dict[str, list[tuple]] = {}
         with self.transaction():
-            for table in ("sessions", "operations", "messages", "entries", "usage"):
+            for table in ("sessions", "operations", "messages", "entries", "usage", "skipped_frames"):
                 cursor = self._q(f"SELECT * FROM {table}")
                 names = [d[0] for d in cursor.description]
                 keep = [i for i, n in enumerate(names) if timestamps or n not in stamp]

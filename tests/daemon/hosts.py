@@ -27,9 +27,14 @@ WAIT: float = 20.0
 
 def mask(value: Any) -> Any:
     """A daemon message with what legitimately differs between runs
-    replaced: ``createdAt`` timestamps."""
+    replaced: ``createdAt`` timestamps; and the echo adapter's ``rerun``
+    capability, which ours declares and the reference's does not
+    (docs/container-protocol.md, "Where we differ")."""
     if isinstance(value, dict):
-        return {k: ("<ms>" if k == "createdAt" else mask(v)) for k, v in value.items()}
+        return {
+            k: "<ms>" if k == "createdAt" else [c for c in v if c != "rerun"] if k == "capabilities" else mask(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [mask(v) for v in value]
     return value

@@ -26,6 +26,8 @@ Scenario = Callable[[Daemon], Awaitable[Transcript]]
 SCENARIOS: dict[str, Scenario] = {}
 
 ECHO = {"id": "echo", "version": "1", "capabilities": ["steer"]}
+#: Ours also declares ``rerun`` (docs/container-protocol.md, "Where we differ").
+OUR_ECHO = {**ECHO, "capabilities": ["steer", "rerun"]}
 ABORTED = {"status": "unanswered", "reason": "aborted"}
 
 
@@ -51,7 +53,7 @@ async def open_and_echo(d: Daemon) -> Transcript:
         hello = await h.hello()
         assert hello == {
             "type": "hello", "protocol": 1, "runtimeId": d.runtime_id, "session": "echo",
-            "adapter": ECHO, "open": None, "lastSeq": 0, "operations": [],
+            "adapter": OUR_ECHO if d.kind == "ours" else ECHO, "open": None, "lastSeq": 0, "operations": [],
         }
         await h.open(1)
         assert await h.replay(0) == []

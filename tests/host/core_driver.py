@@ -18,6 +18,7 @@ def hello(
     last_seq: int = 0,
     operations: Iterable[dict] = (),
     session: str = SESSION,
+    capabilities: Iterable[str] = ("steer",),
 ) -> Hello:
     return converter.structure(
         {
@@ -25,7 +26,7 @@ def hello(
             "protocol": 1,
             "runtimeId": runtime,
             "session": session,
-            "adapter": {"id": "echo", "version": "1", "capabilities": ["steer"]},
+            "adapter": {"id": "echo", "version": "1", "capabilities": list(capabilities)},
             "open": open,
             "lastSeq": last_seq,
             "operations": list(operations),

@@ -9,13 +9,18 @@ import pytest
 import trio
 
 from router.host.host import Host, HostSettings
+from router.errors import Refusal
 from router.host.link import (
     Backoff,
     DaemonEndpoint,
     EndpointError,
+    LinkDropped,
+    LinkError,
+    LinkRefused,
     LinkUnreachable,
     ProtocolMismatch,
 )
+from router.host.store import Refused
 from router.host.store import Store
 from tests.host.conftest import FAST
 from tests.host.fake_daemon import HELLO, FakeConnection, FakeDaemon
@@ -35,6 +40,18 @@ def test_endpoints_name_their_paths() -> None:
         with pytest.raises(EndpointError) as caught:
             DaemonEndpoint(bad, "t")
         assert caught.value.code == "bad-daemon-url"
+
+
+def test_the_hosts_refusals_are_refusals() -> None:
+    for kind in (Refused, EndpointError, LinkError, LinkUnreachable, LinkDropped, LinkRefused, ProtocolMismatch):
+        refusal = kind("some-code", "a sentence to act on")
+        assert isinstance(refusal, Refusal)
+        assert (refusal.code, refusal.message, str(refusal)) == ("some-code", "a sentence to act on", "some-code: a sentence to act on")
+        assert not hasattr(refusal, "sentence")
+    assert (LinkUnreachable.retry, LinkDropped.retry) == (True, True)
+    assert (LinkRefused.retry, ProtocolMismatch.retry) == (False, False)
+    with pytest.raises(ValueError):
+        LinkDropped("Not_Kebab", "x")
 
 
 def test_backoff_grows_to_its_cap_with_jitter_and_resets() -> None:
@@ -67,7 +84,7 @@ async def test_another_protocol_is_an_error_not_a_retry_loop(nursery: trio.Nurse
     receipt = await host.session().submit("x")
     with pytest.raises(ProtocolMismatch) as caught:
         await host.session().wait(receipt.operation_id)
-    assert caught.value.code == "protocol-mismatch" and "protocol 2" in caught.value.sentence
+    assert caught.value.code == "protocol-mismatch" and "protocol 2" in caught.value.message
     assert daemon.connections == 1
     assert host.session().link.state == "failed"
     # A new submission tries again (once), and is refused the same way.
@@ -86,7 +103,7 @@ async def test_no_hello_in_time_is_retried_then_given_up(nursery: trio.Nursery, 
     receipt = await host.session().submit("x")
     with pytest.raises(LinkUnreachable) as caught:
         await host.session().wait(receipt.operation_id)
-    assert caught.value.code == "no-hello" and "gave up" in caught.value.sentence
+    assert caught.value.code == "no-hello" and "gave up" in caught.value.message
     assert daemon.connections >= 2
 
 
@@ -134,11 +151,13 @@ async def test_what_does_not_parse_is_dropped_and_the_session_goes_on(
         await connection.send_text("{bad")
         await connection.send({"type": "error", "message": "unparseable message"})
         await connection.send({"type": "frame", "seq": 1, "frame": {"kind": "nonsense"}})
-        await connection.send({"type": "frame", "seq": 1, "frame": {"kind": "start", "operationId": op}})
+        # A frame that does not parse is passed, and acked at once.
+        assert await connection.receive_type("ack") == {"type": "ack", "seq": 1}
+        await connection.send({"type": "frame", "seq": 2, "frame": {"kind": "start", "operationId": op}})
         await connection.send(
-            {"type": "frame", "seq": 2, "frame": {"kind": "settle", "operationId": op, "outcome": {"status": "done", "text": "ok"}}}
+            {"type": "frame", "seq": 3, "frame": {"kind": "settle", "operationId": op, "outcome": {"status": "done", "text": "ok"}}}
         )
-        assert await connection.receive_type("ack") == {"type": "ack", "seq": 2}
+        assert await connection.receive_type("ack") == {"type": "ack", "seq": 3}
         await trio.sleep_forever()
 
     daemon = await fake(nursery, script)
@@ -146,7 +165,9 @@ async def test_what_does_not_parse_is_dropped_and_the_session_goes_on(
     result, messages = await host.session().prompt("hi")
     assert result.text == "ok"
     assert [m["id"] for m in messages] == [f"{result.operation_id}:user"]
-    assert daemon.paths[-1] == "/sessions/root"
+    assert daemon.paths[-1] == "/sessions/root" and daemon.connections == 1
+    (skipped,) = await store.call(store.skipped_frames, "root")
+    assert (skipped.runtime, skipped.seq) == ("fake", 1) and skipped.reason.startswith("it does not parse")
 
 
 async def test_a_replaced_socket_reconnects(nursery: trio.Nursery, store: Store) -> None:

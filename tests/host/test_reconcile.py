@@ -148,6 +148,24 @@ def test_a_running_operation_of_a_lost_runtime_runs_again_under_retry(store: Sto
     assert [b["operationId"] for b in sends(effects) if b["type"] == "prompt"] == ["a"]
 
 
+@pytest.mark.parametrize(
+    ("capabilities", "rerun"), [(("steer", "rerun"), True), (("rerun",), True), (("steer",), False), ((), False)]
+)
+def test_under_if_declared_a_lost_operation_runs_again_only_where_the_adapter_declares_rerun(
+    store: Store, capabilities: tuple[str, ...], rerun: bool
+) -> None:
+    _running(store, "a", "r1")
+    core, effects = connect(store, hello("r2", capabilities=capabilities), on_container_lost="if-declared")
+    record = store.operation(SESSION, "a")
+    if rerun:
+        assert record.status == "queued" and record.delivered == "r2" and not effects.settled
+        assert [b["operationId"] for b in sends(effects) if b["type"] == "prompt"] == ["a"]
+    else:
+        assert record.outcome == {"status": "unanswered", "reason": "container_lost"}
+        assert [b for b in sends(effects) if b["type"] == "prompt"] == []
+    assert jsons(effects.events)[0] == {"type": "container", "status": "lost"}
+
+
 def test_operations_the_daemon_still_has_are_left_alone(store: Store) -> None:
     _running(store, "a", "r1")
     store.enqueue(SESSION, "b", "b")

@@ -50,13 +50,20 @@ def test_an_old_store_is_migrated(tmp_path: Path) -> None:
         assert store.usage_records()[0].input_tokens == 3
 
 
+def old_store(path: Path, version: int) -> sqlite3.Connection:
+    """A file at schema ``version`` holding the session ``s``, still open
+    (commit and close it)."""
+    db = sqlite3.connect(path)
+    for step in MIGRATIONS[:version]:
+        step(db)
+    db.execute(f"PRAGMA user_version = {version}")
+    db.execute("INSERT INTO sessions (id, ordinal, created_at, updated_at) VALUES ('s', 1, 0, 0)")
+    return db
+
+
 def test_usage_kept_under_the_old_frame_key_survives_the_rebuild(tmp_path: Path) -> None:
     path = tmp_path / "v3.db"
-    db = sqlite3.connect(path)
-    for step in MIGRATIONS[:3]:
-        step(db)
-    db.execute("PRAGMA user_version = 3")
-    db.execute("INSERT INTO sessions (id, ordinal, created_at, updated_at) VALUES ('s', 1, 0, 0)")
+    db = old_store(path, 3)
     db.execute(
         "INSERT INTO usage (session, runtime, seq, operation_id, input_tokens, output_tokens, cost_usd, raw, at)"
         " VALUES ('s', 'r', 4, 'a', 10, 2, 0.5, '{}', 1000)"
@@ -115,7 +122,7 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_unlocked(tmp_path: Path)
     for _ in range(2):  # the first refusal released the file: refused the same way again
         with pytest.raises(Refused) as caught:
             Store(path)
-        assert caught.value.code == "bad-store" and str(path) in caught.value.sentence
+        assert caught.value.code == "bad-store" and str(path) in caught.value.message
     with pytest.raises(Refused) as caught:
         Store(path, exclusive=False, create=False)
     assert caught.value.code == "bad-store"
@@ -231,7 +238,7 @@ def test_reset_opens_a_new_generation_and_is_refused_while_busy(store: Store) ->
     store.enqueue("s", "a", "x")
     with pytest.raises(Refused) as caught:
         store.reset_session("s", None)
-    assert caught.value.code == "session-busy" and "abort" in caught.value.sentence
+    assert caught.value.code == "session-busy" and "abort" in caught.value.message
     store.settle("s", "a", {"status": "done", "text": ""})
     assert store.reset_session("s", "note") == 2
     record = store.require_session("s")
@@ -326,3 +333,32 @@ async def test_async_calls_run_one_at_a_time_in_worker_threads(store: Store) -> 
             nursery.start_soon(store.transact, enqueue, i)
     assert loop_thread not in seen
     assert len(await store.call(store.operations)) == 20
+
+
+def test_a_v4_store_gains_the_skipped_frames_table(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    db = old_store(path, 4)
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.skipped_frames("s") == []
+        # A lone surrogate (JSON from JavaScript) is kept as SQLite can hold it.
+        store.skip_frame("s", "r", 7, "it does not parse: why", '{"seq":7,"x":"\ud800"}' + "y" * 5000)
+        [skipped] = store.skipped_frames("s")
+    assert (skipped.session, skipped.runtime, skipped.seq, skipped.reason) == ("s", "r", 7, "it does not parse: why")
+    assert skipped.text.startswith('{"seq":7,"x":"?"}') and len(skipped.text) == 2000
+
+
+def test_a_savepoint_undoes_its_part_alone(store: Store) -> None:
+    store.create_session("s")
+    with store.transaction():
+        with pytest.raises(ValueError):
+            with store.savepoint():
+                store.put_message("s", 1, {"id": "gone", "role": "user", "parts": [], "createdAt": 1}, None)
+                raise ValueError("undo this part")
+        store.put_message("s", 1, {"id": "kept", "role": "user", "parts": [], "createdAt": 1}, None)
+    assert [message["id"] for message in store.messages("s")] == ["kept"]
+    with pytest.raises(StoreMisuse):
+        with store.savepoint():
+            pass  # outside a transaction

@@ -34,7 +34,7 @@ async def test_a_delivery_becomes_a_prompt_under_its_event_id(make_rig: Any) -> 
     # The host now knows the adapter from its hello (router/host/session_link.py).
     link = rig.host.session("root").link
     assert link is not None and link.adapter is not None
-    assert (link.adapter.id, link.adapter.capabilities) == ("echo", ("steer",))
+    assert (link.adapter.id, link.adapter.capabilities) == ("echo", ("steer", "rerun"))
 
 
 async def test_a_card_is_a_prompt_too(make_rig: Any) -> None:

@@ -94,7 +94,10 @@ class EchoSession:
 
 
 class EchoAdapter:
-    info: Final = AdapterInfo(id="echo", version="1", capabilities=("steer",))
+    # "rerun" (ours, not the reference's): a turn is safe to run again, so a
+    # host may retry one lost with its container; a host that does not know
+    # the capability ignores it.
+    info: Final = AdapterInfo(id="echo", version="1", capabilities=("steer", "rerun"))
 
     async def open(self, context: AdapterContext) -> EchoSession:
         return EchoSession(context)

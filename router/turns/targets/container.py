@@ -44,14 +44,6 @@ log = logging.getLogger("router.turns.targets.container")
 RESUBSCRIBE_PAUSE: Final = (0.1, 10.0)
 
 
-def _said(exc: HostRefused | LinkError) -> str:
-    """The sentence of a host refusal or a link error. (The host's errors
-    carry it as ``sentence`` until they become :class:`Refusal`, whose
-    sentence is ``message``.)"""
-    said = getattr(exc, "message", None)
-    return said if type(said) is str else exc.sentence
-
-
 class ContainerSessions:
     """The container sessions of ``host`` (see the module docstring).
     ``deliveries`` holds their recorded launches; a session with none is
@@ -239,7 +231,7 @@ class ContainerTarget:
             )
         except HostRefused as exc:
             self.withdraw(step, brackets)
-            return NoAnswer(code=exc.code, message=f"{_said(exc)}; resend with the same eventId")
+            return NoAnswer(code=exc.code, message=f"{exc.message}; resend with the same eventId")
         except BaseException:
             self.withdraw(step, brackets)
             raise
