@@ -62,6 +62,10 @@ const SNAPSHOT_INTERVAL_MS = 100
 /** How long `session.end` waits for its event to go out (the hook has 1.5 s of wall clock). */
 const END_FLUSH_MS = 1_000
 
+/** What the person is told when another Claude Code process holds this session's link. */
+const TAKEN_NOTICE =
+  "router: another Claude Code process on this session id holds the router's link; messages sent to this session go there, not here"
+
 /** The `$.store` key of the record of one Envoy event's write. */
 const recordKey = (eventId: string): string => `message:${eventId}`
 
@@ -92,6 +96,7 @@ type Io = {
   fork: (args: JsonObject) => Promise<Dollar>
   configSet: (args: JsonObject) => Promise<Dollar>
   configList: () => Promise<Dollar[]>
+  log: (text: string) => void
 }
 
 class Taken extends Error {}
@@ -167,9 +172,13 @@ class Link {
     return false
   }
 
-  private stop(): void {
+  /** Stop for good: the server went away, or (409) another mod instance holds the link, which
+   * the person is told once, since their deliveries now go to that other process. */
+  private stop(why?: unknown): void {
+    if (!this.linked) return
     this.linked = false
     this.outbox = []
+    if (why instanceof Taken) this.io.log(TAKEN_NOTICE)
   }
 
   // ------------------------------------------------------------------ the wire
@@ -210,8 +219,8 @@ class Link {
       this.outbox = []
       try {
         await this.post(MOD_ROUTE_EVENTS, { events })
-      } catch {
-        this.stop()
+      } catch (error) {
+        this.stop(error)
       }
     }
   }
@@ -228,8 +237,8 @@ class Link {
       let body: Json
       try {
         body = await this.post(MOD_ROUTE_REQUESTS, {})
-      } catch {
-        this.stop()
+      } catch (error) {
+        this.stop(error)
         return
       }
       const requests = body !== null && typeof body === "object" && !Array.isArray(body) ? body.requests : undefined
@@ -251,8 +260,8 @@ class Link {
     }
     try {
       if (this.linked) await this.post(MOD_ROUTE_RESULTS, { results: [result] })
-    } catch {
-      this.stop()
+    } catch (error) {
+      this.stop(error)
     }
   }
 
@@ -530,6 +539,7 @@ export function register(on: Dollar): void {
         fork: (args) => $.model.fork(args),
         configSet: (args) => $.config.set(args),
         configList: () => $.config.list(),
+        log: (text) => $.ui.log(text),
       }
       await link.start(io, e.isInteractive === true)
     } catch {
