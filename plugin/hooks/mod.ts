@@ -46,6 +46,8 @@ import {
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json }
 type JsonObject = { [key: string]: Json }
+/** What a hook is handed: the engine's own object, read loosely. */
+type Input = { readonly [key: string]: Dollar }
 // The engine's `$`, typed loosely here: the declarations are the engine's file, written beside a
 // loaded mod and never committed, so this module names only what it calls.
 // deno-lint-ignore no-explicit-any
@@ -285,7 +287,7 @@ class Link {
         return forked.isAnswered ? { isAnswered: true, text: forked.text } : { isAnswered: false, reason: String(forked.reason) }
       }
       case "config.set": {
-        const set = await io.configSet({ key: String(args.key), value: args.value })
+        const set = await io.configSet({ key: String(args.key), value: args.value ?? null })
         return typeof set?.deny === "string" ? { deny: set.deny } : { value: set.value }
       }
       case "session.model":
@@ -402,13 +404,15 @@ class Link {
     this.emit({ kind: "session-end", reason })
   }
 
-  appended(e: JsonObject): void {
+  appended(e: Input): void {
     const message = e.message as JsonObject
     const event: JsonObject = { kind: "append", uuid: e.uuid, door: e.door, origin: e.origin, message }
     const origin = e.origin as JsonObject
     if (e.door === "prompt" && origin?.kind === "plugin" && origin?.name === PLUGIN_NAME) {
+      // A prompt not submitted as the person's own words comes back framed ("The router plugin
+      // sent a message:\n<text>\n\n<how Claude Code surfaces it>", 2.1.332): found by inclusion.
       const text = textOf((message?.content as Json[]) ?? [])
-      const at = this.submitted.findIndex((each) => each.text === text)
+      const at = this.submitted.findIndex((each) => text.includes(each.text))
       if (at >= 0) {
         event.wrote = this.submitted[at]!.wrote
         this.submitted.splice(at, 1)
@@ -434,7 +438,7 @@ class Link {
     this.unread = []
   }
 
-  snapshot(e: JsonObject, parts: Part[], done: boolean, stopReason?: Json): void {
+  snapshot(e: Input, parts: Part[], done: boolean, stopReason?: Json): void {
     const event: JsonObject = { kind: "step", turnId: e.turnId, index: e.index, model: e.model, parts: parts.map((part) => ({ ...part })), done }
     if (e.effort !== undefined) event.effort = e.effort
     if (done) event.stopReason = stopReason ?? null

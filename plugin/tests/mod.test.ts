@@ -163,7 +163,8 @@ describe("session.message", () => {
     expect(pointer.text).toContain("a card's words")
     expect(pointer.text).toContain("Dispatch message dm-ev-a")
     await $.session.append({
-      message: { type: "user", role: "user", content: [{ type: "text", text: pointer.text }] },
+      // Claude Code frames a prompt that is not the person's words (2.1.332).
+      message: { type: "user", role: "user", content: [{ type: "text", text: `The router plugin sent a message:\n${pointer.text}\n\nThis is how...` }] },
       door: "prompt",
       origin: { kind: "plugin", name: "router" },
       uuid: "u-p",
