@@ -148,15 +148,28 @@ class ModWorld:
             raise RuntimeError(f"tmux {' '.join(args)} failed: {done.stderr.decode(errors='replace').strip()}")
         return done.stdout.decode(errors="replace")
 
-    def claude_argv(self, session_id: str, *extra: str) -> list[str]:
-        return [str(self.claude), "--plugin-dir", str(self.plugin), "--dangerously-skip-permissions",
-                "--session-id", session_id, *extra]  # fmt: skip
+    def claude_argv(self, session_id: str, *extra: str, plugin_dir: bool = True) -> list[str]:
+        loads = ["--plugin-dir", str(self.plugin)] if plugin_dir else []
+        return [str(self.claude), *loads, "--dangerously-skip-permissions", "--session-id", session_id, *extra]
 
-    async def start(self, name: str, session_id: str, *, workspace: int = 0, extra: tuple[str, ...] = ()) -> str:
+    async def install_from_marketplace(self) -> None:
+        """The marketplace route: the plug-in's folder added as a marketplace,
+        the plug-in installed from it for this home's user."""
+        for args in (["marketplace", "add", str(self.plugin)], ["install", "router@router-local"]):
+            done = await trio.run_process(
+                [str(self.claude), "plugin", *args], env=self.env, capture_stdout=True, capture_stderr=True, check=False
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"claude plugin {' '.join(args)}: {(done.stdout + done.stderr).decode(errors='replace')}")
+
+    async def start(
+        self, name: str, session_id: str, *, workspace: int = 0, extra: tuple[str, ...] = (), plugin_dir: bool = True
+    ) -> str:
         """Start an interactive ``claude`` in a pane of its own."""
         script = self.root / f"{name}.sh"
         assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in self.env.items())
-        script.write_text(f"#!/bin/sh\nexec env -i {assignments} {shlex.join(self.claude_argv(session_id, *extra))}\n")
+        argv = self.claude_argv(session_id, *extra, plugin_dir=plugin_dir)
+        script.write_text(f"#!/bin/sh\nexec env -i {assignments} {shlex.join(argv)}\n")
         script.chmod(0o755)
         cwd = str(self.workspaces[workspace])
         await self._tmux("new-session", "-d", "-s", name, "-x", str(COLUMNS), "-y", str(ROWS), "-c", cwd, str(script))
@@ -247,11 +260,15 @@ class RouterApi:
         return answer.status_code, answer.json()
 
     async def live(self, session_id: str) -> AsyncIterator[dict[str, Any]]:
-        """The session's live view, one event at a time."""
-        async with self.http.stream("GET", f"/sessions/{session_id}/live", timeout=httpx.Timeout(60.0, read=None)) as stream:
-            async for line in stream.aiter_lines():
-                if line.startswith("data:"):
-                    yield json.loads(line[5:])
+        """The session's live view, one event at a time, until the router
+        closes it (the router goes when its Claude Code does)."""
+        try:
+            async with self.http.stream("GET", f"/sessions/{session_id}/live", timeout=httpx.Timeout(60.0, read=None)) as stream:
+                async for line in stream.aiter_lines():
+                    if line.startswith("data:"):
+                        yield json.loads(line[5:])
+        except (httpx.RemoteProtocolError, httpx.ReadError):
+            return
 
 
 def last_user_text(request: Any) -> str:

@@ -75,6 +75,19 @@ async def test_hello_idle_delivery_live_view_and_clear(
     assert "hello from the phone" not in json.dumps(request.messages())
 
 
+async def test_the_marketplace_install_links_a_session(
+    world: ModWorld, router_api: RouterApi, fake_api: FakeAnthropic
+) -> None:
+    # Offline: the plug-in's own folder is a marketplace (.claude-plugin/marketplace.json).
+    await world.install_from_marketplace()
+    session_id = await start_linked(world, router_api, plugin_dir=False)
+    fake_api.script(text_reply("Installed and linked."))
+    status, body = await router_api.send(session_id, "through the installed plug-in", event_id="ev-mkt")
+    assert status == 200 and body["as"] == "prompt", body
+    with trio.fail_after(TURN):
+        await world.wait_screen("one", "Installed and linked.")
+
+
 async def test_rows_in_a_running_turn_and_the_pointer_prompt(
     world: ModWorld, router_api: RouterApi, fake_api: FakeAnthropic
 ) -> None:
@@ -179,3 +192,4 @@ async def _result_line(stdout: trio.abc.ReceiveStream) -> dict[str, Any]:
                 continue
             if isinstance(parsed, dict) and parsed.get("type") == "result":
                 return parsed
+
