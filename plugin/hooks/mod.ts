@@ -545,7 +545,9 @@ export function register(on: Dollar): void {
         configList: () => $.config.list(),
         log: (text) => $.ui.log(text),
       }
-      await link.start(io, e.isInteractive === true)
+      // Not awaited: the probe may wait out the start-up race, and a `$.clock` wait is the
+      // hook's own time; the session's start waits on none of it.
+      void link.start(io, e.isInteractive === true).catch(() => undefined)
     } catch {
       // Nothing reached: the session runs as if the plug-in shipped no mod.
     }

@@ -7,6 +7,9 @@
 // deno-lint-ignore no-explicit-any
 type Any = any
 
+// The kit's environment has timers; the engine's declarations (es2023, no DOM) do not name them.
+declare function setTimeout(callback: (...args: never[]) => void, ms: number): unknown
+
 export const SESSION = "0f8fad5b-d9cb-469f-a165-70867728950e"
 export const ENV = { XDG_RUNTIME_DIR: "/run/user/1000", HOME: "/home/person" }
 export const SOCKET = "/run/user/1000/claude-envoy/ce-"

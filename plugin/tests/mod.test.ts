@@ -2,6 +2,8 @@ import { describe, expect, mock, test } from "claude-code/testing"
 
 import { ENV, LinkServer, Session, install, until } from "./link-server"
 
+declare function setTimeout(callback: (...args: never[]) => void, ms: number): unknown
+
 // deno-lint-ignore no-explicit-any
 type Any = any
 
@@ -291,7 +293,7 @@ describe("turns", () => {
 describe("/clear", () => {
   test("session-end, then session-id once the id moved; the socket stays", async ($, on) => {
     const { server, session } = await linked($, on)
-    await $.session.end({ reason: "clear", sessionId: session.id, resume: {} })
+    await $.session.end({ reason: "clear", sessionId: session.id, resume: { id: session.id } })
     session.id = "5e3d5b7a-1111-4222-8333-944455556666"
     await $.session.append({
       message: { type: "user", role: "user", isMeta: true, content: [{ type: "text", text: "caveat" }] },
@@ -324,7 +326,7 @@ describe("plain calls", () => {
         on("command.list", async () => ({ value: [{ name: "clear", description: "Clear", source: "builtin" }] }))
         on("config.set", async ($: Any, e: Any) => (e.key === "theme" ? { value: e.value } : { deny: "no such row" }))
         on("command.run", async ($: Any, e: Any) => ({ text: `ran ${e.command} ${e.args ?? ""}`.trim(), context: ["note"] }))
-        on("model.fork", async ($: Any, e: Any) => ({ value: { isAnswered: true, text: `forked: ${e.prompt}`, usage: {} } }))
+        on("model.fork", async ($: Any, e: Any) => ({ value: { isAnswered: true, text: `forked: ${e.prompt}`, usage: { inputTokens: 1, outputTokens: 1 } } }) as Any)
       },
     })
     expect(await server.call("session.model")).toBe("claude-opus-5-5")

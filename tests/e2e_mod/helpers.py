@@ -221,7 +221,20 @@ class ModWorld:
         return left
 
     def processes(self) -> list[int]:
-        return [pid for each in self.workspaces for pid in processes_in(each)]
+        """This world's live processes: every one working in its folders (each
+        ``claude``, its ``router mcp`` and their tools) and its tmux server."""
+        found = {pid for each in self.workspaces for pid in processes_in(each)}
+        needle = os.fsencode(str(self.tmux_socket))
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if needle in handle.read():
+                        found.add(int(entry))
+            except OSError:
+                continue
+        return sorted(found)
 
 
 class RouterApi:

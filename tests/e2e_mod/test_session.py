@@ -5,6 +5,7 @@ hello, deliveries into an idle and a running session, the pointer prompt,
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from typing import Any
 
@@ -13,6 +14,10 @@ import trio
 from tests.e2e_mod.helpers import ModWorld, RouterApi, last_user_text
 from tests.fakes.anthropic import FakeAnthropic, text_reply, tool_reply
 from tests.support.polling import until
+from wire.mod import resolve_mod_socket_path
+
+#: The mod's probes of a socket with no server behind it (plugin/hooks/mod.ts, PROBE_TRIES).
+PROBE_TRIES = 40
 
 #: Bounds on waits for the real binary; they bound a wait, they time nothing.
 START = 60
@@ -73,6 +78,41 @@ async def test_hello_idle_delivery_live_view_and_clear(
         await world.wait_screen("one", "A fresh start.")
     request = next(r for r in messages_after(fake_api, before) if "after the clear" in last_user_text(r))
     assert "hello from the phone" not in json.dumps(request.messages())
+
+
+async def test_with_no_server_the_mod_does_nothing_at_all(world: ModWorld, fake_api: FakeAnthropic) -> None:
+    # No MCP server: nothing binds the socket. A listener there that closes
+    # every connection at once counts the mod's probes over the start-up race.
+    (world.plugin / ".mcp.json").unlink()
+    session_id = str(uuid.uuid4())
+    path = resolve_mod_socket_path(session_id, {"XDG_RUNTIME_DIR": str(world.run_dir)}).path
+    assert path is not None
+    os.mkdir(os.path.dirname(path), 0o700)
+    listener = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    await listener.bind(path)
+    listener.listen(64)
+    probes = 0
+
+    async def refuse_all() -> None:
+        nonlocal probes
+        while True:
+            connection, _ = await listener.accept()
+            probes += 1
+            connection.close()
+
+    with listener:
+        async with trio.open_nursery() as counting:
+            counting.start_soon(refuse_all)
+            await world.start("one", session_id)
+            with trio.fail_after(START):
+                await until(lambda: probes >= PROBE_TRIES)  # every probe of the race, and then it stops
+            fake_api.script(text_reply("No router here."))
+            await world.type("one", "is anyone linked")
+            with trio.fail_after(TURN):
+                screen = await world.wait_screen("one", "No router here.")
+            counting.cancel_scope.cancel()
+    assert "router" not in screen.replace("No router here.", "")  # not a line of the plug-in's
+    assert probes == PROBE_TRIES
 
 
 async def test_the_marketplace_install_links_a_session(
