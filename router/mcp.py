@@ -4,7 +4,8 @@ This is the embedding DESIGN.md names: the process Claude Code starts as a
 plug-in's MCP server. It runs the main job (:class:`router.serve.MainJob`:
 the host's store, the in-process echo daemon, the session registry and the
 user-turn router; no HTTP API unless ``--port``), serves the mod link of the
-Claude Code session named by ``--claude-session`` (so that session becomes a
+Claude Code session named by ``--claude-session``, or by Claude Code itself
+with ``--claude-session-from-env`` (the plug-in's way; so that session becomes a
 ``claude-code`` session of the router), and answers MCP over stdin/stdout
 with three tools:
 

@@ -38,7 +38,9 @@ Theory of operation (the mod's events)
   turn never read) is hidden; one stamped ``wrote: "message"`` (a row or a
   prompt this router wrote) is drawn as a card; the ``response`` row of a
   step already drawn from its snapshots is not drawn again (rows and steps
-  pair up in order); a ``tool_result`` block completes its ``tool`` part;
+  pair up in order), nor one that comes while its step still streams (Claude
+  Code writes a step's rows, one per block, before the step's ``done``
+  snapshot, which draws the step whole); a ``tool_result`` block completes its ``tool`` part;
   other user and assistant rows (a prompt typed at the terminal, say) are
   drawn as they are, meta rows and attachments are not. The seed says the
   stamp, never the words, tells a card from a pointer; so does this.
