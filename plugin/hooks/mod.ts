@@ -116,7 +116,7 @@ function textOf(content: readonly Json[]): string {
 
 class Link {
   readonly instance = `mod-${Math.random().toString(36).slice(2, 10)}${Math.random().toString(36).slice(2, 10)}`
-  /** Undefined until the first `session.start`, then whether this process is linked. */
+  /** Whether the first `session.start` came (the link is tried once a process), and whether it linked. */
   private started = false
   private linked = false
   private path = ""

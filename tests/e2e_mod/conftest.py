@@ -13,7 +13,6 @@ from tests.fakes.anthropic import FakeAnthropic, Respond, text_reply
 
 @pytest.fixture(scope="session")
 def claude_binary():
-    require_tmux()
     return started_binary()
 
 
@@ -28,6 +27,7 @@ async def fake_api(nursery) -> FakeAnthropic:
 
 @pytest.fixture
 async def world(claude_binary, fake_api) -> AsyncIterator[ModWorld]:
+    require_tmux()
     made = ModWorld.make(claude_binary, fake_api.url)
     try:
         yield made
