@@ -4,7 +4,8 @@ This is the embedding DESIGN.md names: the process Claude Code starts as a
 plug-in's MCP server. It runs the main job (:class:`router.serve.MainJob`:
 the host's store, the in-process echo daemon, the session registry and the
 user-turn router; no HTTP API unless ``--port``), serves the mod link of the
-Claude Code session named by ``--claude-session`` (so that session becomes a
+Claude Code session named by ``--claude-session``, or by Claude Code itself
+with ``--claude-session-from-env`` (the plug-in's way; so that session becomes a
 ``claude-code`` session of the router), and answers MCP over stdin/stdout
 with three tools:
 
@@ -55,6 +56,9 @@ log = logging.getLogger("router.mcp")
 MAX_LINE_BYTES: Final = 16 * 1024 * 1024
 
 _ID = {"type": "string", "minLength": 1}
+
+#: Where Claude Code names the session to a plug-in's MCP server (2.1.332).
+CLAUDE_SESSION_VARIABLE: Final = "CLAUDE_CODE_SESSION_ID"
 
 #: name -> (description, input schema).
 TOOLS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
@@ -285,6 +289,9 @@ async def serve_stdio(router: Any, wire_in: int, wire_out: int) -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--claude-session", metavar="ID", action="append", default=[],
                         help="serve the mod link of this Claude Code session (repeatable)")
+    parser.add_argument("--claude-session-from-env", action="store_true",
+                        help="serve the mod link of the Claude Code session that started this process "
+                        "($CLAUDE_CODE_SESSION_ID, which Claude Code gives a plug-in's MCP server)")
     parser.add_argument("--port", type=int, default=None,
                         help="also serve the HTTP API on 127.0.0.1:PORT (0 picks one; the URL goes to stderr)")
     add_common(parser)
@@ -295,6 +302,14 @@ def run(args: argparse.Namespace) -> int:
 
     wire_in, wire_out = take_stdio()  # before anything can print
     setup_logging(args.log_level, "router mcp")
+    if args.claude_session_from_env:
+        # Claude Code substitutes nothing in a plug-in's .mcp.json arguments; it names the
+        # session in the MCP server's environment (seen with 2.1.332, tests/e2e_mod).
+        session = os.environ.get(CLAUDE_SESSION_VARIABLE, "")
+        if not session:
+            print(f"router mcp: --claude-session-from-env, but ${CLAUDE_SESSION_VARIABLE} is not set", file=sys.stderr)
+            return 2
+        args.claude_session.append(session)
     records = None
     if args.data_dir is None:
         # Claude Code starts one MCP server per session: each gets stores of

@@ -13,11 +13,36 @@ Trio through anyio):
   own (``POST /results``), while events go out in order, one post in flight
   at a time, batched while one is out (the mod's ``flush``). An event and a
   result may therefore cross, as they do in the mod.
-- Turns are scripted: a turn is a list of steps, a step a list of text
-  chunks; each chunk adds to the step and sends a ``step`` snapshot (the whole
-  step so far), at most ten a second by default, then one ``done`` snapshot;
-  the turn ends with ``turn-complete``. A chunk may be a ``trio.Event`` the
-  turn waits on, so a test can hold a turn open.
+- Turns are scripted: a turn is a list of steps, a step a list of chunks
+  (text, a :class:`ToolCall`, or a ``trio.Event`` the turn waits on, so a
+  test can hold a turn open). Each chunk adds to the step and sends a
+  ``step`` snapshot (the whole step so far), at most ten a second by default.
+
+What the mod posts follows the real Claude Code 2.1.332, as recorded in
+``tests/fixtures/mod-events/`` (``record.py`` there; ``tests/modlink/test_sim.py``
+holds the simulator to those recordings):
+
+- a typed prompt's row has origin ``composer`` in an interactive session and
+  ``unclassified`` in ``-p`` (``interactive=False``);
+- a step's answer is one ``response`` row per content block (its text, each
+  tool call), all before the step's ``done`` snapshot; each tool's
+  ``tool-result`` row comes after it, before the next step;
+- every turn of an interactive session ends ``turn-complete``, then a
+  ``notice`` row (a ``system`` row named ``turn_duration``); ``-p`` writes none;
+- a row the mod appends mid-turn comes back as stored: ``role: "user"``,
+  ``isMeta: true``;
+- a prompt the plug-in submits comes back by the ``prompt`` door under the
+  plug-in's name (:data:`PLUGIN_NAME`, the manifest's, not the seed's);
+  not as the person's words, it is framed (:func:`framed_prompt`);
+- ``/clear`` (:meth:`ModSimulator.clear`, or ``command.run`` of ``clear``)
+  sends ``session-end``, ``session-id`` and its three ``command`` rows, and no
+  second ``hello``;
+- in ``-p`` a message into a session whose turn is over is refused (the
+  engine's ``$.prompt.submit`` fails: "no session is bound in this process"),
+  while the pointer prompt submitted at a turn's end is taken.
+
+The rest, as the seed describes the mod:
+
 - ``session.message`` is written as a row of the running turn (an ``append``
   by the ``note`` door, stamped ``wrote: "message"``) or, when idle, as a
   prompt that starts a turn (``asUser`` for the person's own words). It is
@@ -27,9 +52,7 @@ Trio through anyio):
   end the rows no request read get one ``unread_row_prompt``, submitted as the
   plugin (no ``asUser``) and stamped ``wrote: "pointer"``.
 - ``session.model``, ``config.list``, ``config.set``, ``command.list``,
-  ``command.run``, ``model.fork`` and ``set-effort`` are answered plausibly;
-  ``/clear`` (``command.run`` of ``clear``, or :meth:`ModSimulator.clear`)
-  sends ``session-end`` and ``session-id``.
+  ``command.run``, ``model.fork`` and ``set-effort`` are answered plausibly.
 """
 
 from __future__ import annotations
@@ -48,7 +71,6 @@ from wire.json import ABSENT, JsonValue, dumps, loads
 from wire.mod import (
     MOD_INSTANCE_HEADER,
     MOD_MIN_CLAUDE_VERSION,
-    MOD_PLUGIN_NAME,
     MOD_POLL_HOLD_MS,
     MOD_ROUTE_EVENTS,
     MOD_ROUTE_REQUESTS,
@@ -74,7 +96,9 @@ from wire.mod import (
     ModSessionMessageArgs,
     ModSetEffortArgs,
     ModStepEvent,
+    ModStepPart,
     ModStepText,
+    ModStepToolCall,
     ModTurnCompleteEvent,
     ModTurnStartEvent,
     ModUnreadMessage,
@@ -87,13 +111,56 @@ from wire.mod import (
     unread_row_prompt,
 )
 
-__all__ = ["ModSimulator", "Prompt", "Row", "Step"]
+__all__ = ["PLUGIN_NAME", "ModSimulator", "Prompt", "Row", "Step", "ToolCall", "framed_prompt"]
 
 log = logging.getLogger("router.modlink.sim")
 
-#: One step of a scripted turn: its chunks, each a piece of text or an event
-#: the turn waits on before going on.
-Step = Sequence[Union[str, trio.Event]]
+@attrs.frozen(kw_only=True)
+class ToolCall:
+    """A tool call the model makes in a step: its block streams as one chunk,
+    and its result row comes after the step, once ``gate`` (when given) is
+    set: the tool runs until then."""
+
+    name: str
+    input: Mapping[str, Any] = attrs.field(factory=dict)
+    result: str = ""
+    gate: trio.Event | None = None
+    id: str = attrs.field(factory=lambda: f"toolu_sim_{uuid.uuid4().hex[:12]}")
+
+
+#: One step of a scripted turn: its chunks, each a piece of text, a tool
+#: call, or an event the turn waits on before going on.
+Step = Sequence[Union[str, ToolCall, trio.Event]]
+
+#: The plug-in's name, as its manifest spells it (``plugin/.claude-plugin/plugin.json``):
+#: Claude Code stamps it on the rows of the prompts the plug-in submits.
+PLUGIN_NAME = "router"
+
+#: Why ``-p`` refuses a prompt once its turn is over: the sentence the mod's
+#: deny carries (recorded, ``tests/fixtures/mod-events/print-idle.jsonl``).
+PRINT_MODE_REFUSAL = (
+    "router: $.prompt.submit is not available in this mode: no session is bound in this process "
+    "(the REPL has not mounted and no headless session is built); catch it and carry on"
+)
+
+#: The ``/clear`` rows Claude Code 2.1.332 writes (recorded, ``clear.jsonl``).
+_CLEAR_CAVEAT = (
+    "<local-command-caveat>The command below was run directly in Claude Code, not sent to you as a request, "
+    "and its output goes straight to the user. It's recorded here as context for later messages.</local-command-caveat>"
+)
+_CLEAR_NAME = (
+    "<command-name>/clear</command-name>\n            <command-message>clear</command-message>\n"
+    "            <command-args></command-args>"
+)
+
+
+def framed_prompt(text: str) -> str:
+    """A prompt the plug-in submitted, not as the person's words, as its row
+    comes back (recorded, ``idle-prompts.jsonl``)."""
+    return (
+        f"The {PLUGIN_NAME} plugin sent a message:\n{text}\n\nThis is how Claude Code surfaces a prompt a plugin "
+        "submits between turns — it starts this turn in the user's place. Address the message above."
+    )
 
 #: The seed's rate for ``step`` snapshots: at most ten a second.
 SNAPSHOT_INTERVAL = 0.1
@@ -204,7 +271,7 @@ class ModSimulator:
             ModCommandInfo(name="compact", description="Compact the conversation", source="builtin"),
             ModCommandInfo(name="model", description="Choose the model", source="builtin"),
             ModCommandInfo(
-                name="envoy", description="Envoy's own command", source="plugin", plugin=MOD_PLUGIN_NAME
+                name="envoy", description="Envoy's own command", source="plugin", plugin=PLUGIN_NAME
             ),
         )
         self._outbox: list[JsonValue] = []
@@ -236,7 +303,7 @@ class ModSimulator:
         self.prompts.append(Prompt(text=text, as_user=True, wrote=None))
         self._emit_row(
             door="prompt",
-            origin=ModAppendOrigin(kind="user"),
+            origin=ModAppendOrigin(kind="composer" if self.interactive else "unclassified"),
             text=text,
             wrote=ABSENT,
         )
@@ -259,6 +326,16 @@ class ModSimulator:
         self.emit(ModSessionEndEvent(reason="clear"))
         self.session_id = str(uuid.uuid4())
         self.emit(ModSessionIdEvent(session_id=self.session_id))
+        self._emit_row(door="command", origin=ModAppendOrigin(kind="unclassified"), text=_CLEAR_CAVEAT, wrote=ABSENT, is_meta=True)
+        self._emit_row(door="command", origin=ModAppendOrigin(kind="unclassified"), text=_CLEAR_NAME, wrote=ABSENT)
+        self._emit_row(
+            door="command",
+            origin=ModAppendOrigin(kind="engine"),
+            text="<local-command-stdout></local-command-stdout>",
+            wrote=ABSENT,
+            type_="system",
+            name="local_command",
+        )
         return self.session_id
 
     def emit(self, event: ModEvent) -> None:
@@ -430,16 +507,21 @@ class ModSimulator:
         as_ = "row" if self.busy else "prompt"
         if self.deny_writes is not None:
             return {"deny": self.deny_writes, "as": as_}  # not recorded: a resend may land
+        if as_ == "prompt" and not self.interactive:
+            return {"deny": PRINT_MODE_REFUSAL, "as": as_}  # -p, its turn over: not recorded either
         text = "\n".join(
             block["text"] for block in args.content if block.get("type") == "text" and type(block.get("text")) is str
         ) or args.message.text
         result: JsonValue
         if as_ == "row":
+            # As stored: the text blocks, a user-side row the person does not see as typed.
             row_uuid = self._emit_row(
                 door="note",
-                origin=ModAppendOrigin(kind="plugin", name=MOD_PLUGIN_NAME),
-                content=args.content,
+                origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME),
+                content=[block for block in args.content if block.get("type") == "text"] or None,
+                text=text,
                 wrote="message",
+                is_meta=True,
             )
             self.rows.append(Row(uuid=row_uuid, event_id=event_id, message=args.message))
             self._unread.append(args.message)
@@ -449,8 +531,9 @@ class ModSimulator:
             self.prompts.append(Prompt(text=text, as_user=as_user, wrote="message"))
             self._emit_row(
                 door="prompt",
-                origin=ModAppendOrigin(kind="plugin", name=MOD_PLUGIN_NAME, as_user=True if as_user else ABSENT),
-                content=args.content,
+                origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME, as_user=True if as_user else ABSENT),
+                content=args.content if as_user else None,
+                text=framed_prompt(text),
                 wrote="message",
             )
             self._submit(text, None)
@@ -496,16 +579,28 @@ class ModSimulator:
         text: str | None = None,
         content: Sequence[JsonValue] | None = None,
         wrote: Any,
-        role: str = "user",
+        type_: str = "user",
+        is_meta: bool = False,
+        name: str | None = None,
     ) -> str:
+        """Emit one row as ``session.append`` hands it: ``role`` is the
+        request role a row of its type goes under (a ``system`` row named
+        ``local_command`` goes under ``user``; a notice under none)."""
         row_uuid = str(uuid.uuid4())
         blocks = tuple(content) if content is not None else ({"type": "text", "text": text or ""},)
+        role: Any = "assistant" if type_ == "assistant" else ABSENT if name == "turn_duration" else "user"
         self.emit(
             ModAppendEvent(
                 uuid=row_uuid,
                 door=door,  # type: ignore[arg-type]
                 origin=origin,
-                message=ModAppendMessage(type=role, content=blocks, role=role),  # type: ignore[arg-type]
+                message=ModAppendMessage(
+                    type=type_,  # type: ignore[arg-type]
+                    content=blocks,
+                    role=role,
+                    is_meta=True if is_meta else ABSENT,
+                    name=ABSENT if name is None else name,
+                ),
                 wrote=wrote,
             )
         )
@@ -527,8 +622,8 @@ class ModSimulator:
                     self.prompts.append(Prompt(text=pointer, as_user=False, wrote="pointer"))
                     self._emit_row(
                         door="prompt",
-                        origin=ModAppendOrigin(kind="plugin", name=MOD_PLUGIN_NAME),
-                        text=pointer,
+                        origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME),
+                        text=framed_prompt(pointer),
                         wrote="pointer",
                     )
                     self._submit(pointer, None)
@@ -543,32 +638,52 @@ class ModSimulator:
         for index, chunks in enumerate(steps):
             # The step's request reads the conversation as it stands now.
             self._unread = []
-            text = ""
+            parts: list[ModStepPart] = []
+            tools: list[ToolCall] = []
             for chunk in chunks:
                 if isinstance(chunk, trio.Event):
                     await chunk.wait()
                     continue
-                text += chunk
-                self.emit(self._snapshot(turn_id, index, text, effort, done=False))
+                if isinstance(chunk, ToolCall):
+                    tools.append(chunk)
+                    parts.append(ModStepToolCall(id=chunk.id, name=chunk.name, args=dumps(dict(chunk.input))))
+                elif parts and isinstance(parts[-1], ModStepText):
+                    parts[-1] = ModStepText(text=parts[-1].text + chunk)
+                else:
+                    parts.append(ModStepText(text=chunk))
+                self.emit(self._snapshot(turn_id, index, parts, effort, done=False))
                 if self.snapshot_interval > 0:
                     await trio.sleep(self.snapshot_interval)
                 else:
                     await trio.lowlevel.checkpoint()
-            last = index == len(steps) - 1
-            self.emit(
-                self._snapshot(turn_id, index, text, effort, done=True, stop_reason="end_turn" if last else "tool_use")
-            )
-            self._emit_row(
-                door="response",
-                origin=ModAppendOrigin(kind="model", model=self.model),
-                text=text,
-                wrote=ABSENT,
-                role="assistant",
-            )
+            # One response row per content block, before the step's last snapshot.
+            for part in parts:
+                self._emit_row(
+                    door="response",
+                    origin=ModAppendOrigin(kind="model", model=self.model),
+                    content=[_block_of(part, tools)],
+                    wrote=ABSENT,
+                    type_="assistant",
+                )
+            stop = "tool_use" if tools else "end_turn"
+            self.emit(self._snapshot(turn_id, index, parts, effort, done=True, stop_reason=stop))
+            for tool in tools:
+                if tool.gate is not None:
+                    await tool.gate.wait()  # the tool runs until the test lets it end
+                self._emit_row(
+                    door="tool-result",
+                    origin=ModAppendOrigin(kind="tool", tool=tool.name),
+                    content=[{"tool_use_id": tool.id, "type": "tool_result", "content": tool.result, "is_error": False}],
+                    wrote=ABSENT,
+                )
         self.emit(ModTurnCompleteEvent(turn_id=turn_id, stop_reason="answer"))
+        if self.interactive:
+            self._emit_row(
+                door="notice", origin=ModAppendOrigin(kind="engine"), content=[], wrote=ABSENT, type_="system", name="turn_duration"
+            )
 
     def _snapshot(
-        self, turn_id: str, index: int, text: str, effort: Any, *, done: bool, stop_reason: Any = ABSENT
+        self, turn_id: str, index: int, parts: Sequence[ModStepPart], effort: Any, *, done: bool, stop_reason: Any = ABSENT
     ) -> ModStepEvent:
         # The whole step so far, not a delta (seed, ``step``).
         return ModStepEvent(
@@ -576,10 +691,19 @@ class ModSimulator:
             index=index,
             model=self.model,
             effort=effort,
-            parts=(ModStepText(text=text),),
+            parts=tuple(parts),
             done=done,
             stop_reason=stop_reason,
         )
+
+
+def _block_of(part: ModStepPart, tools: Sequence[ToolCall]) -> JsonValue:
+    """The content block a step part is, as its response row carries it."""
+    if isinstance(part, ModStepToolCall):
+        tool = next(each for each in tools if each.id == part.id)
+        return {"type": "tool_use", "id": tool.id, "name": tool.name, "input": dict(tool.input)}
+    assert isinstance(part, ModStepText)
+    return {"type": "text", "text": part.text}
 
 
 class _CallFailed(Exception):

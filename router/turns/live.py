@@ -38,7 +38,9 @@ Theory of operation (the mod's events)
   turn never read) is hidden; one stamped ``wrote: "message"`` (a row or a
   prompt this router wrote) is drawn as a card; the ``response`` row of a
   step already drawn from its snapshots is not drawn again (rows and steps
-  pair up in order); a ``tool_result`` block completes its ``tool`` part;
+  pair up in order), nor one that comes while its step still streams (Claude
+  Code writes a step's rows, one per block, before the step's ``done``
+  snapshot, which draws the step whole); a ``tool_result`` block completes its ``tool`` part;
   other user and assistant rows (a prompt typed at the terminal, say) are
   drawn as they are, meta rows and attachments are not. The seed says the
   stamp, never the words, tells a card from a pointer; so does this.
@@ -210,6 +212,11 @@ class ModLiveConverter:
         self.busy = False
         #: Steps drawn from snapshots whose ``response`` row has not come.
         self._awaiting_row: collections.deque[str] = collections.deque(maxlen=64)
+        #: The step whose snapshots stream now (no ``done`` yet). Claude Code
+        #: writes a step's ``response`` rows, one per content block, before the
+        #: step's last snapshot (recorded, tests/fixtures/mod-events): such a
+        #: row is that step, which its ``done`` snapshot draws whole.
+        self._streaming: str | None = None
         #: tool call id -> the message holding its part.
         self._tools: dict[str, str] = {}
         self.events_seen = 0
@@ -257,6 +264,7 @@ class ModLiveConverter:
     def _step(self, event: ModStepEvent) -> list[dict[str, Any]]:
         mid = f"{event.turn_id}:{event.index}"
         parts = _step_parts(event)
+        self._streaming = None if event.done else mid
         old = self.messages.get(mid)
         if old is None:
             message = {
@@ -287,8 +295,9 @@ class ModLiveConverter:
         if wrote == "pointer":
             return []  # the prompt at rows a turn never read: the view draws nothing for it
         row = event.message
-        if wrote is None and event.door == "response" and row.type == "assistant" and self._drawn_step(row.content):
-            return []  # the step its snapshots drew
+        if wrote is None and event.door == "response" and row.type == "assistant":
+            if self._streaming is not None or self._drawn_step(row.content):
+                return []  # the step its snapshots draw
         items = self._tool_results(row.content)
         if type(row.is_meta) is bool and row.is_meta and wrote is None:
             return items

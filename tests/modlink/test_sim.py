@@ -4,14 +4,16 @@ plain calls, /clear."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import trio
 
 from router.modlink import ModCallError, ModLink
-from router.modlink.sim import ModSimulator
+from router.modlink.sim import PLUGIN_NAME, ModSimulator, ToolCall, framed_prompt
+from tests.support.polling import until
+from wire.json import JsonValue, loads
 from wire.mod import (
-    MOD_PLUGIN_NAME,
     ModAppendEvent,
     ModCommandRunArgs,
     ModConfigRow,
@@ -31,6 +33,7 @@ from wire.mod import (
     ModTurnCompleteEvent,
     ModUnreadCard,
     ModUnreadPerson,
+    converter,
 )
 
 from .conftest import SESSION
@@ -98,7 +101,7 @@ async def test_a_message_to_an_idle_session_is_a_prompt(link: ModLink, env: dict
         await next_matching(events, lambda e: isinstance(e, ModTurnCompleteEvent))
     assert isinstance(row, ModAppendEvent)
     assert row.wrote == "message" and row.door == "prompt"
-    assert row.origin.name == MOD_PLUGIN_NAME and row.origin.as_user is True
+    assert row.origin.name == PLUGIN_NAME and row.origin.as_user is True
     assert sim.prompts[-1].as_user and sim.prompts[-1].text == "hello from the phone"
 
 
@@ -152,7 +155,7 @@ async def test_rows_no_request_read_get_one_pointer_prompt(
     pointers = [prompt for prompt in sim.prompts if prompt.wrote == "pointer"]
     assert len(pointers) == 1
     text = pointers[0].text
-    assert pointer.message.content[0]["text"] == text
+    assert pointer.message.content[0]["text"] == framed_prompt(text)
     assert "the person's words" in text and "a card's words" in text and "dm-a" in text
     assert pointers[0].as_user is False and pointer.origin.as_user is not True
 
@@ -232,3 +235,190 @@ async def test_a_stopped_server_stops_the_simulator(env: dict[str, str], nursery
         await inner.start(sim.run)
         scope.cancel()
     assert sim.stopped == "disconnected"
+
+
+# --------------------------------------------------------------------------- the recordings
+#
+# tests/fixtures/mod-events/*.jsonl are what the real mod posted from Claude
+# Code 2.1.332 (record.py there). Each test below drives the simulator through
+# the same scenario and holds what it posts to the recording's shape: the
+# sequence of events, each reduced to what a reader branches on (no ids, no
+# texts, no intermediate snapshots).
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "mod-events"
+
+
+def _shape(event: JsonValue) -> tuple[Any, ...] | None:
+    assert isinstance(event, dict)
+    kind = event["kind"]
+    if kind in ("model",):
+        return None
+    if kind == "hello":
+        return ("hello", event["interactive"])
+    if kind == "step":
+        if not event["done"]:
+            return None
+        return ("step-done", event["index"], event.get("stopReason"), tuple(part["type"] for part in event["parts"]))
+    if kind == "append":
+        message, origin = event["message"], event["origin"]
+        return (
+            "append",
+            event["door"],
+            origin["kind"],
+            origin.get("asUser"),
+            message["type"],
+            message.get("role"),
+            message.get("isMeta"),
+            message.get("name"),
+            event.get("wrote"),
+            tuple(block["type"] for block in message["content"]),
+        )
+    if kind == "turn-complete":
+        return ("turn-complete", event["stopReason"])
+    if kind == "session-end":
+        return ("session-end", event["reason"])
+    return (kind,)
+
+
+def recorded(name: str) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
+    """A recording's event shapes (the recorder's own closing ``session-end``
+    left out) and its calls."""
+    lines = [loads(line) for line in (FIXTURES / f"{name}.jsonl").read_text().splitlines()]
+    events = [line["event"] for line in lines if "event" in line]
+    if events and events[-1] == {"kind": "session-end", "reason": "other"}:
+        events = events[:-1]
+    return [shape for shape in map(_shape, events) if shape is not None], [line for line in lines if "call" in line]
+
+
+class _Recorder:
+    """Every event the link publishes, as it crossed the wire."""
+
+    def __init__(self, link: ModLink) -> None:
+        self.link = link
+        self.events: list[JsonValue] = []
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        with self.link.events(capacity=100_000) as events:
+            task_status.started()
+            async for event in events:
+                self.events.append(converter.unstructure(event))
+
+    def shapes(self) -> list[tuple[Any, ...]]:
+        return [shape for shape in map(_shape, self.events) if shape is not None]
+
+    async def shapes_of(self, expected: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The shapes once as many arrived as ``expected`` holds (the link
+        publishes before the simulator's post is answered; this reader may
+        not have run yet)."""
+        with trio.fail_after(10):
+            await until(lambda: len(self.shapes()) >= len(expected))
+        return self.shapes()
+
+    async def turns_done(self, count: int) -> None:
+        with trio.fail_after(10):
+            await until(lambda: sum(1 for e in self.events if isinstance(e, dict) and e["kind"] == "turn-complete") >= count)
+
+
+async def _replay(link: ModLink, env: dict[str, str], nursery: trio.Nursery, name: str, **options: Any) -> tuple[_Recorder, ModSimulator]:
+    recorder = _Recorder(link)
+    await nursery.start(recorder.run)
+    sim = ModSimulator(SESSION, env=env, snapshot_interval=0, claude_version="2.1.332", **options)
+    await nursery.start(sim.run)
+    return recorder, sim
+
+
+async def test_the_simulator_matches_a_recorded_typed_turn(link: ModLink, env: dict[str, str], nursery: trio.Nursery) -> None:
+    recorder, sim = await _replay(link, env, nursery, "typed-text")
+    sim.type_prompt("Say hello.", steps=[["Hello from ", "the fake API."]])
+    await sim.wait_idle()
+    assert await recorder.shapes_of(recorded("typed-text")[0]) == recorded("typed-text")[0]
+
+
+async def test_the_simulator_matches_a_recorded_tool_turn(link: ModLink, env: dict[str, str], nursery: trio.Nursery) -> None:
+    recorder, sim = await _replay(link, env, nursery, "typed-tool")
+    tool = ToolCall(name="Bash", input={"command": "echo hi-from-bash"}, result="hi-from-bash")
+    sim.type_prompt("Run echo hi-from-bash.", steps=[["I will run it.", tool], ["It printed hi-from-bash."]])
+    await sim.wait_idle()
+    assert await recorder.shapes_of(recorded("typed-tool")[0]) == recorded("typed-tool")[0]
+
+
+async def test_the_simulator_matches_recorded_rows_mid_turn_and_the_pointer(
+    link: ModLink, env: dict[str, str], nursery: trio.Nursery
+) -> None:
+    recorder, sim = await _replay(link, env, nursery, "rows-mid-turn")
+    running, last_step = trio.Event(), trio.Event()
+    tool = ToolCall(name="Bash", input={"command": "wait"}, result="released", gate=running)
+    sim.type_prompt("Start the work.", steps=[["Working.", tool], ["A slow ", last_step, "last step."]])
+    with trio.fail_after(10):
+        await until(lambda: any(shape[0] == "step-done" for shape in recorder.shapes()))
+    assert isinstance(await link.call("session.message", message("ev-row", "a note", person="dm-1"), deadline=10), ModRowWritten)
+    running.set()
+    with trio.fail_after(10):
+        await until(lambda: any(e["kind"] == "step" and e["index"] == 1 for e in recorder.events if isinstance(e, dict)))
+    assert isinstance(await link.call("session.message", message("ev-late", "a card"), deadline=10), ModRowWritten)
+    last_step.set()
+    await recorder.turns_done(2)
+    await sim.wait_idle()
+    shapes, calls = recorded("rows-mid-turn")
+    assert await recorder.shapes_of(shapes) == shapes
+    assert [call["result"]["as"] for call in calls if call["call"] == "session.message"] == ["row", "row"]
+
+
+async def test_the_simulator_matches_recorded_idle_prompts(link: ModLink, env: dict[str, str], nursery: trio.Nursery) -> None:
+    recorder, sim = await _replay(link, env, nursery, "idle-prompts")
+    results = [await link.call("session.message", message("ev-person", "hello from the phone", person="dm-2"), deadline=10)]
+    await recorder.turns_done(1)
+    results.append(await link.call("session.message", message("ev-card", "a card for you"), deadline=10))
+    await recorder.turns_done(2)
+    results.append(await link.call("session.message", message("ev-person", "hello from the phone", person="dm-2"), deadline=10))
+    await sim.wait_idle()
+    shapes, calls = recorded("idle-prompts")
+    assert await recorder.shapes_of(shapes) == shapes
+    assert [converter.unstructure(result) for result in results] == [
+        call["result"] for call in calls if call["call"] == "session.message"
+    ]
+    card_row = next(e for e in recorder.events if isinstance(e, dict) and e["kind"] == "append" and e.get("wrote") and "asUser" not in e["origin"])
+    recorded_card = next(
+        loads(line)["event"]
+        for line in (FIXTURES / "idle-prompts.jsonl").read_text().splitlines()
+        if "event" in loads(line) and loads(line)["event"].get("wrote") and "asUser" not in loads(line)["event"]["origin"]
+    )
+    assert card_row["message"]["content"] == recorded_card["message"]["content"]  # the frame, word for word
+
+
+async def test_the_simulator_matches_a_recorded_clear(link: ModLink, env: dict[str, str], nursery: trio.Nursery) -> None:
+    recorder, sim = await _replay(link, env, nursery, "clear")
+    sim.type_prompt("Remember tangerine.", steps=[["First conversation."]])
+    await sim.wait_idle()
+    sim.clear()
+    await link.call("session.message", message("ev-after", "after the clear", person="dm-3"), deadline=10)
+    await recorder.turns_done(2)
+    await sim.wait_idle()
+    assert await recorder.shapes_of(recorded("clear")[0]) == recorded("clear")[0]
+    assert recorder.shapes().count(("hello", True)) == 1
+
+
+async def test_the_simulator_matches_recorded_print_mode(link: ModLink, env: dict[str, str], nursery: trio.Nursery) -> None:
+    recorder, sim = await _replay(link, env, nursery, "print", interactive=False)
+    streaming = trio.Event()
+    sim.type_prompt("Say something slowly.", steps=[["A slow ", streaming, "answer."]])
+    with trio.fail_after(10):
+        await until(lambda: any(e["kind"] == "step" for e in recorder.events if isinstance(e, dict)))
+    assert isinstance(await link.call("session.message", message("ev-print", "a note", person="dm-4"), deadline=10), ModRowWritten)
+    streaming.set()
+    await recorder.turns_done(2)  # the pointer prompt's turn: -p takes it at a turn's end
+    await sim.wait_idle()
+    assert await recorder.shapes_of(recorded("print")[0]) == recorded("print")[0]
+
+
+async def test_the_simulator_matches_a_recorded_refusal_in_print_mode(
+    link: ModLink, env: dict[str, str], nursery: trio.Nursery
+) -> None:
+    recorder, sim = await _replay(link, env, nursery, "print-idle", interactive=False)
+    sim.type_prompt("Say something slowly.", steps=[["A quick answer."]])
+    await sim.wait_idle()
+    result = await link.call("session.message", message("ev-print", "a note", person="dm-4"), deadline=10)
+    shapes, calls = recorded("print-idle")
+    assert await recorder.shapes_of(shapes) == shapes
+    assert converter.unstructure(result) == calls[-1]["result"]
+    assert sim.prompts[-1].text == "Say something slowly."  # nothing was written
