@@ -44,7 +44,7 @@ from router.host.host import (
     OperationResult,
     Receipt,
 )
-from router.host.link import DaemonEndpoint, EndpointError, LinkError, LinkRefused
+from router.host.link import DaemonEndpoint, EndpointError, LinkError, LinkRefused, probe
 from router.host.store import Refused, SessionRecord, Store, StoreMisuse
 
 __all__ = [
@@ -72,4 +72,5 @@ __all__ = [
     "Store",
     "StoreMisuse",
     "event_json",
+    "probe",
 ]
