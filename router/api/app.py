@@ -305,22 +305,33 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
 
     @app.before_request
     async def guard() -> Response | None:
+        refused = refusal_at_the_door()
+        if refused is None:
+            return None
+        response = _error(refused.code, refused.message)
+        if refused.code in ("no-token", "bad-token"):
+            response.headers["WWW-Authenticate"] = "Bearer"
+        # Refused before its body was read: the connection is not reused
+        # (a keep-alive connection with an unread body in it was seen to
+        # hang the next request on it).
+        response.headers["Connection"] = "close"
+        return response
+
+    def refusal_at_the_door() -> Refused | None:
         host = request.headers.get("host", "")
         if host not in allowed_hosts():
-            return _error(
+            return Refused(
                 "bad-host",
                 f"this server answers requests for {' or '.join(sorted(allowed_hosts()))} only, not {host!r}",
             )
         if token is not None and not (request.method in ("GET", "HEAD") and request.path in OPEN_ROUTES):
             refused = check_bearer(request.headers, token)
             if refused is not None:
-                response = _error(refused.code, refused.message)
-                response.headers["WWW-Authenticate"] = "Bearer"
-                return response
+                return refused
         if request.method == "POST":
             mimetype = (request.mimetype or "").lower()
             if mimetype != "application/json":
-                return _error(
+                return Refused(
                     "bad-content-type", f"POST takes Content-Type: application/json, not {mimetype or 'none'!r}"
                 )
         return None

@@ -244,7 +244,9 @@ async def holder(env: Mapping[str, str], session: str, *, router: str | None = N
     if not found:
         unasked = f"; {len(board.skipped)} router(s) did not answer, and may hold it" if board.skipped else ""
         raise Refusal("unknown-session", f"no router of yours holds a session {session!r}{unasked}; "
-                      "`router sessions` lists them", session=session)
+                      "`router sessions` lists them", session=session,
+                      skipped=[{"router": each.name, "error": each.refusal.code, "message": each.refusal.message}
+                               for each in board.skipped])
     names = ", ".join(each.name for each in found)
     raise Refusal("ambiguous-session", f"{len(found)} routers hold a session {session!r} ({names}); "
                   "name the one you mean with --router NAME", session=session, routers=[each.name for each in found])

@@ -362,13 +362,20 @@ async def probe(endpoint: DaemonEndpoint, session: str) -> Hello:
     The daemon keeps an empty session ``session`` in memory after it (it
     opens none until told to); name one nobody uses."""
     await check_health(endpoint)
+    failure: LinkError | None = None
     async with trio.open_nursery() as nursery:
-        sock = await dial(nursery, endpoint, session)
-        try:
-            return await read_hello(sock.ws, endpoint)
-        finally:
-            await sock.close()
-            nursery.cancel_scope.cancel()
+        try:  # nothing raised inside the nursery: it would come out as a group
+            sock = await dial(nursery, endpoint, session)
+            try:
+                hello = await read_hello(sock.ws, endpoint)
+            finally:
+                await sock.close()
+        except LinkError as error:
+            failure = error
+        nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return hello
 
 
 # --------------------------------------------------------------------------- backoff

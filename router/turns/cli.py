@@ -165,6 +165,11 @@ def _target(command: str, args: argparse.Namespace) -> Target:
     try:
         found, board = trio.run(partial(holder, os.environ, args.session, router=args.router))
     except Refusal as refused:
+        skipped = refused.data.get("skipped") or []
+        for each in skipped:
+            _say(command, f"left out {each['router']}: {each['error']}: {each['message']}")
+        if any(each["error"] == "channel-off" for each in skipped):
+            raise Stop(CLI_OFF_EXIT) from None  # the router may hold it, but takes nothing from the CLI
         _refusal(command, args, {"error": refused.code, "message": refused.message})
         raise Stop(USAGE if refused.code in NO_ROUTER else REFUSED) from None
     for skipped in board.skipped:
@@ -328,8 +333,12 @@ def run_abort(args: argparse.Namespace) -> int:
     body = {"operationId": args.operation} if args.operation else {}
 
     def said(answer: dict[str, Any]) -> str:
-        what = f"operation {args.operation}" if args.operation else "its turn"
-        return f"aborted {what} in {args.session}" if answer.get("aborted") else f"nothing to abort in {args.session}"
+        # With no operation the host answers true whatever was open (as the reference).
+        if not args.operation:
+            return f"stopped every open operation of {args.session} (if any ran)"
+        if answer.get("aborted"):
+            return f"aborted operation {args.operation} in {args.session}"
+        return f"nothing to abort: operation {args.operation} is not open in {args.session}"
 
     return _simple("abort", args, "abort", body, said)
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.api.app import MESSAGE_FIELDS, BadBody, parse_body
-from tests.api.conftest import Api
+from tests.api.conftest import AUTH, TOKEN, Api
 from tests.turns.conftest import until
 
 
@@ -117,6 +117,36 @@ async def test_a_foreign_host_is_refused(api: Api) -> None:
     refusal(await api.client.get("/sessions", headers={"host": "evil.example:80"}), 421, "bad-host")
     port = api.server.port
     assert (await api.client.get("/healthz", headers={"host": f"localhost:{port}"})).status_code == 200
+
+
+@pytest.mark.parametrize("route", ["/sessions", "/sessions/root/messages", "/sessions/root/live", "/board/live",
+                                   "/nothing/here"])
+async def test_every_data_route_takes_the_token(api: Api, route: str) -> None:
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as bare:
+        missing = refusal(await bare.get(route), 401, "no-token")
+        assert "Authorization: Bearer" in missing["message"]
+        assert (await bare.get(route)).headers["www-authenticate"] == "Bearer"
+        refusal(await bare.get(route, headers={"authorization": "Bearer not-the-token"}), 401, "bad-token")
+        refusal(await bare.get(route, headers={"authorization": f"Basic {TOKEN}"}), 401, "no-token")
+        # The Host is checked first: the right token for another host's name is refused.
+        refusal(await bare.get(route, headers={**AUTH, "host": "evil.example:80"}), 421, "bad-host")
+
+
+async def test_posts_take_the_token(api: Api) -> None:
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as bare:
+        refusal(await bare.post("/sessions/root/messages", json={"text": "hi"}), 401, "no-token")
+        refusal(await bare.post("/sessions/root/abort", json={}), 401, "no-token")
+        refusal(await bare.post("/sessions", json={"id": "x"}), 401, "no-token")
+    assert [m["id"] for m in (await api.client.get("/sessions/root/messages")).json()["messages"]] == []
+    assert [s["id"] for s in (await api.client.get("/sessions")).json()["sessions"]] == ["root"]
+
+
+async def test_the_page_and_health_need_no_token(api: Api) -> None:
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as bare:
+        assert (await bare.get("/healthz")).json() == {"ok": True}
+        page = await bare.get("/")
+        assert page.status_code == 200 and TOKEN not in page.text  # the page holds no data, nor the token
+        refusal(await bare.post("/", json={}), 401, "no-token")
 
 
 async def test_channels_refuse_when_switched_off(api: Api) -> None:
