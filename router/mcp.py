@@ -361,7 +361,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--claude-session", metavar="ID", action="append", default=[],
                         help="serve the mod link of this Claude Code session (repeatable)")
     parser.add_argument("--port", type=int, default=None,
-                        help="also serve the HTTP API on 127.0.0.1:PORT (0 picks one; the URL goes to stderr)")
+                        help="also serve the HTTP API on 127.0.0.1:PORT (0 picks one; the page's URL with the token "
+                        "goes to stderr)")
     add_common(parser)
 
 
@@ -410,7 +411,7 @@ async def _main(config: JobConfig, wire_in: int, wire_out: int) -> int:
                 except ModLinkRefused as refused:
                     raise StartFailed(refused.code, refused.message) from None
                 if job.url is not None:
-                    print(f"router mcp: API on {job.url}", file=sys.stderr, flush=True)
+                    print(f"router mcp: API on {job.page_url}", file=sys.stderr, flush=True)
                 served = trio.CancelScope()
 
                 async def on_signal() -> None:

@@ -21,9 +21,11 @@ Routes (JSON unless said otherwise; every refusal is ``{"error": code,
                                          limit stopped takes deliveries again
 =======================================  ==================================================
 
-A send, an abort or a resume for a session another local router holds is
-forwarded to it over its private socket (:class:`router.board.LocalBoard`;
-``?router=NAME`` names the router when several hold one of that id).
+A send, an abort, a resume, a read of the messages or the live view for a
+session another local router holds is forwarded to it over its private
+socket (:class:`router.board.service.LocalBoard`; a live view is relayed as
+it streams, ``Last-Event-ID`` passed on; ``?router=NAME`` names the router
+when several hold a session of that id).
 
 ``list``, ``send`` and ``read`` (messages and live) go through the plug-in
 layer's channel dispatch (``PluginLayer.dispatch``): the channel is named by
@@ -366,24 +368,34 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         response.timeout = None
         return response
 
-    async def elsewhere(session: str, route: str, body: Mapping[str, Any]) -> Response | None:
+    async def elsewhere(session: str, route: str, body: Mapping[str, Any] | None = None, *,
+                        stream: bool = False) -> Response | None:
         """The holder's answer when another local router holds ``session``
-        (forwarded there, see :mod:`router.board.service`); None to serve
+        (forwarded there, see :mod:`router.board.service`: ``POST`` with
+        ``body``, else ``GET``; ``stream`` for a live view); None to serve
         it here."""
         if board is None or request.headers.get(FORWARDED_HEADER):
             return None
+        path = f"/sessions/{quote(session, safe='')}/{route}"
         try:
             reached = await board.holder(session, named=request.args.get("router") or None)
             if reached is None:
                 return None
-            headers = {"content-type": "application/json"}
-            if CHANNEL_HEADER in request.headers:
-                headers[CHANNEL_HEADER] = request.headers[CHANNEL_HEADER]
-            status, content = await board.forward(reached, "POST", f"/sessions/{quote(session, safe='')}/{route}",
-                                                  dumps(dict(body)).encode(), headers)
+            headers = {key: request.headers[key] for key in (CHANNEL_HEADER, "last-event-id") if key in request.headers}
+            if stream:
+                status, kind, chunks = await board.forward_stream(reached, path, headers)
+                response = Response(chunks, status=status, content_type=kind,
+                                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                response.timeout = None
+                return response
+            if body is None:
+                status, content = await board.forward(reached, "GET", path, b"", headers)
+            else:
+                headers["content-type"] = "application/json"
+                status, content = await board.forward(reached, "POST", path, dumps(dict(body)).encode(), headers)
         except Refused as refused:
-            return _error(refused.code, refused.message, status_of(refused.code, 409),
-                          **({"eventId": body["eventId"]} if "eventId" in body else {}))
+            extra = {"eventId": body["eventId"]} if body is not None and "eventId" in body else {}
+            return _error(refused.code, refused.message, status_of(refused.code, 409), **extra)
         return Response(content, status=status, content_type="application/json")
 
     @app.post("/sessions")
@@ -426,10 +438,16 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
 
     @app.get("/sessions/<session>/messages")
     async def read(session: str) -> Response:
+        forwarded = await elsewhere(session, "messages")
+        if forwarded is not None:
+            return forwarded
         return respond(await dispatch("read", {"session": session}))
 
     @app.get("/sessions/<session>/live")
     async def live(session: str) -> Response:
+        forwarded = await elsewhere(session, "live", stream=True)  # the board's: another router's session
+        if forwarded is not None:
+            return forwarded
         answer = await dispatch("read", {"session": session, "live": True})
         if isinstance(answer, Response) or answer.live is None:
             return respond(answer)

@@ -219,6 +219,39 @@ class LocalBoard:
                           f"reached ({exc or type(exc).__name__}); if you sent a message, resend it with the same "
                           "eventId", router=reached.name) from None
 
+    async def forward_stream(self, reached: Reached, path: str,
+                             headers: Mapping[str, str]) -> tuple[int, str, AsyncIterator[bytes]]:
+        """``GET path`` at the router ``reached``, streamed (a live view):
+        its status, its content type, and its body as it comes. The body
+        ends when the holder ends it or goes away; closing it (the client
+        hung up) closes the connection to the holder. Raises
+        ``holder-unreachable`` as :meth:`forward` does."""
+        import httpx
+
+        client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=reached.socket), base_url=BASE_URL,
+                                   timeout=httpx.Timeout(None, connect=self.timeout))
+        try:
+            response = await client.send(client.build_request("GET", path, headers={**headers, FORWARDED_HEADER: "1"}),
+                                         stream=True)
+        except BaseException as exc:
+            await client.aclose()
+            if isinstance(exc, httpx.HTTPError):
+                raise Refusal("holder-unreachable", f"router {reached.name}, which holds the session, could not be "
+                              f"reached ({exc or type(exc).__name__})", router=reached.name) from None
+            raise
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in response.aiter_raw():
+                    yield chunk
+            except httpx.HTTPError:
+                return  # the holder went away: the stream ends, as it would at the holder's stop
+            finally:
+                await response.aclose()
+                await client.aclose()
+
+        return response.status_code, response.headers.get("content-type", "application/json"), body()
+
     async def watch(self, interval: float = BOARD_INTERVAL) -> AsyncIterator[dict[str, Any]]:
         """The board's live events: ``snapshot`` (the whole listing), then
         the changes (:func:`router.board.changes.board_changes`) of each

@@ -53,3 +53,15 @@ def test_two_routers_each_with_a_root_are_two_sessions() -> None:
         {"type": "session-changed", "session": working}]
     assert board_changes(by_key([one, working]), by_key([working])) == [
         {"type": "session-removed", "session": {"id": "root", "router": {"name": "serve-1-aaaa"}}}]
+
+
+def test_activity_moves_only_when_the_facts_change() -> None:
+    from router.board.service import Activity
+
+    now = [1000]
+    activity = Activity(clock=lambda: now[0])
+    assert activity.stamp("s", ("idle",)) == 1000
+    now[0] = 2000
+    assert activity.stamp("s", ("idle",)) == 1000  # nothing changed
+    assert activity.stamp("s", ("working",)) == 2000
+    assert activity.stamp("other", ("idle",)) == 2000

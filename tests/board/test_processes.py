@@ -131,6 +131,21 @@ async def test_two_routers_are_one_board_and_forward_to_each_other(tmp_path: Pat
         assert again.json()["fromRecord"] is True and again.json()["reply"] == sent.json()["reply"]
         held = (await via_two.get("/sessions/beta/messages")).json()["messages"]
         assert [m["id"] for m in held] == ["f1:user", "f1:assistant"]
+        # Reading it through one is forwarded too: the messages, and the live view as it streams.
+        assert (await via_one.get("/sessions/beta/messages")).json()["messages"] == held
+        async with via_one.stream("GET", "/sessions/beta/live", timeout=None) as live:
+            assert live.status_code == 200 and live.headers["content-type"].startswith("text/event-stream")
+            stream = events(live)
+            with trio.fail_after(60):
+                snapshot = await stream.__anext__()
+                assert snapshot["data"]["type"] == "snapshot"
+                assert [m["id"] for m in snapshot["data"]["messages"]] == ["f1:user", "f1:assistant"]
+                assert (await via_two.post("/sessions/beta/messages", json={"text": "live", "eventId": "f2"})).status_code == 200
+                async for event in stream:
+                    if event["data"].get("type") == "message" and event["data"]["message"]["id"] == "f2:assistant":
+                        break
+        refused = await via_one.get("/sessions/nowhere/live")
+        assert refused.status_code == 404 and refused.json()["error"] == "unknown-session"
         # Each has a root: this router's own, unless another is named.
         named = await via_one.post("/sessions/root/messages", params={"router": second},
                                    json={"text": "to two's root", "eventId": "r1", "wait": True})
@@ -383,3 +398,34 @@ async def test_a_token_limit_stops_a_session_of_router_serve(tmp_path: Path) -> 
                                         str(tmp_path / "data" / "usage.jsonl"), "--json")
         [entry] = json.loads(out)["report"]
         assert entry["count"] == 15 if "count" in entry else "15" in json.dumps(entry)
+
+
+async def test_send_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    """stderr a terminal (a pseudo-terminal here): a line saying how long it
+    has waited, cleared at the end; stdout still gets the answer alone."""
+    import pty
+
+    async with serve(tmp_path):
+        controller, terminal = pty.openpty()
+        try:
+            done = await trio.run_process([*ROUTER, "send", "root", "slow 2500 patience"], stderr=terminal,
+                                          capture_stdout=True, check=False, env=environment(), cwd=REPO)
+            os.close(terminal)
+            terminal = -1
+            shown = b""
+            while True:
+                try:
+                    chunk = os.read(controller, 65536)
+                except OSError:  # EIO: the terminal's other end is closed and drained
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+        finally:
+            os.close(controller)
+            if terminal != -1:
+                os.close(terminal)
+        assert done.returncode == 0 and done.stdout == b"echo: patience (turn 1)\n"
+        assert b"router send: waiting for root (0 s)" in shown and shown.endswith(b"\r\x1b[K")
+        status, out, err = await router("send", "root", "slow 1500 piped")  # stderr not a terminal: quiet
+        assert status == 0 and err == "" and out == "echo: piped (turn 2)\n"
