@@ -59,9 +59,8 @@ import trio
 from urllib.parse import quote
 
 from router._trio import sole_error
-from router.errors import Refusal, is_code
+from router.errors import Refusal, code_of, is_code
 from router.serve import JobConfig, MainJob, StartFailed, add_common, setup_logging
-from router.turns.router import Problem
 from wire.json import JsonError, dumps, loads
 
 __all__ = ["TOOLS", "configure", "run"]
@@ -192,8 +191,13 @@ async def call_tool(router: Any, name: str, arguments: dict[str, Any], *, layer:
         return (await board.listing()).to_json()
     try:
         return await _session_tool(router, board, name, arguments)
-    except Problem as problem:
-        raise ToolRefused(problem.code, problem.message) from None
+    except ToolRefused:
+        raise
+    except Exception as refused:  # the router's refusal of a session operation: it carries a code
+        code = code_of(refused)
+        if code is None:
+            raise
+        raise ToolRefused(code, str(getattr(refused, "message", refused))) from None
 
 
 async def _session_tool(router: Any, board: Any, name: str, arguments: dict[str, Any]) -> Any:

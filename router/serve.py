@@ -50,6 +50,7 @@ import secrets
 import signal
 import sys
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -260,10 +261,11 @@ class MainJob:
                     await self.router.open_claude_code(session_id)
                 # 5. The API, behind the token.
                 if config.local is not None:
-                    from router.board.service import LocalBoard, process_cwd
+                    from router.board.service import Facts, LocalBoard, process_cwd
 
-                    self.board = LocalBoard(self.router, env=self.env, hidden=frozenset(config.hidden),
-                                            cwd=process_cwd())
+                    facts = Facts(store=store, deliveries=record, harness=harness,
+                                  claude_model=partial(_claude_model, registry), cwd=process_cwd())
+                    self.board = LocalBoard(self.router, env=self.env, facts=facts, hidden=frozenset(config.hidden))
                 if config.port is not None:
                     self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
                     self.api = ApiServer(self.router, self.layer, token=self.token, port=config.port,
@@ -296,6 +298,13 @@ class MainJob:
             self.socket = await self._start(nursery, "local", self.local.run)
         except Refused as refused:
             raise StartFailed(refused.code, refused.message, **refused.data) from None
+
+
+def _claude_model(registry: Any, session_id: str) -> str | None:
+    """The model a Claude Code session's mod last named (the board's ``model``)."""
+    session = registry.get(session_id)
+    link = None if session is None else session.link
+    return None if link is None else link.state.model
 
 
 def _token(settings_dir: Path) -> str:

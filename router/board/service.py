@@ -45,7 +45,7 @@ from router.board.changes import board_changes, by_key
 from router.board.client import ANSWER_TIMEOUT, BASE_URL, Board, Reached, Skipped, holder, survey
 from router.errors import Refusal
 
-__all__ = ["Activity", "BOARD_INTERVAL", "FORWARDED_HEADER", "Listing", "LocalBoard", "describe", "process_cwd"]
+__all__ = ["Activity", "BOARD_INTERVAL", "FORWARDED_HEADER", "Facts", "Listing", "LocalBoard", "describe", "process_cwd"]
 
 #: The header a forwarded request carries (ours): serve it here.
 FORWARDED_HEADER: Final = "x-router-forwarded"
@@ -78,43 +78,64 @@ class Activity:
         return seen[1]
 
 
-async def describe(router: Any, entries: list[dict[str, Any]], activity: Activity, *,
-                   cwd: str | None = None) -> list[dict[str, Any]]:
+@attrs.frozen(kw_only=True)
+class Facts:
+    """What :func:`describe` knows of a router's sessions besides its
+    listing, handed in by the main job that owns them (so the board reads
+    no router internals)."""
+
+    #: The host's store (``router.host.Store``); None: no container sessions.
+    store: Any = None
+    #: The deliveries' record (``router.turns.DeliveryLog``): launch records.
+    deliveries: Any = None
+    #: The harness the router's container sessions run on when no launch says.
+    harness: str = "echo"
+    #: A Claude Code session's model, as its mod said (None: unknown).
+    claude_model: Callable[[str], str | None] = lambda session: None
+    #: Where a Claude Code session runs: the embedded router's working directory.
+    cwd: str | None = None
+
+
+async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activity) -> list[dict[str, Any]]:
     """``entries`` (``TurnRouter.list``) with what is known besides:
     ``harness`` (a container session's: the one its launch routed to, else
-    this router's; ``claude-code``), ``model`` (the session's settings',
+    the router's; ``claude-code``), ``model`` (the session's settings',
     else its launch's; a Claude Code session's as its mod said), ``cwd`` (a
     Claude Code session's: the embedded router's working directory, where
     Claude Code starts it) and ``lastActivity`` (ms since the epoch: a
     container session's record's last change, a Claude Code session's last
     change seen here)."""
     records: dict[str, Any] = {}
-    if router.host is not None:
-        store = router.host.store
-        records = {record.id: record for record in await store.call(store.sessions)}
+    if facts.store is not None:
+        records = {record.id: record for record in await facts.store.call(facts.store.sessions)}
     out = []
     for entry in entries:
-        item = dict(entry)
         if entry.get("kind") == "container":
-            record = records.get(entry["id"])
-            launch = await router.log.call(router.log.launch_of, entry["id"])
-            item["harness"] = launch.harness if launch is not None else router.container_harness
-            model = record.settings.get("model") if record is not None else None
-            model = model or (launch.model if launch is not None else None)
-            if record is not None:
-                item["lastActivity"] = record.updated_at
+            item = await _container(entry, records.get(entry["id"]), facts)
         else:
-            item["harness"] = "claude-code"
-            session = router.registry.get(entry["id"])
-            model = session.link.state.model if session is not None and session.link is not None else None
-            if cwd is not None:
-                item["cwd"] = cwd
-            facts = tuple(sorted((key, repr(value)) for key, value in entry.items()))
-            item["lastActivity"] = activity.stamp(entry["id"], facts)
-        if type(model) is str and model:
-            item["model"] = model
+            item = {**entry, "harness": "claude-code"}
+            model = facts.claude_model(entry["id"])
+            if model:
+                item["model"] = model
+            if facts.cwd is not None:
+                item["cwd"] = facts.cwd
+            item["lastActivity"] = activity.stamp(entry["id"], tuple(sorted(map(repr, entry.items()))))
         out.append(item)
     return out
+
+
+async def _container(entry: dict[str, Any], record: Any, facts: Facts) -> dict[str, Any]:
+    launch = None
+    if facts.deliveries is not None:
+        launch = await facts.deliveries.call(facts.deliveries.launch_of, entry["id"])
+    item = {**entry, "harness": launch.harness if launch is not None else facts.harness}
+    model = record.settings.get("model") if record is not None else None
+    model = model or (launch.model if launch is not None else None)
+    if type(model) is str and model:
+        item["model"] = model
+    if record is not None:
+        item["lastActivity"] = record.updated_at
+    return item
 
 
 @attrs.define
@@ -139,12 +160,12 @@ class LocalBoard:
     once its private socket is bound; until then its sessions carry no
     ``router``."""
 
-    def __init__(self, router: Any, *, env: Mapping[str, str], hidden: frozenset[str] = frozenset(),
-                 cwd: str | None = None, timeout: float = ANSWER_TIMEOUT) -> None:
+    def __init__(self, router: Any, *, env: Mapping[str, str], facts: Facts | None = None,
+                 hidden: frozenset[str] = frozenset(), timeout: float = ANSWER_TIMEOUT) -> None:
         self.router = router
         self.env = env
+        self.facts = facts or Facts()
         self.hidden = hidden
-        self.cwd = cwd
         self.timeout = timeout
         self.info: dict[str, Any] | None = None
         self.socket: str | None = None
@@ -160,7 +181,7 @@ class LocalBoard:
     async def own(self) -> list[dict[str, Any]]:
         """This router's listed sessions, described, each with ``router``."""
         entries = [entry for entry in await self.router.list() if entry.get("id") not in self.hidden]
-        described = await describe(self.router, entries, self.activity, cwd=self.cwd)
+        described = await describe(entries, self.facts, self.activity)
         if self.info is None:
             return described
         return [{**item, "router": self.info} for item in described]
