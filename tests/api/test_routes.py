@@ -141,6 +141,13 @@ async def test_posts_take_the_token(api: Api) -> None:
     assert [s["id"] for s in (await api.client.get("/sessions")).json()["sessions"]] == ["root"]
 
 
+async def test_a_scope_that_is_not_one_is_refused(api: Api) -> None:
+    refusal(await api.client.get("/sessions", params={"scope": "everything"}), 400, "bad-query")
+    # With no board (no private socket), the router lists its own sessions either way.
+    for scope in ("router", "board"):
+        assert [s["id"] for s in (await api.client.get("/sessions", params={"scope": scope})).json()["sessions"]] == ["root"]
+
+
 async def test_the_page_and_health_need_no_token(api: Api) -> None:
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as bare:
         assert (await bare.get("/healthz")).json() == {"ok": True}

@@ -357,6 +357,18 @@ async def test_the_mcp_tools_on_the_board(tmp_path: Path, searxng: Any) -> None:
         error, refused = await _call(client, "send_message", {"session": "root", "text": "x",
                                                               "router": "serve-1-none"})
         assert error and refused.startswith("unknown-router: ")
+        # A second router serve: two roots on the board, and `root` must be named.
+        (tmp_path / "other").mkdir()
+        async with serve(tmp_path / "other", name="other") as other:
+            other_name = await _name(other)
+            error, listed = await _call(client, "list_sessions", {})
+            assert sorted(s["router"]["pid"] for s in listed["sessions"]) == sorted(
+                [served.process.pid, other.process.pid])
+            error, refused = await _call(client, "send_message", {"session": "root", "text": "which?"})
+            assert error and refused.startswith("ambiguous-session: ") and other_name in refused
+            error, sent = await _call(client, "send_message", {"session": "root", "text": "to the other",
+                                                               "router": other_name, "wait": True})
+            assert not error and sent["reply"]["text"] == "echo: to the other (turn 1)", sent
         # The plug-in layer's tools.
         error, found = await _call(client, "web_search", {"query": "structured concurrency"})
         assert not error and [r["title"] for r in found["results"]] == ["Trio", "Nurseries"]
