@@ -223,6 +223,23 @@ async def _post(command: str, target: Target, path: str, body: Any, *, timeout: 
         raise Stop(USAGE) from None
 
 
+async def _listing(target: Target, session: str) -> dict[str, Any] | None:
+    """``session`` as the router at ``target`` lists it (None when it does
+    not, or cannot say: the post that follows reports why)."""
+    import httpx
+
+    transport = None if target.socket is None else httpx.AsyncHTTPTransport(uds=target.socket)
+    try:
+        async with httpx.AsyncClient(transport=transport, timeout=30) as client:
+            response = await client.get(target.base + "/sessions", params={"scope": "router"},
+                                        headers={"x-router-channel": "cli", **target.headers})
+            listed = response.json().get("sessions") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    found = [item for item in listed or [] if type(item) is dict and item.get("id") == session]
+    return found[0] if found else None
+
+
 def _ticker(command: str, what: str) -> Callable[[], Any]:
     """The progress line a terminal's stderr shows while a command waits."""
 
@@ -282,6 +299,8 @@ def run(args: argparse.Namespace) -> int:
         body["kind"] = "card"
     try:
         target = _target("send", args)
+        if args.card and target.listing is None:  # --url: ask that router what the session is
+            target = attrs.evolve(target, listing=trio.run(_listing, target, args.session))
         if args.card and (target.listing or {}).get("kind") == "container":
             _say("send", f"card-meaningless: {args.session} is a container session, where a card is the same "
                  "prompt as your own words; send it without --card")

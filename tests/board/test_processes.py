@@ -247,6 +247,9 @@ async def test_send_and_abort_outputs_and_exit_statuses(tmp_path: Path) -> None:
         # --card means nothing to a container session.
         status, out, err = await router("send", "root", "a card", "--card")
         assert status == 2 and out == "" and "card-meaningless" in err
+        status, out, err = await router("send", "root", "a card", "--card", "--url", served.url, "--token",
+                                        served.token)
+        assert status == 2 and out == "" and "card-meaningless" in err
         # Refusals go to stderr (and as JSON to stdout with --json only).
         status, out, err = await router("send", "root", "fail on purpose", "--event-id", "x1")
         assert status == 1 and out == "" and "unanswered: on purpose" in err
