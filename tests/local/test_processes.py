@@ -113,8 +113,11 @@ async def test_every_router_is_one_board(tmp_path: Path, nursery: trio.Nursery) 
         assert sorted(board[names[embedded.pid]]) == [(CLAUDE, "claude-code", "idle")]
         status, table, _ = await router("sessions", raw=True)
         lines = [line.split() for line in table.splitlines()]
-        assert status == 0 and lines[0] == ["SESSION", "KIND", "STATE", "ROUTER"]
-        assert [CLAUDE, "claude-code", "idle", names[embedded.pid]] in lines and len(lines) == 1 + len(listed)
+        assert status == 0 and lines[0] == ["SESSION", "KIND", "STATE", "HARNESS", "MODEL", "ROUTER"]
+        model = next(item for item in listed if item["id"] == CLAUDE)["model"]  # as the mod (the simulator) said
+        assert [CLAUDE, "claude-code", "idle", "claude-code", model, names[embedded.pid]] in lines
+        assert ["alpha", "container", "idle", "echo", "echo", names[one.process.pid]] in lines
+        assert len(lines) == 1 + len(listed)
 
         # `router send` with no URL finds the router that holds the session.
         status, answer, err = await router("send", "alpha", "to one", "--json")
