@@ -2,8 +2,8 @@
 router's, and the way to the router that holds a session.
 
 :class:`LocalBoard` is what ``GET /sessions``, ``GET /board/live``, the
-MCP ``list_sessions`` tool and the forwarding of a send, an abort or a
-resume stand on:
+MCP ``list_sessions`` tool and the forwarding of a send, an abort, a
+resume, a read or a live view stand on:
 
 - **Listing.** This router's sessions (``TurnRouter.list``), each described
   (:func:`describe`: ``harness``, ``model``, ``cwd`` where known,
@@ -23,9 +23,10 @@ resume stand on:
   API's ``?router=NAME``, the tools' ``router``). A forwarded request
   carries :data:`FORWARDED_HEADER`, and is served where it arrives, never
   forwarded again.
-- **Forwarding** (:meth:`LocalBoard.forward`): the request's path, body and
-  channel header posted over the holder's socket, and its answer handed
-  back as it is. Exactly once by event id still holds: the body keeps its
+- **Forwarding** (:meth:`LocalBoard.forward`, :meth:`LocalBoard.forward_stream`
+  for a live view): the request's path, body and channel header (and
+  ``Last-Event-ID``) sent over the holder's socket, and its answer handed
+  back as it is, a live view as it streams. Exactly once by event id still holds: the body keeps its
   ``eventId``, and the holder's record answers a resend.
 
 Error handling: a survey that cannot be made (``unsafe-directory``) leaves
@@ -291,7 +292,7 @@ class LocalBoard:
                 yield event
             now_skipped = {each.name for each in listing.skipped}
             if now_skipped != skipped:
-                yield {"type": "routers-skipped", **{"skipped": listing.to_json().get("skipped", [])}}
+                yield {"type": "routers-skipped", "skipped": listing.to_json().get("skipped", [])}
             before, skipped = after, now_skipped
 
 
