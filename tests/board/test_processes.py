@@ -436,3 +436,32 @@ async def test_send_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
         assert b"router send: waiting for root (0 s)" in shown and shown.endswith(b"\r\x1b[K")
         status, out, err = await router("send", "root", "slow 1500 piped")  # stderr not a terminal: quiet
         assert status == 0 and err == "" and out == "echo: piped (turn 2)\n"
+
+
+async def test_a_holder_that_dies_mid_send_is_holder_unreachable(tmp_path: Path) -> None:
+    """The router the send was forwarded to is killed while it waits for
+    the reply: the forwarding router answers 503 ``holder-unreachable``
+    with the event id (resend it), and goes on."""
+    import signal
+
+    for each in ("one", "two"):
+        (tmp_path / each).mkdir()
+    async with serve(tmp_path / "one", name="one") as one, serve(tmp_path / "two", name="two") as two, \
+            one.client(timeout=None) as via_one, two.client() as via_two:
+        assert (await via_two.post("/sessions", json={"id": "beta"})).status_code == 201
+        answers: list[httpx.Response] = []
+
+        async def slow_send() -> None:
+            answers.append(await via_one.post("/sessions/beta/messages",
+                                              json={"text": "slow 60000 long", "eventId": "d1", "wait": True}))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow_send)
+            await wait_for_state(two, "beta", "working")
+            two.process.send_signal(signal.SIGKILL)
+        [answer] = answers
+        assert answer.status_code == 503 and answer.json()["error"] == "holder-unreachable"
+        assert answer.json()["eventId"] == "d1" and "resend" in answer.json()["message"]
+        # One goes on: its board no longer lists two's sessions.
+        listed = (await via_one.get("/sessions")).json()["sessions"]
+        assert {item["router"]["pid"] for item in listed} == {one.process.pid}
