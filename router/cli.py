@@ -61,21 +61,36 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.turns.cli",
         "send a message to any session `router sessions` lists and print the answer",
     ),
+    "abort": (
+        "router.turns.cli",
+        "stop a session's running turn (or one operation), at the router that holds it",
+    ),
     "resume": (
         "router.turns.cli",
         "let a session a limit stopped take messages again",
     ),
     "mcp": (
         "router.mcp",
-        "serve MCP on stdio with the router inside (list sessions, send, read)",
+        "serve MCP on stdio with the router inside (the board, send, read, abort, search, limits)",
     ),
 }
+
+
+def version() -> str:
+    """This package's version, as installed (``pyproject.toml``)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("router")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
 
 
 def _usage() -> str:
     width = max(len(name) for name in COMMANDS)
     lines = [
-        "usage: router <command> [options]",
+        "usage: router <command> [options]   (router --version: the version)",
         "",
         "A structured-concurrency router for AI agent sessions.",
         "",
@@ -90,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())
+        return 0
+    if args[0] in ("-V", "--version"):
+        print(f"router {version()}")
         return 0
     name = args[0]
     if name not in COMMANDS:

@@ -7,16 +7,30 @@ user-turn router; no HTTP API unless ``--port``), serves the mod link of the
 Claude Code session named by ``--claude-session``, or by Claude Code itself
 with ``--claude-session-from-env`` (the plug-in's way; so that session becomes a
 ``claude-code`` session of the router), and answers MCP over stdin/stdout
-with three tools:
+with six tools:
 
 ``list_sessions``
-    every session: ``[{id, kind, busy, ...}]``;
-``send_message {session, text, event_id?, card?, wait?}``
+    the board: every session of every local router, as ``GET /sessions``
+    lists it (``router.board.service``);
+``send_message {session, text, event_id?, card?, wait?, router?}``
     a delivery (exactly once per ``event_id``; minted when absent), answered
-    as the API answers it; a refusal or an unanswered delivery is a tool
-    error whose text starts with the code (and names the event id to resend);
-``read_messages {session}``
-    the session's transcript (``ContainerMessage`` objects).
+    as the API answers it, by the router that holds the session (forwarded
+    over its socket when another does); a refusal or an unanswered delivery
+    is a tool error whose text starts with the code (and names the event id
+    to resend);
+``read_messages {session, router?}``
+    the session's transcript (``ContainerMessage`` objects);
+``abort {session, operation_id?, router?}``
+    stop a container session's turn, as ``POST /sessions/<id>/abort``;
+``web_search {query}``
+    the plug-in layer's search (the broker, under its deadline);
+``limits_report``
+    every configured limit and its count, as ``router limits`` reports it.
+
+Its in-process echo ``root`` is hidden from the board (every router has
+one; this router is on the board for its Claude Code session), so
+``router send root`` means ``router serve``'s; its own MCP client still
+reaches it by name when no other router lists a ``root``.
 
 Each answer is one JSON text. **Stdout is the wire**: the process moves its
 own stdout to stderr before anything else runs (a stray print can never
@@ -40,12 +54,15 @@ import signal
 import sys
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Final
+from urllib.parse import quote
 
+import attrs
 import trio
 
 from router._trio import sole_error
-from router.errors import Refusal
+from router.errors import Refusal, is_code
 from router.serve import JobConfig, MainJob, StartFailed, add_common, setup_logging
+from wire.json import JsonError, dumps, loads
 
 __all__ = ["TOOLS", "configure", "run"]
 
@@ -56,6 +73,16 @@ log = logging.getLogger("router.mcp")
 MAX_LINE_BYTES: Final = 16 * 1024 * 1024
 
 _ID = {"type": "string", "minLength": 1}
+_ROUTER = {"type": "string", "minLength": 1, "description": "the router that holds the session, by the name "
+           "list_sessions shows (only when several hold one of that id)"}
+
+
+def _object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
 
 #: Where Claude Code names the session to a plug-in's MCP server (2.1.332).
 CLAUDE_SESSION_VARIABLE: Final = "CLAUDE_CODE_SESSION_ID"
@@ -63,35 +90,34 @@ CLAUDE_SESSION_VARIABLE: Final = "CLAUDE_CODE_SESSION_ID"
 #: name -> (description, input schema).
 TOOLS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     "list_sessions": (
-        "List the router's sessions: their id, kind (container or claude-code), state (idle, working, stopped, "
-        "unreachable, closed) and whether they are busy.",
-        {"type": "object", "properties": {}, "additionalProperties": False},
+        "List every session of every router of yours on this machine (the board): id, kind (container or "
+        "claude-code), state (idle, working, stopped, unreachable, closed), harness, model and cwd where known, "
+        "lastActivity (ms since the epoch) and the router that holds it.",
+        _object({}),
     ),
     "send_message": (
-        "Send a message to a session. Exactly once per event_id: to retry an unanswered send, send it again "
-        "with the same event_id. Set card for a message that is not the person's own words, and wait to get "
-        "a container session's reply.",
-        {
-            "type": "object",
-            "properties": {
-                "session": _ID,
-                "text": {"type": "string", "minLength": 1},
-                "event_id": _ID,
-                "card": {"type": "boolean"},
-                "wait": {"type": "boolean"},
-            },
-            "required": ["session", "text"],
-            "additionalProperties": False,
-        },
+        "Send a message to a session on the board. Exactly once per event_id: to retry an unanswered send, send "
+        "it again with the same event_id. Set card for a message that is not the person's own words, and wait to "
+        "get a container session's reply.",
+        _object({"session": _ID, "text": {"type": "string", "minLength": 1}, "event_id": _ID,
+                 "card": {"type": "boolean"}, "wait": {"type": "boolean"}, "router": _ROUTER}, "session", "text"),
     ),
     "read_messages": (
         "Read a session's transcript (messages with id, role, parts).",
-        {
-            "type": "object",
-            "properties": {"session": _ID},
-            "required": ["session"],
-            "additionalProperties": False,
-        },
+        _object({"session": _ID, "router": _ROUTER}, "session"),
+    ),
+    "abort": (
+        "Stop a container session's running turn (or, with operation_id, that one operation, queued or running).",
+        _object({"session": _ID, "operation_id": _ID, "router": _ROUTER}, "session"),
+    ),
+    "web_search": (
+        "Search the web through the router's search sources (the plug-in layer's broker, under its deadline): "
+        "results with title, url and snippet.",
+        _object({"query": {"type": "string", "minLength": 1}}, "query"),
+    ),
+    "limits_report": (
+        "Every configured limit and what it has counted so far (what `router limits` reports).",
+        _object({}),
     ),
 }
 
@@ -114,38 +140,119 @@ def _check(name: str, arguments: dict[str, Any]) -> None:
         expected = properties[key]["type"]
         if (expected == "string" and type(value) is not str) or (expected == "boolean" and type(value) is not bool):
             raise ToolRefused("bad-arguments", f"{key!r} is a {expected}")
+        if expected == "string" and len(value) < properties[key].get("minLength", 0):
+            raise ToolRefused("bad-arguments", f"{key!r} is empty")
 
 
-async def call_tool(router: Any, name: str, arguments: dict[str, Any]) -> Any:
-    """One tool call against the router: its JSON answer, or
+def _refused_body(body: Any, fallback: str) -> ToolRefused:
+    """The tool error for a router's refusal body ``{error, message, eventId?}``."""
+    if type(body) is dict and is_code(body.get("error")) and type(body.get("message")) is str:
+        extra = f" (eventId {body['eventId']})" if type(body.get("eventId")) is str else ""
+        return ToolRefused(body["error"], body["message"] + extra)
+    return ToolRefused("not-a-router", fallback)
+
+
+async def _forwarded(board: Any, arguments: dict[str, Any], method: str, route: str,
+                     body: dict[str, Any] | None) -> Any:
+    """The answer of the router that holds the session, when another does
+    (None: serve it here). A refusal is :class:`ToolRefused`."""
+    if board is None:
+        return None
+    session = arguments["session"]
+    try:
+        reached = await board.holder(session, named=arguments.get("router"))
+        if reached is None:
+            return None
+        status, content = await board.forward(reached, method, f"/sessions/{quote(session, safe='')}/{route}",
+                                              b"" if body is None else dumps(body).encode(), FORWARD_HEADERS)
+    except Refusal as refused:
+        raise ToolRefused(refused.code, refused.message) from None
+    try:
+        answer = loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, JsonError, RecursionError):
+        raise ToolRefused("not-a-router", f"router {reached.name} answered {status} with no JSON") from None
+    if status != 200:
+        raise _refused_body(answer, f"router {reached.name} answered {status}")
+    return answer
+
+
+#: What a forwarded call names itself as: the holder's ``cli`` channel
+#: (the MCP server is a program acting for the person, as the CLI is).
+FORWARD_HEADERS: Final = {"content-type": "application/json", "x-router-channel": "cli"}
+
+
+async def call_tool(router: Any, name: str, arguments: dict[str, Any], *, layer: Any = None, board: Any = None) -> Any:
+    """One tool call against the router (and, with ``board``, the other
+    local routers; with ``layer``, the plug-in layer): its JSON answer, or
     :class:`ToolRefused`."""
-    from router.turns.core import Answered
     from router.turns.requests import send_request_from_tool
 
     if name not in TOOLS:
         raise ToolRefused("unknown-tool", f"there is no tool {name!r}; the tools are {', '.join(TOOLS)}")
-    send = send_request_from_tool(arguments) if name == "send_message" else None
-    if isinstance(send, Refusal):
-        raise ToolRefused(send.code, send.message)
-    if send is None:
+    send = None
+    if name == "send_message":
+        # One model for a send, the API's and this tool's; ``router`` (which
+        # router holds the session) is this tool's own, checked with the rest.
+        send = send_request_from_tool({key: value for key, value in arguments.items() if key != "router"})
+        if isinstance(send, Refusal):
+            raise ToolRefused(send.code, send.message)
+        holder = arguments.get("router")
+        if "router" in arguments and (type(holder) is not str or not holder):
+            raise ToolRefused("bad-arguments", "'router' is a non-empty string (a name list_sessions shows)")
+    else:
         _check(name, arguments)
+    if name in ("web_search", "limits_report"):
+        return await _plugin_tool(layer, name, arguments)
     try:
         if name == "list_sessions":
-            return {"sessions": await router.list()}
-        if name == "read_messages":
-            return await router.messages(arguments["session"])
-        assert send is not None
-        reply, body = await router.send(send.session, send.text, **send.send_arguments())
+            if board is None:
+                return {"sessions": await router.list()}
+            return (await board.listing()).to_json()
+        return await _session_tool(router, board, name, arguments, send)
     except Refusal as refusal:
+        if isinstance(refusal, ToolRefused):
+            raise
         raise ToolRefused(refusal.code, refusal.message, **refusal.data) from None
+
+
+async def _session_tool(router: Any, board: Any, name: str, arguments: dict[str, Any], send: Any) -> Any:
+    from router.turns.core import Answered
+    from router.turns.router import new_event_id
+
+    if name == "read_messages":
+        forwarded = await _forwarded(board, arguments, "GET", "messages", None)
+        return forwarded if forwarded is not None else await router.messages(arguments["session"])
+    if name == "abort":
+        operation = arguments.get("operation_id")
+        forwarded = await _forwarded(board, arguments, "POST", "abort", {"operationId": operation} if operation else {})
+        return forwarded if forwarded is not None else await router.abort(arguments["session"], operation)
+    assert send is not None
+    # The event id is minted here when absent, so a forwarded send and a
+    # resend of it name the same delivery.
+    send = attrs.evolve(send, event_id=send.event_id or new_event_id())
+    forwarded = await _forwarded(board, arguments, "POST", "messages", send.api_body())
+    if forwarded is not None:
+        return forwarded
+    reply, answer = await router.send(send.session, send.text, **send.send_arguments())
     if not isinstance(reply, Answered):
-        extra = f" (eventId {body['eventId']})" if "eventId" in body else ""
-        raise ToolRefused(body["error"], body["message"] + extra)
-    return body
+        raise _refused_body(answer, "the router refused")
+    return answer
 
 
-def build_server(router: Any) -> Any:
-    """The MCP server (the SDK's low-level ``Server``) over ``router``."""
+async def _plugin_tool(layer: Any, name: str, arguments: dict[str, Any]) -> Any:
+    from router.plugins.refusal import Refusal as PluginRefusal
+
+    if layer is None:
+        raise ToolRefused("no-plugin-layer", "this server runs no plug-in layer")
+    answer = await (layer.search(arguments["query"]) if name == "web_search" else layer.report())
+    if isinstance(answer, PluginRefusal):
+        raise ToolRefused(answer.code, answer.message)
+    return answer if name == "web_search" else {"report": answer}
+
+
+def build_server(router: Any, *, layer: Any = None, board: Any = None) -> Any:
+    """The MCP server (the SDK's low-level ``Server``) over ``router`` (and
+    the plug-in ``layer`` and the local ``board``, when given)."""
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
@@ -161,7 +268,7 @@ def build_server(router: Any) -> Any:
 
     async def on_call(ctx: Any, params: Any) -> Any:
         try:
-            value = await call_tool(router, params.name, dict(params.arguments or {}))
+            value = await call_tool(router, params.name, dict(params.arguments or {}), layer=layer, board=board)
         except Refusal as refused:
             text = f"{refused.code}: {refused.message}"
             return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
@@ -176,7 +283,8 @@ def build_server(router: Any) -> Any:
     return Server(
         "router",
         version="0.1.0",
-        instructions="The router's sessions: list them, send a message (exactly once per event_id), read one.",
+        instructions="Every session of yours on this machine: list them, send a message (exactly once per "
+        "event_id), read one, stop a turn; search the web; report the limits.",
         on_list_tools=list_tools,
         on_call_tool=on_call,
         get_tool_input_schema=lambda name: TOOLS[name][1] if name in TOOLS else None,
@@ -263,11 +371,11 @@ def take_stdio() -> tuple[int, int]:
     return wire_in, wire_out
 
 
-async def serve_stdio(router: Any, wire_in: int, wire_out: int) -> None:
+async def serve_stdio(job: MainJob, wire_in: int, wire_out: int) -> None:
     """Serve MCP on the two descriptors until the client closes its end."""
     from mcp.server.stdio import stdio_server
 
-    server = build_server(router)
+    server = build_server(job.router, layer=job.layer, board=job.board)
     receive = trio.lowlevel.FdStream(wire_in)
     send = trio.lowlevel.FdStream(wire_out)
     writer = _Writer(send)
@@ -293,7 +401,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="serve the mod link of the Claude Code session that started this process "
                         "($CLAUDE_CODE_SESSION_ID, which Claude Code gives a plug-in's MCP server)")
     parser.add_argument("--port", type=int, default=None,
-                        help="also serve the HTTP API on 127.0.0.1:PORT (0 picks one; the URL goes to stderr)")
+                        help="also serve the HTTP API on 127.0.0.1:PORT (0 picks one; the page's URL with the token "
+                        "goes to stderr)")
     add_common(parser)
 
 
@@ -323,10 +432,11 @@ def run(args: argparse.Namespace) -> int:
     if args.daemon is not None and not (args.token or os.environ.get("ROUTER_DAEMON_TOKEN")):
         print("router mcp: --daemon needs the daemon's token (--token or $ROUTER_DAEMON_TOKEN)", file=sys.stderr)
         return 2
+    from router.host import ROOT_SESSION
     from router.serve import job_config
 
     config = job_config(args, os.environ, port=args.port, claude_sessions=tuple(args.claude_session), records=records,
-                        local="mcp")
+                        local="mcp", hidden=(ROOT_SESSION,))
     try:
         return trio.run(_main, config, wire_in, wire_out)
     except StartFailed as exc:
@@ -349,7 +459,7 @@ async def _main(config: JobConfig, wire_in: int, wire_out: int) -> int:
                 except ModLinkRefused as refused:
                     raise StartFailed(refused.code, refused.message) from None
                 if job.url is not None:
-                    print(f"router mcp: API on {job.url}", file=sys.stderr, flush=True)
+                    print(f"router mcp: API on {job.page_url}", file=sys.stderr, flush=True)
                 served = trio.CancelScope()
 
                 async def on_signal() -> None:
@@ -360,7 +470,7 @@ async def _main(config: JobConfig, wire_in: int, wire_out: int) -> int:
 
                 nursery.start_soon(on_signal)
                 with served:
-                    await serve_stdio(job.router, wire_in, wire_out)
+                    await serve_stdio(job, wire_in, wire_out)
                 await job.aclose()
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:

@@ -10,25 +10,32 @@ On one machine with nothing else installed it starts, in this order:
    ``~/.local/share/router``; then the plug-in layer, with the host's store
    as the ``frames`` usage source's ledger and the turn records in
    ``usage.jsonl`` there;
-3. an in-process container daemon with the echo adapter on a loopback port
+3. an in-process container daemon with the echo adapter (reporting usage:
+   words in and out as tokens) on a loopback port
    with a random token (``--daemon URL`` points the host at a real daemon
-   instead, with ``--token`` or ``$ROUTER_DAEMON_TOKEN``);
+   instead, with ``--token`` or ``$ROUTER_DAEMON_TOKEN``; that daemon is
+   checked first: its health, the token, the protocol of its ``hello``,
+   and a daemon that fails one is ``daemon-check-failed``, exit 2);
 4. the host over that daemon, the session registry and the user-turn router
    (which brackets every turn with the plug-in layer: usage records, and
    the limit checks' ``must_stop``);
 5. the HTTP API and the page on ``127.0.0.1:--port`` (default 8765; ``0``
-   picks a free port);
+   picks a free port), which takes the access token of the settings
+   directory (:mod:`router.board.access`: made on the first start);
 6. the same API on the router's private Unix socket
    (:mod:`router.board.local`), where ``router sessions`` and ``router
    send`` find it.
 
-It then prints one line, ``router serve: listening on <url> (..., local
-<socket>)``, and serves until SIGINT or SIGTERM, when it stops in the
+It then prints the page's URL with the token as its first stdout line,
+``http://127.0.0.1:PORT/?token=TOKEN`` (a fixed name of DESIGN.md), then
+``router serve: listening on <url> (..., local <socket>)``, and serves until SIGINT or SIGTERM, when it stops in the
 reverse order: the private socket (its file removed), the API (no new
 requests; live streams end), every session (queued deliveries are answered
 ``session-closed``), the host, the daemon, and last the stores. Exit 0
 after a clean stop, 2 when it cannot start (a busy store, a port in use, a
-local directory that is not private: ``unsafe-directory``).
+local directory that is not private: ``unsafe-directory``; a token file
+that is not private: ``token-file-unsafe``; a ``--daemon`` that fails its
+check).
 
 :class:`MainJob` is that assembly as a component (``router mcp`` runs it
 too, without the API unless asked).
@@ -84,8 +91,12 @@ class JobConfig:
     #: one ``O_APPEND`` write.
     records: Path | None = None
     #: Serve the private Unix socket (``router.board.local``) as this
-    #: command (``serve``, ``mcp``); None serves none.
+    #: command (``serve``, ``mcp``); None serves none. With it, the API
+    #: lists the whole local board and forwards to its holders.
     local: str | None = None
+    #: Sessions of this router the board does not list (``router mcp``:
+    #: its echo ``root``; see ``router.board.service``).
+    hidden: tuple[str, ...] = ()
 
 
 class StartFailed(errors.Refusal):
@@ -123,6 +134,9 @@ class MainJob:
         self.host: Any = None
         self.layer: Any = None
         self.api: Any = None
+        #: The API's access token, and the board, while it runs.
+        self.token: str | None = None
+        self.board: Any = None
         self.daemon_url: str | None = None
         #: The private Unix socket's server and path, when it serves one.
         self.local: Any = None
@@ -133,6 +147,15 @@ class MainJob:
 
     def __repr__(self) -> str:
         return f"<MainJob {self.config.data_dir} url={self.url!r} components={[name for name, _ in self._stops]}>"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a client of the TCP API sends: the token."""
+        return {"authorization": f"Bearer {self.token}"}
+
+    @property
+    def page_url(self) -> str | None:
+        return None if self.api is None else self.api.page_url
 
     async def aclose(self) -> None:
         """Stop in the reverse order of starting, and wait until done."""
@@ -161,7 +184,7 @@ class MainJob:
     async def run(self, *, task_status: trio.TaskStatus[MainJob] = trio.TASK_STATUS_IGNORED) -> None:
         from router.api.app import ApiConfig
         from router.api.server import ApiServer
-        from router.daemon.adapters.echo import adapter as echo_adapter
+        from router.daemon.adapters.echo import counting as echo_adapter
         from router.daemon import Daemon, DaemonServer
         from router.host import DaemonEndpoint, Host, HostSettings, Store
         from router.plugins.layer import PluginLayer
@@ -218,9 +241,8 @@ class MainJob:
                     endpoint = DaemonEndpoint(self.daemon_url, token)
                     harness, via = "echo", "in-process"
                 else:
-                    token = config.daemon_token or ""
                     self.daemon_url = config.daemon_url
-                    endpoint = DaemonEndpoint(config.daemon_url, token)
+                    endpoint = await _checked_daemon(config.daemon_url, config.daemon_token or "")
                     harness, via = "container", "daemon"
                 # 4. The host, the registry, the router.
                 self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"))
@@ -237,9 +259,16 @@ class MainJob:
                 )
                 for session_id in config.claude_sessions:
                     await self.router.open_claude_code(session_id)
-                # 5. The API.
+                # 5. The API, behind the token.
+                if config.local is not None:
+                    from router.board.service import Facts, LocalBoard, process_cwd
+
+                    facts = Facts(store=store, deliveries=deliveries, harness=harness, cwd=process_cwd())
+                    self.board = LocalBoard(self.router, env=self.env, facts=facts, hidden=frozenset(config.hidden))
                 if config.port is not None:
-                    self.api = ApiServer(self.router, self.layer, port=config.port, config=ApiConfig(harness=harness))
+                    self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
+                    self.api = ApiServer(self.router, self.layer, token=self.token, port=config.port,
+                                         config=ApiConfig(harness=harness), board=self.board)
                     self.url = await self._start(nursery, "api", self.api.run)
                 # 6. The private Unix socket: this user's other commands
                 # (`router sessions`, `router send`) reach the router there.
@@ -262,11 +291,44 @@ class MainJob:
 
         assert self.config.local is not None
         self.local = LocalServer(self.router, self.layer, env=self.env, command=self.config.local,
-                                 data_dir=self.config.data_dir, url=self.url, config=ApiConfig(harness=harness))
+                                 data_dir=self.config.data_dir, url=self.url, config=ApiConfig(harness=harness),
+                                 board=self.board)
         try:
             self.socket = await self._start(nursery, "local", self.local.run)
         except errors.Refusal as refused:
             raise StartFailed(refused.code, refused.message, **refused.data) from None
+
+
+def _token(settings_dir: Path) -> str:
+    from router.board.access import load_or_create_token
+
+    try:
+        return load_or_create_token(settings_dir)
+    except errors.Refusal as refused:
+        raise StartFailed(refused.code, refused.message, **refused.data) from None
+
+
+#: The session the daemon check dials (ours; a name no session has, so the
+#: check replaces nobody's socket).
+PROBE_SESSION = "router-daemon-check"
+
+
+async def _checked_daemon(url: str, token: str) -> Any:
+    """The daemon's endpoint, once it passed its check (health, token,
+    protocol); ``StartFailed`` (``bad-daemon-url``, ``daemon-check-failed``)
+    saying what is wrong otherwise."""
+    from router.host import DaemonEndpoint, EndpointError, LinkError, probe
+
+    try:
+        endpoint = DaemonEndpoint(url, token)
+    except EndpointError as exc:
+        raise StartFailed(exc.code, exc.message) from None
+    try:
+        hello = await probe(endpoint, f"{PROBE_SESSION}-{secrets.token_hex(4)}")
+    except LinkError as exc:
+        raise StartFailed("daemon-check-failed", f"{exc.code}: {exc.message}", reason=exc.code) from None
+    log.info("daemon %s: protocol %s, adapter %s %s", url, hello.protocol, hello.adapter.id, hello.adapter.version)
+    return endpoint
 
 
 def _plugin_log(entry: dict[str, Any]) -> None:
@@ -355,6 +417,7 @@ async def _serve(config: JobConfig) -> int:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(job.run)
+                print(job.page_url, flush=True)  # the first line: a fixed name (DESIGN.md)
                 print(
                     f"router serve: listening on {job.url} (data {config.data_dir}, settings {config.settings_dir}, "
                     f"local {job.socket})",

@@ -34,3 +34,10 @@ def test_every_command_module_imports_and_takes_help():
         done = subprocess.run([*_router(), name, "--help"], capture_output=True, text=True)
         assert done.returncode == 0, f"router {name} --help: {done.stderr[-2000:]}"
         assert f"router {name}" in done.stdout
+
+
+def test_version():
+    from importlib.metadata import version
+
+    done = subprocess.run([*_router(), "--version"], capture_output=True, text=True, check=True)
+    assert done.stdout == f"router {version('router')}\n"

@@ -6,7 +6,11 @@ Routes (JSON unless said otherwise; every refusal is ``{"error": code,
 =======================================  ==================================================
 ``GET /healthz``                         ``{"ok": true}``
 ``GET /``                                the page: the live view and a send box (HTML)
-``GET /sessions``                        ``{"sessions": [{id, kind, busy, ...}]}``
+``GET /sessions``                        the board: ``{"sessions": [{id, kind, state, harness,
+                                         model?, cwd?, lastActivity, router, ...}], skipped?}``
+                                         (``?scope=router``: this router's own only)
+``GET /board/live``                      server-sent events: the board's snapshot, then
+                                         each session that appears, changes or goes
 ``POST /sessions {id?, instance?}``      create a container session (201)
 ``POST /sessions/<id>/messages``         ``{text, eventId?, kind?, messageId?, wait?}`` →
                                          the delivery's answer
@@ -17,6 +21,12 @@ Routes (JSON unless said otherwise; every refusal is ``{"error": code,
                                          limit stopped takes deliveries again
 =======================================  ==================================================
 
+A send, an abort, a resume, a read of the messages or the live view for a
+session another local router holds is forwarded to it over its private
+socket (:class:`router.board.service.LocalBoard`; a live view is relayed as
+it streams, ``Last-Event-ID`` passed on; ``?router=NAME`` names the router
+when several hold a session of that id).
+
 ``list``, ``send`` and ``read`` (messages and live) go through the plug-in
 layer's channel dispatch (``PluginLayer.dispatch``): the channel is named by
 the ``x-router-channel`` header, ``webui`` when absent (``router send``
@@ -26,7 +36,10 @@ its recovery command. Creating and aborting are not channel operations.
 Guards, for a server on a loopback port that a browser can reach: the
 ``Host`` header must name the loopback address and port the server listens
 on (``bad-host``, 421: a DNS-rebinding page cannot read or write through
-it), and every ``POST`` must be ``Content-Type: application/json``
+it); on the TCP port every route but ``GET /`` and ``GET /healthz`` (which
+hold no data) takes ``Authorization: Bearer TOKEN`` (``no-token`` /
+``bad-token``, 401; :mod:`router.board.access`), checked after the
+``Host``, so a token sent to another host's name is refused 421; and every ``POST`` must be ``Content-Type: application/json``
 (``bad-content-type``, 415: a cross-site form cannot post without a CORS
 preflight, which this server never grants).
 
@@ -47,6 +60,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from urllib.parse import quote
 from typing import Any, AsyncIterator, Callable, Final, Mapping
 
 import attrs
@@ -56,6 +70,8 @@ from werkzeug.exceptions import HTTPException
 
 from router._fanout import Lagged
 from router.api.page import PAGE
+from router.board.access import check_bearer
+from router.board.service import FORWARDED_HEADER, LocalBoard
 from router.errors import Refusal
 from router.plugins.broker import Answer
 from router.plugins.channels import WEB_OFF_STATUS
@@ -82,9 +98,15 @@ STATUS: Final[Mapping[str, int]] = {
     "bad-body": 400,
     "not-json": 400,
     "bad-delivery": 400,
+    "bad-query": 400,
     "bad-session": 400,
     "unknown-operation": 400,
     "bad-host": 421,
+    "no-token": 401,
+    "bad-token": 401,
+    "ambiguous-session": 409,
+    "unknown-router": 404,
+    "holder-unreachable": 503,
     "bad-content-type": 415,
     "too-large": 413,
     "not-found": 404,
@@ -207,9 +229,16 @@ def _is_str(value: Any) -> bool:
     return type(value) is str
 
 
-def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_hosts: Callable[[], set[str]]) -> QuartTrio:
+#: The routes the TCP port serves without a token: they hold no data.
+OPEN_ROUTES: Final = frozenset({"/", "/healthz"})
+
+
+def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_hosts: Callable[[], set[str]], *,
+             token: str | None = None, board: LocalBoard | None = None) -> QuartTrio:
     """The app. ``allowed_hosts()`` names the ``Host`` values to accept
-    (known once the port is bound)."""
+    (known once the port is bound); ``token``, when given, is required on
+    every route but :data:`OPEN_ROUTES`; ``board``, when given, lists every
+    local router's sessions and forwards to their holders."""
     app = QuartTrio("router.api")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["RESPONSE_TIMEOUT"] = None
@@ -220,7 +249,11 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
     async def core(operation: str, args: Mapping[str, Any]) -> CoreAnswer:
         try:
             if operation == "list":
-                return CoreAnswer(body={"sessions": await router.list()})
+                if board is None:
+                    return CoreAnswer(body={"sessions": await router.list()})
+                if args.get("scope") == "router":
+                    return CoreAnswer(body={"sessions": await board.own()})
+                return CoreAnswer(body=(await board.listing()).to_json())
             if operation == "read":
                 if args.get("live"):
                     await router.session(args["session"])  # refuse before the stream starts
@@ -267,16 +300,33 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
 
     @app.before_request
     async def guard() -> Response | None:
+        refused = refusal_at_the_door()
+        if refused is None:
+            return None
+        response = _error(refused.code, refused.message)
+        if refused.code in ("no-token", "bad-token"):
+            response.headers["WWW-Authenticate"] = "Bearer"
+        # Refusal before its body was read: the connection is not reused
+        # (a keep-alive connection with an unread body in it was seen to
+        # hang the next request on it).
+        response.headers["Connection"] = "close"
+        return response
+
+    def refusal_at_the_door() -> Refusal | None:
         host = request.headers.get("host", "")
         if host not in allowed_hosts():
-            return _error(
+            return Refusal(
                 "bad-host",
                 f"this server answers requests for {' or '.join(sorted(allowed_hosts()))} only, not {host!r}",
             )
+        if token is not None and not (request.method in ("GET", "HEAD") and request.path in OPEN_ROUTES):
+            refused = check_bearer(request.headers, token)
+            if refused is not None:
+                return refused
         if request.method == "POST":
             mimetype = (request.mimetype or "").lower()
             if mimetype != "application/json":
-                return _error(
+                return Refusal(
                     "bad-content-type", f"POST takes Content-Type: application/json, not {mimetype or 'none'!r}"
                 )
         return None
@@ -296,7 +346,50 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
 
     @app.get("/sessions")
     async def list_sessions() -> Response:
-        return respond(await dispatch("list", {}))
+        scope = request.args.get("scope")
+        if scope not in (None, "router", "board"):
+            return _error("bad-query", f"scope is 'router' or 'board', not {scope!r}")
+        return respond(await dispatch("list", {"scope": scope} if scope else {}))
+
+    @app.get("/board/live")
+    async def board_live() -> Response:
+        if board is None:
+            return _error("not-found", "this router serves no board")
+        resumed = request.headers.get("last-event-id")
+        response = Response(_board_events(board, resumed), content_type="text/event-stream",
+                            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        response.timeout = None
+        return response
+
+    async def elsewhere(session: str, route: str, body: Mapping[str, Any] | None = None, *,
+                        stream: bool = False) -> Response | None:
+        """The holder's answer when another local router holds ``session``
+        (forwarded there, see :mod:`router.board.service`: ``POST`` with
+        ``body``, else ``GET``; ``stream`` for a live view); None to serve
+        it here."""
+        if board is None or request.headers.get(FORWARDED_HEADER):
+            return None
+        path = f"/sessions/{quote(session, safe='')}/{route}"
+        try:
+            reached = await board.holder(session, named=request.args.get("router") or None)
+            if reached is None:
+                return None
+            headers = {key: request.headers[key] for key in (CHANNEL_HEADER, "last-event-id") if key in request.headers}
+            if stream:
+                status, kind, chunks = await board.forward_stream(reached, path, headers)
+                response = Response(chunks, status=status, content_type=kind,
+                                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                response.timeout = None
+                return response
+            if body is None:
+                status, content = await board.forward(reached, "GET", path, b"", headers)
+            else:
+                headers["content-type"] = "application/json"
+                status, content = await board.forward(reached, "POST", path, dumps(dict(body)).encode(), headers)
+        except Refusal as refused:
+            extra = {"eventId": body["eventId"]} if body is not None and "eventId" in body else {}
+            return _error(refused.code, refused.message, status_of(refused.code, 409), **extra)
+        return Response(content, status=status, content_type="application/json")
 
     @app.post("/sessions")
     async def create_session() -> Response:
@@ -326,14 +419,23 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         send = send_request_from_body(await request.get_data(cache=False), session)
         if isinstance(send, Refusal):
             return _error(send.code, send.message)
+        forwarded = await elsewhere(session, "messages", send.api_body())
+        if forwarded is not None:
+            return forwarded
         return respond(await dispatch("send", send.to_args()))
 
     @app.get("/sessions/<session>/messages")
     async def read(session: str) -> Response:
+        forwarded = await elsewhere(session, "messages")
+        if forwarded is not None:
+            return forwarded
         return respond(await dispatch("read", {"session": session}))
 
     @app.get("/sessions/<session>/live")
     async def live(session: str) -> Response:
+        forwarded = await elsewhere(session, "live", stream=True)  # the board's: another router's session
+        if forwarded is not None:
+            return forwarded
         answer = await dispatch("read", {"session": session, "live": True})
         if isinstance(answer, Response) or answer.live is None:
             return respond(answer)
@@ -351,6 +453,9 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             body = await json_body({"operationId": _is_str}, empty_ok=True)
         except _BadBody as exc:
             return _error("bad-body", f"POST /sessions/<id>/abort takes {{operationId?}}: {exc.message}")
+        forwarded = await elsewhere(session, "abort", body)
+        if forwarded is not None:
+            return forwarded
         try:
             return _json(await router.abort(session, body.get("operationId")))
         except Refusal as refusal:
@@ -362,6 +467,9 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             await json_body({}, empty_ok=True)
         except _BadBody as exc:
             return _error("bad-body", f"POST /sessions/<id>/resume takes {{}}: {exc.message}")
+        forwarded = await elsewhere(session, "resume", {})
+        if forwarded is not None:
+            return forwarded
         try:
             return _json(await router.resume(session))
         except Refusal as refusal:
@@ -394,6 +502,23 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
 def _sse(data: Any, event: str | None = None) -> bytes:
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {dumps(data)}\n\n".encode()
+
+
+async def _board_events(board: LocalBoard, resumed: str | None) -> AsyncIterator[bytes]:
+    """The board's live stream as server-sent events (``event:`` its type):
+    ``snapshot`` first, then ``session-added``, ``session-changed``,
+    ``session-removed`` and ``routers-skipped``. Every event has an id
+    (``<stream>-<n>``), but the board is state, not history: this router
+    keeps no past events, so a client that reconnects with
+    ``Last-Event-ID`` gets ``reset`` and then a fresh snapshot, which is
+    everything it missed."""
+    stream = uuid.uuid4().hex[:8]
+    if resumed is not None:
+        yield f"id: {stream}-0\n".encode() + _sse({"type": "reset", "lastEventId": resumed}, "reset")
+    n = 0
+    async for event in board.watch():
+        n += 1
+        yield f"id: {stream}-{n}\n".encode() + _sse(event, event["type"])
 
 
 async def _events(router: TurnRouter, session: str) -> AsyncIterator[bytes]:

@@ -2,8 +2,13 @@
 
 Usage (a component of the main job)::
 
-    api = ApiServer(router, layer, port=8765)
+    api = ApiServer(router, layer, port=8765, token=token)
     url = await nursery.start(api.run)   # "http://127.0.0.1:8765"
+    api.page_url                         # "http://127.0.0.1:8765/?token=..."
+
+Every route but ``GET /`` and ``GET /healthz`` takes ``Authorization:
+Bearer <token>`` (:mod:`router.board.access`); ``board`` makes
+``GET /sessions`` the whole local board and forwards to its holders.
 
 Resource handling: :meth:`ApiServer.run` binds the port (``0`` picks one),
 serves until cancelled, and closes the socket on every exit. Cancelling it
@@ -22,6 +27,7 @@ import trio
 
 from router._hypercorn import serve_on_socket
 from router.api.app import ApiConfig, make_app
+from router.board.service import LocalBoard
 from router.plugins.layer import PluginLayer
 from router.turns.router import TurnRouter
 
@@ -43,15 +49,18 @@ class ApiServer:
         router: TurnRouter,
         layer: PluginLayer,
         *,
+        token: str,
         port: int = DEFAULT_PORT,
         config: ApiConfig | None = None,
+        board: LocalBoard | None = None,
     ) -> None:
         self.router = router
         self.layer = layer
         self.requested_port = port
         self.port: int | None = None
+        self.token = token
         self._hosts: set[str] = set()
-        self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts)
+        self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts, token=token, board=board)
 
     def __repr__(self) -> str:
         return f"<ApiServer {self.url or 'not bound'}>"
@@ -59,6 +68,11 @@ class ApiServer:
     @property
     def url(self) -> str | None:
         return None if self.port is None else f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def page_url(self) -> str | None:
+        """The page's URL with the token, as ``router serve`` prints it."""
+        return None if self.url is None else f"{self.url}/?token={self.token}"
 
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind, serve until cancelled; ``started(url)`` once listening."""

@@ -3,11 +3,12 @@ on this machine.
 
 It asks every router's private socket at once (:func:`router.board.client.survey`),
 each under ``--timeout`` seconds, and prints one line per session (its id,
-kind, state and the router that holds it), or with ``--json`` one JSON list
-of objects: each session as its router lists it (``id``, ``kind``,
-``state``, ``busy`` and what else the router knows: ``connected``,
-``parent``, ``stopped``) plus ``router``, who holds it (``{name, command,
-pid, socket, dataDir, url?}``).
+kind, state, harness, model and the router that holds it), or with
+``--json`` one JSON list of objects: each session as its router lists it
+(``id``, ``kind``, ``state``, ``busy``, ``harness``, ``lastActivity`` and
+what else the router knows: ``model``, ``cwd``, ``connected``, ``parent``,
+``stopped``) plus ``router``, who holds it (``{name, command, pid, socket,
+dataDir, url?, cwd?}``).
 
 A router that does not answer in time, or answers with a refusal (its
 ``cli`` channel is off ...), is named on stderr and left out; a dead
@@ -66,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _table(sessions: list[dict[str, Any]]) -> None:
-    rows = [("SESSION", "KIND", "STATE", "ROUTER")]
-    rows += [(str(s.get("id")), str(s.get("kind")), str(s.get("state")), str(s["router"].get("name")))
-             for s in sessions]
-    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    rows = [("SESSION", "KIND", "STATE", "HARNESS", "MODEL", "ROUTER")]
+    rows += [(str(s.get("id")), str(s.get("kind")), str(s.get("state")), str(s.get("harness") or "-"),
+              str(s.get("model") or "-"), str(s["router"].get("name"))) for s in sessions]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3], flush=True)
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1], flush=True)

@@ -2,8 +2,8 @@
 
 :func:`survey` lists the sockets in the local directory
 (:func:`router.board.local.local_directory`) and asks every router at once,
-each under its own deadline (``GET /router``, then ``GET /sessions``
-through the ``cli`` channel). What each socket turns out to be:
+each under its own deadline (``GET /router``, then ``GET
+/sessions?scope=router``, its own sessions, through the ``cli`` channel). What each socket turns out to be:
 
 - **reached**: it answered both; its sessions go on the board, each with
   the router that holds it;
@@ -38,7 +38,7 @@ from router.board.paths import INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_dire
 from router.errors import Refusal, is_code
 from wire.json import JsonError, loads
 
-__all__ = ["ANSWER_TIMEOUT", "BASE_URL", "Board", "CLI_CHANNEL", "NO_ROUTER", "Reached", "Skipped", "holder", "read_answer",
+__all__ = ["ANSWER_TIMEOUT", "BASE_URL", "Board", "CLI_CHANNEL", "NO_ROUTER", "OWN_SESSIONS_ROUTE", "Reached", "Skipped", "holder", "read_answer",
            "reached", "router_sockets", "survey"]
 
 log = logging.getLogger("router.board")
@@ -50,6 +50,9 @@ ANSWER_TIMEOUT: Final = 5.0
 #: The header that names the channel a request comes through, and ours
 #: (``router.api.app.CHANNEL_HEADER``; the CLI's channel is ``cli``).
 CLI_CHANNEL: Final = {"x-router-channel": "cli"}
+#: A router's own sessions, without the other routers' (a router lists
+#: the whole board at ``GET /sessions``; asking that of each would recurse).
+OWN_SESSIONS_ROUTE: Final = "/sessions?scope=router"
 #: What a client names a router's socket by, as a URL.
 BASE_URL: Final = f"http://{LOCAL_HOST}"
 
@@ -128,8 +131,9 @@ def router_sockets(directory: str) -> list[str]:
     return found
 
 
-async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT) -> Board:
-    """Ask every router of this user (see the module docstring). Raises a
+async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exclude: str | None = None) -> Board:
+    """Ask every router of this user (see the module docstring), but the
+    one at the socket ``exclude`` (a router surveying the others). Raises a
     :class:`~router.errors.Refusal` (``unsafe-directory``) only."""
     directory = str(local_directory(env))
     board = Board(directory=directory)
@@ -138,7 +142,7 @@ async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT) -> 
     async def ask(path: str) -> None:
         answers[path] = await _ask(path, timeout)
 
-    sockets = router_sockets(directory)  # refused before anything is asked
+    sockets = [path for path in router_sockets(directory) if path != exclude]  # refused before anything is asked
     async with trio.open_nursery() as nursery:
         for path in sockets:
             nursery.start_soon(ask, path, name=f"survey {os.path.basename(path)}")
@@ -167,7 +171,7 @@ async def _ask(path: str, timeout: float) -> Reached | Skipped | None:
             async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=path), base_url=BASE_URL,
                                          headers=CLI_CHANNEL, timeout=None) as client:
                 info = await _get(client, INFO_ROUTE, name)
-                sessions = await _get(client, "/sessions", name)
+                sessions = await _get(client, OWN_SESSIONS_ROUTE, name)
         except httpx.HTTPError as exc:
             if listener_gone(path):
                 log.info("removed %s: nothing listens on it (its router is gone)", path)
@@ -240,7 +244,9 @@ async def holder(env: Mapping[str, str], session: str, *, router: str | None = N
     if not found:
         unasked = f"; {len(board.skipped)} router(s) did not answer, and may hold it" if board.skipped else ""
         raise Refusal("unknown-session", f"no router of yours holds a session {session!r}{unasked}; "
-                      "`router sessions` lists them", session=session)
+                      "`router sessions` lists them", session=session,
+                      skipped=[{"router": each.name, "error": each.refusal.code, "message": each.refusal.message}
+                               for each in board.skipped])
     names = ", ".join(each.name for each in found)
     raise Refusal("ambiguous-session", f"{len(found)} routers hold a session {session!r} ({names}); "
                   "name the one you mean with --router NAME", session=session, routers=[each.name for each in found])

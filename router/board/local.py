@@ -31,8 +31,11 @@ that ``router sessions`` and ``router send`` find them all with no URL:
   file; clients never read them.
 - **What it serves.** The API app of :mod:`router.api.app` (the same
   routes, guards and channels as the TCP port), built for ``Host:
-  localhost`` (what a client names a Unix socket by), plus ``GET /router``:
-  who this router is (:class:`RouterInfo`).
+  localhost`` (what a client names a Unix socket by), with no token (the
+  directory is the access check), plus ``GET /router``: who this router is
+  (:class:`RouterInfo`). With a ``board`` (:class:`router.board.service.LocalBoard`,
+  shared with the TCP port) it lists the whole board and forwards as the TCP
+  port does, and the board learns this router's name and socket.
 
 Resource handling: :meth:`LocalServer.run` removes the socket file on every
 exit, if it is still the one it bound (the mod link's rule).
@@ -55,6 +58,7 @@ from quart import Response
 from router._hypercorn import serve_on_socket
 from router._unix import MAX_SOCKET_PATH_BYTES, bind_private_socket, make_private_directory, remove_if_bound
 from router.api.app import ApiConfig, make_app
+from router.board.service import process_cwd
 from router.board.paths import BINDING_SUFFIX, INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_directory, uses_runtime_dir
 from router.errors import Refusal
 from wire.json import dumps
@@ -95,12 +99,16 @@ class RouterInfo:
     data_dir: str
     #: Its TCP API, when it serves one.
     url: str | None = None
+    #: Its working directory (a ``router mcp`` runs where its Claude Code session does).
+    cwd: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "command": self.command, "pid": self.pid, "socket": self.socket,
                                "dataDir": self.data_dir}
         if self.url is not None:
             out["url"] = self.url
+        if self.cwd is not None:
+            out["cwd"] = self.cwd
         return out
 
 
@@ -125,14 +133,18 @@ class LocalServer:
         data_dir: Path,
         url: str | None = None,
         config: ApiConfig | None = None,
+        board: Any = None,
     ) -> None:
         self.env = env
         self.directory = local_directory(env)
         self.name = router_name(command)
         self.path = str(self.directory / f"{self.name}{SOCKET_SUFFIX}")
         self.info = RouterInfo(name=self.name, command=command, pid=os.getpid(), socket=self.path,
-                               data_dir=str(data_dir), url=url)
-        self.app = make_app(router, layer, config or ApiConfig(), lambda: {LOCAL_HOST})
+                               data_dir=str(data_dir), url=url, cwd=process_cwd())
+        self.board = board
+        if board is not None:
+            board.info, board.socket = self.info.to_json(), self.path
+        self.app = make_app(router, layer, config or ApiConfig(), lambda: {LOCAL_HOST}, board=board)
         info = dumps(self.info.to_json())
 
         @self.app.get(INFO_ROUTE)

@@ -49,7 +49,7 @@ from router.host.host import (
     OperationResult,
     Receipt,
 )
-from router.host.link import DaemonEndpoint, EndpointError, LinkError, LinkRefused
+from router.host.link import DaemonEndpoint, EndpointError, LinkError, LinkRefused, probe
 from router.host.store import Refused, SessionRecord, SkippedFrame, Store, StoreMisuse
 
 __all__ = [
@@ -79,4 +79,5 @@ __all__ = [
     "Store",
     "StoreMisuse",
     "event_json",
+    "probe",
 ]

@@ -357,6 +357,32 @@ async def read_hello(
     return message
 
 
+async def probe(endpoint: DaemonEndpoint, session: str) -> Hello:
+    """Check a daemon as a host starts (``router serve --daemon``): one
+    health check, then a session socket for ``session`` with the token, and
+    its ``hello`` (protocol checked), then the socket closed. Raises the
+    :class:`LinkError` that says what is wrong: ``daemon-unreachable``,
+    ``unauthorized``, ``protocol-mismatch``, ``no-hello`` ...
+
+    The daemon keeps an empty session ``session`` in memory after it (it
+    opens none until told to); name one nobody uses."""
+    await check_health(endpoint)
+    failure: LinkError | None = None
+    async with trio.open_nursery() as nursery:
+        try:  # nothing raised inside the nursery: it would come out as a group
+            sock = await dial(nursery, endpoint, session)
+            try:
+                hello = await read_hello(sock.ws, endpoint)
+            finally:
+                await sock.close()
+        except LinkError as error:
+            failure = error
+        nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return hello
+
+
 # --------------------------------------------------------------------------- backoff
 
 @attrs.define

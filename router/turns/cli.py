@@ -1,28 +1,45 @@
-"""``router send SESSION TEXT``: send a message to any session ``router
-sessions`` lists and print the answer as JSON. (``router resume SESSION``,
-below, lets a session a limit stopped take messages again.)
+"""``router send SESSION [TEXT]``, ``router abort SESSION [OPERATION]`` and
+``router resume SESSION``: a session's messages and turns from the command
+line, whichever local router holds it.
 
-With no ``--url`` it finds the router that holds SESSION among this user's
-routers (:func:`router.board.client.holder`: every router's private Unix
-socket is asked) and posts over that socket; ``--router NAME`` names the
-router instead (needed when several hold a session of that id, as every
-router holds its own ``root``). ``--url`` posts to a router's TCP API
-instead. Either way the post goes through the ``cli`` channel, under an
-event id it mints itself (or ``--event-id``), so a send that went unanswered
-can be sent again with the same id and is written once. By default it waits
-for a container session's reply and prints it in ``reply``; ``--no-wait``
-answers once the message is in the session. The answer is printed as one
-JSON line (``--json`` asks for exactly that; it is the only form today).
+**Where.** With no ``--url`` each finds the router that holds SESSION among
+this user's routers (:func:`router.board.client.holder`: every router's
+private Unix socket is asked) and posts over that socket, which takes no
+token; ``--router NAME`` names the router instead (needed when several hold
+a session of that id). ``--url`` posts to a router's TCP API instead, with
+its access token: ``--token``, else the ``api-token`` file of the settings
+directory (``--settings``, else the default; :mod:`router.board.access`).
 
-Exit status: 0 when the message was delivered (and, when waited for, the
-reply is ``done``); 1 when it was refused (``unknown-session``: no router
-holds it; ``ambiguous-session``: several do, name one with ``--router``;
-the router's own refusals), went unanswered, was dropped by the session, or
-its reply is ``unanswered``; 2 on a usage or connection error, when no
-router of this user runs (``no-router``) or ``--router`` names none
-(``unknown-router``) (nothing printed on stdout then); 3 when the ``cli``
-channel is switched off (the seed's ``CLI_OFF_EXIT``; the message names the
-recovery command).
+**router send.** TEXT ``-``, or no TEXT, reads the message from stdin (one
+trailing newline stripped: what ``echo`` and a terminal's last Enter add).
+The post goes through the ``cli`` channel under an event id the command
+mints (or ``--event-id``), so a send that went unanswered can be sent again
+with the same id and is written once. By default it waits for a container
+session's reply; ``--no-wait`` answers once the message is in the session.
+``--card`` (a message that is not the person's own words) means something
+only to a Claude Code session, and is refused for a container session.
+
+Output: the answer's text on stdout (a container session's reply; what
+became of the message otherwise: ``written as a row``, ``started as a
+prompt`` ...); with ``--json`` the answer as one JSON line instead (a
+refusal too, as ``{error, message, eventId?}``). Refusals and unanswered
+sends always go to stderr as ``router send: CODE: sentence``. While it waits
+on a terminal, stderr shows how long it has waited.
+
+Exit status (``router send``):
+
+- 0: delivered (and, when waited for, the reply is ``done``);
+- 1: refused (``unknown-session``, ``ambiguous-session``, the router's own
+  refusals), unanswered (resend with the printed event id), dropped, a
+  reply ``unanswered``, no answer within ``--timeout``;
+- 2: a usage or connection error (``no-router``, ``unknown-router``,
+  ``unsafe-directory``, ``cannot-connect``, ``no-token-file``,
+  ``token-file-unsafe``, ``bad-token``, ``card-meaningless`` ...);
+- 3: the ``cli`` channel is switched off (the seed's ``CLI_OFF_EXIT``; the
+  message names the recovery command).
+
+``router abort`` and ``router resume`` exit 0 when done (``aborted:
+false``, ``resumed: false`` included), 1 when refused, 2 as ``send`` does.
 """
 
 from __future__ import annotations
@@ -33,46 +50,113 @@ import os
 import sys
 import uuid
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote
 
-__all__ = ["configure", "configure_resume", "run", "run_resume"]
+import attrs
+
+__all__ = ["configure", "configure_abort", "configure_resume", "message_text", "run", "run_abort", "run_resume",
+           "summary"]
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 #: ``router.plugins.channels.CLI_OFF_EXIT``, not imported: this command
 #: loads nothing of the server side.
 CLI_OFF_EXIT = 3
+#: Exit statuses (see the module docstring).
+DONE, REFUSED, USAGE = 0, 1, 2
+#: Refusals that are the caller's to mend, not the router's "no": exit 2.
+USAGE_CODES = frozenset({"no-token", "bad-token", "bad-host", "no-token-file", "token-file-unsafe", "token-file-bad"})
+#: Seconds between two progress updates on a terminal (ours).
+PROGRESS_INTERVAL = 1.0
 
 
 def _add_reach(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help=f"a router's TCP API ({DEFAULT_URL} for `router serve`'s default port); "
                         "default: the router that holds SESSION, over its private socket")
     parser.add_argument("--router", metavar="NAME", help="the router to use, by the name `router sessions` shows")
+    parser.add_argument("--token", help="the TCP API's token (with --url; default: the api-token file of the "
+                        "settings directory)")
+    parser.add_argument("--settings", metavar="DIR", help="the settings directory whose api-token --url uses")
+    parser.add_argument("--json", action="store_true", help="print the answer as one JSON line")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", help="the session's id (see `router sessions`)")
-    parser.add_argument("text", help="the message ('-' reads it from stdin)")
+    parser.add_argument("text", nargs="?", default="-", help="the message ('-' or none: read it from stdin)")
     _add_reach(parser)
-    parser.add_argument("--json", action="store_true", help="print the answer as JSON (the only form today)")
     parser.add_argument("--event-id", help="the delivery's event id (default: a new one); resend with the same id")
-    parser.add_argument("--card", action="store_true", help="send it as a card, not as your own words")
+    parser.add_argument("--card", action="store_true",
+                        help="send it as a card, not as your own words (Claude Code sessions only)")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for a container session's reply")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait in all (default 300)")
+
+
+def message_text(raw: str) -> str:
+    """A message read from stdin: one trailing newline stripped (``\\n`` or
+    ``\\r\\n``), nothing else."""
+    if raw.endswith("\r\n"):
+        return raw[:-2]
+    return raw[:-1] if raw.endswith("\n") else raw
+
+
+# --------------------------------------------------------------------------- where to post
+
+
+@attrs.frozen
+class Target:
+    """Where a command posts: who (for messages), the base URL, the Unix
+    socket (None: TCP), the headers, and the session's listing when the
+    board gave it."""
+
+    who: str
+    base: str
+    socket: str | None = None
+    headers: dict[str, str] = attrs.field(factory=dict)
+    listing: dict[str, Any] | None = None
+
+
+class Stop(Exception):
+    """The command stops with this exit status; stderr said why."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def _say(command: str, text: str) -> None:
+    print(f"router {command}: {text}", file=sys.stderr, flush=True)
 
 
 def _print(body: Any) -> None:
     print(json.dumps(body, ensure_ascii=False), flush=True)
 
 
-def _target(command: str, args: argparse.Namespace) -> tuple[str, str, str | None] | int:
-    """Where to post: ``(who, base URL, socket or None)``; or the exit
-    status once it said why there is nowhere (see the module docstring)."""
+def _token(command: str, args: argparse.Namespace) -> str:
+    if args.token:
+        return str(args.token)
+    from pathlib import Path
+
+    from router.board.access import read_token, token_path
+    from router.errors import Refusal
+    from router.plugins.settings import default_settings_dir
+
+    settings = Path(args.settings) if args.settings else default_settings_dir(os.environ)
+    try:
+        return read_token(token_path(settings))
+    except Refusal as refused:
+        _say(command, str(refused))
+        raise Stop(USAGE) from None
+
+
+def _target(command: str, args: argparse.Namespace) -> Target:
+    """Where to post (see the module docstring); raises :class:`Stop`
+    once stderr said why there is nowhere."""
     if args.url is not None:
         if args.router is not None:
-            print(f"router {command}: give --url or --router, not both", file=sys.stderr)
-            return 2
-        return args.url, args.url.rstrip("/"), None
+            _say(command, "give --url or --router, not both")
+            raise Stop(USAGE)
+        token = _token(command, args)
+        return Target(args.url, args.url.rstrip("/"), headers={"authorization": f"Bearer {token}"})
     import trio
 
     from router.board.client import BASE_URL, NO_ROUTER, holder
@@ -81,85 +165,201 @@ def _target(command: str, args: argparse.Namespace) -> tuple[str, str, str | Non
     try:
         found, board = trio.run(partial(holder, os.environ, args.session, router=args.router))
     except Refusal as refused:
-        if refused.code in NO_ROUTER:
-            print(f"router {command}: {refused}", file=sys.stderr)
-            return 2
-        _print({"error": refused.code, "message": refused.message})
-        return 1
+        skipped = refused.data.get("skipped") or []
+        for each in skipped:
+            _say(command, f"left out {each['router']}: {each['error']}: {each['message']}")
+        if any(each["error"] == "channel-off" for each in skipped):
+            raise Stop(CLI_OFF_EXIT) from None  # the router may hold it, but takes nothing from the CLI
+        _refusal(command, args, {"error": refused.code, "message": refused.message})
+        raise Stop(USAGE if refused.code in NO_ROUTER else REFUSED) from None
     for skipped in board.skipped:
-        print(f"router {command}: left out {skipped.name}: {skipped.refusal}", file=sys.stderr)
-    return f"router {found.name} ({found.socket})", BASE_URL, found.socket
+        _say(command, f"left out {skipped.name}: {skipped.refusal}")
+    listing = next((item for item in found.sessions if item.get("id") == args.session), None)
+    return Target(f"router {found.name} ({found.socket})", BASE_URL, found.socket, listing=listing)
 
 
-def _post(command: str, server: str, url: str, body: Any, *, timeout: float,
-          headers: dict[str, str] | None = None, socket: str | None = None) -> tuple[int, Any] | None:
-    """POST ``body`` as JSON to ``url`` of the router at ``server`` (over the
-    Unix ``socket`` when given): the status and the JSON answer, or None once
-    stderr says why there is none (the caller exits 2). A timeout raises
-    ``httpx.TimeoutException``."""
+def _refusal(command: str, args: argparse.Namespace, body: dict[str, Any]) -> None:
+    """A refusal: on stderr, and as JSON on stdout with ``--json``."""
+    resend = f" (resend with --event-id {body['eventId']})" if type(body.get("eventId")) is str else ""
+    _say(command, f"{body.get('error')}: {body.get('message')}{resend}")
+    if getattr(args, "json", False):
+        _print(body)
+
+
+async def _post(command: str, target: Target, path: str, body: Any, *, timeout: float,
+                progress: Callable[[], Any] | None = None) -> tuple[int, Any]:
+    """POST ``body`` as JSON to ``path`` of ``target``: the status and the
+    JSON answer. Raises :class:`Stop` (2) once stderr said why there is
+    none, ``trio.TooSlowError`` after ``timeout`` seconds."""
     import httpx
+    import trio
 
-    try:
-        with httpx.Client(transport=None if socket is None else httpx.HTTPTransport(uds=socket),
-                          timeout=timeout) as client:
-            response = client.post(url, content=json.dumps(body).encode(),
-                                   headers={"content-type": "application/json", **(headers or {})})
-    except httpx.TimeoutException:
-        raise
-    except (httpx.TransportError, httpx.InvalidURL, ValueError) as exc:
-        hint = "it may have just stopped" if socket is not None else "is `router serve` running?"
-        print(f"router {command}: cannot-connect: {server}: {exc}; {hint}", file=sys.stderr)
-        return None
+    headers = {"content-type": "application/json", "x-router-channel": "cli", **target.headers}
+    transport = None if target.socket is None else httpx.AsyncHTTPTransport(uds=target.socket)
+    failed: Exception | None = None
+    # The progress ticker runs beside the request; nothing is raised inside
+    # the nursery (it would come out as a group), the failure is kept.
+    async with trio.open_nursery() as nursery:
+        if progress is not None:
+            nursery.start_soon(progress)
+        try:
+            with trio.fail_after(timeout):
+                async with httpx.AsyncClient(transport=transport, timeout=None) as client:
+                    response = await client.post(target.base + path, content=json.dumps(body).encode(),
+                                                 headers=headers)
+        except (httpx.TransportError, httpx.InvalidURL, ValueError, trio.TooSlowError) as exc:
+            failed = exc
+        nursery.cancel_scope.cancel()
+    if isinstance(failed, trio.TooSlowError):
+        raise failed
+    if failed is not None:
+        hint = "it may have just stopped" if target.socket is not None else "is `router serve` running?"
+        _say(command, f"cannot-connect: {target.who}: {failed or type(failed).__name__}; {hint}")
+        raise Stop(USAGE)
     try:
         return response.status_code, response.json()
     except ValueError:
-        print(f"router {command}: {url} answered {response.status_code} with no JSON; is it a router?",
-              file=sys.stderr)
+        _say(command, f"{target.base + path} answered {response.status_code} with no JSON; is it a router?")
+        raise Stop(USAGE) from None
+
+
+async def _listing(target: Target, session: str) -> dict[str, Any] | None:
+    """``session`` as the router at ``target`` lists it (None when it does
+    not, or cannot say: the post that follows reports why)."""
+    import httpx
+
+    transport = None if target.socket is None else httpx.AsyncHTTPTransport(uds=target.socket)
+    try:
+        async with httpx.AsyncClient(transport=transport, timeout=30) as client:
+            response = await client.get(target.base + "/sessions", params={"scope": "router"},
+                                        headers={"x-router-channel": "cli", **target.headers})
+            listed = response.json().get("sessions") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
         return None
+    found = [item for item in listed or [] if type(item) is dict and item.get("id") == session]
+    return found[0] if found else None
+
+
+def _ticker(command: str, what: str) -> Callable[[], Any]:
+    """The progress line a terminal's stderr shows while a command waits."""
+
+    async def tick() -> None:
+        import trio
+
+        waited = 0
+        try:
+            while True:
+                sys.stderr.write(f"\r\x1b[Krouter {command}: {what} ({waited} s)")
+                sys.stderr.flush()
+                await trio.sleep(PROGRESS_INTERVAL)
+                waited += 1
+        finally:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+    return tick
+
+
+def _status_of(status: int, answer: Any) -> int:
+    """A refusal's exit status (1, or 2 / 3 where the module docstring says)."""
+    code = answer.get("error") if type(answer) is dict else None
+    if code == "channel-off":
+        return CLI_OFF_EXIT
+    return USAGE if code in USAGE_CODES or status in (401, 421) else REFUSED
+
+
+# --------------------------------------------------------------------------- router send
+
+
+def summary(session: str, answer: dict[str, Any]) -> str:
+    """The answer of a delivered message, as a person reads it: the reply's
+    text, or what became of the message."""
+    reply = answer.get("reply")
+    if type(reply) is dict and reply.get("status") == "done":
+        return str(reply.get("text", ""))
+    again = " (answered from the record: it was sent before)" if answer.get("fromRecord") else ""
+    if type(answer.get("operationId")) is str:  # a container session's operation
+        mode = {"steer": ", steered into the running turn if one runs", "followUp": ""}.get(
+            str(answer.get("whenBusy")), "")
+        return f"delivered to {session} as operation {answer['operationId']}{mode}{again}"
+    how = {"row": "written as a row", "prompt": "started as a prompt"}.get(str(answer.get("as")), "delivered")
+    return f"{how} in {session}{again}"
 
 
 def run(args: argparse.Namespace) -> int:
-    import httpx
+    import trio
 
-    text = sys.stdin.read() if args.text == "-" else args.text
-    event_id = args.event_id or str(uuid.uuid4())
     if args.timeout <= 0:
-        print("router send: --timeout must be positive", file=sys.stderr)
-        return 2
+        _say("send", "--timeout must be positive")
+        return USAGE
+    text = message_text(sys.stdin.read()) if args.text == "-" else args.text
+    event_id = args.event_id or str(uuid.uuid4())
     body: dict[str, Any] = {"text": text, "eventId": event_id, "wait": not args.no_wait}
     if args.card:
         body["kind"] = "card"
-    target = _target("send", args)
-    if isinstance(target, int):
-        return target
-    server, base, socket = target
-    url = f"{base}/sessions/{quote(args.session, safe='')}/messages"
     try:
-        answered = _post("send", server, url, body, timeout=args.timeout, headers={"x-router-channel": "cli"},
-                         socket=socket)
-    except httpx.TimeoutException:
-        _print({
-            "error": "timeout",
-            "message": f"no answer within {args.timeout:g} s; send again with --event-id {event_id} "
-            "(the same id is written once)",
-            "eventId": event_id,
-        })
-        return 1
-    if answered is None:
-        return 2
-    status, answer = answered
-    _print(answer)
-    if status == 200 and type(answer) is dict:
-        reply = answer.get("reply")
-        if answer.get("status") != "delivered":
-            return 1
-        return 0 if reply is None or reply.get("status") == "done" else 1
-    if type(answer) is dict and answer.get("error") == "channel-off":
-        return CLI_OFF_EXIT
-    return 1
+        target = _target("send", args)
+        if args.card and target.listing is None:  # --url: ask that router what the session is
+            target = attrs.evolve(target, listing=trio.run(_listing, target, args.session))
+        if args.card and (target.listing or {}).get("kind") == "container":
+            _say("send", f"card-meaningless: {args.session} is a container session, where a card is the same "
+                 "prompt as your own words; send it without --card")
+            return USAGE
+        progress = _ticker("send", f"waiting for {args.session}") if sys.stderr.isatty() else None
+        status, answer = trio.run(partial(_post, "send", target, f"/sessions/{quote(args.session, safe='')}/messages",
+                                          body, timeout=args.timeout, progress=progress))
+    except Stop as stop:
+        return stop.status
+    except trio.TooSlowError:
+        _refusal("send", args, {"error": "timeout", "message": f"no answer within {args.timeout:g} s; the same id "
+                                "is written once", "eventId": event_id})
+        return REFUSED
+    return _answered(args, status, answer)
 
 
-# --------------------------------------------------------------------------- router resume
+def _answered(args: argparse.Namespace, status: int, answer: Any) -> int:
+    if status != 200 or type(answer) is not dict:
+        _refusal("send", args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
+        return _status_of(status, answer)
+    if args.json:
+        _print(answer)
+    reply = answer.get("reply")
+    if answer.get("status") != "delivered":
+        _say("send", f"dropped: {answer.get('reason') or answer.get('message') or 'the session dropped it'}")
+        return REFUSED
+    if type(reply) is dict and reply.get("status") != "done":
+        _say("send", f"unanswered: {reply.get('reason')} (operation {reply.get('operationId')})")
+        return REFUSED
+    if not args.json:
+        print(summary(args.session, answer), flush=True)
+    return DONE
+
+
+# --------------------------------------------------------------------------- router abort / resume
+
+
+def configure_abort(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", help="the session's id (see `router sessions`)")
+    parser.add_argument("operation", nargs="?", help="the operation to stop (default: the running turn and "
+                        "every queued one)")
+    _add_reach(parser)
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
+
+
+def run_abort(args: argparse.Namespace) -> int:
+    """``router abort SESSION [OPERATION]``: ``POST /sessions/<id>/abort``
+    at the router that holds it."""
+    body = {"operationId": args.operation} if args.operation else {}
+
+    def said(answer: dict[str, Any]) -> str:
+        # With no operation the host answers true whatever was open (as the reference).
+        if not args.operation:
+            return f"stopped every open operation of {args.session} (if any ran)"
+        if answer.get("aborted"):
+            return f"aborted operation {args.operation} in {args.session}"
+        return f"nothing to abort: operation {args.operation} is not open in {args.session}"
+
+    return _simple("abort", args, "abort", body, said)
 
 
 def configure_resume(parser: argparse.ArgumentParser) -> None:
@@ -169,28 +369,39 @@ def configure_resume(parser: argparse.ArgumentParser) -> None:
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    """``router resume SESSION``: ``POST /sessions/<id>/resume``; print the
-    answer as JSON; the router is found as ``router send`` finds it. Exit
-    0: resumed, or it was not stopped (``resumed: false``); 1: refused (the
-    limit is still reached: ``limit-reached``; ``unknown-session`` ...); 2:
-    a usage or connection error (``no-router`` ...)."""
-    import httpx
+    """``router resume SESSION``: ``POST /sessions/<id>/resume`` at the
+    router that holds it. Exit 0: resumed, or it was not stopped
+    (``resumed: false``); 1: refused (the limit is still reached:
+    ``limit-reached``; ``unknown-session`` ...); 2: a usage or connection
+    error."""
+
+    def said(answer: dict[str, Any]) -> str:
+        return f"{args.session} takes messages again" if answer.get("resumed") else f"{args.session} was not stopped"
+
+    return _simple("resume", args, "resume", {}, said)
+
+
+def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, Any],
+            said: Callable[[dict[str, Any]], str]) -> int:
+    import trio
 
     if args.timeout <= 0:
-        print("router resume: --timeout must be positive", file=sys.stderr)
-        return 2
-    target = _target("resume", args)
-    if isinstance(target, int):
-        return target
-    server, base, socket = target
-    url = f"{base}/sessions/{quote(args.session, safe='')}/resume"
+        _say(command, "--timeout must be positive")
+        return USAGE
     try:
-        answered = _post("resume", server, url, {}, timeout=args.timeout, socket=socket)
-    except httpx.TimeoutException:
-        print(f"router resume: timeout: {server} did not answer within {args.timeout:g} s", file=sys.stderr)
-        return 2
-    if answered is None:
-        return 2
-    status, answer = answered
-    _print(answer)
-    return 0 if status == 200 else 1
+        target = _target(command, args)
+        status, answer = trio.run(partial(_post, command, target, f"/sessions/{quote(args.session, safe='')}/{route}",
+                                          body, timeout=args.timeout))
+    except Stop as stop:
+        return stop.status
+    except trio.TooSlowError:
+        _say(command, f"timeout: no answer within {args.timeout:g} s")
+        return USAGE
+    if status != 200 or type(answer) is not dict:
+        _refusal(command, args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
+        return _status_of(status, answer)
+    if args.json:
+        _print(answer)
+    else:
+        print(said(answer), flush=True)
+    return DONE

@@ -85,6 +85,15 @@ class SendRequest:
         """As a plain object (what a channel carries to the core)."""
         return attrs.asdict(self)
 
+    def api_body(self) -> dict[str, Any]:
+        """As the API's body (what a router forwards to the session's holder)."""
+        body: dict[str, Any] = {"text": self.text, "kind": "card" if self.card else "person", "wait": self.wait}
+        if self.event_id is not None:
+            body["eventId"] = self.event_id
+        if self.message_id is not None:
+            body["messageId"] = self.message_id
+        return body
+
     @classmethod
     def from_args(cls, args: Any) -> SendRequest:
         """Back from :meth:`to_args` (the core's side of a channel)."""

@@ -26,6 +26,11 @@ from router.turns.router import TurnRouter
 from tests.turns.conftest import FAST, start_daemon
 
 
+#: The API's token in these tests, and the header that carries it.
+TOKEN = "test-token-0123456789abcdef"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
 @attrs.define
 class Api:
     url: str
@@ -61,9 +66,9 @@ async def api(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[Api]:
             router = TurnRouter(deliveries=log, registry=registry, host=host, env=env, link_options={"hold": 0.5})
             settings = SettingsDir(tmp_path / "settings")
             layer = PluginLayer(settings=settings, records=MemoryRecords())
-            server = ApiServer(router, layer, port=0)
+            server = ApiServer(router, layer, port=0, token=TOKEN)
             url = await nursery.start(server.run)
-            async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(30.0)) as client:
+            async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(30.0), headers=AUTH) as client:
                 yield Api(url=url, client=client, router=router, host=host, settings=settings, server=server)
             nursery.cancel_scope.cancel()
     finally:

@@ -30,21 +30,51 @@ def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 @attrs.define
 class Served:
     process: trio.Process
+    #: The API's base URL (``http://127.0.0.1:PORT``), its token, and the
+    #: page's URL with it (the first line ``router serve`` prints).
     url: str
+    token: str
+    page: str
     stderr: Path
+    #: The line after the first: ``router serve: listening on ...``.
+    listening: str = ""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"}
+
+    def client(self, **options: Any) -> Any:
+        """An httpx client of the API, with the token."""
+        import httpx
+
+        return httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=options.pop("timeout", 30),
+                                 **options)
 
     def log(self) -> str:
         return self.stderr.read_text(errors="replace")
 
 
-async def _first_line(stream: trio.abc.ReceiveStream) -> bytes:
+async def read_lines(stream: trio.abc.ReceiveStream, count: int) -> list[str]:
+    """The first ``count`` lines of ``stream`` (fewer when it ends first)."""
     data = b""
-    while b"\n" not in data:
+    while data.count(b"\n") < count:
         chunk = await stream.receive_some(4096)
         if not chunk:
             break
         data += chunk
-    return data.split(b"\n", 1)[0]
+    return [line.decode() for line in data.split(b"\n")[:count]]
+
+
+def page_url(line: str) -> tuple[str, str] | None:
+    """``(base URL, token)`` from ``http://127.0.0.1:PORT/?token=TOKEN``
+    (``router serve``'s first line), or None when it is not that."""
+    from urllib.parse import parse_qs, urlsplit
+
+    parts = urlsplit(line.strip())
+    token = parse_qs(parts.query).get("token")
+    if parts.scheme != "http" or parts.hostname != "127.0.0.1" or parts.path != "/" or not token:
+        return None
+    return f"http://{parts.netloc}", token[0]
 
 
 @asynccontextmanager
@@ -61,12 +91,14 @@ async def serve(tmp: Path, *args: str, name: str = "serve") -> AsyncIterator[Ser
     try:
         assert process.stdout is not None
         with trio.fail_after(60):
-            line = (await _first_line(process.stdout)).decode()
-        if "listening on " not in line:
+            lines = await read_lines(process.stdout, 2)
+        found = page_url(lines[0])
+        if found is None:
             await process.wait()
-            raise AssertionError(f"router serve did not start ({process.returncode}): {stderr.read_text()}")
-        url = line.split("listening on ", 1)[1].split()[0]
-        yield Served(process=process, url=url, stderr=stderr)
+            raise AssertionError(f"router serve did not start ({process.returncode}): {lines} {stderr.read_text()}")
+        url, token = found
+        assert len(lines) == 2 and lines[1].startswith(f"router serve: listening on {url} "), lines
+        yield Served(process=process, url=url, token=token, page=lines[0], stderr=stderr, listening=lines[1])
     finally:
         await stop(process)
 
@@ -82,12 +114,13 @@ async def stop(process: trio.Process, sig: int = signal.SIGTERM) -> int:
     return process.returncode
 
 
-async def send(url: str, *args: str) -> tuple[int, Any, str]:
-    """``router send --url URL ARGS``: exit status, stdout as JSON (or
-    None), stderr."""
+async def send(url: str, *args: str, token: str | None = None) -> tuple[int, Any, str]:
+    """``router send --url URL --json [--token TOKEN] ARGS``: exit status,
+    stdout as JSON (or None), stderr."""
+    auth = ["--token", token] if token is not None else []
     done = await trio.run_process(
-        [*ROUTER, "send", "--url", url, *args], capture_stdout=True, capture_stderr=True, check=False,
-        env=environment(), cwd=REPO,
+        [*ROUTER, "send", "--url", url, "--json", *auth, *args], capture_stdout=True, capture_stderr=True,
+        check=False, env=environment(), cwd=REPO,
     )
     out = done.stdout.decode()
     return done.returncode, json.loads(out) if out.strip() else None, done.stderr.decode()

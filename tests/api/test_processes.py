@@ -21,21 +21,21 @@ from tests.support.polling import until
 
 async def test_serve_and_send(tmp_path: Path) -> None:
     async with serve(tmp_path) as served:
-        status, answer, _ = await send(served.url, "root", "hello", "--event-id", "e1")
+        status, answer, _ = await send(served.url, "root", "hello", "--event-id", "e1", token=served.token)
         assert status == 0
         assert answer["status"] == "delivered" and answer["operationId"] == "e1" and answer["fromRecord"] is False
         assert answer["reply"] == {"operationId": "e1", "session": "root", "status": "done", "text": "echo: hello (turn 1)"}
-        status, again, _ = await send(served.url, "root", "hello", "--event-id", "e1")
+        status, again, _ = await send(served.url, "root", "hello", "--event-id", "e1", token=served.token)
         assert status == 0 and again["fromRecord"] is True and again["reply"] == answer["reply"]
-        status, no_wait, _ = await send(served.url, "root", "quick", "--no-wait")
+        status, no_wait, _ = await send(served.url, "root", "quick", "--no-wait", token=served.token)
         assert status == 0 and "reply" not in no_wait
-        status, failed, _ = await send(served.url, "root", "fail on purpose")
+        status, failed, _ = await send(served.url, "root", "fail on purpose", token=served.token)
         assert status == 1 and failed["reply"] == {
             "operationId": failed["eventId"], "session": "root", "status": "unanswered", "reason": "on purpose",
         }
-        status, refused, _ = await send(served.url, "nowhere", "hi")
+        status, refused, _ = await send(served.url, "nowhere", "hi", token=served.token)
         assert status == 1 and refused["error"] == "unknown-session"
-        status, conflict, _ = await send(served.url, "root", "other words", "--event-id", "e1")
+        status, conflict, _ = await send(served.url, "root", "other words", "--event-id", "e1", token=served.token)
         assert status == 1 and conflict["error"] == "event-id-conflict"
         process = served.process
     assert process.returncode == 0, served.log()
@@ -46,9 +46,9 @@ async def test_serve_and_send(tmp_path: Path) -> None:
     )
     # Exactly once across a restart: the record answers, the session goes on.
     async with serve(tmp_path, name="again") as served:
-        status, again, _ = await send(served.url, "root", "hello", "--event-id", "e1")
+        status, again, _ = await send(served.url, "root", "hello", "--event-id", "e1", token=served.token)
         assert status == 0 and again["fromRecord"] is True
-        status, later, _ = await send(served.url, "root", "later")
+        status, later, _ = await send(served.url, "root", "later", token=served.token)
         assert status == 0 and later["reply"]["text"].endswith("(turn 3)")  # restored: hello, quick, later
         assert await stop(served.process, signal.SIGINT) == 0
     settings = {path.name for path in (tmp_path / "settings").iterdir()}
@@ -56,13 +56,13 @@ async def test_serve_and_send(tmp_path: Path) -> None:
 
 
 async def test_send_exit_statuses(tmp_path: Path) -> None:
-    status, out, err = await send("http://127.0.0.1:1", "root", "hi")
+    status, out, err = await send("http://127.0.0.1:1", "root", "hi", token="t" * 20)
     assert status == 2 and out is None and "cannot-connect" in err
     async with serve(tmp_path) as served:
         (tmp_path / "settings" / "plugins.json").write_text(
             json.dumps({"plugins": {"harness": ["echo"], "channel": ["webui"]}, "options": {}})
         )
-        status, refused, _ = await send(served.url, "root", "hi")
+        status, refused, _ = await send(served.url, "root", "hi", token=served.token)
         assert status == 3 and refused["error"] == "channel-off" and "router plugins" in refused["message"]
 
 
@@ -96,10 +96,14 @@ async def test_mcp_tools_over_stdio(tmp_path: Path) -> None:
 
     async with Client(mcp_params(tmp_path)) as client:
         tools = await client.list_tools()
-        assert [tool.name for tool in tools.tools] == ["list_sessions", "send_message", "read_messages"]
+        assert [tool.name for tool in tools.tools] == ["list_sessions", "send_message", "read_messages", "abort",
+                                                       "web_search", "limits_report"]
         listed = await client.call_tool("list_sessions", {})
         assert not listed.is_error
-        assert json.loads(listed.content[0].text) == {"sessions": [{"id": "root", "kind": "container", "busy": False, "state": "idle"}]}
+        # Its echo root is not on the board (every router has one); no
+        # other router runs, so the board is empty ...
+        assert json.loads(listed.content[0].text) == {"sessions": []}
+        # ... and its own client still reaches it by name.
         sent = await client.call_tool("send_message", {"session": "root", "text": "over mcp", "event_id": "m1",
                                                        "wait": True})
         answer = json.loads(sent.content[0].text)
@@ -228,7 +232,11 @@ async def test_mcp_embeds_a_claude_code_session(tmp_path: Path, env: dict[str, s
         await nursery.start(sim.run)
         assert sim.stopped is None
         listed = json.loads((await client.call_tool("list_sessions", {})).content[0].text)["sessions"]
-        assert {"id": CLAUDE, "kind": "claude-code", "busy": False, "connected": True, "state": "idle"} in listed
+        [item] = listed  # its echo root is not on the board
+        assert {key: item[key] for key in ("id", "kind", "busy", "connected", "state", "harness", "cwd")} == {
+            "id": CLAUDE, "kind": "claude-code", "busy": False, "connected": True, "state": "idle",
+            "harness": "claude-code", "cwd": str(REPO)}
+        assert item["router"]["command"] == "mcp" and type(item["lastActivity"]) is int
         sent = await client.call_tool("send_message", {"session": CLAUDE, "text": "from the bus", "card": True})
         answer = json.loads(sent.content[0].text)
         assert not sent.is_error and answer["as"] == "prompt" and answer["message"] == "card"

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from router.errors import Refusal
 from router.turns.requests import SendRequest, send_request_from_body
-from tests.api.conftest import Api
+from tests.api.conftest import AUTH, TOKEN, Api
 from tests.turns.conftest import until
 
 
@@ -118,6 +118,43 @@ async def test_a_foreign_host_is_refused(api: Api) -> None:
     refusal(await api.client.get("/sessions", headers={"host": "evil.example:80"}), 421, "bad-host")
     port = api.server.port
     assert (await api.client.get("/healthz", headers={"host": f"localhost:{port}"})).status_code == 200
+
+
+@pytest.mark.parametrize("route", ["/sessions", "/sessions/root/messages", "/sessions/root/live", "/board/live",
+                                   "/nothing/here"])
+async def test_every_data_route_takes_the_token(api: Api, route: str) -> None:
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as bare:
+        missing = refusal(await bare.get(route), 401, "no-token")
+        assert "Authorization: Bearer" in missing["message"]
+        assert (await bare.get(route)).headers["www-authenticate"] == "Bearer"
+        refusal(await bare.get(route, headers={"authorization": "Bearer not-the-token"}), 401, "bad-token")
+        refusal(await bare.get(route, headers={"authorization": f"Basic {TOKEN}"}), 401, "no-token")
+        # The Host is checked first: the right token for another host's name is refused.
+        refusal(await bare.get(route, headers={**AUTH, "host": "evil.example:80"}), 421, "bad-host")
+
+
+async def test_posts_take_the_token(api: Api) -> None:
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as bare:
+        refusal(await bare.post("/sessions/root/messages", json={"text": "hi"}), 401, "no-token")
+        refusal(await bare.post("/sessions/root/abort", json={}), 401, "no-token")
+        refusal(await bare.post("/sessions", json={"id": "x"}), 401, "no-token")
+    assert [m["id"] for m in (await api.client.get("/sessions/root/messages")).json()["messages"]] == []
+    assert [s["id"] for s in (await api.client.get("/sessions")).json()["sessions"]] == ["root"]
+
+
+async def test_a_scope_that_is_not_one_is_refused(api: Api) -> None:
+    refusal(await api.client.get("/sessions", params={"scope": "everything"}), 400, "bad-query")
+    # With no board (no private socket), the router lists its own sessions either way.
+    for scope in ("router", "board"):
+        assert [s["id"] for s in (await api.client.get("/sessions", params={"scope": scope})).json()["sessions"]] == ["root"]
+
+
+async def test_the_page_and_health_need_no_token(api: Api) -> None:
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as bare:
+        assert (await bare.get("/healthz")).json() == {"ok": True}
+        page = await bare.get("/")
+        assert page.status_code == 200 and TOKEN not in page.text  # the page holds no data, nor the token
+        refusal(await bare.post("/", json={}), 401, "no-token")
 
 
 async def test_channels_refuse_when_switched_off(api: Api) -> None:
@@ -233,7 +270,10 @@ async def test_a_claude_code_session_through_the_api(api: Api, nursery: trio.Nur
     sim = ModSimulator(CLAUDE, env=env, snapshot_interval=0)
     await nursery.start(sim.run)
     sessions = (await api.client.get("/sessions")).json()["sessions"]
-    assert {"id": CLAUDE, "kind": "claude-code", "busy": False, "connected": True, "state": "idle"} in sessions
+    mine = next(entry for entry in sessions if entry["id"] == CLAUDE)
+    assert {key: mine[key] for key in ("kind", "busy", "connected", "state")} == {
+        "kind": "claude-code", "busy": False, "connected": True, "state": "idle"
+    }
     answered = await api.send(CLAUDE, {"text": "anyone?", "eventId": "c0"})
     assert answered.status_code == 200
     assert answered.json()["as"] == "prompt" and answered.json()["message"] == "person"

@@ -47,7 +47,7 @@ async def open_root(page_url: str, browser) -> Page:
 
 async def test_a_message_sent_from_the_page_is_answered_live(tmp_path: Path) -> None:
     async with serve(tmp_path) as served, chromium() as browser:
-        page = await open_root(served.url + "/", browser)
+        page = await open_root(served.page, browser)
         await type_and_send(page, "hello from the page")
         answer = await page.wait_for(f"{ANSWERS}.find(t => t.includes('echo:'))")
         await page.wait_for("document.getElementById('outcome').innerText.includes('started as a prompt')")
@@ -63,7 +63,7 @@ async def test_a_message_typed_while_the_server_is_down_is_answered_once_when_it
     port = free_port()
     async with chromium() as browser:
         async with serve(tmp_path, "--port", str(port)) as served:
-            page = await open_root(served.url + "/", browser)
+            page = await open_root(served.page, browser)
         # The server is gone: the page says so, and keeps what is typed.
         await page.wait_for("['offline', 'reconnecting', 'connecting'].includes(document.getElementById('connection').dataset.state)")
         await type_and_send(page, "typed while down")
@@ -77,7 +77,7 @@ async def test_a_message_typed_while_the_server_is_down_is_answered_once_when_it
             await page.wait_for("document.querySelector('#log .pending') === null")
             # Exactly once: the record holds one user message and one answer,
             # whatever the number of tries the page made.
-            async with httpx.AsyncClient() as client:
+            async with httpx.AsyncClient(headers=again.headers) as client:
                 transcript = (await client.get(again.url + "/sessions/root/messages")).json()["messages"]
             assert [(m["role"], m["parts"][0]["text"]) for m in transcript] == [
                 ("user", "typed while down"),
@@ -89,7 +89,7 @@ async def test_a_message_typed_while_the_server_is_down_is_answered_once_when_it
 
 async def test_the_stop_button_aborts_a_slow_turn(tmp_path: Path) -> None:
     async with serve(tmp_path) as served, chromium() as browser:
-        page = await open_root(served.url + "/", browser)
+        page = await open_root(served.page, browser)
         await type_and_send(page, "slow 60000 never finishes")
         await page.wait_for("!document.getElementById('working').hidden")
         await page.evaluate("document.getElementById('stop').click()")
@@ -97,7 +97,7 @@ async def test_the_stop_button_aborts_a_slow_turn(tmp_path: Path) -> None:
         await page.wait_for("document.getElementById('working').hidden")
         await page.screenshot(artifact("page-stopped.png"))
         assert await page.evaluate(ANSWERS) == []
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(headers=served.headers) as client:
             transcript = (await client.get(served.url + "/sessions/root/messages")).json()["messages"]
         assert [m["role"] for m in transcript] == ["user"]
         assert page.errors == []

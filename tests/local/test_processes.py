@@ -73,7 +73,7 @@ async def mcp(tmp: Path) -> AsyncIterator[trio.Process]:
 
 
 async def create(served: Served, session: str) -> None:
-    async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+    async with served.client() as client:
         created = await client.post("/sessions", json={"id": session})
         assert created.status_code == 201, created.text
 
@@ -109,32 +109,38 @@ async def test_every_router_is_one_board(tmp_path: Path, nursery: trio.Nursery) 
         board = by_router(listed)
         assert sorted(board[names[one.process.pid]]) == [("alpha", "container", "idle"), ("root", "container", "idle")]
         assert sorted(board[names[two.process.pid]]) == [("beta", "container", "idle"), ("root", "container", "idle")]
-        assert sorted(board[names[embedded.pid]]) == [(CLAUDE, "claude-code", "idle"), ("root", "container", "idle")]
+        # `router mcp` keeps its echo root off the board (every router has one).
+        assert sorted(board[names[embedded.pid]]) == [(CLAUDE, "claude-code", "idle")]
         status, table, _ = await router("sessions", raw=True)
         lines = [line.split() for line in table.splitlines()]
-        assert status == 0 and lines[0] == ["SESSION", "KIND", "STATE", "ROUTER"]
-        assert [CLAUDE, "claude-code", "idle", names[embedded.pid]] in lines and len(lines) == 1 + len(listed)
+        assert status == 0 and lines[0] == ["SESSION", "KIND", "STATE", "HARNESS", "MODEL", "ROUTER"]
+        model = next(item for item in listed if item["id"] == CLAUDE)["model"]  # as the mod (the simulator) said
+        assert [CLAUDE, "claude-code", "idle", "claude-code", model, names[embedded.pid]] in lines
+        assert ["alpha", "container", "idle", "echo", "echo", names[one.process.pid]] in lines
+        assert len(lines) == 1 + len(listed)
 
         # `router send` with no URL finds the router that holds the session.
         status, answer, err = await router("send", "alpha", "to one", "--json")
         assert status == 0, err
         assert answer["reply"]["text"] == "echo: to one (turn 1)"
-        status, answer, err = await router("send", "beta", "to two", "--event-id", "b1")
+        status, answer, err = await router("send", "beta", "to two", "--event-id", "b1", "--json")
         assert status == 0 and answer["reply"]["text"] == "echo: to two (turn 1)", err
-        status, again, _ = await router("send", "beta", "to two", "--event-id", "b1")  # a resend
+        status, again, _ = await router("send", "beta", "to two", "--event-id", "b1", "--json")  # a resend
         assert status == 0 and again["fromRecord"] is True
-        status, answer, err = await router("send", CLAUDE, "to the session", "--card")
+        status, answer, err = await router("send", CLAUDE, "to the session", "--card", "--json")
         assert status == 0 and answer["as"] == "prompt" and answer["message"] == "card", err
         assert [p.text for p in sim.prompts] == ["to the session"]
-        # Every router has a `root`: name one.
-        status, refused, _ = await router("send", "root", "which?")
+        # Every `router serve` has a `root`: name one.
+        status, refused, _ = await router("send", "root", "which?", "--json")
         assert status == 1 and refused["error"] == "ambiguous-session"
-        assert all(name in refused["message"] for name in names.values())
-        status, answer, err = await router("send", "root", "to two's root", "--router", names[two.process.pid])
+        assert all(names[pid] in refused["message"] for pid in (one.process.pid, two.process.pid))
+        assert names[embedded.pid] not in refused["message"]
+        status, answer, err = await router("send", "root", "to two's root", "--router", names[two.process.pid],
+                                           "--json")
         assert status == 0 and answer["reply"]["text"] == "echo: to two's root (turn 1)", err
-        status, refused, _ = await router("send", "nowhere", "hi")
+        status, refused, _ = await router("send", "nowhere", "hi", "--json")
         assert status == 1 and refused["error"] == "unknown-session"
-        status, resumed, _ = await router("resume", "alpha")
+        status, resumed, _ = await router("resume", "alpha", "--json")
         assert status == 0 and resumed == {"session": "alpha", "resumed": False}
 
         # SIGKILL one: its socket stays behind, dead; the board goes on and
@@ -146,7 +152,7 @@ async def test_every_router_is_one_board(tmp_path: Path, nursery: trio.Nursery) 
         assert status == 0, err
         assert {item["router"]["pid"] for item in listed} == {two.process.pid, embedded.pid}
         assert not os.path.exists(dead)
-        status, refused, _ = await router("send", "alpha", "to the dead")
+        status, refused, _ = await router("send", "alpha", "to the dead", "--json")
         assert status == 1 and refused["error"] == "unknown-session"
 
         # SIGSTOP another: it cannot answer; it is named and left out (and

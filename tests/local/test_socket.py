@@ -195,7 +195,7 @@ async def test_a_router_on_its_socket(api: Api, runtime_dir: str) -> None:  # no
         assert board.sessions() == [{
             "id": "root", "kind": "container", "busy": False, "state": "idle",
             "router": {"name": server.name, "command": "serve", "pid": os.getpid(), "socket": path,
-                       "dataDir": runtime_dir, "url": api.url},
+                       "dataDir": runtime_dir, "url": api.url, "cwd": os.getcwd()},
         }]
         found, _ = await holder(env, "root")
         assert found.name == server.name

@@ -65,7 +65,7 @@ async def start(tmp_path: Path, env: dict[str, str], tree: Path) -> AsyncIterato
                                 plugins_root=str(tree))
             job = MainJob(config, env=env)
             await nursery.start(job.run)
-            client = httpx.AsyncClient(base_url=job.url, timeout=httpx.Timeout(30.0))
+            client = httpx.AsyncClient(base_url=job.url, headers=job.headers, timeout=httpx.Timeout(30.0))
             jobs.append((job, client))
             return Running(job=job, client=client, data=tmp_path / "data", settings=tmp_path / "settings")
 

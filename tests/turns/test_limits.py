@@ -43,7 +43,7 @@ async def start(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[Callable[.
             job = MainJob(job_config(tmp_path, **options), env=env)
             await nursery.start(job.run)
             jobs.append(job)
-            client = httpx.AsyncClient(base_url=job.url, timeout=httpx.Timeout(30.0))
+            client = httpx.AsyncClient(base_url=job.url, headers=job.headers, timeout=httpx.Timeout(30.0))
             clients.append(client)
             return Running(job=job, client=client, data=tmp_path / "data", settings=tmp_path / "settings")
 
@@ -66,7 +66,7 @@ async def resume_command(running: Running, session: str, capsys: pytest.CaptureF
     thread, since it blocks while this loop serves the API)."""
     parser = argparse.ArgumentParser()
     configure_resume(parser)
-    args = parser.parse_args([session, "--url", running.job.url])
+    args = parser.parse_args([session, "--url", running.job.url, "--token", running.job.token, "--json"])
     capsys.readouterr()
     status = await trio.to_thread.run_sync(run_resume, args)
     return status, json.loads(capsys.readouterr().out)
@@ -114,7 +114,7 @@ async def test_a_limit_stops_the_session_after_the_turn_that_reaches_it(
         snapshot = await live_items(live, lambda item: True).__anext__()
     assert snapshot["stopped"]["reason"] == REASON
     # ``router send`` (a real process) and the MCP tool report it too.
-    status, printed, _ = await router_send(running.job.url, "root", "five", "--event-id", "e5")
+    status, printed, _ = await router_send(running.job.url, "root", "five", "--event-id", "e5", token=running.job.token)
     assert status == 1 and printed["error"] == "session-stopped" and REASON in printed["message"]
     with pytest.raises(ToolRefused) as refusal:
         await call_tool(running.router, "send_message", {"session": "root", "text": "six", "event_id": "e6"})
@@ -201,7 +201,7 @@ async def test_what_is_queued_behind_the_turn_that_stops_is_aborted(
 def test_resume_with_no_router_to_reach_is_a_connection_error(capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
     configure_resume(parser)
-    status = run_resume(parser.parse_args(["root", "--url", "http://127.0.0.1:1", "--timeout", "5"]))
+    status = run_resume(parser.parse_args(["root", "--url", "http://127.0.0.1:1", "--token", "t" * 20, "--timeout", "5"]))
     out, err = capsys.readouterr()
     assert status == 2 and out == ""
     assert err.startswith("router resume: cannot-connect: http://127.0.0.1:1: ")

@@ -52,7 +52,7 @@ async def claude_job(tmp_path: Path, claude_env: dict[str, str]) -> AsyncIterato
     job = MainJob(job_config(tmp_path, claude_sessions=(SESSION,)), env=claude_env)
     async with trio.open_nursery() as nursery:
         await nursery.start(job.run)
-        async with httpx.AsyncClient(base_url=job.url, timeout=httpx.Timeout(30.0)) as client:
+        async with httpx.AsyncClient(base_url=job.url, headers=job.headers, timeout=httpx.Timeout(30.0)) as client:
             try:
                 yield Running(job=job, client=client, data=tmp_path / "data", settings=tmp_path / "settings")
             finally:

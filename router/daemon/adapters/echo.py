@@ -11,6 +11,15 @@ so a resumed session visibly remembers its history:
   (``failed`` when there is none);
 - anything else is echoed with the turn number: ``echo: hi (turn 3)``; texts
   steered into the turn are appended as `` + <text>``.
+
+With ``report_usage`` (``router serve``'s in-process daemon: :data:`counting`)
+each answered turn also emits a ``usage`` event after its message, with
+token counts taken from its text: ``inputTokens`` the whitespace-separated
+words of the turn's input (steered texts included), ``outputTokens`` those
+of the answer. The host records it as it records a model's, so a token
+limit can be tried on the main job with no model. The reference's echo
+reports none, so :data:`adapter` (``router daemon --adapter echo``, the one
+the parity tests hold to the reference) does not either.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import trio
 from router.daemon.adapter import AdapterContext, AdapterTurn
 from wire.container import AdapterInfo, ContainerInput, ContainerOutcome, Done, Unanswered, input_text
 
-__all__ = ["EchoAdapter", "EchoSession", "adapter", "emit_answer"]
+__all__ = ["EchoAdapter", "EchoSession", "adapter", "counting", "emit_answer", "usage_of"]
 
 # The reference's /^slow (\d+) ?(.*)$/s and /^fail ?(.*)$/s: ASCII digits (JS
 # \d), "." matching newlines (the s flag), anchored at both ends (fullmatch;
@@ -60,10 +69,17 @@ def emit_answer(context: AdapterContext, operation_id: str, answer: str) -> None
     })
 
 
+def usage_of(texts: list[str], answer: str) -> dict[str, object]:
+    """The ``usage`` event of an echo turn: words in ``texts``, words in ``answer``."""
+    return {"type": "usage", "inputTokens": sum(len(text.split()) for text in texts),
+            "outputTokens": len(answer.split())}
+
+
 class EchoSession:
     """One open echo session."""
 
-    def __init__(self, context: AdapterContext) -> None:
+    def __init__(self, context: AdapterContext, *, report_usage: bool = False) -> None:
+        self._report_usage = report_usage
         self._context = context
         self._turns = len(context.restore)
         self._steered: list[str] = []
@@ -78,10 +94,13 @@ class EchoSession:
             return Unanswered(reason=failure[1] or "failed")
         self._turns += 1
         body = slow[2] if slow else text
+        texts = [text, *self._steered]
         steered = "".join(f" + {each}" for each in self._steered)
         self._steered.clear()
         answer = f"echo: {body}{steered} (turn {self._turns})"
         emit_answer(self._context, turn.operation_id, answer)
+        if self._report_usage:
+            self._context.emit(usage_of(texts, answer))
         self._context.persist([{"turn": self._turns, "text": body}])
         return Done(text=answer)
 
@@ -99,9 +118,14 @@ class EchoAdapter:
     # the capability ignores it.
     info: Final = AdapterInfo(id="echo", version="1", capabilities=("steer", "rerun"))
 
+    def __init__(self, *, report_usage: bool = False) -> None:
+        self.report_usage = report_usage
+
     async def open(self, context: AdapterContext) -> EchoSession:
-        return EchoSession(context)
+        return EchoSession(context, report_usage=self.report_usage)
 
 
-#: What ``router daemon --adapter echo`` runs.
+#: What ``router daemon --adapter echo`` runs: the reference's echo.
 adapter: Final = EchoAdapter()
+#: The echo that reports usage: ``router serve``'s in-process daemon.
+counting: Final = EchoAdapter(report_usage=True)

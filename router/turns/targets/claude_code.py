@@ -197,6 +197,7 @@ class ClaudeCodeTarget:
             "busy": state.turn_running,
             "connected": state.hello_session_id is not None,
             "state": claude_code_state(link=state, stopped=False, closed=False),
+            **({"model": state.model} if state.model else {}),
         }
 
     async def messages(self) -> list[Any]:

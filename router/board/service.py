@@ -1,0 +1,299 @@
+"""One router's view of the board: its own sessions and every other local
+router's, and the way to the router that holds a session.
+
+:class:`LocalBoard` is what ``GET /sessions``, ``GET /board/live``, the
+MCP ``list_sessions`` tool and the forwarding of a send, an abort, a
+resume, a read or a live view stand on:
+
+- **Listing.** This router's sessions (``TurnRouter.list``), each described
+  (:func:`describe`: ``harness``, ``model``, ``cwd`` where known,
+  ``lastActivity``) and named with this router (``router``: its
+  ``GET /router`` answer), then every other router's, surveyed over their
+  private sockets (:func:`router.board.client.survey`, this router's own
+  socket left out), each asked for its own sessions only (``GET
+  /sessions?scope=router``), so no survey ever recurses.
+- **Hidden sessions.** ``router mcp`` hides its in-process echo ``root``
+  from the board (``hidden``): every router has one, and a Claude Code
+  session's embedded router is on the board for its Claude Code session.
+  Its own MCP client still reaches it (see :meth:`LocalBoard.holder`).
+- **Where a session is served** (:meth:`LocalBoard.holder`): here when this
+  router lists it; else at the one other router that lists it; else here
+  (a hidden session, or none at all: this router's own refusal answers).
+  Several other routers listing it is ``ambiguous-session``: name one (the
+  API's ``?router=NAME``, the tools' ``router``). A forwarded request
+  carries :data:`FORWARDED_HEADER`, and is served where it arrives, never
+  forwarded again.
+- **Forwarding** (:meth:`LocalBoard.forward`, :meth:`LocalBoard.forward_stream`
+  for a live view): the request's path, body and channel header (and
+  ``Last-Event-ID``) sent over the holder's socket, and its answer handed
+  back as it is, a live view as it streams. Exactly once by event id still holds: the body keeps its
+  ``eventId``, and the holder's record answers a resend.
+
+Error handling: a survey that cannot be made (``unsafe-directory``) leaves
+the others out and says so in ``skipped``; a holder that cannot be reached
+is ``holder-unreachable``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, AsyncIterator, Callable, Final, Mapping
+
+import attrs
+
+from router.board.changes import board_changes, by_key
+from router.board.client import ANSWER_TIMEOUT, BASE_URL, Board, Reached, Skipped, holder, survey
+from router.errors import Refusal
+
+__all__ = ["Activity", "BOARD_INTERVAL", "FORWARDED_HEADER", "Facts", "Listing", "LocalBoard", "describe", "process_cwd"]
+
+#: The header a forwarded request carries (ours): serve it here.
+FORWARDED_HEADER: Final = "x-router-forwarded"
+#: Seconds between two surveys of the board's live stream (ours: a session
+#: created anywhere shows within a second or two; a survey is one small
+#: request per router).
+BOARD_INTERVAL: Final = 1.0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Activity:
+    """When each Claude Code session's listing last changed, as this router
+    saw it (sans-IO). The mod link keeps no clock; its session's listing
+    (state, busy, connected) is what changes when it does something."""
+
+    def __init__(self, clock: Callable[[], int] = _now_ms) -> None:
+        self._clock = clock
+        self._seen: dict[str, tuple[Any, int]] = {}
+
+    def stamp(self, session: str, facts: Any) -> int:
+        """The time ``session``'s ``facts`` last changed (now, the first
+        time they are seen)."""
+        seen = self._seen.get(session)
+        if seen is None or seen[0] != facts:
+            seen = (facts, self._clock())
+            self._seen[session] = seen
+        return seen[1]
+
+
+@attrs.frozen(kw_only=True)
+class Facts:
+    """What :func:`describe` knows of a router's sessions besides its
+    listing, handed in by the main job that owns them (so the board reads
+    no router internals)."""
+
+    #: The host's store (``router.host.Store``); None: no container sessions.
+    store: Any = None
+    #: The deliveries' record (``router.turns.DeliveryLog``): launch records.
+    deliveries: Any = None
+    #: The harness the router's container sessions run on when no launch says.
+    harness: str = "echo"
+    #: Where a Claude Code session runs: the embedded router's working directory.
+    cwd: str | None = None
+
+
+async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activity) -> list[dict[str, Any]]:
+    """``entries`` (``TurnRouter.list``) with what is known besides:
+    ``harness`` (a container session's: the one its launch routed to, else
+    the router's; ``claude-code``), ``model`` (the session's settings',
+    else its launch's; a Claude Code session's as its mod said), ``cwd`` (a
+    Claude Code session's: the embedded router's working directory, where
+    Claude Code starts it) and ``lastActivity`` (ms since the epoch: a
+    container session's record's last change, a Claude Code session's last
+    change seen here)."""
+    records: dict[str, Any] = {}
+    if facts.store is not None:
+        records = {record.id: record for record in await facts.store.call(facts.store.sessions)}
+    out = []
+    for entry in entries:
+        if entry.get("kind") == "container":
+            item = await _container(entry, records.get(entry["id"]), facts)
+        else:
+            item = {**entry, "harness": "claude-code"}  # its ``model`` is in the entry, as its mod said
+            if facts.cwd is not None:
+                item["cwd"] = facts.cwd
+            item["lastActivity"] = activity.stamp(entry["id"], tuple(sorted(map(repr, entry.items()))))
+        out.append(item)
+    return out
+
+
+async def _container(entry: dict[str, Any], record: Any, facts: Facts) -> dict[str, Any]:
+    launch = None
+    if facts.deliveries is not None:
+        launch = await facts.deliveries.call(facts.deliveries.launch_of, entry["id"])
+    item = {**entry, "harness": launch.harness if launch is not None else facts.harness}
+    model = record.settings.get("model") if record is not None else None
+    model = model or (launch.model if launch is not None else None)
+    if type(model) is str and model:
+        item["model"] = model
+    if record is not None:
+        item["lastActivity"] = record.updated_at
+    return item
+
+
+@attrs.define
+class Listing:
+    """The board as one router sees it: every session, and the routers left
+    out (each a :class:`~router.board.client.Skipped`)."""
+
+    sessions: list[dict[str, Any]]
+    skipped: list[Skipped]
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"sessions": self.sessions}
+        if self.skipped:
+            out["skipped"] = [{"router": each.name, "socket": each.socket, **each.refusal.to_json()}
+                              for each in self.skipped]
+        return out
+
+
+class LocalBoard:
+    """This router's view of the board (see the module docstring).
+    ``info`` (this router's ``GET /router`` answer) and ``socket`` are set
+    once its private socket is bound; until then its sessions carry no
+    ``router``."""
+
+    def __init__(self, router: Any, *, env: Mapping[str, str], facts: Facts | None = None,
+                 hidden: frozenset[str] = frozenset(), timeout: float = ANSWER_TIMEOUT) -> None:
+        self.router = router
+        self.env = env
+        self.facts = facts or Facts()
+        self.hidden = hidden
+        self.timeout = timeout
+        self.info: dict[str, Any] | None = None
+        self.socket: str | None = None
+        self.activity = Activity()
+
+    def __repr__(self) -> str:
+        return f"<LocalBoard {self.info['name'] if self.info else 'unnamed'} hidden={sorted(self.hidden)}>"
+
+    @property
+    def name(self) -> str | None:
+        return None if self.info is None else str(self.info.get("name"))
+
+    async def own(self) -> list[dict[str, Any]]:
+        """This router's listed sessions, described, each with ``router``."""
+        entries = [entry for entry in await self.router.list() if entry.get("id") not in self.hidden]
+        described = await describe(entries, self.facts, self.activity)
+        if self.info is None:
+            return described
+        return [{**item, "router": self.info} for item in described]
+
+    async def others(self) -> Board:
+        """Every other router's sessions; a directory that is not private
+        is one skipped entry, not an error."""
+        try:
+            return await survey(self.env, timeout=self.timeout, exclude=self.socket)
+        except Refusal as refused:
+            directory = str(refused.data.get("path", ""))
+            return Board(directory=directory, skipped=[Skipped(directory, refused)])
+
+    async def listing(self) -> Listing:
+        """The whole board: this router's sessions, then the others'."""
+        board = await self.others()
+        return Listing(sessions=await self.own() + board.sessions(), skipped=board.skipped)
+
+    async def holder(self, session: str, *, named: str | None = None) -> Reached | None:
+        """The router to forward ``session``'s request to, or None to serve
+        it here (see the module docstring). Raises a
+        :class:`~router.errors.Refusal`: ``ambiguous-session``, and for a
+        named router ``unknown-router`` and what a survey skips it for."""
+        if named is not None:
+            if named == self.name:
+                return None
+            found, _ = await holder(self.env, session, router=named, timeout=self.timeout)
+            return found
+        listed = {entry.get("id") for entry in await self.router.list() if entry.get("id") not in self.hidden}
+        if session in listed:
+            return None
+        found_here = (await self.others()).holders(session)
+        if len(found_here) > 1:
+            names = ", ".join(each.name for each in found_here)
+            raise Refusal("ambiguous-session", f"{len(found_here)} routers hold a session {session!r} ({names}); "
+                          "name the one you mean (?router=NAME)", session=session,
+                          routers=[each.name for each in found_here])
+        return found_here[0] if found_here else None
+
+    async def forward(self, reached: Reached, method: str, path: str, body: bytes,
+                      headers: Mapping[str, str]) -> tuple[int, bytes]:
+        """``method path`` with ``body`` at the router ``reached``, over its
+        socket: its status and body. Raises a
+        :class:`~router.errors.Refusal` (``holder-unreachable``) when it
+        cannot be reached or hangs up."""
+        import httpx
+
+        try:
+            async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=reached.socket), base_url=BASE_URL,
+                                         timeout=httpx.Timeout(None, connect=self.timeout)) as client:
+                response = await client.request(method, path, content=body,
+                                                headers={**headers, FORWARDED_HEADER: "1"})
+                return response.status_code, response.content
+        except httpx.HTTPError as exc:
+            raise Refusal("holder-unreachable", f"router {reached.name}, which holds the session, could not be "
+                          f"reached ({exc or type(exc).__name__}); if you sent a message, resend it with the same "
+                          "eventId", router=reached.name) from None
+
+    async def forward_stream(self, reached: Reached, path: str,
+                             headers: Mapping[str, str]) -> tuple[int, str, AsyncIterator[bytes]]:
+        """``GET path`` at the router ``reached``, streamed (a live view):
+        its status, its content type, and its body as it comes. The body
+        ends when the holder ends it or goes away; closing it (the client
+        hung up) closes the connection to the holder. Raises
+        ``holder-unreachable`` as :meth:`forward` does."""
+        import httpx
+
+        client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=reached.socket), base_url=BASE_URL,
+                                   timeout=httpx.Timeout(None, connect=self.timeout))
+        try:
+            response = await client.send(client.build_request("GET", path, headers={**headers, FORWARDED_HEADER: "1"}),
+                                         stream=True)
+        except BaseException as exc:
+            await client.aclose()
+            if isinstance(exc, httpx.HTTPError):
+                raise Refusal("holder-unreachable", f"router {reached.name}, which holds the session, could not be "
+                              f"reached ({exc or type(exc).__name__})", router=reached.name) from None
+            raise
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in response.aiter_raw():
+                    yield chunk
+            except httpx.HTTPError:
+                return  # the holder went away: the stream ends, as it would at the holder's stop
+            finally:
+                await response.aclose()
+                await client.aclose()
+
+        return response.status_code, response.headers.get("content-type", "application/json"), body()
+
+    async def watch(self, interval: float = BOARD_INTERVAL) -> AsyncIterator[dict[str, Any]]:
+        """The board's live events: ``snapshot`` (the whole listing), then
+        the changes (:func:`router.board.changes.board_changes`) of each
+        survey, ``interval`` seconds apart."""
+        import trio
+
+        listing = await self.listing()
+        yield {"type": "snapshot", **listing.to_json()}
+        before = by_key(listing.sessions)
+        skipped = {each.name for each in listing.skipped}
+        while True:
+            await trio.sleep(interval)
+            listing = await self.listing()
+            after = by_key(listing.sessions)
+            for event in board_changes(before, after):
+                yield event
+            now_skipped = {each.name for each in listing.skipped}
+            if now_skipped != skipped:
+                yield {"type": "routers-skipped", "skipped": listing.to_json().get("skipped", [])}
+            before, skipped = after, now_skipped
+
+
+def process_cwd() -> str | None:
+    """This process's working directory, or None when it is gone."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
