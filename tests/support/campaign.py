@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -364,7 +365,7 @@ async def phase_serve_kill(target: int, seed: int, work: Path) -> FaultRow:
 
     row = FaultRow("router serve: SIGKILL")
     rng = rng_for(seed, row.phase)
-    texts = ["s {n}", "slow 80 s {n}", "slow 300 s {n}"]
+    texts = ["s {n}", "slow 80 s {n}", "slow 300 s {n}", "slow 600 s {n}"]
     expected: dict[str, str] = {}
     answers: dict[str, dict] = {}
     number = 0
@@ -395,11 +396,19 @@ async def phase_serve_kill(target: int, seed: int, work: Path) -> FaultRow:
             async with _api_client(served.url) as client:
                 for _ in range(rng.randint(2, 5)):
                     number += 1
-                    expected[f"e-{number}"] = rng.choice(texts).format(n=number)
+                    text = rng.choice(texts)
+                    expected[f"e-{number}"] = (texts[-1] if rounds % 2 else text).format(n=number)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(deliver_all, client)
                     if row.faults < target:
-                        await trio.sleep(rng.uniform(0.0, 0.8))
+                        if rounds % 2:
+                            # Aimed: mid-turn, once the running delivery's
+                            # user message is in the transcript and its
+                            # answer is not (the cut turn issue 12 names).
+                            with trio.move_on_after(HANG):
+                                await _turn_running(client, expected, answers)
+                        else:
+                            await trio.sleep(rng.uniform(0.0, 0.8))
                         if served.process.returncode is None:
                             served.process.kill()
                             row.faults += 1
@@ -422,6 +431,19 @@ async def phase_serve_kill(target: int, seed: int, work: Path) -> FaultRow:
     with Store(work / "data" / "host.sqlite", exclusive=False) as store:
         judge(row, store, "root", expected)
     return row
+
+
+async def _turn_running(client: Any, expected: dict[str, str], answers: dict[str, dict]) -> None:
+    """Return once a delivery's turn is running: its user message is in the
+    transcript and its assistant message is not."""
+    while True:
+        try:
+            ids = {m["id"] for m in (await client.get("/sessions/root/messages")).json()["messages"]}
+        except Exception:  # noqa: BLE001 - not up yet, or going down: ask again
+            ids = set()
+        if any(f"{e}:user" in ids and f"{e}:assistant" not in ids for e in expected if e not in answers):
+            return
+        await trio.sleep(0.005)
 
 
 @asynccontextmanager
@@ -447,7 +469,7 @@ def docker_phase() -> FaultRow | str:
         return "skipped: no Docker engine (no docker command)"
     done = subprocess.run([docker, "info"], capture_output=True, timeout=30)
     if done.returncode != 0:
-        return "skipped: no Docker engine (docker info fails)"
+        return "skipped: no Docker engine (`docker info` fails)"
     return "skipped: a Docker engine runs, but the container phase is not built yet"
 
 
@@ -610,6 +632,11 @@ def http_request(rng: Random, hostile: Hostile, paths: list[bytes], headers: lis
     random bytes."""
     if rng.random() < 0.08:
         return rng.randbytes(rng.choice([1, 16, 300, 5000]))
+    if rng.random() < 0.03:
+        # Issue 12's reproduction: a complete head the app answers at once,
+        # a body shorter than its length, then the close.
+        return b"\r\n".join([b"GET " + rng.choice(paths) + b" HTTP/1.1", *headers, b"Content-Length: 2",
+                              b"Connection: close", b"", b"x"])
     method = rng.choice(_METHODS[:2] * 4 + _METHODS)
     path = rng.choice(paths + [b"/", b"/%00", b"/" + b"a" * 5000, b"*", b"/sessions/%ff/messages"])
     body = as_bytes(hostile.next()[1]) if rng.random() < 0.9 else b"x" * rng.choice([1 << 20, 9 << 20])
@@ -717,6 +744,9 @@ async def storm_modlink(count: int, seed: int, work: Path) -> InputRow:
                      lambda: current[-1].process.returncode is None
                      and os.path.exists(current[-1].first), restart)
         await _good_modlink(row, current[-1] if not restarts else None, socket_path, good, hello)
+        if current[-1].process.returncode is not None:
+            row.crashes += 1
+            row.note("the process exited as the storm ended")
         nursery.cancel_scope.cancel()
     row.tracebacks = Path(stderr).read_text(errors="replace").count("Traceback (most recent call last)")
     shutil.rmtree(runtime, ignore_errors=True)
@@ -773,7 +803,10 @@ async def storm_daemon(count: int, seed: int, work: Path, kind: Kind = "ours") -
                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", b"Sec-WebSocket-Version: 13",
                b"x-cf-harness-token: storm-token"]
     async with logged(daemon_command(kind), stderr, environment_) as running:
-        port = int(running.first.split()[-1].rsplit(":", 1)[-1])
+        # Both daemons' first line names the port ("listening <port>", "…:<port>").
+        found = re.search(r"(?:listening |:)(\d+)\b", running.first)
+        assert found is not None, running.first
+        port = int(found.group(1))
         daemon = Daemon(kind, running.process, port, "storm-token", "storm")
         async with connect(daemon, "good") as h:
             await h.hello()
@@ -879,30 +912,43 @@ async def storm_serve(count: int, seed: int, work: Path) -> InputRow:
     hostile = Hostile(api_corpus(), f"{seed}:{row.target}")
     paths = [b"/healthz", b"/", b"/sessions", b"/sessions/root/messages", b"/sessions/storm/messages",
              b"/sessions/root/abort", b"/sessions/root/resume", b"/sessions/nowhere/messages"]
-    restarts = 0
-    async with serve(work, name="storm-serve") as served:
-        netloc = urlsplit(served.url).netloc
-        host, port = netloc.rsplit(":", 1)
-        headers = [b"Host: " + netloc.encode()]
-        async with _api_client(served.url) as client:
-            first = await client.post("/sessions/root/messages", json={"text": "before the storm", "eventId": "good-1",
-                                                                       "wait": True})
-            before = first.json()
-            dead = []
+    current: list[Any] = []
+    async with trio.open_nursery() as nursery:
 
-            async def restart() -> None:
-                dead.append(1)
+        async def start(task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+            async with serve(work, name=f"storm-serve-{len(current)}") as served:
+                task_status.started(served)
+                await trio.sleep_forever()
 
-            await _storm(row, count, lambda: http_request(rng, hostile, paths, headers),
-                         lambda: trio.open_tcp_stream(host, int(port)),
-                         lambda: served.process.returncode is None and not dead, restart)
-            restarts = len(dead)
-            if restarts or served.process.returncode is not None:
+        async def restart() -> None:
+            current.append(await nursery.start(start))
+
+        await restart()
+        first_url = current[0].url
+
+        def address() -> tuple[str, int]:
+            host, port = urlsplit(current[-1].url).netloc.rsplit(":", 1)
+            return host, int(port)
+
+        def make() -> bytes:
+            netloc = urlsplit(current[-1].url).netloc
+            return http_request(rng, hostile, paths, [b"Host: " + netloc.encode()])
+
+        async with _api_client(first_url) as client:
+            before = (await client.post("/sessions/root/messages", json={
+                "text": "before the storm", "eventId": "good-1", "wait": True})).json()
+            await _storm(row, count, make, lambda: trio.open_tcp_stream(*address()),
+                         lambda: current[-1].process.returncode is None, restart)
+            if len(current) > 1:
                 row.good_client_failures += 1  # type: ignore[operator]
-                row.note("router serve exited under the storm")
+                row.note("router serve exited under the storm: the good client's server is gone")
             else:
                 await _good_serve(row, client, before)
-        row.tracebacks = served.log().count("Traceback (most recent call last)")
+            if current[-1].process.returncode is not None:
+                row.crashes += 1
+                row.note("router serve exited as the storm ended")
+        row.tracebacks = sum(served.log().count("Traceback (most recent call last)") for served in current)
+        nursery.cancel_scope.cancel()
     return row
 
 
