@@ -16,6 +16,7 @@ inputs and the same fault plan. The phases and the checks are in
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -87,6 +88,10 @@ async def main(args: argparse.Namespace) -> None:
         print("\nWhat the non-zero figures are (first of each):")
         print("\n".join(found))
     print(f"\nwall time {time.monotonic() - started:.0f} s")
+    if args.keep:
+        print(f"the processes' logs and stores are in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
@@ -97,6 +102,7 @@ if __name__ == "__main__":
     parser.add_argument("--short", action="store_true", help="the test suite's size")
     parser.add_argument("--no-faults", action="store_true", help="the hostile-input half only")
     parser.add_argument("--no-inputs", action="store_true", help="the fault half only")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, stores)")
     arguments = parser.parse_args()
     if arguments.faults is None:
         arguments.faults = SHORT_FAULTS if arguments.short else FULL_FAULTS

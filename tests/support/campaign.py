@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import re
 import shutil
@@ -59,6 +60,13 @@ FAST = dict(reconnect_base=0.02, reconnect_cap=0.25)
 #: A phase's own bound: a phase that has not settled everything by then
 #: reports what is still open as lost instead of hanging the campaign.
 PHASE_DEADLINE = 120.0
+#: The host-frames storm gets this fraction of an endpoint's inputs: each
+#: is a host, a store and a daemon of its own, and each stall costs the
+#: full :data:`HANG`.
+FRAME_SHARE = 50
+#: Every this many inputs of the host-frames storm is issue 12's own
+#: poisoned frame (the rest are generated).
+PINNED_EVERY = 10
 
 
 @attrs.define
@@ -536,7 +544,10 @@ def fuzz_parser(name: str, parse: Callable[[bytes | str], None], corpus: list[An
 def run_parsers(count: int, seed: int, report: Callable[[InputRow], None] = print) -> list[InputRow]:
     rows = []
     for name, (parse, corpus) in parsers().items():
-        row = fuzz_parser(name, parse, corpus, count, seed)
+        try:
+            row = fuzz_parser(name, parse, corpus, count, seed)
+        finally:
+            getattr(parse, "close", lambda: None)()
         rows.append(row)
         report(row)
     return rows
@@ -632,7 +643,7 @@ def http_request(rng: Random, hostile: Hostile, paths: list[bytes], headers: lis
     random bytes."""
     if rng.random() < 0.08:
         return rng.randbytes(rng.choice([1, 16, 300, 5000]))
-    if rng.random() < 0.03:
+    if rng.random() < 0.015:
         # Issue 12's reproduction: a complete head the app answers at once,
         # a body shorter than its length, then the close.
         return b"\r\n".join([b"GET " + rng.choice(paths) + b" HTTP/1.1", *headers, b"Content-Length: 2",
@@ -668,10 +679,12 @@ def http_request(rng: Random, hostile: Hostile, paths: list[bytes], headers: lis
 
 
 async def _storm(row: InputRow, count: int, make: Callable[[], bytes], connect: Callable[[], Any],
-                 alive: Callable[[], bool], restart: Callable[[], Any], workers: int = 6) -> None:
+                 process: Callable[[], trio.Process], restart: Callable[[], Any], workers: int = 6) -> None:
     """``count`` inputs from ``make``, ``workers`` connections at a time.
-    A process that exits is a crash: counted, then started again, so the
-    storm goes on (the good client's check will then fail)."""
+    A crash is a process that exited, or one whose listener is gone (a
+    connection refused: it is then given :data:`HANG` to exit, and killed);
+    it is counted, and the process started again, so the storm goes on
+    (the good client's check will then fail)."""
     lock = trio.Lock()
     sent = 0
 
@@ -680,15 +693,25 @@ async def _storm(row: InputRow, count: int, make: Callable[[], bytes], connect: 
         while sent < count:
             sent += 1
             data = make()
+            target = process()
             answer = await _exchange(connect, data)
             row.inputs += 1
             if answer == "hang":
                 row.hangs += 1
                 row.note(f"no answer within {HANG:g} s to {data[:60]!r}")
             async with lock:
-                if not alive():
+                if target is not process():
+                    continue  # another worker saw it go and started a new one
+                if target.returncode is None and answer == "refused":
+                    with trio.move_on_after(HANG):
+                        await target.wait()
+                if target.returncode is not None or answer == "refused":
                     row.crashes += 1
-                    row.note(f"the process exited after {data[:80]!r}")
+                    how = "exited" if target.returncode is not None else "stopped listening"
+                    row.note(f"the process {how} after {data[:80]!r}")
+                    if target.returncode is None:
+                        target.kill()
+                        await target.wait()
                     await restart()
 
     async with trio.open_nursery() as nursery:
@@ -741,16 +764,25 @@ async def storm_modlink(count: int, seed: int, work: Path) -> InputRow:
             return http_request(rng, hostile, paths, headers)
 
         await _storm(row, count, make, lambda: trio.open_unix_socket(current[-1].first),
-                     lambda: current[-1].process.returncode is None
-                     and os.path.exists(current[-1].first), restart)
+                     lambda: current[-1].process, restart)
         await _good_modlink(row, current[-1] if not restarts else None, socket_path, good, hello)
-        if current[-1].process.returncode is not None:
-            row.crashes += 1
-            row.note("the process exited as the storm ended")
+        await _went_down_at_the_end(row, current[-1].process, row.good_client_failures)
         nursery.cancel_scope.cancel()
     row.tracebacks = Path(stderr).read_text(errors="replace").count("Traceback (most recent call last)")
     shutil.rmtree(runtime, ignore_errors=True)
     return row
+
+
+async def _went_down_at_the_end(row: InputRow, process: trio.Process, failures: int | None) -> None:
+    """A process hit by the storm's last inputs may still be going down
+    when the good client fails: give it :data:`HANG` to exit, and count
+    the crash the storm could not see."""
+    if failures and process.returncode is None:
+        with trio.move_on_after(HANG):
+            await process.wait()
+    if process.returncode is not None:
+        row.crashes += 1
+        row.note(f"the process exited ({process.returncode}) as the storm ended")
 
 
 async def _good_modlink(row: InputRow, running: Logged | None, socket_path: str, good: dict, hello: dict) -> None:
@@ -790,6 +822,8 @@ async def storm_daemon(count: int, seed: int, work: Path, kind: Kind = "ours") -
     after a binary frame or bad UTF-8 is the WebSocket rules' close. The
     good client ran a turn before the storm; afterwards its session still
     has it (the hello reports it settled, the next turn counts from it)."""
+    import wsproto.events as wse
+
     from tests.daemon.hosts import RawSocket, connect, masked_frame_bytes
     from tests.support.hostile import container_host_corpus
 
@@ -861,10 +895,12 @@ async def storm_daemon(count: int, seed: int, work: Path, kind: Kind = "ours") -
                     row.note(f"{kind_}: no caught-up within {HANG:g} s after {payload[:60]!r}")
                     await drop()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError):
+                closes = [e for e in raw.events if isinstance(e, wse.CloseConnection)]
+                code = closes[-1].code if closes else None
                 await drop()
-                if opcode == 0x1 and utf8:
+                if opcode == 0x1 and utf8 and code != 1009:
                     row.crashes += 1
-                    row.note(f"{kind_}: the connection was dropped after {payload[:60]!r}")
+                    row.note(f"{kind_}: the connection was dropped (close code {code}) after {payload[:60]!r}")
         if running.process.returncode is not None:
             row.crashes += 1
             row.note(f"the daemon exited ({running.process.returncode})")
@@ -938,15 +974,13 @@ async def storm_serve(count: int, seed: int, work: Path) -> InputRow:
             before = (await client.post("/sessions/root/messages", json={
                 "text": "before the storm", "eventId": "good-1", "wait": True})).json()
             await _storm(row, count, make, lambda: trio.open_tcp_stream(*address()),
-                         lambda: current[-1].process.returncode is None, restart)
+                         lambda: current[-1].process, restart)
             if len(current) > 1:
                 row.good_client_failures += 1  # type: ignore[operator]
                 row.note("router serve exited under the storm: the good client's server is gone")
             else:
                 await _good_serve(row, client, before)
-            if current[-1].process.returncode is not None:
-                row.crashes += 1
-                row.note("router serve exited as the storm ended")
+            await _went_down_at_the_end(row, current[-1].process, row.good_client_failures)
         row.tracebacks = sum(served.log().count("Traceback (most recent call last)") for served in current)
         nursery.cancel_scope.cancel()
     return row
@@ -976,10 +1010,151 @@ async def _good_serve(row: InputRow, client: Any, before: dict) -> None:
 async def run_inputs(parser_count: int, endpoint_count: int, seed: int, work: Path,
                      report: Callable[[InputRow], None] = print) -> list[InputRow]:
     rows = run_parsers(parser_count, seed, report)
-    for storm in (storm_daemon, storm_modlink, storm_serve):
+    storms = [(storm_daemon, endpoint_count), (storm_modlink, endpoint_count), (storm_serve, endpoint_count)]
+    frames: list[InputRow] = []
+
+    async def storm_in(storm: Callable[..., Any], count: int, into: list[InputRow]) -> None:
         directory = work / storm.__name__
         directory.mkdir(parents=True, exist_ok=True)
-        row = await storm(endpoint_count, seed, directory)
-        rows.append(row)
+        row = await storm(count, seed, directory)
+        into.append(row)
         report(row)
-    return rows
+
+    async with trio.open_nursery() as nursery:
+        # The host-frames storm mostly waits (a stall is a full HANG): it
+        # runs beside the others, which storm processes of their own.
+        nursery.start_soon(storm_in, storm_host_frames, max(4, endpoint_count // FRAME_SHARE), frames)
+        for storm, count in storms:
+            await storm_in(storm, count, rows)
+    return rows + frames
+
+
+# =========================================================================== hostile input: a daemon's frames
+
+
+class _Counting(logging.Handler):
+    """Counts the host's ERROR records and those carrying a traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.errors = 0
+        self.tracebacks = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.errors += 1
+        self.tracebacks += record.exc_info is not None
+
+
+class _KeepingDaemon:
+    """A daemon (tests/host/fake_daemon.py's, scripted) that behaves as a
+    real one towards a host, except that the first frame it keeps is
+    ``poison`` (any text): it is sent at ``seq`` 1 on every replay until the
+    host acknowledges it, as a real daemon would keep a frame the host never
+    acked. The host's prompt is then answered ``done``."""
+
+    def __init__(self, poison: str | None) -> None:
+        self.kept: list[tuple[int, str]] = [] if poison is None else [(1, poison)]
+        self.last = len(self.kept)
+        self.settled: dict[str, dict] = {}
+
+    def _keep(self, frame: dict) -> tuple[int, str]:
+        self.last += 1
+        item = (self.last, json.dumps({"type": "frame", "seq": self.last, "frame": frame}))
+        self.kept.append(item)
+        return item
+
+    async def script(self, conn: Any) -> None:
+        from tests.host.fake_daemon import HELLO
+
+        operations = [{"operationId": op, "status": "settled", "outcome": outcome}
+                      for op, outcome in self.settled.items()]
+        await conn.send({**HELLO, "runtimeId": "hostile", "lastSeq": self.last, "operations": operations})
+        replayed = False
+        while True:
+            message = await conn.receive()
+            if message["type"] == "replay":
+                for seq, text in self.kept:
+                    if seq > message["after"]:
+                        await conn.send_text(text)
+                await conn.send({"type": "caught-up", "lastSeq": self.last})
+                replayed = True
+            elif message["type"] == "ack":
+                self.kept = [(seq, text) for seq, text in self.kept if seq > message["seq"]]
+            elif message["type"] == "prompt" and message["operationId"] not in self.settled:
+                op = message["operationId"]
+                outcome = {"status": "done", "text": f"answered {op}"}
+                self.settled[op] = outcome
+                new = [self._keep({"kind": "start", "operationId": op}),
+                       self._keep({"kind": "settle", "operationId": op, "outcome": outcome})]
+                if replayed:
+                    for _, text in new:
+                        await conn.send_text(text)
+
+
+def _frame_corpus() -> list[Any]:
+    from tests.support.hostile import container_daemon_corpus
+
+    return [m["frame"] for m in container_daemon_corpus() if m["type"] == "frame"]
+
+
+async def storm_host_frames(count: int, seed: int, work: Path) -> InputRow:
+    """A host (in this process) fed hostile frames by a daemon that keeps
+    them: each input is the inner frame of the kept ``seq`` 1 (generated from
+    good frames), on a daemon of its own, with a store and a host of its
+    own; the host's prompt must settle within :data:`HANG` all the same (a
+    frame it cannot apply is passed, not replayed forever). One input in
+    :data:`PINNED_EVERY` is the issue's own poisoned frame. Ten at a time.
+    The good client is a clean round after the storm. Tracebacks are the
+    host's ERROR records that carry one (it runs in this process)."""
+    from tests.host.fake_daemon import FakeDaemon
+
+    row = InputRow("host (frames a daemon keeps)", tracebacks=0, good_client_failures=0)
+    hostile = Hostile(_frame_corpus(), f"{seed}:{row.target}")
+    counting = _Counting()
+    logger = logging.getLogger("router.host")
+    logger.addHandler(counting)
+    limiter = trio.CapacityLimiter(10)
+
+    async def one(index: int, poison: str | None) -> bool:
+        daemon = _KeepingDaemon(poison)
+        async with limiter, trio.open_nursery() as nursery:
+            fake = await nursery.start(FakeDaemon(daemon.script).run)
+            with Store(work / f"frames-{index}.db") as store:
+                host = Host(store, DaemonEndpoint(fake.url, "t"), HostSettings(**FAST))  # type: ignore[arg-type]
+                try:
+                    await nursery.start(host.run)
+                    session = host.session()
+                    await session.submit("hi", operation_id="good")
+                    with trio.move_on_after(HANG) as scope:
+                        result = await session.wait("good")
+                    ok = not scope.cancelled_caught and result.to_json().get("text") == "answered good"
+                    if scope.cancelled_caught:
+                        row.hangs += 1
+                        row.note(f"the prompt never settled behind {poison[:80] if poison else None!r}")
+                    await host.aclose()
+                except Exception as exc:  # noqa: BLE001 - a host that fails is what is counted
+                    row.crashes += 1
+                    row.note(f"the host failed: {type(exc).__name__}: {exc}"[:200])
+                    ok = False
+            nursery.cancel_scope.cancel()
+        return ok
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for index in range(count):
+                kind, data = hostile.next()
+                if index % PINNED_EVERY == 0:
+                    # Issue 12's poisoned frame: an event whose raw value
+                    # nests 400 deep, which the host's parser raised on.
+                    data = json.dumps({"kind": "event", "operationId": None, "event": {"type": "raw", "value": 0}})
+                    data = data.replace('"value": 0', '"value": ' + "[" * 400 + "]" * 400)
+                inner = as_bytes(data).decode("utf-8", errors="replace")
+                nursery.start_soon(one, index, f'{{"type":"frame","seq":1,"frame":{inner}}}')
+                row.inputs += 1
+        if not await one(count, None):
+            row.good_client_failures += 1  # type: ignore[operator]
+            row.note("good client: a clean session on a fresh host did not settle")
+    finally:
+        logger.removeHandler(counting)
+    row.tracebacks = counting.tracebacks
+    return row

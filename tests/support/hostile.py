@@ -12,13 +12,15 @@ unknown key or a dropped one. The same seed gives the same inputs.
 one input and must return, or raise only the refusal its contract names
 (``None`` for the container wire, :class:`ModWireError` for the mod wire,
 ``BadBody`` for API bodies, a ``Refusal`` value for settings files). Anything
-else it raises is a crash.
+else it raises is a crash. A parser with a ``close`` method holds files
+(the settings reader's directory): call it when done.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -344,6 +346,9 @@ class _SettingsReader:
     def __init__(self) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="hostile-settings-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
         self.turn = 0
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
 
     def __call__(self, data: bytes | str) -> None:
         from router.plugins.limits import limit_paths
