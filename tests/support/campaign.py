@@ -703,8 +703,7 @@ async def _storm(row: InputRow, count: int, make: Callable[[], bytes], connect: 
                 if target is not process():
                     continue  # another worker saw it go and started a new one
                 if target.returncode is None and answer == "refused":
-                    with trio.move_on_after(HANG):
-                        await target.wait()
+                    answer = await _listening(connect)
                 if target.returncode is not None or answer == "refused":
                     row.crashes += 1
                     how = "exited" if target.returncode is not None else "stopped listening"
@@ -766,11 +765,27 @@ async def storm_modlink(count: int, seed: int, work: Path) -> InputRow:
         await _storm(row, count, make, lambda: trio.open_unix_socket(current[-1].first),
                      lambda: current[-1].process, restart)
         await _good_modlink(row, current[-1] if not restarts else None, socket_path, good, hello)
-        await _went_down_at_the_end(row, current[-1].process, row.good_client_failures)
+        if not restarts:
+            await _went_down_at_the_end(row, current[-1].process, row.good_client_failures)
         nursery.cancel_scope.cancel()
     row.tracebacks = Path(stderr).read_text(errors="replace").count("Traceback (most recent call last)")
     shutil.rmtree(runtime, ignore_errors=True)
     return row
+
+
+async def _listening(connect: Callable[[], Any], tries: int = 5) -> str:
+    """``"answered"`` when a connection is accepted within ``tries``
+    immediate attempts, else ``"refused"``: one refused connection may be a
+    full backlog, five in a row is a listener that is gone."""
+    for _ in range(tries):
+        try:
+            stream = await connect()
+        except OSError:
+            await trio.sleep(0)
+            continue
+        await trio.aclose_forcefully(stream)
+        return "answered"
+    return "refused"
 
 
 async def _went_down_at_the_end(row: InputRow, process: trio.Process, failures: int | None) -> None:
@@ -980,7 +995,8 @@ async def storm_serve(count: int, seed: int, work: Path) -> InputRow:
                 row.note("router serve exited under the storm: the good client's server is gone")
             else:
                 await _good_serve(row, client, before)
-            await _went_down_at_the_end(row, current[-1].process, row.good_client_failures)
+            if len(current) == 1:
+                await _went_down_at_the_end(row, current[-1].process, row.good_client_failures)
         row.tracebacks = sum(served.log().count("Traceback (most recent call last)") for served in current)
         nursery.cancel_scope.cancel()
     return row
