@@ -32,7 +32,6 @@ import logging
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -1107,6 +1106,35 @@ class _KeepingDaemon:
                         await conn.send_text(text)
 
 
+async def _one_host(row: InputRow, store: Store, daemon: _KeepingDaemon, poison: str | None) -> bool:
+    """One host on ``store`` against ``daemon``: whether its prompt settled
+    with the daemon's answer within :data:`HANG` (a hang counted when not).
+    An exception out of the host's ``run`` ends the nursery, and this."""
+    from tests.host.fake_daemon import FakeDaemon
+
+    async with trio.open_nursery() as nursery:
+        fake = await nursery.start(FakeDaemon(daemon.script).run)
+        host = Host(store, DaemonEndpoint(fake.url, "t"), HostSettings(**FAST))  # type: ignore[arg-type]
+        await nursery.start(host.run)
+        session = host.session()
+        await session.submit("hi", operation_id="good")
+        with trio.move_on_after(HANG) as scope:
+            result = await session.wait("good")
+        if scope.cancelled_caught:
+            row.hangs += 1
+            row.note(f"the prompt never settled behind {poison[:80] if poison else None!r}")
+        await host.aclose()
+        nursery.cancel_scope.cancel()
+    return not scope.cancelled_caught and result.to_json().get("text") == "answered good"
+
+
+def _leaf(exc: BaseException) -> str:
+    """The first exception at the bottom of a group, as a line."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _frame_corpus() -> list[Any]:
     from tests.support.hostile import container_daemon_corpus
 
@@ -1122,8 +1150,6 @@ async def storm_host_frames(count: int, seed: int, work: Path) -> InputRow:
     :data:`PINNED_EVERY` is the issue's own poisoned frame. Ten at a time.
     The good client is a clean round after the storm. Tracebacks are the
     host's ERROR records that carry one (it runs in this process)."""
-    from tests.host.fake_daemon import FakeDaemon
-
     row = InputRow("host (frames a daemon keeps)", tracebacks=0, good_client_failures=0)
     hostile = Hostile(_frame_corpus(), f"{seed}:{row.target}")
     counting = _Counting()
@@ -1132,28 +1158,14 @@ async def storm_host_frames(count: int, seed: int, work: Path) -> InputRow:
     limiter = trio.CapacityLimiter(10)
 
     async def one(index: int, poison: str | None) -> bool:
-        daemon = _KeepingDaemon(poison)
-        async with limiter, trio.open_nursery() as nursery:
-            fake = await nursery.start(FakeDaemon(daemon.script).run)
+        async with limiter:
             with Store(work / f"frames-{index}.db") as store:
-                host = Host(store, DaemonEndpoint(fake.url, "t"), HostSettings(**FAST))  # type: ignore[arg-type]
                 try:
-                    await nursery.start(host.run)
-                    session = host.session()
-                    await session.submit("hi", operation_id="good")
-                    with trio.move_on_after(HANG) as scope:
-                        result = await session.wait("good")
-                    ok = not scope.cancelled_caught and result.to_json().get("text") == "answered good"
-                    if scope.cancelled_caught:
-                        row.hangs += 1
-                        row.note(f"the prompt never settled behind {poison[:80] if poison else None!r}")
-                    await host.aclose()
-                except Exception as exc:  # noqa: BLE001 - a host that fails is what is counted
+                    return await _one_host(row, store, _KeepingDaemon(poison), poison)
+                except Exception as exc:  # noqa: BLE001 - a host whose run fails is what is counted
                     row.crashes += 1
-                    row.note(f"the host failed: {type(exc).__name__}: {exc}"[:200])
-                    ok = False
-            nursery.cancel_scope.cancel()
-        return ok
+                    row.note(f"the host's run failed: {type(exc).__name__}: {_leaf(exc)}"[:200])
+                    return False
 
     try:
         async with trio.open_nursery() as nursery:
