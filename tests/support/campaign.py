@@ -136,18 +136,23 @@ def judge(row: FaultRow, store: Store, session: str, expected: dict[str, str]) -
         row.wrong += 1
         row.notes.append(f"{session}: the entries' turns are not 1..{len(entries)}")
     for operation_id, text in expected.items():
-        record = records.get(operation_id)
-        if record is None or record.status in ("queued", "running") or record.outcome is None:
-            row.lost += 1
-            row.notes.append(f"{session}/{operation_id}: not settled ({record.status if record else 'absent'})")
-            continue
-        if not _right(record.outcome, text, entries):
-            row.wrong += 1
-            if len(row.notes) < 8:
-                row.notes.append(f"{session}/{operation_id}: {record.outcome}")
-        if ids.get(f"{operation_id}:user", 0) == 0 and record.outcome.get("status") == "done":
-            row.lost += 1
-            row.notes.append(f"{session}/{operation_id}: its user message is not in the transcript")
+        _judge_operation(row, f"{session}/{operation_id}", records.get(operation_id), text, entries,
+                         ids.get(f"{operation_id}:user", 0) > 0)
+
+
+def _judge_operation(row: FaultRow, what: str, record: Any, text: str, entries: list, has_user: bool) -> None:
+    """One operation's part of :func:`judge`."""
+    if record is None or record.status in ("queued", "running") or record.outcome is None:
+        row.lost += 1
+        row.notes.append(f"{what}: not settled ({record.status if record else 'absent'})")
+        return
+    if not _right(record.outcome, text, entries):
+        row.wrong += 1
+        if len(row.notes) < 8:
+            row.notes.append(f"{what}: {record.outcome}")
+    if not has_user and record.outcome.get("status") == "done":
+        row.lost += 1
+        row.notes.append(f"{what}: its user message is not in the transcript")
 
 
 def _right(outcome: dict, text: str, entries: list) -> bool:
@@ -836,8 +841,6 @@ async def storm_daemon(count: int, seed: int, work: Path, kind: Kind = "ours") -
     after a binary frame or bad UTF-8 is the WebSocket rules' close. The
     good client ran a turn before the storm; afterwards its session still
     has it (the hello reports it settled, the next turn counts from it)."""
-    import wsproto.events as wse
-
     from tests.daemon.hosts import RawSocket, connect, masked_frame_bytes
     from tests.support.hostile import container_host_corpus
 
@@ -893,28 +896,15 @@ async def storm_daemon(count: int, seed: int, work: Path, kind: Kind = "ours") -
                 utf8 = payload.decode("utf-8") is not None
             except UnicodeDecodeError:
                 utf8 = False
-            raw = await live()
-            try:
-                await raw.send_bytes(masked_frame_bytes(payload, opcode=opcode))
-                await raw.send_text(json.dumps({"type": "replay", "after": 10**9}))
-                with trio.move_on_after(HANG) as scope:
-                    while True:
-                        message = await raw.text()
-                        if message is None:
-                            raise trio.BrokenResourceError("closed")
-                        if message.get("type") == "caught-up":
-                            break
-                if scope.cancelled_caught:
-                    row.hangs += 1
-                    row.note(f"{kind_}: no caught-up within {HANG:g} s after {payload[:60]!r}")
-                    await drop()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError):
-                closes = [e for e in raw.events if isinstance(e, wse.CloseConnection)]
-                code = closes[-1].code if closes else None
+            answer, code = await _probe(await live(), masked_frame_bytes(payload, opcode=opcode))
+            if answer == "hang":
+                row.hangs += 1
+                row.note(f"{kind_}: no caught-up within {HANG:g} s after {payload[:60]!r}")
+            if answer != "answered":
                 await drop()
-                if opcode == 0x1 and utf8 and code != 1009:
-                    row.crashes += 1
-                    row.note(f"{kind_}: the connection was dropped (close code {code}) after {payload[:60]!r}")
+            if answer == "dropped" and opcode == 0x1 and utf8 and code != 1009:
+                row.crashes += 1
+                row.note(f"{kind_}: the connection was dropped (close code {code}) after {payload[:60]!r}")
         if running.process.returncode is not None:
             row.crashes += 1
             row.note(f"the daemon exited ({running.process.returncode})")
@@ -924,6 +914,28 @@ async def storm_daemon(count: int, seed: int, work: Path, kind: Kind = "ours") -
             await _good_daemon(row, daemon, before)
     row.tracebacks = stderr.read_text(errors="replace").count("Traceback (most recent call last)")
     return row
+
+
+async def _probe(raw: Any, frame: bytes) -> tuple[str, int | None]:
+    """Send ``frame`` and a ``replay`` past the end on ``raw``; read to the
+    ``caught-up``. ``("answered", None)``, ``("hang", None)`` when it does
+    not come within :data:`HANG`, or ``("dropped", close code or None)``."""
+    import wsproto.events as wse
+
+    try:
+        await raw.send_bytes(frame)
+        await raw.send_text(json.dumps({"type": "replay", "after": 10**9}))
+        with trio.move_on_after(HANG) as scope:
+            while True:
+                message = await raw.text()
+                if message is None:
+                    raise trio.BrokenResourceError("closed")
+                if message.get("type") == "caught-up":
+                    break
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError):
+        closes = [e for e in raw.events if isinstance(e, wse.CloseConnection)]
+        return "dropped", closes[-1].code if closes else None
+    return ("hang" if scope.cancelled_caught else "answered"), None
 
 
 async def _good_daemon(row: InputRow, daemon: Daemon, before: dict) -> None:
