@@ -3,10 +3,11 @@ a few dozen faults and a few thousand hostile inputs against real
 processes, asserting the zeros issue 12 asks for.
 
 The campaign runs once per module (it is the slow part); each test reads
-one row of its tables. The rows that hit issue 12's defects not yet merged
-on this branch are marked ``xfail(strict=True)``: they fail today, and an
-XPASS (the fix landed) fails the run, so the lead removes the mark with
-the fix. The phases and checks are in ``tests/support/campaign.py``.
+one row of its tables. Every row must show zeros: issue 12's defects
+(deep nesting, a daemon connection dropped on it, hostile HTTP ending a
+server, a poisoned frame stalling a host session, a cut turn lost by a
+restart of ``router serve``) each failed a row here before its fix. The
+phases and checks are in ``tests/support/campaign.py``.
 """
 
 from __future__ import annotations
@@ -28,36 +29,28 @@ PARSER_INPUTS = 2000
 ENDPOINT_INPUTS = 200
 
 
-def defect(what: str) -> Any:
-    return pytest.mark.xfail(strict=True, reason=f"issue 12 defect: {what} (fixed on another branch)")
-
-
 FAULT_PHASES = [
     *(f"host: router prompt ({kind} daemon)" for kind in KINDS),
     *(f"host: own process ({kind} daemon)" for kind in KINDS),
     *(f"daemon: SIGKILL ({kind})" for kind in KINDS),
     *(f"TCP cut, {direction} ({kind})" for kind in KINDS for direction in ("down", "up")),
-    pytest.param("router serve: SIGKILL", marks=defect(
-        "a restart of router serve loses the turn it cut (settled container_lost, the resend answered from it)")),
+    "router serve: SIGKILL",
 ]
 
-DEEP = defect("deep nesting raises RecursionError in wire.container's parsers")
 PARSERS = [
-    pytest.param("wire.container parse_host_message", marks=DEEP),
-    pytest.param("wire.container parse_daemon_message", marks=DEEP),
+    "wire.container parse_host_message",
+    "wire.container parse_daemon_message",
     "wire.mod read_events",
     "wire.mod read_results + structure_result",
-    "api parse_body",
+    "api send body",
     "settings readers",
 ]
 
-HOSTILE_HTTP = "hostile HTTP (a short body, then a close) ends the process through Hypercorn's h11 error path"
 ENDPOINTS = [
-    pytest.param("daemon port (ours)", marks=defect("a live daemon connection dies on a deeply nested message")),
-    pytest.param("router modlink (Unix socket)", marks=defect(f"router modlink: {HOSTILE_HTTP}")),
-    pytest.param("router serve (HTTP API)", marks=defect(f"router serve: {HOSTILE_HTTP}")),
-    pytest.param("host (frames a daemon keeps)", marks=defect(
-        "one poisoned frame stalls a host session: the host drops it and gets it again on every reconnect")),
+    "daemon port (ours)",
+    "router modlink (Unix socket)",
+    "router serve (HTTP API)",
+    "host (frames a daemon keeps)",
 ]
 
 _RESULTS: dict[str, Any] = {}
@@ -88,11 +81,11 @@ def campaign() -> dict[str, Any]:
 
 def test_the_campaign_ran_its_faults_and_inputs(campaign: dict[str, Any]) -> None:
     faults = campaign["faults"]
-    assert set(faults) == {p if isinstance(p, str) else p.values[0] for p in FAULT_PHASES}
+    assert set(faults) == set(FAULT_PHASES)
     assert sum(row.faults for row in faults.values()) >= FAULTS
     assert all(row.faults > 0 and row.operations > 0 for row in faults.values())
     inputs = campaign["inputs"]
-    assert set(inputs) == {p if isinstance(p, str) else p.values[0] for p in PARSERS + ENDPOINTS}
+    assert set(inputs) == set(PARSERS + ENDPOINTS)
     for target, row in inputs.items():
         if row.good_client_failures is None:
             assert row.inputs == PARSER_INPUTS, target

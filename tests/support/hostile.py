@@ -330,12 +330,11 @@ def _mod_results(value: Any) -> None:
 
 
 def _api_body(data: bytes | str) -> None:
-    from router.api.app import MESSAGE_FIELDS, BadBody, parse_body
+    """The delivery body as the API reads it: a request or a refusal value,
+    never an exception."""
+    from router.turns.requests import send_request_from_body
 
-    try:
-        parse_body(as_bytes(data), MESSAGE_FIELDS, required=("text",))
-    except BadBody:
-        return
+    send_request_from_body(as_bytes(data), "storm")
 
 
 class _SettingsReader:
@@ -378,6 +377,6 @@ def parsers() -> dict[str, tuple[Callable[[bytes | str], None], list[Any]]]:
         "wire.container parse_daemon_message": (_container_daemon, container_daemon_corpus()),
         "wire.mod read_events": (_mod_body(_mod_events), mod_events_corpus()),
         "wire.mod read_results + structure_result": (_mod_body(_mod_results), mod_results_corpus()),
-        "api parse_body": (_api_body, api_corpus()),
+        "api send body": (_api_body, api_corpus()),
         "settings readers": (_SettingsReader(), settings_corpus()),
     }
