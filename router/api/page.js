@@ -152,8 +152,8 @@ class Outbox {
     }
   }
   save(list) { this.storage.setItem(OUTBOX_KEY, JSON.stringify(list)); }
-  add(session, text, eventId, now) {
-    const entry = { eventId, session, text, createdAt: now, tries: 0 };
+  add(session, text, eventId, now, router) {
+    const entry = { eventId, session, router: router || "", text, createdAt: now, tries: 0 };
     this.save([...this.all(), entry]);
     return entry;
   }
@@ -181,6 +181,33 @@ function outcomeText(status, body) {
   return { final: true, text: "delivered" };
 }
 
+// A listed session's key: the router that holds it and its id (two routers
+// may each hold a "root").
+function keyOf(session) {
+  const router = session && session.router && typeof session.router.name === "string" ? session.router.name : "";
+  return router + "\u0000" + session.id;
+}
+
+// The board after one event of GET /board/live: a snapshot replaces it, a
+// session added or changed is put in place (in the order it came), a session
+// removed is taken out. Unknown events change nothing.
+function applyBoard(board, event) {
+  if (event.type === "snapshot") return (event.sessions || []).slice();
+  if (event.type === "session-added" || event.type === "session-changed") {
+    const key = keyOf(event.session);
+    const index = board.findIndex((s) => keyOf(s) === key);
+    if (index < 0) return [...board, event.session];
+    const next = board.slice();
+    next[index] = event.session;
+    return next;
+  }
+  if (event.type === "session-removed") {
+    const key = keyOf(event.session);
+    return board.filter((s) => keyOf(s) !== key);
+  }
+  return board;
+}
+
 // A session's state for the board, from what GET /sessions says of it.
 function stateOf(session) {
   if (typeof session.state === "string") return session.state;
@@ -189,7 +216,7 @@ function stateOf(session) {
 }
 
 if (typeof module !== "undefined") {
-  module.exports = { markdown, inline, safeHref, SseParser, Outbox, outcomeText, stateOf, OUTBOX_KEY };
+  module.exports = { markdown, inline, safeHref, SseParser, Outbox, outcomeText, stateOf, keyOf, applyBoard, OUTBOX_KEY };
 }
 
 // ------------------------------------------------------------------ the page
@@ -206,12 +233,27 @@ if (typeof document !== "undefined") {
   }
   const token = sessionStorage.getItem("router.token");
   const outbox = new Outbox(localStorage);
-  let current = params.get("session") || null;
+  // The session shown: its id and the router that holds it (every request
+  // for it names that router, so a "root" of another router is not mixed up).
+  let current = params.get("session") ? { id: params.get("session"), router: params.get("router") || "" } : null;
   let messages = new Map();
   let streamAbort = null;
   let sessionsSeen = [];
+  let skipped = [];
 
   const headers = (more) => ({ ...(token ? { authorization: "Bearer " + token } : {}), ...more });
+  const isCurrent = (session) => current !== null && session.id === current.id && routerOf(session) === current.router;
+  // The router that holds a session, by name; "" for the router serving this
+  // page (its name changes when it restarts, and it serves its own first).
+  const routerOf = (session) => {
+    const router = session.router || {};
+    if (!router.name || (typeof router.url === "string" && router.url.replace(/\/$/, "") === location.origin)) return "";
+    return router.name;
+  };
+  // A session's route, naming its router when one is known.
+  const sessionPath = (target, route) => "/sessions/" + encodeURIComponent(target.id) + "/" + route
+    + (target.router ? "?router=" + encodeURIComponent(target.router) : "");
+  const TOKEN_HELP = "open the URL `router serve` printed (it carries the access token)";
   async function call(method, path, body) {
     const response = await fetch(path, {
       method,
@@ -220,6 +262,7 @@ if (typeof document !== "undefined") {
     });
     let json = {};
     try { json = await response.json(); } catch (_) { json = {}; }
+    if (response.status === 401) connection("refused", json.error + ": " + TOKEN_HELP);
     return { status: response.status, body: json };
   }
 
@@ -262,36 +305,82 @@ if (typeof document !== "undefined") {
     body.replaceChildren();
     for (const session of list) {
       const state = stateOf(session);
-      const row = el("tr", { class: session.id === current ? "selected" : "", onclick: () => select(session.id) },
-        el("td", { text: session.id }),
+      const row = el("tr", { class: isCurrent(session) ? "selected" : "",
+                             onclick: () => select({ id: session.id, router: routerOf(session) }) },
+        el("td", {}, document.createTextNode(session.id),
+          routerOf(session) ? el("div", { class: "note", text: routerOf(session) }) : null),
         el("td", { text: session.kind || "" }),
         el("td", {}, el("span", { class: "state " + state, text: state })),
         el("td", { text: [session.harness, session.model].filter(Boolean).join(" · ") }),
         el("td", { text: session.cwd || "" }),
         el("td", { text: session.lastActivity ? new Date(session.lastActivity).toLocaleTimeString() : "" }));
       row.dataset.session = session.id;
+      row.dataset.router = routerOf(session);
+      row.title = routerOf(session) ? "held by " + routerOf(session) : "";
       body.appendChild(row);
     }
+    $("skipped").textContent = skipped.length
+      ? "not on the board: " + skipped.map((r) => r.router + " (" + r.code + ")").join(", ") : "";
+  }
+
+  function boardChanged() {
+    renderBoard(sessionsSeen);
+    if (!current && sessionsSeen.length) select({ id: sessionsSeen[0].id, router: routerOf(sessionsSeen[0]) });
+    else updateHeader();
   }
 
   async function refreshBoard() {
     try {
       const { status, body } = await call("GET", "/sessions");
-      if (status !== 200) { connection("refused", body.error + ": " + body.message); return; }
+      if (status !== 200) { if (status !== 401) connection("refused", body.error + ": " + body.message); return; }
       sessionsSeen = body.sessions;
-      renderBoard(sessionsSeen);
-      if (!current && sessionsSeen.length) select(sessionsSeen[0].id);
-      else updateHeader();
+      skipped = body.skipped || [];
+      boardChanged();
     } catch (_) {
       connection("offline", "the router does not answer; retrying");
+    }
+  }
+
+  // The board, live: GET /board/live's snapshot and changes (a session
+  // created anywhere appears without a reload); after a drop it is followed
+  // again, and its snapshot is the whole board again.
+  async function followBoard() {
+    let pause = 500;
+    for (;;) {
+      try {
+        const response = await fetch("/board/live", { headers: headers({ accept: "text/event-stream" }) });
+        if (response.ok) {
+          pause = 500;
+          const parser = new SseParser((event) => {
+            const data = JSON.parse(event.data);
+            if (data.type === "routers-skipped") skipped = data.skipped || [];
+            else if (data.type === "snapshot") { sessionsSeen = applyBoard(sessionsSeen, data); skipped = data.skipped || []; }
+            else sessionsSeen = applyBoard(sessionsSeen, data);
+            boardChanged();
+          });
+          const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+          for (;;) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            parser.feed(value);
+          }
+        } else if (response.status === 404) {
+          return;  // a router without the board stream: the periodic list serves
+        }
+      } catch (_) {
+        // the router is down; the send box keeps what is typed meanwhile
+      }
+      await new Promise((done) => setTimeout(done, pause));
+      pause = Math.min(pause * 2, 8000);
+      refreshBoard();
     }
   }
 
   // ---------------------------------------------------------------- one session
 
   function updateHeader() {
-    const session = sessionsSeen.find((s) => s.id === current);
-    $("title").textContent = current || "no session";
+    const session = sessionsSeen.find(isCurrent);
+    $("title").textContent = current ? current.id + (current.router ? " · " + current.router : "") : "no session";
     const state = session ? stateOf(session) : "";
     $("state").textContent = state;
     $("state").className = "state " + state;
@@ -329,7 +418,7 @@ if (typeof document !== "undefined") {
       for (const part of message.parts || []) box.appendChild(renderPart(part));
       log.appendChild(box);
     }
-    for (const pending of outbox.of(current)) {
+    for (const pending of outbox.of(current ? current.id : null).filter((p) => (p.router || "") === (current ? current.router : ""))) {
       log.appendChild(el("div", { class: "msg user pending" },
         el("div", { text: pending.text }),
         el("div", { class: "note", text: pending.note || "sending…" })));
@@ -360,7 +449,7 @@ if (typeof document !== "undefined") {
 
   // The session's live view, over fetch so it carries the token and
   // Last-Event-ID; a dropped stream is followed again after a pause.
-  async function follow(id) {
+  async function follow(target) {
     if (streamAbort) streamAbort.abort();
     const abort = new AbortController();
     streamAbort = abort;
@@ -368,10 +457,10 @@ if (typeof document !== "undefined") {
     notice(null);
     renderLog();
     let lastId = null, pause = 500;
-    while (!abort.signal.aborted && current === id) {
+    while (!abort.signal.aborted && current === target) {
       try {
         connection("connecting");
-        const response = await fetch("/sessions/" + encodeURIComponent(id) + "/live", {
+        const response = await fetch(sessionPath(target, "live"), {
           headers: headers({ accept: "text/event-stream", ...(lastId ? { "last-event-id": lastId } : {}) }),
           signal: abort.signal,
         });
@@ -410,14 +499,15 @@ if (typeof document !== "undefined") {
     }
   }
 
-  function select(id) {
-    current = id;
+  function select(target) {
+    current = target;
     const url = new URL(location.href);
-    url.searchParams.set("session", id);
+    url.searchParams.set("session", target.id);
+    if (target.router) url.searchParams.set("router", target.router); else url.searchParams.delete("router");
     history.replaceState(null, "", url.pathname + url.search);
     renderBoard(sessionsSeen);
     updateHeader();
-    follow(id);
+    follow(target);
   }
 
   // ---------------------------------------------------------------- sending
@@ -430,10 +520,16 @@ if (typeof document !== "undefined") {
       for (const pending of outbox.all()) {
         let status = 0, body = {};
         try {
-          ({ status, body } = await call("POST", "/sessions/" + encodeURIComponent(pending.session) + "/messages",
+          ({ status, body } = await call("POST", sessionPath({ id: pending.session, router: pending.router || "" }, "messages"),
             { text: pending.text, eventId: pending.eventId }));
         } catch (_) {
           status = 0;
+        }
+        if (status === 404 && body.error === "unknown-router" && pending.router) {
+          // The router that held it restarted under a new name: ask without
+          // the name (its session is found by id), under the same event id.
+          outbox.save(outbox.all().map((p) => (p.eventId === pending.eventId ? { ...p, router: "" } : p)));
+          continue;
         }
         const outcome = outcomeText(status, body);
         if (outcome.final) {
@@ -455,28 +551,29 @@ if (typeof document !== "undefined") {
     const text = $("text").value.replace(/\s+$/, "");
     if (!text || !current) return;
     $("text").value = "";
-    outbox.add(current, text, crypto.randomUUID(), Date.now());
+    outbox.add(current.id, text, crypto.randomUUID(), Date.now(), current.router);
     renderLog();
     flush();
   });
   $("stop").addEventListener("click", async () => {
     if (!current) return;
-    const { status, body } = await call("POST", "/sessions/" + encodeURIComponent(current) + "/abort", {});
+    const { status, body } = await call("POST", sessionPath(current, "abort"), {});
     $("outcome").textContent = status === 200 ? (body.aborted ? "stopped" : "nothing was running") : "stop refused: " + body.error + ": " + body.message;
   });
   $("resume").addEventListener("click", async () => {
-    const { status, body } = await call("POST", "/sessions/" + encodeURIComponent(current) + "/resume", {});
+    const { status, body } = await call("POST", sessionPath(current, "resume"), {});
     if (status !== 200) $("outcome").textContent = body.error + ": " + body.message;
   });
   $("new").addEventListener("click", async () => {
     const { status, body } = await call("POST", "/sessions", {});
     if (status !== 201) { $("outcome").textContent = body.error + ": " + body.message; return; }
     await refreshBoard();
-    select(body.id);
+    select({ id: body.id, router: (body.router && body.router.name) || "" });
   });
 
   refreshBoard().then(() => { if (current && !streamAbort) select(current); });
-  setInterval(refreshBoard, 2000);
+  followBoard();
+  setInterval(refreshBoard, 15000);  // a safety net beside the live board
   setInterval(() => { if (outbox.all().length) flush(); }, 2000);
   window.addEventListener("online", flush);
   flush();

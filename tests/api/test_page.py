@@ -130,3 +130,19 @@ def test_the_board_state_of_a_session() -> None:
         "out([{state: 'parked'}, {stopped: {reason: 'x'}}, {busy: true}, {busy: false}].map(page.stateOf));"
     )
     assert states == ["parked", "stopped", "working", "idle"]
+
+
+def test_the_board_follows_its_live_stream() -> None:
+    got = node(
+        "let board = [];\n"
+        "const a = {id: 'root', router: {name: 'serve-1'}, state: 'idle'};\n"
+        "const b = {id: 'root', router: {name: 'serve-2'}, state: 'idle'};\n"
+        "board = page.applyBoard(board, {type: 'snapshot', sessions: [a]});\n"
+        "board = page.applyBoard(board, {type: 'session-added', session: b});\n"
+        "board = page.applyBoard(board, {type: 'session-changed', session: {...a, state: 'working'}});\n"
+        "const changed = board.map((s) => s.router.name + ':' + s.state);\n"
+        "board = page.applyBoard(board, {type: 'session-removed', session: {id: 'root', router: {name: 'serve-1'}}});\n"
+        "board = page.applyBoard(board, {type: 'routers-skipped', skipped: []});\n"
+        "out({changed, after: board.map((s) => s.router.name), keys: page.keyOf(a) !== page.keyOf(b)});"
+    )
+    assert got == {"changed": ["serve-1:working", "serve-2:idle"], "after": ["serve-2"], "keys": True}

@@ -101,3 +101,37 @@ async def test_the_stop_button_aborts_a_slow_turn(tmp_path: Path) -> None:
             transcript = (await client.get(served.url + "/sessions/root/messages")).json()["messages"]
         assert [m["role"] for m in transcript] == ["user"]
         assert page.errors == []
+
+
+BOARD_ROWS = ("[...document.querySelectorAll('#board tr')].map(r => "
+              "[r.dataset.session, r.dataset.router, r.querySelector('.state').innerText])")
+
+
+async def test_the_board_shows_every_session_and_a_new_one_without_a_reload(tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    async with serve(tmp_path / "one") as served, chromium() as browser:
+        async with httpx.AsyncClient(base_url=served.url, headers=served.headers, timeout=30) as client:
+            for name in ("alpha", "busy"):
+                assert (await client.post("/sessions", json={"id": name})).status_code == 201
+            # A slow turn keeps "busy" working while the page looks.
+            sent = await client.post("/sessions/busy/messages", json={"text": "slow 30000 still going", "eventId": "s1"})
+            assert sent.status_code == 200
+            page = await open_root(served.page, browser)
+            rows = await page.wait_for(
+                f"(() => {{ const rows = {BOARD_ROWS}; return rows.length === 3 "
+                "&& rows.some(r => r[0] === 'busy' && r[2] === 'working') ? rows : null; })()"
+            )
+            assert sorted((session, state) for session, _, state in rows) == [
+                ("alpha", "idle"), ("busy", "working"), ("root", "idle")
+            ]
+            await page.screenshot(artifact("board-three.png"))
+            # A session created elsewhere (another router's root) appears live.
+            async with serve(tmp_path / "two", name="serve-two"):
+                rows = await page.wait_for(f"(() => {{ const rows = {BOARD_ROWS}; return rows.length === 4 ? rows : null; }})()",
+                                           timeout=30)
+                other = [row for row in rows if row[1]]
+                assert [(session, state) for session, _, state in other] == [("root", "idle")]
+                await page.screenshot(artifact("board-four.png"))
+            await client.post("/sessions/busy/abort", json={})
+        assert page.errors == []
