@@ -38,7 +38,7 @@ async def world(claude_binary, fake_api) -> AsyncIterator[ModWorld]:
 
 @pytest.fixture
 async def router_api(world: ModWorld) -> AsyncIterator[RouterApi]:
-    api = RouterApi(world.port)
+    api = RouterApi(world.env)
     try:
         yield api
     finally:

@@ -5,12 +5,8 @@ directory (the mod link's socket base), a writable copy of ``plugin/`` (an
 interactive session writes its declarations and a ``tsconfig.json`` into the
 folder it loads a mod from), the router's data directory, and a tmux server of
 its own. ``router`` is the venv's: the copy's ``.mcp.json`` starts it as the
-plug-in's does, plus ``--port`` so the test reaches the embedded router's HTTP
-API (:class:`RouterApi`).
-
-Until ``router sessions`` / ``router send SESSION TEXT`` reach every local
-router with no URL, :class:`RouterApi` is the one place that reaches the
-session: its three methods are what a switch to those commands rewrites.
+plug-in's does, and the test reaches the session as a person does, with
+``router sessions`` and ``router send`` (:class:`RouterApi`).
 
 Resource handling: :meth:`ModWorld.close` kills the tmux server (each pane's
 ``claude`` gets SIGHUP and its ``router mcp`` sees stdin close), then waits
@@ -46,12 +42,6 @@ API_KEY = "sk-ant-test-not-a-real-key"
 COLUMNS, ROWS = 200, 60
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _seed_home(home: Path, workspaces: list[Path]) -> None:
     """The state a person who finished onboarding, approved the key and
     trusted the folders has: no dialog stands between start and prompt."""
@@ -65,15 +55,10 @@ def _seed_home(home: Path, workspaces: list[Path]) -> None:
     (home / ".claude" / "settings.json").write_text(json.dumps({"skipDangerousModePermissionPrompt": True}))
 
 
-def copy_plugin(target: Path, *, port: int | None) -> Path:
-    """A writable copy of ``plugin/`` whose MCP server also serves the HTTP
-    API on ``port``."""
+def copy_plugin(target: Path) -> Path:
+    """A writable copy of ``plugin/`` (an interactive session writes into
+    the folder it loads a mod from)."""
     shutil.copytree(PLUGIN, target, ignore=shutil.ignore_patterns("types", "tsconfig.json"))
-    mcp = target / ".mcp.json"
-    config = json.loads(mcp.read_text())
-    if port is not None:
-        config["mcpServers"]["router"]["args"] += ["--port", str(port)]
-    mcp.write_text(json.dumps(config, indent=2))
     return target
 
 
@@ -84,7 +69,6 @@ class ModWorld:
     run_dir: Path
     workspaces: list[Path]
     plugin: Path
-    port: int
     env: dict[str, str]
     claude: Path
     tmux_socket: Path
@@ -101,8 +85,7 @@ class ModWorld:
         for each in spaces:
             each.mkdir()
         _seed_home(home, spaces)
-        port = free_port()
-        plugin = copy_plugin(root / "plugin", port=port)
+        plugin = copy_plugin(root / "plugin")
         bin_dir = root / "bin"
         bin_dir.mkdir()
         (bin_dir / "claude").symlink_to(claude)
@@ -129,7 +112,6 @@ class ModWorld:
             run_dir=run_dir,
             workspaces=spaces,
             plugin=plugin,
-            port=port,
             env=env,
             claude=bin_dir / "claude",
             tmux_socket=root / "tmux.sock",
@@ -238,24 +220,32 @@ class ModWorld:
 
 
 class RouterApi:
-    """The embedded router of one Claude Code session, over the MCP process's
-    ``--port`` HTTP API. The switch to ``router sessions`` and ``router send``
-    rewrites these methods and nothing else."""
+    """Every local router, as the person reaches it: ``router sessions
+    --json`` and ``router send`` (the commands, run with the world's
+    environment, so they find the embedded router's private socket), and the
+    live view over that socket (``GET /sessions/<id>/live``, as the page
+    reads it)."""
 
-    def __init__(self, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-        self.http = httpx.AsyncClient(base_url=self.base, timeout=httpx.Timeout(60.0))
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        pass
+
+    async def _router(self, *args: str) -> tuple[int, str]:
+        done = await trio.run_process(
+            [sys.executable, "-m", "router", *args], env=self.env, capture_stdout=True, capture_stderr=True,
+            check=False,
+        )
+        return done.returncode, done.stdout.decode()
 
     async def sessions(self) -> list[dict[str, Any]]:
-        """Every session of the router, ``[]`` while it is not up yet."""
-        try:
-            answer = await self.http.get("/sessions")
-        except httpx.TransportError:
+        """Every session ``router sessions --json`` lists, ``[]`` while no
+        router is up yet."""
+        code, out = await self._router("sessions", "--json")
+        if code == 2 or not out.strip():
             return []
-        return list(answer.json()["sessions"])
+        return list(json.loads(out))
 
     async def wait_connected(self, session_id: str) -> dict[str, Any]:
         """Until the session is listed and its mod said hello."""
@@ -266,22 +256,29 @@ class RouterApi:
             await trio.sleep(0.1)
 
     async def send(self, session_id: str, text: str, *, event_id: str, card: bool = False) -> tuple[int, dict[str, Any]]:
-        body: dict[str, Any] = {"text": text, "eventId": event_id}
-        if card:
-            body["kind"] = "card"
-        answer = await self.http.post(f"/sessions/{session_id}/messages", json=body)
-        return answer.status_code, answer.json()
+        """``router send SESSION TEXT --json --event-id ID``: an HTTP-like
+        status (200 answered; else the refusal's) and the answer's JSON."""
+        code, out = await self._router("send", session_id, text, "--json", "--event-id", event_id,
+                                       *(["--card"] if card else []))
+        body = json.loads(out) if out.strip() else {}
+        return (200 if code == 0 else 400 + code), body
 
     async def live(self, session_id: str) -> AsyncIterator[dict[str, Any]]:
         """The session's live view, one event at a time, until the router
         closes it (the router goes when its Claude Code does)."""
-        try:
-            async with self.http.stream("GET", f"/sessions/{session_id}/live", timeout=httpx.Timeout(60.0, read=None)) as stream:
-                async for line in stream.aiter_lines():
-                    if line.startswith("data:"):
-                        yield json.loads(line[5:])
-        except (httpx.RemoteProtocolError, httpx.ReadError):
+        listed = next((each for each in await self.sessions() if each["id"] == session_id), None)
+        if listed is None:
             return
+        transport = httpx.AsyncHTTPTransport(uds=listed["router"]["socket"])
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+            try:
+                async with http.stream("GET", f"/sessions/{session_id}/live",
+                                       timeout=httpx.Timeout(60.0, read=None)) as stream:
+                    async for line in stream.aiter_lines():
+                        if line.startswith("data:"):
+                            yield json.loads(line[5:])
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                return
 
 
 def last_user_text(request: Any) -> str:

@@ -30,7 +30,7 @@ def run_claude(claude: Path, *args: str, cwd: Path | None = None) -> subprocess.
 
 
 def test_validate_refuses_nothing_and_reads_the_plugin_as_written(claude_binary: Path, tmp_path: Path) -> None:
-    copy = copy_plugin(tmp_path / "plugin", port=None)
+    copy = copy_plugin(tmp_path / "plugin")
     done = run_claude(claude_binary, "plugin", "validate", "--json", str(copy))
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
@@ -58,7 +58,7 @@ def test_the_manifest_names_this_project_and_the_mod(claude_binary: Path) -> Non
 
 
 def test_the_mods_own_tests_pass(claude_binary: Path, tmp_path: Path) -> None:
-    copy = copy_plugin(tmp_path / "plugin", port=None)
+    copy = copy_plugin(tmp_path / "plugin")
     done = run_claude(claude_binary, "plugin", "test", str(copy))
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
@@ -213,7 +213,7 @@ test("a fence a message holds is drawn again", () => {
 
 
 def test_the_protocol_module_agrees_with_wire_mod(claude_binary: Path, tmp_path: Path) -> None:
-    copy = copy_plugin(tmp_path / "plugin", port=None)
+    copy = copy_plugin(tmp_path / "plugin")
     tests = copy / "tests"
     shutil.rmtree(tests)
     tests.mkdir()
@@ -231,7 +231,7 @@ def test_the_protocol_module_agrees_with_wire_mod(claude_binary: Path, tmp_path:
 def test_the_parity_test_catches_a_wrong_protocol_module(claude_binary: Path, tmp_path: Path, mutant: str) -> None:
     """The parity test can fail: a protocol module with a changed hash basis,
     or a path bound off by one, is caught."""
-    copy = copy_plugin(tmp_path / "plugin", port=None)
+    copy = copy_plugin(tmp_path / "plugin")
     protocol = copy / "hooks" / "protocol.ts"
     source = protocol.read_text()
     assert mutant in source
