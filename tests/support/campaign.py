@@ -900,7 +900,11 @@ async def storm_daemon(count: int, seed: int, work: Path, kind: Kind = "ours") -
             if answer == "hang":
                 row.hangs += 1
                 row.note(f"{kind_}: no caught-up within {HANG:g} s after {payload[:60]!r}")
-            if answer != "answered":
+            if answer != "answered" or opcode != 0x1 or not utf8:
+                # A binary frame or bad UTF-8 breaks the WebSocket rules: the
+                # daemon closes that connection (1003/1007), possibly after it
+                # answered the probe, so the next input starts on a fresh one
+                # and a drop is never blamed on the frame after it.
                 await drop()
             if answer == "dropped" and opcode == 0x1 and utf8 and code != 1009:
                 row.crashes += 1
