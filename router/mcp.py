@@ -93,6 +93,22 @@ TOOLS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
             "additionalProperties": False,
         },
     ),
+    # The asks (router.asks): across every router of this user, as `router asks`.
+    "list_asks": (
+        "List the permission asks of Claude Code sessions waiting on the person, across every router of "
+        "theirs on this machine: id, session, tool, input, summary, since.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+    ),
+    "answer_ask": (
+        "Answer a permission ask allow or deny, as the person told you to. The first answer wins; a second, "
+        "or one after the ask's deadline, is refused (ask-answered, ask-expired).",
+        {
+            "type": "object",
+            "properties": {"ask": _ID, "decision": {"type": "string", "enum": ["allow", "deny"]}},
+            "required": ["ask", "decision"],
+            "additionalProperties": False,
+        },
+    ),
 }
 
 
@@ -134,6 +150,8 @@ async def call_tool(router: Any, name: str, arguments: dict[str, Any]) -> Any:
             return {"sessions": await router.list()}
         if name == "read_messages":
             return await router.messages(arguments["session"])
+        if name in ("list_asks", "answer_ask"):
+            return await _ask_tool(name, arguments)
         assert send is not None
         reply, body = await router.send(send.session, send.text, **send.send_arguments())
     except Refusal as refusal:
@@ -141,6 +159,20 @@ async def call_tool(router: Any, name: str, arguments: dict[str, Any]) -> Any:
     if not isinstance(reply, Answered):
         extra = f" (eventId {body['eventId']})" if "eventId" in body else ""
         raise ToolRefused(body["error"], body["message"] + extra)
+    return body
+
+
+async def _ask_tool(name: str, arguments: dict[str, Any]) -> Any:
+    """``list_asks`` and ``answer_ask``: through every local router's socket
+    (``router.asks.remote``), so a session answers another session's ask."""
+    from router.asks.remote import answer_anywhere, survey_asks
+
+    if name == "list_asks":
+        found, left_out = await survey_asks(os.environ)
+        return {"asks": found, **({"leftOut": left_out} if left_out else {})}
+    status, body = await answer_anywhere(os.environ, arguments["ask"], arguments["decision"], by="mcp")
+    if status != 0:
+        raise ToolRefused(body.get("error", "ask-refused"), body.get("message", "the answer was refused"))
     return body
 
 

@@ -20,7 +20,6 @@ import json
 import os
 import sys
 from functools import partial
-from typing import Any
 
 __all__ = ["configure_answer", "configure_asks", "run_answer", "run_asks"]
 
@@ -40,44 +39,12 @@ def configure_answer(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=ANSWER_TIMEOUT, help="seconds each router has to answer")
 
 
-async def _asks_of(path: str, timeout: float, every: bool) -> list[dict[str, Any]]:
-    import httpx
-    import trio
-
-    from router.board.client import BASE_URL, CLI_CHANNEL, read_answer
-
-    with trio.fail_after(timeout):
-        async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=path), base_url=BASE_URL,
-                                     headers=CLI_CHANNEL, timeout=None) as client:
-            response = await client.get("/asks", params={"all": "1"} if every else {})
-    body = read_answer(os.path.basename(path), "/asks", response.status_code, response.content)
-    return [ask for ask in body.get("asks", []) if type(ask) is dict] if type(body) is dict else []
-
-
-async def _survey(timeout: float, every: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every waiting ask (``every``: kept ones too) with the router holding it,
-    and the routers left out."""
-    import httpx
-    import trio
-
-    from router.board.client import survey
-    from router.errors import Refusal
-
-    board = await survey(os.environ, timeout=timeout)
-    found: list[dict[str, Any]] = []
-    left_out = [f"{skipped.name}: {skipped.refusal}" for skipped in board.skipped]
-    for reached in board.reached:
-        try:
-            found += [{**ask, "router": reached.info} for ask in await _asks_of(reached.socket, timeout, every)]
-        except (Refusal, httpx.HTTPError, trio.TooSlowError) as exc:
-            left_out.append(f"{reached.name}: {exc}")
-    return found, left_out
-
-
 def run_asks(args: argparse.Namespace) -> int:
     import trio
 
-    found, left_out = trio.run(partial(_survey, args.timeout))
+    from router.asks.remote import survey_asks
+
+    found, left_out = trio.run(partial(survey_asks, os.environ, timeout=args.timeout))
     for each in left_out:
         print(f"router asks: left out {each}", file=sys.stderr)
     if args.json:
@@ -89,29 +56,13 @@ def run_asks(args: argparse.Namespace) -> int:
     return 1 if left_out else 0
 
 
-async def _answer(ask_id: str, decision: str, timeout: float) -> tuple[int, dict[str, Any]]:
-    import httpx
-    import trio
-
-    from router.board.client import BASE_URL, CLI_CHANNEL
-
-    # Kept ones too: a second answer is refused by the router that holds it.
-    found, _ = await _survey(timeout, every=True)
-    holders = [ask["router"]["socket"] for ask in found if ask.get("id") == ask_id]
-    if not holders:
-        return 2, {"error": "unknown-ask", "message": f"no router of yours has an ask {ask_id!r}; "
-                   "`router asks` lists the waiting ones"}
-    with trio.fail_after(timeout):
-        async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=holders[0]), base_url=BASE_URL,
-                                     headers=CLI_CHANNEL, timeout=None) as client:
-            response = await client.post(f"/asks/{ask_id}", json={"decision": decision, "by": "cli"})
-    return (0 if response.status_code == 200 else 1), response.json()
-
-
 def run_answer(args: argparse.Namespace) -> int:
     import trio
 
-    status, body = trio.run(partial(_answer, args.ask, args.decision, args.timeout))
+    from router.asks.remote import answer_anywhere
+
+    status, body = trio.run(partial(answer_anywhere, os.environ, args.ask, args.decision, by="cli",
+                                    timeout=args.timeout))
     if status == 0:
         ask = body["ask"]
         print(f"{ask['id']}: {ask['decision']} ({ask['summary']})", flush=True)

@@ -14,8 +14,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
+from router.mcp import ToolRefused, call_tool
 from tests.e2e_mod.helpers import ModWorld, RouterApi
 from tests.fakes.anthropic import FakeAnthropic, text_reply, tool_reply
 from tests.support.polling import until
@@ -77,8 +79,14 @@ async def router_cli(world: ModWorld, *args: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
+def world_env(world: ModWorld, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process sees the world's routers (the MCP tools read os.environ)."""
+    for key in ("HOME", "XDG_RUNTIME_DIR", "ROUTER_DATA_DIR"):
+        monkeypatch.setenv(key, world.env[key])
+
+
 async def test_answer_allow_runs_the_tool_and_a_second_answer_is_refused(
-    world: ModWorld, router_api: RouterApi, fake_api: FakeAnthropic
+    world: ModWorld, router_api: RouterApi, fake_api: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_asks(world, {"deadline": 300})
     session_id = await start_asking(world, router_api, fake_api)
@@ -89,6 +97,10 @@ async def test_answer_allow_runs_the_tool_and_a_second_answer_is_refused(
     # While the mod waits, Claude Code shows no dialog of its own.
     assert DIALOG not in await world.screen("one")
 
+    # Another session's MCP tools see it, through the routers' sockets.
+    world_env(world, monkeypatch)
+    listed = await call_tool(None, "list_asks", {})
+    assert [each["id"] for each in listed["asks"]] == [ask["id"]]
     status, out, err = await router_cli(world, "asks", "--json")
     assert status == 0, err
     assert [each["id"] for each in json.loads(out)] == [ask["id"]]
@@ -135,13 +147,17 @@ async def test_deny_gives_the_model_the_denial_and_two_answers_at_once_give_one(
 
 
 async def test_no_answer_in_time_brings_claude_codes_own_prompt_up(
-    world: ModWorld, router_api: RouterApi, fake_api: FakeAnthropic
+    world: ModWorld, router_api: RouterApi, fake_api: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_asks(world, {"deadline": 2})
     session_id = await start_asking(world, router_api, fake_api)
     with trio.fail_after(TURN):
         ask = await waiting_ask(router_api, session_id)
         await world.wait_screen("one", DIALOG)
+    world_env(world, monkeypatch)
+    with pytest.raises(ToolRefused) as late:
+        await call_tool(None, "answer_ask", {"ask": ask["id"], "decision": "allow"})
+    assert late.value.code == "ask-expired"
     response = await router_api.http.post(f"/asks/{ask['id']}", json={"decision": "allow"})
     assert response.status_code == 409 and response.json()["error"] == "ask-expired"
     assert not (world.workspaces[0] / FILE).exists()
