@@ -71,6 +71,20 @@ def tool_result(fake: FakeAnthropic) -> dict[str, Any] | None:
     return None
 
 
+def recorded(world: ModWorld, session_id: str) -> list[dict[str, Any]] | None:
+    """The asks the session's record keeps, once its router has let the file go."""
+    from router.errors import Refusal
+    from router.turns.delivery_log import DeliveryLog
+
+    for path in (world.root / "data").rglob("turns.sqlite"):
+        try:
+            with DeliveryLog(path) as log:
+                return log.asks_of(session_id)
+        except Refusal:
+            return None  # still open in its router
+    return None
+
+
 async def router_cli(world: ModWorld, *args: str) -> tuple[int, str, str]:
     env = {**world.env, "PATH": os.environ.get("PATH", "")}
     done = await trio.run_process(
@@ -118,6 +132,14 @@ async def test_answer_allow_runs_the_tool_and_a_second_answer_is_refused(
     assert [(each["state"], each["decision"], each["by"]) for each in kept] == [("answered", "allow", "cli")]
     entry = next(each for each in await router_api.sessions() if each["id"] == session_id)
     assert entry["state"] != "waiting" and "ask" not in entry
+
+    # ... and in the session's record (the embedded router's delivery log).
+    await world.type("one", "/exit")
+    with trio.fail_after(START):
+        await until(lambda: recorded(world, session_id) is not None)
+    assert [(each["state"], each["decision"], each["by"]) for each in recorded(world, session_id) or []] == [
+        ("answered", "allow", "cli")
+    ]
 
 
 async def test_deny_gives_the_model_the_denial_and_two_answers_at_once_give_one(

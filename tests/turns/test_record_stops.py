@@ -53,5 +53,5 @@ def test_a_schema_1_file_gains_the_tables(tmp_path: Path) -> None:
         log.put_stop("s", STOP)
         assert log.stop_of("s") == STOP
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (2,)
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
     db.close()

@@ -85,6 +85,7 @@ class ClaudeCodeTarget:
         deadline: float,
         instance: str,
         routes: Callable[[], Awaitable[object]],
+        record_ask: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
     ) -> None:
         self.id = session_id
         self.link = ModLink(session_id, env=env, **link_options)
@@ -101,6 +102,9 @@ class ClaudeCodeTarget:
         self._asks_nursery: trio.Nursery | None = None
         self._settings = SettingsDir(default_settings_dir(env))
         self._mod_knows_asks = False
+        #: Keeps each ask and its answer in the session's record (the
+        #: delivery log's ``asks``); None keeps them in memory only.
+        self._record_ask = record_ask
 
     def __repr__(self) -> str:
         return f"<ClaudeCodeTarget {self.id!r} {self.link!r}>"
@@ -187,6 +191,7 @@ class ClaudeCodeTarget:
         up. The answer is then sent to the mod."""
         policy = await self._policy()
         ask.deadline = ask.opened + policy.deadline
+        await self._record(ask)
         rule = rule_for(policy.rules, ask.tool, ask.input)
         if rule is not None:
             self.asks.answer(ask.id, rule.decision, by=f"rule:{rule_text(rule)}", now=time.time())
@@ -195,6 +200,7 @@ class ClaudeCodeTarget:
                 await self._answered[ask.id].wait()
             self.asks.close(ask.id, now=time.time())
         self._answered.pop(ask.id, None)
+        await self._record(ask)
         decision = ask.decision if ask.state == "answered" else "ask"
         reason = ABSENT
         if decision == "deny":
@@ -208,6 +214,14 @@ class ClaudeCodeTarget:
         except Refusal as failed:
             # The mod hands the ask back to Claude Code when its link goes.
             log.warning("session %s: the answer to ask %s did not reach the mod: %s", self.id, ask.id, failed)
+
+    async def _record(self, ask: Ask) -> None:
+        if self._record_ask is None:
+            return
+        try:
+            await self._record_ask(ask.to_json())
+        except Exception:  # noqa: BLE001 - the record failing never holds the ask up
+            log.exception("session %s: ask %s could not be recorded", self.id, ask.id)
 
     def answer_ask(self, ask_id: str, decision: str, *, by: str) -> dict[str, Any]:
         """A person's answer: the first wins. Raises :class:`Refusal`
