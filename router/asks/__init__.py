@@ -5,6 +5,7 @@ of asks, the rules of ``asks.json``.
 (:mod:`router.turns.targets.claude_code`).
 """
 
+from router.asks import core, registry
 from router.asks.core import (
     DEADLINE_MAX,
     DEADLINE_MIN,
@@ -18,17 +19,4 @@ from router.asks.core import (
 )
 from router.asks.registry import ASK_STATUS, answer_ask, list_asks
 
-__all__ = [
-    "ASK_STATUS",
-    "answer_ask",
-    "list_asks",
-    "DEADLINE_MAX",
-    "DEADLINE_MIN",
-    "Ask",
-    "AskBook",
-    "AskPolicy",
-    "policy_from",
-    "rule_for",
-    "rule_subject",
-    "rule_text",
-]
+__all__ = [*core.__all__, *registry.__all__]

@@ -1,14 +1,12 @@
 """The asks in the delivery record (schema 3): kept per ask id, replaced as
-the ask is answered, and a schema-2 file gains the table with nothing lost."""
+the ask is answered (an older file gains the table: test_record_stops)."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from router.asks import Ask
-from router.turns.core import Delivery, Person, Proceed
-from router.turns.delivery_log import SCHEMA_VERSION, DeliveryLog
+from router.turns.delivery_log import DeliveryLog
 
 
 def an_ask(ask_id: str, session: str = "s") -> Ask:
@@ -28,22 +26,3 @@ def test_an_ask_is_kept_and_its_answer_replaces_it(tmp_path: Path) -> None:
         assert log.asks_of("s") == [first.to_json()]
         assert log.asks_of("elsewhere") == [other.to_json()]
         assert log.asks_of("nobody") == []
-
-
-def test_a_schema_2_file_gains_the_asks(tmp_path: Path) -> None:
-    path = tmp_path / "turns.db"
-    with DeliveryLog(path) as log:
-        assert isinstance(log.admit(Delivery(event_id="e1", session="s", message=Person(text="hi", message_id="e1"))),
-                          Proceed)
-    db = sqlite3.connect(path)
-    db.execute("DROP TABLE asks")
-    db.execute("PRAGMA user_version=2")
-    db.commit()
-    db.close()
-    with DeliveryLog(path) as log:
-        assert [r.event_id for r in log.entries()] == ["e1"]
-        log.put_ask(an_ask("a1").to_json())
-        assert [each["id"] for each in log.asks_of("s")] == ["a1"]
-    db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
-    db.close()
