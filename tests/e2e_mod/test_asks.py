@@ -60,6 +60,14 @@ async def waiting_ask(api: RouterApi, session_id: str) -> dict[str, Any]:
         await trio.sleep(0.1)
 
 
+async def asked(world: ModWorld, api: RouterApi, fake: FakeAnthropic, *, deadline: float) -> tuple[str, dict[str, Any]]:
+    """A session in manual mode whose Bash call waits on the person: its id and its ask."""
+    write_asks(world, {"deadline": deadline})
+    session_id = await start_asking(world, api, fake)
+    with trio.fail_after(TURN):
+        return session_id, await waiting_ask(api, session_id)
+
+
 def tool_result(fake: FakeAnthropic) -> dict[str, Any] | None:
     """The Bash call's tool_result block, from the first request that carries one."""
     for request in fake.messages_requests():
@@ -102,10 +110,7 @@ def world_env(world: ModWorld, monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_answer_allow_runs_the_tool_and_a_second_answer_is_refused(
     world: ModWorld, router_api: RouterApi, fake_api: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write_asks(world, {"deadline": 300})
-    session_id = await start_asking(world, router_api, fake_api)
-    with trio.fail_after(TURN):
-        ask = await waiting_ask(router_api, session_id)
+    session_id, ask = await asked(world, router_api, fake_api, deadline=300)
     assert ask["tool"] == "Bash" and ask["input"]["command"] == COMMAND
     assert COMMAND in ask["summary"] and ask["session"] == session_id
     # While the mod waits, Claude Code shows no dialog of its own.
@@ -145,10 +150,7 @@ async def test_answer_allow_runs_the_tool_and_a_second_answer_is_refused(
 async def test_deny_gives_the_model_the_denial_and_two_answers_at_once_give_one(
     world: ModWorld, router_api: RouterApi, fake_api: FakeAnthropic
 ) -> None:
-    write_asks(world, {"deadline": 300})
-    session_id = await start_asking(world, router_api, fake_api)
-    with trio.fail_after(TURN):
-        ask = await waiting_ask(router_api, session_id)
+    session_id, ask = await asked(world, router_api, fake_api, deadline=300)
     answers: list[tuple[int, dict[str, Any]]] = []
 
     async def answer(decision: str) -> None:
@@ -171,10 +173,8 @@ async def test_deny_gives_the_model_the_denial_and_two_answers_at_once_give_one(
 async def test_no_answer_in_time_brings_claude_codes_own_prompt_up(
     world: ModWorld, router_api: RouterApi, fake_api: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write_asks(world, {"deadline": 2})
-    session_id = await start_asking(world, router_api, fake_api)
+    session_id, ask = await asked(world, router_api, fake_api, deadline=2)
     with trio.fail_after(TURN):
-        ask = await waiting_ask(router_api, session_id)
         await world.wait_screen("one", DIALOG)
     world_env(world, monkeypatch)
     with pytest.raises(ToolRefused) as late:

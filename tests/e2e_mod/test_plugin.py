@@ -46,6 +46,8 @@ def test_validate_refuses_nothing_and_reads_the_plugin_as_written(claude_binary:
     assert module["uses"]["env"]["writes"] == []
     assert set(module["uses"]["events"]) == {
         "session.start", "session.end", "session.append", "turn.start", "turn.step", "turn.complete",
+        # The asks: the permission mode of each prompt, and the ask itself.
+        "classic.UserPromptSubmit", "tool.check",
     }  # fmt: skip
 
 
