@@ -164,7 +164,7 @@ def parity_cases() -> dict[str, Any]:
         for name in (
             "MOD_HEALTH_MARKER", "MOD_POLL_HOLD_MS", "MOD_MIN_CLAUDE_VERSION", "MOD_URL_BASE", "MOD_ROUTE_HEALTH",
             "MOD_ROUTE_EVENTS", "MOD_ROUTE_RESULTS", "MOD_ROUTE_REQUESTS", "MOD_SOCKET_PATH_MAX_BYTES",
-            "MOD_STATUS_TAKEN", "MOD_INSTANCE_HEADER", "MOD_PLUGIN_NAME",
+            "MOD_STATUS_TAKEN", "MOD_INSTANCE_HEADER", "MOD_PLUGIN_NAME", "MOD_CAPABILITY_ASKS",
         )
     }  # fmt: skip
     constants["MOD_APPEND_DOORS"] = list(mod.MOD_APPEND_DOORS)
