@@ -138,6 +138,9 @@ class ClaudeCodeTarget:
             with subscription:
                 try:
                     async for event in subscription:
+                        if isinstance(event, (ModHelloEvent, ModSessionEndEvent)):
+                            # A mod that starts again, or a session that ended, waits on no ask.
+                            self._asks_gone()
                         if isinstance(event, ModHelloEvent):
                             self._mod_knows_asks = event.capabilities is not ABSENT and (
                                 MOD_CAPABILITY_ASKS in event.capabilities
@@ -154,6 +157,7 @@ class ClaudeCodeTarget:
                         state = self.link.state
                         brackets.resync([state.turn_id] if state.turn_running and state.turn_id else [])
                     continue
+            self._asks_gone()
             return  # the link stopped
 
     # ------------------------------------------------------------------ asks
@@ -176,6 +180,16 @@ class ClaudeCodeTarget:
         assert self._asks_nursery is not None
         self._asks_nursery.start_soon(self._wait_for_answer, ask)
 
+    def _asks_gone(self) -> None:
+        """The mod no longer waits on its asks (its link stopped, it started
+        again, the session ended): each waiting one is ``gone``, its wait ends,
+        and no answer is sent for it."""
+        for ask in self.asks.waiting():
+            self.asks.close(ask.id, now=time.time(), state="gone")
+            event = self._answered.get(ask.id)
+            if event is not None:
+                event.set()
+
     async def _policy(self) -> AskPolicy:
         document = await trio.to_thread.run_sync(self._settings.read, "asks.json")
         policy = document if isinstance(document, Refusal) else policy_from(document.value)
@@ -193,7 +207,9 @@ class ClaudeCodeTarget:
         ask.deadline = ask.opened + policy.deadline
         await self._record(ask)
         rule = rule_for(policy.rules, ask.tool, ask.input)
-        if rule is not None:
+        if ask.state != "waiting":
+            pass  # gone while the policy was read
+        elif rule is not None:
             self.asks.answer(ask.id, rule.decision, by=f"rule:{rule_text(rule)}", now=time.time())
         else:
             with trio.move_on_after(policy.deadline):
@@ -201,6 +217,8 @@ class ClaudeCodeTarget:
             self.asks.close(ask.id, now=time.time())
         self._answered.pop(ask.id, None)
         await self._record(ask)
+        if ask.state == "gone":
+            return
         decision = ask.decision if ask.state == "answered" else "ask"
         reason = ABSENT
         if decision == "deny":
