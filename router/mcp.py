@@ -7,7 +7,7 @@ user-turn router; no HTTP API unless ``--port``), serves the mod link of the
 Claude Code session named by ``--claude-session``, or by Claude Code itself
 with ``--claude-session-from-env`` (the plug-in's way; so that session becomes a
 ``claude-code`` session of the router), and answers MCP over stdin/stdout
-with three tools:
+with these tools:
 
 ``list_sessions``
     every session: ``[{id, kind, busy, ...}]``;
@@ -17,6 +17,9 @@ with three tools:
     error whose text starts with the code (and names the event id to resend);
 ``read_messages {session}``
     the session's transcript (``ContainerMessage`` objects).
+``list_asks``, ``answer_ask {ask, decision}``
+    the permission asks of Claude Code sessions waiting on the person, and
+    an answer to one, across every router of this user (``router.asks``).
 
 Each answer is one JSON text. **Stdout is the wire**: the process moves its
 own stdout to stderr before anything else runs (a stray print can never
