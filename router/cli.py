@@ -69,6 +69,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.turns.cli",
         "let a session a limit stopped take messages again",
     ),
+    "asks": (
+        "router.asks.cli",
+        "list the permission asks of Claude Code sessions waiting on you, across your routers",
+    ),
+    "answer": (
+        "router.asks.cli",
+        "answer a permission ask allow or deny (the first answer wins)",
+    ),
     "mcp": (
         "router.mcp",
         "serve MCP on stdio with the router inside (the board, send, read, abort, search, limits)",

@@ -7,7 +7,7 @@ user-turn router; no HTTP API unless ``--port``), serves the mod link of the
 Claude Code session named by ``--claude-session``, or by Claude Code itself
 with ``--claude-session-from-env`` (the plug-in's way; so that session becomes a
 ``claude-code`` session of the router), and answers MCP over stdin/stdout
-with six tools:
+with these tools:
 
 ``list_sessions``
     the board: every session of every local router, as ``GET /sessions``
@@ -26,6 +26,9 @@ with six tools:
     the plug-in layer's search (the broker, under its deadline);
 ``limits_report``
     every configured limit and its count, as ``router limits`` reports it.
+``list_asks``, ``answer_ask {ask, decision}``
+    the permission asks of Claude Code sessions waiting on the person, and
+    an answer to one, across every router of this user (``router.asks``).
 
 Its in-process echo ``root`` is hidden from the board (every router has
 one; this router is on the board for its Claude Code session), so
@@ -119,6 +122,22 @@ TOOLS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
         "Every configured limit and what it has counted so far (what `router limits` reports).",
         _object({}),
     ),
+    # The asks (router.asks): across every router of this user, as `router asks`.
+    "list_asks": (
+        "List the permission asks of Claude Code sessions waiting on the person, across every router of "
+        "theirs on this machine: id, session, tool, input, summary, since.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+    ),
+    "answer_ask": (
+        "Answer a permission ask allow or deny, as the person told you to. The first answer wins; a second, "
+        "or one after the ask's deadline, is refused (ask-answered, ask-expired).",
+        {
+            "type": "object",
+            "properties": {"ask": _ID, "decision": {"type": "string", "enum": ["allow", "deny"]}},
+            "required": ["ask", "decision"],
+            "additionalProperties": False,
+        },
+    ),
 }
 
 
@@ -208,6 +227,8 @@ async def call_tool(router: Any, name: str, arguments: dict[str, Any], *, layer:
             if board is None:
                 return {"sessions": await router.list()}
             return (await board.listing()).to_json()
+        if name in ("list_asks", "answer_ask"):
+            return await _ask_tool(name, arguments)
         return await _session_tool(router, board, name, arguments, send)
     except Refusal as refusal:
         if isinstance(refusal, ToolRefused):
@@ -248,6 +269,20 @@ async def _plugin_tool(layer: Any, name: str, arguments: dict[str, Any]) -> Any:
     if isinstance(answer, PluginRefusal):
         raise ToolRefused(answer.code, answer.message)
     return answer if name == "web_search" else {"report": answer}
+
+
+async def _ask_tool(name: str, arguments: dict[str, Any]) -> Any:
+    """``list_asks`` and ``answer_ask``: through every local router's socket
+    (``router.asks.remote``), so a session answers another session's ask."""
+    from router.asks.remote import answer_anywhere, survey_asks
+
+    if name == "list_asks":
+        found, left_out = await survey_asks(os.environ)
+        return {"asks": found, **({"leftOut": left_out} if left_out else {})}
+    status, body = await answer_anywhere(os.environ, arguments["ask"], arguments["decision"], by="mcp")
+    if status != 0:
+        raise ToolRefused(body.get("error", "ask-refused"), body.get("message", "the answer was refused"))
+    return body
 
 
 def build_server(router: Any, *, layer: Any = None, board: Any = None) -> Any:

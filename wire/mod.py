@@ -45,6 +45,10 @@ from wire._convert import Builder, camel, describe, identity, type_name
 from wire.json import ABSENT, Absent, JsonValue, dumps, is_json
 
 __all__ = [
+    "ModAskAnswerResult",
+    "ModAskAnswerArgs",
+    "ModAskEvent",
+    "MOD_CAPABILITY_ASKS",
     "MOD_APPEND_DOORS",
     "MOD_HEALTH_MARKER",
     "MOD_INSTANCE_HEADER",
@@ -161,6 +165,12 @@ MOD_STATUS_TAKEN: Final = 409
 #: The header naming the mod instance that sent a post (seed,
 #: ``MOD_INSTANCE_HEADER``).
 MOD_INSTANCE_HEADER: Final = "x-claude-envoy-mod"
+
+#: Not the seed's: the capability a server names in ``GET /healthz``
+#: (``capabilities``) and a mod in ``hello`` when it knows the asks (an
+#: ``ask`` event, the ``ask.answer`` call). Either end that does not name it
+#: is spoken to in the seed's wire only (ours, docs/modlink.md).
+MOD_CAPABILITY_ASKS: Final = "asks"
 
 #: The plugin's own name, as its manifest spells it and as Claude Code stamps
 #: it on the plugin's rows (seed, ``MOD_PLUGIN_NAME``).
@@ -478,6 +488,8 @@ class ModHelloEvent:
     session_id: str
     claude_version: str
     interactive: bool
+    #: Not the seed's: what this mod knows beyond it (``MOD_CAPABILITY_ASKS``).
+    capabilities: tuple[str, ...] | Absent = ABSENT
 
 
 @attrs.frozen(kw_only=True)
@@ -538,6 +550,22 @@ class ModModelEvent:
 
 
 @attrs.frozen(kw_only=True)
+class ModAskEvent:
+    """Not the seed's (kind ``ask``): Claude Code is about to ask the person
+    whether a tool call may run, and the mod waits for ``ask.answer`` with
+    ``ask_id``. ``input`` is the tool's arguments as the permission decision
+    reads them; ``summary`` a sentence a person can read; ``reason`` Claude
+    Code's own why (the dialog's words), when it gave one."""
+
+    ask_id: str
+    tool: str
+    input: JsonValue
+    summary: str
+    tool_use_id: str | Absent = ABSENT
+    reason: str | Absent = ABSENT
+
+
+@attrs.frozen(kw_only=True)
 class ModUnknownEvent:
     """An event of a kind this version does not know, kept whole so the server
     can pass it on: ``raw`` is the wire object, ``kind`` its string ``kind``."""
@@ -556,6 +584,7 @@ ModEvent: TypeAlias = Union[
     ModTurnCompleteEvent,
     ModAppendEvent,
     ModModelEvent,
+    ModAskEvent,
     ModUnknownEvent,
 ]
 
@@ -569,6 +598,7 @@ EVENT_KINDS: Final[dict[str, type]] = {
     "turn-complete": ModTurnCompleteEvent,
     "append": ModAppendEvent,
     "model": ModModelEvent,
+    "ask": ModAskEvent,
 }
 
 # --------------------------------------------------------------------------- config and commands
@@ -664,6 +694,18 @@ class ModSetEffortArgs:
     effort: ModEffort | None
 
 
+@attrs.frozen(kw_only=True)
+class ModAskAnswerArgs:
+    """Not the seed's (``ask.answer``, sent only to a mod whose ``hello``
+    names ``MOD_CAPABILITY_ASKS``): the answer to the ask ``ask_id``.
+    ``allow`` runs the tool, ``deny`` refuses it (``reason`` is what the model
+    reads), ``ask`` hands the decision back to Claude Code's own prompt."""
+
+    ask_id: str
+    decision: Literal["allow", "deny", "ask"]
+    reason: str | Absent = ABSENT
+
+
 # --------------------------------------------------------------------------- call results
 
 
@@ -728,6 +770,14 @@ class ModSetEffortResult:
     effort: ModEffort | None
 
 
+@attrs.frozen(kw_only=True)
+class ModAskAnswerResult:
+    """Whether the ask was still waiting and took this answer (``False``: the
+    hook had already gone on, e.g. the session was interrupted)."""
+
+    taken: bool
+
+
 #: The name of a call the server may ask the mod to make.
 ModCallName: TypeAlias = Literal[
     "session.message",
@@ -738,6 +788,7 @@ ModCallName: TypeAlias = Literal[
     "config.list",
     "command.list",
     "set-effort",
+    "ask.answer",
 ]
 
 #: Each call's argument type; ``None`` for a call that takes none (the seed's
@@ -751,6 +802,7 @@ CALL_ARGUMENTS: Final[dict[str, Any]] = {
     "config.list": None,
     "command.list": None,
     "set-effort": ModSetEffortArgs,
+    "ask.answer": ModAskAnswerArgs,
 }
 
 #: Each call's result type.
@@ -763,6 +815,7 @@ CALL_RESULTS: Final[dict[str, Any]] = {
     "config.list": tuple[ModConfigRow, ...],
     "command.list": tuple[ModCommandInfo, ...],
     "set-effort": ModSetEffortResult,
+    "ask.answer": ModAskAnswerResult,
 }
 
 # --------------------------------------------------------------------------- requests, results, bodies
@@ -811,6 +864,8 @@ ModResult: TypeAlias = Union[ModResultOk, ModResultError]
 @attrs.frozen(kw_only=True)
 class ModHealthBody:
     link: str
+    #: Not the seed's: what this server knows beyond it (``MOD_CAPABILITY_ASKS``).
+    capabilities: tuple[str, ...] | Absent = ABSENT
 
 
 @attrs.frozen(kw_only=True)
@@ -864,7 +919,7 @@ _UNIONS: Final[dict[Any, str]] = {
 _CLASSES: Final[tuple[type, ...]] = (
     ModAppendMessage, ModStepText, ModStepReasoning, ModStepToolCall,
     ModHelloEvent, ModSessionIdEvent, ModSessionEndEvent, ModTurnStartEvent, ModStepEvent,
-    ModTurnCompleteEvent, ModAppendEvent, ModModelEvent,
+    ModTurnCompleteEvent, ModAppendEvent, ModModelEvent, ModAskEvent, ModAskAnswerArgs, ModAskAnswerResult,
     ModConfigProvider, ModConfigRow, ModCommandInfo, ModUnreadPerson, ModUnreadCard,
     ModSessionMessageArgs, ModCommandRunArgs, ModModelForkArgs, ModConfigSetArgs, ModSetEffortArgs,
     ModRowWritten, ModPromptTaken, ModMessageDenied, ModCommandRunResult, ModForkAnswered,

@@ -24,9 +24,21 @@
  * request reads every row appended before the step began; the rows appended during a turn's
  * last step are unread at its end, and get one pointer prompt (`unreadRowPrompt`). A write is
  * recorded in `$.store` under its `eventId`, so a resend is answered from the record.
+ *
+ * Asks (ours, beyond the seed): when Claude Code is about to ask the person whether a tool call
+ * may run, the `tool.check` hook reports an `ask` event and waits for the server's `ask.answer`
+ * call; `allow` and `deny` are returned as the hook's verdict, anything else (`ask`, no answer
+ * because the link went, the person interrupted) hands the verdict beneath back, so Claude Code's
+ * own prompt comes up. It raises one only at a server whose `/healthz` names the asks, and only
+ * where a person would be asked: the session's permission mode, read from each prompt's
+ * `classic.UserPromptSubmit` (`permission_mode`), is one that asks (`ASK_MODES`; `auto` lets a
+ * classifier decide, and its `tool.check` says `ask` too, so it raises none).
  */
 
 import {
+  ASK_MODES,
+  ASK_PERSON_ONLY_TOOLS,
+  MOD_CAPABILITY_ASKS,
   MOD_HEALTH_MARKER,
   MOD_INSTANCE_HEADER,
   MOD_MIN_CLAUDE_VERSION,
@@ -101,6 +113,9 @@ type Io = {
   log: (text: string) => void
 }
 
+/** The answer an ask got: a verdict, or undefined to hand it back to Claude Code's prompt. */
+type AskAnswer = { decision: "allow" | "deny"; reason?: string } | undefined
+
 class Taken extends Error {}
 class Gone extends Error {}
 
@@ -133,6 +148,11 @@ class Link {
   private unread: UnreadMessage[] = []
   private submitted: Submitted[] = []
   private inFlight = new Map<string, Promise<JsonObject>>()
+  /** Whether the server names the asks (`/healthz`), the session's permission mode as the last
+   * prompt carried it, and the asks waiting for `ask.answer`. */
+  private serverAsks = false
+  private mode: string | undefined
+  private asks = new Map<string, (answer: AskAnswer) => void>()
 
   get busy(): boolean {
     return this.turnId !== undefined || this.promptsWaiting > 0
@@ -154,7 +174,7 @@ class Link {
     if (!(await this.probe())) return
     this.linked = true
     this.model = await io.model()
-    this.emit({ kind: "hello", sessionId: this.sessionId, claudeVersion: version, interactive })
+    this.emit({ kind: "hello", sessionId: this.sessionId, claudeVersion: version, interactive, capabilities: [MOD_CAPABILITY_ASKS] })
     this.emit({ kind: "model", model: this.model })
     void this.poll()
   }
@@ -165,7 +185,9 @@ class Link {
       try {
         const answer = await this.io.fetch(MOD_URL_BASE + MOD_ROUTE_HEALTH, { method: "GET", socketPath: this.path })
         if (answer.status !== 200) return false
-        return JSON.parse(answer.text)?.link === MOD_HEALTH_MARKER
+        const health = JSON.parse(answer.text)
+        this.serverAsks = Array.isArray(health?.capabilities) && health.capabilities.includes(MOD_CAPABILITY_ASKS)
+        return health?.link === MOD_HEALTH_MARKER
       } catch {
         // No socket yet (or none at all): wait for the next try.
       }
@@ -180,6 +202,9 @@ class Link {
     if (!this.linked) return
     this.linked = false
     this.outbox = []
+    // Every ask waiting goes back to Claude Code's own prompt.
+    for (const settle of this.asks.values()) settle(undefined)
+    this.asks.clear()
     if (why instanceof Taken) this.io.log(TAKEN_NOTICE)
   }
 
@@ -296,6 +321,13 @@ class Link {
         return (await io.configList()).map(configRow)
       case "command.list":
         return (await io.commandList()).map(commandInfo)
+      case "ask.answer": {
+        const settle = this.asks.get(String(args.askId))
+        if (settle === undefined) return { taken: false }
+        const decision = args.decision
+        settle(decision === "allow" ? { decision } : decision === "deny" ? { decision, reason: String(args.reason ?? "The person denied this call") } : undefined)
+        return { taken: true }
+      }
       case "set-effort":
         this.effort = args.effort ?? null
         return { effort: this.effort }
@@ -459,9 +491,56 @@ class Link {
     if (dropped !== undefined) this.unread = [...unread, ...this.unread]
   }
 
+  // ------------------------------------------------------------------ asks
+
+  permissionMode(mode: unknown): void {
+    if (typeof mode === "string") this.mode = mode
+  }
+
+  /** Whether `tool.check`'s verdict `result` for `e` is an ask a person would answer. */
+  wouldAskPerson(e: Input, result: Dollar): boolean {
+    return (
+      this.linked && this.serverAsks && result?.decision === "ask" && e.approver === "person" &&
+      e.agentId === undefined && typeof e.tool_use_id === "string" && this.mode !== undefined &&
+      ASK_MODES.includes(this.mode) && !ASK_PERSON_ONLY_TOOLS.includes(String(e.tool))
+    )
+  }
+
+  /** Report the ask and wait for its answer: undefined when it is handed back (the server said
+   * `ask`, the link went, or `signal` aborted: the person interrupted). */
+  async ask(e: Input, result: Dollar, signal: Dollar): Promise<AskAnswer> {
+    const askId = `ask-${Math.random().toString(36).slice(2, 10)}${Math.random().toString(36).slice(2, 10)}`
+    const answered = new Promise<AskAnswer>((resolve) => {
+      this.asks.set(askId, (answer) => {
+        this.asks.delete(askId)
+        resolve(answer)
+      })
+    })
+    try {
+      signal?.addEventListener?.("abort", () => this.asks.get(askId)?.(undefined))
+    } catch {
+      // No signal to follow: the answer or the link's end settles it.
+    }
+    const event: JsonObject = { kind: "ask", askId, tool: String(e.tool), input: (e.input ?? null) as Json, summary: askSummary(String(e.tool), e.input) }
+    event.toolUseId = String(e.tool_use_id)
+    if (typeof result?.reason === "string") event.reason = result.reason
+    this.emit(event)
+    return await answered
+  }
+
   get isLinked(): boolean {
     return this.linked
   }
+}
+
+/** A sentence a person can read: `Bash wants to run: echo hi > out.txt (write a file)`. */
+function askSummary(tool: string, input: Dollar): string {
+  const object = input !== null && typeof input === "object" ? input : {}
+  const key = ["command", "file_path", "path", "url", "pattern"].find((each) => typeof object[each] === "string")
+  let subject = key === undefined ? JSON.stringify(input ?? null) : String(object[key])
+  if (subject.length > 200) subject = subject.slice(0, 199) + "…"
+  const said = typeof object.description === "string" && object.description !== "" ? ` (${object.description})` : ""
+  return `${tool} wants to ${tool === "Bash" ? "run" : "use"}: ${subject}${said}`
 }
 
 function configRow(row: Dollar): JsonObject {
@@ -612,6 +691,23 @@ export function register(on: Dollar): void {
     const result = await stream.result
     link.snapshot(input, step.parts, true, result?.stopReason)
     return result
+  })
+
+  on("classic.UserPromptSubmit", async ($: Dollar, e: Dollar, next: Dollar) => {
+    // Each prompt carries the session's permission mode: whether an ask is the person's.
+    link.permissionMode(e.permission_mode)
+    return await next(e)
+  })
+
+  on("tool.check", async ($: Dollar, e: Dollar, next: Dollar) => {
+    const result = await next(e)
+    if (!link.wouldAskPerson(e, result)) return result
+    try {
+      const answer = await link.ask(e, result, next.signal)
+      return answer === undefined ? result : answer
+    } catch {
+      return result // Never worse than without the router: Claude Code's own prompt.
+    }
   })
 
   on("turn.complete", async ($: Dollar, e: Dollar, next: Dollar) => {

@@ -37,6 +37,19 @@ export const MOD_STATUS_TAKEN = 409
 /** The header naming the mod instance that sent a post (seed). */
 export const MOD_INSTANCE_HEADER = "x-claude-envoy-mod"
 
+/** Not the seed's: the capability a server names in `/healthz` (`capabilities`) and a mod in
+ * `hello` when it knows the asks (`wire.mod.MOD_CAPABILITY_ASKS`). */
+export const MOD_CAPABILITY_ASKS = "asks"
+
+/** The permission modes in which Claude Code 2.1.332 asks the person (`permission_mode` of a
+ * classic hook; `--permission-mode manual` reads `default`). Not `auto` (a classifier decides),
+ * `dontAsk` (denied unasked) or `bypassPermissions` (run unasked). */
+export const ASK_MODES: readonly string[] = ["default", "acceptEdits", "plan"]
+
+/** Tools only a person may settle: a hook's allow does not dismiss their dialog (the
+ * declarations' `ToolCheckResult.decision`), so no ask is raised for them. */
+export const ASK_PERSON_ONLY_TOOLS: readonly string[] = ["AskUserQuestion", "ExitPlanMode"]
+
 /** The seed's plugin name, which names the sockets' directory (`wire.mod.MOD_PLUGIN_NAME`). This
  * plug-in's own name is `PLUGIN_NAME`: Claude Code stamps that one on the rows this plug-in wrote. */
 export const MOD_PLUGIN_NAME = "claude-envoy"

@@ -29,6 +29,8 @@ export class LinkServer {
   /** What each route answers; a test sets `alive = false` for no server, `taken = true` for 409. */
   alive = true
   taken = false
+  /** Whether `/healthz` names the asks, as the router's server does (a seed-only server does not). */
+  asks = true
   private queue: Any[] = []
   private wake: (() => void) | undefined
 
@@ -51,7 +53,7 @@ export class LinkServer {
     this.fetches.push({ url, init })
     if (!this.alive) throw new Error(`ENOENT: ${init?.socketPath}`)
     const route = url.replace("http://claude-envoy", "")
-    if (route === "/healthz") return answer(200, { link: "claude-envoy-mod" })
+    if (route === "/healthz") return answer(200, this.asks ? { link: "claude-envoy-mod", capabilities: ["asks"] } : { link: "claude-envoy-mod" })
     const instance = init?.headers?.["x-claude-envoy-mod"]
     if (instance !== undefined) this.instances.add(instance)
     if (this.taken) return answer(409, { error: "taken", message: "another mod instance holds this link" })

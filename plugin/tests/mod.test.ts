@@ -26,10 +26,32 @@ describe("linking", () => {
   test("says hello, then the model, naming its instance on every post", async ($, on) => {
     const { server } = await linked($, on)
     expect(server.events.slice(0, 2)).toEqual([
-      { kind: "hello", sessionId: "0f8fad5b-d9cb-469f-a165-70867728950e", claudeVersion: "2.1.332", interactive: true },
+      { kind: "hello", sessionId: "0f8fad5b-d9cb-469f-a165-70867728950e", claudeVersion: "2.1.332", interactive: true, capabilities: ["asks"] },
       { kind: "model", model: "claude-opus-5-5" },
     ])
     expect(server.instances.size).toBe(1)
+    server.stop()
+  })
+})
+
+describe("asks", () => {
+  test("an answer to an ask nobody waits for is not taken", async ($, on) => {
+    const { server } = await linked($, on)
+    expect(await server.call("ask.answer", { askId: "ask-none", decision: "allow" })).toEqual({ taken: false })
+    server.stop()
+  })
+
+  test("a query's ask (no call, nobody to ask) is handed back as it came, and raises no ask", async ($, on) => {
+    const { server } = await linked($, on, {
+      beneath: () => {
+        on("tool.check", () => ({ decision: "ask", reason: "needs approval" }))
+        on("classic.UserPromptSubmit", () => ({}))
+      },
+    })
+    await $.classic.UserPromptSubmit({ prompt: "hi", permission_mode: "default" })
+    const verdict = await $.tool.check({ tool: "Bash", input: { command: "echo hi > out.txt" } })
+    expect(verdict.decision).toBe("ask")
+    expect(server.kinds()).not.toContain("ask")
     server.stop()
   })
 })

@@ -68,6 +68,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from router import asks
 from router._fanout import Lagged
 from router.api.page import PAGE
 from router.board.access import check_bearer
@@ -474,6 +475,30 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             return _json(await router.resume(session))
         except Refusal as refusal:
             return _refused(refusal, 409)
+
+    # ------------------------------------------------------------------ asks (router.asks)
+    # GET /asks: {"asks": [ask, ...]} waiting on a person, oldest first
+    # (?all=1: the answered and expired ones kept too); POST /asks/<id>
+    # {"decision": "allow" | "deny", "by"?}: the ask as answered, or a refusal
+    # (404 unknown-ask, 409 ask-answered / ask-expired, 400 bad-decision).
+
+    @app.get("/asks")
+    async def list_asks() -> Response:
+        every = request.args.get("all", "") not in ("", "0")
+        return _json({"asks": asks.list_asks(router.registry.sessions(), every=every)})
+
+    @app.post("/asks/<ask>")
+    async def answer_ask(ask: str) -> Response:
+        try:
+            body = await json_body({"decision": _is_str, "by": _is_str}, required=("decision",))
+        except _BadBody as exc:
+            return _error("bad-body", f"POST /asks/<id> takes {{decision, by?}}: {exc.message}", 400)
+        by = body.get("by") or request.headers.get(CHANNEL_HEADER, "http").strip() or "http"
+        try:
+            answered = asks.answer_ask(router.registry.sessions(), ask, body["decision"], by=by)
+        except Refusal as refusal:
+            return _json(_refusal_body(refusal), asks.ASK_STATUS.get(refusal.code, 409))
+        return _json({"ask": answered})
 
     # ------------------------------------------------------------------ errors
 

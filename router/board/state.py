@@ -3,8 +3,8 @@
 DESIGN.md names the states: ``idle``, ``working``, ``waiting`` (a
 permission ask waits on the person), ``parked`` (the provider's usage
 limit), ``stopped`` (one of our limits stopped it), ``unreachable``,
-``closed``. The router knows five of them today (``waiting`` and ``parked``
-come with the asks and the provider's limits):
+``closed``. The router knows six of them today (``parked`` comes with the
+provider's limits):
 
 ============  =======================================  ==============================================
 state         a container session                      a Claude Code session
@@ -15,6 +15,8 @@ closed        the host closed its link                 its mod said ``session-en
 stopped       a limit stopped it (until resumed)       the same
 unreachable   the host cannot reach its daemon now     no mod has said ``hello`` on its link
               (its link is in backoff, or failed)
+waiting       (never)                                  a permission ask waits on the person
+                                                       (``router asks``; ``router.asks``)
 working       an operation is open (queued, running)   a turn runs (``turn-start`` .. ``turn-complete``)
 idle          none of the above                        none of the above
 ============  =======================================  ==============================================
@@ -31,15 +33,19 @@ from typing import Any, Final
 __all__ = ["STATES", "claude_code_state", "container_state", "session_state", "stopped_state"]
 
 #: Every state this router reports, in the order the table above checks them.
-STATES: Final = ("closed", "stopped", "unreachable", "working", "idle")
+STATES: Final = ("closed", "stopped", "unreachable", "waiting", "working", "idle")
 #: The host's link states in which its daemon cannot be reached
 #: (``router.host.SessionLink.state``).
 UNREACHABLE_LINKS: Final = frozenset({"backoff", "failed"})
 
 
-def session_state(*, closed: bool = False, stopped: bool = False, reachable: bool = True, busy: bool = False) -> str:
+def session_state(
+    *, closed: bool = False, stopped: bool = False, reachable: bool = True, waiting: bool = False, busy: bool = False
+) -> str:
     """The state the table gives these facts."""
-    for state, holds in (("closed", closed), ("stopped", stopped), ("unreachable", not reachable), ("working", busy)):
+    checks = (("closed", closed), ("stopped", stopped), ("unreachable", not reachable), ("waiting", waiting),
+              ("working", busy))
+    for state, holds in checks:
         if holds:
             return state
     return "idle"
@@ -59,12 +65,14 @@ def container_state(*, busy: bool, stopped: bool, link_state: str | None) -> str
     )
 
 
-def claude_code_state(*, link: Any, stopped: bool, closed: bool) -> str:
+def claude_code_state(*, link: Any, stopped: bool, closed: bool, waiting: bool = False) -> str:
     """A Claude Code session's state; ``link`` is its mod link's
-    ``LinkState``, ``closed`` whether the router closed the session."""
+    ``LinkState``, ``closed`` whether the router closed the session,
+    ``waiting`` whether a permission ask of it waits on the person."""
     return session_state(
         closed=closed or link.ended is not None,
         stopped=stopped,
         reachable=link.hello_session_id is not None,
+        waiting=waiting,
         busy=link.turn_running,
     )

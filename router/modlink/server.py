@@ -54,6 +54,7 @@ from router.modlink.core import DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCo
 from router.modlink.errors import ModCallTimeout, ModLinkClosed, ModLinkRefused, ModSubscriberOverflow
 from wire.json import JsonError, dumps, loads
 from wire.mod import (
+    MOD_CAPABILITY_ASKS,
     MOD_HEALTH_MARKER,
     MOD_INSTANCE_HEADER,
     MOD_POLL_HOLD_MS,
@@ -477,7 +478,9 @@ class ModLink:
 
         @app.get(MOD_ROUTE_HEALTH)
         async def health() -> Response:
-            return _json({"link": MOD_HEALTH_MARKER})
+            # ``capabilities`` is ours, not the seed's: a mod that knows the
+            # asks raises one only at a server that names them.
+            return _json({"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]})
 
         @app.post(MOD_ROUTE_EVENTS)
         async def events() -> Response:

@@ -34,9 +34,13 @@ ROUTES: Final[Mapping[str, Any]] = {
 
 LIMITS: Final[Mapping[str, Any]] = {"limits": {}}
 
+#: No rules; an ask waits two minutes for a person (router.asks).
+ASKS: Final[Mapping[str, Any]] = {"asks": {"deadline": 120, "rules": []}}
+
 #: file name -> the document used while that file does not exist.
 DOCUMENTS: Final[Mapping[str, Mapping[str, Any]]] = {
     "plugins.json": PLUGINS,
     "routes.json": ROUTES,
     "limits.json": LIMITS,
+    "asks.json": ASKS,
 }

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import collections.abc
 import typing
-from typing import Any, Final, Mapping, NewType
+from typing import Any, Final, Literal, Mapping, NewType
 
 import attrs
 import cattrs
@@ -49,6 +49,9 @@ from wire.json import dumps
 from router.errors import Refusal
 
 __all__ = [
+    "AskRuleSetting",
+    "AsksDocument",
+    "AsksSetting",
     "MAX_DEPTH",
     "MAX_SETTINGS_BYTES",
     "read_capped",
@@ -212,10 +215,37 @@ class LimitsPatch:
     reset: tuple[tuple[NonEmpty, ...], ...] | None = None
 
 
+@attrs.frozen(kw_only=True)
+class AskRuleSetting:
+    """One rule of ``asks.json``: a permission ask for ``tool`` whose input
+    matches ``input`` (a shell-style pattern over the command, the file path,
+    or the input's JSON; absent: any input) is answered ``decision`` with no
+    person asked."""
+
+    tool: NonEmpty
+    decision: Literal["allow", "deny"]
+    input: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class AsksSetting:
+    """``asks.json``'s ``asks``: how long an ask waits for a person's answer
+    (seconds; then Claude Code's own prompt comes up) and the rules."""
+
+    deadline: float = 120.0
+    rules: tuple[AskRuleSetting, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class AsksDocument:
+    asks: AsksSetting = attrs.field(factory=AsksSetting)
+
+
 #: Patches refuse keys they do not take; documents keep them.
 PATCHES: Final = (FallbackSetting, InstanceSetting, ModelSetting, RoutesPatch, PluginsPatch,
                   LimitsPatch)
-DOCUMENTS: Final = (StoredRoute, StoredInstance, RoutesDocument, PluginsDocument)
+DOCUMENTS: Final = (StoredRoute, StoredInstance, RoutesDocument, PluginsDocument, AskRuleSetting, AsksSetting,
+                    AsksDocument)
 
 
 # --------------------------------------------------------------------------- converter

@@ -9,6 +9,9 @@ Beside the deliveries (schema 2): each session's **stop** (a limit stopped
 it; kept until the person resumes it, so a restart keeps it stopped) and
 each container session's **launch** (the launch record its turn brackets
 name, without ``env`` and with only ``reach.via``: they may hold secrets).
+Schema 3 adds each Claude Code permission **ask** and its answer
+(:mod:`router.asks`): one row per ask id, replaced as the ask is answered or
+expires.
 
 Theory of operation
 -------------------
@@ -55,8 +58,8 @@ __all__ = ["DeliveryLog", "SCHEMA_VERSION"]
 T = TypeVar("T")
 
 #: The schema this code writes (``PRAGMA user_version``): 2 added ``stops``
-#: and ``launches`` (a version-1 file gains them when opened).
-SCHEMA_VERSION: Final = 2
+#: and ``launches``, 3 ``asks`` (an older file gains them when opened).
+SCHEMA_VERSION: Final = 3
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -93,6 +96,16 @@ CREATE TABLE IF NOT EXISTS launches (
 )
 """,
 )
+
+_SCHEMA_3: Final = """
+CREATE TABLE IF NOT EXISTS asks (
+    ask_id TEXT PRIMARY KEY,
+    session TEXT NOT NULL,
+    state TEXT NOT NULL,
+    record TEXT NOT NULL,
+    updated_at INTEGER NOT NULL
+)
+"""
 
 
 def _now_ms() -> int:
@@ -159,7 +172,7 @@ class DeliveryLog:
                     f"{self.path} was written by a newer router (schema {version}); upgrade this one",
                 )
             self._db.execute(_SCHEMA)
-            for statement in _SCHEMA_2:
+            for statement in (*_SCHEMA_2, _SCHEMA_3):
                 self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except BaseException:
@@ -267,6 +280,20 @@ class DeliveryLog:
     def stops(self) -> dict[str, StopInfo]:
         rows = self._db.execute("SELECT session, reason, check_name, at FROM stops").fetchall()
         return {row[0]: StopInfo(reason=row[1], check=row[2], at=row[3]) for row in rows}
+
+    def put_ask(self, ask: dict[str, Any]) -> None:
+        """Keep an ask as :meth:`router.asks.Ask.to_json` writes it (its
+        ``id``, ``session`` and ``state`` are also columns)."""
+        self._db.execute(
+            "INSERT INTO asks (ask_id, session, state, record, updated_at) VALUES (?,?,?,?,?) ON CONFLICT (ask_id) "
+            "DO UPDATE SET state = excluded.state, record = excluded.record, updated_at = excluded.updated_at",
+            (ask["id"], ask["session"], ask["state"], json.dumps(ask), self._clock()),
+        )
+
+    def asks_of(self, session: str) -> list[dict[str, Any]]:
+        """The session's asks, as kept, oldest first."""
+        rows = self._db.execute("SELECT record FROM asks WHERE session = ? ORDER BY rowid", (session,)).fetchall()
+        return [json.loads(row[0]) for row in rows]
 
     def put_launch(self, session: str, record: LaunchRecord) -> None:
         self._db.execute(

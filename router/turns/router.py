@@ -77,6 +77,7 @@ import contextlib
 import logging
 import os
 import uuid
+from functools import partial
 from typing import Any, AsyncIterator, Final, Mapping
 
 import trio
@@ -214,6 +215,7 @@ class TurnRouter:
             ClaudeCodeTarget(
                 session_id, env=self.env, link_options=self.link_options, deadline=self.message_deadline,
                 instance=self.instance, routes=self._routes,
+                record_ask=partial(self.deliveries.call, self.deliveries.put_ask),
             )
         )
 

@@ -96,8 +96,10 @@ async def test_mcp_tools_over_stdio(tmp_path: Path) -> None:
 
     async with Client(mcp_params(tmp_path)) as client:
         tools = await client.list_tools()
-        assert [tool.name for tool in tools.tools] == ["list_sessions", "send_message", "read_messages", "abort",
-                                                       "web_search", "limits_report"]
+        assert [tool.name for tool in tools.tools] == [
+            "list_sessions", "send_message", "read_messages", "abort", "web_search", "limits_report", "list_asks",
+            "answer_ask",
+        ]
         listed = await client.call_tool("list_sessions", {})
         assert not listed.is_error
         # Its echo root is not on the board (every router has one); no
@@ -117,6 +119,10 @@ async def test_mcp_tools_over_stdio(tmp_path: Path) -> None:
         assert refused.is_error and refused.content[0].text.startswith("unknown-session: ")
         bad = await client.call_tool("send_message", {"session": "root", "text": 3})
         assert bad.is_error and bad.content[0].text.startswith("bad-arguments: ")
+        asks = await client.call_tool("list_asks", {})
+        assert not asks.is_error and json.loads(asks.content[0].text)["asks"] == []
+        unknown = await client.call_tool("answer_ask", {"ask": "ask-none", "decision": "allow"})
+        assert unknown.is_error and unknown.content[0].text.startswith("unknown-ask: ")
 
 
 async def test_embedded_routers_keep_their_own_stores_and_share_the_turn_records(tmp_path: Path) -> None:

@@ -130,9 +130,14 @@ class ModWorld:
             raise RuntimeError(f"tmux {' '.join(args)} failed: {done.stderr.decode(errors='replace').strip()}")
         return done.stdout.decode(errors="replace")
 
-    def claude_argv(self, session_id: str, *extra: str, plugin_dir: bool = True) -> list[str]:
+    def claude_argv(
+        self, session_id: str, *extra: str, plugin_dir: bool = True, permission_mode: str | None = None
+    ) -> list[str]:
+        """``claude`` with the plug-in; with ``permission_mode`` in that mode
+        (``manual`` asks the person), else with permissions skipped."""
         loads = ["--plugin-dir", str(self.plugin)] if plugin_dir else []
-        return [str(self.claude), *loads, "--dangerously-skip-permissions", "--session-id", session_id, *extra]
+        mode = ["--permission-mode", permission_mode] if permission_mode else ["--dangerously-skip-permissions"]
+        return [str(self.claude), *loads, *mode, "--session-id", session_id, *extra]
 
     async def install_from_marketplace(self) -> None:
         """The marketplace route: the plug-in's folder added as a marketplace,
@@ -145,12 +150,13 @@ class ModWorld:
                 raise RuntimeError(f"claude plugin {' '.join(args)}: {(done.stdout + done.stderr).decode(errors='replace')}")
 
     async def start(
-        self, name: str, session_id: str, *, workspace: int = 0, extra: tuple[str, ...] = (), plugin_dir: bool = True
+        self, name: str, session_id: str, *, workspace: int = 0, extra: tuple[str, ...] = (), plugin_dir: bool = True,
+        permission_mode: str | None = None,
     ) -> str:
         """Start an interactive ``claude`` in a pane of its own."""
         script = self.root / f"{name}.sh"
         assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in self.env.items())
-        argv = self.claude_argv(session_id, *extra, plugin_dir=plugin_dir)
+        argv = self.claude_argv(session_id, *extra, plugin_dir=plugin_dir, permission_mode=permission_mode)
         script.write_text(f"#!/bin/sh\nexec env -i {assignments} {shlex.join(argv)}\n")
         script.chmod(0o755)
         cwd = str(self.workspaces[workspace])

@@ -46,6 +46,8 @@ def test_validate_refuses_nothing_and_reads_the_plugin_as_written(claude_binary:
     assert module["uses"]["env"]["writes"] == []
     assert set(module["uses"]["events"]) == {
         "session.start", "session.end", "session.append", "turn.start", "turn.step", "turn.complete",
+        # The asks: the permission mode of each prompt, and the ask itself.
+        "classic.UserPromptSubmit", "tool.check",
     }  # fmt: skip
 
 
@@ -162,7 +164,7 @@ def parity_cases() -> dict[str, Any]:
         for name in (
             "MOD_HEALTH_MARKER", "MOD_POLL_HOLD_MS", "MOD_MIN_CLAUDE_VERSION", "MOD_URL_BASE", "MOD_ROUTE_HEALTH",
             "MOD_ROUTE_EVENTS", "MOD_ROUTE_RESULTS", "MOD_ROUTE_REQUESTS", "MOD_SOCKET_PATH_MAX_BYTES",
-            "MOD_STATUS_TAKEN", "MOD_INSTANCE_HEADER", "MOD_PLUGIN_NAME",
+            "MOD_STATUS_TAKEN", "MOD_INSTANCE_HEADER", "MOD_PLUGIN_NAME", "MOD_CAPABILITY_ASKS",
         )
     }  # fmt: skip
     constants["MOD_APPEND_DOORS"] = list(mod.MOD_APPEND_DOORS)

@@ -10,12 +10,12 @@ from router.board.state import STATES, claude_code_state, container_state, sessi
 from router.modlink import LinkState
 
 
-@pytest.mark.parametrize("closed,stopped,reachable,busy", list(itertools.product([False, True], repeat=4)))
-def test_the_first_row_that_holds_wins(closed: bool, stopped: bool, reachable: bool, busy: bool) -> None:
-    state = session_state(closed=closed, stopped=stopped, reachable=reachable, busy=busy)
+@pytest.mark.parametrize("closed,stopped,reachable,waiting,busy", list(itertools.product([False, True], repeat=5)))
+def test_the_first_row_that_holds_wins(closed: bool, stopped: bool, reachable: bool, waiting: bool, busy: bool) -> None:
+    state = session_state(closed=closed, stopped=stopped, reachable=reachable, waiting=waiting, busy=busy)
     assert state in STATES
     expected = ("closed" if closed else "stopped" if stopped else "unreachable" if not reachable
-                else "working" if busy else "idle")
+                else "waiting" if waiting else "working" if busy else "idle")
     assert state == expected
 
 
@@ -43,3 +43,10 @@ def test_a_claude_code_session() -> None:
     ended = LinkState(hello_session_id="s", session_id="s", ended="exit")
     assert claude_code_state(link=ended, stopped=False, closed=False) == "closed"
     assert claude_code_state(link=hello, stopped=False, closed=True) == "closed"
+
+
+def test_a_claude_code_session_waiting_on_an_ask() -> None:
+    turn = LinkState(hello_session_id="s", session_id="s", turn_running=True, turn_id="t")
+    assert claude_code_state(link=turn, stopped=False, closed=False, waiting=True) == "waiting"
+    assert claude_code_state(link=turn, stopped=True, closed=False, waiting=True) == "stopped"
+    assert claude_code_state(link=LinkState(), stopped=False, closed=False, waiting=True) == "unreachable"

@@ -14,7 +14,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from wire.mod import MOD_HEALTH_MARKER, MOD_INSTANCE_HEADER, MOD_URL_BASE, resolve_mod_socket_path
+from wire.mod import MOD_CAPABILITY_ASKS, MOD_HEALTH_MARKER, MOD_INSTANCE_HEADER, MOD_URL_BASE, resolve_mod_socket_path
 
 SESSION = "cli-session"
 
@@ -58,7 +58,7 @@ def test_path_then_events_then_a_clean_stop(
     path = _first_line(server)
     assert path == resolve_mod_socket_path(SESSION, process_env).path
     with httpx.Client(transport=httpx.HTTPTransport(uds=path), base_url=MOD_URL_BASE, timeout=30) as client:
-        assert client.get("/healthz").json() == {"link": MOD_HEALTH_MARKER}
+        assert client.get("/healthz").json() == {"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]}
         events = [
             {"kind": "hello", "sessionId": SESSION, "claudeVersion": "2.1.310", "interactive": True},
             {"kind": "not-yet-invented", "detail": ["kept", 1]},
@@ -86,7 +86,7 @@ def test_curl_reaches_it(server: subprocess.Popen[str]) -> None:
         text=True,
         check=True,
     )
-    assert json.loads(done.stdout) == {"link": MOD_HEALTH_MARKER}
+    assert json.loads(done.stdout) == {"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]}
     bad = subprocess.run(
         [curl, "-sS", "--max-time", "20", "--unix-socket", path, "-d", "nope", f"{MOD_URL_BASE}/events"],
         capture_output=True,
@@ -139,7 +139,7 @@ def test_a_stdout_nobody_reads_does_not_stall_the_link(server: subprocess.Popen[
         for _ in range(64):  # 16 MiB of events, far past any pipe's buffer
             response = client.post("/events", content=json.dumps({"events": [snapshot] * 16}))
             assert response.json() == {"ok": True}
-        assert client.get("/healthz").json() == {"link": MOD_HEALTH_MARKER}
+        assert client.get("/healthz").json() == {"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]}
     server.send_signal(signal.SIGTERM)
     assert server.wait(timeout=30) == 0
     assert not os.path.exists(path)
@@ -176,7 +176,7 @@ def test_hostile_http_does_not_end_the_process(process_env: dict[str, str], tmp_
         trio.run(attack)
         assert process.poll() is None and os.path.exists(path)
         with httpx.Client(transport=httpx.HTTPTransport(uds=path), base_url=MOD_URL_BASE, timeout=30) as client:
-            assert client.get("/healthz").json() == {"link": MOD_HEALTH_MARKER}
+            assert client.get("/healthz").json() == {"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]}
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:

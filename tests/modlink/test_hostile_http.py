@@ -27,7 +27,7 @@ from router._hypercorn import serve_on_socket
 from router.modlink import ModLink
 from tests.api.conftest import Api, api  # noqa: F401 - the API's own fixture: the router behind the real ApiServer
 from tests.modlink.hostile_http import KILLERS, Case, hostile_request, run_case, storm
-from wire.mod import MOD_HEALTH_MARKER, MOD_URL_BASE
+from wire.mod import MOD_CAPABILITY_ASKS, MOD_HEALTH_MARKER, MOD_URL_BASE
 
 #: Cases per storm: thousands in CI; the campaign sets more.
 STORM_CASES = int(os.environ.get("ROUTER_FUZZ_CASES", "2000"))
@@ -40,7 +40,7 @@ def unix_dial(path: str) -> Any:
 async def healthy(link: ModLink) -> None:
     async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=link.path), base_url=MOD_URL_BASE) as http:
         response = await http.get("/healthz")
-    assert response.status_code == 200 and response.json() == {"link": MOD_HEALTH_MARKER}
+    assert response.status_code == 200 and response.json() == {"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]}
 
 
 def no_tracebacks(caplog: pytest.LogCaptureFixture) -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from router.modlink import ModLink, ModLinkRefused, probe_health
 from router.modlink.sim import ModSimulator
 from wire.json import dumps
-from wire.mod import MOD_HEALTH_MARKER, ModSetEffortArgs, ModSetEffortResult, resolve_mod_socket_path
+from wire.mod import MOD_CAPABILITY_ASKS, MOD_HEALTH_MARKER, ModSetEffortArgs, ModSetEffortResult, resolve_mod_socket_path
 
 from .conftest import SESSION, _open_client
 
@@ -268,4 +268,4 @@ async def test_health_marker_is_the_seeds(env: dict[str, str], nursery: trio.Nur
     link = ModLink(SESSION, env=env)
     await _start(link, nursery)
     async with _open_client(link.path) as client:
-        assert (await client.get("/healthz")).json() == {"link": MOD_HEALTH_MARKER}
+        assert (await client.get("/healthz")).json() == {"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]}

@@ -12,6 +12,7 @@ import trio
 
 from router.modlink import ModCallTimeout, ModLink, ModSubscriberOverflow
 from wire.mod import (
+    MOD_CAPABILITY_ASKS,
     MOD_HEALTH_MARKER,
     MOD_STATUS_TAKEN,
     ModStepEvent,
@@ -32,7 +33,7 @@ async def test_health(link: ModLink, open_client: Any) -> None:
     async with open_client(link.path) as client:
         response = await client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"link": MOD_HEALTH_MARKER}
+    assert response.json() == {"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]}
     assert response.headers["content-type"].startswith("application/json")
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import StopInfo
 from router.turns.core import Delivery, Person, Proceed
@@ -37,21 +39,27 @@ def test_a_stop_survives_a_restart_until_cleared(tmp_path: Path) -> None:
     assert b"hunter2" not in path.read_bytes()
 
 
-def test_a_schema_1_file_gains_the_tables(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version,dropped", [(1, ("stops", "launches", "asks")), (2, ("asks",))])
+def test_an_older_file_gains_the_tables(tmp_path: Path, version: int, dropped: tuple[str, ...]) -> None:
+    from router.asks import Ask
+
     path = tmp_path / "turns.db"
     with DeliveryLog(path) as log:
         assert isinstance(log.admit(Delivery(event_id="e1", session="s", message=Person(text="hi", message_id="e1"))),
                           Proceed)
     db = sqlite3.connect(path)
-    db.execute("DROP TABLE stops")
-    db.execute("DROP TABLE launches")
-    db.execute("PRAGMA user_version=1")
+    for table in dropped:
+        db.execute(f"DROP TABLE {table}")
+    db.execute(f"PRAGMA user_version={version}")
     db.commit()
     db.close()
+    ask = Ask(id="a1", session="s", tool="Bash", input={}, summary="Bash wants to run: {}", opened=1.0, deadline=2.0)
     with DeliveryLog(path) as log:
         assert [r.event_id for r in log.entries()] == ["e1"]
         log.put_stop("s", STOP)
         assert log.stop_of("s") == STOP
+        log.put_ask(ask.to_json())
+        assert log.asks_of("s") == [ask.to_json()]
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (2,)
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
     db.close()

@@ -81,7 +81,10 @@ append_message = st.builds(
 )
 unknown_kind = text.filter(lambda k: k not in mod.EVENT_KINDS)
 events = {
-    "hello": st.builds(mod.ModHelloEvent, session_id=text, claude_version=text, interactive=st.booleans()),
+    "hello": st.builds(
+        mod.ModHelloEvent, session_id=text, claude_version=text, interactive=st.booleans(),
+        capabilities=maybe(st.lists(text, max_size=3).map(tuple)),
+    ),
     "session-id": st.builds(mod.ModSessionIdEvent, session_id=text),
     "session-end": st.builds(
         mod.ModSessionEndEvent, reason=st.sampled_from(["clear", "resume", "logout", "prompt_input_exit", "other"])
@@ -109,6 +112,10 @@ events = {
         wrote=maybe(st.sampled_from(["message", "pointer"])),
     ),
     "model": st.builds(mod.ModModelEvent, model=text),
+    "ask": st.builds(
+        mod.ModAskEvent, ask_id=text, tool=text, input=json_value, summary=text, tool_use_id=maybe(text),
+        reason=maybe(text),
+    ),
     "unknown": st.builds(
         lambda kind, rest: mod.ModUnknownEvent(kind=kind, raw={**rest, "kind": kind}),
         unknown_kind,
@@ -127,6 +134,9 @@ call_args: dict[str, st.SearchStrategy[Any]] = {
     "config.list": st.none(),
     "command.list": st.none(),
     "set-effort": st.builds(mod.ModSetEffortArgs, effort=st.one_of(st.none(), effort)),
+    "ask.answer": st.builds(
+        mod.ModAskAnswerArgs, ask_id=text, decision=st.sampled_from(["allow", "deny", "ask"]), reason=maybe(text)
+    ),
 }
 config_row = st.builds(
     mod.ModConfigRow,
@@ -161,6 +171,7 @@ call_results: dict[str, st.SearchStrategy[Any]] = {
         max_size=3,
     ).map(tuple),
     "set-effort": st.builds(mod.ModSetEffortResult, effort=st.one_of(st.none(), effort)),
+    "ask.answer": st.builds(mod.ModAskAnswerResult, taken=st.booleans()),
 }
 
 

@@ -12,15 +12,19 @@ stopped at the session's own terminal.
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
 import trio
 
+from router.asks import Ask, AskBook, AskPolicy, policy_from, rule_for, rule_text
 from router.board.state import claude_code_state
 from router.errors import Refusal
 from router.modlink.errors import ModCallError, ModCallTimeout, ModLinkClosed, ModSubscriberOverflow
 from router.modlink.server import ModLink
 from router.plugins.routing import LaunchRecord
+from router.plugins.settings import SettingsDir, default_settings_dir
 from router.turns.brackets import attached_launch
 from router.turns.core import (
     ClaudeCodeReadiness,
@@ -37,7 +41,11 @@ from router.turns.live import LiveHub
 from router.turns.registry import SessionKind, Starter
 from router.turns.session_brackets import SessionBrackets
 from router.turns.targets.base import LiveStream, live_batches
+from wire.json import ABSENT
 from wire.mod import (
+    MOD_CAPABILITY_ASKS,
+    ModAskAnswerArgs,
+    ModAskEvent,
     ModHelloEvent,
     ModMessageDenied,
     ModPromptTaken,
@@ -51,6 +59,12 @@ from wire.mod import (
 )
 
 __all__ = ["ClaudeCodeTarget"]
+
+log = logging.getLogger("router.asks")
+
+#: How long the answer to an ask may take to reach the mod (ours: a poll hold
+#: and a little; the mod hands the ask back to Claude Code if the link goes).
+ANSWER_CALL_DEADLINE = 15.0
 
 
 class ClaudeCodeTarget:
@@ -71,6 +85,7 @@ class ClaudeCodeTarget:
         deadline: float,
         instance: str,
         routes: Callable[[], Awaitable[object]],
+        record_ask: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
     ) -> None:
         self.id = session_id
         self.link = ModLink(session_id, env=env, **link_options)
@@ -80,6 +95,16 @@ class ClaudeCodeTarget:
         self._routes = routes
         # Subscribed before the link serves, so the view misses no event.
         self._first = self.link.events()
+        #: The permission asks the mod reported (router.asks), each waiting
+        #: in a task of the ``asks`` nursery under its deadline.
+        self.asks = AskBook(session_id)
+        self._answered: dict[str, trio.Event] = {}
+        self._asks_nursery: trio.Nursery | None = None
+        self._settings = SettingsDir(default_settings_dir(env))
+        self._mod_knows_asks = False
+        #: Keeps each ask and its answer in the session's record (the
+        #: delivery log's ``asks``); None keeps them in memory only.
+        self._record_ask = record_ask
 
     def __repr__(self) -> str:
         return f"<ClaudeCodeTarget {self.id!r} {self.link!r}>"
@@ -93,7 +118,13 @@ class ClaudeCodeTarget:
         async def view(task_status: trio.TaskStatus[None]) -> None:
             await self._view(brackets, task_status)
 
-        return [("mod-link", serve_link), ("live-view", view)]
+        async def serve_asks(task_status: trio.TaskStatus[None]) -> None:
+            async with trio.open_nursery() as nursery:
+                self._asks_nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+
+        return [("asks", serve_asks), ("mod-link", serve_link), ("live-view", view)]
 
     async def _view(self, brackets: SessionBrackets | None, task_status: trio.TaskStatus[None]) -> None:
         """The session's one live-view task: the link's events, converted,
@@ -107,6 +138,15 @@ class ClaudeCodeTarget:
             with subscription:
                 try:
                     async for event in subscription:
+                        if isinstance(event, (ModHelloEvent, ModSessionEndEvent)):
+                            # A mod that starts again, or a session that ended, waits on no ask.
+                            self._asks_gone()
+                        if isinstance(event, ModHelloEvent):
+                            self._mod_knows_asks = event.capabilities is not ABSENT and (
+                                MOD_CAPABILITY_ASKS in event.capabilities
+                            )
+                        if isinstance(event, ModAskEvent):
+                            self._ask_reported(event)
                         self.hub.feed([event])
                         if brackets is not None:
                             _bracket_mod_event(brackets, event)
@@ -117,7 +157,98 @@ class ClaudeCodeTarget:
                         state = self.link.state
                         brackets.resync([state.turn_id] if state.turn_running and state.turn_id else [])
                     continue
+            self._asks_gone()
             return  # the link stopped
+
+    # ------------------------------------------------------------------ asks
+
+    def _ask_reported(self, event: ModAskEvent) -> None:
+        """Keep the ask and start its wait; an ask the book refuses (an id
+        reported twice) is logged and left to the wait already running."""
+        now = time.time()
+        ask = Ask(
+            id=event.ask_id, session=self.id, tool=event.tool, input=event.input, summary=event.summary,
+            opened=now, deadline=now, reason=None if event.reason is ABSENT else event.reason,
+            tool_use_id=None if event.tool_use_id is ABSENT else event.tool_use_id,
+        )
+        try:
+            self.asks.open(ask)
+        except Refusal as refused:
+            log.warning("session %s: %s", self.id, refused)
+            return
+        self._answered[ask.id] = trio.Event()
+        assert self._asks_nursery is not None
+        self._asks_nursery.start_soon(self._wait_for_answer, ask)
+
+    def _asks_gone(self) -> None:
+        """The mod no longer waits on its asks (its link stopped, it started
+        again, the session ended): each waiting one is ``gone``, its wait ends,
+        and no answer is sent for it."""
+        for ask in self.asks.waiting():
+            self.asks.close(ask.id, now=time.time(), state="gone")
+            event = self._answered.get(ask.id)
+            if event is not None:
+                event.set()
+
+    async def _policy(self) -> AskPolicy:
+        document = await trio.to_thread.run_sync(self._settings.read, "asks.json")
+        policy = document if isinstance(document, Refusal) else policy_from(document.value)
+        if isinstance(policy, Refusal):
+            # A broken asks.json answers nothing by rule; the person still can.
+            log.warning("asks.json cannot be used (%s); asks wait %g s, no rules", policy, AskPolicy().deadline)
+            return AskPolicy()
+        return policy
+
+    async def _wait_for_answer(self, ask: Ask) -> None:
+        """One ask's life: a rule answers it, or a person within the
+        deadline (a cancel scope), or nobody and Claude Code's prompt comes
+        up. The answer is then sent to the mod."""
+        policy = await self._policy()
+        ask.deadline = ask.opened + policy.deadline
+        await self._record(ask)
+        rule = rule_for(policy.rules, ask.tool, ask.input)
+        if ask.state != "waiting":
+            pass  # gone while the policy was read
+        elif rule is not None:
+            self.asks.answer(ask.id, rule.decision, by=f"rule:{rule_text(rule)}", now=time.time())
+        else:
+            with trio.move_on_after(policy.deadline):
+                await self._answered[ask.id].wait()
+            self.asks.close(ask.id, now=time.time())
+        self._answered.pop(ask.id, None)
+        await self._record(ask)
+        if ask.state == "gone":
+            return
+        decision = ask.decision if ask.state == "answered" else "ask"
+        reason = ABSENT
+        if decision == "deny":
+            reason = f"The person denied this call ({ask.by})"
+        args = ModAskAnswerArgs(ask_id=ask.id, decision=decision, reason=reason)  # type: ignore[arg-type]
+        log.info("session %s: ask %s %s (%s) by %s", self.id, ask.id, ask.state, decision, ask.by)
+        if not self._mod_knows_asks:
+            return  # only a mod whose hello named the asks is sent their answers
+        try:
+            await self.link.call("ask.answer", args, deadline=ANSWER_CALL_DEADLINE)
+        except Refusal as failed:
+            # The mod hands the ask back to Claude Code when its link goes.
+            log.warning("session %s: the answer to ask %s did not reach the mod: %s", self.id, ask.id, failed)
+
+    async def _record(self, ask: Ask) -> None:
+        if self._record_ask is None:
+            return
+        try:
+            await self._record_ask(ask.to_json())
+        except Exception:  # noqa: BLE001 - the record failing never holds the ask up
+            log.exception("session %s: ask %s could not be recorded", self.id, ask.id)
+
+    def answer_ask(self, ask_id: str, decision: str, *, by: str) -> dict[str, Any]:
+        """A person's answer: the first wins. Raises :class:`Refusal`
+        (``unknown-ask``, ``ask-answered``, ``ask-expired``, ``bad-decision``)."""
+        ask = self.asks.answer(ask_id, decision, by=by, now=time.time())
+        event = self._answered.get(ask_id)
+        if event is not None:
+            event.set()
+        return ask.to_json()
 
     # ------------------------------------------------------------------ writing
 
@@ -191,14 +322,19 @@ class ClaudeCodeTarget:
 
     def entry(self) -> dict[str, Any]:
         state = self.link.state
-        return {
+        waiting = self.asks.waiting()
+        entry = {
             "id": self.id,
             "kind": self.kind.value,
             "busy": state.turn_running,
             "connected": state.hello_session_id is not None,
-            "state": claude_code_state(link=state, stopped=False, closed=False),
+            "state": claude_code_state(link=state, stopped=False, closed=False, waiting=bool(waiting)),
             **({"model": state.model} if state.model else {}),
         }
+        if waiting:
+            first = waiting[0]
+            entry["ask"] = {"id": first.id, "tool": first.tool, "summary": first.summary, "since": first.opened}
+        return entry
 
     async def messages(self) -> list[Any]:
         assert self.hub is not None
