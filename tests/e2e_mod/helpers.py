@@ -234,9 +234,24 @@ class RouterApi:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
+        self._http: httpx.AsyncClient | None = None
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """A client of the world's one router (its Claude Code session's
+        ``router mcp``), over its private socket, for the routes no command
+        wraps (``GET /asks`` with ``?all=1``)."""
+        if self._http is None:
+            sockets = sorted((Path(self.env["XDG_RUNTIME_DIR"]) / "router").glob("*.sock"))
+            if len(sockets) != 1:
+                raise AssertionError(f"expected one router's socket, found {sockets}")
+            transport = httpx.AsyncHTTPTransport(uds=str(sockets[0]))
+            self._http = httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60)
+        return self._http
 
     async def aclose(self) -> None:
-        pass
+        if self._http is not None:
+            await self._http.aclose()
 
     async def _router(self, *args: str) -> tuple[int, str]:
         done = await trio.run_process(
