@@ -19,6 +19,8 @@ Routes (JSON unless said otherwise; every refusal is ``{"error": code,
 ``POST /sessions/<id>/abort``            ``{operationId?}`` → ``{session, aborted}``
 ``POST /sessions/<id>/resume``           ``{}`` → ``{session, resumed}``: a session a
                                          limit stopped takes deliveries again
+``POST /sessions/<id>/asks/<ask>``       ``{decision}``: answer a permission ask of the
+                                         session, forwarded to the router holding it
 =======================================  ==================================================
 
 A send, an abort, a resume, a read of the messages or the live view for a
@@ -487,18 +489,33 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         every = request.args.get("all", "") not in ("", "0")
         return _json({"asks": asks.list_asks(router.registry.sessions(), every=every)})
 
-    @app.post("/asks/<ask>")
-    async def answer_ask(ask: str) -> Response:
+    async def ask_body() -> dict[str, Any]:
         try:
-            body = await json_body({"decision": _is_str, "by": _is_str}, required=("decision",))
+            return await json_body({"decision": _is_str, "by": _is_str}, required=("decision",))
         except _BadBody as exc:
-            return _error("bad-body", f"POST /asks/<id> takes {{decision, by?}}: {exc.message}", 400)
+            raise Refusal("bad-body", f"POST /asks/<id> takes {{decision, by?}}: {exc.message}") from None
+
+    def answered_here(ask: str, body: Mapping[str, Any]) -> Response:
         by = body.get("by") or request.headers.get(CHANNEL_HEADER, "http").strip() or "http"
         try:
             answered = asks.answer_ask(router.registry.sessions(), ask, body["decision"], by=by)
         except Refusal as refusal:
             return _json(_refusal_body(refusal), asks.ASK_STATUS.get(refusal.code, 409))
         return _json({"ask": answered})
+
+    @app.post("/asks/<ask>")
+    async def answer_ask(ask: str) -> Response:
+        return answered_here(ask, await ask_body())
+
+    @app.post("/sessions/<session>/asks/<ask>")
+    async def answer_session_ask(session: str, ask: str) -> Response:
+        """An ask of ``session`` answered through any router of the board
+        (forwarded to the router that holds the session, as a send is)."""
+        body = await ask_body()
+        forwarded = await elsewhere(session, f"asks/{quote(ask, safe='')}", body)
+        if forwarded is not None:
+            return forwarded
+        return answered_here(ask, body)
 
     # ------------------------------------------------------------------ errors
 

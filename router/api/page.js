@@ -385,6 +385,32 @@ if (typeof document !== "undefined") {
     $("state").textContent = state;
     $("state").className = "state " + state;
     $("resume").hidden = state !== "stopped";
+    renderAsk(session && session.ask ? session.ask : null);
+  }
+
+  // A permission ask the session waits on (its board entry's ``ask``), with
+  // Allow and Deny; the first answer anywhere wins, a late one is refused.
+  let askShown = null;
+  function renderAsk(ask) {
+    const box = $("ask");
+    if (!ask) { box.hidden = true; askShown = null; return; }
+    if (askShown === ask.id) return;
+    askShown = ask.id;
+    const since = ask.since ? new Date(ask.since * 1000).toLocaleTimeString() : "";
+    const answer = (decision) => async () => {
+      const { status, body } = await call("POST", sessionPath(current, "asks/" + encodeURIComponent(ask.id)), { decision });
+      $("outcome").textContent = status === 200 ? decision + ": " + ask.tool
+        : "answer refused: " + (body.error || status) + ": " + (body.message || "");
+      refreshBoard();
+    };
+    box.replaceChildren(
+      el("div", { class: "ask-text" },
+        el("strong", { text: "waiting on you: " + (ask.tool || "a tool") }),
+        el("div", { text: ask.summary || "" }),
+        el("div", { class: "note", text: since ? "since " + since : "" })),
+      el("button", { type: "button", class: "allow", text: "Allow", onclick: answer("allow") }),
+      el("button", { type: "button", class: "deny", text: "Deny", onclick: answer("deny") }));
+    box.hidden = false;
   }
 
   function renderPart(part) {

@@ -208,3 +208,34 @@ async def test_auto_mode_raises_no_ask(world: ModWorld, router_api: RouterApi, f
         await world.wait_screen("one", "All done.")
     assert Path(world.workspaces[0] / FILE).exists()
     assert (await router_api.http.get("/asks", params={"all": "1"})).json()["asks"] == []
+
+
+async def test_a_person_answers_the_ask_from_the_page(
+    world: ModWorld, router_api: RouterApi, fake_api: FakeAnthropic, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The page of a `router serve` beside the Claude Code session shows its
+    ask with Allow and Deny; Allow runs the tool (the answer is forwarded to
+    the session's own router)."""
+    from tests.api.processes import serve
+    from tests.browser.test_page import artifact
+    from tests.support.chromium import chromium
+
+    session_id, ask = await asked(world, router_api, fake_api, deadline=300)
+    world_env(world, monkeypatch)  # router serve joins the world's board
+    async with serve(tmp_path) as served, chromium() as browser:
+        router_name = next(each for each in await router_api.sessions() if each["id"] == session_id)["router"]["name"]
+        page = await browser.open(f"{served.page}&session={session_id}&router={router_name}")
+        await page.wait_for("!document.getElementById('ask').hidden", timeout=TURN)
+        shown = await page.evaluate("document.getElementById('ask').innerText")
+        assert "Bash" in shown and COMMAND in shown
+        await page.screenshot(artifact("page-ask.png"))
+        await page.evaluate("document.querySelector('#ask button.allow').click()")
+        await page.wait_for("document.getElementById('outcome').innerText === 'allow: Bash'", timeout=TURN)
+        with trio.fail_after(TURN):
+            await until(lambda: tool_result(fake_api) is not None)
+            await world.wait_screen("one", "All done.")
+        assert (world.workspaces[0] / FILE).exists()
+        await page.wait_for("document.getElementById('ask').hidden", timeout=TURN)
+        await page.screenshot(artifact("page-ask-answered.png"))
+        assert page.errors == []
