@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -46,6 +47,8 @@ import trio
 
 REPO = Path(__file__).resolve().parent.parent
 #: The first line ``router serve`` prints once it listens.
+#: ``--py-spy PATH``: the server runs under ``py-spy record`` (collapsed stacks).
+PROFILE: str | None = None
 LISTENING = re.compile(r"listening on (http://[^\s]+)")
 
 
@@ -75,13 +78,17 @@ class Server:
     def start(self) -> None:
         env = {**os.environ, "XDG_CONFIG_HOME": str(self.data_dir / "config"), "XDG_RUNTIME_DIR": str(self.data_dir / "run")}
         (self.data_dir / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
+        prefix = [] if not PROFILE else [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw",
+                                         "--rate", "200", "--gil", "-o", PROFILE, "--"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "router", "serve", "--port", "0", "--data-dir", str(self.data_dir / "data"),
+            [*prefix, sys.executable, "-m", "router", "serve", "--port", "0", "--data-dir", str(self.data_dir / "data"),
              "--settings", str(self.data_dir / "settings"), *self.extra],
             cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
+        while line.startswith("py-spy>") or not line.strip():  # py-spy's own lines come first
+            line = self.proc.stdout.readline()
         found = LISTENING.search(line)
         if found is None:
             self.stop()
@@ -92,11 +99,19 @@ class Server:
 
     def cpu(self) -> float:
         assert self.proc is not None
-        return _cpu_seconds(self.proc.pid)
+        return _cpu_seconds(self._server_pid())
+
+    def _server_pid(self) -> int:
+        assert self.proc is not None
+        if PROFILE:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            if children:
+                return int(children[0])
+        return self.proc.pid
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+            os.kill(self._server_pid(), signal.SIGTERM)
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
@@ -334,9 +349,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--history", type=int, default=0, help="turns to load before measuring")
     parser.add_argument("--compare", action="store_true", help="with --history: also a fresh directory, alternating")
     parser.add_argument("--plot", default="serve_load.png", help="the PNG to write ('' for none)")
+    parser.add_argument("--py-spy", metavar="PATH", help="profile the server with py-spy (collapsed stacks to PATH)")
     parser.add_argument("--serve-arg", action="append", default=[], help="an extra argument for router serve")
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
-    trio.run(main, parse_args())
+    arguments = parse_args()
+    PROFILE = arguments.py_spy
+    trio.run(main, arguments)

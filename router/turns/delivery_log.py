@@ -16,10 +16,19 @@ One ``sqlite3`` connection (``check_same_thread=False``), WAL, opened by
 :class:`DeliveryLog`. Trio code never calls it on the event loop: it goes
 through :meth:`DeliveryLog.call`, which runs the work in a worker thread
 under a ``CapacityLimiter(1)``, so the loop never waits on the disk and two
-threads never share the connection. A call is not abandoned on cancellation
-(``abandon_on_cancel=False``): a cancelled task waits for its write to commit
-or roll back. :meth:`admit` reads and inserts in one ``BEGIN IMMEDIATE``
-transaction, so two concurrent resends of a new event id make one record.
+threads never share the connection. A call is not abandoned on cancellation:
+a cancelled task waits for its write to commit or roll back. :meth:`admit`
+reads and inserts in one ``BEGIN IMMEDIATE`` transaction, so two concurrent
+resends of a new event id make one record.
+
+**Group commit.** Calls that arrive while one is in the thread wait, and go
+together in the next hop: one ``BEGIN IMMEDIATE`` … ``COMMIT`` around them
+all, each call in a savepoint of its own (a call that raises rolls back only
+its own writes and raises to its own caller). Every caller is answered after
+the ``COMMIT`` of the transaction that holds its call, so "answered" still
+means "on disk"; under load (many sessions) one thread hop and one commit
+serve many calls. The first waiting caller runs the next batch (there is no
+writer task of its own).
 
 Durability: ``synchronous=NORMAL`` under WAL, as the host's store: a
 committed record survives the death of the process at any instant.
@@ -136,6 +145,39 @@ _COLUMNS: Final = (
 )
 
 
+class _Job:
+    """One call waiting for a group commit: its function, and its result or
+    error once the batch ran; ``wake`` is set when it is done, or when its
+    caller is to run the next batch."""
+
+    __slots__ = ("fn", "wake", "finished", "value", "error")
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.wake = trio.Event()
+        self.finished = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> bool:
+        """Run it (in the worker thread); whether it returned."""
+        try:
+            self.value = self.fn()
+        except Exception as exc:
+            self.fail(exc)
+            return False
+        self.finished = True
+        return True
+
+    def fail(self, error: BaseException) -> None:
+        self.value, self.error, self.finished = None, error, True
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 class DeliveryLog:
     """The durable record of deliveries (see the module docstring)."""
 
@@ -166,6 +208,12 @@ class DeliveryLog:
             self._unlock()
             raise
         self._limiter = trio.CapacityLimiter(1)
+        #: The calls waiting for the next group commit, and whether one runs.
+        self._queue: list[_Job] = []
+        self._running = False
+        #: Calls made, and the thread hops (batches) that ran them.
+        self.calls = 0
+        self.batches = 0
         #: Held while a call runs in the worker thread, and by close():
         #: closing SQLite under a running statement crashes the interpreter.
         self._in_use = threading.Lock()
@@ -197,14 +245,65 @@ class DeliveryLog:
     # ----------------------------------------------------------------- from Trio
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` (one of the sync methods) in the log's thread."""
-        return await trio.to_thread.run_sync(functools.partial(self._guarded, fn, *args), limiter=self._limiter)
+        """Run ``fn(*args)`` (one of the sync methods) in the log's thread,
+        in a group commit with the calls waiting beside it (see the module
+        docstring); returns once the transaction holding it committed."""
+        job = _Job(functools.partial(fn, *args))
+        self.calls += 1
+        self._queue.append(job)
+        # Shielded: a cancelled caller still waits for its write to commit
+        # or roll back, as an unbatched call in a thread would.
+        with trio.CancelScope(shield=True):
+            if self._running:
+                await job.wake.wait()  # done, or handed the next batch
+            if not job.finished:
+                await self._run_next()
+        return job.result()
 
-    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _run_next(self) -> None:
+        self._running = True
+        batch, self._queue = self._queue, []
+        self.batches += 1
+        try:
+            await trio.to_thread.run_sync(self._guarded, batch, limiter=self._limiter)
+        finally:
+            for each in batch:
+                each.wake.set()
+            if self._queue:
+                self._queue[0].wake.set()  # its caller runs the next batch
+            else:
+                self._running = False
+
+    def _guarded(self, batch: list[_Job]) -> None:
         with self._in_use:
             if self._closed:
-                raise RuntimeError(f"the delivery log {self.path} is closed")
-            return fn(*args)
+                error = RuntimeError(f"the delivery log {self.path} is closed")
+                for job in batch:
+                    job.fail(error)
+                return
+            if len(batch) == 1:  # nothing to group: the call's own transactions
+                batch[0].run()
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for job in batch:
+                    self._db.execute("SAVEPOINT call")
+                    if job.run():
+                        self._db.execute("RELEASE call")
+                    else:
+                        self._db.execute("ROLLBACK TO call")
+                        self._db.execute("RELEASE call")
+            except BaseException as exc:
+                self._db.execute("ROLLBACK")
+                for job in batch:
+                    job.fail(exc if isinstance(exc, Exception) else RuntimeError("the group commit was interrupted"))
+                raise
+            try:
+                self._db.execute("COMMIT")
+            except Exception as exc:  # the disk refused: nobody's write is kept
+                self._db.execute("ROLLBACK")
+                for job in batch:
+                    job.fail(exc)
 
     # ----------------------------------------------------------------- sync (worker thread)
 
@@ -226,6 +325,11 @@ class DeliveryLog:
     def admit(self, delivery: Delivery) -> Admission:
         """:func:`~router.turns.core.admit` against the stored record, and
         the new entry stored, in one transaction."""
+        if self._db.in_transaction:  # in a group commit: its transaction is ours
+            admission = admit(self.get(delivery.event_id), delivery)
+            if isinstance(admission, Proceed) and admission.new:
+                self.put(admission.entry)
+            return admission
         self._db.execute("BEGIN IMMEDIATE")
         try:
             admission = admit(self.get(delivery.event_id), delivery)
