@@ -67,7 +67,8 @@ def _cpu_seconds(pid: int) -> float:
 class Server:
     """A ``router serve`` process on a fresh (or given) data directory."""
 
-    def __init__(self, data_dir: Path, extra: list[str]) -> None:
+    def __init__(self, data_dir: Path, extra: list[str], repo: Path = REPO) -> None:
+        self.repo = repo
         self.data_dir = data_dir
         self.extra = extra
         self.proc: subprocess.Popen[str] | None = None
@@ -83,11 +84,11 @@ class Server:
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "router", "serve", "--port", "0", "--data-dir", str(self.data_dir / "data"),
              "--settings", str(self.data_dir / "settings"), *self.extra],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
+            cwd=self.repo, env={**env, "PYTHONPATH": str(self.repo)}, stdout=subprocess.PIPE, text=True,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        while line.startswith("py-spy>") or not line.strip():  # py-spy's own lines come first
+        while line and (line.startswith("py-spy>") or not line.strip()):  # py-spy's own lines come first
             line = self.proc.stdout.readline()
         found = LISTENING.search(line)
         if found is None:
@@ -309,6 +310,8 @@ async def main(args: argparse.Namespace) -> None:
     levels = [int(part) for part in args.senders.split(",")]
     names = ["fresh"] if not args.history else ([f"after {args.history:,} turns"] if not args.compare
                                                  else ["fresh", f"after {args.history:,} turns"])
+    if args.against:  # the same levels against another checkout, alternating
+        names += [f"{name} ({Path(args.against).name})" for name in names]
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         servers: dict[str, Server] = {}
         sessions: dict[str, list[str]] = {}
@@ -316,10 +319,11 @@ async def main(args: argparse.Namespace) -> None:
             for index, name in enumerate(names):
                 root = Path(tmp) / f"dir{index}"
                 root.mkdir()
-                servers[name] = server = Server(root, args.serve_arg)
+                repo = Path(args.against).resolve() if name.endswith(")") else REPO
+                servers[name] = server = Server(root, args.serve_arg, repo)
                 server.start()
                 sessions[name] = await create_sessions(server, args.sessions)
-                if name != "fresh":
+                if not name.startswith("fresh"):
                     await load_history(server, sessions[name], args.history)
             results: dict[str, list[Level]] = {name: [] for name in names}
             rows = []
@@ -331,7 +335,10 @@ async def main(args: argparse.Namespace) -> None:
                     for error in level.errors[:3]:
                         print(f"  error ({name}, {senders} senders): {error}", file=sys.stderr)
             print_table(rows)
-            if len(names) == 2:
+            if len(names) == 2 and args.against:
+                for ours, theirs in zip(results[names[0]], results[names[1]]):
+                    print(f"{ours.senders} senders: rate this tree / {names[1]} = {ours.rate / theirs.rate:.2f}")
+            elif len(names) == 2:
                 for fresh, old in zip(results[names[0]], results[names[1]]):
                     print(f"{fresh.senders} senders: rate {names[1]} / fresh = {old.rate / fresh.rate:.2f}")
             if args.plot:
@@ -349,6 +356,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--history", type=int, default=0, help="turns to load before measuring")
     parser.add_argument("--compare", action="store_true", help="with --history: also a fresh directory, alternating")
     parser.add_argument("--plot", default="serve_load.png", help="the PNG to write ('' for none)")
+    parser.add_argument("--against", metavar="CHECKOUT", help="also measure another checkout's router, alternating")
     parser.add_argument("--py-spy", metavar="PATH", help="profile the server with py-spy (collapsed stacks to PATH)")
     parser.add_argument("--serve-arg", action="append", default=[], help="an extra argument for router serve")
     return parser.parse_args(argv)

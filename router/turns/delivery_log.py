@@ -21,14 +21,13 @@ a cancelled task waits for its write to commit or roll back. :meth:`admit`
 reads and inserts in one ``BEGIN IMMEDIATE`` transaction, so two concurrent
 resends of a new event id make one record.
 
-**Group commit.** Calls that arrive while one is in the thread wait, and go
-together in the next hop: one ``BEGIN IMMEDIATE`` … ``COMMIT`` around them
-all, each call in a savepoint of its own (a call that raises rolls back only
-its own writes and raises to its own caller). Every caller is answered after
-the ``COMMIT`` of the transaction that holds its call, so "answered" still
-means "on disk"; under load (many sessions) one thread hop and one commit
-serve many calls. The first waiting caller runs the next batch (there is no
-writer task of its own).
+**Group commit** (:mod:`router._group_commit`). Calls that arrive while one
+is in the thread wait, and go together in the next hop: one ``BEGIN
+IMMEDIATE`` … ``COMMIT`` around them all, each call in a savepoint of its own
+(a call that raises rolls back only its own writes and raises to its own
+caller). Every caller is answered after the ``COMMIT`` of the transaction
+that holds its call, so "answered" still means "on disk"; under load (many
+sessions) one thread hop and one commit serve many calls.
 
 Durability: ``synchronous=NORMAL`` under WAL, as the host's store: a
 committed record survives the death of the process at any instant.
@@ -53,6 +52,7 @@ from typing import Any, Callable, Final, TypeVar
 
 import trio
 
+from router._group_commit import Call, GroupCommit
 from router._sqlite import connect_wal, lock_file
 from router.errors import Refusal
 from router.plugins.routing import LaunchRecord
@@ -145,39 +145,6 @@ _COLUMNS: Final = (
 )
 
 
-class _Job:
-    """One call waiting for a group commit: its function, and its result or
-    error once the batch ran; ``wake`` is set when it is done, or when its
-    caller is to run the next batch."""
-
-    __slots__ = ("fn", "wake", "finished", "value", "error")
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.fn = fn
-        self.wake = trio.Event()
-        self.finished = False
-        self.value: Any = None
-        self.error: BaseException | None = None
-
-    def run(self) -> bool:
-        """Run it (in the worker thread); whether it returned."""
-        try:
-            self.value = self.fn()
-        except Exception as exc:
-            self.fail(exc)
-            return False
-        self.finished = True
-        return True
-
-    def fail(self, error: BaseException) -> None:
-        self.value, self.error, self.finished = None, error, True
-
-    def result(self) -> Any:
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
 class DeliveryLog:
     """The durable record of deliveries (see the module docstring)."""
 
@@ -207,13 +174,7 @@ class DeliveryLog:
         except BaseException:
             self._unlock()
             raise
-        self._limiter = trio.CapacityLimiter(1)
-        #: The calls waiting for the next group commit, and whether one runs.
-        self._queue: list[_Job] = []
-        self._running = False
-        #: Calls made, and the thread hops (batches) that ran them.
-        self.calls = 0
-        self.batches = 0
+        self._group = GroupCommit(self._guarded, trio.CapacityLimiter(1))
         #: Held while a call runs in the worker thread, and by close():
         #: closing SQLite under a running statement crashes the interpreter.
         self._in_use = threading.Lock()
@@ -248,33 +209,17 @@ class DeliveryLog:
         """Run ``fn(*args)`` (one of the sync methods) in the log's thread,
         in a group commit with the calls waiting beside it (see the module
         docstring); returns once the transaction holding it committed."""
-        job = _Job(functools.partial(fn, *args))
-        self.calls += 1
-        self._queue.append(job)
-        # Shielded: a cancelled caller still waits for its write to commit
-        # or roll back, as an unbatched call in a thread would.
-        with trio.CancelScope(shield=True):
-            if self._running:
-                await job.wake.wait()  # done, or handed the next batch
-            if not job.finished:
-                await self._run_next()
-        return job.result()
+        return await self._group.call(functools.partial(fn, *args))
 
-    async def _run_next(self) -> None:
-        self._running = True
-        batch, self._queue = self._queue, []
-        self.batches += 1
-        try:
-            await trio.to_thread.run_sync(self._guarded, batch, limiter=self._limiter)
-        finally:
-            for each in batch:
-                each.wake.set()
-            if self._queue:
-                self._queue[0].wake.set()  # its caller runs the next batch
-            else:
-                self._running = False
+    @property
+    def calls(self) -> int:
+        return self._group.calls
 
-    def _guarded(self, batch: list[_Job]) -> None:
+    @property
+    def batches(self) -> int:
+        return self._group.batches
+
+    def _guarded(self, batch: list[Call]) -> None:
         with self._in_use:
             if self._closed:
                 error = RuntimeError(f"the delivery log {self.path} is closed")

@@ -97,3 +97,38 @@ async def test_a_closed_log_refuses_every_call_of_a_batch(tmp_path: Path) -> Non
     log.close()
     with pytest.raises(RuntimeError, match="closed"):
         await log.call(log.admit, _delivery(1))
+
+
+async def test_the_host_store_groups_transactions_and_isolates_a_failing_one(tmp_path: Path) -> None:
+    from router.host import Store
+
+    path = tmp_path / "host.sqlite"
+    with Store(path) as store:
+        await store.call(store.create_session, "s")
+
+        def enqueue(_: Store, n: int) -> None:
+            store.enqueue("s", f"op{n}", {"type": "prompt", "text": f"{n}"}, "followUp")
+            if n == 2:
+                raise ValueError("this transaction fails after its write")
+
+        outcomes: dict[int, str] = {}
+
+        async def submit(n: int) -> None:
+            try:
+                await store.transact(enqueue, n)
+                outcomes[n] = "ok"
+            except ValueError:
+                outcomes[n] = "failed"
+
+        async with trio.open_nursery() as nursery:
+            for n in range(6):
+                nursery.start_soon(submit, n)
+        calls, batches = store.group_commits
+        assert batches < calls
+        assert outcomes == {n: "failed" if n == 2 else "ok" for n in range(6)}
+        other = sqlite3.connect(path)
+        try:
+            ids = sorted(row[0] for row in other.execute("SELECT id FROM operations"))
+        finally:
+            other.close()
+        assert ids == [f"op{n}" for n in range(6) if n != 2]
