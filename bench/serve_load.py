@@ -207,7 +207,10 @@ class Level:
         return len(self.latencies) / self.seconds if self.seconds else 0.0
 
 
-async def run_level(server: Server, sessions: list[str], senders: int, duration: float) -> Level:
+async def run_level(server: Server, sessions: list[str], senders: int, duration: float,
+                    floor: bool = False) -> Level:
+    """``senders`` senders for ``duration`` seconds; with ``floor``, each
+    asks ``GET /healthz`` instead (the HTTP stack alone: no delivery)."""
     level = Level(senders)
     clients = [Client(server) for _ in range(senders)]
     # Warm each connection (and each session's first turn) outside the window.
@@ -221,10 +224,13 @@ async def run_level(server: Server, sessions: list[str], senders: int, duration:
         path = f"/sessions/{sessions[index % len(sessions)]}/messages"
         while trio.current_time() < stop:
             started = time.perf_counter()
-            status, body = await client.request("POST", path, {"text": "a message of ordinary length",
-                                                               "eventId": uuid.uuid4().hex})
+            if floor:
+                status, body = await client.request("GET", "/healthz")
+            else:
+                status, body = await client.request("POST", path, {"text": "a message of ordinary length",
+                                                                   "eventId": uuid.uuid4().hex})
             elapsed = time.perf_counter() - started
-            if status == 200 and isinstance(body, dict) and body.get("status") == "delivered":
+            if status == 200 and isinstance(body, dict) and (floor or body.get("status") == "delivered"):
                 level.latencies.append(elapsed)
             else:
                 level.errors.append(f"{status} {body}")
@@ -334,6 +340,10 @@ async def main(args: argparse.Namespace) -> None:
                     rows.append(_row(name, level))
                     for error in level.errors[:3]:
                         print(f"  error ({name}, {senders} senders): {error}", file=sys.stderr)
+            if args.floor:
+                for senders in levels:
+                    level = await run_level(servers[names[0]], sessions[names[0]], senders, args.duration, floor=True)
+                    rows.append(_row(f"{names[0]}: GET /healthz", level))
             print_table(rows)
             if len(names) == 2 and args.against:
                 for ours, theirs in zip(results[names[0]], results[names[1]]):
@@ -356,6 +366,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--history", type=int, default=0, help="turns to load before measuring")
     parser.add_argument("--compare", action="store_true", help="with --history: also a fresh directory, alternating")
     parser.add_argument("--plot", default="serve_load.png", help="the PNG to write ('' for none)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also GET /healthz at each level: the HTTP stack's own cost, no delivery")
     parser.add_argument("--against", metavar="CHECKOUT", help="also measure another checkout's router, alternating")
     parser.add_argument("--py-spy", metavar="PATH", help="profile the server with py-spy (collapsed stacks to PATH)")
     parser.add_argument("--serve-arg", action="append", default=[], help="an extra argument for router serve")
