@@ -1,7 +1,8 @@
 """Load test of ``router serve``: prints a table and writes a plot.
 
     .venv/bin/python bench/serve_load.py --senders 1,20 --sessions 20 --duration 20
-                                         [--history N] [--plot serve_load.png]
+                                         [--history N [--compare]] [--plot serve_load.png]
+                                         [--against CHECKOUT] [--floor] [--py-spy PATH]
 
 It starts a real ``router serve --port 0`` (its own process, the in-process
 echo daemon) on a fresh data directory, reads the API's URL from the first
@@ -20,6 +21,11 @@ senders at once, not timed) so that the rate on a directory with a long
 history can be compared with a fresh one: run it twice, or pass
 ``--compare`` to run a fresh directory and one with ``--history`` turns in
 the same invocation, alternating level by level.
+
+``--against CHECKOUT`` runs every level against another checkout's router
+too (alternating: a before/after in one run); ``--floor`` adds ``GET
+/healthz`` at each level (the HTTP stack's own cost); ``--py-spy PATH`` runs
+the server under ``py-spy record --gil`` (collapsed stacks to PATH).
 
 The client is a minimal HTTP/1.1 client on Trio sockets in this process, so
 its own cost per request stays small next to the server's (the table
