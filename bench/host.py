@@ -193,22 +193,7 @@ async def bench_end_to_end(kind: str, directory: Path, ops: int, sessions: int) 
                     await one.wait(f"o{i}")
                 out["one"] = ops / (time.perf_counter() - start)
 
-                many = [await host.sessions.create(f"m{i}") for i in range(sessions)]
-                for session in many:
-                    await session.prompt("warm")
-                per = max(1, ops // sessions)
-
-                async def drive(session: Any) -> None:
-                    for i in range(per):
-                        await session.submit(f"op {i}", operation_id=f"o{i}")
-                    for i in range(per):
-                        await session.wait(f"o{i}")
-
-                start = time.perf_counter()
-                async with trio.open_nursery() as tasks:
-                    for session in many:
-                        tasks.start_soon(drive, session)
-                out["many"] = per * sessions / (time.perf_counter() - start)
+                out["many"] = await _host_rate(host, "m", ops, sessions)
                 host.close()
     return out
 

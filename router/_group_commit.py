@@ -19,11 +19,12 @@ would.
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any, Callable
 
 import trio
 
-__all__ = ["Call", "GroupCommit"]
+__all__ = ["Call", "GroupCommit", "run_in_savepoints"]
 
 
 class Call:
@@ -61,6 +62,19 @@ class Call:
         if self.error is not None:
             raise self.error
         return self.value
+
+
+def run_in_savepoints(db: sqlite3.Connection, batch: list[Call]) -> None:
+    """Run every call of ``batch`` in a savepoint of its own on ``db``, inside
+    the caller's transaction: a call that raises has only its own writes
+    undone (its error is kept for its caller) and the next one goes on."""
+    for call in batch:
+        db.execute("SAVEPOINT call")
+        if call.run():
+            db.execute("RELEASE call")
+        else:
+            db.execute("ROLLBACK TO call")
+            db.execute("RELEASE call")
 
 
 class GroupCommit:

@@ -118,7 +118,7 @@ from typing import Any, Callable, Final, Iterator, Literal, Sequence, TypeVar
 import attrs
 import trio
 
-from router._group_commit import Call, GroupCommit
+from router._group_commit import Call, GroupCommit, run_in_savepoints
 from router._sqlite import connect_wal, lock_file
 from router.errors import Refusal
 from wire.json import JsonValue
@@ -508,13 +508,7 @@ class Store:
             return
         try:
             with self.transaction():
-                for call in batch:
-                    self._db.execute("SAVEPOINT call")
-                    if call.run():
-                        self._db.execute("RELEASE call")
-                    else:  # only this call's writes are undone
-                        self._db.execute("ROLLBACK TO call")
-                        self._db.execute("RELEASE call")
+                run_in_savepoints(self._db, batch)
         except Exception as exc:  # no COMMIT: no call of the batch is kept
             for call in batch:
                 call.fail(exc)

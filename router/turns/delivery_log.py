@@ -52,7 +52,7 @@ from typing import Any, Callable, Final, TypeVar
 
 import trio
 
-from router._group_commit import Call, GroupCommit
+from router._group_commit import Call, GroupCommit, run_in_savepoints
 from router._sqlite import connect_wal, lock_file
 from router.errors import Refusal
 from router.plugins.routing import LaunchRecord
@@ -231,13 +231,7 @@ class DeliveryLog:
                 return
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                for job in batch:
-                    self._db.execute("SAVEPOINT call")
-                    if job.run():
-                        self._db.execute("RELEASE call")
-                    else:
-                        self._db.execute("ROLLBACK TO call")
-                        self._db.execute("RELEASE call")
+                run_in_savepoints(self._db, batch)
             except BaseException as exc:
                 self._db.execute("ROLLBACK")
                 for job in batch:
