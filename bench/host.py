@@ -193,22 +193,91 @@ async def bench_end_to_end(kind: str, directory: Path, ops: int, sessions: int) 
                     await one.wait(f"o{i}")
                 out["one"] = ops / (time.perf_counter() - start)
 
-                many = [await host.sessions.create(f"m{i}") for i in range(sessions)]
-                for session in many:
-                    await session.prompt("warm")
-                per = max(1, ops // sessions)
+                out["many"] = await _host_rate(host, "m", ops, sessions)
+                host.close()
+    return out
 
-                async def drive(session: Any) -> None:
-                    for i in range(per):
-                        await session.submit(f"op {i}", operation_id=f"o{i}")
-                    for i in range(per):
-                        await session.wait(f"o{i}")
 
-                start = time.perf_counter()
-                async with trio.open_nursery() as tasks:
-                    for session in many:
-                        tasks.start_soon(drive, session)
-                out["many"] = per * sessions / (time.perf_counter() - start)
+# --------------------------------------------------------------------------- 2b. host / bare client
+
+RATIO_ACK_EVERY = 32  # as bench/daemon.py's client
+
+
+async def _bare_session(daemon: Any, name: str, ops: int, go: trio.Event, ready: list[int]) -> None:
+    """A bare client on one session: open, replay, then pipeline ``ops``
+    prompts and read until all settled, acking every 32 frames."""
+    headers = [(CONTAINER_TOKEN_HEADER.encode(), daemon.token.encode())]
+    async with open_websocket_url(daemon.session_url(name), extra_headers=headers, max_message_size=1 << 26) as ws:
+        await ws.get_message()  # hello
+        await ws.send_message('{"type":"open","generation":1,"settings":{},"restore":[]}')
+        await ws.send_message('{"type":"replay","after":0}')
+        while '"caught-up"' not in await ws.get_message():
+            pass
+        ready.append(1)
+        await go.wait()
+
+        async def send() -> None:
+            for i in range(ops):
+                await ws.send_message(
+                    '{"type":"prompt","operationId":"%s-%d","input":"op %d","whenBusy":"followUp"}' % (name, i, i))
+
+        frames = settled = 0
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send)
+            while settled < ops:
+                text = await ws.get_message()
+                if text.startswith('{"type":"frame"'):
+                    frames += 1
+                    settled += '"kind":"settle"' in text
+                    if frames % RATIO_ACK_EVERY == 0:
+                        await ws.send_message('{"type":"ack","seq":%s}' % json.loads(text)["seq"])
+            nursery.cancel_scope.cancel()
+
+
+async def _bare_rate(daemon: Any, tag: str, ops: int, sessions: int) -> float:
+    go, ready = trio.Event(), []
+    per = max(1, ops // sessions)
+    async with trio.open_nursery() as nursery:
+        for i in range(sessions):
+            nursery.start_soon(_bare_session, daemon, f"{tag}-{i}", per, go, ready)
+        while len(ready) < sessions:
+            await trio.sleep(0.01)
+        start = time.perf_counter()
+        go.set()
+    return per * sessions / (time.perf_counter() - start)
+
+
+async def _host_rate(host: Host, tag: str, ops: int, sessions: int) -> float:
+    many = [await host.sessions.create(f"{tag}-{i}") for i in range(sessions)]
+    for session in many:
+        await session.prompt("warm")
+    per = max(1, ops // sessions)
+
+    async def drive(session: Any) -> None:
+        for i in range(per):
+            await session.submit(f"op {i}", operation_id=f"o{i}")
+        for i in range(per):
+            await session.wait(f"o{i}")
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as tasks:
+        for session in many:
+            tasks.start_soon(drive, session)
+    return per * sessions / (time.perf_counter() - start)
+
+
+async def bench_ratio(kind: str, directory: Path, ops: int, sessions: int, rounds: int) -> list[tuple[float, float]]:
+    """(host, bare) operations/s against one daemon process, alternating."""
+    out = []
+    async with spawn_daemon(kind) as daemon:  # type: ignore[arg-type]
+        with Store(directory / f"ratio-{kind}.db") as store:
+            host = Host(store, DaemonEndpoint(daemon.url, daemon.token), FAST)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(host.run)
+                for r in range(rounds):
+                    bare = await _bare_rate(daemon, f"bare{r}", ops, sessions)
+                    hosted = await _host_rate(host, f"host{r}", ops, sessions)
+                    out.append((hosted, bare))
                 host.close()
     return out
 
@@ -318,6 +387,13 @@ async def main(args: argparse.Namespace) -> None:
         rate = bench_apply_direct(directory, args.frames, 32)
         rows.append(("  reference: the core alone, no thread hop, 32 per transaction", f"{rate:,.0f} frames/s"))
         for kind in kinds:
+            if args.ratio:
+                pairs = await bench_ratio(kind, directory, args.ops, args.ratio, args.rounds)
+                for hosted, bare in pairs:
+                    rows.append((f"[{kind}] {args.ratio} sessions: host / bare client, ops/s",
+                                 f"{hosted:,.0f} / {bare:,.0f} = {hosted / bare:.2f}x"))
+                if args.ratio_only:
+                    continue
             e2e = await bench_end_to_end(kind, directory, args.ops, args.sessions)
             rows.append((f"[{kind}] prompt latency, submit + wait, p50 / p99", f"{e2e['p50']:.2f} / {e2e['p99']:.2f} ms"))
             rows.append((f"[{kind}] operations, one session, {args.ops} submitted at once", f"{e2e['one']:,.0f} ops/s"))
@@ -350,6 +426,10 @@ if __name__ == "__main__":
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--idle", type=int, default=200)
     parser.add_argument("--kinds", default="reference,ours")
+    parser.add_argument("--ratio", type=int, default=0, metavar="SESSIONS",
+                        help="also: host against a bare client of the same daemon, on SESSIONS sessions, alternating")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --ratio")
+    parser.add_argument("--ratio-only", action="store_true", help="with --ratio: skip the end-to-end, replay and memory rows")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     parsed = parser.parse_args()

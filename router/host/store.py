@@ -25,9 +25,14 @@ thread while another thread is inside the store raises
 transaction. Every public method runs inside one, so each call is atomic on
 its own, and :meth:`Store.transact` runs a whole function (one applied frame,
 or a batch of them, with the cursor) as one transaction. A worker-thread call
-is not abandoned on cancellation (``abandon_on_cancel=False``): a Trio task
-that is cancelled while its transaction runs waits for it to commit or roll
-back, so nothing is left half-written.
+is not abandoned on cancellation: a Trio task that is cancelled while its
+transaction runs waits for it to commit or roll back, so nothing is left
+half-written. **Group commit** (:mod:`router._group_commit`): the calls and
+transactions that wait while one runs go together in the next worker-thread
+hop, one ``BEGIN IMMEDIATE`` … ``COMMIT`` with each in a savepoint of its own
+(one that raises undoes only its own writes, and raises to its own caller);
+each caller is answered after that ``COMMIT``. Many sessions' frames and
+submits then share one hop and one commit.
 
 **Durability.** WAL with ``synchronous=NORMAL`` by default: a committed
 transaction survives the death of the process at any instant (the fault the
@@ -100,6 +105,7 @@ JavaScript peer survives the UTF-8 database).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -112,6 +118,7 @@ from typing import Any, Callable, Final, Iterator, Literal, Sequence, TypeVar
 import attrs
 import trio
 
+from router._group_commit import Call, GroupCommit, run_in_savepoints
 from router._sqlite import connect_wal, lock_file
 from router.errors import Refusal
 from wire.json import JsonValue
@@ -434,7 +441,7 @@ class Store:
         self._closed = False
         #: Held by the thread in a transaction, and by close().
         self._guard = threading.Lock()
-        self._limiter = trio.CapacityLimiter(1)
+        self._group = GroupCommit(self._run_batch, trio.CapacityLimiter(1))
         try:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
@@ -481,16 +488,36 @@ class Store:
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` (a method of this store, or a function that uses
-        it) in a worker thread, one at a time. Not abandoned on cancellation."""
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        it) in a worker thread, one at a time, in a group commit with the
+        calls waiting beside it. Not abandoned on cancellation."""
+        return await self._group.call(functools.partial(fn, *args))
 
     async def transact(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(self, *args)`` as one transaction in a worker thread."""
-        return await trio.to_thread.run_sync(self._in_transaction, fn, args, limiter=self._limiter)
+        """Run ``fn(self, *args)`` as one transaction in a worker thread (in
+        a group commit: a savepoint of the batch's transaction)."""
+        return await self._group.call(functools.partial(self._in_transaction, fn, args))
 
     def _in_transaction(self, fn: Callable[..., T], args: tuple) -> T:
         with self.transaction():
             return fn(self, *args)
+
+    def _run_batch(self, batch: list[Call]) -> None:
+        """In the worker thread: one group commit (see the module docstring)."""
+        if len(batch) == 1:  # nothing to group: the call's own transactions
+            batch[0].run()
+            return
+        try:
+            with self.transaction():
+                run_in_savepoints(self._db, batch)
+        except Exception as exc:  # no COMMIT: no call of the batch is kept
+            for call in batch:
+                call.fail(exc)
+
+    @property
+    def group_commits(self) -> tuple[int, int]:
+        """Calls made through :meth:`call` and :meth:`transact`, and the
+        batches (thread hops and commits) that ran them."""
+        return self._group.calls, self._group.batches
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Store]:

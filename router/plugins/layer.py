@@ -192,10 +192,20 @@ class PluginLayer:
         return await self._meter().begin(subject)
 
     async def end_turn(self, bracket: Bracket) -> tuple[dict[str, Any], Stop | None]:
-        """Store the turn's record, then ask whether the session must stop."""
+        """Store the turn's record, then ask whether the session must stop
+        (reading ``limits.json``, counting the records and asking the checks
+        in one worker-thread hop: this runs at every turn's end)."""
         record = await self._meter().end(bracket)
-        document = await self._read("limits.json")
-        switched_on = self._switched_on("limit-check")
+        stop = await trio.to_thread.run_sync(
+            self._must_stop, self._switched_on("limit-check"), self.loader.modules("limit-check"),
+            dict(bracket.subject),
+        )
+        return record, stop
+
+    def _must_stop(self, switched_on: list[str], modules: Any, subject: dict[str, Any]) -> Stop | None:
+        """In a worker thread: the limit checks' ``must_stop`` for the turn
+        of ``subject``, over ``limits.json`` as it is now."""
+        document = self.settings.read("limits.json")
         if isinstance(document, Refusal) and switched_on:
             # Fail closed, as launch does: limits that cannot be read cannot
             # be known to hold, so the session stops once its turn has landed.
@@ -203,21 +213,19 @@ class PluginLayer:
             stop = Stop(check="limits.json", failure=failure,
                         reason=f"limit-check-failed: limits.json cannot be read ({document.code})")
             self._log({"event": "session-stop", "check": "limits.json", "code": document.code,
-                       "reason": stop.reason, "subject": dict(bracket.subject)})
-            return record, stop
+                       "reason": stop.reason, "subject": subject})
+            return stop
         limits = _value(document, "limits")
         limits = limits if type(limits) is dict else {}
-        subject = {k: bracket.subject.get(k) for k in ("instance", "provider", "model", "account")}
-        stop = await self._off_loop(
-            self.limits.must_stop,
+        any_limit, start = counting_window(limits)
+        return self.limits.must_stop(
             switched_on=switched_on,
-            modules=self.loader.modules("limit-check"),
+            modules=modules,
             limits=limits,
-            subject=subject,
-            records=await self._counted_records(limits),
+            subject={k: subject.get(k) for k in ("instance", "provider", "model", "account")},
+            records=self.records.since(start) if any_limit else [],
             now=self._now(),
         )
-        return record, stop
 
     async def may_continue(self, subject: Mapping[str, Any]) -> Refusal | None:
         """Whether a session a stop ended may take turns again: the limit

@@ -19,10 +19,18 @@ One ``sqlite3`` connection (``check_same_thread=False``), WAL, opened by
 :class:`DeliveryLog`. Trio code never calls it on the event loop: it goes
 through :meth:`DeliveryLog.call`, which runs the work in a worker thread
 under a ``CapacityLimiter(1)``, so the loop never waits on the disk and two
-threads never share the connection. A call is not abandoned on cancellation
-(``abandon_on_cancel=False``): a cancelled task waits for its write to commit
-or roll back. :meth:`admit` reads and inserts in one ``BEGIN IMMEDIATE``
-transaction, so two concurrent resends of a new event id make one record.
+threads never share the connection. A call is not abandoned on cancellation:
+a cancelled task waits for its write to commit or roll back. :meth:`admit`
+reads and inserts in one ``BEGIN IMMEDIATE`` transaction, so two concurrent
+resends of a new event id make one record.
+
+**Group commit** (:mod:`router._group_commit`). Calls that arrive while one
+is in the thread wait, and go together in the next hop: one ``BEGIN
+IMMEDIATE`` … ``COMMIT`` around them all, each call in a savepoint of its own
+(a call that raises rolls back only its own writes and raises to its own
+caller). Every caller is answered after the ``COMMIT`` of the transaction
+that holds its call, so "answered" still means "on disk"; under load (many
+sessions) one thread hop and one commit serve many calls.
 
 Durability: ``synchronous=NORMAL`` under WAL, as the host's store: a
 committed record survives the death of the process at any instant.
@@ -47,6 +55,7 @@ from typing import Any, Callable, Final, TypeVar
 
 import trio
 
+from router._group_commit import Call, GroupCommit, run_in_savepoints
 from router._sqlite import connect_wal, lock_file
 from router.errors import Refusal
 from router.plugins.routing import LaunchRecord
@@ -178,7 +187,7 @@ class DeliveryLog:
         except BaseException:
             self._unlock()
             raise
-        self._limiter = trio.CapacityLimiter(1)
+        self._group = GroupCommit(self._guarded, trio.CapacityLimiter(1))
         #: Held while a call runs in the worker thread, and by close():
         #: closing SQLite under a running statement crashes the interpreter.
         self._in_use = threading.Lock()
@@ -210,14 +219,43 @@ class DeliveryLog:
     # ----------------------------------------------------------------- from Trio
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` (one of the sync methods) in the log's thread."""
-        return await trio.to_thread.run_sync(functools.partial(self._guarded, fn, *args), limiter=self._limiter)
+        """Run ``fn(*args)`` (one of the sync methods) in the log's thread,
+        in a group commit with the calls waiting beside it (see the module
+        docstring); returns once the transaction holding it committed."""
+        return await self._group.call(functools.partial(fn, *args))
 
-    def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
+    @property
+    def calls(self) -> int:
+        return self._group.calls
+
+    @property
+    def batches(self) -> int:
+        return self._group.batches
+
+    def _guarded(self, batch: list[Call]) -> None:
         with self._in_use:
             if self._closed:
-                raise RuntimeError(f"the delivery log {self.path} is closed")
-            return fn(*args)
+                error = RuntimeError(f"the delivery log {self.path} is closed")
+                for job in batch:
+                    job.fail(error)
+                return
+            if len(batch) == 1:  # nothing to group: the call's own transactions
+                batch[0].run()
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                run_in_savepoints(self._db, batch)
+            except BaseException as exc:
+                self._db.execute("ROLLBACK")
+                for job in batch:
+                    job.fail(exc if isinstance(exc, Exception) else RuntimeError("the group commit was interrupted"))
+                raise
+            try:
+                self._db.execute("COMMIT")
+            except Exception as exc:  # the disk refused: nobody's write is kept
+                self._db.execute("ROLLBACK")
+                for job in batch:
+                    job.fail(exc)
 
     # ----------------------------------------------------------------- sync (worker thread)
 
@@ -239,6 +277,11 @@ class DeliveryLog:
     def admit(self, delivery: Delivery) -> Admission:
         """:func:`~router.turns.core.admit` against the stored record, and
         the new entry stored, in one transaction."""
+        if self._db.in_transaction:  # in a group commit: its transaction is ours
+            admission = admit(self.get(delivery.event_id), delivery)
+            if isinstance(admission, Proceed) and admission.new:
+                self.put(admission.entry)
+            return admission
         self._db.execute("BEGIN IMMEDIATE")
         try:
             admission = admit(self.get(delivery.event_id), delivery)

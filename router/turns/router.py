@@ -26,10 +26,10 @@ waits for its reply. Each open session has one inbox task (in the
 session's nursery, :mod:`router.turns.registry`) that takes its
 deliveries one at a time, in order; sessions run concurrently. For each:
 
-1. read the delivery's entry again (a resend queued behind the first
-   attempt finds it answered and is answered from it);
-2. with a plug-in layer, wait while the session's last turn is being
+1. with a plug-in layer, wait while the session's last turn is being
    measured (its stop decision comes first);
+2. read the delivery's entry again (a resend queued behind the first
+   attempt finds it answered and is answered from it);
 3. ``core.plan`` with the target's readiness: is the mod connected (a
    Claude Code session); does the adapter steer (a container session); is
    the session stopped (``session-stopped``, nothing written);
@@ -470,15 +470,15 @@ class TurnRouter:
     # ------------------------------------------------------------------ plan, write, settle
 
     async def _handle(self, session: Session, delivery: Delivery) -> Reply:
-        entry = await self.deliveries.call(self.deliveries.get, delivery.event_id)
-        if entry is None:  # pragma: no cover - admitted entries are never removed
-            raise RuntimeError(f"no entry for admitted event {delivery.event_id!r}")
-        if entry.state is State.ANSWERED:
+        await self._measured(session)
+        readiness = session.target.readiness(self._stop_reason(session))
+        # Read the entry again, plan and store the plan in one call: one
+        # thread hop and one commit (the log's group commit may hold others).
+        entry, planned_step = await self.deliveries.call(self._plan, delivery.event_id, readiness)
+        if planned_step is None:
             assert entry.answer is not None
             return Answered(answer=entry.answer, from_record=True)
-        await self._measured(session)
-        planned, step = plan(entry, session.target.readiness(self._stop_reason(session)))
-        await self.deliveries.call(self.deliveries.put, planned)
+        planned, step = planned_step
         if not isinstance(step, (WriteMessage, SubmitPrompt)):
             return step
         outcome, abort = await self._write(session, step)
@@ -489,6 +489,18 @@ class TurnRouter:
         if isinstance(reply, Answered):
             self.delivered += 1
         return reply
+
+    def _plan(self, event_id: str, readiness: Any) -> tuple[Any, Any]:
+        """In the log's thread: the delivery's entry and, unless a resend
+        queued behind the first attempt finds it answered, its plan, stored."""
+        entry = self.deliveries.get(event_id)
+        if entry is None:  # pragma: no cover - admitted entries are never removed
+            raise RuntimeError(f"no entry for admitted event {event_id!r}")
+        if entry.state is State.ANSWERED:
+            return entry, None
+        planned, step = plan(entry, readiness)
+        self.deliveries.put(planned)
+        return entry, (planned, step)
 
     async def _measured(self, session: Session) -> None:
         """Hold a delivery while the turn before it is being measured, so

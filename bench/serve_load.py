@@ -1,0 +1,386 @@
+"""Load test of ``router serve``: prints a table and writes a plot.
+
+    .venv/bin/python bench/serve_load.py --senders 1,20 --sessions 20 --duration 20
+                                         [--history N [--compare]] [--plot serve_load.png]
+                                         [--against CHECKOUT] [--floor] [--py-spy PATH]
+
+It starts a real ``router serve --port 0`` (its own process, the in-process
+echo daemon) on a fresh data directory, reads the API's URL from the first
+line the command prints (``listening on http://127.0.0.1:PORT/`` and, when
+the API takes a bearer token, ``...?token=TOKEN``: the token is then sent as
+``Authorization: Bearer``), creates ``--sessions`` container sessions and,
+for each load level in ``--senders``, runs that many senders for
+``--duration`` seconds. A sender posts one delivery at a time
+(``POST /sessions/<s>/messages``, a new event id each) on its own
+keep-alive connection and waits for the reply before the next; sender ``i``
+writes to session ``i mod sessions``. Every reply must be ``200`` with
+``status: delivered`` (anything else is counted as an error and printed).
+
+``--history N`` first loads N turns (deliveries, through the same API, many
+senders at once, not timed) so that the rate on a directory with a long
+history can be compared with a fresh one: run it twice, or pass
+``--compare`` to run a fresh directory and one with ``--history`` turns in
+the same invocation, alternating level by level.
+
+``--against CHECKOUT`` runs every level against another checkout's router
+too (alternating: a before/after in one run); ``--floor`` adds ``GET
+/healthz`` at each level (the HTTP stack's own cost); ``--py-spy PATH`` runs
+the server under ``py-spy record --gil`` (collapsed stacks to PATH).
+
+The client is a minimal HTTP/1.1 client on Trio sockets in this process, so
+its own cost per request stays small next to the server's (the table
+prints the client's CPU per request, and the server's, from ``/proc``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import trio
+
+REPO = Path(__file__).resolve().parent.parent
+#: The first line ``router serve`` prints once it listens.
+#: ``--py-spy PATH``: the server runs under ``py-spy record`` (collapsed stacks).
+PROFILE: str | None = None
+LISTENING = re.compile(r"listening on (http://[^\s]+)")
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Server:
+    """A ``router serve`` process on a fresh (or given) data directory."""
+
+    def __init__(self, data_dir: Path, extra: list[str], repo: Path = REPO) -> None:
+        self.repo = repo
+        self.data_dir = data_dir
+        self.extra = extra
+        self.proc: subprocess.Popen[str] | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.token: str | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "XDG_CONFIG_HOME": str(self.data_dir / "config"), "XDG_RUNTIME_DIR": str(self.data_dir / "run")}
+        (self.data_dir / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
+        prefix = [] if not PROFILE else [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw",
+                                         "--rate", "200", "--gil", "-o", PROFILE, "--"]
+        self.proc = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "router", "serve", "--port", "0", "--data-dir", str(self.data_dir / "data"),
+             "--settings", str(self.data_dir / "settings"), *self.extra],
+            cwd=self.repo, env={**env, "PYTHONPATH": str(self.repo)}, stdout=subprocess.PIPE, text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        while line and (line.startswith("py-spy>") or not line.strip()):  # py-spy's own lines come first
+            line = self.proc.stdout.readline()
+        found = LISTENING.search(line)
+        if found is None:
+            self.stop()
+            raise SystemExit(f"router serve did not start: {line!r}")
+        url = urlsplit(found.group(1))
+        self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
+        self.token = (parse_qs(url.query).get("token") or [None])[0]
+
+    def cpu(self) -> float:
+        assert self.proc is not None
+        return _cpu_seconds(self._server_pid())
+
+    def _server_pid(self) -> int:
+        assert self.proc is not None
+        if PROFILE:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            if children:
+                return int(children[0])
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self._server_pid(), signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection (the requests this bench makes:
+    JSON bodies with ``Content-Length``)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.stream: trio.SocketStream | None = None
+        self.buffer = b""
+
+    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        if self.stream is None:
+            self.stream = await trio.open_tcp_stream(self.server.host, self.server.port)
+        data = b"" if body is None else json.dumps(body).encode()
+        auth = "" if self.server.token is None else f"Authorization: Bearer {self.server.token}\r\n"
+        head = (f"{method} {path} HTTP/1.1\r\nHost: {self.server.host}:{self.server.port}\r\n{auth}"
+                f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n")
+        await self.stream.send_all(head.encode() + data)
+        while b"\r\n\r\n" not in self.buffer:
+            await self._more()
+        raw_head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        lines = raw_head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+        if "content-length" in headers:
+            length = int(headers["content-length"])
+            while len(self.buffer) < length:
+                await self._more()
+            payload, self.buffer = self.buffer[:length], self.buffer[length:]
+        else:  # chunked
+            payload = await self._chunked()
+        if headers.get("connection", "").lower() == "close":
+            await self.aclose()
+        return status, json.loads(payload) if payload else None
+
+    async def _chunked(self) -> bytes:
+        out = b""
+        while True:
+            while b"\r\n" not in self.buffer:
+                await self._more()
+            size_line, self.buffer = self.buffer.split(b"\r\n", 1)
+            size = int(size_line.split(b";")[0], 16)
+            while len(self.buffer) < size + 2:
+                await self._more()
+            out, self.buffer = out + self.buffer[:size], self.buffer[size + 2:]
+            if size == 0:
+                return out
+
+    async def _more(self) -> None:
+        assert self.stream is not None
+        chunk = await self.stream.receive_some(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        self.buffer += chunk
+
+    async def aclose(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
+            self.stream = None
+            self.buffer = b""
+
+
+async def create_sessions(server: Server, count: int) -> list[str]:
+    client = Client(server)
+    names = []
+    for index in range(count):
+        status, body = await client.request("POST", "/sessions", {"id": f"load-{index}"})
+        if status not in (200, 201):
+            raise SystemExit(f"POST /sessions answered {status}: {body}")
+        names.append(body["id"])
+    await client.aclose()
+    return names
+
+
+class Level:
+    def __init__(self, senders: int) -> None:
+        self.senders = senders
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self.seconds = 0.0
+        self.server_cpu = 0.0
+        self.client_cpu = 0.0
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.seconds if self.seconds else 0.0
+
+
+async def run_level(server: Server, sessions: list[str], senders: int, duration: float,
+                    floor: bool = False) -> Level:
+    """``senders`` senders for ``duration`` seconds; with ``floor``, each
+    asks ``GET /healthz`` instead (the HTTP stack alone: no delivery)."""
+    level = Level(senders)
+    clients = [Client(server) for _ in range(senders)]
+    # Warm each connection (and each session's first turn) outside the window.
+    async with trio.open_nursery() as nursery:
+        for index, client in enumerate(clients):
+            nursery.start_soon(client.request, "POST", f"/sessions/{sessions[index % len(sessions)]}/messages",
+                               {"text": "warm up"})
+    stop = trio.current_time() + duration
+
+    async def sender(index: int, client: Client) -> None:
+        path = f"/sessions/{sessions[index % len(sessions)]}/messages"
+        while trio.current_time() < stop:
+            started = time.perf_counter()
+            if floor:
+                status, body = await client.request("GET", "/healthz")
+            else:
+                status, body = await client.request("POST", path, {"text": "a message of ordinary length",
+                                                                   "eventId": uuid.uuid4().hex})
+            elapsed = time.perf_counter() - started
+            if status == 200 and isinstance(body, dict) and (floor or body.get("status") == "delivered"):
+                level.latencies.append(elapsed)
+            else:
+                level.errors.append(f"{status} {body}")
+
+    cpu0, mine0, wall0 = server.cpu(), time.process_time(), time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for index, client in enumerate(clients):
+            nursery.start_soon(sender, index, client)
+    level.seconds = time.perf_counter() - wall0
+    level.server_cpu, level.client_cpu = server.cpu() - cpu0, time.process_time() - mine0
+    for client in clients:
+        await client.aclose()
+    return level
+
+
+async def load_history(server: Server, sessions: list[str], turns: int) -> None:
+    """``turns`` deliveries spread over the sessions, as fast as they go."""
+    left = [turns]
+    clients = [Client(server) for _ in range(min(len(sessions) * 2, 40))]
+
+    async def sender(index: int, client: Client) -> None:
+        path = f"/sessions/{sessions[index % len(sessions)]}/messages"
+        while left[0] > 0:
+            left[0] -= 1
+            status, body = await client.request("POST", path, {"text": "history", "eventId": uuid.uuid4().hex})
+            if status != 200:
+                raise SystemExit(f"history: {status} {body}")
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for index, client in enumerate(clients):
+            nursery.start_soon(sender, index, client)
+    print(f"history: {turns:,} turns loaded in {time.perf_counter() - started:.1f} s", flush=True)
+
+
+def _row(name: str, level: Level) -> list[str]:
+    ms = [value * 1000 for value in level.latencies] or [float("nan")]
+    count = max(1, len(level.latencies))
+    return [
+        name, str(level.senders), f"{len(level.latencies):,}", f"{level.rate:,.0f}",
+        f"{statistics.median(ms):.2f}", f"{_percentile(ms, 0.9):.2f}", f"{_percentile(ms, 0.99):.2f}",
+        f"{level.server_cpu / count * 1e6:,.0f}", f"{level.client_cpu / count * 1e6:,.0f}", str(len(level.errors)),
+    ]
+
+
+def print_table(rows: list[list[str]]) -> None:
+    header = ["directory", "senders", "replies", "per s", "p50 ms", "p90 ms", "p99 ms",
+              "server CPU µs/req", "client CPU µs/req", "errors"]
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for line in [header, ["-" * w for w in widths], *rows]:
+        print("  ".join(str(cell).rjust(width) if i else str(cell).ljust(width)
+                        for i, (cell, width) in enumerate(zip(line, widths))))
+
+
+def plot(results: dict[str, list[Level]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (rate_axis, latency_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, levels in results.items():
+        senders = [level.senders for level in levels]
+        rate_axis.plot(senders, [level.rate for level in levels], marker="o", label=name)
+        for fraction, style in ((0.5, "-"), (0.9, "--"), (0.99, ":")):
+            latency_axis.plot(
+                [level.rate for level in levels],
+                [_percentile([v * 1000 for v in level.latencies] or [0.0], fraction) for level in levels],
+                style, marker="o", label=f"{name} p{int(fraction * 100)}",
+            )
+    rate_axis.set(xlabel="concurrent senders", ylabel="deliveries / s", title="throughput")
+    latency_axis.set(xlabel="deliveries / s (load)", ylabel="latency, ms", yscale="log",
+                     title="latency against load")
+    for axis in (rate_axis, latency_axis):
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+async def main(args: argparse.Namespace) -> None:
+    levels = [int(part) for part in args.senders.split(",")]
+    names = ["fresh"] if not args.history else ([f"after {args.history:,} turns"] if not args.compare
+                                                 else ["fresh", f"after {args.history:,} turns"])
+    if args.against:  # the same levels against another checkout, alternating
+        names += [f"{name} ({Path(args.against).name})" for name in names]
+    with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
+        servers: dict[str, Server] = {}
+        sessions: dict[str, list[str]] = {}
+        try:
+            for index, name in enumerate(names):
+                root = Path(tmp) / f"dir{index}"
+                root.mkdir()
+                repo = Path(args.against).resolve() if name.endswith(")") else REPO
+                servers[name] = server = Server(root, args.serve_arg, repo)
+                server.start()
+                sessions[name] = await create_sessions(server, args.sessions)
+                if not name.startswith("fresh"):
+                    await load_history(server, sessions[name], args.history)
+            results: dict[str, list[Level]] = {name: [] for name in names}
+            rows = []
+            for senders in levels:
+                for name in names:  # alternating, so both meet the same noise
+                    level = await run_level(servers[name], sessions[name], senders, args.duration)
+                    results[name].append(level)
+                    rows.append(_row(name, level))
+                    for error in level.errors[:3]:
+                        print(f"  error ({name}, {senders} senders): {error}", file=sys.stderr)
+            if args.floor:
+                for senders in levels:
+                    level = await run_level(servers[names[0]], sessions[names[0]], senders, args.duration, floor=True)
+                    rows.append(_row(f"{names[0]}: GET /healthz", level))
+            print_table(rows)
+            if len(names) == 2 and args.against:
+                for ours, theirs in zip(results[names[0]], results[names[1]]):
+                    print(f"{ours.senders} senders: rate this tree / {names[1]} = {ours.rate / theirs.rate:.2f}")
+            elif len(names) == 2:
+                for fresh, old in zip(results[names[0]], results[names[1]]):
+                    print(f"{fresh.senders} senders: rate {names[1]} / fresh = {old.rate / fresh.rate:.2f}")
+            if args.plot:
+                plot(results, Path(args.plot))
+        finally:
+            for server in servers.values():
+                server.stop()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--senders", default="1,5,20", help="load levels: concurrent senders, comma-separated")
+    parser.add_argument("--sessions", type=int, default=20, help="container sessions the senders spread over")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per load level")
+    parser.add_argument("--history", type=int, default=0, help="turns to load before measuring")
+    parser.add_argument("--compare", action="store_true", help="with --history: also a fresh directory, alternating")
+    parser.add_argument("--plot", default="serve_load.png", help="the PNG to write ('' for none)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also GET /healthz at each level: the HTTP stack's own cost, no delivery")
+    parser.add_argument("--against", metavar="CHECKOUT", help="also measure another checkout's router, alternating")
+    parser.add_argument("--py-spy", metavar="PATH", help="profile the server with py-spy (collapsed stacks to PATH)")
+    parser.add_argument("--serve-arg", action="append", default=[], help="an extra argument for router serve")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    PROFILE = arguments.py_spy
+    trio.run(main, arguments)
