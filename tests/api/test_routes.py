@@ -180,9 +180,10 @@ async def test_live_is_a_snapshot_then_items(api: Api) -> None:
     assert "text-delta" in kinds and "turn-start" in kinds
     assert items[-1]["result"]["text"] == "echo: during (turn 2)"
     # The client hung up: the server let go of the stream.
-    link = api.host.session("root").link
-    assert link is not None
-    await until(lambda: not link.subscribers)
+    session = api.router.registry.get("root")
+    assert session is not None and session.target.hub is not None
+    hub = session.target.hub
+    await until(lambda: hub.statistics()["subscribers"] == 0)
 
 
 async def test_live_refusals(api: Api) -> None:

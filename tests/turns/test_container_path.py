@@ -137,7 +137,7 @@ async def test_a_closed_session_answers_what_waits(make_rig: Any) -> None:
     rig = await make_rig(adapter)
     await rig.router.deliver(person("e1", "hold"))
     session = rig.registry.get("root")
-    assert session is not None and session.tasks == ["inbox"]
+    assert session is not None and session.tasks == ["live-view", "inbox"]  # every container session has its view
     assert await rig.registry.close("root")
     assert rig.registry.get("root") is None
     # Reopened on the next delivery; the record still answers the resend.
