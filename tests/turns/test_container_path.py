@@ -21,13 +21,17 @@ async def test_a_delivery_becomes_a_prompt_under_its_event_id(make_rig: Any) -> 
     rig = await make_rig()
     reply = await rig.router.deliver(person("e1", "hello"))
     assert isinstance(reply, Answered) and not reply.from_record
-    assert reply.answer == {
+    # Before a hello the adapter is not known to steer (followUp); the
+    # session's view task follows the host's events from its opening, so the
+    # hello may have come already (the echo steers).
+    assert reply.answer["whenBusy"] in ("followUp", "steer")
+    assert {**reply.answer, "whenBusy": "followUp"} == {
         "eventId": "e1",
         "session": "root",
         "status": "delivered",
         "as": "prompt",
         "operationId": "e1",
-        "whenBusy": "followUp",  # no hello seen yet: the adapter is not known to steer
+        "whenBusy": "followUp",
     }
     result = await rig.router.reply_of("root", "e1")
     assert result == {"operationId": "e1", "session": "root", "status": "done", "text": "echo: hello (turn 1)"}
