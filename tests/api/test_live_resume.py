@@ -112,7 +112,9 @@ async def test_the_history_bound_is_honoured(api: Api) -> None:
     async with api.client.stream("GET", LIVE) as response:
         reader = SseReader(response)
         [snapshot] = await reader.until(lambda event: event["event"] == "snapshot")
-    await api.send("root", {"text": "one", "eventId": "e1", "wait": True})  # more than two batches
+        for n in (1, 2):  # more than two batches
+            await api.send("root", {"text": "one", "eventId": f"e{n}", "wait": True})
+            await reader.until(ends(f"e{n}"))  # the view has published all of it
     assert len(history._batches) == 2
     point = parse_live_id(snapshot["id"])
     assert point is not None and point.seq is not None and point.seq < history.oldest
@@ -125,7 +127,7 @@ async def test_the_history_bound_is_honoured(api: Api) -> None:
     async with api.client.stream("GET", LIVE, headers={"last-event-id": snapshot["id"]}) as response:
         reader = SseReader(response)
         caught_up = [await reader.next(), await reader.next()]
-    assert [e["data"]["message"]["id"] for e in caught_up] == ["e1:user", "e1:assistant"]
+    assert [e["data"]["message"]["id"] for e in caught_up] == ["e1:user", "e1:assistant"]  # then e2's
     # Held: the items themselves, deltas included.
     inside = f"e{history.epoch}.s{history.oldest}"
     async with api.client.stream("GET", LIVE, headers={"last-event-id": inside}) as response:
