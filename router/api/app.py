@@ -66,6 +66,7 @@ from urllib.parse import quote
 from typing import Any, AsyncIterator, Callable, Final, Mapping
 
 import attrs
+import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
@@ -179,6 +180,8 @@ class ApiConfig:
     harness: str = "echo"
     #: The instance ``POST /sessions`` launches when the body names none.
     default_instance: str = "default"
+    #: Seconds of quiet before the live stream's keep-alive comment.
+    live_keepalive: float = 15.0
 
 
 class BadBody(Refusal):
@@ -443,7 +446,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         if isinstance(answer, Response) or answer.live is None:
             return respond(answer)
         response = Response(
-            _events(router, session),
+            _events(router, session, request.headers.get("last-event-id"), config.live_keepalive),
             content_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -541,8 +544,18 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
     return app
 
 
-def _sse(data: Any, event: str | None = None) -> bytes:
+#: Seconds of quiet after which the live stream sends a comment line, so a
+#: proxy or a client with an idle timeout keeps it open (ours: under the 30
+#: to 60 s idle timeouts proxies commonly default to).
+KEEPALIVE_SECONDS: Final = 15.0
+#: The comment line itself (an SSE line starting ``:`` is ignored by readers).
+KEEPALIVE: Final = b": keep-alive\n\n"
+
+
+def _sse(data: Any, event: str | None = None, id: str | None = None) -> bytes:
     head = f"event: {event}\n" if event else ""
+    if id is not None:
+        head += f"id: {id}\n"
     return f"{head}data: {dumps(data)}\n\n".encode()
 
 
@@ -563,17 +576,41 @@ async def _board_events(board: LocalBoard, resumed: str | None) -> AsyncIterator
         yield f"id: {stream}-{n}\n".encode() + _sse(event, event["type"])
 
 
-async def _events(router: TurnRouter, session: str) -> AsyncIterator[bytes]:
-    """The live view as server-sent events: ``snapshot`` first, then one
-    ``data:`` line per item; ``lagged`` (then the end) when the stream fell
-    behind, ``closed`` when the session closed. A client that hangs up
-    cancels this (Quart-Trio cancels the response)."""
+async def _events(
+    router: TurnRouter, session: str, since: str | None = None, keepalive: float = KEEPALIVE_SECONDS
+) -> AsyncIterator[bytes]:
+    """The live view as server-sent events, each with an ``id``.
+
+    A fresh stream: ``snapshot`` first, then one ``data:`` event per item.
+    A resumed one (``since``, the client's ``Last-Event-ID``, that the
+    view can resume from): the items the client missed, then the live ones,
+    nothing twice. An id the server cannot resume from: ``reset`` (with the
+    code ``stale-event-id`` or ``bad-event-id``), then the fresh stream.
+    ``lagged`` (then the end) when the stream fell behind, ``closed`` when
+    the session closed; a comment line after ``keepalive`` seconds of quiet.
+    A client that hangs up cancels this (Quart-Trio cancels the response),
+    which ends the subscription."""
     try:
-        async with router.live(session) as stream:
-            yield _sse({"type": "snapshot", **stream.snapshot}, "snapshot")
-            async for items in stream:
-                for item in items:
-                    yield _sse(item)
+        async with router.live(session, since) as stream:
+            if stream.reset is not None:
+                yield _sse({"type": "reset", "error": stream.reset.code, "message": stream.reset.message}, "reset")
+            if stream.snapshot is not None:
+                yield _sse({"type": "snapshot", **stream.snapshot}, "snapshot", stream.snapshot_id)
+            for id, item in stream.replay:
+                yield _sse(item, id=id)
+            while True:
+                pairs: list[tuple[str, Any]] | None = None
+                quiet = True
+                with trio.move_on_after(keepalive):
+                    pairs = await stream.receive()  # cancel-safe: a batch is never half taken
+                    quiet = False
+                if quiet:
+                    yield KEEPALIVE
+                    continue
+                if pairs is None:
+                    break
+                for id, item in pairs:
+                    yield _sse(item, id=id)
         yield _sse({"type": "closed", "session": session}, "closed")
     except Lagged as lagged:
         yield _sse({"type": "lagged", "error": lagged.code, "message": lagged.message}, "lagged")

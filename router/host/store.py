@@ -100,6 +100,13 @@ JavaScript peer survives the UTF-8 database).
     ``runtime``, ``seq``, ``reason``, ``text`` (its first
     :data:`SKIPPED_TEXT_CHARS` characters), ``at``. Read it with
     :meth:`Store.skipped_frames`.
+``messages.version`` (schema version 6)
+    a per-session counter of transcript changes: a message's ``version`` is
+    set, by triggers, to one more than the session's highest whenever it is
+    inserted or its ``data`` changes (a rewrite with the same data keeps
+    it). The live view's resume point across a restart: the messages of a
+    session changed since version ``v`` are those above it
+    (:meth:`Store.message_log`, :meth:`Store.message_versions`).
 """
 
 from __future__ import annotations
@@ -135,6 +142,17 @@ SETTLED_STATUSES: Final = ("done", "unanswered")
 #: How much of a skipped frame's text the record keeps: enough to see what
 #: it was, not a copy of a 64 MiB message.
 SKIPPED_TEXT_CHARS: Final = 2000
+
+
+@attrs.frozen(kw_only=True)
+class MessageLog:
+    """A session's transcript changes as :meth:`Store.message_log` reads
+    them: the current ``generation``, the session's highest message
+    ``version``, and ``messages`` as ``(version, message)`` pairs."""
+
+    generation: int
+    version: int
+    messages: list[tuple[int, dict]]
 
 
 class Refused(Refusal):
@@ -379,6 +397,26 @@ def _migrate_to_5(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX skipped_frames_session ON skipped_frames (session)")
 
 
+def _migrate_to_6(db: sqlite3.Connection) -> None:
+    # The live view resumes a container session across a restart from the
+    # last change a reader saw: each message carries the session's change
+    # counter as of its last change (backfilled in insertion order, which
+    # rowid keeps). Triggers keep it, so every writer of ``messages`` keeps
+    # it without knowing.
+    db.execute("ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+    db.execute("UPDATE messages SET version = rowid")
+    db.execute("CREATE INDEX messages_version ON messages (session, version)")
+    bump = (
+        "UPDATE messages SET version = (SELECT MAX(version) + 1 FROM messages WHERE session = NEW.session)"
+        " WHERE rowid = NEW.rowid"
+    )
+    db.execute(f"CREATE TRIGGER messages_version_insert AFTER INSERT ON messages BEGIN {bump}; END")
+    db.execute(
+        "CREATE TRIGGER messages_version_update AFTER UPDATE OF data ON messages"
+        f" WHEN OLD.data IS NOT NEW.data BEGIN {bump}; END"
+    )
+
+
 #: Schema steps: ``MIGRATIONS[n]`` takes a file at version ``n`` to ``n + 1``.
 MIGRATIONS: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (
     _migrate_to_1,
@@ -386,6 +424,7 @@ MIGRATIONS: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (
     _migrate_to_3,
     _migrate_to_4,
     _migrate_to_5,
+    _migrate_to_6,
 )
 #: The version this code writes.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -903,6 +942,49 @@ class Store:
                 (session, generation),
             ).fetchall()
         return [json.loads(row[0]) for row in rows]
+
+    def _message_version(self, session: str) -> int:
+        (version,) = self._q("SELECT COALESCE(MAX(version), 0) FROM messages WHERE session = ?", (session,)).fetchone()
+        return version
+
+    def message_log(self, session: str, since: int | None = None) -> MessageLog:
+        """The current generation's messages changed after version
+        ``since``, oldest change first; with ``since`` None, every message
+        in transcript order. One transaction, so ``version`` is exactly what
+        the messages read reflect."""
+        with self.transaction():
+            generation = self.require_session(session).generation
+            version = self._message_version(session)
+            if since is None:
+                sql = "SELECT version, data FROM messages WHERE session = ? AND generation = ? ORDER BY position"
+                params: tuple = (session, generation)
+            else:
+                sql = (
+                    "SELECT version, data FROM messages WHERE session = ? AND generation = ? AND version > ?"
+                    " ORDER BY version"
+                )
+                params = (session, generation, since)
+            rows = self._q(sql, params).fetchall()
+        return MessageLog(
+            generation=generation, version=version, messages=[(row[0], json.loads(row[1])) for row in rows]
+        )
+
+    def message_versions(self, session: str, ids: Sequence[str]) -> MessageLog:
+        """The current generation, the session's highest message version,
+        and the ``(version, message)`` now of each of ``ids`` stored in
+        the generation (in the order asked, each once)."""
+        with self.transaction():
+            generation = self.require_session(session).generation
+            version = self._message_version(session)
+            found: list[tuple[int, dict]] = []
+            for mid in dict.fromkeys(ids):
+                row = self._q(
+                    "SELECT version, data FROM messages WHERE session = ? AND generation = ? AND id = ?",
+                    (session, generation, mid),
+                ).fetchone()
+                if row is not None:
+                    found.append((row[0], json.loads(row[1])))
+        return MessageLog(generation=generation, version=version, messages=found)
 
     # ---------------------------------------------------------------- entries
 

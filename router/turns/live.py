@@ -16,6 +16,9 @@ Every session, whichever way it is reached, is shown as the same stream of
     part of that kind holding it.
 ``{"type": "turn-start", "id": ID}`` / ``{"type": "turn-end", "id": ID, ...}``
     a turn (a container operation, a Claude Code turn) began or ended.
+``{"type": "notice", "level": "error", "code": "frame-skipped", "seq", "runtimeId", "message"}``
+    the host passed a container frame it could not parse or apply
+    (:class:`router.host.FrameSkipped`): what it carried is missing.
 
 A subscriber first gets a snapshot, ``{"session", "kind", "messages",
 "busy"}``, then the items from that point on.
@@ -60,7 +63,8 @@ import time
 from typing import Any, Callable, Final, Iterator, Mapping
 
 from router._fanout import FanOut, Lagged, Subscription
-from router.host import AdapterEvent, HostEvent, MessageStored, OperationEnded, OperationStarted
+from router.host import AdapterEvent, FrameSkipped, HostEvent, MessageStored, OperationEnded, OperationStarted
+from router.turns.resume import HISTORY_BATCHES, HISTORY_BYTES, LiveBatch, LiveHistory, LiveId
 from wire.json import JsonError, JsonValue, loads
 from wire.mod import (
     ModAppendEvent,
@@ -82,6 +86,7 @@ __all__ = [
     "ModLiveConverter",
     "apply_item",
     "container_items",
+    "skipped_notice",
 ]
 
 log = logging.getLogger("router.turns.live")
@@ -364,7 +369,23 @@ def container_items(event: HostEvent) -> list[dict[str, Any]]:
         return [{"type": "turn-start", "id": event.operation_id}]
     if kind is OperationEnded:
         return [{"type": "turn-end", "id": event.operation_id, "result": event.result.to_json()}]
+    if kind is FrameSkipped:
+        return [skipped_notice(event.runtime_id, event.seq, event.reason)]
     return []
+
+
+def skipped_notice(runtime_id: str, seq: int, reason: str) -> dict[str, Any]:
+    """The live view's notice of a frame the host skipped (live, from
+    :class:`router.host.FrameSkipped`; in a snapshot, from the store's
+    ``skipped_frames``)."""
+    return {
+        "type": "notice",
+        "level": "error",
+        "code": "frame-skipped",
+        "seq": seq,
+        "runtimeId": runtime_id,
+        "message": f"the host skipped frame {seq} of runtime {runtime_id}, so what it carried is missing: {reason}",
+    }
 
 
 # --------------------------------------------------------------------------- Trio fan-out
@@ -388,12 +409,30 @@ def _live_lagged(buffer: int) -> Callable[[], LiveLagged]:
 
 class LiveSubscription:
     """A snapshot, then ``async for batch in subscription`` (lists of items)
-    until the session closes; raises :class:`LiveLagged` when dropped."""
+    until the session closes; raises :class:`LiveLagged` when dropped.
 
-    __slots__ = ("snapshot", "_items")
+    ``replay`` is what a resume missed (``None``: the resume point is not
+    held, or none was asked for), ``epoch`` and ``position`` where the view
+    stood when it subscribed. :meth:`receive` is the next numbered batch
+    (``None`` at the end); cancelling it loses nothing."""
 
-    def __init__(self, snapshot: dict[str, Any], items: Subscription[list[dict[str, Any]]]) -> None:
+    __slots__ = ("snapshot", "replay", "epoch", "position", "durable", "_items")
+
+    def __init__(
+        self,
+        snapshot: dict[str, Any],
+        items: Subscription[LiveBatch],
+        *,
+        replay: list[LiveBatch] | None = None,
+        epoch: str = "",
+        position: int = 0,
+        durable: tuple[int, int] | None = None,
+    ) -> None:
         self.snapshot = snapshot
+        self.replay = replay
+        self.epoch = epoch
+        self.position = position
+        self.durable = durable
         self._items = items
 
     @property
@@ -401,26 +440,46 @@ class LiveSubscription:
         """Whether this subscriber was dropped for falling behind."""
         return self._items.lagged
 
+    async def receive(self) -> LiveBatch | None:
+        try:
+            return await self._items.__anext__()
+        except StopAsyncIteration:
+            return None
+
     def __aiter__(self) -> LiveSubscription:
         return self
 
     async def __anext__(self) -> list[dict[str, Any]]:
-        return await self._items.__anext__()
+        batch = await self._items.__anext__()
+        return list(batch.items)
 
 
 class LiveHub:
     """One session's live view: a :class:`ModLiveConverter` and its
-    subscribers, over the one fan-out (:class:`router._fanout.FanOut`).
-    :meth:`feed` (mod events) and :meth:`publish` (items) are called by the
-    session's one view task; a subscriber that cannot keep up is dropped,
-    never waited for."""
+    subscribers, over the one fan-out (:class:`router._fanout.FanOut`), and
+    the numbering and recent batches of the view
+    (:class:`router.turns.resume.LiveHistory`), so a reader resumes where
+    it stopped. :meth:`feed` (mod events) and :meth:`publish` (items) are
+    called by the session's one view task; a subscriber that cannot keep up
+    is dropped, never waited for."""
 
-    def __init__(self, converter: ModLiveConverter | None = None, *, buffer: int = LIVE_BUFFER) -> None:
+    def __init__(
+        self,
+        converter: ModLiveConverter | None = None,
+        *,
+        buffer: int = LIVE_BUFFER,
+        history_batches: int = HISTORY_BATCHES,
+        history_bytes: int = HISTORY_BYTES,
+    ) -> None:
         self.converter = converter or ModLiveConverter()
-        self._fanout: FanOut[list[dict[str, Any]]] = FanOut(buffer=buffer, lagged_error=_live_lagged(buffer))
+        self.history = LiveHistory(batches=history_batches, max_bytes=history_bytes)
+        #: A container session's durable position as of the last batch
+        #: (``(generation, version)``; None: not known, or not a container).
+        self.durable: tuple[int, int] | None = None
+        self._fanout: FanOut[LiveBatch] = FanOut(buffer=buffer, lagged_error=_live_lagged(buffer))
 
     def __repr__(self) -> str:
-        return f"<LiveHub subscribers={len(self._fanout)} {self.converter!r}>"
+        return f"<LiveHub subscribers={len(self._fanout)} {self.history!r} {self.converter!r}>"
 
     @property
     def buffer(self) -> int:
@@ -440,21 +499,36 @@ class LiveHub:
             items += self.converter.feed(event)
         self.publish(items)
 
-    def publish(self, items: list[dict[str, Any]]) -> None:
+    def publish(self, items: list[dict[str, Any]], durable: tuple[int, int] | None = None) -> None:
+        """Number ``items`` and hand them out; ``durable`` is a container
+        session's position once a reader has them (default: the last)."""
+        if durable is not None:
+            self.durable = durable
         if items:
-            self._fanout.publish(items)
+            self._fanout.publish(self.history.publish(items, self.durable))
 
     def reset(self, why: str) -> None:
-        """The events were interrupted (a subscription overflowed): every
-        subscriber is dropped as lagged, so each takes a fresh snapshot."""
+        """The events were interrupted (a subscription overflowed, the
+        host's events ended): every subscriber is dropped as lagged, so
+        each takes a fresh snapshot, and the view takes a new epoch, so no
+        id from before resumes from memory across the gap."""
         log.warning("live view reset: %s", why)
+        self.history.restart()
         self._fanout.reset()
 
     def close(self) -> None:
         self._fanout.close()
 
     @contextlib.contextmanager
-    def subscribe(self) -> Iterator[LiveSubscription]:
+    def subscribe(self, since: LiveId | None = None) -> Iterator[LiveSubscription]:
+        """Subscribe; with ``since``, the batches after it when the history
+        holds it (``replay``). The snapshot, the replay and the subscription
+        are taken at one instant (no checkpoint between), so nothing falls
+        between them and nothing repeats."""
         snapshot = self.converter.snapshot()
+        replay = self.history.since(since)
         with self._fanout.subscribe() as items:
-            yield LiveSubscription(snapshot, items)
+            yield LiveSubscription(
+                snapshot, items, replay=replay, epoch=self.history.epoch,
+                position=self.history.position, durable=self.durable,
+            )  # fmt: skip

@@ -348,16 +348,18 @@ class TurnRouter:
         return {"session": session_id, "kind": session.kind.value, "messages": await session.target.messages()}
 
     @contextlib.asynccontextmanager
-    async def live(self, session_id: str) -> AsyncIterator[LiveStream]:
+    async def live(self, session_id: str, since: str | None = None) -> AsyncIterator[LiveStream]:
         """The session's live view: ``stream.snapshot``, then ``async for
-        items in stream`` until the session closes. The snapshot has
+        items in stream`` until the session closes; with ``since`` (a
+        reader's last event id), what it missed when the view can tell
+        (``stream.replay``; see the target's ``live``). The snapshot has
         ``stopped`` (``{reason, check, at}``) while a limit has the session
         stopped; the items ``session-stopped`` / ``session-resumed`` say
         when that changes."""
         session = await self.session(session_id)
-        async with session.target.live() as stream:
+        async with session.target.live(since) as stream:
             stop = self._stop_of(session)
-            if stop is not None:
+            if stop is not None and stream.snapshot is not None:
                 stream.snapshot["stopped"] = stop.to_json()
             yield stream
 

@@ -37,7 +37,7 @@ async def test_a_turn_cut_by_a_restart_of_serve_runs_again_and_is_answered_once(
     async with serve(tmp_path, name="first") as served:
 
         async def deliver() -> None:
-            cut["first"] = await send(served.url, "root", "slow 3000 hi", "--event-id", "e1")
+            cut["first"] = await send(served.url, "root", "slow 3000 hi", "--event-id", "e1", token=served.token)
 
         nursery.start_soon(deliver)
         with trio.fail_after(60):
@@ -49,11 +49,11 @@ async def test_a_turn_cut_by_a_restart_of_serve_runs_again_and_is_answered_once(
 
     async with serve(tmp_path, name="second") as served:
         with trio.fail_after(120):
-            status, answer, err = await send(served.url, "root", "slow 3000 hi", "--event-id", "e1")
+            status, answer, err = await send(served.url, "root", "slow 3000 hi", "--event-id", "e1", token=served.token)
         assert status == 0, (answer, err, served.log())
         assert answer["reply"] == {"operationId": "e1", "session": "root", "status": "done", "text": "echo: hi (turn 1)"}
         with trio.fail_after(60):
-            status, again, _ = await send(served.url, "root", "slow 3000 hi", "--event-id", "e1")
+            status, again, _ = await send(served.url, "root", "slow 3000 hi", "--event-id", "e1", token=served.token)
         assert status == 0 and again["reply"] == answer["reply"]
         assert await stop(served.process, signal.SIGTERM) == 0
 

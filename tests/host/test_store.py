@@ -341,7 +341,7 @@ def test_a_v4_store_gains_the_skipped_frames_table(tmp_path: Path) -> None:
     db.commit()
     db.close()
     with Store(path) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.schema_version() == SCHEMA_VERSION >= 5
         assert store.skipped_frames("s") == []
         # A lone surrogate (JSON from JavaScript) is kept as SQLite can hold it.
         store.skip_frame("s", "r", 7, "it does not parse: why", '{"seq":7,"x":"\ud800"}' + "y" * 5000)

@@ -9,9 +9,9 @@ user-turn router never asks which kind a session is.
   host; and the host's container sessions, open or not.
 """
 
-from router.turns.targets.base import LiveStream, Target, live_batches
+from router.turns.targets.base import LiveStream, Target, stale
 from router.turns.targets.claude_code import ClaudeCodeTarget
 from router.turns.targets.container import RESUBSCRIBE_PAUSE, ContainerSessions, ContainerTarget
 
 __all__ = ["ClaudeCodeTarget", "ContainerSessions", "ContainerTarget", "LiveStream", "RESUBSCRIBE_PAUSE", "Target",
-           "live_batches"]
+           "stale"]

@@ -29,29 +29,79 @@ from typing import Any, AsyncContextManager, AsyncIterator, Protocol
 
 from router.plugins.routing import LaunchRecord
 from router.turns.core import Outcome, Readiness, SubmitPrompt, WriteMessage
+from router.errors import Refusal
 from router.turns.live import LiveHub, LiveSubscription
+from router.turns.resume import LiveId, StreamCursor
 from router.turns.session_brackets import SessionBrackets
 from router.turns.registry import SessionKind, Starter
 
-__all__ = ["LiveStream", "Target", "live_batches"]
+__all__ = ["LiveStream", "Target", "stale"]
 
 
 class LiveStream:
-    """A live view: ``snapshot`` (``{session, kind, messages, busy}``) and
-    ``async for items in stream``."""
+    """A live view for one reader.
 
-    def __init__(self, snapshot: dict[str, Any], batches: AsyncIterator[list[dict[str, Any]]]) -> None:
+    A fresh stream has ``snapshot`` (``{session, kind, messages, busy}``)
+    and ``snapshot_id``; a resumed one has ``snapshot`` None and
+    ``replay``, the ``(id, item)`` pairs it missed. ``reset`` is the
+    refusal that says why a resume point was not honoured (the stream is
+    then a fresh one). Then :meth:`receive` gives each next batch as
+    ``(id, item)`` pairs (``None`` at the end; cancelling it loses
+    nothing), or ``async for items in stream`` the items alone."""
+
+    def __init__(
+        self,
+        subscription: LiveSubscription,
+        cursor: StreamCursor,
+        *,
+        snapshot: dict[str, Any] | None = None,
+        snapshot_id: str | None = None,
+        replay: list[tuple[str, dict[str, Any]]] | None = None,
+        reset: Refusal | None = None,
+    ) -> None:
         self.snapshot = snapshot
-        self._batches = batches
+        self.snapshot_id = snapshot_id
+        self.replay = replay or []
+        self.reset = reset
+        self.cursor = cursor
+        self._subscription = subscription
+
+    @classmethod
+    def resumed(cls, subscription: LiveSubscription, cursor: StreamCursor) -> LiveStream:
+        """The stream of a resume the view's history holds."""
+        assert subscription.replay is not None
+        replay = [pair for batch in subscription.replay for pair in cursor.items(batch)]
+        return cls(subscription, cursor, replay=replay)
+
+    async def receive(self) -> list[tuple[str, dict[str, Any]]] | None:
+        while True:
+            batch = await self._subscription.receive()
+            if batch is None:
+                return None
+            pairs = self.cursor.items(batch)
+            if pairs:
+                return pairs
 
     def __aiter__(self) -> AsyncIterator[list[dict[str, Any]]]:
-        return self._batches
+        return self._items()
+
+    async def _items(self) -> AsyncIterator[list[dict[str, Any]]]:
+        if self.replay:
+            yield [item for _, item in self.replay]
+        while (pairs := await self.receive()) is not None:
+            yield [item for _, item in pairs]
 
 
-async def live_batches(subscription: LiveSubscription) -> AsyncIterator[list[dict[str, Any]]]:
-    """A live hub's subscription as a stream's batches."""
-    async for items in subscription:
-        yield items
+def stale(since: LiveId | None, text: str | None) -> Refusal | None:
+    """Why a resume point is not honoured (``None``: none was asked for)."""
+    if text is None or not text.strip():
+        return None
+    if since is None:
+        return Refusal("bad-event-id", f"Last-Event-ID {text[:80]!r} is not an id this server gives; here is a fresh snapshot")
+    return Refusal(
+        "stale-event-id",
+        f"Last-Event-ID {text[:80]!r} is not held any more (the live view restarted or moved on); here is a fresh snapshot",
+    )
 
 
 class Target(Protocol):
@@ -104,8 +154,10 @@ class Target(Protocol):
     async def messages(self) -> list[Any]:
         """The transcript."""
 
-    def live(self) -> AsyncContextManager[LiveStream]:
-        """The live view: a snapshot, then the items."""
+    def live(self, since: str | None = None) -> AsyncContextManager[LiveStream]:
+        """The live view: a snapshot, then the items; with ``since`` (a
+        reader's last event id) what it missed instead, when the view can
+        tell (else a ``reset`` and a snapshot)."""
 
     async def abort(self, operation_id: str | None) -> dict[str, Any]:
         """Stop the running turn (or one operation): ``{session, aborted}``.

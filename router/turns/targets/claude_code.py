@@ -40,7 +40,8 @@ from router.turns.core import (
 from router.turns.live import LiveHub
 from router.turns.registry import SessionKind, Starter
 from router.turns.session_brackets import SessionBrackets
-from router.turns.targets.base import LiveStream, live_batches
+from router.turns.resume import StreamCursor, parse_live_id
+from router.turns.targets.base import LiveStream, stale
 from wire.json import ABSENT
 from wire.mod import (
     MOD_CAPABILITY_ASKS,
@@ -341,11 +342,23 @@ class ClaudeCodeTarget:
         return self.hub.converter.snapshot()["messages"]
 
     @contextlib.asynccontextmanager
-    async def live(self) -> AsyncIterator[LiveStream]:
+    async def live(self, since: str | None = None) -> AsyncIterator[LiveStream]:
+        """The live view; a resume point is honoured while the view's
+        history holds it. The router keeps no durable record of a Claude
+        Code session, so an id from before a restart gets a reset."""
         assert self.hub is not None
-        with self.hub.subscribe() as subscription:
-            yield LiveStream({"session": self.id, "kind": self.kind.value, **subscription.snapshot},
-                             live_batches(subscription))
+        point = parse_live_id(since)
+        with self.hub.subscribe(point) as subscription:
+            cursor = StreamCursor(subscription.epoch)
+            if subscription.replay is not None:
+                yield LiveStream.resumed(subscription, cursor)
+                return
+            yield LiveStream(
+                subscription, cursor,
+                snapshot={"session": self.id, "kind": self.kind.value, **subscription.snapshot},
+                snapshot_id=cursor.id_of(subscription.position, None),
+                reset=stale(point, since),
+            )  # fmt: skip
 
     async def abort(self, operation_id: str | None) -> dict[str, Any]:
         raise Refusal(

@@ -5,8 +5,11 @@ host and the daemon are idempotent on it). When turns are metered, the
 session's one live-view task follows the host's events for it, publishes
 them as live items and hands each operation's start and end to the
 session's brackets (an ``OperationEnded`` comes after the host stored the
-result and woke its waiters); unmetered, the live view is the host's
-events as they come, and the session has no view task.
+result and woke its waiters); unmetered, the task feeds the live view
+alone. The view numbers its items and keeps its recent batches, and its ids
+carry the transcript's durable position (``messages.version`` in the host's
+store), so a reader resumes exactly, within the process from the view's
+history and across a restart from the store (:meth:`ContainerTarget.live`).
 
 :class:`ContainerSessions` is the host's side of the router: the container
 sessions the host knows (open or not), creating one, waiting for an
@@ -29,19 +32,23 @@ from router.plugins.routing import LaunchRecord
 from router.turns.brackets import attached_launch
 from router.turns.core import ContainerReadiness, NoAnswer, Outcome, Queued, SubmitPrompt, WriteMessage
 from router.turns.delivery_log import DeliveryLog
-from router.turns.live import LiveHub, container_items
+from router.turns.live import LiveHub, container_items, skipped_notice
+from router.turns.resume import LiveId, StreamCursor, parse_live_id
 from router.turns.registry import Session, SessionKind, Starter
 from router.turns.session_brackets import SessionBrackets
-from router.turns.targets.base import LiveStream, live_batches
+from router.turns.targets.base import LiveStream, stale
 from wire.container import AdapterInfo
 
-__all__ = ["ContainerSessions", "ContainerTarget", "RESUBSCRIBE_PAUSE"]
+__all__ = ["ContainerSessions", "ContainerTarget", "RESUBSCRIBE_PAUSE", "SNAPSHOT_NOTICES"]
 
 log = logging.getLogger("router.turns.targets.container")
 
 #: Pauses before a container session's view follows the host's events
 #: again after they ended (the link failed or was closed), doubling (ours).
 RESUBSCRIBE_PAUSE: Final = (0.1, 10.0)
+#: Skipped frames a snapshot lists, the latest (ours: a notice each; a
+#: daemon that sends many bad frames should not make every snapshot huge).
+SNAPSHOT_NOTICES: Final = 100
 
 
 class ContainerSessions:
@@ -140,17 +147,17 @@ class ContainerTarget:
         self.id = session_id
         self.sessions = sessions
         self.host_session = sessions.host.session(session_id)
-        self.hub: LiveHub | None = LiveHub() if metered else None
+        self.metered = metered
+        #: Every container session has its view (and its view task): the
+        #: view numbers its items, so a reader resumes where it stopped.
+        self.hub: LiveHub | None = LiveHub()
 
     def __repr__(self) -> str:
-        return f"<ContainerTarget {self.id!r} metered={self.hub is not None}>"
+        return f"<ContainerTarget {self.id!r} metered={self.metered}>"
 
     # ------------------------------------------------------------------ tasks
 
     def tasks(self, brackets: SessionBrackets | None) -> list[Starter]:
-        if self.hub is None:
-            return []
-
         async def view(task_status: trio.TaskStatus[None]) -> None:
             await self._view(brackets, task_status)
 
@@ -163,13 +170,21 @@ class ContainerTarget:
         tells the brackets which operations run (from its snapshot), so a
         gap never leaves a bracket open. The events end when the host's
         link for the session fails or closes; the view follows again after
-        a pause (viewers are told to take a fresh snapshot)."""
+        a pause (viewers are told to take a fresh snapshot, and told again
+        once the view follows: a reader who came during the pause missed
+        what came before the new subscription)."""
         assert self.hub is not None
         pause, cap = RESUBSCRIBE_PAUSE
-        started = False
+        started = interrupted = False
         while True:
             try:
+                # Read before subscribing: every change above it comes as
+                # an event (the view's durable position never runs ahead).
+                floor = await self._read(self.sessions.host.store.message_versions, ())
                 async with self.host_session.events() as events:
+                    if interrupted:
+                        self.hub.reset("the view follows the host's events again")
+                    self.hub.durable = (floor.generation, floor.version)
                     if brackets is not None:
                         brackets.resync(
                             p["operationId"] for p in events.snapshot["pending"] if p["status"] == "running"
@@ -187,6 +202,7 @@ class ContainerTarget:
             if not started:
                 task_status.started()
                 started = True
+            interrupted = True
             self.hub.reset(why)
             await trio.sleep(pause)  # a pause before trying again, not a condition
             pause = min(pause * 2, cap)
@@ -194,10 +210,30 @@ class ContainerTarget:
     async def _follow(self, events: Any, brackets: SessionBrackets | None) -> None:
         assert self.hub is not None
         async for batch in events:
-            self.hub.publish(_items(batch))
+            items = _items(batch)
+            self.hub.publish(items, await self._durable_of(items))
             if brackets is not None:
                 for event in batch:
                     _bracket_host_event(brackets, event)
+
+    async def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self.sessions.host.store.call(fn, self.id, *args)
+
+    async def _durable_of(self, items: list[dict[str, Any]]) -> tuple[int, int] | None:
+        """The durable position a reader of ``items`` has: the highest
+        version of their messages, read back from the store, counting only
+        a message the store still holds as the item shows it (a message
+        changed again since has a version its later event brings; counting
+        it would let a resume skip what came between). ``None``: no message,
+        so the position stands."""
+        shown = [item["message"] for item in items if item["type"] == "message"]
+        if not shown:
+            return None
+        now = await self._read(self.sessions.host.store.message_versions, [m["id"] for m in shown])
+        stored = {message["id"]: version for version, message in now.messages if message in shown}
+        if not stored:
+            return None
+        return (now.generation, max(stored.values()))
 
     # ------------------------------------------------------------------ writing
 
@@ -278,24 +314,56 @@ class ContainerTarget:
         return await self.host_session.messages()
 
     @contextlib.asynccontextmanager
-    async def live(self) -> AsyncIterator[LiveStream]:
-        if self.hub is None:
-            # Not metered: the host's events, as they come.
-            async with self.host_session.events() as events:
-                yield LiveStream(self._snapshot(events.snapshot), _host_batches(events))
-            return
-        with self.hub.subscribe() as subscription:
-            # Subscribed first, so nothing falls between the snapshot and
-            # the items (an item may repeat what the snapshot shows).
-            yield LiveStream(self._snapshot(await self.host_session.snapshot()), live_batches(subscription))
+    async def live(self, since: str | None = None) -> AsyncIterator[LiveStream]:
+        """The live view. A resume point is honoured from the view's history
+        while it holds it; else, when the id carries the transcript's
+        generation and version and the generation is still the session's,
+        from the host's store: the messages changed since, as ``message``
+        items (each replaces the reader's message of its id), each with an
+        id of its own; else a reset and a snapshot."""
+        assert self.hub is not None
+        point = parse_live_id(since)
+        with self.hub.subscribe(point) as subscription:
+            # Subscribed first, so nothing falls between what is read from
+            # the store and the items (the cursor drops what repeats it).
+            if subscription.replay is not None:
+                yield LiveStream.resumed(subscription, StreamCursor(subscription.epoch, point and point.durable))
+                return
+            if point is not None and point.durable is not None:
+                generation, version = point.durable
+                log = await self._read(self.sessions.host.store.message_log, version)
+                if log.generation == generation and version <= log.version:
+                    replay = [
+                        (str(LiveId(durable=(generation, changed))), {"type": "message", "message": message})
+                        for changed, message in log.messages
+                    ]
+                    cursor = StreamCursor(
+                        subscription.epoch, (generation, log.version), {m["id"]: m for _, m in log.messages}
+                    )
+                    yield LiveStream(subscription, cursor, replay=replay)
+                    return
+            snapshot, cursor = await self._snapshot(subscription.epoch)
+            yield LiveStream(
+                subscription, cursor, snapshot=snapshot, snapshot_id=cursor.id_of(subscription.position, None),
+                reset=stale(point, since),
+            )  # fmt: skip
 
-    def _snapshot(self, host_snapshot: dict[str, Any]) -> dict[str, Any]:
-        return {
+    async def _snapshot(self, epoch: str) -> tuple[dict[str, Any], StreamCursor]:
+        """``{session, kind, messages, busy, notices}`` (``notices``: the
+        last :data:`SNAPSHOT_NOTICES` frames the host skipped), and the
+        reader's cursor from it."""
+        store = self.sessions.host.store
+        log = await self._read(store.message_log, None)
+        skipped = await self._read(store.skipped_frames)
+        messages = [message for _, message in log.messages]
+        snapshot = {
             "session": self.id,
             "kind": self.kind.value,
-            "messages": host_snapshot["messages"],
-            "busy": host_snapshot["busy"],
+            "messages": messages,
+            "busy": await self.host_session.busy(),
+            "notices": [skipped_notice(f.runtime, f.seq, f.reason) for f in skipped[-SNAPSHOT_NOTICES:]],
         }
+        return snapshot, StreamCursor(epoch, (log.generation, log.version), {m["id"]: m for m in messages})
 
     async def abort(self, operation_id: str | None) -> dict[str, Any]:
         if operation_id is not None and (type(operation_id) is not str or not operation_id):
@@ -309,13 +377,6 @@ def _items(batch: list[HostEvent]) -> list[dict[str, Any]]:
     for event in batch:
         items += container_items(event)
     return items
-
-
-async def _host_batches(events: Any) -> AsyncIterator[list[dict[str, Any]]]:
-    async for batch in events:
-        items = _items(batch)
-        if items:
-            yield items
 
 
 def _bracket_host_event(brackets: SessionBrackets, event: HostEvent) -> None:
