@@ -90,16 +90,25 @@ async def test_a_record_position_resumes_with_the_messages_changed_since(api: Ap
     other_epoch = f"e{'f' * 16}.s{durable.seq}.g{durable.durable[0]}.v{durable.durable[1]}"
     async with api.client.stream("GET", LIVE, headers={"last-event-id": other_epoch}) as response:
         reader = SseReader(response)
-        caught_up = [await reader.next(), await reader.next()]
+        caught_up = await reader.until(
+            lambda event: event["data"].get("type") == "message" and event["data"]["message"]["id"] == "e2:assistant"
+        )
         await api.send("root", {"text": "three", "eventId": "e3", "wait": True})
         live = await reader.until(ends("e3"))
-    assert [(e["event"], e["data"]["type"], e["data"]["message"]["id"]) for e in caught_up] == [
-        ("message", "message", "e2:user"), ("message", "message", "e2:assistant"),
-    ]
-    assert caught_up[1]["data"]["message"]["parts"][0]["text"] == "echo: two (turn 3)"
+    # No snapshot and no reset: the messages changed since the id's version,
+    # as message items. The version an id carries is read back after its
+    # batch is stored, so on a loaded machine it may lag one batch, and that
+    # batch's messages (which the client holds; they replace by id) come
+    # again first: nothing is missing, and nothing older than the id comes.
+    resent = [(e["event"], e["data"]["type"], e["data"]["message"]["id"]) for e in caught_up]
+    assert resent[-2:] == [("message", "message", "e2:user"), ("message", "message", "e2:assistant")]
+    assert {message for _, _, message in resent[:-2]} <= {"e1:user", "e1:assistant"}, resent
+    assert caught_up[-1]["data"]["message"]["parts"][0]["text"] == "echo: two (turn 3)"
     # Then the live items, without repeating what the record sent.
-    assert live[0]["data"] == {"type": "message", "message": live[0]["data"]["message"]}
-    assert live[0]["data"]["message"]["id"] == "e3:user"
+    # (e2's turn-end may come first: the record resume sends messages only,
+    # and that item was published after the position the id names.)
+    live_messages = [e for e in live if e["data"].get("type") == "message"]
+    assert live_messages[0]["data"]["message"]["id"] == "e3:user"
     assert not any(e["data"].get("message", {}).get("id", "").startswith("e2") for e in live)
 
 
