@@ -37,11 +37,12 @@ async def test_a_turn_cut_by_a_restart_of_serve_runs_again_and_is_answered_once(
     async with serve(tmp_path, name="first") as served:
 
         async def deliver() -> None:
-            cut["first"] = await send(served.url, "root", "slow 3000 hi", "--event-id", "e1", token=served.token)
+            cut["first"] = await send(served.url, "root", "slow 8000 hi", "--event-id", "e1", token=served.token)
 
         nursery.start_soon(deliver)
-        with trio.fail_after(60):
-            await until(lambda: running(tmp_path / "data", "e1"), step=0.05)
+        with trio.move_on_after(60) as waited:
+            await until(lambda: running(tmp_path / "data", "e1") or "first" in cut, step=0.05)
+        assert not waited.cancelled_caught and "first" not in cut, (cut, served.log())
         await stop(served.process, signal.SIGKILL)  # mid-turn: the daemon dies with it
 
     with Store(tmp_path / "data" / "host.sqlite", exclusive=False, create=False) as store:
@@ -49,11 +50,11 @@ async def test_a_turn_cut_by_a_restart_of_serve_runs_again_and_is_answered_once(
 
     async with serve(tmp_path, name="second") as served:
         with trio.fail_after(120):
-            status, answer, err = await send(served.url, "root", "slow 3000 hi", "--event-id", "e1", token=served.token)
+            status, answer, err = await send(served.url, "root", "slow 8000 hi", "--event-id", "e1", token=served.token)
         assert status == 0, (answer, err, served.log())
         assert answer["reply"] == {"operationId": "e1", "session": "root", "status": "done", "text": "echo: hi (turn 1)"}
         with trio.fail_after(60):
-            status, again, _ = await send(served.url, "root", "slow 3000 hi", "--event-id", "e1", token=served.token)
+            status, again, _ = await send(served.url, "root", "slow 8000 hi", "--event-id", "e1", token=served.token)
         assert status == 0 and again["reply"] == answer["reply"]
         assert await stop(served.process, signal.SIGTERM) == 0
 
