@@ -24,6 +24,13 @@ def lock_file(path: str | os.PathLike[str]) -> int | None:
     return fd
 
 
+def release_lock(fd: int | None) -> None:
+    """Drop a lock :func:`lock_file` took (closing its descriptor drops the
+    ``flock``); None is nothing to drop."""
+    if fd is not None:
+        os.close(fd)
+
+
 def connect_wal(
     path: str | os.PathLike[str], *, synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
 ) -> sqlite3.Connection:

@@ -126,7 +126,7 @@ import attrs
 import trio
 
 from router._group_commit import Call, GroupCommit, run_in_savepoints
-from router._sqlite import connect_wal, lock_file
+from router._sqlite import connect_wal, lock_file, release_lock
 from router.errors import Refusal
 from wire.json import JsonValue
 
@@ -510,9 +510,8 @@ class Store:
             self._unlock()
 
     def _unlock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing the descriptor drops the flock
-            self._lock_fd = None
+        release_lock(self._lock_fd)
+        self._lock_fd = None
 
     def __enter__(self) -> Store:
         return self

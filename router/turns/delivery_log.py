@@ -56,7 +56,7 @@ from typing import Any, Callable, Final, TypeVar
 import trio
 
 from router._group_commit import Call, GroupCommit, run_in_savepoints
-from router._sqlite import connect_wal, lock_file
+from router._sqlite import connect_wal, lock_file, release_lock
 from router.errors import Refusal
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import StopInfo, launch_of_json, launch_to_json
@@ -206,9 +206,8 @@ class DeliveryLog:
             self._unlock()
 
     def _unlock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        release_lock(self._lock_fd)
+        self._lock_fd = None
 
     def __enter__(self) -> DeliveryLog:
         return self
