@@ -10,13 +10,21 @@ On one machine with nothing else installed it starts, in this order:
    ``~/.local/share/router``; then the plug-in layer, with the host's store
    as the ``frames`` usage source's ledger and the turn records in
    ``usage.jsonl`` there;
-3. an in-process container daemon with the echo adapter (reporting usage:
-   words in and out as tokens) on a loopback port
-   with a random token (``--daemon URL`` points the host at a real daemon
-   instead, with ``--token`` or ``$ROUTER_DAEMON_TOKEN``; that daemon is
-   checked first: its health, the token, the protocol of its ``hello``,
-   and a daemon that fails one is ``daemon-check-failed``, exit 2);
-4. the host over that daemon, the session registry and the user-turn router
+3. the launcher in force (``--launcher NAME``, else ``plugins.json``'s
+   ``launcher``, else ``in-process``; a module the loader refuses is
+   ``launcher-refused``, exit 2), which starts each container session's
+   daemon on its first delivery, replaces it when it is lost, stops it
+   when idle (``--idle-timeout``, default 600 s) and marks the session
+   unreachable after three failed starts (:mod:`router.host.lifecycle`).
+   The ``in-process`` launcher shares one in-process daemon with the echo
+   adapter (reporting usage: words in and out as tokens) on a loopback port
+   with a random token, which the job starts here; ``process`` runs a
+   ``router daemon`` per session, ``docker`` a container per session from
+   ``--image``. ``--daemon URL`` points the host at one real daemon
+   instead, with ``--token`` or ``$ROUTER_DAEMON_TOKEN``, and no launcher;
+   that daemon is checked first: its health, the token, the protocol of its
+   ``hello``, and a daemon that fails one is ``daemon-check-failed``, exit 2;
+4. the host over them, the session registry and the user-turn router
    (which brackets every turn with the plug-in layer: usage records, and
    the limit checks' ``must_stop``);
 5. the HTTP API and the page on ``127.0.0.1:--port`` (default 8765; ``0``
@@ -65,6 +73,13 @@ log = logging.getLogger("router.serve")
 
 #: The settings documents the job makes sure exist.
 SETTINGS_FILES = ("plugins.json", "routes.json", "limits.json")
+#: Seconds a launched daemon idles before ``router serve`` stops it (ours:
+#: the reference's platform stops an idle container after minutes; ten
+#: keep a session that a person answers now and then warm).
+IDLE_TIMEOUT = 600.0
+#: The launcher that shares the router's own in-process daemon (its module
+#: takes that daemon's endpoint as options).
+IN_PROCESS = "in-process"
 
 
 @attrs.frozen(kw_only=True)
@@ -97,6 +112,17 @@ class JobConfig:
     #: Sessions of this router the board does not list (``router mcp``:
     #: its echo ``root``; see ``router.board.service``).
     hidden: tuple[str, ...] = ()
+    #: The launcher module (None: ``plugins.json``'s, else the default's).
+    launcher: str | None = None
+    #: The image a container launcher runs (its ``image`` option).
+    image: str | None = None
+    #: Options merged over ``plugins.json``'s for the launcher (tests, commands).
+    launcher_options: Mapping[str, Any] = attrs.field(factory=dict)
+    #: Seconds a launched daemon may idle before it is stopped (None: never;
+    #: the shared in-process daemon never is).
+    idle_timeout: float | None = None
+    #: Failed starts in a row before a session is unreachable.
+    max_failures: int = 3
 
 
 class StartFailed(errors.Refusal):
@@ -141,6 +167,8 @@ class MainJob:
         #: The private Unix socket's server and path, when it serves one.
         self.local: Any = None
         self.socket: str | None = None
+        #: The launcher in force (a ``router.host.Launcher``; None with ``--daemon``).
+        self.launcher: Any = None
         self._stops: list[tuple[str, Callable[[], Awaitable[None]]]] = []
         self._stop = trio.Event()
         self._stopped = trio.Event()
@@ -182,11 +210,8 @@ class MainJob:
         return value
 
     async def run(self, *, task_status: trio.TaskStatus[MainJob] = trio.TASK_STATUS_IGNORED) -> None:
-        from router.api.app import ApiConfig
         from router.api.server import ApiServer
-        from router.daemon.adapters.echo import counting as echo_adapter
-        from router.daemon import Daemon, DaemonServer
-        from router.host import DaemonEndpoint, Host, HostSettings, Store
+        from router.host import Host, HostSettings, Store
         from router.plugins.layer import PluginLayer
         from router.plugins.refusal import Refusal
         from router.plugins.settings import SettingsDir
@@ -225,27 +250,18 @@ class MainJob:
                 log.warning("plug-in refused: %s", refused)
 
             async with trio.open_nursery() as nursery:
-                # 3. The daemon: in-process (echo) unless a real one is named.
+                # 3. The launcher, or one daemon named by URL.
+                launcher = None
                 if config.daemon_url is None:
-                    token = secrets.token_hex(16)
-                    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-                    adapter = echo_adapter if config.adapter is None else config.adapter
-                    server = DaemonServer(Daemon(adapter, f"in-process-{uuid.uuid4().hex[:12]}"), token)
-
-                    async def run_daemon(task_status: trio.TaskStatus[Any]) -> None:
-                        await server.run(listeners, task_status=task_status)
-
-                    await self._start(nursery, "daemon", run_daemon)
-                    self._stops[-1] = ("daemon", _then(server.aclose, self._stops[-1][1]))
-                    self.daemon_url = f"ws://127.0.0.1:{server.ports[0]}"
-                    endpoint = DaemonEndpoint(self.daemon_url, token)
-                    harness, via = "echo", "in-process"
+                    launcher, endpoint = await self._launcher(nursery)
+                    harness, via = ("echo", "in-process") if launcher.name == IN_PROCESS else ("echo", "daemon")
                 else:
                     self.daemon_url = config.daemon_url
                     endpoint = await _checked_daemon(config.daemon_url, config.daemon_token or "")
                     harness, via = "container", "daemon"
+                self.launcher = launcher
                 # 4. The host, the registry, the router.
-                self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"))
+                self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"), launcher=launcher)
                 await self._start(nursery, "host", self.host.run)
                 registry = SessionRegistry()
                 await self._start(nursery, "registry", registry.run)
@@ -268,7 +284,7 @@ class MainJob:
                 if config.port is not None:
                     self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
                     self.api = ApiServer(self.router, self.layer, token=self.token, port=config.port,
-                                         config=ApiConfig(harness=harness), board=self.board)
+                                         config=self._api_config(harness), board=self.board)
                     self.url = await self._start(nursery, "api", self.api.run)
                 # 6. The private Unix socket: this user's other commands
                 # (`router sessions`, `router send`) reach the router there.
@@ -285,13 +301,64 @@ class MainJob:
             self._stopped.set()
 
 
-    async def _start_local(self, nursery: trio.Nursery, harness: str) -> None:
+    def _api_config(self, harness: str) -> Any:
         from router.api.app import ApiConfig
+
+        return ApiConfig(harness=harness, launcher=None if self.launcher is None else self.launcher.name)
+
+    async def _launcher(self, nursery: trio.Nursery) -> tuple[Any, Any]:
+        """The launcher in force (a :class:`router.host.Launcher`), and the
+        host's default endpoint: the in-process daemon's, which this starts
+        when that launcher is in force, else None."""
+        from router.host import DaemonEndpoint, Launcher
+        from router.plugins.refusal import Refusal
+
+        config = self.config
+        loaded = await self.layer.load_launcher(config.launcher)
+        if isinstance(loaded, Refusal):
+            raise StartFailed("launcher-refused", f"the launcher cannot be loaded: {loaded.code}: {loaded.message}")
+        module, options = loaded
+        options = {**options, "workspace_root": str(config.data_dir / "workspaces"), **config.launcher_options}
+        if config.image is not None:
+            options["image"] = config.image
+        endpoint, idle = None, config.idle_timeout
+        if module.name == IN_PROCESS:
+            endpoint, runtime = await self._in_process_daemon(nursery)
+            options.update(url=endpoint.url, token=endpoint.token, runtime=runtime)
+            idle = None  # one daemon for every session: nothing to stop
+        owner = await trio.to_thread.run_sync(_owner_id, config.data_dir)
+        launcher = Launcher(name=module.name, module=module.module, owner=owner, options=options,
+                            idle_timeout=idle, max_failures=config.max_failures)
+        log.info("launcher %s (owner %s)", module.name, owner)
+        return launcher, endpoint
+
+    async def _in_process_daemon(self, nursery: trio.Nursery) -> tuple[Any, str]:
+        """Start the in-process daemon (the echo adapter that reports
+        usage, unless the config names another): its endpoint and runtime."""
+        from router.daemon.adapters.echo import counting as echo_adapter
+        from router.daemon import Daemon, DaemonServer
+        from router.host import DaemonEndpoint
+
+        token = secrets.token_hex(16)
+        runtime = f"in-process-{uuid.uuid4().hex[:12]}"
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        adapter = echo_adapter if self.config.adapter is None else self.config.adapter
+        server = DaemonServer(Daemon(adapter, runtime), token)
+
+        async def run_daemon(task_status: trio.TaskStatus[Any]) -> None:
+            await server.run(listeners, task_status=task_status)
+
+        await self._start(nursery, "daemon", run_daemon)
+        self._stops[-1] = ("daemon", _then(server.aclose, self._stops[-1][1]))
+        self.daemon_url = f"ws://127.0.0.1:{server.ports[0]}"
+        return DaemonEndpoint(self.daemon_url, token), runtime
+
+    async def _start_local(self, nursery: trio.Nursery, harness: str) -> None:
         from router.board.local import LocalServer
 
         assert self.config.local is not None
         self.local = LocalServer(self.router, self.layer, env=self.env, command=self.config.local,
-                                 data_dir=self.config.data_dir, url=self.url, config=ApiConfig(harness=harness),
+                                 data_dir=self.config.data_dir, url=self.url, config=self._api_config(harness),
                                  board=self.board)
         try:
             self.socket = await self._start(nursery, "local", self.local.run)
@@ -329,6 +396,23 @@ async def _checked_daemon(url: str, token: str) -> Any:
         raise StartFailed("daemon-check-failed", f"{exc.code}: {exc.message}", reason=exc.code) from None
     log.info("daemon %s: protocol %s, adapter %s %s", url, hello.protocol, hello.adapter.id, hello.adapter.version)
     return endpoint
+
+
+def _owner_id(data_dir: Path) -> str:
+    """This data directory's router id (``router-id`` in it, made once):
+    what the launcher labels its containers and names its workspaces by, so
+    a restarted router finds its own, and two data directories never share
+    one."""
+    path = data_dir / "router-id"
+    try:
+        existing = path.read_text().strip()
+    except FileNotFoundError:
+        existing = ""
+    if existing.isalnum() and 0 < len(existing) <= 32:
+        return existing
+    made = secrets.token_hex(6)
+    path.write_text(made + "\n")
+    return made
 
 
 def _plugin_log(entry: dict[str, Any]) -> None:
@@ -378,6 +462,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8765,
                         help="the API's port on 127.0.0.1 (default 8765; 0 picks a free one)")
     add_common(parser)
+    parser.add_argument("--launcher", metavar="NAME", help="what starts each container session's daemon: "
+                        "in-process (one shared echo daemon), process (a `router daemon` per session), docker "
+                        "(a container per session); default: plugins.json's launcher, else in-process")
+    parser.add_argument("--image", help="the image the docker launcher runs (default: its image option, else "
+                        "router:latest, built from the repository's Dockerfile)")
+    parser.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, metavar="SECONDS",
+                        help=f"stop a launched daemon idle this long; the next message starts it again "
+                        f"(default {IDLE_TIMEOUT:g}; 0: never)")
 
 
 def job_config(args: argparse.Namespace, env: Mapping[str, str], **extra: Any) -> JobConfig:
@@ -399,8 +491,16 @@ def run(args: argparse.Namespace) -> int:
     if args.daemon is not None and not (args.token or os.environ.get("ROUTER_DAEMON_TOKEN")):
         print("router serve: --daemon needs the daemon's token (--token or $ROUTER_DAEMON_TOKEN)", file=sys.stderr)
         return 2
+    if args.daemon is not None and args.launcher is not None:
+        print("router serve: give --daemon (one daemon) or --launcher (a daemon per session), not both",
+              file=sys.stderr)
+        return 2
+    if args.idle_timeout < 0:
+        print("router serve: --idle-timeout is 0 (never) or a number of seconds", file=sys.stderr)
+        return 2
     setup_logging(args.log_level, "router serve")
-    config = job_config(args, os.environ, port=args.port, local="serve")
+    config = job_config(args, os.environ, port=args.port, local="serve", launcher=args.launcher, image=args.image,
+                        idle_timeout=args.idle_timeout or None)
     try:
         return trio.run(_serve, config)
     except StartFailed as exc:

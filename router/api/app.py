@@ -178,6 +178,9 @@ class ApiConfig:
     #: The harness a new session's launch must route to: the one that runs
     #: on this router's host (``echo`` for the in-process daemon).
     harness: str = "echo"
+    #: The launcher in force (None: none; one daemon): with one, a launch
+    #: may route to any harness a daemon runs (not the mod link's).
+    launcher: str | None = None
     #: The instance ``POST /sessions`` launches when the body names none.
     default_instance: str = "default"
     #: Seconds of quiet before the live stream's keep-alive comment.
@@ -400,22 +403,23 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
     @app.post("/sessions")
     async def create_session() -> Response:
         try:
-            body = await json_body({"id": _is_str, "instance": _is_str}, empty_ok=True)
+            body = await json_body({"id": _is_str, "instance": _is_str, "harness": _is_str}, empty_ok=True)
         except _BadBody as exc:
-            return _error("bad-body", f"POST /sessions takes {{id?, instance?}}: {exc.message}")
+            return _error("bad-body", f"POST /sessions takes {{id?, instance?, harness?}}: {exc.message}")
         instance = body.get("instance", config.default_instance)
         session_id = body.get("id") or str(uuid.uuid4())
         launch = await layer.launch(instance, session=session_id)
         if isinstance(launch, Refusal):
             return _error(launch.code, launch.message, status_of(launch.code, 409))
-        if launch.harness != config.harness:
+        launched = config.launcher is not None and launch.reach.get("via") != "mod-link"
+        if launch.harness != config.harness and not launched:
             return _error(
                 "harness-unsupported",
                 f"instance {instance!r} routes to the {launch.harness!r} harness, but this router runs its "
                 f"sessions on the {config.harness!r} harness; route the instance there with `router routes set`",
             )
         try:
-            created = await router.create(session_id, launch=launch)
+            created = await router.create(session_id, launch=launch, harness=body.get("harness"))
         except Refusal as refusal:
             return _refused(refusal)
         return _json({**created, "instance": instance, "harness": launch.harness}, 201)

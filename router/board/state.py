@@ -14,7 +14,9 @@ closed        the host closed its link                 its mod said ``session-en
                                                        router closed the session
 stopped       a limit stopped it (until resumed)       the same
 unreachable   the host cannot reach its daemon now     no mod has said ``hello`` on its link
-              (its link is in backoff, or failed)
+              (its link is in backoff, or failed), or
+              its launcher failed to start it (the
+              ``daemon`` entry says why)
 waiting       (never)                                  a permission ask waits on the person
                                                        (``router asks``; ``router.asks``)
 working       an operation is open (queued, running)   a turn runs (``turn-start`` .. ``turn-complete``)
@@ -37,6 +39,8 @@ STATES: Final = ("closed", "stopped", "unreachable", "waiting", "working", "idle
 #: The host's link states in which its daemon cannot be reached
 #: (``router.host.SessionLink.state``).
 UNREACHABLE_LINKS: Final = frozenset({"backoff", "failed"})
+#: The launched daemon's states (``router.host.lifecycle``) in which it cannot be reached.
+UNREACHABLE_DAEMONS: Final = frozenset({"unreachable"})
 
 
 def session_state(
@@ -57,12 +61,16 @@ def stopped_state(state: str) -> str:
     return state if state == "closed" else "stopped"
 
 
-def container_state(*, busy: bool, stopped: bool, link_state: str | None) -> str:
+def container_state(*, busy: bool, stopped: bool, link_state: str | None, daemon_state: str | None = None) -> str:
     """A container session's state; ``link_state`` is its host link's state
-    (None: it has no link yet, which the next delivery opens)."""
-    return session_state(
-        closed=link_state == "closed", stopped=stopped, reachable=link_state not in UNREACHABLE_LINKS, busy=busy
-    )
+    (None: it has no link yet, which the next delivery opens);
+    ``daemon_state`` its launched daemon's (None: no launcher runs it). A
+    daemon that is starting, replacing or idle-stopped is not unreachable:
+    the next delivery (or the one waiting) brings it up."""
+    reachable = link_state not in UNREACHABLE_LINKS and daemon_state not in UNREACHABLE_DAEMONS
+    if daemon_state in ("starting", "replacing", "idle-stopped", "stopped") and link_state in UNREACHABLE_LINKS:
+        reachable = True  # the link backs off while its daemon is (re)started on purpose
+    return session_state(closed=link_state == "closed", stopped=stopped, reachable=reachable, busy=busy)
 
 
 def claude_code_state(*, link: Any, stopped: bool, closed: bool, waiting: bool = False) -> str:

@@ -10,6 +10,9 @@ public face is what this module exports:
   reset, set model, messages, events, sessions (``host``);
 - :class:`Store`: the durable record in SQLite (``store``);
 - :class:`DaemonEndpoint` and the link's errors (``link``);
+- :class:`Launcher` and :class:`Supervisor`: a daemon per session, started,
+  replaced, stopped by a launcher module (``supervisor``, over the sans-IO
+  ``lifecycle``);
 - the typed events a session's subscribers receive (``events``).
 
 The modules inside:
@@ -22,6 +25,9 @@ The modules inside:
                   backoff
 ``session_link``  one session's link task (connect loop, reader, driver), and
                   the ``LinkOwner`` protocol it needs from the host
+``lifecycle``     sans-IO: a launched session's daemon (start on demand, replace
+                  on loss, idle stop, unreachable after failed starts)
+``supervisor``    the Trio layer over it: one task per launched session
 ``settings``      ``HostSettings``
 ``host``          the ``Host`` API
 ``store``         the durable record: SQLite, WAL, one writer thread
@@ -31,6 +37,7 @@ The modules inside:
 from router.host.events import (
     AdapterEvent,
     ContainerLost,
+    DaemonChanged,
     FrameSkipped,
     HostEvent,
     MessageStored,
@@ -49,13 +56,17 @@ from router.host.host import (
     OperationResult,
     Receipt,
 )
+from router.host.lifecycle import LifecycleCore
 from router.host.link import DaemonEndpoint, EndpointError, LinkError, LinkRefused, probe
-from router.host.store import Refused, SessionRecord, SkippedFrame, Store, StoreMisuse
+from router.host.store import DaemonRecord, Refused, SessionRecord, SkippedFrame, Store, StoreMisuse
+from router.host.supervisor import Launcher, Supervisor, workspace_name
 
 __all__ = [
     "AdapterEvent",
     "ContainerLost",
+    "DaemonChanged",
     "DaemonEndpoint",
+    "DaemonRecord",
     "EndpointError",
     "EventStream",
     "EventsLagged",
@@ -65,6 +76,8 @@ __all__ = [
     "HostSession",
     "HostSessions",
     "HostSettings",
+    "Launcher",
+    "LifecycleCore",
     "LinkError",
     "LinkRefused",
     "MessageStored",
@@ -78,6 +91,8 @@ __all__ = [
     "SkippedFrame",
     "Store",
     "StoreMisuse",
+    "Supervisor",
     "event_json",
     "probe",
+    "workspace_name",
 ]

@@ -27,6 +27,9 @@ Kinds:
 - :class:`FrameSkipped`: the host passed a frame it could not parse or
   apply (recorded in the store and acknowledged, so the session goes on):
   an error notice for whoever watches the session.
+- :class:`DaemonChanged`: a launched session's daemon changed state
+  (starting, running, replacing, idle-stopped, stopped, unreachable: see
+  :mod:`router.host.lifecycle`), with the reason.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from router.host.store import OperationRecord
 __all__ = [
     "AdapterEvent",
     "ContainerLost",
+    "DaemonChanged",
     "FrameSkipped",
     "HostEvent",
     "MessageStored",
@@ -147,8 +151,20 @@ class FrameSkipped:
     reason: str
 
 
+@attrs.frozen(kw_only=True)
+class DaemonChanged:
+    """The session's daemon, which a launcher runs, changed ``state``
+    (``reason`` says why, when there is one to say); ``container`` and
+    ``runtime_id`` name the daemon while one runs."""
+
+    state: str
+    reason: str | None = None
+    container: str | None = None
+    runtime_id: str | None = None
+
+
 HostEvent: TypeAlias = (
-    MessageStored | OperationStarted | OperationEnded | ContainerLost | AdapterEvent | FrameSkipped
+    MessageStored | OperationStarted | OperationEnded | ContainerLost | AdapterEvent | FrameSkipped | DaemonChanged
 )
 
 
@@ -166,4 +182,7 @@ def event_json(event: HostEvent) -> dict[str, Any]:
         return {**event.event, "operationId": event.operation_id}
     if type(event) is FrameSkipped:
         return {"type": "frame-skipped", "runtimeId": event.runtime_id, "seq": event.seq, "reason": event.reason}
+    if type(event) is DaemonChanged:
+        return {"type": "daemon", "state": event.state, "reason": event.reason, "container": event.container,
+                "runtimeId": event.runtime_id}
     raise TypeError(f"not a host event: {event!r}")

@@ -17,10 +17,19 @@ Usage (Trio idiom: the host is a component with ``run``)::
         await host.aclose()
     store.close()  # after the host: no link may still use it
 
-Layout: :class:`Host` (the component: the store, the daemon endpoint, the
-settings, one :class:`~router.host.session_link.SessionLink` per session
-with work), :class:`HostSession` (the per-session API, a cheap handle), and
-:class:`HostSessions` (create / fork / list). The rules live in the sans-IO
+Layout: :class:`Host` (the component: the store, the default daemon
+endpoint, the settings, one :class:`~router.host.session_link.SessionLink`
+per session with work, and with a launcher one
+:class:`~router.host.supervisor.Supervisor` per session),
+:class:`HostSession` (the per-session API, a cheap handle), and
+:class:`HostSessions` (create / fork / list).
+
+**Many daemons.** Each link dials its own session's endpoint, asked before
+every dial: with a launcher, the one its supervisor started (it waits
+until one runs, and a submit is what starts it); without one, the
+session's own endpoint in the record (``sessions.create(id,
+endpoint=...)``) or else the host's default. Each link reconnects on its
+own, so one session's dead daemon never delays another's. The rules live in the sans-IO
 core (:mod:`router.host.reconcile`); the sockets in
 :mod:`router.host.session_link` and :mod:`router.host.link`.
 
@@ -42,12 +51,14 @@ import attrs
 import trio
 
 from router._fanout import Subscription
-from router.host.events import HostEvent
-from router.host.link import Backoff, DaemonEndpoint, LinkError
+from router.host.events import DaemonChanged, HostEvent
+from router.host.lifecycle import Publish
+from router.host.link import Backoff, DaemonEndpoint, EndpointError, LinkError, LinkUnreachable
 from router.host.reconcile import OperationResult, end_event
 from router.host.session_link import EventsLagged, SessionLink
 from router.host.settings import HostSettings
 from router.host.store import OPEN_STATUSES, Refused, SessionRecord, Store
+from router.host.supervisor import Launcher, Supervisor
 from wire.container import ContainerInput, converter, structure_or_none
 from wire.json import JsonValue
 
@@ -122,14 +133,24 @@ class Host:
     """
 
     def __init__(
-        self, store: Store, endpoint: DaemonEndpoint, settings: HostSettings | None = None
+        self,
+        store: Store,
+        endpoint: DaemonEndpoint | None,
+        settings: HostSettings | None = None,
+        *,
+        launcher: Launcher | None = None,
     ) -> None:
         self.store = store
+        #: The endpoint of sessions whose record names none (None: every
+        #: session names its own, or a launcher starts it).
         self.endpoint = endpoint
         self.settings = settings or HostSettings()
+        #: Starts each session's daemon (None: sessions dial their endpoints).
+        self.launcher = launcher
         self.sessions = HostSessions(self)
         self._owner = _LinkOwner(self)
         self._links: dict[str, SessionLink] = {}
+        self._supervisors: dict[str, Supervisor] = {}
         self._nursery: trio.Nursery | None = None
         #: Set when ``run`` has returned (every link and its store calls done).
         self._stopped = trio.Event()
@@ -138,11 +159,13 @@ class Host:
 
     def __repr__(self) -> str:
         state = "running" if self._nursery is not None else "stopped"
-        return f"<Host {self.endpoint.url} {state} links={len(self._links)} waits={len(self._waits)}>"
+        where = self.launcher.name if self.launcher is not None else None if self.endpoint is None else self.endpoint.url
+        return f"<Host {where} {state} links={len(self._links)} waits={len(self._waits)}>"
 
     def statistics(self) -> dict[str, Any]:
         return {
             "links": {session: link.statistics() for session, link in self._links.items()},
+            "daemons": {session: sup.statistics() for session, sup in self._supervisors.items()},
             "waits": len(self._waits),
         }
 
@@ -167,6 +190,7 @@ class Host:
         finally:
             self._nursery = None
             self._links.clear()
+            self._supervisors.clear()
             waits, self._waits = self._waits, {}
             for entry in waits.values():
                 entry.event.set()
@@ -210,11 +234,50 @@ class Host:
         if link is not None and (link.failure is None or not restart_failed):
             return link
         link = SessionLink(
-            self._owner, session, store=self.store, endpoint=self.endpoint, settings=self.settings
+            self._owner, session, store=self.store, endpoint=self.endpoint, settings=self.settings,
+            endpoint_of=functools.partial(self._endpoint_of, session),
         )
         self._links[session] = link
         nursery.start_soon(link.run, name=f"session {session!r}")
         return link
+
+    def supervisor(self, session: str) -> Supervisor | None:
+        """The session's daemon supervisor (with a launcher), started on
+        first use; None without a launcher."""
+        if self.launcher is None:
+            return None
+        supervisor = self._supervisors.get(session)
+        if supervisor is None:
+            nursery = self._require_running()
+            supervisor = Supervisor(session, launcher=self.launcher, store=self.store, owner=self._owner)
+            self._supervisors[session] = supervisor
+            nursery.start_soon(supervisor.run, name=f"session {session!r} daemon")
+        return supervisor
+
+    async def _endpoint_of(self, session: str) -> DaemonEndpoint:
+        """Where the session's link dials now (see the module docstring)."""
+        supervisor = self.supervisor(session)
+        if supervisor is not None:
+            return await supervisor.endpoint()
+        record = await self.store.call(self.store.require_session, session)
+        daemon = record.daemon
+        if daemon.url is not None:
+            try:
+                return DaemonEndpoint(daemon.url, daemon.token or "")
+            except EndpointError as exc:
+                raise LinkUnreachable(exc.code, f"session {session!r}: {exc.message}") from None
+        if self.endpoint is None:
+            raise LinkUnreachable("no-endpoint", f"session {session!r} names no daemon, and this host has none")
+        return self.endpoint
+
+    async def _fail_open(self, session: str, code: str) -> None:
+        """Settle every open operation of ``session`` ``unanswered`` with
+        ``code`` (its daemon cannot be started), and wake their waiters."""
+        results, _ = await self.store.transact(
+            functools.partial(_settle_open, session=session, operation_id=None,
+                              outcome={"status": "unanswered", "reason": code})
+        )
+        self._notify(session, results, [end_event(result) for result in results])
 
     def _wake_session(self, session: str) -> None:
         """Wake every wait on ``session``, to look again."""
@@ -222,12 +285,15 @@ class Host:
             self._waits.pop(key).event.set()
 
     def _settled(self, session: str, results: Sequence[OperationResult]) -> None:
-        """Settles committed: wake their waiters. (Events go with the
-        link's own batch.)"""
+        """Settles committed: wake their waiters, and let the session's
+        supervisor look for idleness. (Events go with the link's own batch.)"""
         for result in results:
             entry = self._waits.pop((session, result.operation_id), None)
             if entry is not None:
                 entry.event.set()
+        supervisor = self._supervisors.get(session)
+        if results and supervisor is not None:
+            supervisor.check_idle()
 
     def _notify(self, session: str, results: list[OperationResult], events: list[HostEvent]) -> None:
         """Settles and events committed by the API (not by a link)."""
@@ -235,6 +301,29 @@ class Host:
         link = self._links.get(session)
         if link is not None:
             link.emit(events)
+
+
+def _settle_open(
+    store: Store, *, session: str, operation_id: str | None, outcome: dict
+) -> tuple[list[OperationResult], list[str]]:
+    """In one transaction: settle one open operation (or, with no id, every
+    open one) of ``session`` with ``outcome``. Returns the results and the
+    ids of those a daemon had been handed."""
+    if operation_id is None:
+        targets = store.operations(session=session, statuses=OPEN_STATUSES)
+    else:
+        one = store.operation(session, operation_id)
+        targets = [one] if one is not None and not one.settled else []
+    results, delivered = [], []
+    for target in targets:
+        if store.settle(session, target.id, outcome):
+            if target.delivered is not None:
+                delivered.append(target.id)
+            record = store.operation(session, target.id)
+            result = OperationResult.of(record) if record is not None else None
+            if result is not None:
+                results.append(result)
+    return results, delivered
 
 
 class _LinkOwner:
@@ -256,6 +345,25 @@ class _LinkOwner:
 
     def failed(self, link: SessionLink) -> None:
         self.host._wake_session(link.session)
+
+    def published(self, session: str, change: Publish) -> None:
+        link = self.host._links.get(session)
+        if link is not None:
+            daemon = change.daemon
+            link.emit([DaemonChanged(
+                state=change.state, reason=change.reason, container=None if daemon is None else daemon.container,
+                runtime_id=None if daemon is None else daemon.runtime,
+            )])
+
+    def redial(self, session: str) -> None:
+        link = self.host._links.get(session)
+        if link is not None:
+            link.reconnect()
+
+    async def fail_open(self, session: str, code: str, message: str) -> None:
+        log.warning("session %r: its daemon cannot be started; its open operations settle %s: %s",
+                    session, code, message)
+        await self.host._fail_open(session, code)
 
     def ended(self, link: SessionLink) -> None:
         host = self.host
@@ -304,6 +412,9 @@ class HostSession:
         store = host.store
         record, accepted = await store.call(store.enqueue, self.id, operation_id, body, when_busy)
         if not record.settled:
+            supervisor = host.supervisor(self.id)
+            if supervisor is not None:
+                supervisor.demand()
             link = host._ensure_link(self.id)
             if accepted:
                 link.request_deliver()
@@ -369,24 +480,10 @@ class HostSession:
         host = self.host
         store = host.store
 
-        def settle_all(store: Store) -> tuple[list[OperationResult], list[str]]:
-            if operation_id is None:
-                targets = store.operations(session=self.id, statuses=OPEN_STATUSES)
-            else:
-                one = store.operation(self.id, operation_id)
-                targets = [one] if one is not None and not one.settled else []
-            results, delivered = [], []
-            for target in targets:
-                if store.settle(self.id, target.id, {"status": "unanswered", "reason": "aborted"}):
-                    if target.delivered is not None:
-                        delivered.append(target.id)
-                    record = store.operation(self.id, target.id)
-                    result = OperationResult.of(record) if record is not None else None
-                    if result is not None:
-                        results.append(result)
-            return results, delivered
-
-        results, delivered = await store.transact(settle_all)
+        results, delivered = await store.transact(
+            functools.partial(_settle_open, session=self.id, operation_id=operation_id,
+                              outcome={"status": "unanswered", "reason": "aborted"})
+        )
         host._notify(self.id, results, [end_event(result) for result in results])
         link = host._links.get(self.id)
         if link is not None:
@@ -511,12 +608,28 @@ class HostSessions:
     def get(self, id: str) -> HostSession:
         return HostSession(self.host, id)
 
-    async def create(self, id: str | None = None) -> HostSession:
+    async def create(
+        self, id: str | None = None, *, endpoint: DaemonEndpoint | None = None, harness: str | None = None
+    ) -> HostSession:
         """A new top-level session with the host's defaults (an id that
-        exists already returns that session unchanged)."""
+        exists already returns that session unchanged). ``endpoint``: the
+        session's own daemon (else the host's default, or its launcher's);
+        ``harness``: what its launched daemon runs (``echo``,
+        ``claude-code`` ...; else the launcher's default). Either is
+        recorded only when the session is created."""
         store = self.host.store
         id = id if id is not None else str(uuid.uuid4())
-        await store.call(functools.partial(store.create_session, id, settings=self.host.settings.defaults))
+        settings = self.host.settings.defaults
+
+        def create(store: Store) -> None:
+            _, created = store.create_session(id, settings=settings)
+            fields = {} if endpoint is None else {"url": endpoint.url, "token": endpoint.token}
+            if harness is not None:
+                fields["harness"] = harness
+            if created and fields:
+                store.set_daemon(id, **fields)
+
+        await store.transact(create)
         return HostSession(self.host, id)
 
     async def fork(self, parent: str, id: str | None = None) -> HostSession:
@@ -528,7 +641,9 @@ class HostSessions:
         return HostSession(self.host, id)
 
     async def list(self) -> list[dict]:
-        """Every session, oldest first: ``{id, parent?, busy}``."""
+        """Every session, oldest first: ``{id, parent?, busy, daemon?}``
+        (``daemon``: ``{state, reason, container, runtime, launcher,
+        harness}`` of a session whose daemon a launcher runs)."""
         store = self.host.store
 
         def read(store: Store) -> list[dict]:
@@ -539,6 +654,11 @@ class HostSessions:
                 if record.parent is not None:
                     item["parent"] = record.parent
                 item["busy"] = record.id in busy
+                daemon = record.daemon
+                if daemon.state is not None:
+                    item["daemon"] = {"state": daemon.state, "reason": daemon.reason, "container": daemon.container,
+                                      "runtime": daemon.runtime, "launcher": daemon.launcher,
+                                      "harness": daemon.harness}
                 out.append(item)
             return out
 

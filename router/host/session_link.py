@@ -66,6 +66,7 @@ from router.host.link import (
     DaemonEndpoint,
     LinkDropped,
     LinkError,
+    LinkUnreachable,
     SessionSocket,
     closed_error,
     dial,
@@ -89,6 +90,9 @@ SUBSCRIBER_BUFFER: Final = 4096
 #: How the link waits for a daemon's ``/healthz`` (a parameter, so a test
 #: can put a daemon on virtual time).
 HealthWait = Callable[..., Awaitable[None]]
+#: Where the link dials, asked before every dial (the host's: the session's
+#: own endpoint, or its launcher's daemon, which it may wait for).
+EndpointOf = Callable[[], Awaitable[DaemonEndpoint]]
 
 __all__ = ["EventsLagged", "LinkOwner", "SessionLink"]
 
@@ -139,14 +143,17 @@ class SessionLink:
         session: str,
         *,
         store: Store,
-        endpoint: DaemonEndpoint,
+        endpoint: DaemonEndpoint | None,
         settings: HostSettings,
         health_wait: HealthWait = wait_healthy,
+        endpoint_of: EndpointOf | None = None,
     ) -> None:
         self.owner = owner
         self.session = session
         self.store = store
+        #: The endpoint of the current (or last) dial.
         self.endpoint = endpoint
+        self._endpoint_of = endpoint_of
         self.settings = settings
         self._health_wait = health_wait
         self.core = LinkCore(backoff=owner.backoff(), give_up_after=settings.give_up_after)
@@ -163,6 +170,9 @@ class SessionLink:
         #: daemon that stops reading blocks sends, and must not hold the
         #: session forever.
         self._sending: trio.CancelScope | None = None
+        #: The scope of finding and health-checking the endpoint, which a
+        #: redial cancels (a replaced daemon: dial the new one at once).
+        self._finding: trio.CancelScope | None = None
         self._give_up: trio.CancelScope | None = None
         self._scope: trio.CancelScope | None = None
         self._stop_requested = False
@@ -275,6 +285,8 @@ class SessionLink:
         self.core.ask_redial()
         self._wake.set()
         self._wake_pause.set()
+        if self._finding is not None:
+            self._finding.cancel(reason="a redial was asked")
 
     def emit(self, events: list[HostEvent] | tuple[HostEvent, ...]) -> None:
         """Hand a batch of events to every live subscriber, without waiting."""
@@ -374,7 +386,8 @@ class SessionLink:
         """Dial, reconcile, drive, until the connection ends; always raises
         (a :class:`LinkError`, :class:`_Redial`, or a failure of ours)."""
         settings = self.settings
-        await self._health_wait(self.endpoint, timeout=settings.health_wait, failed=self.core.attempt_failed)
+        await self._find_endpoint()
+        assert self.endpoint is not None
         ended: BaseException | None = None
         # The nursery's body keeps its own errors and re-raises them after
         # the nursery, so they come out whole rather than in an exception
@@ -402,6 +415,26 @@ class SessionLink:
         if ended is not None:
             raise ended
         raise LinkDropped("link-dropped", "the session socket closed")  # pragma: no cover
+
+    async def _find_endpoint(self) -> None:
+        """Ask where to dial (a launched daemon may be starting: this waits
+        for it), then wait for its health; a redial asked meanwhile (the
+        daemon was replaced) cuts both short with :class:`_Redial`."""
+        with trio.CancelScope() as scope:
+            self._finding = scope
+            try:
+                if self.core.redial_asked:
+                    scope.cancel()
+                if self._endpoint_of is not None:
+                    self.endpoint = await self._endpoint_of()
+                if self.endpoint is None:
+                    raise LinkUnreachable("no-endpoint", f"session {self.session!r} has no daemon to dial")
+                await self._health_wait(self.endpoint, timeout=self.settings.health_wait,
+                                        failed=self.core.attempt_failed)
+            finally:
+                self._finding = None
+        if scope.cancelled_caught:
+            raise _Redial()
 
     async def _connected(self, ws: WebSocketConnection, core: ConnectionCore, hello: Hello) -> None:
         self.core.reconciling()

@@ -107,6 +107,16 @@ JavaScript peer survives the UTF-8 database).
     it). The live view's resume point across a restart: the messages of a
     session changed since version ``v`` are those above it
     (:meth:`Store.message_log`, :meth:`Store.message_versions`).
+``sessions`` daemon columns (schema version 7)
+    each container session's own daemon: ``daemon_url`` and
+    ``daemon_token`` (its endpoint; NULL: the host's default endpoint),
+    ``daemon_runtime`` (the runtime id it was started with),
+    ``daemon_container`` (the launcher's id for it: a container id, a
+    pid), ``launcher`` (the launcher module that started it), ``harness``
+    (what the daemon runs: ``echo``, ``claude-code`` ...), and
+    ``launcher_state`` / ``launcher_reason`` (where its lifecycle stands,
+    :mod:`router.host.lifecycle`, and why). Read as
+    :attr:`SessionRecord.daemon`; written with :meth:`Store.set_daemon`.
 """
 
 from __future__ import annotations
@@ -192,6 +202,25 @@ def _figure(value: object) -> float | None:
 
 # --------------------------------------------------------------------------- records
 
+#: The daemon columns of ``sessions`` (schema v7), as :class:`DaemonRecord` names them.
+DAEMON_COLUMNS: Final = ("url", "token", "runtime", "container", "launcher", "harness", "state", "reason")
+
+
+@attrs.frozen(kw_only=True)
+class DaemonRecord:
+    """A session's own daemon, as the record has it (every field may be
+    None: a session on the host's default endpoint has none set)."""
+
+    url: str | None = None
+    token: str | None = attrs.field(default=None, repr=False)
+    runtime: str | None = None
+    container: str | None = None
+    launcher: str | None = None
+    harness: str | None = None
+    state: str | None = None
+    reason: str | None = None
+
+
 @attrs.frozen(kw_only=True)
 class SessionRecord:
     id: str
@@ -206,6 +235,7 @@ class SessionRecord:
     open_seq: int
     created_at: int
     updated_at: int
+    daemon: DaemonRecord = attrs.field(factory=DaemonRecord)
 
 
 @attrs.frozen(kw_only=True)
@@ -417,6 +447,15 @@ def _migrate_to_6(db: sqlite3.Connection) -> None:
     )
 
 
+def _migrate_to_7(db: sqlite3.Connection) -> None:
+    # One host drives a daemon per session (issue 15): each session's
+    # endpoint and its launcher's view of it. NULL everywhere for the
+    # sessions of older files: they keep the host's default endpoint.
+    for column in ("daemon_url", "daemon_token", "daemon_runtime", "daemon_container", "launcher", "harness",
+                   "launcher_state", "launcher_reason"):
+        db.execute(f"ALTER TABLE sessions ADD COLUMN {column} TEXT")
+
+
 #: Schema steps: ``MIGRATIONS[n]`` takes a file at version ``n`` to ``n + 1``.
 MIGRATIONS: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (
     _migrate_to_1,
@@ -425,6 +464,7 @@ MIGRATIONS: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (
     _migrate_to_4,
     _migrate_to_5,
     _migrate_to_6,
+    _migrate_to_7,
 )
 #: The version this code writes.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -635,8 +675,14 @@ class Store:
 
     _SESSION_COLUMNS = (
         "id, parent, generation, cursor_runtime, cursor_seq, settings, handoff, "
-        "open_runtime, open_seq, created_at, updated_at"
+        "open_runtime, open_seq, created_at, updated_at, daemon_url, daemon_token, daemon_runtime, "
+        "daemon_container, launcher, harness, launcher_state, launcher_reason"
     )
+    #: :data:`DAEMON_COLUMNS` -> its column in ``sessions``.
+    _DAEMON_COLUMN = {
+        "url": "daemon_url", "token": "daemon_token", "runtime": "daemon_runtime", "container": "daemon_container",
+        "launcher": "launcher", "harness": "harness", "state": "launcher_state", "reason": "launcher_reason",
+    }
 
     @staticmethod
     def _session_of(row: tuple) -> SessionRecord:
@@ -652,6 +698,7 @@ class Store:
             open_seq=row[8],
             created_at=row[9],
             updated_at=row[10],
+            daemon=DaemonRecord(**dict(zip(DAEMON_COLUMNS, row[11:19]))),
         )
 
     def session(self, id: str) -> SessionRecord | None:
@@ -736,6 +783,20 @@ class Store:
         ``runtime`` when its newest frame was ``seq``."""
         with self.transaction():
             self._touch(id, "open_runtime = ?, open_seq = ?", (runtime, seq))
+
+    def set_daemon(self, id: str, **fields: str | None) -> DaemonRecord:
+        """Set some of a session's daemon fields (:data:`DAEMON_COLUMNS`;
+        None clears one); the others stay. Returns the daemon record."""
+        unknown = set(fields) - set(DAEMON_COLUMNS)
+        if unknown:
+            raise ValueError(f"not daemon fields: {sorted(unknown)}")
+        with self.transaction():
+            self.require_session(id)
+            if fields:
+                names = list(fields)
+                self._touch(id, ", ".join(f"{self._DAEMON_COLUMN[name]} = ?" for name in names),
+                            [fields[name] for name in names])
+            return self.require_session(id).daemon
 
     def set_settings(self, id: str, settings: dict) -> None:
         with self.transaction():

@@ -6,7 +6,8 @@ on and routed to; both limit checks are on, with no limits set (so nothing
 is refused until a person sets a limit); search is the harness's own (the
 broker serves none: nothing leaves the machine until a person points
 ``searxng-url`` at a SearXNG); both channels are on, so ``router send`` and
-the page work on a first start.
+the page work on a first start. The launcher is the in-process echo
+daemon (``router serve --launcher`` names another for one run).
 
 These are the only core lines that name shipped modules, and only as data:
 no core code branches on a module's name.
@@ -23,6 +24,7 @@ PLUGINS: Final[Mapping[str, Any]] = {
         "limit-check": ["token-limit", "daily-quota"],
         "search-source": "harness-builtin",
         "channel": ["cli", "webui"],
+        "launcher": "in-process",
     },
     "options": {},
 }

@@ -26,6 +26,11 @@ What each function takes and answers is in ``docs/plugins.md``; in short:
     ``levels(options)``, ``counts_account(options)``, ``reach(context)``,
     ``env(context)`` plain; ``async preflight(context)``,
     ``async version(context)``.
+``launcher`` (1, one)
+    ``async start(context)``, ``async wait(context, container)``,
+    ``async inspect(context, container)``, ``async stop(context, container)``,
+    ``async remove_workspace(context)``: the daemon of a container session
+    (``router.host.lifecycle`` decides when each is called).
 """
 
 from __future__ import annotations
@@ -119,6 +124,11 @@ KINDS: Final[Mapping[str, Kind]] = {
             "what the router needs to launch and reach a session on one harness",
             "levels", "counts_account", "reach", "env",
             "async preflight", "async version",
+        ),
+        _kind(
+            "launcher", 1, "one",
+            "starts, watches and stops the daemon of each container session",
+            "async start", "async wait", "async inspect", "async stop", "async remove_workspace",
         ),
     )
 }

@@ -16,7 +16,9 @@ calls during its life (usage sources, limit checks, the search source) at
   limit checks' ``may_launch`` for its subject);
 - :meth:`search`: the broker's web search;
 - :meth:`dispatch`: a channel's session operation;
-- :meth:`report`: every limit and what it has counted.
+- :meth:`report`: every limit and what it has counted;
+- :meth:`load_launcher`: the launcher module in force and its options
+  (loaded once, by the main job, when it starts).
 
 A running layer sees a changed ``plugins.json`` at its next ``reload`` (the
 harness of a launch and a channel's selection are read at each call).
@@ -32,6 +34,7 @@ from typing import Any, Callable, Mapping
 import trio
 
 from router.plugins.broker import Answer, Broker
+from router.plugins.defaults import PLUGINS
 from router.plugins.channels import Channels, CoreCaller
 from router.plugins.limits import CheckFailure, Limits, Stop, counting_window
 from router.plugins.loader import LoadedModule, Loader, LoadResult, Log, default_log
@@ -176,6 +179,24 @@ class PluginLayer:
         # daemon token in reach): the log gets it redacted, env by name only.
         self._log({"event": "launched", **redact(record.to_json()), "env": sorted(record.env)})
         return record
+
+    async def load_launcher(self, name: str | None = None) -> tuple[LoadedModule, dict[str, Any]] | Refusal:
+        """The ``launcher`` module ``name`` (else the one ``plugins.json``
+        switches on, else the default's), loaded afresh, and its options
+        (``options.launcher.<name>``); or the loader's refusal."""
+        document = await self._read("plugins.json")
+        plugins = plugins_value(document)
+        if name is None:
+            chosen = plugins.get("launcher") if type(plugins) is dict else None
+            name = chosen if type(chosen) is str else PLUGINS["plugins"]["launcher"]
+        fresh = Loader(root=self.loader.root, log=self._log)
+        result = await fresh.load_async({"launcher": name}, only=["launcher"])
+        if result.refused:
+            return result.refused[0].refusal()
+        options = _value(document, "options")
+        kind_options = options.get("launcher") if type(options) is dict else None
+        mine = kind_options.get(name) if type(kind_options) is dict else None
+        return fresh.modules("launcher")[0], dict(mine) if type(mine) is dict else {}
 
     # ------------------------------------------------------------------ turns
 

@@ -63,7 +63,9 @@ import time
 from typing import Any, Callable, Final, Iterator, Mapping
 
 from router._fanout import FanOut, Lagged, Subscription
-from router.host import AdapterEvent, FrameSkipped, HostEvent, MessageStored, OperationEnded, OperationStarted
+from router.host import (
+    AdapterEvent, DaemonChanged, FrameSkipped, HostEvent, MessageStored, OperationEnded, OperationStarted,
+)
 from router.turns.resume import HISTORY_BATCHES, HISTORY_BYTES, LiveBatch, LiveHistory, LiveId
 from wire.json import JsonError, JsonValue, loads
 from wire.mod import (
@@ -371,7 +373,31 @@ def container_items(event: HostEvent) -> list[dict[str, Any]]:
         return [{"type": "turn-end", "id": event.operation_id, "result": event.result.to_json()}]
     if kind is FrameSkipped:
         return [skipped_notice(event.runtime_id, event.seq, event.reason)]
+    if kind is DaemonChanged:
+        return [daemon_notice(event.state, event.reason, event.container)]
     return []
+
+
+#: How the live view words a launched daemon's state (``router.host.lifecycle``).
+DAEMON_STATES: Final = {
+    "starting": ("info", "its daemon is starting"),
+    "running": ("info", "its daemon runs"),
+    "replacing": ("warning", "its daemon was lost; a new one is starting"),
+    "idle-stopped": ("info", "its daemon was stopped while idle; the next message starts it again"),
+    "stopped": ("info", "its daemon is stopped; the next message starts one"),
+    "unreachable": ("error", "its daemon cannot be started; the next message tries again"),
+}
+
+
+def daemon_notice(state: str, reason: str | None, container: str | None) -> dict[str, Any]:
+    """The live view's notice of a launched daemon's change of state (from
+    :class:`router.host.DaemonChanged`)."""
+    level, said = DAEMON_STATES.get(state, ("info", f"its daemon is {state}"))
+    notice: dict[str, Any] = {"type": "notice", "level": level, "code": f"daemon-{state}", "state": state,
+                              "message": said + (f" ({reason})" if reason else "")}
+    if container is not None:
+        notice["container"] = container
+    return notice
 
 
 def skipped_notice(runtime_id: str, seq: int, reason: str) -> dict[str, Any]:

@@ -323,17 +323,19 @@ class TurnRouter:
                 entry["state"] = stopped_state(entry["state"])
         return out
 
-    async def create(self, session_id: str | None = None, *, launch: LaunchRecord | None = None) -> dict[str, Any]:
+    async def create(self, session_id: str | None = None, *, launch: LaunchRecord | None = None,
+                     harness: str | None = None) -> dict[str, Any]:
         """Create a container session (an id that exists returns it).
         ``launch`` is the launch the plug-in layer allowed for it: its turns
         are metered under it, and a session a limit stopped is resumed (the
-        launch passed the limit checks)."""
+        launch passed the limit checks). ``harness``: what its daemon runs
+        when a launcher starts it (``echo``, ``claude-code`` ...)."""
         if self.containers is None:
             raise Refusal("no-host", "this router serves no container sessions")
         if session_id is not None and (type(session_id) is not str or not session_id):
             raise Refusal("bad-session", "a session id is a non-empty string")
         existing = None if session_id is None else self.registry.get(session_id)
-        created = await self.containers.create(session_id, existing)
+        created = await self.containers.create(session_id, existing, harness=harness)
         if launch is not None:
             await self.deliveries.call(self.deliveries.put_launch, created, launch)
             if self.layer is not None and await self.deliveries.call(self.deliveries.stop_of, created) is not None:

@@ -18,6 +18,8 @@ def test_the_registry() -> None:
         "channel": (1, "list", ["async dispatch"]),
         "harness": (1, "list", ["levels", "counts_account", "reach", "env",
                                 "async preflight", "async version"]),
+        "launcher": (1, "one", ["async start", "async wait", "async inspect", "async stop",
+                                "async remove_workspace"]),
     }
     assert all(kind.exports[0] == "INTERFACE_VERSION" for kind in KINDS.values())
 

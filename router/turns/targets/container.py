@@ -100,25 +100,30 @@ class ContainerSessions:
         out: list[dict[str, Any]] = []
         for item in await self.host.sessions.list():
             link = self.host.session(item["id"]).link
+            daemon = item.get("daemon")
             entry = {
                 "id": item["id"],
                 "kind": self.kind.value,
                 "busy": item["busy"],
                 "state": container_state(
-                    busy=item["busy"], stopped=False, link_state=None if link is None else link.state
+                    busy=item["busy"], stopped=False, link_state=None if link is None else link.state,
+                    daemon_state=None if daemon is None else daemon["state"],
                 ),
             }
             if "parent" in item:
                 entry["parent"] = item["parent"]
+            if daemon is not None:
+                entry["daemon"] = {key: value for key, value in daemon.items() if value is not None}
             out.append(entry)
         return out
 
-    async def create(self, session_id: str | None, existing: Session | None) -> str:
+    async def create(self, session_id: str | None, existing: Session | None, *, harness: str | None = None) -> str:
         """Create a container session (an id that exists is kept); its id.
-        ``existing`` is the open session of that id, if any."""
+        ``existing`` is the open session of that id, if any; ``harness``
+        what its launched daemon runs."""
         if existing is not None and existing.kind is not self.kind:
             raise Refusal("session-exists", f"{session_id!r} is a {existing.kind.value} session")
-        created = await self.host.sessions.create(session_id)
+        created = await self.host.sessions.create(session_id, harness=harness)
         return created.id
 
     async def reply_of(self, session_id: str, operation_id: str) -> dict[str, Any]:
