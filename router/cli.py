@@ -51,7 +51,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "serve": (
         "router.serve",
-        "run the router: the store, an in-process echo daemon, the HTTP API and the page",
+        "run the router: the store, a launcher for container sessions, the HTTP API and the page",
     ),
     "sessions": (
         "router.board.cli",
@@ -64,6 +64,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "abort": (
         "router.turns.cli",
         "stop a session's running turn (or one operation), at the router that holds it",
+    ),
+    "launch": (
+        "router.turns.cli",
+        "create a container session through the launcher of your `router serve`",
     ),
     "resume": (
         "router.turns.cli",

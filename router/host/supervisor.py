@@ -221,7 +221,10 @@ class Supervisor:
                 continue
             kind = step[0]
             if kind == "demand":
-                await self._do(self.core.demand())
+                # Only while its work is still open: a demand queued behind
+                # failed starts whose work was settled since is spent.
+                if await self._open_work():
+                    await self._do(self.core.demand())
             elif kind == "check":
                 if not await self._open_work():
                     await self._do(self.core.work_done(trio.current_time()))

@@ -1,6 +1,11 @@
-"""``router send SESSION [TEXT]``, ``router abort SESSION [OPERATION]`` and
-``router resume SESSION``: a session's messages and turns from the command
-line, whichever local router holds it.
+"""``router send SESSION [TEXT]``, ``router abort SESSION [OPERATION]``,
+``router resume SESSION`` and ``router launch SESSION``: a session's messages
+and turns from the command line, whichever local router holds it.
+
+**router launch** creates a container session at the one ``router serve``
+of this user (``--router NAME`` or ``--url`` to choose), through its
+launcher in force (``router serve --launcher``): ``--harness`` says what the
+session's daemon runs. The daemon starts with the session's first message.
 
 **Where.** With no ``--url`` each finds the router that holds SESSION among
 this user's routers (:func:`router.board.client.holder`: every router's
@@ -55,8 +60,8 @@ from urllib.parse import quote
 
 import attrs
 
-__all__ = ["configure", "configure_abort", "configure_resume", "message_text", "run", "run_abort", "run_resume",
-           "summary"]
+__all__ = ["configure", "configure_abort", "configure_launch", "configure_resume", "message_text", "run", "run_abort",
+           "run_launch", "run_resume", "summary"]
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 #: ``router.plugins.channels.CLI_OFF_EXIT``, not imported: this command
@@ -404,4 +409,89 @@ def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, 
         _print(answer)
     else:
         print(said(answer), flush=True)
+    return DONE
+
+
+# --------------------------------------------------------------------------- router launch
+
+
+def configure_launch(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", help="the new container session's id")
+    parser.add_argument("--harness", help="what its daemon runs: echo, claude-code, codex or MODULE:ATTR (default: "
+                        "the launcher's, echo); the in-process launcher runs echo only")
+    parser.add_argument("--instance", help="the instance it is launched (and metered) as (default: the router's)")
+    _add_reach(parser)
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
+
+
+def _launch_target(args: argparse.Namespace) -> Target:
+    """Where ``router launch`` posts: ``--url``, ``--router NAME``, else the
+    one ``router serve`` of this user (a session that does not exist yet
+    has no holder to find)."""
+    if args.url is not None or args.router is not None:
+        return _target("launch", args) if args.url is not None else _named_target(args)
+    import trio
+
+    from router.board.client import BASE_URL, survey
+    from router.errors import Refusal
+
+    try:
+        board = trio.run(partial(survey, os.environ))
+    except Refusal as refused:
+        _say("launch", str(refused))
+        raise Stop(USAGE) from None
+    serving = [each for each in board.reached if each.info.get("command") == "serve"]
+    if len(serving) != 1:
+        names = ", ".join(each.name for each in serving)
+        _say("launch", "no-router: no `router serve` of yours is running; start one" if not serving else
+             f"ambiguous-router: {len(serving)} `router serve` run ({names}); name one with --router NAME")
+        raise Stop(USAGE)
+    found = serving[0]
+    return Target(f"router {found.name} ({found.socket})", BASE_URL, found.socket)
+
+
+def _named_target(args: argparse.Namespace) -> Target:
+    import trio
+
+    from router.board.client import BASE_URL, NO_ROUTER, holder
+    from router.errors import Refusal
+
+    try:  # with a router named, it is asked, not looked for
+        found, _ = trio.run(partial(holder, os.environ, args.session, router=args.router))
+    except Refusal as refused:
+        _say("launch", str(refused))
+        raise Stop(USAGE if refused.code in NO_ROUTER else REFUSED) from None
+    return Target(f"router {found.name} ({found.socket})", BASE_URL, found.socket)
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    """``router launch SESSION``: ``POST /sessions`` at the router; its
+    launcher starts the session's daemon on the first message. Exit 0 when
+    created (or it existed), 1 when refused, 2 on a usage or connection error."""
+    import trio
+
+    if args.timeout <= 0:
+        _say("launch", "--timeout must be positive")
+        return USAGE
+    body: dict[str, Any] = {"id": args.session}
+    if args.harness:
+        body["harness"] = args.harness
+    if args.instance:
+        body["instance"] = args.instance
+    try:
+        target = _launch_target(args)
+        status, answer = trio.run(partial(_post, "launch", target, "/sessions", body, timeout=args.timeout))
+    except Stop as stop:
+        return stop.status
+    except trio.TooSlowError:
+        _say("launch", f"timeout: no answer within {args.timeout:g} s")
+        return USAGE
+    if status not in (200, 201) or type(answer) is not dict:
+        _refusal("launch", args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
+        return _status_of(status, answer)
+    if args.json:
+        _print(answer)
+    else:
+        print(f"{answer.get('id')}: a container session on {target.who} (harness {args.harness or 'default'}); "
+              "its daemon starts with its first message", flush=True)
     return DONE
