@@ -32,14 +32,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from tests.support.npm import cache_root
 
@@ -333,6 +335,50 @@ def assert_nothing_left(label: str) -> None:
 
 def new_label() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+# -- the launcher module, and contexts for it ------------------------------------
+
+
+def load_docker_launcher() -> Any:
+    """The ``docker`` launcher module, through the plug-in loader once it
+    knows the ``launcher`` kind, else imported by path as the loader does."""
+    from router.plugins.kinds import KINDS
+
+    if "launcher" in KINDS:
+        from router.plugins.loader import import_module
+
+        loaded = import_module("launcher", "docker")
+        assert not hasattr(loaded, "code"), loaded
+        return loaded.module  # type: ignore[union-attr]
+    path = REPO / "router" / "plugins" / "launcher" / "docker" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("_router_test_launcher_docker", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def launch_context(label: str, image: str, *, session: str = "root", harness: str = "echo",
+                   options: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A fresh launch context (new runtime id and token) for one start of
+    ``session``, labelled ``router.test=label`` (the launcher interface's
+    ``context``)."""
+    return {
+        "session": session,
+        "runtime": f"r-{secrets.token_hex(8)}",
+        "token": secrets.token_hex(16),
+        "harness": harness,
+        "env": dict(env or {}),
+        "labels": {TEST_LABEL: label, "router.session": session},
+        "options": {"image": image, **(options or {})},
+        "workspace": f"router-ws-{label}-{session}",
+    }
+
+
+def renewed(context: dict[str, Any]) -> dict[str, Any]:
+    """The same session's context for a replacement: a new runtime and token."""
+    return {**context, "runtime": f"r-{secrets.token_hex(8)}", "token": secrets.token_hex(16)}
 
 
 # -- fixtures (pytest is there whenever they are used; warm.py runs without it) --
