@@ -4,6 +4,11 @@ launcher module and a real host. Prints a table.
     .venv/bin/python bench/containers.py [--repeat 5] [--sizes 10,25,50]
                                          [--concurrency 4] [--network bridge]
 
+``--builds`` first times the image builds, into scratch tags it removes:
+the base by debootstrap, the project's image cold (``--no-cache``), again
+with nothing changed, and after a change to the code (a copy of the
+context with one line added).
+
 Needs a Docker engine; builds the images first when missing (the base by
 debootstrap, about a minute, then the project's; tests/support/docker.py).
 Everything it starts carries the label ``router.test=bench-<hex>`` and is
@@ -42,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,7 +64,11 @@ import trio  # noqa: E402
 
 from router.host import DaemonEndpoint, Host, HostSettings, OperationStarted, Store  # noqa: E402
 from tests.support.docker import (  # noqa: E402
+    BASE_IMAGE,
+    IMAGE_INPUTS,
     TEST_LABEL,
+    build_base_image,
+    build_project_image,
     docker,
     ensure_project_image,
     launch_context,
@@ -261,6 +271,29 @@ async def per_host(launcher: Any, image: str, label: str, network: str, size: in
             store.close()
 
 
+def build_times(label: str) -> dict[str, float]:
+    """Seconds for each build, into scratch tags removed afterwards."""
+    times: dict[str, float] = {}
+    base, tag, changed_tag = f"router-base-{label}:bookworm", f"router-{label}:timing", f"router-{label}:changed"
+    try:
+        began = time.perf_counter()
+        build_base_image(base)
+        times["base image (debootstrap + import)"] = time.perf_counter() - began
+        times["project, cold (--no-cache)"] = build_project_image(tag, base=BASE_IMAGE, no_cache=True)
+        times["project, nothing changed"] = build_project_image(tag, base=BASE_IMAGE)
+        with tempfile.TemporaryDirectory(prefix="bench-context-") as scratch:
+            context = Path(scratch)
+            for name in IMAGE_INPUTS:
+                source = REPO / name
+                (shutil.copytree if source.is_dir() else shutil.copy2)(source, context / name)
+            with open(context / "router" / "__init__.py", "a") as changed:
+                changed.write(f"\n# bench {label}\n")
+            times["project, code changed"] = build_project_image(changed_tag, base=BASE_IMAGE, context=context)
+    finally:
+        docker("rmi", "-f", base, tag, changed_tag, check=False)
+    return times
+
+
 def show(timings: dict[str, list[float]], levels: list[dict[str, float]]) -> None:
     print()
     print(f"{'first frame':<14}{'median ms':>11}{'worst ms':>10}{'runs':>6}")
@@ -282,6 +315,9 @@ async def main(args: argparse.Namespace) -> None:
     label = f"bench-{uuid.uuid4().hex[:8]}"
     print(f"image {image}, engine {docker('info', '--format', '{{.ServerVersion}}').stdout.strip()}, "
           f"{os.cpu_count()} cores, network {args.network}, label {TEST_LABEL}={label}", flush=True)
+    if args.builds:
+        for name, seconds in build_times(label).items():
+            print(f"  build: {name}: {seconds:.1f} s", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-containers-") as scratch:
         work = Path(scratch)
         try:
@@ -306,6 +342,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--network", choices=("bridge", "host"), default="bridge")
     parser.add_argument("--level-timeout", type=float, default=300.0)
+    parser.add_argument("--builds", action="store_true",
+                        help="first time the builds: the base (debootstrap), the project cold, unchanged and after a code change")
     return parser.parse_args()
 
 

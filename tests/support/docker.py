@@ -151,17 +151,20 @@ def ensure_base_image() -> str:
     with _build_lock("base"):
         if image_id(BASE_IMAGE):  # another process built it while we waited
             return BASE_IMAGE
-        _build_base()
+        build_base_image(BASE_IMAGE)
     return BASE_IMAGE
 
 
-def _build_base() -> None:
+def build_base_image(name: str) -> None:
+    """Make the base image ``name`` by debootstrap (docs/containers.md,
+    "Building on a machine with no registry"); :func:`ensure_base_image`
+    calls it once per machine."""
     debootstrap = shutil.which("debootstrap") or ("/usr/sbin/debootstrap" if Path("/usr/sbin/debootstrap").exists() else None)
     if debootstrap is None:
         raise DockerUnavailable("debootstrap is not installed (Debian: apt-get install debootstrap); "
-                                f"it makes the base image {BASE_IMAGE}")
+                                f"it makes the base image {name}")
     if os.geteuid() != 0:
-        raise DockerUnavailable(f"making the base image {BASE_IMAGE} needs root (debootstrap and chroot)")
+        raise DockerUnavailable(f"making the base image {name} needs root (debootstrap and chroot)")
     work = cache_root() / "docker"
     with tempfile.TemporaryDirectory(dir=work, prefix=".base-") as scratch:
         root = Path(scratch) / "root"
@@ -194,14 +197,14 @@ def _build_base() -> None:
             args = [docker_binary(), "import"]
             for change in changes:
                 args += ["-c", change]
-            done = subprocess.run([*args, "-", BASE_IMAGE], stdin=tar.stdout, capture_output=True,
+            done = subprocess.run([*args, "-", name], stdin=tar.stdout, capture_output=True,
                                   timeout=BASE_BUILD_TIMEOUT)
         finally:
             assert tar.stdout is not None
             tar.stdout.close()
             tar.wait()
         if done.returncode != 0 or tar.returncode != 0:
-            raise DockerUnavailable(f"docker import of {BASE_IMAGE} failed: {done.stderr.decode(errors='replace').strip()}")
+            raise DockerUnavailable(f"docker import of {name} failed: {done.stderr.decode(errors='replace').strip()}")
 
 
 def _run(command: list[str], what: str, *, timeout: float) -> None:
@@ -255,7 +258,7 @@ def ensure_project_image() -> str:
 
 
 def build_project_image(tag: str, *, base: str = BASE_IMAGE, buildkit: bool = False,
-                        client: str | None = None) -> float:
+                        client: str | None = None, context: Path = REPO, no_cache: bool = False) -> float:
     """Build the repository's Dockerfile as ``tag``; answers the seconds it took.
 
     The legacy builder (``DOCKER_BUILDKIT=0``) works with every client,
@@ -264,9 +267,11 @@ def build_project_image(tag: str, *, base: str = BASE_IMAGE, buildkit: bool = Fa
     """
     env = dict(os.environ, DOCKER_BUILDKIT="1" if buildkit else "0")
     command = [client or docker_binary(), "build", "--build-arg", f"BASE={base}", "-t", tag,
-               "-q", str(REPO)]
+               "-q", str(context)]
     if not buildkit:
         command.insert(2, "--force-rm")
+    if no_cache:
+        command.insert(2, "--no-cache")
     started = time.monotonic()
     try:
         done = subprocess.run(command, capture_output=True, timeout=PROJECT_BUILD_TIMEOUT, env=env)

@@ -130,12 +130,16 @@ async def _client(options):
     configured = options.get("docker")
     if configured is not None and (type(configured) is not str or not configured):
         raise Refusal("bad-launch", "options.docker must be the path of a docker client")
-    if configured in _clients:
-        return _clients[configured]
+    # The engine a client reaches depends on these too.
+    key = (configured, os.environ.get("DOCKER_HOST"), os.environ.get("DOCKER_CONTEXT"), os.environ.get("PATH"))
+    if key in _clients:
+        return _clients[key]
     candidates = [configured] if configured else [shutil.which("docker"), *CLIENT_CANDIDATES]
     reasons = []
     for candidate in dict.fromkeys(c for c in candidates if c):
         if not os.access(candidate, os.X_OK):
+            if configured:
+                reasons.append(f"{candidate}: not an executable file")
             continue
         try:
             code, out, err = await _docker(candidate, "version", "--format", "{{.Server.APIVersion}}", check=False)
@@ -143,7 +147,7 @@ async def _client(options):
             reasons.append(f"{candidate}: {exc}")
             continue
         if code == 0 and out.strip():
-            _clients[configured] = candidate
+            _clients[key] = candidate
             return candidate
         reasons.append(f"{candidate}: {_tail(err or out, 2)}")
     raise Refusal("docker-unavailable",
@@ -322,10 +326,12 @@ async def start(context):
         args, client_env, host_port = _run_args(context, options, _container_name(context))
         timeout = _health_timeout(options)
         image = _image_of(args)
-        code, _, _ = await _docker(client, "image", "inspect", "--format", "{{.Id}}", image, check=False)
-        if code != 0:
+        code, out, err = await _docker(client, "image", "inspect", "--format", "{{.Id}}", image, check=False)
+        if code != 0 and "no such" in (err + out).lower():
             raise Refusal("image-missing", f"the image {image} is not on this docker engine (nothing is pulled: "
-                                            "build it from the repository's Dockerfile, docs/containers.md)")
+                                           "build it from the repository's Dockerfile, docs/containers.md)")
+        if code != 0:
+            raise Refusal("docker-unavailable", f"the engine did not answer for the image {image}: {_tail(err or out)}")
         await _docker(client, "volume", "create", *_label_args(context.get("labels") or {}), context["workspace"])
     except Refusal as refused:
         return refused.to_json()
