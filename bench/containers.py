@@ -81,21 +81,27 @@ from tests.support.docker import (  # noqa: E402
 SETTINGS = HostSettings(reconnect_base=0.02, reconnect_cap=0.25)
 
 
+def proc_kib(path: str, *fields: str) -> dict[str, int]:
+    """``Name:   123 kB`` lines of a /proc file, by name (missing: 0)."""
+    found = dict.fromkeys(fields, 0)
+    try:
+        with open(path) as lines:
+            for line in lines:
+                name, _, rest = line.partition(":")
+                if name in found:
+                    found[name] = int(rest.split()[0])
+    except OSError:
+        pass
+    return found
+
+
 def rss_kib() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+    return proc_kib("/proc/self/status", "VmRSS")["VmRSS"]
 
 
 def machine_used_kib() -> int:
-    fields = {}
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            name, value = line.split(":", 1)
-            fields[name] = int(value.split()[0])
-    return fields["MemTotal"] - fields["MemAvailable"]
+    memory = proc_kib("/proc/meminfo", "MemTotal", "MemAvailable")
+    return memory["MemTotal"] - memory["MemAvailable"]
 
 
 def containers_memory_kib(label: str) -> int:
@@ -113,17 +119,6 @@ def containers_memory_kib(label: str) -> int:
                 total += float(used[: -len(unit)]) * units[unit]
                 break
     return int(total)
-
-
-def pss_kib(pid: str) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as rollup:
-            for line in rollup:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def runtime_overhead_kib(containers: set[str], ports: set[str]) -> int:
@@ -144,7 +139,7 @@ def runtime_overhead_kib(containers: set[str], ports: set[str]) -> int:
             continue
         value = lambda flag: argv[argv.index(flag) + 1] if flag in argv[:-1] else None  # noqa: E731
         if value("-id") in containers or value("-host-port") in ports:
-            total += pss_kib(pid)
+            total += proc_kib(f"/proc/{pid}/smaps_rollup", "Pss")["Pss"]
     return total
 
 
