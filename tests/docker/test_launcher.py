@@ -179,6 +179,21 @@ async def test_a_start_cancelled_midway_removes_its_container(
     assert labelled("container", docker_label) == []
 
 
+@pytest.mark.parametrize("delay", [0.0, 0.03, 0.1, 0.3, 1.0])
+async def test_a_start_cancelled_at_any_point_leaves_no_container(
+    launcher: Any, docker_image: str, docker_label: str, delay: float
+) -> None:
+    """Wherever the cancellation lands (client probe, image check, volume,
+    create, start, port, health), no container is left; which step it hit
+    depends on the machine's speed, and every step must hold."""
+    context = launch_context(docker_label, docker_image, harness="docker_fixture_adapters:stall",
+                             options={"health_timeout": 3600}, fixtures=True)
+    with trio.move_on_after(delay):
+        await launcher.start(context)
+        raise AssertionError("a start that can never be healthy returned")
+    assert labelled("container", docker_label) == []
+
+
 async def test_bad_options_are_refused_before_anything_runs(
     launcher: Any, docker_image: str, docker_label: str
 ) -> None:

@@ -27,7 +27,7 @@ port this module picks. Only 127.0.0.1 is ever dialled, never a container's
 bridge address.
 
 Secrets stay out of the process table: the token and ``context["env"]``
-reach ``docker run`` as ``-e NAME`` with the value in the client's own
+reach ``docker create`` as ``-e NAME`` with the value in the client's own
 environment (except names the client itself reads: ``DOCKER_*``, ``PATH``,
 ``HOME``, which go on the command line).
 
@@ -41,9 +41,11 @@ malformed), ``workspace-in-use`` (``remove_workspace`` while a container
 still mounts it). ``wait``, ``inspect``, ``stop`` and ``remove_workspace``
 answer ``docker-unavailable`` when no engine can be asked.
 
-Resource handling: the container is named after the runtime id, so a start
-cancelled at any await (even inside ``docker run``) removes it by name
-before the cancellation goes on; a refused start removes it too. ``stop``
+Resource handling: ``docker create`` (shielded from cancellation, and
+bounded, so the engine never finishes a creation after the removal looked),
+then ``docker start``; the container is named after the runtime id, so a
+start cancelled at any other await removes it by name before the
+cancellation goes on; a refused start removes it too. ``stop``
 removes the container and keeps the workspace; ``remove_workspace`` drops
 the volume.
 
@@ -164,7 +166,7 @@ def _options(context):
 
 def _container_name(context):
     # Unique per start (a runtime id is fresh each time), and known before
-    # `docker run` returns, so a cancelled run can be removed by name.
+    # `docker create` returns, so a cancelled start can be removed by name.
     runtime = re.sub(r"[^a-zA-Z0-9_.-]", "-", str(context["runtime"]))
     return f"router-{runtime}"[:128]
 
@@ -229,7 +231,7 @@ def _env_args(context, client_env):
 
 
 def _run_args(context, options, name):
-    """The ``docker run`` argument list and the client's environment; and
+    """The ``docker create`` argument list and the client's environment; and
     the port the daemon listens on in host mode (None in bridge mode)."""
     network = options.get("network", "bridge")
     if network not in ("bridge", "host"):
@@ -243,7 +245,7 @@ def _run_args(context, options, name):
     client_env[TOKEN_ENV] = context["token"]
     client_env[RUNTIME_ENV] = context["runtime"]
     host_port = _free_loopback_port() if network == "host" else None
-    args = ["run", "-d", "--pull", "never", "--name", name, *_label_args(context.get("labels") or {}),
+    args = ["create", "--pull", "never", "--name", name, *_label_args(context.get("labels") or {}),
             "-e", TOKEN_ENV, "-e", RUNTIME_ENV,
             "-e", f"{PORT_ENV}={host_port or CONTAINER_PORT}", "-e", f"HOME={HOME}",
             *_env_args(context, client_env),
@@ -343,12 +345,24 @@ def _image_of(args):
     return args[args.index("--adapter") - 1]
 
 
+async def _create(client, args, client_env):
+    """``docker create``, shielded from cancellation (bounded): a client
+    killed mid-request could leave the engine to finish creating a
+    container after our removal had looked for it. Once it returns, the
+    container exists and has an id, and ``_run`` removes it on any exit."""
+    with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
+        scope.shield = True
+        _, out, _ = await _docker(client, *args, env=client_env)
+        return out.strip()
+    raise Refusal("start-failed", f"`docker create` did not answer within {CLEANUP_TIMEOUT:g} s")
+
+
 async def _run(client, context, args, client_env, host_port, timeout):
     name = _container_name(context)
     done = False
     try:
-        _, out, _ = await _docker(client, *args, env=client_env)
-        container = out.strip()
+        container = await _create(client, args, client_env)
+        await _docker(client, "start", container)
         port = host_port or await _published_port(client, container)
         await _await_health(client, container, port, timeout)
         done = True
@@ -356,7 +370,7 @@ async def _run(client, context, args, client_env, host_port, timeout):
     except Refusal as refused:
         return refused.to_json()
     finally:
-        if not done:  # refused, failed or cancelled: leave nothing running
+        if not done:  # refused, failed or cancelled: leave nothing behind
             await _remove_quietly(client, name)
 
 
