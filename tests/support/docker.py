@@ -397,7 +397,10 @@ if pytest is not None:
 
     @pytest.fixture(scope="session")
     def docker_image() -> str:
-        """The project image (built once per content hash), e.g. ``router:3f9c...``."""
+        """The project image (built once per content hash), e.g. ``router:3f9c...``.
+
+        Run this tag, not ``router:latest``: the engine is shared, and
+        ``latest`` is whichever checkout built last."""
         return require_project_image()
 
     @pytest.fixture

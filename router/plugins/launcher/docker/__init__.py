@@ -98,7 +98,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CLIENT_OWN_ENV = re.compile(r"DOCKER_.*|PATH|HOME")
 _SIZE = re.compile(r"[0-9]+[bkmg]?", re.IGNORECASE)
 
-#: The client chosen so far, per configured path (probing costs a process).
+#: The client chosen so far, per configured path and engine address (probing
+#: costs a process).
 _clients = {}
 
 
