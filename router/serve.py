@@ -321,13 +321,18 @@ class MainJob:
         options = {**options, "workspace_root": str(config.data_dir / "workspaces"), **config.launcher_options}
         if config.image is not None:
             options["image"] = config.image
+        # ``labels``: extra labels on everything the launcher creates (the
+        # host adds ``router.owner`` and ``router.session`` to them).
+        extra = options.pop("labels", None)
+        labels = {key: value for key, value in extra.items() if type(key) is str and type(value) is str} \
+            if type(extra) is dict else {}
         endpoint, idle = None, config.idle_timeout
         if module.name == IN_PROCESS:
             endpoint, runtime = await self._in_process_daemon(nursery)
             options.update(url=endpoint.url, token=endpoint.token, runtime=runtime)
             idle = None  # one daemon for every session: nothing to stop
         owner = await trio.to_thread.run_sync(_owner_id, config.data_dir)
-        launcher = Launcher(name=module.name, module=module.module, owner=owner, options=options,
+        launcher = Launcher(name=module.name, module=module.module, owner=owner, options=options, labels=labels,
                             idle_timeout=idle, max_failures=config.max_failures)
         log.info("launcher %s (owner %s)", module.name, owner)
         return launcher, endpoint
