@@ -182,6 +182,12 @@ class Host:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if self.launcher is not None:
+                    # Daemons an earlier run left are adopted or stopped now,
+                    # not when their session is next used.
+                    for record in await self.store.call(self.store.sessions):
+                        if record.daemon.container is not None and record.daemon.launcher == self.launcher.name:
+                            self.supervisor(record.id)
                 if self.settings.wake_open:
                     for session in await self.store.call(self.store.open_sessions):
                         self._ensure_link(session)

@@ -30,6 +30,10 @@ stops an idle one), on one machine:
   stopped (:meth:`idle_expired`: the Trio layer runs its wait in a cancel
   scope whose deadline is :attr:`idle_deadline`); the next delivery starts
   it again, and its ``hello`` restores the session as after a loss.
+- **Adopt.** When the host starts, a daemon its record names that still
+  runs and answers its health check (a router killed and started again;
+  its containers live on) is the session's again (:meth:`adopted`); one
+  that does not is stopped, and the next delivery starts a new one.
 - **Unreachable.** A start that fails (the launcher's refusal, or a crash,
   or its deadline) is retried after a pause (``retry_base`` doubling to
   ``retry_cap``); after ``max_failures`` failures in a row the session is
@@ -172,6 +176,8 @@ class LifecycleCore:
         #: Daemons started, and lost, over the core's life.
         self.starts = 0
         self.losses = 0
+        #: Daemons of an earlier run taken over (:meth:`adopted`).
+        self.adoptions = 0
         #: When the idle daemon is to stop (``math.inf``: not armed).
         self.idle_deadline = math.inf
 
@@ -193,6 +199,7 @@ class LifecycleCore:
             "failures": self.failures,
             "starts": self.starts,
             "losses": self.losses,
+            "adoptions": self.adoptions,
             "idle_deadline": self.idle_deadline,
         }
 
@@ -225,6 +232,18 @@ class LifecycleCore:
         if not self.wanted and self.idle_timeout is not None:
             self.idle_deadline = now + self.idle_timeout
         return [Watch(daemon.container), Publish("running", None, daemon)]
+
+    def adopted(self, daemon: DaemonInfo, now: float) -> list[Effect]:
+        """A daemon an earlier run of the host started still runs and
+        answers: it is this session's again (no start)."""
+        if self.daemon is not None or self.starting:
+            return []
+        self.adoptions += 1
+        self.daemon = daemon
+        self.state, self.reason = "running", "adopted from an earlier run of the router"
+        if not self.wanted and self.idle_timeout is not None:
+            self.idle_deadline = now + self.idle_timeout
+        return [Watch(daemon.container), Publish("running", self.reason, daemon)]
 
     def start_failed(self, code: str, message: str) -> list[Effect]:
         """The start in flight failed (``code``: the launcher's refusal, or

@@ -49,8 +49,8 @@ from router.host.lifecycle import (
     Stop,
     Watch,
 )
-from router.host.link import DaemonEndpoint, EndpointError
-from router.host.store import OPEN_STATUSES, Store
+from router.host.link import DaemonEndpoint, EndpointError, LinkError, check_health
+from router.host.store import OPEN_STATUSES, DaemonRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -194,12 +194,14 @@ class Supervisor:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                left = record.daemon.container
-                if left is not None and record.daemon.launcher == self.launcher.name:
-                    # An earlier run of this router left it (it was killed):
-                    # a new daemon starts from the record, this one goes.
-                    await self._stop(left, "left by an earlier run of the router")
                 task_status.started(self)
+                left = record.daemon
+                if left.container is not None and left.launcher == self.launcher.name:
+                    # An earlier run of this router left it (it was killed):
+                    # still running and healthy, it is taken over; else it
+                    # goes, and a new daemon starts from the record.
+                    if not await self._adopt(left):
+                        await self._stop(left.container, "left by an earlier run of the router")
                 if await self._open_work():
                     await self._do(self.core.demand())
                 await self._loop()
@@ -231,6 +233,31 @@ class Supervisor:
             elif kind == "lost":
                 log.warning("session %r: its daemon %s was lost: %s", self.session, step[1], step[2])
                 await self._do(self.core.lost(step[1], step[2]))
+
+    async def _adopt(self, left: DaemonRecord) -> bool:
+        """Take over the daemon an earlier run recorded, if it still runs
+        and answers its health check (each step bounded); whether it did."""
+        if left.state != "running" or None in (left.url, left.token, left.runtime, left.container):
+            return False
+        assert left.url is not None and left.token is not None and left.runtime is not None
+        assert left.container is not None
+        context = self.launcher.context(self.session, harness=self.harness)
+        try:
+            endpoint = DaemonEndpoint(left.url, left.token)
+            with trio.fail_after(self.launcher.stop_timeout):
+                found = await self.launcher.module.inspect(context, left.container)
+                if type(found) is not dict or found.get("state") != "running":
+                    return False
+                await check_health(endpoint)
+        except (trio.TooSlowError, EndpointError, LinkError):
+            return False
+        except Exception:
+            log.exception("session %r: inspecting %s failed", self.session, left.container)
+            return False
+        daemon = DaemonInfo(url=left.url, token=left.token, runtime=left.runtime, container=left.container)
+        log.info("session %r: adopted daemon %s at %s", self.session, left.container, left.url)
+        await self._do(self.core.adopted(daemon, trio.current_time()))
+        return True
 
     async def _open_work(self) -> bool:
         store = self.store

@@ -117,7 +117,8 @@ async def stop(process: trio.Process, sig: int = signal.SIGTERM) -> int:
 async def send(url: str, *args: str, token: str | None = None) -> tuple[int, Any, str]:
     """``router send --url URL --json [--token TOKEN] ARGS``: exit status,
     stdout as JSON (or None), stderr."""
-    auth = ["--token", token] if token is not None else []
+    # One argument: a token may start with "-", which argparse would take for an option.
+    auth = [f"--token={token}"] if token is not None else []
     done = await trio.run_process(
         [*ROUTER, "send", "--url", url, "--json", *auth, *args], capture_stdout=True, capture_stderr=True,
         check=False, env=environment(), cwd=REPO,

@@ -271,7 +271,7 @@ async def test_send_and_abort_outputs_and_exit_statuses(tmp_path: Path) -> None:
         assert status == 1 and "unanswered: aborted" in err
         status, out, err = await router("abort", "nowhere")
         assert status == 1 and out == "" and "unknown-session" in err
-        status, out, err = await router("abort", "root", "--url", served.url, "--token", served.token)
+        status, out, err = await router("abort", "root", "--url", served.url, f"--token={served.token}")
         assert (status, out) == (0, "stopped every open operation of root (if any ran)\n"), err
         # The cli channel switched off: 3.
         (tmp_path / "settings" / "plugins.json").write_text(

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import trio
 
-from router.host.store import Store
 from tests.api.processes import send, serve
-from tests.host.test_launched_processes import launch, listing, operation_status, reply
+from tests.host.test_launched_processes import assert_nothing_lost, launch, listing, reply, three_sessions_and_a_kill
 from tests.support.docker import TEST_LABEL, docker, labelled
-from tests.support.polling import until
 
 
 def docker_settings(tmp_path: Path, label: str) -> None:
@@ -43,51 +40,22 @@ async def test_three_sessions_three_containers_and_docker_kill_loses_no_message(
     docker_settings(tmp_path, docker_label)
     data = tmp_path / "data"
     async with serve(tmp_path, "--launcher", "docker", "--image", docker_image) as served:
-        for name in ("a", "b", "c"):
-            assert (await launch(served, name))["id"] == name
         assert running_containers(docker_label) == []  # a container starts with the first message
-        for name in ("a", "b", "c"):
-            assert (await reply(served, name, "one", f"{name}1"))["text"] == "echo: one (turn 1)"
-        first = await listing(served)
-        daemons = {name: first[name]["daemon"] for name in ("a", "b", "c")}
-        assert all(d["state"] == "running" and d["launcher"] == "docker" for d in daemons.values()), daemons
-        assert sorted(running_containers(docker_label)) == sorted(d["container"] for d in daemons.values())
-        assert len(set(running_containers(docker_label))) == 3
 
-        cut: dict[str, Any] = {}
+        def kill(container: str) -> None:
+            running = running_containers(docker_label)
+            assert len(running) == 3 and container in running  # each session's own
+            docker("kill", container)
 
-        async def slow() -> None:
-            cut["reply"] = await reply(served, "b", "slow 8000 cut", "b2")
-
-        nursery.start_soon(slow)
-        with trio.fail_after(60):
-            await until(lambda: operation_status(data, "b", "b2") == "running" or "reply" in cut, step=0.05)
-        assert "reply" not in cut
-        docker("kill", daemons["b"]["container"])
-
-        for name in ("a", "c"):
-            assert (await reply(served, name, "two", f"{name}2"))["text"] == "echo: two (turn 2)"
-        with trio.fail_after(180):
-            await until(lambda: "reply" in cut, step=0.1)
-        assert cut["reply"] == {"operationId": "b2", "session": "b", "status": "done", "text": "echo: cut (turn 2)"}
-        assert (await reply(served, "b", "three", "b3"))["text"] == "echo: three (turn 3)"
-
-        after = await listing(served)
-        assert after["b"]["daemon"]["container"] != daemons["b"]["container"]
-        assert after["b"]["daemon"]["runtime"] != daemons["b"]["runtime"]
-        for name in ("a", "c"):
-            assert after[name]["daemon"]["container"] == daemons[name]["container"]
-            assert after[name]["daemon"]["runtime"] == daemons[name]["runtime"]
-        # The killed container was removed; three run.
+        daemons, after = await three_sessions_and_a_kill(served, data, nursery, kill)
+        assert all(d["launcher"] == "docker" for d in daemons.values())
+        # The killed container was removed; the three sessions' run.
         assert daemons["b"]["container"] not in labelled("container", docker_label)
-        assert len(running_containers(docker_label)) == 3
+        assert sorted(running_containers(docker_label)) == sorted(after[n]["daemon"]["container"] for n in "abc")
     # router serve stopped: its containers with it (the workspaces stay for
     # the next start; the label fixture removes them).
     assert labelled("container", docker_label) == []
-    with Store(data / "host.sqlite", exclusive=False, create=False) as store:
-        assert store.entries("b") == [{"turn": 1, "text": "one"}, {"turn": 2, "text": "cut"},
-                                      {"turn": 3, "text": "three"}]
-        assert [m["id"] for m in store.messages("c")] == ["c1:user", "c1:assistant", "c2:user", "c2:assistant"]
+    assert_nothing_lost(data)
 
 
 async def test_a_missing_image_is_unreachable_with_the_reason_and_nothing_hangs(
@@ -109,4 +77,41 @@ async def test_a_missing_image_is_unreachable_with_the_reason_and_nothing_hangs(
         with trio.fail_after(120):
             status, again, _ = await send(served.url, "s", "hello", "--event-id", "e2", token=served.token)
         assert status == 1 and again["reply"]["reason"] == "image-missing"
+    assert labelled("container", docker_label) == []
+
+
+async def test_a_killed_router_adopts_its_running_containers_and_an_idle_one_stops(
+    tmp_path: Path, docker_image: str, docker_label: str
+) -> None:
+    """``router serve`` SIGKILLed: its container lives on; the next
+    ``router serve`` on the same data takes it over (the same container,
+    the count going on), and stops it once idle; the next message starts a
+    new one with the session's history."""
+    import signal
+
+    from tests.api.processes import stop
+
+    docker_settings(tmp_path, docker_label)
+    image = ("--launcher", "docker", "--image", docker_image)
+    async with serve(tmp_path, *image, name="first") as served:
+        assert (await reply(served, "root", "one", "e1"))["text"] == "echo: one (turn 1)"
+        container = (await listing(served))["root"]["daemon"]["container"]
+        await stop(served.process, signal.SIGKILL)
+    assert running_containers(docker_label) == [container]  # left running
+
+    async with serve(tmp_path, *image, "--idle-timeout", "2", name="second") as served:
+        with trio.fail_after(60):
+            while (await listing(served))["root"].get("daemon", {}).get("reason") is None:
+                await trio.sleep(0.1)
+        daemon = (await listing(served))["root"]["daemon"]
+        assert (daemon["state"], daemon["container"]) == ("running", container), daemon
+        assert daemon["reason"] == "adopted from an earlier run of the router"
+        assert (await reply(served, "root", "two", "e2"))["text"] == "echo: two (turn 2)"
+        with trio.fail_after(60):
+            while (await listing(served))["root"]["daemon"]["state"] != "idle-stopped":
+                await trio.sleep(0.1)
+        assert running_containers(docker_label) == []
+        assert (await reply(served, "root", "three", "e3"))["text"] == "echo: three (turn 3)"
+        again = (await listing(served))["root"]["daemon"]
+        assert again["state"] == "running" and again["container"] != container
     assert labelled("container", docker_label) == []

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 import trio
@@ -29,7 +29,7 @@ from tests.support.polling import until
 
 async def launch(served: Served, session: str, *args: str) -> dict[str, Any]:
     done = await trio.run_process(
-        [*ROUTER, "launch", session, "--url", served.url, "--token", served.token, "--json", *args],
+        [*ROUTER, "launch", session, "--url", served.url, f"--token={served.token}", "--json", *args],
         capture_stdout=True, capture_stderr=True, check=False, env=environment(), cwd=REPO,
     )
     assert done.returncode == 0, (done.stdout, done.stderr, served.log())
@@ -64,57 +64,79 @@ def alive(pid: int) -> bool:
     return True
 
 
+async def three_sessions_and_a_kill(
+    served: Served, data: Path, nursery: trio.Nursery, kill: Callable[[str], None]
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Launch a, b, c, one turn each; ``kill`` b's daemon (by its
+    container id) in the middle of a slow turn; a and c take a turn
+    meanwhile; the cut turn is re-run and b takes one more. Returns each
+    session's daemon before the kill, and the listing after."""
+    for name in ("a", "b", "c"):
+        assert (await launch(served, name))["id"] == name
+    for name in ("a", "b", "c"):
+        assert (await reply(served, name, "one", f"{name}1"))["text"] == "echo: one (turn 1)"
+    first = await listing(served)
+    daemons = {name: first[name]["daemon"] for name in ("a", "b", "c")}
+    assert all(d["state"] == "running" for d in daemons.values()), daemons
+    assert len({d["container"] for d in daemons.values()}) == 3  # three daemons
+    assert len({d["runtime"] for d in daemons.values()}) == 3
+
+    cut: dict[str, Any] = {}
+
+    async def slow() -> None:
+        cut["reply"] = await reply(served, "b", "slow 8000 cut", "b2")
+
+    nursery.start_soon(slow)
+    with trio.fail_after(60):
+        await until(lambda: operation_status(data, "b", "b2") == "running" or "reply" in cut, step=0.05)
+    assert "reply" not in cut
+    kill(daemons["b"]["container"])  # mid-turn
+
+    # The other two go on, on the same daemons, while b is replaced.
+    for name in ("a", "c"):
+        assert (await reply(served, name, "two", f"{name}2"))["text"] == "echo: two (turn 2)"
+    with trio.fail_after(180):
+        await until(lambda: "reply" in cut, step=0.05)
+    # The cut turn ran again in the new daemon, counting on from the
+    # restored entry (one turn before it).
+    assert cut["reply"] == {"operationId": "b2", "session": "b", "status": "done", "text": "echo: cut (turn 2)"}
+    assert (await reply(served, "b", "three", "b3"))["text"] == "echo: three (turn 3)"
+
+    after = await listing(served)
+    assert after["b"]["daemon"]["state"] == "running"
+    assert after["b"]["daemon"]["container"] != daemons["b"]["container"]
+    assert after["b"]["daemon"]["runtime"] != daemons["b"]["runtime"]
+    for name in ("a", "c"):
+        assert after[name]["daemon"]["container"] == daemons[name]["container"]
+        assert after[name]["daemon"]["runtime"] == daemons[name]["runtime"]
+    return daemons, after
+
+
+def assert_nothing_lost(data: Path) -> None:
+    """What :func:`three_sessions_and_a_kill` left in the record: every
+    turn once, the cut one included."""
+    with Store(data / "host.sqlite", exclusive=False, create=False) as store:
+        assert [m["id"] for m in store.messages("a")] == ["a1:user", "a1:assistant", "a2:user", "a2:assistant"]
+        assert store.entries("b") == [{"turn": 1, "text": "one"}, {"turn": 2, "text": "cut"},
+                                      {"turn": 3, "text": "three"}]
+        assert [m["id"] for m in store.messages("b")] == ["b1:user", "b1:assistant", "b2:user", "b2:assistant",
+                                                          "b3:user", "b3:assistant"]
+
+
 async def test_three_sessions_three_daemons_and_a_killed_one_is_replaced_unnoticed_by_the_others(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
     data = tmp_path / "data"
     async with serve(tmp_path, "--launcher", "process") as served:
-        for name in ("a", "b", "c"):
-            assert (await launch(served, name))["id"] == name
-        for name in ("a", "b", "c"):
-            assert (await reply(served, name, "one", f"{name}1"))["text"] == "echo: one (turn 1)"
-        first = await listing(served)
-        daemons = {name: first[name]["daemon"] for name in ("a", "b", "c")}
-        assert all(d["state"] == "running" and d["launcher"] == "process" for d in daemons.values()), daemons
-        assert len({d["container"] for d in daemons.values()}) == 3  # three processes
-        assert len({d["runtime"] for d in daemons.values()}) == 3
-
-        cut: dict[str, Any] = {}
-
-        async def slow() -> None:
-            cut["reply"] = await reply(served, "b", "slow 6000 cut", "b2")
-
-        nursery.start_soon(slow)
-        with trio.fail_after(60):
-            await until(lambda: operation_status(data, "b", "b2") == "running" or "reply" in cut, step=0.05)
-        assert "reply" not in cut
-        os.kill(int(daemons["b"]["container"]), signal.SIGKILL)  # mid-turn
-
-        # The other two go on, on the same daemons, while b is replaced.
-        for name in ("a", "c"):
-            assert (await reply(served, name, "two", f"{name}2"))["text"] == "echo: two (turn 2)"
-        with trio.fail_after(120):
-            await until(lambda: "reply" in cut, step=0.05)
-        # The cut turn ran again in the new daemon, counting on from the
-        # restored entry (one turn before it).
-        assert cut["reply"] == {"operationId": "b2", "session": "b", "status": "done", "text": "echo: cut (turn 2)"}
-        assert (await reply(served, "b", "three", "b3"))["text"] == "echo: three (turn 3)"
-
-        after = await listing(served)
-        assert after["b"]["daemon"]["state"] == "running"
-        assert after["b"]["daemon"]["container"] != daemons["b"]["container"]
-        assert after["b"]["daemon"]["runtime"] != daemons["b"]["runtime"]
-        for name in ("a", "c"):
-            assert after[name]["daemon"]["container"] == daemons[name]["container"]
-            assert after[name]["daemon"]["runtime"] == daemons[name]["runtime"]
+        _, after = await three_sessions_and_a_kill(
+            served, data, nursery, lambda container: os.kill(int(container), signal.SIGKILL)
+        )
+        assert all(after[name]["daemon"]["launcher"] == "process" for name in ("a", "b", "c"))
         pids = [int(after[name]["daemon"]["container"]) for name in ("a", "b", "c")]
     # router serve stopped: so did every daemon it started.
     with trio.fail_after(30):
         await until(lambda: not any(alive(pid) for pid in pids), step=0.05)
-    with Store(data / "host.sqlite", exclusive=False, create=False) as store:
-        assert [m["id"] for m in store.messages("a")] == ["a1:user", "a1:assistant", "a2:user", "a2:assistant"]
-        assert store.entries("b") == [{"turn": 1, "text": "one"}, {"turn": 2, "text": "cut"},
-                                      {"turn": 3, "text": "three"}]
+    assert_nothing_lost(data)
 
 
 async def test_an_idle_daemon_is_stopped_and_the_next_message_starts_it_with_its_history(tmp_path: Path) -> None:

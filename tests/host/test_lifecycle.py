@@ -123,6 +123,16 @@ def test_failed_starts_retry_then_unreachable_with_the_reason_and_a_later_delive
     assert kinds(again) == ["Publish", "Start"] and core.failures == 0 and core.state == "starting"
 
 
+def test_a_daemon_of_an_earlier_run_is_adopted_once() -> None:
+    core = LifecycleCore(idle_timeout=10)
+    effects = core.adopted(daemon(7), now=3.0)
+    assert effects == [Watch("c7"), Publish("running", "adopted from an earlier run of the router", daemon(7))]
+    assert (core.state, core.daemon, core.adoptions, core.starts, core.idle_deadline) == (
+        "running", daemon(7), 1, 0, 13.0)
+    assert core.adopted(daemon(8), now=4.0) == []  # it has one
+    assert core.demand() == [] and core.idle_deadline == math.inf
+
+
 def test_close_stops_the_running_daemon_only() -> None:
     core = LifecycleCore()
     assert core.close() == []

@@ -18,8 +18,11 @@ INTERFACE_VERSION = 1
 
 #: The one harness the in-process daemon runs (its adapter).
 HARNESS = "echo"
-#: The container id every session shares.
-CONTAINER = "in-process"
+def _container(options):
+    """The shared daemon's id: one per run of the router (its runtime id),
+    so a daemon an earlier run recorded is never taken for this one."""
+    runtime = options.get("runtime")
+    return f"in-process-{runtime}" if type(runtime) is str else "in-process"
 
 
 def _options(context):
@@ -43,7 +46,7 @@ async def start(context):
             "this module's options)",
         }
     await trio.lowlevel.checkpoint()
-    answer = {"url": options["url"], "token": options["token"], "container": CONTAINER, "state": "running"}
+    answer = {"url": options["url"], "token": options["token"], "container": _container(options), "state": "running"}
     if type(options.get("runtime")) is str:
         answer["runtime"] = options["runtime"]
     return answer
@@ -56,7 +59,7 @@ async def wait(context, container):
 
 async def inspect(context, container):
     await trio.lowlevel.checkpoint()
-    return {"state": "running" if container == CONTAINER else "missing"}
+    return {"state": "running" if container == _container(_options(context)) else "missing"}
 
 
 async def stop(context, container):
