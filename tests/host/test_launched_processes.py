@@ -27,9 +27,12 @@ from tests.api.processes import ROUTER, REPO, Served, environment, send, serve
 from tests.support.polling import until
 
 
-async def launch(served: Served, session: str, *args: str) -> dict[str, Any]:
+async def launch(served: Served, session: str, *args: str, found: bool = False) -> dict[str, Any]:
+    """``router launch SESSION --json ARGS``: at ``served``'s URL, or
+    (``found``) at the one ``router serve`` it finds over the private sockets."""
+    reach = [] if found else ["--url", served.url, f"--token={served.token}"]
     done = await trio.run_process(
-        [*ROUTER, "launch", session, "--url", served.url, f"--token={served.token}", "--json", *args],
+        [*ROUTER, "launch", session, *reach, "--json", *args],
         capture_stdout=True, capture_stderr=True, check=False, env=environment(), cwd=REPO,
     )
     assert done.returncode == 0, (done.stdout, done.stderr, served.log())
@@ -190,7 +193,9 @@ async def test_a_launcher_that_cannot_start_is_unreachable_with_the_reason_and_a
 
 async def test_the_in_process_launcher_refuses_another_harness(tmp_path: Path) -> None:
     async with serve(tmp_path) as served:
-        assert (await launch(served, "x", "--harness", "claude-code"))["id"] == "x"
+        # No URL: the one `router serve` of this user, over its private socket.
+        created = await launch(served, "x", "--harness", "claude-code", found=True)
+        assert (created["id"], created["kind"]) == ("x", "container")
         with trio.fail_after(120):
             status, answer, _ = await send(served.url, "x", "hi", "--event-id", "x1", token=served.token)
         assert status == 1 and answer["reply"]["reason"] == "harness-unsupported"
