@@ -466,6 +466,9 @@ if (typeof document !== "undefined") {
     else if (item.type === "turn-end") $("working").hidden = true;
     else if (item.type === "session-stopped") notice("stopped: " + item.reason);
     else if (item.type === "session-resumed") notice(null);
+    // A launched daemon's step (starting, replacing, unreachable ...): shown until it runs again.
+    else if (item.type === "notice" && typeof item.code === "string" && item.code.startsWith("daemon-"))
+      notice(item.state === "running" ? null : item.message);
   }
 
   function notice(text) {

@@ -32,6 +32,19 @@ def test_a_container_session(link_state: str | None, busy: bool, stopped: bool, 
     assert container_state(busy=busy, stopped=stopped, link_state=link_state) == expected
 
 
+@pytest.mark.parametrize("daemon_state,link_state,busy,expected", [
+    ("unreachable", None, False, "unreachable"),  # its launcher failed to start it
+    ("unreachable", "connecting", False, "unreachable"),
+    ("starting", "connecting", True, "working"),
+    ("replacing", "backoff", True, "working"),  # the link backs off while its daemon is replaced on purpose
+    ("idle-stopped", "backoff", False, "idle"),  # the next delivery starts it
+    ("running", "backoff", False, "unreachable"),  # it runs, and cannot be reached
+    ("unreachable", "closed", False, "closed"),
+])
+def test_a_launched_container_session(daemon_state: str, link_state: str | None, busy: bool, expected: str) -> None:
+    assert container_state(busy=busy, stopped=False, link_state=link_state, daemon_state=daemon_state) == expected
+
+
 def test_a_claude_code_session() -> None:
     fresh = LinkState()
     assert claude_code_state(link=fresh, stopped=False, closed=False) == "unreachable"
