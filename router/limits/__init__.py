@@ -1,0 +1,7 @@
+"""The provider's usage limits: parking every session of an account at its
+limit and resuming each once at the reset (``docs/limits.md``)."""
+
+from router.limits.runner import ParkTimer, wall_ms
+from router.limits.schedule import DELAY_MS, JITTER_MS, STAGGER_MS, Park, ParkBook, Parked, Resume
+
+__all__ = ["DELAY_MS", "JITTER_MS", "STAGGER_MS", "Park", "ParkBook", "ParkTimer", "Parked", "Resume", "wall_ms"]
