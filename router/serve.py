@@ -257,6 +257,8 @@ class MainJob:
                     deliveries=deliveries, registry=registry, host=self.host, env=self.env, layer=self.layer,
                     instance=config.instance, container_harness=harness, container_via=via, **options,
                 )
+                # The provider's usage limits: parks reloaded, resumed at their resets.
+                await self._start(nursery, "parking", self.router.parking.run)
                 for session_id in config.claude_sessions:
                     await self.router.open_claude_code(session_id)
                 # 5. The API, behind the token.
