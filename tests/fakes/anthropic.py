@@ -236,6 +236,14 @@ def usage_limit(resets_at: int, *, claim: str = "five_hour") -> ApiError:
     rejected``, ``-reset`` (epoch seconds) and ``-representative-claim``
     (the headers the real Claude Code 2.1.332 reads; only a subscriber's
     sign-in, ``CLAUDE_CODE_OAUTH_TOKEN``, reads them as a usage limit)."""
+    window = {"five_hour": "5h", "seven_day": "7d"}.get(claim)
+    # The window's own reading (utilization 1.0 at its reset), which Claude
+    # Code's session measure reports to a mod as 100 % (`session.measure`).
+    readings = () if window is None else (
+        (f"anthropic-ratelimit-unified-{window}-utilization", "1.0"),
+        (f"anthropic-ratelimit-unified-{window}-reset", str(resets_at)),
+        (f"anthropic-ratelimit-unified-{window}-status", "rejected"),
+    )
     return ApiError(
         status=429,
         error_type="rate_limit_error",
@@ -244,6 +252,7 @@ def usage_limit(resets_at: int, *, claim: str = "five_hour") -> ApiError:
             ("anthropic-ratelimit-unified-status", "rejected"),
             ("anthropic-ratelimit-unified-reset", str(resets_at)),
             ("anthropic-ratelimit-unified-representative-claim", claim),
+            *readings,
         ),
     )
 
