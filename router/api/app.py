@@ -17,6 +17,8 @@ Routes (JSON unless said otherwise; every refusal is ``{"error": code,
 ``GET /sessions/<id>/messages``          ``{session, kind, messages}``
 ``GET /sessions/<id>/live``              server-sent events: a snapshot, then live items
 ``POST /sessions/<id>/abort``            ``{operationId?}`` → ``{session, aborted}``
+``POST /sessions/<id>/cancel-park``      ``{}`` → ``{session, cancelled}``: end a park
+                                        (the provider's usage limit; docs/limits.md)
 ``POST /sessions/<id>/resume``           ``{}`` → ``{session, resumed}``: a session a
                                          limit stopped takes deliveries again
 ``POST /sessions/<id>/asks/<ask>``       ``{decision}``: answer a permission ask of the
@@ -478,6 +480,22 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             return forwarded
         try:
             return _json(await router.resume(session))
+        except Refusal as refusal:
+            return _refused(refusal, 409)
+
+    @app.post("/sessions/<session>/cancel-park")
+    async def cancel_park(session: str) -> Response:
+        """End the park the provider's usage limit put the session in
+        (docs/limits.md): ``{session, cancelled[, dropped, was]}``."""
+        try:
+            await json_body({}, empty_ok=True)
+        except _BadBody as exc:
+            return _error("bad-body", f"POST /sessions/<id>/cancel-park takes {{}}: {exc.message}")
+        forwarded = await elsewhere(session, "cancel-park", {})
+        if forwarded is not None:
+            return forwarded
+        try:
+            return _json(await router.cancel_park(session))
         except Refusal as refusal:
             return _refused(refusal, 409)
 
