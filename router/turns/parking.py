@@ -53,13 +53,17 @@ from __future__ import annotations
 
 import logging
 import math
+from functools import partial
 import random
 from datetime import datetime, timezone
 from typing import Any, Callable, Final
 
+from pathlib import Path
+
 import attrs
 import trio
 
+from router.limits import shared as shared_limits
 from router.errors import Refusal
 from router.limits import LimitSeen, Park, ParkBook, Parked, ParkTimer, Resume, wall_ms
 from router.turns.core import Answered, Delivery, DeliveryEntry, Reply, State
@@ -111,8 +115,11 @@ class Parking:
 
     def __init__(
         self, router: Any, *, book: ParkBook | None = None, wall: Callable[[], int] = wall_ms,
+        shared: Path | None = None,
     ) -> None:
         self.router = router
+        #: The account limits every local router shares (router.limits.shared; None: this router's own only).
+        self.shared = shared
         self.deliveries = router.deliveries
         self.timer = ParkTimer(book or ParkBook(rng=random.Random()), on_resume=self._due, wall=wall)
         self._accounts: dict[str, str] = {}
@@ -156,6 +163,22 @@ class Parking:
         """A session opened: it parks at once if its account is parked."""
         account = await self._account(session.id)
         await self._parked(self.timer.member(session.id, account))
+        await self.check_shared(session.id)
+
+    async def check_shared(self, session_id: str) -> None:
+        """Park ``session_id`` if another local router learned its account's
+        limit (the shared file; see :mod:`router.limits.shared`)."""
+        if self.shared is None:
+            return
+        limit = (await trio.to_thread.run_sync(shared_limits.read, self.shared)).get(await self._account(session_id))
+        if limit is None or limit["resetsAt"] <= self.timer.now():
+            return
+        known = self.timer.book.limit_of(await self._account(session_id))
+        if known is not None and known >= limit["resetsAt"] and self.holding(session_id) is not None:
+            return
+        kind = limit.get("limitKind") if type(limit.get("limitKind")) is str else ""
+        await self._parked(self.timer.limit(await self._account(session_id), limit["resetsAt"], session=session_id,
+                                            limit_kind=kind))
 
     async def _on_signal(self, session_id: str, signal: LimitSeen | KeptOperation) -> None:
         if isinstance(signal, LimitSeen):
@@ -166,6 +189,10 @@ class Parking:
                     effects += self.timer.member(other, await self._account(other))
             effects += self.timer.limit(account, signal.resets_at, session=session_id, limit_kind=signal.limit_kind)
             await self._parked(effects)
+            if self.shared is not None:
+                await trio.to_thread.run_sync(partial(
+                    shared_limits.record, self.shared, account, resets_at=signal.resets_at,
+                    limit_kind=signal.limit_kind, source=session_id, at=self.timer.now()))
         elif isinstance(signal, KeptOperation):
             if self.holding(session_id) is None:
                 log.warning("session %r: operation %r ended at the usage limit with no park; kept for the next",

@@ -78,6 +78,7 @@ import logging
 import os
 import uuid
 from functools import partial
+from pathlib import Path
 from typing import Any, AsyncIterator, Final, Mapping
 
 import trio
@@ -167,7 +168,9 @@ class TurnRouter:
     most ``measure_wait`` seconds for the turn before it to be measured, and
     a container write at most ``bracket_wait`` for its turn's bracket to
     open (each then goes on, logged). ``park_book`` is the park scheduler
-    (its delay, stagger and jitter; :mod:`router.turns.parking`).
+    (its delay, stagger and jitter; :mod:`router.turns.parking`);
+    ``shared_limits`` the account limits file every local router shares
+    (:mod:`router.limits.shared`; None: this router's own limits only).
     """
 
     def __init__(
@@ -187,6 +190,7 @@ class TurnRouter:
         measure_wait: float = MEASURE_WAIT,
         bracket_wait: float = MEASURE_WAIT,
         park_book: ParkBook | None = None,
+        shared_limits: Path | None = None,
     ) -> None:
         self.deliveries = deliveries
         self.registry = registry
@@ -205,7 +209,7 @@ class TurnRouter:
         self.delivered = 0
         #: The provider's usage limits: parks, kept work, resumes
         #: (:mod:`router.turns.parking`; its task is the main job's to run).
-        self.parking = Parking(self, book=park_book)
+        self.parking = Parking(self, book=park_book, shared=shared_limits)
 
     def __repr__(self) -> str:
         return f"<TurnRouter {self.registry!r} delivered={self.delivered}>"
@@ -338,6 +342,8 @@ class TurnRouter:
         out += [entry for session in self.registry.sessions() if (entry := session.target.entry()) is not None]
         for entry in out:
             open_session = self.registry.get(entry["id"])
+            if open_session is not None:
+                await self.parking.check_shared(entry["id"])
             stop = self._stop_of(open_session) if open_session is not None else stops.get(entry["id"])
             if stop is not None:
                 entry["stopped"] = stop.reason
@@ -511,6 +517,7 @@ class TurnRouter:
     # ------------------------------------------------------------------ plan, write, settle
 
     async def _handle(self, session: Session, delivery: Delivery) -> Reply:
+        await self.parking.check_shared(session.id)
         park = self.parking.holding(session.id)
         if park is not None:  # the provider's usage limit: kept, answered `parked`
             return await self.parking.keep_delivery(delivery, park)
