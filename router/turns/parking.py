@@ -125,6 +125,9 @@ class Parking:
         self._accounts: dict[str, str] = {}
         #: Parks handed over whose marker has not run yet (they still hold).
         self._pending: dict[str, Park] = {}
+        #: session -> the reset of the park a person ended early (resumed or
+        #: cancelled): the shared file's same limit does not park it again.
+        self._released: dict[str, int] = {}
         self._signals_in, self._signals = trio.open_memory_channel[tuple[str, Any]](math.inf)
         self.kept = 0
 
@@ -165,20 +168,23 @@ class Parking:
         await self._parked(self.timer.member(session.id, account))
         await self.check_shared(session.id)
 
-    async def check_shared(self, session_id: str) -> None:
-        """Park ``session_id`` if another local router learned its account's
-        limit (the shared file; see :mod:`router.limits.shared`)."""
-        if self.shared is None:
+    async def check_shared(self, *session_ids: str) -> None:
+        """Park each of ``session_ids`` whose account another local router
+        found limited (the shared file, read once; :mod:`router.limits.shared`)."""
+        if self.shared is None or not session_ids:
             return
-        limit = (await trio.to_thread.run_sync(shared_limits.read, self.shared)).get(await self._account(session_id))
-        if limit is None or limit["resetsAt"] <= self.timer.now():
-            return
-        known = self.timer.book.limit_of(await self._account(session_id))
-        if known is not None and known >= limit["resetsAt"] and self.holding(session_id) is not None:
-            return
-        kind = limit.get("limitKind") if type(limit.get("limitKind")) is str else ""
-        await self._parked(self.timer.limit(await self._account(session_id), limit["resetsAt"], session=session_id,
-                                            limit_kind=kind))
+        limits = await trio.to_thread.run_sync(shared_limits.read, self.shared)
+        now = self.timer.now()
+        for session_id in session_ids:
+            account = await self._account(session_id)
+            limit = limits.get(account)
+            if limit is None or limit["resetsAt"] <= now or self._released.get(session_id, 0) >= limit["resetsAt"]:
+                continue
+            known = self.timer.book.limit_of(account)
+            if known is not None and known >= limit["resetsAt"] and self.holding(session_id) is not None:
+                continue
+            kind = limit.get("limitKind") if type(limit.get("limitKind")) is str else ""
+            await self._parked(self.timer.limit(account, limit["resetsAt"], session=session_id, limit_kind=kind))
 
     async def _on_signal(self, session_id: str, signal: LimitSeen | KeptOperation) -> None:
         if isinstance(signal, LimitSeen):
@@ -304,6 +310,7 @@ class Parking:
         resume = self.timer.resume_now(session_id)
         if resume is None:
             return None
+        self._released[session_id] = resume.park.resets_at
         await self._due(resume)
         return {"session": session_id, "resumed": True, "was": {"parked": resume.park.to_json()}}
 
@@ -314,6 +321,7 @@ class Parking:
         park = self.timer.cancel(session_id) or self._pending.pop(session_id, None)
         if park is None:
             return {"session": session_id, "cancelled": False}
+        self._released[session_id] = park.resets_at
         dropped = await self.deliveries.call(self._drop, session_id)
         self._publish(session_id, {"type": "session-unparked", "session": session_id, "why": "cancelled"})
         return {"session": session_id, "cancelled": True, "dropped": dropped, "was": {"parked": park.to_json()}}

@@ -340,10 +340,9 @@ class TurnRouter:
         stops = await self.deliveries.call(self.deliveries.stops) if self.layer is not None else {}
         out = [] if self.containers is None else await self.containers.list()
         out += [entry for session in self.registry.sessions() if (entry := session.target.entry()) is not None]
+        await self.parking.check_shared(*(entry["id"] for entry in out))
         for entry in out:
             open_session = self.registry.get(entry["id"])
-            if open_session is not None:
-                await self.parking.check_shared(entry["id"])
             stop = self._stop_of(open_session) if open_session is not None else stops.get(entry["id"])
             if stop is not None:
                 entry["stopped"] = stop.reason

@@ -75,14 +75,20 @@ async def states(router: TurnRouter) -> dict[str, str]:
     return {entry["id"]: entry["state"] for entry in await router.list()}
 
 
-async def test_a_limit_parks_the_account_keeps_what_comes_and_resumes_each_once(make_rig, nursery):
+async def two_sessions(make_rig, nursery, park_book: ParkBook, reset_in: int):
+    """An adapter that meets the limit for ``reset_in`` ms more, the router
+    over it with its parking running, and sessions s1 and s2."""
     adapter = LimitAdapter()
-    rig = await make_rig(adapter, park_book=book())
-    router = rig.router
-    await nursery.start(router.parking.run)
+    rig = await make_rig(adapter, park_book=park_book)
+    await nursery.start(rig.router.parking.run)
     for name in ("s1", "s2"):
-        await router.create(name)
-    adapter.resets_at = int(time.time() * 1000) + 2_000
+        await rig.router.create(name)
+    adapter.resets_at = int(time.time() * 1000) + reset_in
+    return adapter, rig, rig.router
+
+
+async def test_a_limit_parks_the_account_keeps_what_comes_and_resumes_each_once(make_rig, nursery):
+    adapter, rig, router = await two_sessions(make_rig, nursery, book(), 2_000)
     with trio.fail_after(WAIT):
         reply, body = await router.send("s1", "first", event_id="e1", wait=True)
         # Kept, not failed: the reply says so, with the park.
@@ -139,13 +145,7 @@ async def test_a_router_started_again_while_parked_resumes_at_the_reset(make_rig
 
 
 async def test_a_person_resumes_one_session_early_and_cancels_another(make_rig, nursery):
-    adapter = LimitAdapter()
-    rig = await make_rig(adapter, park_book=ParkBook(delay=3_600_000))
-    router = rig.router
-    await nursery.start(router.parking.run)
-    for name in ("s1", "s2"):
-        await router.create(name)
-    adapter.resets_at = int(time.time() * 1000) + 500
+    adapter, rig, router = await two_sessions(make_rig, nursery, ParkBook(delay=3_600_000), 500)
     with trio.fail_after(WAIT):
         await router.send("s1", "first", event_id="e1", wait=True)
         await until(lambda: router.parking.holding("s2") is not None)
@@ -161,3 +161,28 @@ async def test_a_person_resumes_one_session_early_and_cancels_another(make_rig, 
         _, refused = await router.send("s2", "to cancel", event_id="e2")  # the person resends it
         assert refused["status"] == "delivered"
         await until(lambda: adapter.answered["to cancel"] == 1)
+
+
+async def test_a_limit_one_router_learns_parks_the_account_in_another(make_rig, nursery, tmp_path):
+    """Claude Code starts one router per session: the account limits file
+    they share carries a limit from one router to the next."""
+    shared = tmp_path / "account-limits.json"
+    adapter = LimitAdapter()
+    first = await make_rig(adapter, name="first", park_book=book(), shared_limits=shared)
+    second = await make_rig(name="second", park_book=book(), shared_limits=shared)  # the echo adapter
+    for rig in (first, second):
+        await nursery.start(rig.router.parking.run)
+    await first.router.create("a1")
+    await second.router.create("b1")
+    adapter.resets_at = int(time.time() * 1000) + 60_000
+    with trio.fail_after(WAIT):
+        await first.router.send("a1", "first", event_id="e1", wait=True)
+        await until(lambda: shared.exists())
+        # The other router parks its session of the account when it lists it, and keeps what comes.
+        assert (await states(second.router))["b1"] == "parked"
+        _, parked = await second.router.send("b1", "kept elsewhere", event_id="eb")
+        assert parked["status"] == "parked" and parked["resetsAt"] == adapter.resets_at
+        # A person resumes it early: the same limit in the file does not park it again.
+        assert (await second.router.resume("b1"))["resumed"] is True
+        _, answer = await second.router.send("b1", "after the resume", event_id="eb2", wait=True)
+        assert answer["status"] == "delivered" and answer["reply"]["status"] == "done"
