@@ -71,7 +71,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "resume": (
         "router.turns.cli",
-        "let a session a limit stopped take messages again",
+        "let a session a limit stopped take messages again, or resume a parked one now",
+    ),
+    "cancel-park": (
+        "router.turns.cli",
+        "end the park the provider's usage limit put a session in (its kept messages are dropped)",
     ),
     "asks": (
         "router.asks.cli",
@@ -128,8 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     module_name, help_ = COMMANDS[name]
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"router {name}", description=help_)
-    configure = getattr(module, f"configure_{name}", None) or module.configure
-    run = getattr(module, f"run_{name}", None) or module.run
+    attribute = name.replace("-", "_")
+    configure = getattr(module, f"configure_{attribute}", None) or module.configure
+    run = getattr(module, f"run_{attribute}", None) or module.run
     configure(parser)
     parsed = parser.parse_args(args[1:])
     return int(run(parsed) or 0)

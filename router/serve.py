@@ -271,8 +271,13 @@ class MainJob:
                     options["message_deadline"] = config.message_deadline
                 self.router = TurnRouter(
                     deliveries=deliveries, registry=registry, host=self.host, env=self.env, layer=self.layer,
-                    instance=config.instance, container_harness=harness, container_via=via, **options,
+                    instance=config.instance, container_harness=harness, container_via=via,
+                    # Beside the shared turn records: every local router's account limits.
+                    shared_limits=(config.records or config.data_dir / "usage.jsonl").with_name("account-limits.json"),
+                    **options,
                 )
+                # The provider's usage limits: parks reloaded, resumed at their resets.
+                await self._start(nursery, "parking", self.router.parking.run)
                 for session_id in config.claude_sessions:
                     await self.router.open_claude_code(session_id)
                 # 5. The API, behind the token.

@@ -153,6 +153,8 @@ class Link {
   private serverAsks = false
   private mode: string | undefined
   private asks = new Map<string, (answer: AskAnswer) => void>()
+  /** The usage limits told (`kind:resetsAt`). */
+  private limitsTold = new Set<string>()
 
   get busy(): boolean {
     return this.turnId !== undefined || this.promptsWaiting > 0
@@ -491,6 +493,23 @@ class Link {
     if (dropped !== undefined) this.unread = [...unread, ...this.unread]
   }
 
+  // ------------------------------------------------------------------ usage limit
+
+  /** The session's measure: a rate-limit window at 100 % with a reset ahead is the account's usage
+   * limit (Claude Code 2.1.332 measures it from the 429's `anthropic-ratelimit-unified-*` headers,
+   * before its own "You've hit your limit" answer); told once per window and reset. */
+  measured(rateLimits: Dollar): void {
+    if (!Array.isArray(rateLimits)) return
+    for (const window of rateLimits) {
+      const resetsAt = typeof window?.resetsAt === "string" ? Date.parse(window.resetsAt) : NaN
+      if (typeof window?.percentUsed !== "number" || window.percentUsed < 100 || !(resetsAt > Date.now())) continue
+      const key = `${String(window.kind)}:${resetsAt}`
+      if (this.limitsTold.has(key)) continue
+      this.limitsTold.add(key)
+      this.emit({ kind: "usage-limit", resetsAt, rateLimitType: String(window.kind) })
+    }
+  }
+
   // ------------------------------------------------------------------ asks
 
   permissionMode(mode: unknown): void {
@@ -708,6 +727,12 @@ export function register(on: Dollar): void {
     } catch {
       return result // Never worse than without the router: Claude Code's own prompt.
     }
+  })
+
+  on("session.measure", async ($: Dollar, e: Dollar, next: Dollar) => {
+    const result = await next(e)
+    if (link.isLinked) link.measured(e.rateLimits)
+    return result
   })
 
   on("turn.complete", async ($: Dollar, e: Dollar, next: Dollar) => {

@@ -17,6 +17,8 @@ Routes (JSON unless said otherwise; every refusal is ``{"error": code,
 ``GET /sessions/<id>/messages``          ``{session, kind, messages}``
 ``GET /sessions/<id>/live``              server-sent events: a snapshot, then live items
 ``POST /sessions/<id>/abort``            ``{operationId?}`` → ``{session, aborted}``
+``POST /sessions/<id>/cancel-park``      ``{}`` → ``{session, cancelled}``: end a park
+                                        (the provider's usage limit; docs/limits.md)
 ``POST /sessions/<id>/resume``           ``{}`` → ``{session, resumed}``: a session a
                                          limit stopped takes deliveries again
 ``POST /sessions/<id>/asks/<ask>``       ``{decision}``: answer a permission ask of the
@@ -63,7 +65,7 @@ from __future__ import annotations
 import logging
 import uuid
 from urllib.parse import quote
-from typing import Any, AsyncIterator, Callable, Final, Mapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
 
 import attrs
 import trio
@@ -471,19 +473,30 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         except Refusal as refusal:
             return _refused(refusal)
 
-    @app.post("/sessions/<session>/resume")
-    async def resume(session: str) -> Response:
+    async def session_action(session: str, route: str, act: Callable[[str], Awaitable[dict[str, Any]]]) -> Response:
+        """``POST /sessions/<id>/<route> {}``: ``act(session)`` here, or at
+        the router that holds the session; a refusal 409 unless it names one."""
         try:
             await json_body({}, empty_ok=True)
         except _BadBody as exc:
-            return _error("bad-body", f"POST /sessions/<id>/resume takes {{}}: {exc.message}")
-        forwarded = await elsewhere(session, "resume", {})
+            return _error("bad-body", f"POST /sessions/<id>/{route} takes {{}}: {exc.message}")
+        forwarded = await elsewhere(session, route, {})
         if forwarded is not None:
             return forwarded
         try:
-            return _json(await router.resume(session))
+            return _json(await act(session))
         except Refusal as refusal:
             return _refused(refusal, 409)
+
+    @app.post("/sessions/<session>/resume")
+    async def resume(session: str) -> Response:
+        return await session_action(session, "resume", router.resume)
+
+    @app.post("/sessions/<session>/cancel-park")
+    async def cancel_park(session: str) -> Response:
+        """End the park the provider's usage limit put the session in
+        (docs/limits.md): ``{session, cancelled[, dropped, was]}``."""
+        return await session_action(session, "cancel-park", router.cancel_park)
 
     # ------------------------------------------------------------------ asks (router.asks)
     # GET /asks: {"asks": [ask, ...]} waiting on a person, oldest first

@@ -172,6 +172,8 @@ function outcomeText(status, body) {
   if (status === 503 && body.eventId) return { final: false, text: "unanswered (" + body.error + "): it will be sent again" };
   if (status >= 400) return { final: true, text: "refused: " + (body.error || status) + ": " + (body.message || "") };
   if (body.status === "dropped") return { final: true, text: "the session dropped it: " + (body.reason || "no reason given") };
+  // The provider's usage limit: kept by the router, it goes in once at the reset.
+  if (body.status === "parked") return { final: true, text: "kept: " + parkedText(body) };
   if (body.as === "row") return { final: true, text: "written into the running turn" };
   // A container session's answer says how the prompt was handed over, not
   // whether a turn was running at that moment.
@@ -179,6 +181,19 @@ function outcomeText(status, body) {
   if (body.whenBusy === "followUp") return { final: true, text: "started as a prompt (queued as a follow-up, if a turn runs)" };
   if (body.as === "prompt") return { final: true, text: "started as a prompt" };
   return { final: true, text: "delivered" };
+}
+
+// A park (a board entry's ``parked``, a live item, a send's answer) in
+// words: when the provider's limit resets, in the reader's own time and in UTC.
+function parkedText(park) {
+  const at = (ms) => {
+    const when = new Date(ms);
+    return when.toLocaleString([], { hour: "2-digit", minute: "2-digit", weekday: "short" }) + " (" +
+      when.toISOString().slice(11, 16) + " UTC)";
+  };
+  const account = park.account ? " of account " + park.account : "";
+  return "parked: the provider's usage limit" + account + " resets " + at(park.resetsAt) +
+    (park.resumeAt ? "; kept messages go in at about " + at(park.resumeAt) : "");
 }
 
 // A listed session's key: the router that holds it and its id (two routers
@@ -216,7 +231,8 @@ function stateOf(session) {
 }
 
 if (typeof module !== "undefined") {
-  module.exports = { markdown, inline, safeHref, SseParser, Outbox, outcomeText, stateOf, keyOf, applyBoard, OUTBOX_KEY };
+  module.exports = { markdown, inline, safeHref, SseParser, Outbox, outcomeText, parkedText, stateOf, keyOf, applyBoard,
+    OUTBOX_KEY };
 }
 
 // ------------------------------------------------------------------ the page
@@ -384,7 +400,10 @@ if (typeof document !== "undefined") {
     const state = session ? stateOf(session) : "";
     $("state").textContent = state;
     $("state").className = "state " + state;
-    $("resume").hidden = state !== "stopped";
+    $("resume").hidden = state !== "stopped" && state !== "parked";
+    $("resume").textContent = state === "parked" ? "resume now" : "resume";
+    $("cancel-park").hidden = state !== "parked";
+    if (state === "parked" && session.parked) notice(parkedText(session.parked));
     renderAsk(session && session.ask ? session.ask : null);
   }
 
@@ -469,6 +488,8 @@ if (typeof document !== "undefined") {
     // A launched daemon's step (starting, replacing, unreachable ...): shown until it runs again.
     else if (item.type === "notice" && typeof item.code === "string" && item.code.startsWith("daemon-"))
       notice(item.state === "running" ? null : item.message);
+    else if (item.type === "session-parked") notice(parkedText(item));
+    else if (item.type === "session-unparked") notice(null);
   }
 
   function notice(text) {
@@ -506,7 +527,7 @@ if (typeof document !== "undefined") {
             if (event.event === "snapshot" || data.type === "snapshot") {
               messages = new Map(data.messages.map((m) => [m.id, m]));
               $("working").hidden = !data.busy;
-              notice(data.stopped ? "stopped: " + data.stopped.reason : null);
+              notice(data.stopped ? "stopped: " + data.stopped.reason : data.parked ? parkedText(data.parked) : null);
             } else if (event.event === "lagged" || event.event === "reset") {
               lastId = null;
             } else if (event.event === "message") apply(data);
@@ -592,6 +613,14 @@ if (typeof document !== "undefined") {
   $("resume").addEventListener("click", async () => {
     const { status, body } = await call("POST", sessionPath(current, "resume"), {});
     if (status !== 200) $("outcome").textContent = body.error + ": " + body.message;
+    else if (body.was && body.was.parked) { $("outcome").textContent = "resumed: its kept messages go in now"; refreshBoard(); }
+  });
+  $("cancel-park").addEventListener("click", async () => {
+    const { status, body } = await call("POST", sessionPath(current, "cancel-park"), {});
+    $("outcome").textContent = status !== 200 ? body.error + ": " + body.message
+      : body.cancelled ? "the park is cancelled; " + (body.dropped || []).length + " kept message(s) dropped: resend them"
+      : "it was not parked";
+    refreshBoard();
   });
   $("new").addEventListener("click", async () => {
     const { status, body } = await call("POST", "/sessions", {});

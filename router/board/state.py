@@ -3,8 +3,7 @@
 DESIGN.md names the states: ``idle``, ``working``, ``waiting`` (a
 permission ask waits on the person), ``parked`` (the provider's usage
 limit), ``stopped`` (one of our limits stopped it), ``unreachable``,
-``closed``. The router knows six of them today (``parked`` comes with the
-provider's limits):
+``closed``. The router knows all seven:
 
 ============  =======================================  ==============================================
 state         a container session                      a Claude Code session
@@ -13,6 +12,8 @@ closed        the host closed its link                 its mod said ``session-en
                                                        ``session-id`` starts the next), or the
                                                        router closed the session
 stopped       a limit stopped it (until resumed)       the same
+parked        the provider's usage limit parked it     the same
+              (until its reset; router.limits)
 unreachable   the host cannot reach its daemon now     no mod has said ``hello`` on its link
               (its link is in backoff, or failed), or
               its launcher failed to start it (the
@@ -25,17 +26,18 @@ idle          none of the above                        none of the above
 
 The first row that holds wins, top to bottom: a closed session is closed
 whatever else is true, and a stopped one says so before it says it is
-unreachable or working (the person has to act on it).
+parked, unreachable or working (the person has to act on it; a parked one
+resumes by itself).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-__all__ = ["STATES", "claude_code_state", "container_state", "session_state", "stopped_state"]
+__all__ = ["STATES", "claude_code_state", "container_state", "parked_state", "session_state", "stopped_state"]
 
 #: Every state this router reports, in the order the table above checks them.
-STATES: Final = ("closed", "stopped", "unreachable", "waiting", "working", "idle")
+STATES: Final = ("closed", "stopped", "parked", "unreachable", "waiting", "working", "idle")
 #: The host's link states in which its daemon cannot be reached
 #: (``router.host.SessionLink.state``).
 UNREACHABLE_LINKS: Final = frozenset({"backoff", "failed"})
@@ -59,6 +61,12 @@ def stopped_state(state: str) -> str:
     """The state of a session in ``state`` that a limit has stopped (the
     table's precedence: only ``closed`` says more)."""
     return state if state == "closed" else "stopped"
+
+
+def parked_state(state: str) -> str:
+    """The state of a session in ``state`` that the provider's usage limit
+    has parked (the table's precedence: ``closed`` and ``stopped`` say more)."""
+    return state if state in ("closed", "stopped") else "parked"
 
 
 def container_state(*, busy: bool, stopped: bool, link_state: str | None, daemon_state: str | None = None) -> str:

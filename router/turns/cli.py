@@ -1,6 +1,7 @@
 """``router send SESSION [TEXT]``, ``router abort SESSION [OPERATION]``,
-``router resume SESSION`` and ``router launch SESSION``: a session's messages
-and turns from the command line, whichever local router holds it.
+``router resume SESSION``, ``router cancel-park SESSION`` and ``router launch
+SESSION``: a session's messages and turns from the command line, whichever
+local router holds it.
 
 **router launch** creates a container session at the one ``router serve``
 of this user (``--router NAME`` or ``--url`` to choose), through its
@@ -33,7 +34,9 @@ on a terminal, stderr shows how long it has waited.
 
 Exit status (``router send``):
 
-- 0: delivered (and, when waited for, the reply is ``done``);
+- 0: delivered (and, when waited for, the reply is ``done``); or kept
+  (``kept: ...``): the session is parked at the provider's usage limit and
+  the message goes in once at the reset (docs/limits.md);
 - 1: refused (``unknown-session``, ``ambiguous-session``, the router's own
   refusals), unanswered (resend with the printed event id), dropped, a
   reply ``unanswered``, no answer within ``--timeout``;
@@ -43,8 +46,10 @@ Exit status (``router send``):
 - 3: the ``cli`` channel is switched off (the seed's ``CLI_OFF_EXIT``; the
   message names the recovery command).
 
-``router abort`` and ``router resume`` exit 0 when done (``aborted:
-false``, ``resumed: false`` included), 1 when refused, 2 as ``send`` does.
+``router abort``, ``router resume`` (a stopped session; a parked one
+resumes now) and ``router cancel-park`` exit 0 when done (``aborted:
+false``, ``resumed: false``, ``cancelled: false`` included), 1 when
+refused, 2 as ``send`` does.
 """
 
 from __future__ import annotations
@@ -60,8 +65,8 @@ from urllib.parse import quote
 
 import attrs
 
-__all__ = ["configure", "configure_abort", "configure_launch", "configure_resume", "message_text", "run", "run_abort",
-           "run_launch", "run_resume", "summary"]
+__all__ = ["configure", "configure_abort", "configure_cancel_park", "configure_launch", "configure_resume",
+           "message_text", "run", "run_abort", "run_cancel_park", "run_launch", "run_resume", "summary"]
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 #: ``router.plugins.channels.CLI_OFF_EXIT``, not imported: this command
@@ -329,9 +334,20 @@ def _answered(args: argparse.Namespace, status: int, answer: Any) -> int:
     if args.json:
         _print(answer)
     reply = answer.get("reply")
+    if answer.get("status") == "parked":
+        # Kept, not failed: it goes in once at the reset (docs/limits.md).
+        if not args.json:
+            print(f"kept: {answer.get('message')}", flush=True)
+        return DONE
     if answer.get("status") != "delivered":
         _say("send", f"dropped: {answer.get('reason') or answer.get('message') or 'the session dropped it'}")
         return REFUSED
+    if type(reply) is dict and reply.get("kept") is True:
+        # The provider's usage limit ended the turn: kept, it runs again at the reset.
+        if not args.json:
+            print(f"kept: {reply.get('reason')}; {args.session} is parked and runs it again once the limit "
+                  "resets (router sessions shows when)", flush=True)
+        return DONE
     if type(reply) is dict and reply.get("status") != "done":
         _say("send", f"unanswered: {reply.get('reason')} (operation {reply.get('operationId')})")
         return REFUSED
@@ -381,9 +397,33 @@ def run_resume(args: argparse.Namespace) -> int:
     error."""
 
     def said(answer: dict[str, Any]) -> str:
+        if answer.get("resumed") and "parked" in (answer.get("was") or {}):
+            return f"{args.session} resumed from its park: its kept messages go in now"
         return f"{args.session} takes messages again" if answer.get("resumed") else f"{args.session} was not stopped"
 
     return _simple("resume", args, "resume", {}, said)
+
+
+def configure_cancel_park(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", help="the parked session's id")
+    _add_reach(parser)
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
+
+
+def run_cancel_park(args: argparse.Namespace) -> int:
+    """``router cancel-park SESSION``: ``POST /sessions/<id>/cancel-park``
+    at the router that holds it: the park ends, its kept messages are
+    dropped (unanswered ``park-cancelled``: resend them). Exit 0: cancelled,
+    or it was not parked; 1: refused; 2: a usage or connection error."""
+
+    def said(answer: dict[str, Any]) -> str:
+        if not answer.get("cancelled"):
+            return f"{args.session} was not parked"
+        dropped = answer.get("dropped") or []
+        return f"{args.session} is no longer parked; {len(dropped)} kept message(s) dropped: resend them" + (
+            f" ({', '.join(dropped)})" if dropped else "")
+
+    return _simple("cancel-park", args, "cancel-park", {}, said)
 
 
 def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, Any],

@@ -11,7 +11,11 @@ each container session's **launch** (the launch record its turn brackets
 name, without ``env`` and with only ``reach.via``: they may hold secrets).
 Schema 3 adds each Claude Code permission **ask** and its answer
 (:mod:`router.asks`): one row per ask id, replaced as the ask is answered or
-expires.
+expires. Schema 4 adds each session's **park** (the provider's usage limit,
+:mod:`router.limits`: one row per parked session, kept until its kept work
+ran) and that **kept work** (``park_work``: one row per delivery or
+operation the park holds, in order, marked ``resuming`` before it goes out
+and ``done`` once it went; docs/limits.md).
 
 Theory of operation
 -------------------
@@ -53,11 +57,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Final, TypeVar
 
+import attrs
 import trio
 
 from router._group_commit import Call, GroupCommit, run_in_savepoints
 from router._sqlite import connect_wal, lock_file, release_lock
 from router.errors import Refusal
+from router.limits import Park
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import StopInfo, launch_of_json, launch_to_json
 from router.turns.core import Admission, Card, Delivery, Message, Person, Proceed, DeliveryEntry, State, admit
@@ -67,8 +73,9 @@ __all__ = ["DeliveryLog", "SCHEMA_VERSION"]
 T = TypeVar("T")
 
 #: The schema this code writes (``PRAGMA user_version``): 2 added ``stops``
-#: and ``launches``, 3 ``asks`` (an older file gains them when opened).
-SCHEMA_VERSION: Final = 3
+#: and ``launches``, 3 ``asks``, 4 ``parks`` and ``park_work`` (an older
+#: file gains them when opened).
+SCHEMA_VERSION: Final = 4
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -115,6 +122,27 @@ CREATE TABLE IF NOT EXISTS asks (
     updated_at INTEGER NOT NULL
 )
 """
+
+
+_SCHEMA_4: Final = (
+    """
+CREATE TABLE IF NOT EXISTS parks (
+    session TEXT PRIMARY KEY,
+    record TEXT NOT NULL,
+    updated_at INTEGER NOT NULL
+)
+""",
+    """
+CREATE TABLE IF NOT EXISTS park_work (
+    session TEXT NOT NULL,
+    item TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('delivery', 'operation')),
+    state TEXT NOT NULL CHECK (state IN ('kept', 'resuming', 'done')),
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (session, item)
+)
+""",
+)
 
 
 def _now_ms() -> int:
@@ -181,7 +209,7 @@ class DeliveryLog:
                     f"{self.path} was written by a newer router (schema {version}); upgrade this one",
                 )
             self._db.execute(_SCHEMA)
-            for statement in (*_SCHEMA_2, _SCHEMA_3):
+            for statement in (*_SCHEMA_2, _SCHEMA_3, *_SCHEMA_4):
                 self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except BaseException:
@@ -352,3 +380,47 @@ class DeliveryLog:
             return launch_of_json(json.loads(row[0]))
         except ValueError:
             return None
+
+    # ----------------------------------------------------------------- parks (schema 4)
+
+    def put_park(self, park: Park) -> None:
+        """Keep ``park`` (a new one, or one moved to a later reset)."""
+        self._db.execute(
+            "INSERT INTO parks (session, record, updated_at) VALUES (?,?,?) ON CONFLICT (session) "
+            "DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
+            (park.session, json.dumps(attrs.asdict(park)), self._clock()),
+        )
+
+    def drop_park(self, session: str) -> None:
+        """Forget the session's park and its kept work (it ran, or a person
+        cancelled it)."""
+        self._db.execute("DELETE FROM parks WHERE session = ?", (session,))
+        self._db.execute("DELETE FROM park_work WHERE session = ?", (session,))
+
+    def parks(self) -> list[Park]:
+        out = []
+        for (record,) in self._db.execute("SELECT record FROM parks ORDER BY rowid").fetchall():
+            try:
+                out.append(Park(**json.loads(record)))
+            except (TypeError, ValueError):
+                continue  # a row this version cannot read stays for the version that wrote it
+        return out
+
+    def keep(self, session: str, item: str, kind: str) -> bool:
+        """Keep ``item`` (an event id or an operation id) as the parked
+        session's work; whether it is new (a resend keeps nothing twice)."""
+        return self._db.execute(
+            "INSERT INTO park_work (session, item, kind, state, created_at) VALUES (?,?,?,'kept',?) "
+            "ON CONFLICT (session, item) DO UPDATE SET state = 'kept' WHERE state != 'kept'",
+            (session, item, kind, self._clock()),
+        ).rowcount > 0
+
+    def kept(self, session: str) -> list[tuple[str, str, str]]:
+        """The session's kept work not done, oldest first: ``(item, kind, state)``."""
+        return self._db.execute(
+            "SELECT item, kind, state FROM park_work WHERE session = ? AND state != 'done' ORDER BY created_at, rowid",
+            (session,),
+        ).fetchall()
+
+    def mark_kept(self, session: str, item: str, state: str) -> None:
+        self._db.execute("UPDATE park_work SET state = ? WHERE session = ? AND item = ?", (state, session, item))

@@ -78,6 +78,7 @@ import logging
 import os
 import uuid
 from functools import partial
+from pathlib import Path
 from typing import Any, AsyncIterator, Final, Mapping
 
 import trio
@@ -108,8 +109,10 @@ from router.turns.core import (
     plan,
     settle,
 )
-from router.board.state import stopped_state
+from router.board.state import parked_state, stopped_state
+from router.limits import ParkBook, is_limit_reason
 from router.turns.delivery_log import DeliveryLog
+from router.turns.parking import Parking, ResumeMarker
 from router.turns.registry import Session, SessionRegistry, Starter
 from router.turns.session_brackets import SessionBrackets
 from router.turns.targets import ClaudeCodeTarget, ContainerSessions, LiveStream, Target
@@ -164,7 +167,10 @@ class TurnRouter:
     ``container_via`` (``in-process`` or ``daemon``). A delivery waits at
     most ``measure_wait`` seconds for the turn before it to be measured, and
     a container write at most ``bracket_wait`` for its turn's bracket to
-    open (each then goes on, logged).
+    open (each then goes on, logged). ``park_book`` is the park scheduler
+    (its delay, stagger and jitter; :mod:`router.turns.parking`);
+    ``shared_limits`` the account limits file every local router shares
+    (:mod:`router.limits.shared`; None: this router's own limits only).
     """
 
     def __init__(
@@ -183,6 +189,8 @@ class TurnRouter:
         container_via: str = "in-process",
         measure_wait: float = MEASURE_WAIT,
         bracket_wait: float = MEASURE_WAIT,
+        park_book: ParkBook | None = None,
+        shared_limits: Path | None = None,
     ) -> None:
         self.deliveries = deliveries
         self.registry = registry
@@ -199,6 +207,9 @@ class TurnRouter:
             routes=self._routes, bracket_wait=bracket_wait,
         )
         self.delivered = 0
+        #: The provider's usage limits: parks, kept work, resumes
+        #: (:mod:`router.turns.parking`; its task is the main job's to run).
+        self.parking = Parking(self, book=park_book, shared=shared_limits)
 
     def __repr__(self) -> str:
         return f"<TurnRouter {self.registry!r} delivered={self.delivered}>"
@@ -231,9 +242,12 @@ class TurnRouter:
         if self.layer is not None:
             brackets = session.brackets = await self._brackets(session, target)
             starters.append(("meter", brackets.run))
+        target.on_limit = partial(self.parking.signal, target.id)
         starters += target.tasks(session.brackets)
         starters.append(("inbox", lambda task_status: self._inbox(session, receive, task_status)))
-        return await self.registry.open(session, starters)
+        opened = await self.registry.open(session, starters)
+        await self.parking.joined(opened)
+        return opened
 
     async def _brackets(self, session: Session, target: Target) -> SessionBrackets:
         stopped = await self.deliveries.call(self.deliveries.stop_of, session.id)
@@ -270,8 +284,12 @@ class TurnRouter:
         the limit or reset its count. Raises :class:`Refusal` with the
         checks' refusal (``limit-reached``, ``limit-check-failed``) and the
         session stays stopped. A session that is not stopped answers
-        ``resumed: false``."""
+        ``resumed: false``. A session the provider's usage limit parked is
+        resumed now: its kept work goes in (``was: {parked}``)."""
         session = await self.session(session_id)
+        parked = await self.parking.resume_now(session_id)
+        if parked is not None:
+            return parked
         brackets = session.brackets
         if brackets is None or brackets.core.stopped is None:
             return {"session": session_id, "resumed": False}
@@ -289,6 +307,13 @@ class TurnRouter:
             session.live.publish([{"type": "session-resumed", "session": session.id}])
         return {"session": session.id, "resumed": was is not None,
                 **({"was": was.to_json()} if was is not None else {})}
+
+    async def cancel_park(self, session_id: str) -> dict[str, Any]:
+        """End the park of a session the provider's usage limit parked:
+        ``{session, cancelled[, dropped, was]}``; its kept deliveries become
+        unanswered ``park-cancelled`` (resend them), nothing is written."""
+        await self.session(session_id)
+        return await self.parking.cancel(session_id)
 
     async def session(self, session_id: str) -> Session:
         """The open session ``session_id``; a container session the host
@@ -315,12 +340,17 @@ class TurnRouter:
         stops = await self.deliveries.call(self.deliveries.stops) if self.layer is not None else {}
         out = [] if self.containers is None else await self.containers.list()
         out += [entry for session in self.registry.sessions() if (entry := session.target.entry()) is not None]
+        await self.parking.check_shared(*(entry["id"] for entry in out))
         for entry in out:
             open_session = self.registry.get(entry["id"])
             stop = self._stop_of(open_session) if open_session is not None else stops.get(entry["id"])
             if stop is not None:
                 entry["stopped"] = stop.reason
                 entry["state"] = stopped_state(entry["state"])
+            park = self.parking.holding(entry["id"])
+            if park is not None:
+                entry["parked"] = park.to_json()
+                entry["state"] = parked_state(entry["state"])
         return out
 
     async def create(self, session_id: str | None = None, *, launch: LaunchRecord | None = None,
@@ -363,6 +393,9 @@ class TurnRouter:
             stop = self._stop_of(session)
             if stop is not None and stream.snapshot is not None:
                 stream.snapshot["stopped"] = stop.to_json()
+            park = self.parking.holding(session_id)
+            if park is not None and stream.snapshot is not None:
+                stream.snapshot["parked"] = park.to_json()
             yield stream
 
     async def abort(self, session_id: str, operation_id: str | None = None) -> dict[str, Any]:
@@ -431,7 +464,12 @@ class TurnRouter:
         if isinstance(reply, Answered):
             body = reply.to_json()
             if wait and body.get("status") == "delivered" and type(body.get("operationId")) is str:
-                body["reply"] = await self.reply_of(session_id, body["operationId"])
+                body["reply"] = result = await self.reply_of(session_id, body["operationId"])
+                if is_limit_reason(result.get("reason")):  # kept, not failed: it goes in again at the resume
+                    result["kept"] = True
+                    park = self.parking.holding(session_id)
+                    if park is not None:
+                        result["parked"] = park.to_json()
             return reply, body
         if isinstance(reply, Unanswered):
             return reply, {"error": reply.code, "message": reply.message, "eventId": reply.event_id}
@@ -447,6 +485,12 @@ class TurnRouter:
         task_status.started()
         try:
             async for queued in receive:
+                if isinstance(queued, ResumeMarker):  # a park's kept work runs here, in order
+                    try:
+                        await self.parking.run_kept(session, queued)
+                    except Exception:
+                        log.exception("session %r: resuming its kept work failed; it stays kept", session.id)
+                    continue
                 current = queued
                 try:
                     reply = await self._handle(session, queued.delivery)
@@ -474,6 +518,15 @@ class TurnRouter:
     # ------------------------------------------------------------------ plan, write, settle
 
     async def _handle(self, session: Session, delivery: Delivery) -> Reply:
+        await self.parking.check_shared(session.id)
+        park = self.parking.holding(session.id)
+        if park is not None:  # the provider's usage limit: kept, answered `parked`
+            return await self.parking.keep_delivery(delivery, park)
+        return await self.write_delivery(session, delivery)
+
+    async def write_delivery(self, session: Session, delivery: Delivery) -> Reply:
+        """Plan, write and settle one delivery (the inbox's work; a park's
+        resume runs its kept deliveries through here)."""
         await self._measured(session)
         readiness = session.target.readiness(self._stop_reason(session))
         # Read the entry again, plan and store the plan in one call: one

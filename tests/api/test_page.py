@@ -118,11 +118,18 @@ def test_the_outbox_keeps_sends_until_they_are_answered() -> None:
         (200, {"status": "delivered", "as": "prompt", "whenBusy": "steer"}, True, "steered into the running turn, if"),
         (200, {"status": "delivered", "as": "prompt", "whenBusy": "followUp"}, True, "queued as a follow-up, if"),
         (200, {"status": "delivered", "as": "prompt"}, True, "started as a prompt"),
+        (200, {"status": "parked", "account": "default", "resetsAt": 1_796_107_200_000,
+               "resumeAt": 1_796_107_205_000}, True, "kept: parked: the provider's usage limit of account default"),
     ],
 )
 def test_each_answer_is_told_in_words(status: int, body: dict, final: bool, words: str) -> None:
     outcome = node(f"out(page.outcomeText({status}, {json.dumps(body)}));")
     assert outcome["final"] is final and words in outcome["text"]
+
+
+def test_a_park_is_told_with_its_reset_in_utc() -> None:
+    text = node("out(page.parkedText({account: 'default', resetsAt: 1796107200000, resumeAt: 1796107205000}));")
+    assert "resets" in text and "(06:40 UTC)" in text and "go in at about" in text
 
 
 def test_the_board_state_of_a_session() -> None:

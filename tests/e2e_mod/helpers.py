@@ -38,6 +38,8 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 PLUGIN = REPOSITORY / "plugin"
 #: The key the fake API is called with; the home approves its last 20 characters.
 API_KEY = "sk-ant-test-not-a-real-key"
+#: A subscriber's sign-in for the fake API (any value does).
+OAUTH_TOKEN = "fake-oauth-token-for-tests"
 #: The pane's size: wide enough that a line of the tests' words is never wrapped.
 COLUMNS, ROWS = 200, 60
 
@@ -75,7 +77,9 @@ class ModWorld:
     panes: list[str] = attrs.field(factory=list)
 
     @classmethod
-    def make(cls, claude: Path, api_url: str, *, workspaces: int = 2) -> "ModWorld":
+    def make(cls, claude: Path, api_url: str, *, workspaces: int = 2, oauth: bool = False) -> "ModWorld":
+        """``oauth``: signed in as a subscriber (``CLAUDE_CODE_OAUTH_TOKEN``,
+        no API key), the only sign-in that sees a usage limit."""
         # Under /tmp and short: the socket path must stay within 100 bytes.
         root = Path(tempfile.mkdtemp(prefix="mw-", dir="/tmp"))
         os.chmod(root, 0o700)
@@ -98,7 +102,7 @@ class ModWorld:
             "TERM": "xterm-256color",
             "LANG": "C.UTF-8",
             "ANTHROPIC_BASE_URL": api_url,
-            "ANTHROPIC_API_KEY": API_KEY,
+            **({"CLAUDE_CODE_OAUTH_TOKEN": OAUTH_TOKEN} if oauth else {"ANTHROPIC_API_KEY": API_KEY}),
             # Only the fake API is reached (issue 7); one answer per request.
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",

@@ -48,6 +48,8 @@ def test_validate_refuses_nothing_and_reads_the_plugin_as_written(claude_binary:
         "session.start", "session.end", "session.append", "turn.start", "turn.step", "turn.complete",
         # The asks: the permission mode of each prompt, and the ask itself.
         "classic.UserPromptSubmit", "tool.check",
+        # The provider's usage limit, from the session's measure (docs/limits.md).
+        "session.measure",
     }  # fmt: skip
 
 

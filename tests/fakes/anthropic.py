@@ -71,11 +71,13 @@ __all__ = [
     "Usage",
     "bad_request",
     "cut_reply",
+    "limited_until",
     "overloaded",
     "slow_reply",
     "sse_events",
     "text_reply",
     "tool_reply",
+    "usage_limit",
 ]
 
 log = logging.getLogger(__name__)
@@ -172,6 +174,8 @@ class ApiError:
     #: The ``x-should-retry`` header, which the Anthropic SDKs obey before
     #: their own status rules; ``None`` sends no header.
     should_retry: bool | None = None
+    #: More response headers (a usage limit's ``anthropic-ratelimit-unified-*``).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.frozen
@@ -224,6 +228,48 @@ def cut_reply(text: str = "This answer is cut off in the middle", *, after: int 
 def overloaded(message: str = "Overloaded", **options: Any) -> ApiError:
     """The API's 529 ``overloaded_error``."""
     return ApiError(status=529, error_type="overloaded_error", message=message, **options)
+
+
+def usage_limit(resets_at: int, *, claim: str = "five_hour") -> ApiError:
+    """The subscriber's usage limit as the provider answers it: 429
+    ``rate_limit_error`` with ``anthropic-ratelimit-unified-status:
+    rejected``, ``-reset`` (epoch seconds) and ``-representative-claim``
+    (the headers the real Claude Code 2.1.332 reads; only a subscriber's
+    sign-in, ``CLAUDE_CODE_OAUTH_TOKEN``, reads them as a usage limit)."""
+    window = {"five_hour": "5h", "seven_day": "7d"}.get(claim)
+    # The window's own reading (utilization 1.0 at its reset), which Claude
+    # Code's session measure reports to a mod as 100 % (`session.measure`).
+    readings = () if window is None else (
+        (f"anthropic-ratelimit-unified-{window}-utilization", "1.0"),
+        (f"anthropic-ratelimit-unified-{window}-reset", str(resets_at)),
+        (f"anthropic-ratelimit-unified-{window}-status", "rejected"),
+    )
+    return ApiError(
+        status=429,
+        error_type="rate_limit_error",
+        message="This request would exceed your account's rate limit. Please try again later.",
+        headers=(
+            ("anthropic-ratelimit-unified-status", "rejected"),
+            ("anthropic-ratelimit-unified-reset", str(resets_at)),
+            ("anthropic-ratelimit-unified-representative-claim", claim),
+            *readings,
+        ),
+    )
+
+
+def limited_until(resets_at: float, after: Callable[["RecordedRequest"], Union[Reply, ApiError]],
+                  *, clock: Callable[[], float] | None = None) -> Respond:
+    """Until the epoch second ``resets_at`` (wall clock: the provider's
+    reset is an epoch), a usage limit; from then on what ``after`` builds.
+    Put it in :attr:`FakeAnthropic.fallback` to answer every call so."""
+    import time
+
+    now = time.time if clock is None else clock
+
+    def build(recorded: "RecordedRequest") -> Union[Reply, ApiError]:
+        return usage_limit(int(resets_at)) if now() < resets_at else after(recorded)
+
+    return Respond(build)
 
 
 def bad_request(message: str = "messages: text content blocks must be non-empty", **options: Any) -> ApiError:
@@ -521,6 +567,8 @@ class FakeAnthropic:
             response = _json_response(error_body(item, request_id), item.status, request_id)
             if item.should_retry is not None:
                 response.headers["x-should-retry"] = "true" if item.should_retry else "false"
+            for name, value in item.headers:
+                response.headers[name] = value
             return response
         model = recorded.json.get("model") if isinstance(recorded.json.get("model"), str) else DEFAULT_MODEL
         message_id = item.message_id or f"msg_fake_{number:06d}"

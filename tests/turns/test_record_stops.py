@@ -12,6 +12,7 @@ import pytest
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import StopInfo
 from router.turns.core import Delivery, Person, Proceed
+from router.limits import Park
 from router.turns.delivery_log import SCHEMA_VERSION, DeliveryLog
 
 STOP = StopInfo(reason="limit: token-limit tokens.instances.default limit 5 count 7", check="token-limit",
@@ -39,7 +40,10 @@ def test_a_stop_survives_a_restart_until_cleared(tmp_path: Path) -> None:
     assert b"hunter2" not in path.read_bytes()
 
 
-@pytest.mark.parametrize("version,dropped", [(1, ("stops", "launches", "asks")), (2, ("asks",))])
+@pytest.mark.parametrize("version,dropped", [
+    (1, ("stops", "launches", "asks", "parks", "park_work")), (2, ("asks", "parks", "park_work")),
+    (3, ("parks", "park_work")),
+])
 def test_an_older_file_gains_the_tables(tmp_path: Path, version: int, dropped: tuple[str, ...]) -> None:
     from router.asks import Ask
 
@@ -60,6 +64,11 @@ def test_an_older_file_gains_the_tables(tmp_path: Path, version: int, dropped: t
         assert log.stop_of("s") == STOP
         log.put_ask(ask.to_json())
         assert log.asks_of("s") == [ask.to_json()]
+        park = Park(session="s", account="default", resets_at=10, limit_kind="five_hour", source="s", since=1,
+                    slot=0, jitter=3, resume_at=5_013)
+        log.put_park(park)
+        assert log.keep("s", "e1", "delivery") and not log.keep("s", "e1", "delivery")
+        assert log.parks() == [park] and log.kept("s") == [("e1", "delivery", "kept")]
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
     db.close()

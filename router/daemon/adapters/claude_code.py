@@ -46,6 +46,33 @@ Credentials come from the daemon's environment: ``ANTHROPIC_API_KEY`` and
 ``ANTHROPIC_BASE_URL``. Claude Code keeps its transcripts under
 ``~/.claude/projects``, which the adapter mirrors into persisted entries.
 
+The usage limit
+---------------
+
+Signed in as a subscriber (``CLAUDE_CODE_OAUTH_TOKEN``), Claude Code meets
+the account's usage limit as a 429 with the ``anthropic-ratelimit-unified-*``
+headers; 2.1.332 prints a ``rate_limit_event`` with ``status: "rejected"``
+(``resetsAt`` in epoch seconds, ``rateLimitType`` such as ``five_hour``), a
+synthetic assistant line (``"error": "rate_limit"``) and a ``result`` with
+``"api_error": "usage_limit_reached"``, then exits 1. The adapter reports:
+
+- an adapter event ``{"type": "raw", "value": {"type": "usage-limit",
+  "resetsAt": <epoch ms>, "rateLimitType": "five_hour", "text": <Claude
+  Code's sentence>}}``, once per turn, from the ``rate_limit_event`` (or
+  from the ``result`` line's ``api_error_params`` when no event came). It
+  is a ``raw`` event because the container wire's adapter events are a
+  closed set (``isEvent`` of npm ``agents@0.32.0``: any other type is
+  dropped); ``raw`` is its escape hatch, which every host passes through;
+- the outcome ``unanswered`` with the reason ``usage-limit: <sentence>``
+  (:data:`USAGE_LIMIT_REASON`): the router reads it as "the limit, keep the
+  work", not as a failure (``docs/limits.md``);
+- the state ``limitedPrompt``, the SHA-256 of the turn's prompt. Claude Code
+  keeps that prompt in its session and merges it into the next user message
+  on ``--resume`` (seen with 2.1.332: the request then carries the text
+  twice), so a next turn with the same prompt, the router's resume of the
+  kept work, sends :data:`RESUME_PROMPT` instead. A turn that ends any
+  other way clears it.
+
 The output
 ----------
 
@@ -57,6 +84,7 @@ and the outcome (from the ``result`` line).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Any, Callable, Final
@@ -69,16 +97,31 @@ __all__ = [
     "ClaudeCodeParser",
     "ClaudeProjection",
     "PRESET",
+    "RESUME_PROMPT",
+    "USAGE_LIMIT_REASON",
     "adapter",
     "command",
     "make_adapter",
     "parse_options",
+    "prompt_digest",
 ]
 
 #: ``--effort``'s choices (``claude --help``, 2.1.332).
 EFFORT_LEVELS: Final = ("low", "medium", "high", "xhigh", "max")
 #: ``--permission-mode``'s choices (``claude --help``, 2.1.332).
 PERMISSION_MODES: Final = ("acceptEdits", "auto", "bypassPermissions", "manual", "dontAsk", "plan")
+#: The reason prefix of a turn the provider's usage limit ended (ours; the
+#: router's ``router.limits`` reads it).
+USAGE_LIMIT_REASON: Final = "usage-limit"
+#: What a turn sends in place of a prompt Claude Code already holds from a
+#: turn the usage limit ended (ours: it follows that prompt in the same
+#: user message).
+RESUME_PROMPT: Final = "(The usage limit has reset: please carry on with the request above.)"
+
+
+def prompt_digest(text: str) -> str:
+    """The ``limitedPrompt`` state's value for a prompt."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _now_ms() -> int:
@@ -145,7 +188,9 @@ def command(turn: CliTurn) -> CliCommand:
     }
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "permissionMode" not in options:
         env["IS_SANDBOX"] = "1"
-    return CliCommand(argv=tuple(argv), stdin=turn.prompt, env=env)
+    limited = turn.state.get("limitedPrompt")
+    stdin = RESUME_PROMPT if limited and turn.state.get("sessionId") and limited == prompt_digest(turn.prompt) else turn.prompt
+    return CliCommand(argv=tuple(argv), stdin=stdin, env=env)
 
 
 # --------------------------------------------------------------------------
@@ -178,6 +223,24 @@ def _tool_output(content: Any) -> JsonValue:
     return _json(content)
 
 
+def _limit_info(message: dict[str, Any]) -> dict[str, Any]:
+    """A usage-limit line's ``api_error_params.rate_limit_info`` (the
+    synthetic assistant line carries it; the ``result`` line does when the
+    reset is ahead), else a bare rejection."""
+    params = message.get("api_error_params")
+    info = params.get("rate_limit_info") if isinstance(params, dict) else None
+    return info if isinstance(info, dict) else {"status": "rejected"}
+
+
+def _first_text(message: dict[str, Any]) -> str:
+    inner = message.get("message")
+    content = inner.get("content") if isinstance(inner, dict) else None
+    for block in content if isinstance(content, list) else ():
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            return block["text"]
+    return ""
+
+
 class ClaudeProjection:
     """Claude Code's stream-json lines projected into container events.
 
@@ -207,6 +270,8 @@ class ClaudeProjection:
         self._tool_owners: dict[str, str] = {}
         self._seen: set[str] = set()
         self._streaming: str | None = None
+        #: Whether this turn reported its ``usage-limit`` event.
+        self.limit_seen = False
 
     def __repr__(self) -> str:
         return f"<ClaudeProjection messages={len(self._drafts)} tools={len(self._tool_owners)} streaming={self._streaming}>"
@@ -218,12 +283,37 @@ class ClaudeProjection:
         if kind == "stream_event":
             return self._stream(message)
         if kind == "assistant":
-            return self._assistant(message, operation_id)
+            events = self._assistant(message, operation_id)
+            if message.get("api_error") == "usage_limit_reached":
+                events += self._limit(_limit_info(message), _first_text(message))
+            return events
         if kind == "user":
             return self._tool_results(message)
+        if kind == "rate_limit_event":
+            return self._limit(message.get("rate_limit_info"), "")
         if kind == "result":
-            return self._usage(message)
+            events = self._usage(message)
+            if message.get("api_error") == "usage_limit_reached":
+                text = message.get("result") if isinstance(message.get("result"), str) else ""
+                events += self._limit(_limit_info(message), text)
+            return events
         return []
+
+    def _limit(self, info: Any, text: str) -> list[JsonValue]:
+        """The ``usage-limit`` event, once per turn: from a rejected
+        ``rate_limit_event``, or the ``result`` line when none came."""
+        if not isinstance(info, dict) or info.get("status") != "rejected" or self.limit_seen:
+            return []
+        self.limit_seen = True
+        event: dict[str, Any] = {"type": "usage-limit"}
+        resets = info.get("resetsAt")
+        if isinstance(resets, (int, float)) and not isinstance(resets, bool) and resets > 0:
+            event["resetsAt"] = int(resets * 1000)  # epoch seconds from Claude Code; ms on our wire
+        if isinstance(info.get("rateLimitType"), str):
+            event["rateLimitType"] = info["rateLimitType"]
+        if text:
+            event["text"] = text
+        return [{"type": "raw", "value": event}]
 
     @staticmethod
     def outcome(message: dict[str, Any], aborted: bool = False) -> ContainerOutcome:
@@ -231,6 +321,8 @@ class ClaudeProjection:
         if aborted:
             return Unanswered(reason="aborted")
         result = message.get("result") if isinstance(message.get("result"), str) else None
+        if message.get("api_error") == "usage_limit_reached":
+            return Unanswered(reason=f"{USAGE_LIMIT_REASON}: {result or 'usage_limit_reached'}")
         if message.get("subtype") == "success" and message.get("is_error") is not True:
             return Done(text=result or "")
         errors = message.get("errors")
@@ -346,9 +438,16 @@ class ClaudeProjection:
 class ClaudeCodeParser:
     """One turn's stream-json reader: events, the session id, the outcome."""
 
-    def __init__(self, operation_id: str | None, *, now: Callable[[], int] = _now_ms) -> None:
+    def __init__(
+        self, operation_id: str | None, *, now: Callable[[], int] = _now_ms, prompt: str | None = None,
+        limited: bool = False,
+    ) -> None:
         self.operation_id = operation_id
         self.projection = ClaudeProjection(now)
+        #: The turn's prompt (None: the ``limitedPrompt`` state is not kept).
+        self.prompt = prompt
+        #: Whether the session's state holds a ``limitedPrompt`` to clear.
+        self.limited = limited
 
     def __repr__(self) -> str:
         return f"<ClaudeCodeParser {self.operation_id} {self.projection!r}>"
@@ -358,10 +457,17 @@ class ClaudeCodeParser:
         if not isinstance(message, dict) or "type" not in message:
             return CliUpdate()
         session_id = message.get("session_id")
+        state = {"sessionId": session_id} if isinstance(session_id, str) and session_id else {}
+        outcome = self.projection.outcome(message) if message.get("type") == "result" else None
+        if outcome is not None and self.prompt is not None:
+            if isinstance(outcome, Unanswered) and outcome.reason.startswith(USAGE_LIMIT_REASON + ":"):
+                state["limitedPrompt"] = prompt_digest(self.prompt)
+            elif self.limited:
+                state["limitedPrompt"] = ""
         return CliUpdate(
             events=tuple(self.projection.project(message, self.operation_id)),
-            state={"sessionId": session_id} if isinstance(session_id, str) and session_id else None,
-            outcome=self.projection.outcome(message) if message.get("type") == "result" else None,
+            state=state or None,
+            outcome=outcome,
         )
 
     def end(self, exit: CliExit) -> ContainerOutcome:
@@ -372,7 +478,8 @@ class ClaudeCodeParser:
 PRESET: Final = CliPreset(
     id="claude-code",
     command=command,
-    parser=lambda turn: ClaudeCodeParser(turn.operation_id),
+    parser=lambda turn: ClaudeCodeParser(turn.operation_id, prompt=turn.prompt,
+                                         limited=bool(turn.state.get("limitedPrompt"))),
     state_dirs=(".claude/projects",),
 )
 

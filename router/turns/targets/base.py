@@ -117,6 +117,9 @@ class Target(Protocol):
     #: Whether the session runs one turn at a time with no announced
     #: writes (the brackets core's ``one_turn``).
     one_turn: bool
+    #: Told what the session shows of the provider's usage limit (a
+    #: ``LimitSeen``, a kept operation); the router sets it before the tasks run.
+    on_limit: Any
 
     def tasks(self, brackets: SessionBrackets | None) -> list[Starter]:
         """The tasks the session's nursery runs for this target, in order."""

@@ -37,6 +37,7 @@ from router.turns.core import (
     SubmitPrompt,
     WriteMessage,
 )
+from router.limits import limit_of_mod_event, limit_of_text, wall_ms
 from router.turns.live import LiveHub
 from router.turns.registry import SessionKind, Starter
 from router.turns.session_brackets import SessionBrackets
@@ -45,6 +46,8 @@ from router.turns.targets.base import LiveStream, stale
 from wire.json import ABSENT
 from wire.mod import (
     MOD_CAPABILITY_ASKS,
+    ModAppendEvent,
+    ModUnknownEvent,
     ModAskAnswerArgs,
     ModAskEvent,
     ModHelloEvent,
@@ -106,6 +109,12 @@ class ClaudeCodeTarget:
         #: Keeps each ask and its answer in the session's record (the
         #: delivery log's ``asks``); None keeps them in memory only.
         self._record_ask = record_ask
+        #: Told what the view sees of the provider's usage limit (the
+        #: router's parking; None: nobody listens).
+        self.on_limit: Callable[[Any], None] | None = None
+        #: Whether the mod told this turn's limit (its reset is exact; the
+        #: answer's sentence is then not read).
+        self._limit_told = False
 
     def __repr__(self) -> str:
         return f"<ClaudeCodeTarget {self.id!r} {self.link!r}>"
@@ -148,6 +157,7 @@ class ClaudeCodeTarget:
                             )
                         if isinstance(event, ModAskEvent):
                             self._ask_reported(event)
+                        self._limit_of(event)
                         self.hub.feed([event])
                         if brackets is not None:
                             _bracket_mod_event(brackets, event)
@@ -160,6 +170,31 @@ class ClaudeCodeTarget:
                     continue
             self._asks_gone()
             return  # the link stopped
+
+    # ------------------------------------------------------------------ the usage limit
+
+    def _limit_of(self, event: object) -> None:
+        """Tell the parking of a usage limit the mod's events show: the
+        mod's ``usage-limit`` event (exact), else Claude Code's answer from
+        the model ``<synthetic>`` (``You've hit your 5-hour limit · resets
+        6:40am (UTC)``: minutes only; docs/limits.md)."""
+        if self.on_limit is None:
+            return
+        if isinstance(event, ModTurnStartEvent):
+            self._limit_told = False
+        elif isinstance(event, ModUnknownEvent):
+            seen = limit_of_mod_event(event.raw, wall_ms())
+            if seen is not None:
+                self._limit_told = True
+                self.on_limit(seen)
+        elif (isinstance(event, ModAppendEvent) and event.door == "response" and not self._limit_told
+              and event.origin.model == "<synthetic>"):
+            for block in event.message.content:
+                text = block.get("text") if isinstance(block, dict) else None
+                seen = limit_of_text(text, wall_ms()) if isinstance(text, str) else None
+                if seen is not None:
+                    self.on_limit(seen)
+                    return
 
     # ------------------------------------------------------------------ asks
 

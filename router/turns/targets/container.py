@@ -26,13 +26,15 @@ import trio
 
 from router.board.state import container_state
 from router.errors import Refusal
-from router.host import EventsLagged, Host, HostEvent, LinkError, OperationEnded, OperationStarted
+from router.host import AdapterEvent, EventsLagged, Host, HostEvent, LinkError, OperationEnded, OperationStarted
 from router.host import Refused as HostRefused
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import attached_launch
 from router.turns.core import ContainerReadiness, NoAnswer, Outcome, Queued, SubmitPrompt, WriteMessage
 from router.turns.delivery_log import DeliveryLog
+from router.limits import is_limit_reason, limit_of_adapter_event, wall_ms
 from router.turns.live import LiveHub, container_items, skipped_notice
+from router.turns.parking import KeptOperation
 from router.turns.resume import LiveId, StreamCursor, parse_live_id
 from router.turns.registry import Session, SessionKind, Starter
 from router.turns.session_brackets import SessionBrackets
@@ -156,6 +158,9 @@ class ContainerTarget:
         #: Every container session has its view (and its view task): the
         #: view numbers its items, so a reader resumes where it stopped.
         self.hub: LiveHub | None = LiveHub()
+        #: Told what the view sees of the provider's usage limit (the
+        #: router's parking; None: nobody listens).
+        self.on_limit: Callable[[Any], None] | None = None
 
     def __repr__(self) -> str:
         return f"<ContainerTarget {self.id!r} metered={self.metered}>"
@@ -217,6 +222,9 @@ class ContainerTarget:
         async for batch in events:
             items = _items(batch)
             self.hub.publish(items, await self._durable_of(items))
+            if self.on_limit is not None:
+                for event in batch:
+                    _limit_signal(self.on_limit, event)
             if brackets is not None:
                 for event in batch:
                     _bracket_host_event(brackets, event)
@@ -382,6 +390,17 @@ def _items(batch: list[HostEvent]) -> list[dict[str, Any]]:
     for event in batch:
         items += container_items(event)
     return items
+
+
+def _limit_signal(on_limit: Callable[[Any], None], event: HostEvent) -> None:
+    """The usage limit in the host's events: the adapter's ``usage-limit``
+    event (park), then the operation it ended (keep it)."""
+    if type(event) is AdapterEvent:
+        seen = limit_of_adapter_event(event.event, wall_ms())
+        if seen is not None:
+            on_limit(seen)
+    elif type(event) is OperationEnded and event.result.status == "unanswered" and is_limit_reason(event.result.reason):
+        on_limit(KeptOperation(event.result.operation_id))
 
 
 def _bracket_host_event(brackets: SessionBrackets, event: HostEvent) -> None:

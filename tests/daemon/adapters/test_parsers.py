@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.daemon.adapters.claude_code import ClaudeCodeParser, command as claude_command
+from router.daemon.adapters.claude_code import RESUME_PROMPT, ClaudeCodeParser, command as claude_command, prompt_digest
 from router.daemon.adapters.cli import CliExit, CliTurn, CliUpdate, LineSplitter, fold_state
 from router.daemon.adapters.codex import CodexParser, command as codex_command
 from tests.daemon.adapters.helpers import FIXTURES
@@ -319,3 +319,29 @@ def test_recorded_codex_resume_keeps_the_thread():
 def test_recorded_codex_failure():
     _, _, outcome = replay(CodexParser("op-1"), CODEX / "recorded-failed.jsonl")
     assert isinstance(outcome, Unanswered) and "the fake refuses this request" in outcome.reason
+
+
+@pytest.mark.parametrize(("name", "resets_at"), [("usage-limit", 1_893_480_000_000), ("usage-limit-past", 1_796_107_200_000)])
+def test_claude_usage_limit_is_one_raw_event_and_an_unanswered_usage_limit(name, resets_at):
+    """Recorded with a subscriber's sign-in against a 429 with the
+    anthropic-ratelimit-unified-* headers: a reset ahead gives a
+    rate_limit_event first, a reset past only the synthetic assistant line;
+    either way one usage-limit event with the reset in epoch ms."""
+    parser = ClaudeCodeParser("op-1", now=lambda: 1234, prompt="Say hello.")
+    events, state, outcome = replay(parser, STREAM_JSON / f"{name}.jsonl")
+    limits = [e["value"] for e in events if e["type"] == "raw" and e["value"].get("type") == "usage-limit"]
+    assert limits == [{"type": "usage-limit", "resetsAt": resets_at, "rateLimitType": "five_hour",
+                       **({"text": limits[0]["text"]} if "text" in limits[0] else {})}]
+    assert isinstance(outcome, Unanswered) and outcome.reason.startswith("usage-limit: You've hit your 5-hour limit")
+    assert state["limitedPrompt"] == prompt_digest("Say hello.")
+
+
+def test_claude_retry_of_a_limited_prompt_sends_the_resume_prompt_and_a_success_clears_it():
+    limited = {"sessionId": "s1", "limitedPrompt": prompt_digest("hi")}
+    assert claude_command(turn(state=limited)).stdin == RESUME_PROMPT
+    assert claude_command(turn(state={**limited, "limitedPrompt": prompt_digest("other")})).stdin == "hi"
+    assert claude_command(turn(state={"limitedPrompt": prompt_digest("hi")})).stdin == "hi"  # no session to resume
+    _, state, outcome = replay(ClaudeCodeParser("op-1", prompt="Say hello.", limited=True), STREAM_JSON / "text.jsonl")
+    assert isinstance(outcome, Done) and state["limitedPrompt"] == ""
+    _, state, _ = replay(ClaudeCodeParser("op-1", prompt="Say hello."), STREAM_JSON / "text.jsonl")
+    assert "limitedPrompt" not in state
