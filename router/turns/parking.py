@@ -268,7 +268,11 @@ class Parking:
             self._pending.pop(park.session, None)
             log.warning("session %r is not open here; its park stays recorded for the next start", park.session)
             return
-        await session.inbox.send(ResumeMarker(park))  # type: ignore[arg-type]
+        try:
+            await session.inbox.send(ResumeMarker(park))  # type: ignore[arg-type]
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self._pending.pop(park.session, None)
+            log.warning("session %r closed as its park ended; its park stays recorded for the next start", park.session)
 
     async def run_kept(self, session: Session, marker: ResumeMarker) -> None:
         """In the session's inbox: run the park's kept work once, in order

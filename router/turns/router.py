@@ -512,6 +512,8 @@ class TurnRouter:
                     left = receive.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
+                if isinstance(left, ResumeMarker):
+                    continue  # its park stays in the record: the next start resumes it
                 left.answer(_closed(left.delivery))
             receive.close()
 

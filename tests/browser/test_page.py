@@ -135,3 +135,39 @@ async def test_the_board_shows_every_session_and_a_new_one_without_a_reload(tmp_
                 await page.screenshot(artifact("board-four.png"))
             await client.post("/sessions/busy/abort", json={})
         assert page.errors == []
+
+
+async def test_a_parked_session_shows_its_reset_and_the_park_can_be_cancelled(tmp_path: Path) -> None:
+    """The provider's usage limit (an adapter that meets it, docs/limits.md):
+    the page shows the park with its reset, resume now and cancel."""
+    import time
+
+    from tests.local.test_parking_cli import route_to_the_daemon
+    from tests.support.daemons import spawn_daemon
+
+    resets_at = int(time.time() * 1000) + 600_000  # the park holds while the page looks
+    env = {"LIMIT_RESETS_AT": str(resets_at), "LIMIT_LOG": str(tmp_path / "provider.log")}
+    async with spawn_daemon("ours", adapter="tests.limits.limit_adapter:adapter", env=env) as daemon:
+        route_to_the_daemon(tmp_path / "settings", daemon.http_url, daemon.token)
+        async with serve(tmp_path, "--daemon", daemon.url, "--token", daemon.token) as served, chromium() as browser:
+            async with httpx.AsyncClient(base_url=served.url, headers=served.headers, timeout=60) as client:
+                assert (await client.post("/sessions", json={"id": "a"})).status_code == 201
+                sent = await client.post("/sessions/a/messages", json={"text": "first", "eventId": "e1", "wait": True})
+                assert sent.json()["reply"]["kept"] is True
+            page = await browser.open(served.page)
+            await page.wait_for("document.querySelector('#board tr[data-session=\"a\"]') !== null")
+            await page.evaluate("document.querySelector('#board tr[data-session=\"a\"]').click()")
+            await page.wait_for("document.getElementById('state').innerText === 'parked'", timeout=30)
+            notice = await page.wait_for(
+                "(() => { const n = document.getElementById('notice'); return !n.hidden && "
+                "n.innerText.includes('usage limit') ? n.innerText : null; })()")
+            assert "resets" in notice and "UTC" in notice and "account default" in notice
+            assert await page.evaluate("document.getElementById('resume').innerText") == "resume now"
+            assert await page.evaluate("!document.getElementById('cancel-park').hidden")
+            await type_and_send(page, "kept by the park")
+            await page.wait_for("document.getElementById('outcome').innerText.includes('kept by the park: kept: parked')")
+            await page.screenshot(artifact("page-parked.png"))
+            await page.evaluate("document.getElementById('cancel-park').click()")
+            await page.wait_for("document.getElementById('outcome').innerText.startsWith('the park is cancelled')")
+            await page.wait_for("document.getElementById('state').innerText !== 'parked'", timeout=30)
+            assert page.errors == []
