@@ -1,0 +1,162 @@
+"""The cluster's statements against a real PostgreSQL: leases on the
+database's clock, the fencing check and its lock, membership, the inbox and
+its notifications."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+import trio
+
+from router.cluster import pg
+
+#: A short lease for the expiry tests (seconds of the database's clock).
+SHORT = 0.3
+
+
+@pytest.fixture
+def conn(pg_url: str):
+    with psycopg.connect(pg_url, autocommit=True) as connection:
+        pg.ensure_schema(connection)
+        yield connection
+
+
+def expire(seconds: float = SHORT) -> None:
+    """Wait until a lease of ``seconds`` has expired on the database's
+    clock (same machine: its clock is ours)."""
+    time.sleep(seconds + 0.1)
+
+
+def test_one_holder_and_the_number_grows_on_every_new_holder(conn) -> None:
+    pg.ensure_sessions(conn, ["s1", "s2"])
+    pg.ensure_sessions(conn, ["s1"])  # already in: unchanged
+    assert pg.acquire(conn, "a", ["s1", "s2"], 30) == {"s1": 1, "s2": 1}
+    assert pg.acquire(conn, "b", ["s1", "s2"], 30) == {}
+    assert pg.acquire(conn, "a", ["s1"], 30) == {"s1": 1}  # own, live: same number
+    assert pg.renew(conn, "a", {"s1": 1, "s2": 1}, SHORT) == {"s1", "s2"}
+    expire()
+    assert pg.renew(conn, "a", {"s1": 1}, 30) == set()  # expired: lost, never renewed back
+    assert pg.acquire(conn, "b", ["s1"], 30) == {"s1": 2}
+    assert pg.acquire(conn, "a", ["s2"], 30) == {"s2": 2}  # own but expired: a new number
+    leases, now = pg.leases(conn)
+    assert [(lease.session, lease.holder, lease.fencing, lease.live(now)) for lease in leases] == [
+        ("s1", "b", 2, True), ("s2", "a", 2, True)]
+
+
+def test_release_hands_back_at_once_and_the_next_holder_moves_the_number(conn) -> None:
+    pg.ensure_sessions(conn, ["s"])
+    assert pg.acquire(conn, "a", ["s"], 30) == {"s": 1}
+    assert pg.release(conn, "b", {"s": 1}) == set()
+    assert pg.release(conn, "a", {"s": 1}) == {"s"}
+    assert pg.acquire(conn, "b", ["s"], 30) == {"s": 2}
+
+
+def test_a_late_write_is_refused_and_recorded(conn) -> None:
+    pg.ensure_sessions(conn, ["s"])
+    assert pg.acquire(conn, "a", ["s"], SHORT) == {"s": 1}
+    with conn.transaction():
+        pg.fence(conn, "s", "a", 1)  # live: passes
+    expire()
+    assert pg.acquire(conn, "b", ["s"], 30) == {"s": 2}
+    with pytest.raises(pg.LeaseLost) as caught:
+        with conn.transaction():
+            conn.execute("CREATE TABLE IF NOT EXISTS scratch (v int)")
+            conn.execute("INSERT INTO scratch VALUES (1)")
+            pg.fence(conn, "s", "a", 1, what="frame batch")
+    assert caught.value.code == "lease-lost"
+    assert conn.execute("SELECT to_regclass('scratch')").fetchone() == (None,)  # rolled back whole
+    pg.record_refusal(conn, caught.value)
+    assert pg.refusals(conn, "a") == [{"session": "s", "holder": "a", "fencing": 1, "what": "frame batch"}]
+    with pytest.raises(pg.LeaseLost):
+        with conn.transaction():
+            pg.fence(conn, "s", "a", None)  # never held
+
+
+def test_a_fenced_write_in_flight_is_ordered_before_the_takeover(conn, pg_url: str) -> None:
+    """The check's share lock: an acquire of an expired lease waits for the
+    write that passed the check to commit."""
+    pg.ensure_sessions(conn, ["s"])
+    assert pg.acquire(conn, "a", ["s"], SHORT) == {"s": 1}
+    taken: dict[str, int] = {}
+    with psycopg.connect(pg_url, autocommit=True) as other:
+        with conn.transaction():
+            pg.fence(conn, "s", "a", 1)
+            expire()
+            thread = threading.Thread(target=lambda: taken.update(pg.acquire(other, "b", ["s"], 30)))
+            thread.start()
+            thread.join(0.5)
+            assert thread.is_alive() and taken == {}  # blocked behind the write
+        thread.join(30)
+    assert taken == {"s": 2}
+
+
+def test_membership_and_leave(conn) -> None:
+    pg.heartbeat(conn, "a", api_url="http://a", socket="/a.sock")
+    pg.heartbeat(conn, "b")
+    assert [router["id"] for router in pg.live_routers(conn, 30)] == ["a", "b"]
+    pg.ensure_sessions(conn, ["s1", "s2"])
+    pg.acquire(conn, "a", ["s1", "s2"], 30)
+    assert pg.leave(conn, "a") == 2
+    assert [router["id"] for router in pg.live_routers(conn, 30)] == ["b"]
+    assert pg.acquire(conn, "b", ["s1", "s2"], 30) == {"s1": 2, "s2": 2}
+    time.sleep(SHORT + 0.1)
+    assert pg.live_routers(conn, SHORT) == []
+
+
+def test_the_inbox_answers_each_event_id_once(conn) -> None:
+    pg.ensure_sessions(conn, ["s"])
+    assert pg.post(conn, "e1", "s", '{"text":"hi"}', "a")
+    assert not pg.post(conn, "e1", "s", '{"text":"other"}', "c")  # a resend: the first stands
+    assert pg.pending_for(conn, "b") == []  # b holds nothing yet
+    fencing = pg.acquire(conn, "b", ["s"], 30)["s"]
+    assert pg.pending_for(conn, "b") == [("e1", "s", '{"text":"hi"}')]
+    assert pg.reply_of(conn, "e1") == ("s", None)
+    assert pg.answer(conn, "e1", '{"ok":1}', "b", fencing) == '{"ok":1}'
+    assert pg.answer(conn, "e1", '{"ok":2}', "b", fencing) == '{"ok":1}'
+    assert pg.reply_of(conn, "e1") == ("s", '{"ok":1}')
+    assert pg.pending_for(conn, "b") == []
+    pg.post(conn, "e2", "s", "{}", "a")
+    with pytest.raises(pg.LeaseLost):
+        pg.answer(conn, "e2", "{}", "c", 7)  # not the holder: refused
+    assert pg.reply_of(conn, "e2") == ("s", None)
+
+
+async def test_the_listener_wakes_on_post_and_answer(pg_url: str) -> None:
+    db = pg.Database(pg_url, size=2)
+    try:
+        await db.call(pg.ensure_schema)
+        await db.call(pg.ensure_sessions, ["s"])
+        fencing = (await db.call(pg.acquire, "b", ["s"], 30))["s"]
+        async with trio.open_nursery() as nursery:
+            listener = await nursery.start(pg.Listener(pg_url).run)
+            posted = listener.event(pg.INBOX_CHANNEL)
+            answered = listener.event(pg.REPLY_CHANNEL, "e1")
+            other = listener.event(pg.REPLY_CHANNEL, "e2")
+            await db.call(pg.post, "e1", "s", "{}", "a")
+            with trio.fail_after(30):
+                await posted.wait()
+            await db.call(pg.answer, "e1", "{}", "b", fencing)
+            with trio.fail_after(30):
+                await answered.wait()
+            assert not other.is_set()
+            assert listener.received == 2
+            nursery.cancel_scope.cancel()
+    finally:
+        db.close()
+
+
+async def test_the_listener_redials_and_wakes_everyone(pg_url: str) -> None:
+    async with trio.open_nursery() as nursery:
+        listener = await nursery.start(pg.Listener(pg_url, retry=0.05).run)
+        waiting = listener.event(pg.REPLY_CHANNEL, "never")
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE query LIKE 'LISTEN%%' AND pid <> pg_backend_pid()")
+        with trio.fail_after(30):
+            await waiting.wait()  # woken by the loss, to look again
+            while listener.connections < 2:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
