@@ -37,6 +37,7 @@ notifications in Trio itself, on the connection's socket.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterable, Mapping, TypeVar
 
@@ -60,7 +61,12 @@ __all__ = [
     "answer",
     "ensure_schema",
     "ensure_sessions",
+    "FENCED_TABLES",
+    "FENCE_SQLSTATE",
     "fence",
+    "fence_settings",
+    "install_fences",
+    "lease_lost_of",
     "heartbeat",
     "leases",
     "leave",
@@ -120,6 +126,56 @@ CREATE TABLE IF NOT EXISTS cluster_refused (
     what text NOT NULL,
     at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+"""
+
+
+#: The record's tables whose every row write is fenced (the trigger of
+#: :func:`install_fences`), each with its session column; ``creates``: an
+#: insert makes the session (its lease row, free), it does not drive it.
+FENCED_TABLES: Final = {
+    "sessions": ("id", "creates"),
+    "operations": ("session", ""),
+    "messages": ("session", ""),
+    "entries": ("session", ""),
+    "usage": ("session", ""),
+    "skipped_frames": ("session", ""),
+    "deliveries": ("session", ""),
+}
+#: The SQLSTATE the fence trigger raises (ours; a class no standard uses).
+FENCE_SQLSTATE: Final = "RL409"
+
+FENCE_FUNCTION: Final = f"""
+CREATE OR REPLACE FUNCTION cluster_fence() RETURNS trigger LANGUAGE plpgsql AS $fence$
+DECLARE
+    me text := current_setting('router.holder', true);
+    row_session text;
+    number bigint;
+BEGIN
+    IF me IS NULL OR me = '' THEN  -- not a router of the cluster (a copy, a migration): unfenced
+        RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+    END IF;
+    row_session := CASE WHEN TG_OP = 'DELETE' THEN to_jsonb(OLD) ELSE to_jsonb(NEW) END ->> TG_ARGV[0];
+    IF TG_OP = 'INSERT' AND TG_ARGV[1] = 'creates' THEN
+        INSERT INTO cluster_leases (session) VALUES (row_session) ON CONFLICT (session) DO NOTHING;
+        RETURN NEW;
+    END IF;
+    number := (coalesce(nullif(current_setting('router.leases', true), ''), '{{}}')::jsonb ->> row_session)::bigint;
+    -- Held live under this number, or a session no router has driven yet
+    -- (number 0: made, filled, queued for its first holder). Share-locked
+    -- until commit either way, so the next acquire waits for this write.
+    PERFORM 1 FROM cluster_leases l WHERE l.session = row_session
+        AND ((l.holder = me AND l.fencing = number AND l.expires_at > clock_timestamp())
+             OR (l.fencing = 0 AND (l.holder IS NULL OR l.expires_at <= clock_timestamp())))
+        FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'lease-lost: router % does not hold session % (number %): % on % refused',
+            me, row_session, number, TG_OP, TG_TABLE_NAME
+            USING ERRCODE = '{FENCE_SQLSTATE}', DETAIL = json_build_object('session', row_session,
+                'holder', me, 'fencing', number, 'what', TG_OP || ' on ' || TG_TABLE_NAME)::text;
+    END IF;
+    RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+END
+$fence$;
 """
 
 
@@ -257,6 +313,48 @@ def fence(conn: psycopg.Connection[Any], session: str, holder: str, fencing: int
             f"its {what} was refused; the session's holder answers it",
             session=session, holder=holder, fencing=fencing, what=what,
         )
+
+
+def install_fences(conn: psycopg.Connection[Any], tables: Mapping[str, tuple[str, str]] = FENCED_TABLES) -> list[str]:
+    """Fence every row write of the record's tables (those that exist):
+    a trigger checks, per row, that the transaction's router holds the
+    row's session under the number it set (:func:`fence_settings`).
+    Idempotent; returns the tables fenced."""
+    fenced = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        conn.execute(FENCE_FUNCTION)
+        for table, (column, mode) in tables.items():
+            if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,):
+                continue
+            conn.execute(f'DROP TRIGGER IF EXISTS cluster_fence ON "{table}"')
+            conn.execute(f'CREATE TRIGGER cluster_fence BEFORE INSERT OR UPDATE OR DELETE ON "{table}" '
+                         f"FOR EACH ROW EXECUTE FUNCTION cluster_fence('{column}', '{mode}')")
+            fenced.append(table)
+    return fenced
+
+
+def fence_settings(holder: str, numbers: Mapping[str, int]) -> tuple[str, tuple[str, str]]:
+    """The statement (``?`` placeholders) that a transaction of router
+    ``holder`` runs first: who it is and the numbers it holds, for the
+    fence trigger (transaction-local settings)."""
+    return ("SELECT set_config('router.holder', ?, true), set_config('router.leases', ?, true)",
+            (holder, json.dumps(dict(numbers), separators=(",", ":"))))
+
+
+def lease_lost_of(exc: BaseException) -> LeaseLost | None:
+    """The :class:`LeaseLost` a database error means, when the fence
+    trigger raised it."""
+    if getattr(exc, "sqlstate", None) != FENCE_SQLSTATE:
+        return None
+    diag = getattr(exc, "diag", None)
+    text = str(getattr(diag, "message_primary", None) or exc)
+    try:
+        data = json.loads(getattr(diag, "message_detail", None) or "{}")
+    except ValueError:
+        data = {}
+    return LeaseLost("lease-lost", text.removeprefix("lease-lost: "), session=str(data.get("session")),
+                     holder=str(data.get("holder")), fencing=data.get("fencing"), what=str(data.get("what", "write")))
 
 
 def record_refusal(conn: psycopg.Connection[Any], refused: LeaseLost) -> None:

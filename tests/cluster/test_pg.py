@@ -160,3 +160,51 @@ async def test_the_listener_redials_and_wakes_everyone(pg_url: str) -> None:
             while listener.connections < 2:
                 await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
+
+
+def _record(conn) -> None:
+    """Tables shaped as the record's (a session column), fenced."""
+    conn.execute("CREATE TABLE sessions (id text PRIMARY KEY, cursor bigint NOT NULL DEFAULT 0)")
+    conn.execute("CREATE TABLE operations (session text, id text, status text, PRIMARY KEY (session, id))")
+    assert pg.install_fences(conn) == ["sessions", "operations"]
+    assert pg.install_fences(conn) == ["sessions", "operations"]  # idempotent
+
+
+def _as(conn, holder: str, numbers: dict[str, int]) -> None:
+    sql, params = pg.fence_settings(holder, numbers)
+    conn.execute(sql.replace("?", "%s"), params)
+
+
+def test_the_trigger_fences_every_row_write_of_the_record(conn) -> None:
+    _record(conn)
+    with conn.transaction():  # a router creates a session it does not hold: its lease row, free
+        _as(conn, "a", {})
+        conn.execute("INSERT INTO sessions (id) VALUES ('s')")
+        conn.execute("INSERT INTO operations VALUES ('s', 'o1', 'queued')")  # never driven: may queue
+    assert pg.leases(conn)[0][0].fencing == 0
+    assert pg.acquire(conn, "b", ["s"], SHORT) == {"s": 1}
+    with conn.transaction():
+        _as(conn, "b", {"s": 1})
+        conn.execute("UPDATE sessions SET cursor = 5 WHERE id = 's'")
+        conn.execute("UPDATE operations SET status = 'running'")
+    for who, numbers in (("a", {}), ("a", {"s": 1}), ("b", {"s": 0})):
+        with pytest.raises(psycopg.Error) as caught:
+            with conn.transaction():
+                _as(conn, who, numbers)
+                conn.execute("UPDATE operations SET status = 'done'")
+        refused = pg.lease_lost_of(caught.value)
+        assert refused is not None and refused.code == "lease-lost"
+        assert refused.data["session"] == "s" and refused.data["holder"] == who
+    expire()
+    with pytest.raises(psycopg.Error) as caught:  # b stalled past its expiry: its late write is refused
+        with conn.transaction():
+            _as(conn, "b", {"s": 1})
+            conn.execute("DELETE FROM operations")
+    assert pg.lease_lost_of(caught.value) is not None
+    pg.record_refusal(conn, pg.lease_lost_of(caught.value))
+    assert pg.refusals(conn, "b") == [{"session": "s", "holder": "b", "fencing": 1, "what": "DELETE on operations"}]
+    assert conn.execute("SELECT status FROM operations").fetchall() == [("running",)]
+    assert conn.execute("SELECT cursor FROM sessions").fetchall() == [(5,)]
+    with conn.transaction():  # outside the cluster (no router set): unfenced
+        conn.execute("UPDATE sessions SET cursor = 6")
+    assert pg.lease_lost_of(ValueError("x")) is None
