@@ -61,6 +61,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ClusterMember", "ClusterSettings", "LeaseOwner", "Round"]
 
+#: What answers the inbox's deliveries: ``(event_id, session, body)`` →
+#: ``(reply, final)``.
+Handler = Callable[[str, str, str], Awaitable[tuple[str, bool]]]
+
 #: Unanswered inbox rows taken per look (ours).
 INBOX_BATCH: Final = 256
 
@@ -266,11 +270,13 @@ class ClusterMember:
                 await answered.wait()
             answered = self.listener.event(pg.REPLY_CHANNEL, event_id)
 
-    async def serve_inbox(self, handler: Callable[[str, str, str], Awaitable[str]], *,
+    async def serve_inbox(self, handler: Handler, *,
                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Answer the inbox's deliveries for the sessions held here:
         ``await handler(event_id, session, body)`` gives the reply (JSON
-        text). Runs until cancelled."""
+        text) and whether it is final (see :func:`router.cluster.pg.post`);
+        a handler that raises :class:`~router.cluster.pg.LeaseLost` leaves
+        the row for the next holder. Runs until cancelled."""
         async with trio.open_nursery() as nursery:
             task_status.started()
             while True:
@@ -290,18 +296,15 @@ class ClusterMember:
                         for event in (posted, held):
                             either.start_soon(_set_then_cancel, event, either.cancel_scope)
 
-    async def _answer(self, handler: Callable[[str, str, str], Awaitable[str]], event_id: str, session: str,
-                      body: str) -> None:
+    async def _answer(self, handler: Handler, event_id: str, session: str, body: str) -> None:
         try:
             try:
-                reply = await handler(event_id, session, body)
-            except Exception:
-                log.exception("cluster %s: delivery %s failed here; it stays in the inbox", self.id, event_id)
-                return
-            try:
-                await self.db.call(pg.answer, event_id, reply, self.id, self.fencing(session))
+                reply, final = await handler(event_id, session, body)
+                await self.db.call(pg.answer, event_id, reply, self.id, self.fencing(session), final)
             except pg.LeaseLost as refused:
                 await self.db.call(pg.record_refusal, refused)
+            except Exception:
+                log.exception("cluster %s: delivery %s failed here; it stays in the inbox", self.id, event_id)
         finally:
             self._in_flight.discard(event_id)
 

@@ -113,6 +113,7 @@ CREATE TABLE IF NOT EXISTS cluster_inbox (
     posted_by text NOT NULL,
     posted_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     reply text,
+    final boolean NOT NULL DEFAULT false,
     answered_by text,
     answered_fencing bigint,
     answered_at timestamptz
@@ -382,12 +383,14 @@ def refusals(conn: psycopg.Connection[Any], holder: str | None = None) -> list[d
 
 def post(conn: psycopg.Connection[Any], event_id: str, session: str, body: str, by: str) -> bool:
     """Keep a delivery for the session's holder; False when the event id
-    was already in (a resend: the first one stands). The holder is woken
-    at commit."""
+    was already in with a final reply or none yet (a resend: the first one
+    stands). A resend of one answered *not* final (``Unanswered``: try
+    again) opens it again. The holder is woken at commit."""
     with conn.transaction():
         inserted = conn.execute(
             "INSERT INTO cluster_inbox (event_id, session, body, posted_by) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (event_id) DO NOTHING RETURNING 1",
+            "ON CONFLICT (event_id) DO UPDATE SET reply = NULL, answered_by = NULL, answered_fencing = NULL, "
+            "answered_at = NULL WHERE cluster_inbox.reply IS NOT NULL AND NOT cluster_inbox.final RETURNING 1",
             (event_id, session, body, by),
         ).fetchone()
         if inserted is not None:
@@ -414,9 +417,11 @@ def pending_for(conn: psycopg.Connection[Any], holder: str, limit: int = 256) ->
     return [(row[0], row[1], row[2]) for row in rows]
 
 
-def answer(conn: psycopg.Connection[Any], event_id: str, reply: str, holder: str, fencing: int | None) -> str:
+def answer(conn: psycopg.Connection[Any], event_id: str, reply: str, holder: str, fencing: int | None,
+           final: bool = True) -> str:
     """Answer a delivery of the inbox, under the holder's lease (fenced):
-    the reply that stands (the first answer; a second is ignored)."""
+    the reply that stands (the first answer; a second is ignored until a
+    resend opens a reply that was not ``final``)."""
     with conn.transaction():
         row = conn.execute("SELECT session, reply FROM cluster_inbox WHERE event_id = %s FOR UPDATE",
                            (event_id,)).fetchone()
@@ -427,9 +432,9 @@ def answer(conn: psycopg.Connection[Any], event_id: str, reply: str, holder: str
             return str(stored)
         fence(conn, session, holder, fencing, what=f"answer to {event_id}")
         conn.execute(
-            "UPDATE cluster_inbox SET reply = %s, answered_by = %s, answered_fencing = %s, "
+            "UPDATE cluster_inbox SET reply = %s, final = %s, answered_by = %s, answered_fencing = %s, "
             "answered_at = clock_timestamp() WHERE event_id = %s",
-            (reply, holder, fencing, event_id),
+            (reply, final, holder, fencing, event_id),
         )
         conn.execute("SELECT pg_notify(%s, %s)", (REPLY_CHANNEL, event_id))
         return reply

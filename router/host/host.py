@@ -36,7 +36,7 @@ import functools
 import logging
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Final, Literal, Sequence
+from typing import Any, AsyncIterator, Callable, Final, Literal, Sequence
 
 import attrs
 import trio
@@ -122,9 +122,15 @@ class Host:
     """
 
     def __init__(
-        self, store: Store, endpoint: DaemonEndpoint, settings: HostSettings | None = None
+        self, store: Store, endpoint: DaemonEndpoint, settings: HostSettings | None = None, *,
+        may_link: Callable[[str], bool] | None = None,
     ) -> None:
         self.store = store
+        #: Whether this host may drive a session now (a cluster's lease,
+        #: ``router.cluster``); None: every session. A session it may not
+        #: drive gets no link: its calls that need one are refused
+        #: ``not-holder``, and its record is the holder's to write.
+        self.may_link = may_link
         self.endpoint = endpoint
         self.settings = settings or HostSettings()
         self.sessions = HostSessions(self)
@@ -161,7 +167,8 @@ class Host:
                 self._nursery = nursery
                 if self.settings.wake_open:
                     for session in await self.store.call(self.store.open_sessions):
-                        self._ensure_link(session)
+                        if self.may_link is None or self.may_link(session):
+                            self._ensure_link(session)
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:
@@ -209,6 +216,9 @@ class Host:
         link = self._links.get(session)
         if link is not None and (link.failure is None or not restart_failed):
             return link
+        if self.may_link is not None and not self.may_link(session):
+            raise Refused("not-holder", f"another router of the cluster drives session {session!r}; "
+                          "ask it (the board names it)", session=session)
         link = SessionLink(
             self._owner, session, store=self.store, endpoint=self.endpoint, settings=self.settings
         )

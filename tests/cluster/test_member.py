@@ -55,14 +55,14 @@ class Node:
         for attempt in list(self.attempts):
             attempt.cancel()
 
-    async def handler(self, event_id: str, session: str, body: str) -> str:
-        return await self.db.call(_apply, event_id, session, self.member.id, self.member.fencing(session))
+    async def handler(self, event_id: str, session: str, body: str) -> tuple[str, bool]:
+        return await self.db.call(_apply, event_id, session, self.member.id, self.member.fencing(session)), True
 
     async def deliver(self, event_id: str, session: str) -> str:
         """As a router does: serve it here when held, else relay it."""
         if self.member.holds(session):
             try:
-                return await self.handler(event_id, session, "{}")
+                return (await self.handler(event_id, session, "{}"))[0]
             except pg.LeaseLost:
                 pass
         return await self.member.relay(event_id, session, "{}")

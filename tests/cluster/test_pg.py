@@ -208,3 +208,16 @@ def test_the_trigger_fences_every_row_write_of_the_record(conn) -> None:
     with conn.transaction():  # outside the cluster (no router set): unfenced
         conn.execute("UPDATE sessions SET cursor = 6")
     assert pg.lease_lost_of(ValueError("x")) is None
+
+
+def test_a_resend_opens_a_reply_that_was_not_final(conn) -> None:
+    pg.ensure_sessions(conn, ["s"])
+    fencing = pg.acquire(conn, "b", ["s"], 30)["s"]
+    pg.post(conn, "e", "s", "{}", "a")
+    assert pg.answer(conn, "e", "try-again", "b", fencing, final=False) == "try-again"
+    assert pg.reply_of(conn, "e") == ("s", "try-again")
+    assert pg.post(conn, "e", "s", "{}", "a")  # the resend: open again
+    assert pg.pending_for(conn, "b") == [("e", "s", "{}")]
+    assert pg.answer(conn, "e", "done", "b", fencing) == "done"
+    assert not pg.post(conn, "e", "s", "{}", "a")  # final: stands
+    assert pg.reply_of(conn, "e") == ("s", "done")
