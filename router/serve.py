@@ -141,6 +141,9 @@ class MainJob:
         #: The private Unix socket's server and path, when it serves one.
         self.local: Any = None
         self.socket: str | None = None
+        #: This router's part in a cluster (``router.cluster.ClusterNode``)
+        #: when the record is PostgreSQL.
+        self.cluster: Any = None
         self._stops: list[tuple[str, Callable[[], Awaitable[None]]]] = []
         self._stop = trio.Event()
         self._stopped = trio.Event()
@@ -216,6 +219,16 @@ class MainJob:
                 raise StartFailed(exc.code, exc.message) from None
             except OSError as exc:
                 raise StartFailed("no-data-dir", f"{config.data_dir} cannot be used: {exc}") from None
+            # With a PostgreSQL record the router is one of a cluster
+            # (router.cluster): it drives only the sessions it holds a
+            # lease for, and every write of the record carries its number.
+            cluster = None
+            if getattr(store, "dialect", "sqlite") == "postgresql":
+                from router.cluster import open_node
+
+                cluster = open_node(store, deliveries)
+                opened.append(cluster)
+            self.cluster = cluster
             self.layer = PluginLayer(
                 settings=settings, records=JsonlRecords(config.records or config.data_dir / "usage.jsonl"), env=self.env,
                 log=_plugin_log, deps={"ledger": StoreLedger(store)}, root=config.plugins_root,
@@ -245,7 +258,8 @@ class MainJob:
                     endpoint = await _checked_daemon(config.daemon_url, config.daemon_token or "")
                     harness, via = "container", "daemon"
                 # 4. The host, the registry, the router.
-                self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"))
+                self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"),
+                                 may_link=None if cluster is None else cluster.holds)
                 await self._start(nursery, "host", self.host.run)
                 registry = SessionRegistry()
                 await self._start(nursery, "registry", registry.run)
@@ -255,15 +269,19 @@ class MainJob:
                     options["message_deadline"] = config.message_deadline
                 self.router = TurnRouter(
                     deliveries=deliveries, registry=registry, host=self.host, env=self.env, layer=self.layer,
-                    instance=config.instance, container_harness=harness, container_via=via, **options,
+                    instance=config.instance, container_harness=harness, container_via=via, remote=cluster, **options,
                 )
+                if cluster is not None:
+                    cluster.host, cluster.router, cluster.registry = self.host, self.router, registry
+                    await self._start(nursery, "cluster", cluster.run)
+                    self._stops[-1] = ("cluster", _then(cluster.aclose, self._stops[-1][1]))
                 for session_id in config.claude_sessions:
                     await self.router.open_claude_code(session_id)
                 # 5. The API, behind the token.
                 if config.local is not None:
                     from router.board.service import Facts, LocalBoard, process_cwd
 
-                    facts = Facts(store=store, deliveries=deliveries, harness=harness, cwd=process_cwd())
+                    facts = Facts(store=store, deliveries=deliveries, harness=harness, cwd=process_cwd(), cluster=cluster)
                     self.board = LocalBoard(self.router, env=self.env, facts=facts, hidden=frozenset(config.hidden))
                 if config.port is not None:
                     self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
@@ -274,6 +292,8 @@ class MainJob:
                 # (`router sessions`, `router send`) reach the router there.
                 if config.local is not None:
                     await self._start_local(nursery, harness)
+                if cluster is not None:
+                    cluster.register(api_url=self.url, socket=self.socket, info=None if self.board is None else self.board.info)
                 task_status.started(self)
                 await self._stop.wait()
                 for name, stop in reversed(self._stops):

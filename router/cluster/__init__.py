@@ -22,8 +22,14 @@ from router.cluster.lease import (
     plan,
     preference,
 )
+from router.cluster.member import ClusterMember, ClusterSettings
+from router.cluster.node import ClusterNode, open_node
 
 __all__ = [
+    "ClusterMember",
+    "ClusterNode",
+    "ClusterSettings",
+    "open_node",
     "HOLD_MARGIN",
     "HeldLeases",
     "Lease",

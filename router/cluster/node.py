@@ -24,16 +24,27 @@ close links; the database pool is the caller's.
 from __future__ import annotations
 
 import logging
+import math
+import os
+import secrets
+import socket
 from typing import Any, Final, Mapping
 
 import trio
 
 from router.cluster import pg
-from router.cluster.member import ClusterMember
+from router.cluster.lease import HOLD_MARGIN
+from router.cluster.member import ClusterMember, ClusterSettings
+from router.errors import Refusal
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClusterNode", "delivery_json", "delivery_of", "reply_json", "reply_of"]
+__all__ = ["ClusterNode", "LEASE_TTL_ENV", "delivery_json", "delivery_of", "open_node", "reply_json", "reply_of"]
+
+#: The lease's life in seconds, when set (ours; the default is
+#: ``ClusterSettings.lease_ttl``): renews every third of it, routers
+#: counted live for as long.
+LEASE_TTL_ENV: Final = "ROUTER_CLUSTER_LEASE_TTL"
 
 #: Open operations a gained session's drive waits on at once (ours).
 DRIVE_WAITS: Final = 64
@@ -87,6 +98,37 @@ def reply_of(text: str) -> Any:
     if body["type"] == "unanswered":
         return Unanswered(event_id=body["eventId"], code=body["code"], message=body["message"])
     return Refused(code=body["code"], message=body["message"])
+
+
+def settings_from(env: Mapping[str, str]) -> ClusterSettings:
+    """The cluster's settings, with the lease's life from ``env``."""
+    text = env.get(LEASE_TTL_ENV)
+    if not text:
+        return ClusterSettings()
+    try:
+        ttl = float(text)
+    except ValueError:
+        ttl = math.nan
+    if not (math.isfinite(ttl) and ttl >= 1.5):
+        raise Refusal("bad-lease-ttl", f"${LEASE_TTL_ENV} is {text!r}: give a number of seconds, 1.5 or more")
+    return ClusterSettings(lease_ttl=ttl, renew_every=ttl / 3, router_ttl=ttl, margin=min(HOLD_MARGIN, ttl / 5))
+
+
+def open_node(store: Any, deliveries: Any, *, env: Mapping[str, str] | None = None,
+              router_id: str | None = None) -> ClusterNode:
+    """This router's node over the record's database (the store's URL),
+    its fence registered on the host's store and on the deliveries'
+    record. Close it (:meth:`ClusterNode.close`) after the job stopped."""
+    env = os.environ if env is None else env
+    url = store.database.url
+    name = router_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+    db = pg.Database(url, size=4)
+    node = ClusterNode(ClusterMember(db, url, name, settings=settings_from(env)))
+    for record in (store, deliveries):
+        database = getattr(record, "database", None)
+        if database is not None and getattr(database, "dialect", "") == "postgresql":
+            database.fences.append(node.fence)
+    return node
 
 
 class ClusterNode:
@@ -153,8 +195,6 @@ class ClusterNode:
                 nursery.start_soon(self._wait, session, each["operationId"])
 
     async def _wait(self, session: str, operation_id: str) -> None:
-        from router.errors import Refusal
-
         try:
             await self.host.session(session).wait(operation_id)
         except Refusal as refused:  # not-holder (lost again meanwhile), host stopped, link gave up
@@ -210,6 +250,18 @@ class ClusterNode:
         await self.member.aclose()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel(reason="the cluster node stops")
+
+    def close(self) -> None:
+        """Close the database pool (after :meth:`run` returned)."""
+        self.member.db.close()
+
+    def register(self, *, api_url: str | None, socket: str | None, info: Mapping[str, Any] | None) -> None:
+        """What the board shows of this router (the next round writes it)."""
+        from wire.json import dumps
+
+        self.member.registration = {"api_url": api_url, "socket": socket,
+                                    "info": dumps(dict(info or {}, cluster=self.id))}
+        self.member.wake()
 
 
 def _known(conn: Any, session: str) -> bool:

@@ -328,7 +328,10 @@ def install_fences(conn: psycopg.Connection[Any], tables: Mapping[str, tuple[str
         for table, (column, mode) in tables.items():
             if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,):
                 continue
-            conn.execute(f'DROP TRIGGER IF EXISTS cluster_fence ON "{table}"')
+            if conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'cluster_fence' AND tgrelid = %s::regclass",
+                            (table,)).fetchone() is not None:
+                fenced.append(table)
+                continue  # already fenced (no DDL: it would lock the table against the other routers' writes)
             conn.execute(f'CREATE TRIGGER cluster_fence BEFORE INSERT OR UPDATE OR DELETE ON "{table}" '
                          f"FOR EACH ROW EXECUTE FUNCTION cluster_fence('{column}', '{mode}')")
             fenced.append(table)
