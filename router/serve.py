@@ -222,13 +222,7 @@ class MainJob:
             # With a PostgreSQL record the router is one of a cluster
             # (router.cluster): it drives only the sessions it holds a
             # lease for, and every write of the record carries its number.
-            cluster = None
-            if getattr(store, "dialect", "sqlite") == "postgresql":
-                from router.cluster import open_node
-
-                cluster = open_node(store, deliveries)
-                opened.append(cluster)
-            self.cluster = cluster
+            self.cluster = cluster = _open_cluster(store, deliveries, opened)
             self.layer = PluginLayer(
                 settings=settings, records=JsonlRecords(config.records or config.data_dir / "usage.jsonl"), env=self.env,
                 log=_plugin_log, deps={"ledger": StoreLedger(store)}, root=config.plugins_root,
@@ -259,7 +253,7 @@ class MainJob:
                     harness, via = "container", "daemon"
                 # 4. The host, the registry, the router.
                 self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"),
-                                 may_link=None if cluster is None else cluster.holds)
+                                 may_link=getattr(cluster, "holds", None))
                 await self._start(nursery, "host", self.host.run)
                 registry = SessionRegistry()
                 await self._start(nursery, "registry", registry.run)
@@ -271,10 +265,7 @@ class MainJob:
                     deliveries=deliveries, registry=registry, host=self.host, env=self.env, layer=self.layer,
                     instance=config.instance, container_harness=harness, container_via=via, remote=cluster, **options,
                 )
-                if cluster is not None:
-                    cluster.host, cluster.router, cluster.registry = self.host, self.router, registry
-                    await self._start(nursery, "cluster", cluster.run)
-                    self._stops[-1] = ("cluster", _then(cluster.aclose, self._stops[-1][1]))
+                await self._join_cluster(nursery, registry)
                 for session_id in config.claude_sessions:
                     await self.router.open_claude_code(session_id)
                 # 5. The API, behind the token.
@@ -293,7 +284,7 @@ class MainJob:
                 if config.local is not None:
                     await self._start_local(nursery, harness)
                 if cluster is not None:
-                    cluster.register(api_url=self.url, socket=self.socket, info=None if self.board is None else self.board.info)
+                    cluster.register(api_url=self.url, socket=self.socket, info=getattr(self.board, "info", None))
                 task_status.started(self)
                 await self._stop.wait()
                 for name, stop in reversed(self._stops):
@@ -304,6 +295,15 @@ class MainJob:
                 each.close()
             self._stopped.set()
 
+
+    async def _join_cluster(self, nursery: trio.Nursery, registry: Any) -> None:
+        """Start this router's node of the cluster, when it is one."""
+        cluster = self.cluster
+        if cluster is None:
+            return
+        cluster.host, cluster.router, cluster.registry = self.host, self.router, registry
+        await self._start(nursery, "cluster", cluster.run)
+        self._stops[-1] = ("cluster", _then(cluster.aclose, self._stops[-1][1]))
 
     async def _start_local(self, nursery: trio.Nursery, harness: str) -> None:
         from router.api.app import ApiConfig
@@ -317,6 +317,19 @@ class MainJob:
             self.socket = await self._start(nursery, "local", self.local.run)
         except errors.Refusal as refused:
             raise StartFailed(refused.code, refused.message, **refused.data) from None
+
+
+def _open_cluster(store: Any, deliveries: Any, opened: list[Any]) -> Any:
+    """This router's node of the cluster (``router.cluster``) when the
+    record is PostgreSQL, else None: it drives only the sessions it holds
+    a lease for, and every write of the record carries its number."""
+    if getattr(store, "dialect", "sqlite") != "postgresql":
+        return None
+    from router.cluster import open_node
+
+    node = open_node(store, deliveries)
+    opened.append(node)
+    return node
 
 
 def _token(settings_dir: Path) -> str:
