@@ -63,6 +63,7 @@ __all__ = [
     "database_errors",
     "is_postgres_url",
     "is_store_failure",
+    "migrate",
     "parse_target",
     "pg_sql",
     "redact",
@@ -123,11 +124,16 @@ def _check_postgres_url(text: str) -> None:
     try:
         from psycopg.conninfo import conninfo_to_dict
 
-        conninfo_to_dict(text)
+        ports = str(conninfo_to_dict(text).get("port") or "")
     except ImportError as error:  # pragma: no cover - psycopg is a dependency
         raise Refusal("no-postgres-driver", f"psycopg does not import ({error}); pip install 'psycopg[binary]'")
     except Exception as error:  # psycopg.ProgrammingError; libpq's message says what is wrong
         raise Refusal("bad-store-url", f"{redact(text)} is not a PostgreSQL URL libpq reads: {error}") from None
+    # libpq reads the port only when it connects; a port is checked here so
+    # that a typo is refused when the router starts, not at its first write.
+    for port in ports.split(",") if ports else ():
+        if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise Refusal("bad-store-url", f"{redact(text)} names the port {port!r}, which is not a TCP port")
 
 
 def redact(url: str) -> str:
@@ -311,7 +317,14 @@ class PgDatabase(Database):
     def __init__(self, url: str, component: str) -> None:
         super().__init__(component)
         self.url = url
-        self.raw = connect_postgres(url)
+        try:
+            self.raw = connect_postgres(url)
+        except Exception as error:
+            if isinstance(error, database_errors()):  # the server refused us or is not there
+                raise Refusal(
+                    "bad-store", f"{redact(url)} cannot be used as a store ({str(error).strip()}); check --store"
+                ) from None
+            raise
         self._lock = _lock_key(component)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -357,6 +370,28 @@ class PgDatabase(Database):
 
     def close(self) -> None:
         self.raw.close()
+
+
+def migrate(db: Database, steps: Sequence[Sequence[str]], *, too_new: Callable[[int], Exception]) -> None:
+    """Take ``db``'s record to version ``len(steps)``: ``steps[n]`` is the
+    statements that take version ``n`` to ``n + 1``, each step one
+    transaction (under the record's lock, the version read again inside:
+    another router may have migrated meanwhile) that also sets the version.
+    A record newer than the steps raises ``too_new(version)``."""
+    while (version := db.schema_version()) < len(steps):
+        db.begin()
+        try:
+            version = db.schema_version()
+            if version < len(steps):
+                for statement in steps[version]:
+                    db.execute(statement)
+                db.set_schema_version(version + 1)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+    if version > len(steps):
+        raise too_new(version)
 
 
 def open_database(target: Target, component: str, **sqlite_options: Any) -> Database:

@@ -9,7 +9,9 @@ On one machine with nothing else installed it starts, in this order:
    ``$ROUTER_DATA_DIR``, else ``$XDG_DATA_HOME/router``, else
    ``~/.local/share/router``; then the plug-in layer, with the host's store
    as the ``frames`` usage source's ledger and the turn records in
-   ``usage.jsonl`` there;
+   ``usage.jsonl`` there. ``--store`` puts the three elsewhere: another
+   SQLite data directory, or ``postgresql://…``, tables of one database
+   any number of routers share (:mod:`router.store`, docs/store.md);
 3. an in-process container daemon with the echo adapter (reporting usage:
    words in and out as tokens) on a loopback port
    with a random token (``--daemon URL`` points the host at a real daemon
@@ -97,6 +99,10 @@ class JobConfig:
     #: Sessions of this router the board does not list (``router mcp``:
     #: its echo ``root``; see ``router.board.service``).
     hidden: tuple[str, ...] = ()
+    #: Where the records live (``--store``: a SQLite data directory or
+    #: ``postgresql://…``, :func:`router.store.parse_target`); None: the
+    #: SQLite files in ``data_dir``.
+    store: str | None = None
 
 
 class StartFailed(errors.Refusal):
@@ -189,12 +195,12 @@ class MainJob:
         from router.api.server import ApiServer
         from router.daemon.adapters.echo import counting as echo_adapter
         from router.daemon import Daemon, DaemonServer
-        from router.host import DaemonEndpoint, Host, HostSettings, Store
+        from router.host import DaemonEndpoint, Host, HostSettings
         from router.plugins.layer import PluginLayer
         from router.plugins.refusal import Refusal
         from router.plugins.settings import SettingsDir
-        from router.plugins.usage import JsonlRecords, StoreLedger
-        from router.turns.delivery_log import DeliveryLog
+        from router.plugins.usage import StoreLedger
+        from router.store import open_record, parse_target
         from router.turns.registry import SessionRegistry
         from router.turns.router import TurnRouter
 
@@ -211,10 +217,10 @@ class MainJob:
             # store is the ledger the ``frames`` usage source reads.
             try:
                 config.data_dir.mkdir(parents=True, exist_ok=True)
-                store = Store(config.data_dir / "host.sqlite")
-                opened.append(store)
-                deliveries = DeliveryLog(config.data_dir / "turns.sqlite")
-                opened.append(deliveries)
+                target = None if config.store is None else parse_target(config.store)
+                record = await trio.to_thread.run_sync(open_record, target, config.data_dir, config.records)
+                opened.append(record)
+                store, deliveries = record.store, record.deliveries
             except errors.Refusal as exc:
                 raise StartFailed(exc.code, exc.message) from None
             except OSError as exc:
@@ -224,7 +230,7 @@ class MainJob:
             # lease for, and every write of the record carries its number.
             self.cluster = cluster = _open_cluster(store, deliveries, opened)
             self.layer = PluginLayer(
-                settings=settings, records=JsonlRecords(config.records or config.data_dir / "usage.jsonl"), env=self.env,
+                settings=settings, records=record.records, env=self.env,
                 log=_plugin_log, deps={"ledger": StoreLedger(store)}, root=config.plugins_root,
             )
             loaded = await self.layer.reload()
@@ -410,6 +416,8 @@ def add_common(parser: argparse.ArgumentParser) -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8765,
                         help="the API's port on 127.0.0.1 (default 8765; 0 picks a free one)")
+    parser.add_argument("--store", metavar="URL", help="where the records live: a SQLite data directory (default: "
+                        "the data dir) or postgresql://user@host:port/db, which any number of routers share")
     add_common(parser)
 
 
@@ -433,7 +441,7 @@ def run(args: argparse.Namespace) -> int:
         print("router serve: --daemon needs the daemon's token (--token or $ROUTER_DAEMON_TOKEN)", file=sys.stderr)
         return 2
     setup_logging(args.log_level, "router serve")
-    config = job_config(args, os.environ, port=args.port, local="serve")
+    config = job_config(args, os.environ, port=args.port, local="serve", store=args.store)
     try:
         return trio.run(_serve, config)
     except StartFailed as exc:

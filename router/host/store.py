@@ -594,12 +594,16 @@ assert len(PG_MIGRATIONS) == len(MIGRATIONS), "every schema step has its Postgre
 class Store:
     """The durable record. See the module docstring.
 
+    ``TABLES``: its tables, each after the ones its rows refer to.
+
     Resource handling: opening takes the file lock (when ``exclusive``) and
     migrates the schema; :meth:`close` (or ``with Store(...)``) releases both.
     Error handling: refusals are :class:`Refused` with a code;
     ``sqlite3`` errors pass through (a transaction that raises is rolled
     back).
     """
+
+    TABLES: Final = ("sessions", "operations", "messages", "entries", "usage", "skipped_frames")
 
     def __init__(
         self,
@@ -663,20 +667,14 @@ class Store:
         """The PostgreSQL side of ``__init__``: no file lock (routers share
         the database by design; the cluster's leases say who drives which
         session), foreign keys always on, the same migrations."""
-        errors = database_errors  # psycopg is loaded by the connect
-        try:
-            self._db = PgDatabase(url, "host")
-        except Exception as error:
-            if isinstance(error, errors()):
-                raise self._bad_store(str(error).strip()) from None
-            raise
+        self._db = PgDatabase(url, "host")  # a server it cannot reach: bad-store
         try:
             if not create and self._db.schema_version() == 0:
                 raise Refused("no-store", f"there is no store in {self.location}; check --store")
             self._migrate()
         except BaseException as error:
             self.close()
-            if isinstance(error, errors()):
+            if isinstance(error, database_errors()):
                 raise self._bad_store(str(error).strip()) from None
             raise
 
@@ -1314,7 +1312,7 @@ class Store:
         stamp = {"created_at", "updated_at", "started_at", "settled_at", "at"}
         out: dict[str, list[tuple]] = {}
         with self.transaction():
-            for table in ("sessions", "operations", "messages", "entries", "usage", "skipped_frames"):
+            for table in self.TABLES:
                 cursor = self._q(f"SELECT * FROM {table}")
                 names = [d[0] for d in cursor.description]
                 # PostgreSQL's tables carry SQLite's ``rowid`` as a column.

@@ -55,7 +55,7 @@ from typing import Any, Callable, Final, TypeVar
 
 import trio
 
-from router._db import Database, PgDatabase, SqliteDatabase, Target, database_errors, is_postgres_url
+from router._db import Database, PgDatabase, SqliteDatabase, Target, is_postgres_url, migrate
 from router._group_commit import Call, GroupCommit, run_in_savepoints
 from router._sqlite import lock_file, release_lock
 from router.errors import Refusal
@@ -206,6 +206,9 @@ _COLUMNS: Final = (
 class DeliveryLog:
     """The durable record of deliveries (see the module docstring)."""
 
+    #: Its tables.
+    TABLES: Final = ("deliveries", "stops", "launches", "asks")
+
     def __init__(self, path: str | os.PathLike[str] | Target, *, clock: Callable[[], int] = _now_ms) -> None:
         self._clock = clock
         self._group = GroupCommit(self._guarded, trio.CapacityLimiter(1))
@@ -256,27 +259,9 @@ class DeliveryLog:
         """The PostgreSQL side of ``__init__``: no file lock (routers share
         the database by design), the schema migrated step by step, each
         step in a transaction under the record's lock."""
+        self._db = PgDatabase(url, "turns")  # a server it cannot reach: bad-store
         try:
-            self._db = PgDatabase(url, "turns")
-        except Exception as error:
-            if isinstance(error, database_errors()):
-                raise Refusal("bad-store", f"{self.location} cannot be used ({str(error).strip()}); check --store") from None
-            raise
-        try:
-            while (version := self._db.schema_version()) < SCHEMA_VERSION:
-                self._db.begin()
-                try:
-                    version = self._db.schema_version()  # another router may have migrated meanwhile
-                    if version < SCHEMA_VERSION:
-                        for statement in PG_MIGRATIONS[version]:
-                            self._db.execute(statement)
-                        self._db.set_schema_version(version + 1)
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
-            if version > SCHEMA_VERSION:
-                raise self._too_new(version)
+            migrate(self._db, PG_MIGRATIONS, too_new=self._too_new)
         except BaseException:
             self._db.close()
             raise
