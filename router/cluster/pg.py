@@ -152,13 +152,13 @@ DECLARE
     row_session text;
     number bigint;
 BEGIN
-    IF me IS NULL OR me = '' THEN  -- not a router of the cluster (a copy, a migration): unfenced
-        RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
-    END IF;
     row_session := CASE WHEN TG_OP = 'DELETE' THEN to_jsonb(OLD) ELSE to_jsonb(NEW) END ->> TG_ARGV[0];
-    IF TG_OP = 'INSERT' AND TG_ARGV[1] = 'creates' THEN
+    IF TG_OP = 'INSERT' AND TG_ARGV[1] = 'creates' THEN  -- a new session enters the cluster, free
         INSERT INTO cluster_leases (session) VALUES (row_session) ON CONFLICT (session) DO NOTHING;
         RETURN NEW;
+    END IF;
+    IF me IS NULL OR me = '' THEN  -- not a router of the cluster (a copy, a migration): unfenced
+        RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
     END IF;
     number := (coalesce(nullif(current_setting('router.leases', true), ''), '{{}}')::jsonb ->> row_session)::bigint;
     -- Held live under this number, or a session no router has driven yet
@@ -218,14 +218,10 @@ def live_routers(conn: psycopg.Connection[Any], ttl: float) -> list[dict[str, An
 def leave(conn: psycopg.Connection[Any], router: str) -> int:
     """A clean stop: ``router`` leaves and hands back every lease it holds
     at once (so the others need not wait for the expiry). Returns how many."""
-    with conn.transaction():
-        conn.execute("DELETE FROM cluster_routers WHERE id = %s", (router,))
-        cursor = conn.execute(
-            "UPDATE cluster_leases SET holder = NULL, expires_at = clock_timestamp() "
-            "WHERE holder = %s AND expires_at > clock_timestamp()",
-            (router,),
-        )
-        return cursor.rowcount
+    conn.execute("DELETE FROM cluster_routers WHERE id = %s", (router,))
+    held = conn.execute("SELECT session, fencing FROM cluster_leases WHERE holder = %s "
+                        "AND expires_at > clock_timestamp()", (router,)).fetchall()
+    return len(release(conn, router, dict(held)))
 
 
 # --------------------------------------------------------------------------- leases
@@ -254,14 +250,21 @@ def leases(conn: psycopg.Connection[Any]) -> tuple[list[Lease], float]:
 def acquire(conn: psycopg.Connection[Any], holder: str, sessions: Iterable[str], ttl: float) -> dict[str, int]:
     """Take the free (or own) leases among ``sessions``: session → its
     fencing number, for those taken. One statement (the rules of
-    :meth:`router.cluster.lease.LeaseBook.acquire`)."""
+    :meth:`router.cluster.lease.LeaseBook.acquire`); a row locked now (a
+    write under the lease it ends is committing, another router takes it)
+    is skipped, not waited for: the next round tries again, and no lock
+    is ever waited for while others are held (no deadlock)."""
     rows = conn.execute(
-        "UPDATE cluster_leases SET "
-        "fencing = CASE WHEN holder = %(me)s AND expires_at > clock_timestamp() THEN fencing ELSE fencing + 1 END, "
+        "UPDATE cluster_leases AS l SET "
+        "fencing = CASE WHEN l.holder = %(me)s AND l.expires_at > clock_timestamp() THEN l.fencing "
+        "ELSE l.fencing + 1 END, "
         "holder = %(me)s, expires_at = clock_timestamp() + make_interval(secs => %(ttl)s) "
-        "WHERE session = ANY(%(sessions)s::text[]) "
+        "FROM (SELECT session FROM cluster_leases WHERE session = ANY(%(sessions)s::text[]) "
         "AND (holder IS NULL OR holder = %(me)s OR expires_at <= clock_timestamp()) "
-        "RETURNING session, fencing",
+        "ORDER BY session FOR UPDATE SKIP LOCKED) AS free "
+        "WHERE l.session = free.session "
+        "AND (l.holder IS NULL OR l.holder = %(me)s OR l.expires_at <= clock_timestamp()) "
+        "RETURNING l.session, l.fencing",
         {"me": holder, "ttl": ttl, "sessions": list(sessions)},
     ).fetchall()
     return {row[0]: row[1] for row in rows}
@@ -269,31 +272,37 @@ def acquire(conn: psycopg.Connection[Any], holder: str, sessions: Iterable[str],
 
 def renew(conn: psycopg.Connection[Any], holder: str, held: Mapping[str, int], ttl: float) -> set[str]:
     """Extend the live leases ``held`` (session → number); the sessions
-    renewed. One missing from the answer is lost."""
-    if not held:
-        return set()
-    rows = conn.execute(
-        "UPDATE cluster_leases AS l SET expires_at = clock_timestamp() + make_interval(secs => %(ttl)s) "
-        "FROM unnest(%(sessions)s::text[], %(numbers)s::bigint[]) AS h(session, fencing) "
-        "WHERE l.session = h.session AND l.fencing = h.fencing AND l.holder = %(me)s "
-        "AND l.expires_at > clock_timestamp() RETURNING l.session",
-        {"me": holder, "ttl": ttl, "sessions": list(held), "numbers": list(held.values())},
-    ).fetchall()
-    return {row[0] for row in rows}
+    renewed. One missing from the answer is lost. One statement (its own
+    transaction) per lease: a renew waits behind this router's own write
+    of that session (which share-locks the row), and holding one row at a
+    time it can never close a cycle with a write that locks several."""
+    renewed = set()
+    for session, fencing in held.items():
+        row = conn.execute(
+            "UPDATE cluster_leases SET expires_at = clock_timestamp() + make_interval(secs => %s) "
+            "WHERE session = %s AND fencing = %s AND holder = %s AND expires_at > clock_timestamp() "
+            "RETURNING session",
+            (ttl, session, fencing, holder),
+        ).fetchone()
+        if row is not None:
+            renewed.add(session)
+    return renewed
 
 
 def release(conn: psycopg.Connection[Any], holder: str, held: Mapping[str, int]) -> set[str]:
-    """Hand back the leases ``held`` now; the sessions released."""
-    if not held:
-        return set()
-    rows = conn.execute(
-        "UPDATE cluster_leases AS l SET holder = NULL, expires_at = clock_timestamp() "
-        "FROM unnest(%(sessions)s::text[], %(numbers)s::bigint[]) AS h(session, fencing) "
-        "WHERE l.session = h.session AND l.fencing = h.fencing AND l.holder = %(me)s "
-        "AND l.expires_at > clock_timestamp() RETURNING l.session",
-        {"me": holder, "sessions": list(held), "numbers": list(held.values())},
-    ).fetchall()
-    return {row[0] for row in rows}
+    """Hand back the leases ``held`` now (one statement each, as
+    :func:`renew`); the sessions released."""
+    released = set()
+    for session, fencing in held.items():
+        row = conn.execute(
+            "UPDATE cluster_leases SET holder = NULL, expires_at = clock_timestamp() "
+            "WHERE session = %s AND fencing = %s AND holder = %s AND expires_at > clock_timestamp() "
+            "RETURNING session",
+            (session, fencing, holder),
+        ).fetchone()
+        if row is not None:
+            released.add(session)
+    return released
 
 
 def fence(conn: psycopg.Connection[Any], session: str, holder: str, fencing: int | None, what: str = "write") -> None:

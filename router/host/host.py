@@ -53,6 +53,10 @@ from wire.json import JsonValue
 
 log = logging.getLogger(__name__)
 
+#: Seconds between two looks at the record while waiting on an operation
+#: another router of the cluster drives (ours).
+REMOTE_WAIT_POLL: Final = 0.5
+
 #: The session a host always has (the reference's ``ROOT_SESSION``).
 ROOT_SESSION: Final = "root"
 
@@ -360,6 +364,12 @@ class HostSession:
                 result = OperationResult.of(record)
                 if result is not None:
                     return result
+                if host.may_link is not None and not host.may_link(self.id):
+                    # Another router drives it: its settle shows in the
+                    # shared record, which is looked at again now and then.
+                    with trio.move_on_after(REMOTE_WAIT_POLL):
+                        await entry.event.wait()
+                    continue
                 link = host._ensure_link(self.id, restart_failed=False)
                 if link.failure is not None:
                     raise link.failure
