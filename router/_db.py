@@ -342,6 +342,12 @@ class PgDatabase(Database):
         return self.raw.info.transaction_status != TransactionStatus.IDLE
 
     def _begin(self) -> None:
+        if self.raw.closed or self.raw.broken:
+            # The server ended the connection (a restart; a transaction
+            # left idle past its limit by a router that was stopped,
+            # router.cluster): dial again, so the record lives on.
+            self.raw.close()
+            self.raw = connect_postgres(self.url)
         self.raw.execute("BEGIN")
         try:
             self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))

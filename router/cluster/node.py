@@ -162,7 +162,7 @@ class ClusterNode:
     def fence(self, db: Any) -> None:
         """Run first in every transaction of the record (a worker thread):
         who this router is and the numbers it holds, for the trigger."""
-        sql, params = pg.fence_settings(self.member.id, self._numbers)
+        sql, params = pg.fence_settings(self.member.id, self._numbers, self.member.settings.lease_ttl / 2)
         db.execute(sql, params)
 
     # ------------------------------------------------------------------ LeaseOwner

@@ -347,12 +347,19 @@ def install_fences(conn: psycopg.Connection[Any], tables: Mapping[str, tuple[str
     return fenced
 
 
-def fence_settings(holder: str, numbers: Mapping[str, int]) -> tuple[str, tuple[str, str]]:
+def fence_settings(holder: str, numbers: Mapping[str, int], idle_limit: float) -> tuple[str, tuple[str, str, str]]:
     """The statement (``?`` placeholders) that a transaction of router
     ``holder`` runs first: who it is and the numbers it holds, for the
-    fence trigger (transaction-local settings)."""
-    return ("SELECT set_config('router.holder', ?, true), set_config('router.leases', ?, true)",
-            (holder, json.dumps(dict(numbers), separators=(",", ":"))))
+    fence trigger, and how long the transaction may sit idle
+    (``idle_in_transaction_session_timeout``, seconds): a router stopped
+    inside a transaction (SIGSTOP, a partition) would otherwise hold its
+    locks, and with them the session's lease row and the record's write
+    lock, for as long as it is stopped. Past the limit the database ends
+    the transaction: nothing of it is written, and the router's commit,
+    when it wakes, fails. (All transaction-local settings.)"""
+    return ("SELECT set_config('router.holder', ?, true), set_config('router.leases', ?, true), "
+            "set_config('idle_in_transaction_session_timeout', ?, true)",
+            (holder, json.dumps(dict(numbers), separators=(",", ":")), str(max(1, round(idle_limit * 1000)))))
 
 
 def lease_lost_of(exc: BaseException) -> LeaseLost | None:

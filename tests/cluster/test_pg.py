@@ -165,8 +165,8 @@ def _record(conn) -> None:
     assert pg.install_fences(conn) == ["sessions", "operations"]  # idempotent
 
 
-def _as(conn, holder: str, numbers: dict[str, int]) -> None:
-    sql, params = pg.fence_settings(holder, numbers)
+def _as(conn, holder: str, numbers: dict[str, int], idle_limit: float = 30) -> None:
+    sql, params = pg.fence_settings(holder, numbers, idle_limit)
     conn.execute(sql.replace("?", "%s"), params)
 
 
@@ -216,3 +216,26 @@ def test_a_resend_opens_a_reply_that_was_not_final(conn) -> None:
     assert pg.answer(conn, "e", "done", "b", fencing) == "done"
     assert not pg.post(conn, "e", "s", "{}", "a")  # final: stands
     assert pg.reply_of(conn, "e") == ("s", "done")
+
+
+def test_a_router_stopped_inside_a_transaction_loses_it_and_the_lease_moves(conn, pg_url: str) -> None:
+    """A transaction left idle past its limit (its router stopped) is
+    ended by the database: its locks go, the lease can be taken, and the
+    stopped router's write never lands."""
+    _record(conn)
+    conn.execute("INSERT INTO sessions (id) VALUES ('s')")
+    assert pg.acquire(conn, "a", ["s"], SHORT) == {"s": 1}
+    with psycopg.connect(pg_url, autocommit=True) as stalled:
+        with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+            with stalled.transaction():
+                _as(stalled, "a", {"s": 1}, idle_limit=0.2)
+                stalled.execute("UPDATE sessions SET cursor = 99")  # passed the fence
+                with psycopg.connect(pg_url, autocommit=True) as other:
+                    deadline = time.monotonic() + 30
+                    while not (taken := pg.acquire(other, "b", ["s"], 30)):  # skipped while the write is open
+                        assert time.monotonic() < deadline
+                        time.sleep(0.1)
+                    assert taken == {"s": 2}
+                stalled.execute("SELECT 1")  # it wakes: the transaction is gone
+        assert stalled.broken  # and the connection: the store dials again (router/_db.py)
+    assert conn.execute("SELECT cursor FROM sessions").fetchall() == [(0,)]
