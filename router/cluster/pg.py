@@ -270,39 +270,34 @@ def acquire(conn: psycopg.Connection[Any], holder: str, sessions: Iterable[str],
     return {row[0]: row[1] for row in rows}
 
 
-def renew(conn: psycopg.Connection[Any], holder: str, held: Mapping[str, int], ttl: float) -> set[str]:
-    """Extend the live leases ``held`` (session → number); the sessions
-    renewed. One missing from the answer is lost. One statement (its own
-    transaction) per lease: a renew waits behind this router's own write
-    of that session (which share-locks the row), and holding one row at a
-    time it can never close a cycle with a write that locks several."""
-    renewed = set()
+def _one_by_one(conn: psycopg.Connection[Any], holder: str, held: Mapping[str, int], change: str,
+                params: tuple[Any, ...] = ()) -> set[str]:
+    """``UPDATE cluster_leases SET <change>`` for each live lease of
+    ``held`` (session → number) still ``holder``'s: one statement (its own
+    transaction) per lease, so a round holds one row lock at a time and
+    can never close a cycle with a write that locks several (it waits,
+    at most, behind this router's own write of that session)."""
+    done = set()
     for session, fencing in held.items():
         row = conn.execute(
-            "UPDATE cluster_leases SET expires_at = clock_timestamp() + make_interval(secs => %s) "
-            "WHERE session = %s AND fencing = %s AND holder = %s AND expires_at > clock_timestamp() "
-            "RETURNING session",
-            (ttl, session, fencing, holder),
+            f"UPDATE cluster_leases SET {change} WHERE session = %s AND fencing = %s AND holder = %s "
+            "AND expires_at > clock_timestamp() RETURNING session",
+            (*params, session, fencing, holder),
         ).fetchone()
         if row is not None:
-            renewed.add(session)
-    return renewed
+            done.add(session)
+    return done
+
+
+def renew(conn: psycopg.Connection[Any], holder: str, held: Mapping[str, int], ttl: float) -> set[str]:
+    """Extend the live leases ``held`` (session → number); the sessions
+    renewed. One missing from the answer is lost."""
+    return _one_by_one(conn, holder, held, "expires_at = clock_timestamp() + make_interval(secs => %s)", (ttl,))
 
 
 def release(conn: psycopg.Connection[Any], holder: str, held: Mapping[str, int]) -> set[str]:
-    """Hand back the leases ``held`` now (one statement each, as
-    :func:`renew`); the sessions released."""
-    released = set()
-    for session, fencing in held.items():
-        row = conn.execute(
-            "UPDATE cluster_leases SET holder = NULL, expires_at = clock_timestamp() "
-            "WHERE session = %s AND fencing = %s AND holder = %s AND expires_at > clock_timestamp() "
-            "RETURNING session",
-            (session, fencing, holder),
-        ).fetchone()
-        if row is not None:
-            released.add(session)
-    return released
+    """Hand back the leases ``held`` now; the sessions released."""
+    return _one_by_one(conn, holder, held, "holder = NULL, expires_at = clock_timestamp()")
 
 
 def fence(conn: psycopg.Connection[Any], session: str, holder: str, fencing: int | None, what: str = "write") -> None:
