@@ -208,7 +208,7 @@ class LocalBoard:
                 except JsonError:
                     info = {}
                 info = {**info, "cluster": held["id"], "url": held["apiUrl"]} if isinstance(info, dict) else None
-            out.append({**item, "router": info})
+            out.append({**item, "router": info, "clustered": True})
         return out
 
     async def others(self) -> Board:

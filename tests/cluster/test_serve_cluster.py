@@ -17,6 +17,7 @@ processes; the database a private throwaway cluster).
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 from pathlib import Path
@@ -27,6 +28,7 @@ import pytest
 import trio
 
 from router.cluster import fair_share, hysteresis
+from tests.api.processes import REPO, ROUTER, environment
 from tests.cluster.processes import (
     LEASE_TTL,
     Member,
@@ -125,12 +127,24 @@ async def test_three_routers_one_database_a_kill_in_the_middle(tmp_path: Path, p
             for member in members[1:]:
                 entries = await board(member)
                 assert {e["id"] for e in entries} >= set(SESSIONS)  # every router lists every session
+            # `router sessions --json` (every local router surveyed): each
+            # session once, with its holder; `router send` finds a router.
+            done = await trio.run_process([*ROUTER, "sessions", "--json"], capture_stdout=True,
+                                          capture_stderr=True, check=False, env=environment(), cwd=REPO)
+            listed = [e for e in json.loads(done.stdout) if e["id"] in SESSIONS]
+            assert sorted(e["id"] for e in listed) == SESSIONS, done.stderr
+            assert {holder_of(e) for e in listed} <= survivors
+            done = await trio.run_process([*ROUTER, "send", SESSIONS[7], "through the CLI", "--json", "--event-id", "cli-1"],
+                                          capture_stdout=True, capture_stderr=True, check=False,
+                                          env=environment(), cwd=REPO)
+            assert done.returncode == 0 and json.loads(done.stdout)["status"] == "delivered", done
+            senders.answers["cli-1"] = "(sent by the CLI)"
             for i in range(300, 340):  # and it goes on
                 await senders.send(f"e{i}", senders.rng.choice(SESSIONS))
         finally:
             await senders.aclose()
         await trio.to_thread.run_sync(_exact, postgres_url, SESSIONS, senders.answers)
-        assert len(senders.answers) == 340
+        assert len(senders.answers) == 341
 
 
 async def _send_with_a_kill(senders: Senders, victim: Member) -> None:
