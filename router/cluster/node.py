@@ -247,6 +247,14 @@ class ClusterNode:
             await trio.sleep_forever()
 
     async def aclose(self) -> None:
+        """A clean stop: stop driving every held session (links closed, so
+        the next holder's link does not meet ours at the daemon), then hand
+        the leases back and leave."""
+        held = self.member.held.sessions()
+        self._numbers = {}
+        with trio.move_on_after(self.member.settings.lease_ttl):
+            for session in held:
+                await self._release(session)
         await self.member.aclose()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel(reason="the cluster node stops")
