@@ -202,8 +202,11 @@ class ClusterMember:
 
     async def _rounds(self) -> None:
         while True:
+            handed_back = self.listener.event(pg.LEASE_CHANNEL)
             with trio.move_on_after(self.settings.renew_every):
-                await self._wake.wait()
+                async with trio.open_nursery() as either:
+                    for event in (self._wake, handed_back):
+                        either.start_soon(_set_then_cancel, event, either.cancel_scope)
             self._wake = trio.Event()
             await self._one_round()
 

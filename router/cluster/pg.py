@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "Database",
     "INBOX_CHANNEL",
+    "LEASE_CHANNEL",
     "LeaseLost",
     "Listener",
     "REPLY_CHANNEL",
@@ -84,6 +85,9 @@ T = TypeVar("T")
 
 #: The notification channels (ours).
 INBOX_CHANNEL: Final = "cluster_inbox"
+#: Leases were handed back (a router left or shed sessions): the others
+#: run a round now instead of at their next tick.
+LEASE_CHANNEL: Final = "cluster_leases"
 REPLY_CHANNEL: Final = "cluster_reply"
 #: The advisory lock that serializes schema creation across routers
 #: starting at once (ours: any number no other part of the record uses).
@@ -296,8 +300,12 @@ def renew(conn: psycopg.Connection[Any], holder: str, held: Mapping[str, int], t
 
 
 def release(conn: psycopg.Connection[Any], holder: str, held: Mapping[str, int]) -> set[str]:
-    """Hand back the leases ``held`` now; the sessions released."""
-    return _one_by_one(conn, holder, held, "holder = NULL, expires_at = clock_timestamp()")
+    """Hand back the leases ``held`` now; the sessions released. The other
+    routers are told (``LEASE_CHANNEL``), so they take them at once."""
+    released = _one_by_one(conn, holder, held, "holder = NULL, expires_at = clock_timestamp()")
+    if released:
+        conn.execute("SELECT pg_notify(%s, %s)", (LEASE_CHANNEL, holder))
+    return released
 
 
 def fence(conn: psycopg.Connection[Any], session: str, holder: str, fencing: int | None, what: str = "write") -> None:
@@ -518,7 +526,7 @@ class Listener:
     every exit.
     """
 
-    def __init__(self, url: str, channels: Iterable[str] = (INBOX_CHANNEL, REPLY_CHANNEL), *,
+    def __init__(self, url: str, channels: Iterable[str] = (INBOX_CHANNEL, REPLY_CHANNEL, LEASE_CHANNEL), *,
                  retry: float = 1.0) -> None:
         self.url = url
         self.channels = tuple(channels)

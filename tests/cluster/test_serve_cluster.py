@@ -209,3 +209,28 @@ async def test_a_router_stopped_past_its_lease_is_fenced_and_rejoins(tmp_path: P
             await senders.aclose()
         assert stopped.alive
         await trio.to_thread.run_sync(_exact, postgres_url, sessions, senders.answers)
+
+
+@pytest.mark.timeout(600)
+async def test_a_router_stopped_cleanly_hands_its_sessions_over_at_once(tmp_path: Path, postgres_url: str) -> None:
+    """SIGTERM: the router closes its links and hands its leases back, and
+    the others take them when told, long before a lease would expire."""
+    lease = 120.0
+    sessions = SESSIONS[:20]
+    await trio.to_thread.run_sync(make_sessions, postgres_url, sessions)
+    async with cluster(tmp_path, postgres_url, 2, lease_ttl=lease) as (members, _):
+        ids = await _ids(members)
+        leaving, staying = members
+        await _until(lambda: _held_by(staying, set(ids.values()), sessions), 120)
+        assert any(holder_of(e) == ids[leaving.name] for e in await board(staying))
+        leaving.process.send_signal(signal.SIGTERM)
+        assert await leaving.process.wait() == 0, leaving.log()
+        # Well inside the lease's life: only the hand-back can do it.
+        await _until(lambda: _held_by(staying, {ids[staying.name]}, sessions), lease / 2)
+        senders = Senders([staying], seed=3)
+        try:
+            for i in range(10):
+                await senders.send(f"h{i}", sessions[i])
+        finally:
+            await senders.aclose()
+        await trio.to_thread.run_sync(_exact, postgres_url, sessions, senders.answers)
