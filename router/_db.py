@@ -41,12 +41,13 @@ does.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any, Callable, Final, Iterable, Literal, Sequence
+from typing import Any, Callable, Final, Iterable, Iterator, Literal, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 import attrs
@@ -64,6 +65,7 @@ __all__ = [
     "is_postgres_url",
     "is_store_failure",
     "migrate",
+    "open_migrated",
     "parse_target",
     "pg_sql",
     "redact",
@@ -254,6 +256,17 @@ class Database:
             self.execute("ROLLBACK")
             raise
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Database]:
+        """``begin()`` … ``COMMIT``, ``ROLLBACK`` when the block raises."""
+        self.begin()
+        try:
+            yield self
+        except BaseException:
+            self.execute("ROLLBACK")
+            raise
+        self.execute("COMMIT")
+
     def schema_version(self) -> int:
         raise NotImplementedError
 
@@ -342,11 +355,13 @@ class PgDatabase(Database):
         return self.raw.info.transaction_status != TransactionStatus.IDLE
 
     def _begin(self) -> None:
-        self.raw.execute("BEGIN")
+        # One round trip: without parameters psycopg sends a simple query,
+        # which may hold two statements (the key is our own integer).
         try:
-            self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
+            self.raw.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(self._lock)})")
         except BaseException:
-            self.raw.execute("ROLLBACK")
+            if self.in_transaction:
+                self.raw.execute("ROLLBACK")
             raise
 
     def schema_version(self) -> int:
@@ -379,19 +394,29 @@ def migrate(db: Database, steps: Sequence[Sequence[str]], *, too_new: Callable[[
     another router may have migrated meanwhile) that also sets the version.
     A record newer than the steps raises ``too_new(version)``."""
     while (version := db.schema_version()) < len(steps):
-        db.begin()
-        try:
+        with db.transaction():
             version = db.schema_version()
             if version < len(steps):
                 for statement in steps[version]:
                     db.execute(statement)
                 db.set_schema_version(version + 1)
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
     if version > len(steps):
         raise too_new(version)
+
+
+def open_migrated(url: str, component: str, steps: Sequence[Sequence[str]], *,
+                  too_new: Callable[[int], Exception]) -> PgDatabase:
+    """A connection to ``component``'s record in the PostgreSQL database
+    ``url``, its schema taken to ``len(steps)`` (:func:`migrate`); nothing
+    left open when it raises (``bad-store`` when the server cannot be
+    reached)."""
+    db = PgDatabase(url, component)
+    try:
+        migrate(db, steps, too_new=too_new)
+    except BaseException:
+        db.close()
+        raise
+    return db
 
 
 def open_database(target: Target, component: str, **sqlite_options: Any) -> Database:
