@@ -276,6 +276,7 @@ async def run_level(fleet: Fleet, senders: int, duration: float, floor: bool = F
     async with trio.open_nursery() as nursery:
         for index, client in enumerate(clients):
             nursery.start_soon(client.request, "POST", f"/sessions/{routes[index][1]}/messages", {"text": "warm up"})
+    await trio.sleep(1.5 if fleet.cluster is not None else 0)  # the server's statistics catch up (1 s)
     stop = trio.current_time() + duration
 
     async def sender(index: int, client: Client) -> None:
@@ -293,7 +294,6 @@ async def run_level(fleet: Fleet, senders: int, duration: float, floor: bool = F
             else:
                 level.errors.append(f"{status} {body}")
 
-    await trio.sleep(1.5 if fleet.cluster is not None else 0)  # the server's statistics catch up (1 s)
     xacts0 = fleet.db_transactions()
     cpu0, db0, mine0, wall0 = fleet.cpu(), fleet.db_cpu(), time.process_time(), time.perf_counter()
     async with trio.open_nursery() as nursery:

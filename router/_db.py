@@ -339,8 +339,26 @@ class PgDatabase(Database):
                 ) from None
             raise
         self._lock = _lock_key(component)
+        #: Whether a transaction this connection began is still open.
+        self._began = False
+        #: How many times a lost connection was opened again.
+        self.reconnects = 0
+
+    def _live(self) -> None:
+        """A connection the server dropped (a restart, a terminated backend,
+        a network cut) is opened again before the next transaction or
+        statement outside one: the one that met the loss raised (its
+        transaction is lost, and the caller's retry reads the record
+        again); the ones after it go on."""
+        if self.raw.broken and not self._began:
+            self.raw.close()
+            self.raw = connect_postgres(self.url)
+            self.reconnects += 1
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        self._live()
+        if sql in ("COMMIT", "ROLLBACK"):
+            self._began = False
         # Without parameters psycopg sends the text as it is (a ``%`` stays one).
         return self.raw.execute(pg_sql(sql), params) if params else self.raw.execute(sql)
 
@@ -357,12 +375,15 @@ class PgDatabase(Database):
     def _begin(self) -> None:
         # One round trip: without parameters psycopg sends a simple query,
         # which may hold two statements (the key is our own integer).
+        self._began = False
+        self._live()
         try:
             self.raw.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(self._lock)})")
         except BaseException:
-            if self.in_transaction:
+            if self.in_transaction and not self.raw.broken:
                 self.raw.execute("ROLLBACK")
             raise
+        self._began = True
 
     def schema_version(self) -> int:
         (table,) = self.raw.execute("SELECT to_regclass('router_schema')").fetchone()

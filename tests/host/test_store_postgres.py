@@ -302,3 +302,17 @@ def test_a_copy_from_a_running_router_or_nowhere_is_refused(tmp_path: Path, post
     assert "no-store" in capsys.readouterr().err
     assert cli.main(["store", "copy", "--from", str(data), "--to", str(tmp_path / "other")]) == 2
     assert "bad-copy-target" in capsys.readouterr().err
+
+
+def test_a_connection_the_server_dropped_is_opened_again(postgres_url: str) -> None:
+    with Store(postgres_url) as store, DeliveryLog(postgres_url) as log, _raw(postgres_url) as admin:
+        store.create_session("s")
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'router'")
+        with pytest.raises(psycopg.OperationalError):
+            store.enqueue("s", "lost", "x")  # the write that met the loss fails, and is not kept
+        store.enqueue("s", "after", "x")
+        with pytest.raises(psycopg.OperationalError):
+            log.get("e")
+        assert log.get("e") is None
+        assert [op.id for op in store.operations()] == ["after"]
+        assert store.database.reconnects == 1 and log.database.reconnects == 1
