@@ -4,6 +4,7 @@ steps, the fencing hook, the --store value, ``router store copy``."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -277,6 +278,9 @@ def test_a_data_dir_copies_into_postgresql_whole(tmp_path: Path, postgres_url: s
         assert records.read() == [{"at": "2026-12-01T10:00:00Z", "session": "a", "usage": None}]
     finally:
         records.close()
+    capsys.readouterr()
+    assert cli.main(["transcript", "--store", postgres_url, "--session", "a"]) == 0  # a reader of the database
+    assert [m["id"] for m in json.loads(capsys.readouterr().out)] == ["m1", "m2", "m3"]
 
 
 def test_a_copy_is_refused_into_a_record_unless_replacing_and_then_idempotent(
@@ -316,3 +320,24 @@ def test_a_connection_the_server_dropped_is_opened_again(postgres_url: str) -> N
         assert log.get("e") is None
         assert [op.id for op in store.operations()] == ["after"]
         assert store.database.reconnects == 1 and log.database.reconnects == 1
+
+
+def test_router_limits_reads_the_turn_records_of_a_database(tmp_path: Path, postgres_url: str, capsys) -> None:
+    records = TableRecords(postgres_url)
+    try:
+        records.append({"instance": "default", "account": "max", "at": "2099-01-01T00:00:00Z",
+                        "usage": {"input": 1, "output": 2, "cache_creation": 3, "cache_read": 4}})
+    finally:
+        records.close()
+    settings = ["--settings", str(tmp_path / "settings")]
+    assert cli.main(["limits", *settings, "--json"]) == 0
+    revision = json.loads(capsys.readouterr().out)["revision"]
+    patch = tmp_path / "patch.json"
+    patch.write_text(json.dumps({"revision": revision, "limits": {"tokens": {"instances": {"default": {"limit": 1000}}}}}))
+    assert cli.main(["limits", "set", *settings, "--file", str(patch)]) == 0
+    capsys.readouterr()
+    assert cli.main(["limits", *settings, "--records", postgres_url, "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["report"]
+    assert entry["status"] == "counted" and entry["count"] == 10, entry  # the one record, read from the table
+    assert cli.main(["limits", *settings, "--records", "postgresql://postgres@127.0.0.1:1/none"]) == 2
+    assert "bad-store" in capsys.readouterr().err
