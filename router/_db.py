@@ -434,8 +434,12 @@ def open_migrated(url: str, component: str, steps: Sequence[Sequence[str]], *,
     db = PgDatabase(url, component)
     try:
         migrate(db, steps, too_new=too_new)
-    except BaseException:
+    except BaseException as error:
         db.close()
+        if isinstance(error, database_errors()):  # a user who may not create tables, a server going away
+            raise Refusal(
+                "bad-store", f"{redact(url)} cannot hold the {component} record ({str(error).strip()}); check --store"
+            ) from None
         raise
     return db
 

@@ -341,3 +341,15 @@ def test_router_limits_reads_the_turn_records_of_a_database(tmp_path: Path, post
     assert entry["status"] == "counted" and entry["count"] == 10, entry  # the one record, read from the table
     assert cli.main(["limits", *settings, "--records", "postgresql://postgres@127.0.0.1:1/none"]) == 2
     assert "bad-store" in capsys.readouterr().err
+
+
+def test_a_database_the_user_may_not_write_is_a_bad_store(postgres_url: str) -> None:
+    role = "reader_" + postgres_url.rsplit("/", 1)[1]  # roles are the cluster's: one per test database
+    with _raw(postgres_url) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    url = postgres_url.replace("postgres@", f"{role}@")
+    for opening in (Store, DeliveryLog, TableRecords):
+        with pytest.raises(Refusal) as caught:
+            opening(url)
+        assert caught.value.code == "bad-store" and "permission denied" in caught.value.message, caught.value
