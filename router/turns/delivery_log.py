@@ -319,7 +319,12 @@ class DeliveryLog:
             if len(batch) == 1 and not self._db.fences:  # nothing to group: the call's own transactions
                 batch[0].run()
                 return
-            self._db.begin()
+            try:
+                self._db.begin()
+            except Exception as exc:  # the lock, or a fence, refused the batch: every caller hears why
+                for job in batch:
+                    job.fail(exc)
+                return
             try:
                 run_in_savepoints(self._db, batch)
             except BaseException as exc:

@@ -353,3 +353,34 @@ def test_a_database_the_user_may_not_write_is_a_bad_store(postgres_url: str) -> 
         with pytest.raises(Refusal) as caught:
             opening(url)
         assert caught.value.code == "bad-store" and "permission denied" in caught.value.message, caught.value
+
+
+async def test_a_fence_that_refuses_a_batch_answers_every_caller_with_its_refusal(postgres_url: str) -> None:
+    import trio
+
+    with Store(postgres_url) as store, DeliveryLog(postgres_url) as log:
+        await store.call(store.create_session, "s")
+
+        def refuse(db: object) -> None:
+            raise Refusal("stale-lease", "this router lost the session's lease")
+
+        store.database.fences.append(refuse)
+        log.database.fences.append(refuse)
+        codes: list[str] = []
+
+        async def write(n: int) -> None:
+            for calling in (store.call(store.enqueue, "s", f"op{n}", "x"),
+                            log.call(log.admit, Delivery(event_id=f"e{n}", session="s",
+                                                         message=Person(text="hi", message_id=None)))):
+                try:
+                    await calling
+                except Refusal as refused:
+                    codes.append(refused.code)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(8):
+                nursery.start_soon(write, n)
+        assert codes == ["stale-lease"] * 16
+        store.database.fences.clear()
+        log.database.fences.clear()
+        assert await store.call(store.operations) == [] and await log.call(log.entries) == []
