@@ -41,12 +41,13 @@ does.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any, Callable, Final, Iterable, Literal, Sequence
+from typing import Any, Callable, Final, Iterable, Iterator, Literal, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 import attrs
@@ -64,6 +65,7 @@ __all__ = [
     "is_postgres_url",
     "is_store_failure",
     "migrate",
+    "open_migrated",
     "parse_target",
     "pg_sql",
     "redact",
@@ -254,6 +256,17 @@ class Database:
             self.execute("ROLLBACK")
             raise
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Database]:
+        """``begin()`` … ``COMMIT``, ``ROLLBACK`` when the block raises."""
+        self.begin()
+        try:
+            yield self
+        except BaseException:
+            self.execute("ROLLBACK")
+            raise
+        self.execute("COMMIT")
+
     def schema_version(self) -> int:
         raise NotImplementedError
 
@@ -326,8 +339,26 @@ class PgDatabase(Database):
                 ) from None
             raise
         self._lock = _lock_key(component)
+        #: Whether a transaction this connection began is still open.
+        self._began = False
+        #: How many times a lost connection was opened again.
+        self.reconnects = 0
+
+    def _live(self) -> None:
+        """A connection the server dropped (a restart, a terminated backend,
+        a network cut) is opened again before the next transaction or
+        statement outside one: the one that met the loss raised (its
+        transaction is lost, and the caller's retry reads the record
+        again); the ones after it go on."""
+        if self.raw.broken and not self._began:
+            self.raw.close()
+            self.raw = connect_postgres(self.url)
+            self.reconnects += 1
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        self._live()
+        if sql in ("COMMIT", "ROLLBACK"):
+            self._began = False
         # Without parameters psycopg sends the text as it is (a ``%`` stays one).
         return self.raw.execute(pg_sql(sql), params) if params else self.raw.execute(sql)
 
@@ -342,18 +373,17 @@ class PgDatabase(Database):
         return self.raw.info.transaction_status != TransactionStatus.IDLE
 
     def _begin(self) -> None:
-        if self.raw.closed or self.raw.broken:
-            # The server ended the connection (a restart; a transaction
-            # left idle past its limit by a router that was stopped,
-            # router.cluster): dial again, so the record lives on.
-            self.raw.close()
-            self.raw = connect_postgres(self.url)
-        self.raw.execute("BEGIN")
+        # One round trip: without parameters psycopg sends a simple query,
+        # which may hold two statements (the key is our own integer).
+        self._began = False
+        self._live()
         try:
-            self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
+            self.raw.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(self._lock)})")
         except BaseException:
-            self.raw.execute("ROLLBACK")
+            if self.in_transaction and not self.raw.broken:
+                self.raw.execute("ROLLBACK")
             raise
+        self._began = True
 
     def schema_version(self) -> int:
         (table,) = self.raw.execute("SELECT to_regclass('router_schema')").fetchone()
@@ -385,19 +415,33 @@ def migrate(db: Database, steps: Sequence[Sequence[str]], *, too_new: Callable[[
     another router may have migrated meanwhile) that also sets the version.
     A record newer than the steps raises ``too_new(version)``."""
     while (version := db.schema_version()) < len(steps):
-        db.begin()
-        try:
+        with db.transaction():
             version = db.schema_version()
             if version < len(steps):
                 for statement in steps[version]:
                     db.execute(statement)
                 db.set_schema_version(version + 1)
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
     if version > len(steps):
         raise too_new(version)
+
+
+def open_migrated(url: str, component: str, steps: Sequence[Sequence[str]], *,
+                  too_new: Callable[[int], Exception]) -> PgDatabase:
+    """A connection to ``component``'s record in the PostgreSQL database
+    ``url``, its schema taken to ``len(steps)`` (:func:`migrate`); nothing
+    left open when it raises (``bad-store`` when the server cannot be
+    reached)."""
+    db = PgDatabase(url, component)
+    try:
+        migrate(db, steps, too_new=too_new)
+    except BaseException as error:
+        db.close()
+        if isinstance(error, database_errors()):  # a user who may not create tables, a server going away
+            raise Refusal(
+                "bad-store", f"{redact(url)} cannot hold the {component} record ({str(error).strip()}); check --store"
+            ) from None
+        raise
+    return db
 
 
 def open_database(target: Target, component: str, **sqlite_options: Any) -> Database:

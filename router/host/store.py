@@ -1,4 +1,5 @@
-"""The host's durable record: one SQLite file, in WAL mode.
+"""The host's durable record: one SQLite file, in WAL mode, or tables of a
+PostgreSQL database (``Store("postgresql://…")``) that many routers share.
 
 The host owns everything a session is (the daemon in the container is
 disposable): the sessions, their operations, the transcript, the adapter's
@@ -47,10 +48,22 @@ of fighting the first over the same sessions. Readers (``router transcript``)
 open it with ``exclusive=False``. SQLite's own locks are POSIX ``fcntl``
 locks, which Linux keeps apart from ``flock``.
 
+**PostgreSQL** (docs/store.md). The same methods, SQL and threads over
+:mod:`router._db`: the connection is psycopg 3's sync one, used from the
+worker thread as the SQLite one is; ``BEGIN IMMEDIATE`` becomes ``BEGIN``
+plus this record's advisory lock, so this record's transactions go one at
+a time across every router on the database, as SQLite's writers do on a
+file; ``exclusive`` and ``synchronous`` mean nothing there (no file lock:
+routers share the database by design; the server's settings make a commit
+durable). Every transaction begins in :meth:`router._db.Database.begin`,
+which runs the fencing hook (``store.database.fences``).
+
 Schema
 ------
 
-Versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` lists the steps,
+Versioned with ``PRAGMA user_version`` (PostgreSQL: the ``host`` row of
+``router_schema``); :data:`MIGRATIONS` lists the steps (:data:`PG_MIGRATIONS`
+their PostgreSQL twins),
 each run in its own transaction that also sets the new version. A file newer
 than this code is refused (``store-too-new``); a path that cannot be opened,
 or a file that is not SQLite, is refused (``bad-store``) with nothing left

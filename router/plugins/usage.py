@@ -41,7 +41,7 @@ import trio
 from wire.json import dumps, is_count, is_json, loads
 
 from router import errors
-from router._db import PgDatabase, migrate
+from router._db import PgDatabase, open_migrated
 from router.plugins.broker import Broker
 from router.plugins.loader import LoadedModule, Loader, Log, default_log
 from router.plugins.models import nests_deeper
@@ -327,7 +327,28 @@ MAX_RECORD_LINE_BYTES: Final = 64 * 1024
 READ_CHUNK_BYTES: Final = 1 << 20
 
 
-class JsonlRecords:
+class _IndexedRecords:
+    """A record store read into a :class:`RecordIndex` by ``_refresh``
+    (which reads what was appended since the last read) under ``_lock``."""
+
+    _lock: threading.Lock
+    _index: RecordIndex
+
+    def _refresh(self) -> None:
+        raise NotImplementedError
+
+    def read(self) -> list[dict[str, Any]]:
+        with self._lock:
+            self._refresh()
+            return list(self._index.records)
+
+    def since(self, start: dt.datetime | None) -> list[dict[str, Any]]:
+        with self._lock:
+            self._refresh()
+            return self._index.since(start)
+
+
+class JsonlRecords(_IndexedRecords):
     """Turn records as JSON lines in one file, read incrementally.
 
     Each append is one ``write`` of one line on an ``O_APPEND`` descriptor,
@@ -384,16 +405,6 @@ class JsonlRecords:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-    def read(self) -> list[dict[str, Any]]:
-        with self._lock:
-            self._refresh()
-            return list(self._index.records)
-
-    def since(self, start: dt.datetime | None) -> list[dict[str, Any]]:
-        with self._lock:
-            self._refresh()
-            return self._index.since(start)
 
     def _start_over(self, identity: tuple[int, int] | None) -> None:
         if self._identity is not None:
@@ -464,7 +475,7 @@ RECORD_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 )
 
 
-class TableRecords:
+class TableRecords(_IndexedRecords):
     """Turn records as rows of ``turn_records`` in a PostgreSQL database,
     read incrementally as :class:`JsonlRecords` reads its file: the reader
     keeps the last ``rowid`` it read and a :class:`RecordIndex` of every
@@ -482,12 +493,7 @@ class TableRecords:
         self._index = RecordIndex()
         self._last = 0
         self._rows_read = 0
-        self._db = PgDatabase(url, "records")
-        try:
-            migrate(self._db, RECORD_MIGRATIONS, too_new=self._too_new)
-        except BaseException:
-            self._db.close()
-            raise
+        self._db = open_migrated(url, "records", RECORD_MIGRATIONS, too_new=self._too_new)
 
     @staticmethod
     def _too_new(version: int) -> errors.Refusal:
@@ -508,24 +514,8 @@ class TableRecords:
 
     def append(self, record: Mapping[str, Any]) -> None:
         line = dumps(dict(record))
-        with self._lock:
-            self._db.begin()
-            try:
-                self._db.execute("INSERT INTO turn_records (record) VALUES (?)", (line,))
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
-    def read(self) -> list[dict[str, Any]]:
-        with self._lock:
-            self._refresh()
-            return list(self._index.records)
-
-    def since(self, start: dt.datetime | None) -> list[dict[str, Any]]:
-        with self._lock:
-            self._refresh()
-            return self._index.since(start)
+        with self._lock, self._db.transaction():
+            self._db.execute("INSERT INTO turn_records (record) VALUES (?)", (line,))
 
     def _refresh(self) -> None:
         rows = self._db.execute(

@@ -90,9 +90,9 @@ def _copy_tables(source: Database, into: Database, tables: Sequence[str]) -> dic
     The messages' version triggers are off while their rows go in: the
     versions are copied, not made anew."""
     counts: dict[str, int] = {}
-    source.begin()
-    into.begin()
-    try:
+    # The source's transaction (it only reads) keeps what it reads one
+    # snapshot; the target's commits first, then the source's, empty.
+    with source.transaction(), into.transaction():
         for table in reversed(tables):  # the ones others refer to last
             into.execute(f"DELETE FROM {table}")
         for table in tables:
@@ -106,12 +106,6 @@ def _copy_tables(source: Database, into: Database, tables: Sequence[str]) -> dic
             if table == "messages":
                 into.execute("ALTER TABLE messages ENABLE TRIGGER USER")
             counts[table] = len(rows)
-    except BaseException:
-        into.execute("ROLLBACK")
-        source.execute("ROLLBACK")
-        raise
-    into.execute("COMMIT")
-    source.execute("ROLLBACK")  # it only read
     return counts
 
 
@@ -119,13 +113,8 @@ def _copy_records(source: JsonlRecords, into: Database) -> int:
     from wire.json import dumps
 
     lines = [(dumps(record),) for record in source.read()]
-    into.begin()
-    try:
+    with into.transaction():
         for table in RECORD_TABLES:
             into.execute(f"DELETE FROM {table}")
         into.executemany("INSERT INTO turn_records (record) VALUES (?)", lines)
-    except BaseException:
-        into.execute("ROLLBACK")
-        raise
-    into.execute("COMMIT")
     return len(lines)

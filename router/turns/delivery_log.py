@@ -1,4 +1,8 @@
-"""The deliveries' durable record: one SQLite file of its own in the data dir.
+"""The deliveries' durable record: one SQLite file of its own in the data dir,
+or tables of a PostgreSQL database (``DeliveryLog("postgresql://…")``, the
+same methods over :mod:`router._db`: ``BEGIN IMMEDIATE`` is ``BEGIN`` plus
+this record's advisory lock, the schema is :data:`PG_MIGRATIONS`, no file
+lock; docs/store.md).
 
 One row per event id (a :class:`~router.turns.core.DeliveryEntry`): the session, the
 message, the state, the attempts, whether a person's Dispatch attempt is
@@ -55,7 +59,7 @@ from typing import Any, Callable, Final, TypeVar
 
 import trio
 
-from router._db import Database, PgDatabase, SqliteDatabase, Target, is_postgres_url, migrate
+from router._db import Database, SqliteDatabase, Target, is_postgres_url, open_migrated
 from router._group_commit import Call, GroupCommit, run_in_savepoints
 from router._sqlite import lock_file, release_lock
 from router.errors import Refusal
@@ -259,12 +263,7 @@ class DeliveryLog:
         """The PostgreSQL side of ``__init__``: no file lock (routers share
         the database by design), the schema migrated step by step, each
         step in a transaction under the record's lock."""
-        self._db = PgDatabase(url, "turns")  # a server it cannot reach: bad-store
-        try:
-            migrate(self._db, PG_MIGRATIONS, too_new=self._too_new)
-        except BaseException:
-            self._db.close()
-            raise
+        self._db = open_migrated(url, "turns", PG_MIGRATIONS, too_new=self._too_new)
 
     @property
     def database(self) -> Database:
@@ -320,7 +319,12 @@ class DeliveryLog:
             if len(batch) == 1 and not self._db.fences:  # nothing to group: the call's own transactions
                 batch[0].run()
                 return
-            self._db.begin()
+            try:
+                self._db.begin()
+            except Exception as exc:  # the lock, or a fence, refused the batch: every caller hears why
+                for job in batch:
+                    job.fail(exc)
+                return
             try:
                 run_in_savepoints(self._db, batch)
             except BaseException as exc:

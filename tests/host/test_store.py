@@ -23,7 +23,8 @@ from tests.support.postgres import postgres, postgres_url, store_url  # noqa: F4
 
 
 @pytest.fixture
-def store(store_url: str) -> Iterator[Store]:  # noqa: F811  (the SQLite one of conftest.py, on both backends)
+def store(store_url: str) -> Iterator[Store]:
+    """conftest.py's store (SQLite), here on each backend in turn."""
     with Store(store_url) as opened:
         yield opened
 

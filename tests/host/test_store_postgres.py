@@ -4,6 +4,7 @@ steps, the fencing hook, the --store value, ``router store copy``."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -277,6 +278,9 @@ def test_a_data_dir_copies_into_postgresql_whole(tmp_path: Path, postgres_url: s
         assert records.read() == [{"at": "2026-12-01T10:00:00Z", "session": "a", "usage": None}]
     finally:
         records.close()
+    capsys.readouterr()
+    assert cli.main(["transcript", "--store", postgres_url, "--session", "a"]) == 0  # a reader of the database
+    assert [m["id"] for m in json.loads(capsys.readouterr().out)] == ["m1", "m2", "m3"]
 
 
 def test_a_copy_is_refused_into_a_record_unless_replacing_and_then_idempotent(
@@ -302,3 +306,81 @@ def test_a_copy_from_a_running_router_or_nowhere_is_refused(tmp_path: Path, post
     assert "no-store" in capsys.readouterr().err
     assert cli.main(["store", "copy", "--from", str(data), "--to", str(tmp_path / "other")]) == 2
     assert "bad-copy-target" in capsys.readouterr().err
+
+
+def test_a_connection_the_server_dropped_is_opened_again(postgres_url: str) -> None:
+    with Store(postgres_url) as store, DeliveryLog(postgres_url) as log, _raw(postgres_url) as admin:
+        store.create_session("s")
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'router'")
+        with pytest.raises(psycopg.OperationalError):
+            store.enqueue("s", "lost", "x")  # the write that met the loss fails, and is not kept
+        store.enqueue("s", "after", "x")
+        with pytest.raises(psycopg.OperationalError):
+            log.get("e")
+        assert log.get("e") is None
+        assert [op.id for op in store.operations()] == ["after"]
+        assert store.database.reconnects == 1 and log.database.reconnects == 1
+
+
+def test_router_limits_reads_the_turn_records_of_a_database(tmp_path: Path, postgres_url: str, capsys) -> None:
+    records = TableRecords(postgres_url)
+    try:
+        records.append({"instance": "default", "account": "max", "at": "2099-01-01T00:00:00Z",
+                        "usage": {"input": 1, "output": 2, "cache_creation": 3, "cache_read": 4}})
+    finally:
+        records.close()
+    settings = ["--settings", str(tmp_path / "settings")]
+    assert cli.main(["limits", *settings, "--json"]) == 0
+    revision = json.loads(capsys.readouterr().out)["revision"]
+    patch = tmp_path / "patch.json"
+    patch.write_text(json.dumps({"revision": revision, "limits": {"tokens": {"instances": {"default": {"limit": 1000}}}}}))
+    assert cli.main(["limits", "set", *settings, "--file", str(patch)]) == 0
+    capsys.readouterr()
+    assert cli.main(["limits", *settings, "--records", postgres_url, "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["report"]
+    assert entry["status"] == "counted" and entry["count"] == 10, entry  # the one record, read from the table
+    assert cli.main(["limits", *settings, "--records", "postgresql://postgres@127.0.0.1:1/none"]) == 2
+    assert "bad-store" in capsys.readouterr().err
+
+
+def test_a_database_the_user_may_not_write_is_a_bad_store(postgres_url: str) -> None:
+    role = "reader_" + postgres_url.rsplit("/", 1)[1]  # roles are the cluster's: one per test database
+    with _raw(postgres_url) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    url = postgres_url.replace("postgres@", f"{role}@")
+    for opening in (Store, DeliveryLog, TableRecords):
+        with pytest.raises(Refusal) as caught:
+            opening(url)
+        assert caught.value.code == "bad-store" and "permission denied" in caught.value.message, caught.value
+
+
+async def test_a_fence_that_refuses_a_batch_answers_every_caller_with_its_refusal(postgres_url: str) -> None:
+    import trio
+
+    with Store(postgres_url) as store, DeliveryLog(postgres_url) as log:
+        await store.call(store.create_session, "s")
+
+        def refuse(db: object) -> None:
+            raise Refusal("stale-lease", "this router lost the session's lease")
+
+        store.database.fences.append(refuse)
+        log.database.fences.append(refuse)
+        codes: list[str] = []
+
+        async def write(n: int) -> None:
+            for calling in (store.call(store.enqueue, "s", f"op{n}", "x"),
+                            log.call(log.admit, Delivery(event_id=f"e{n}", session="s",
+                                                         message=Person(text="hi", message_id=None)))):
+                try:
+                    await calling
+                except Refusal as refused:
+                    codes.append(refused.code)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(8):
+                nursery.start_soon(write, n)
+        assert codes == ["stale-lease"] * 16
+        store.database.fences.clear()
+        log.database.fences.clear()
+        assert await store.call(store.operations) == [] and await log.call(log.entries) == []

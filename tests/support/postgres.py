@@ -39,6 +39,10 @@ DEFAULT_BIN = "/usr/lib/postgresql/15/bin"
 START_TIMEOUT = 60.0
 
 
+#: The settings of a cluster whose data may be lost (tests only).
+THROWAWAY = ("-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+
+
 def bin_dir() -> Path:
     return Path(os.environ.get("ROUTER_POSTGRES_BIN", DEFAULT_BIN))
 
@@ -66,16 +70,27 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 class Cluster:
     """One running cluster (see the module docstring). ``url(db)`` is the
     address of database ``db``; :meth:`create_database` makes a fresh one."""
 
-    def __init__(self, *, max_connections: int = 300) -> None:
+    def __init__(self, *, max_connections: int = 300, durable: bool = False) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="router-pg-"))
         self.port = _free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._names = itertools.count(1)
         self._max_connections = max_connections
+        #: PostgreSQL's own defaults (fsync, synchronous_commit and
+        #: full_page_writes on: every commit on disk) instead of the
+        #: throwaway settings; bench/serve_load.py measures both.
+        self.durable = durable
 
     def _as_server_user(self, argv: list[str]) -> list[str]:
         if os.geteuid() != 0:
@@ -95,8 +110,8 @@ class Cluster:
         self.proc = subprocess.Popen(
             self._as_server_user([
                 str(bin_dir() / "postgres"), "-D", str(data), "-c", "listen_addresses=127.0.0.1",
-                "-p", str(self.port), "-k", str(self.root), "-c", "fsync=off", "-c", "synchronous_commit=off",
-                "-c", "full_page_writes=off", "-c", f"max_connections={self._max_connections}",
+                "-p", str(self.port), "-k", str(self.root), "-c", f"max_connections={self._max_connections}",
+                *([] if self.durable else THROWAWAY),
             ]),
             stdout=log, stderr=log,
         )
@@ -108,6 +123,29 @@ class Cluster:
                 raise RuntimeError(f"PostgreSQL did not start: {(self.root / 'server.log').read_text()[-2000:]}")
             time.sleep(0.05)
         return self
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds of the server's processes alive now
+        (the postmaster and its backends: what the database costs)."""
+        assert self.proc is not None
+        total = 0.0
+        for pid in [self.proc.pid, *_children(self.proc.pid)]:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # a backend that just ended
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
+    def statements(self) -> tuple[int, int]:
+        """Transactions committed and rolled back in the whole cluster
+        (``pg_stat_database``; the server's statistics lag up to a second)."""
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as admin:
+            row = admin.execute("SELECT sum(xact_commit), sum(xact_rollback) FROM pg_stat_database").fetchone()
+        return int(row[0]), int(row[1])
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
