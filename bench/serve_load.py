@@ -3,6 +3,7 @@
     .venv/bin/python bench/serve_load.py --senders 1,20 --sessions 20 --duration 20
                                          [--history N [--compare]] [--plot serve_load.png]
                                          [--against CHECKOUT] [--floor] [--py-spy PATH]
+                                         [--store URL | --postgres durable|throwaway] [--routers N]
 
 It starts a real ``router serve --port 0`` (its own process, the in-process
 echo daemon) on a fresh data directory, reads the API's URL from the first
@@ -26,6 +27,19 @@ the same invocation, alternating level by level.
 too (alternating: a before/after in one run); ``--floor`` adds ``GET
 /healthz`` at each level (the HTTP stack's own cost); ``--py-spy PATH`` runs
 the server under ``py-spy record --gil`` (collapsed stacks to PATH).
+
+``--store URL`` runs every router on that record (``router serve --store
+URL``: a SQLite data directory or ``postgresql://…``; every directory's
+routers share it). ``--postgres durable`` starts a private PostgreSQL 15
+cluster with the server's defaults (fsync, synchronous_commit and
+full_page_writes on: each commit on disk) and gives each directory a fresh
+database of it; ``--postgres throwaway`` the same with the three off (the
+tests' settings). With a cluster of its own the table adds the database's
+CPU per reply (the postmaster and its backends, from ``/proc``).
+``--routers N`` runs N routers per directory, on the one record when it is
+PostgreSQL (on SQLite each has a data directory of its own: a SQLite file
+serves one router); sender ``i`` posts to router ``i mod N``, each router
+to sessions of its own (``r<k>-load-<j>``), and the rate is their sum.
 
 The client is a minimal HTTP/1.1 client on Trio sockets in this process, so
 its own cost per request stays small next to the server's (the table
@@ -56,6 +70,7 @@ REPO = Path(__file__).resolve().parent.parent
 #: ``--py-spy PATH``: the server runs under ``py-spy record`` (collapsed stacks).
 PROFILE: str | None = None
 LISTENING = re.compile(r"listening on (http://[^\s]+)")
+PAGE = re.compile(r"(http://[^\s/]+/\?token=[^\s]+)$")
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -96,7 +111,9 @@ class Server:
         line = self.proc.stdout.readline()
         while line and (line.startswith("py-spy>") or not line.strip()):  # py-spy's own lines come first
             line = self.proc.stdout.readline()
-        found = LISTENING.search(line)
+        # The first line is the page's URL with the token (``http://…/?token=…``);
+        # an older router printed ``listening on URL`` first.
+        found = PAGE.match(line.strip()) or LISTENING.search(line)
         if found is None:
             self.stop()
             raise SystemExit(f"router serve did not start: {line!r}")
@@ -187,16 +204,49 @@ class Client:
             self.buffer = b""
 
 
-async def create_sessions(server: Server, count: int) -> list[str]:
+async def create_sessions(server: Server, count: int, prefix: str = "") -> list[str]:
     client = Client(server)
     names = []
     for index in range(count):
-        status, body = await client.request("POST", "/sessions", {"id": f"load-{index}"})
+        status, body = await client.request("POST", "/sessions", {"id": f"{prefix}load-{index}"})
         if status not in (200, 201):
             raise SystemExit(f"POST /sessions answered {status}: {body}")
         names.append(body["id"])
     await client.aclose()
     return names
+
+
+class Fleet:
+    """The routers of one directory (``--routers``), and the database they
+    share when this run started its own cluster (None otherwise)."""
+
+    def __init__(self, servers: list[Server], cluster: Any = None) -> None:
+        self.servers = servers
+        self.cluster = cluster
+        self.sessions: list[list[str]] = []
+
+    async def create_sessions(self, count: int) -> None:
+        for k, server in enumerate(self.servers):
+            self.sessions.append(await create_sessions(server, count, f"r{k}-" if len(self.servers) > 1 else ""))
+
+    def route(self, index: int) -> tuple[Server, str]:
+        """Sender ``index``'s router and session."""
+        k = index % len(self.servers)
+        own = self.sessions[k]
+        return self.servers[k], own[(index // len(self.servers)) % len(own)]
+
+    def cpu(self) -> float:
+        return sum(server.cpu() for server in self.servers)
+
+    def db_cpu(self) -> float | None:
+        return None if self.cluster is None else self.cluster.cpu_seconds()
+
+    def db_transactions(self) -> int | None:
+        return None if self.cluster is None else sum(self.cluster.statements())
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
 
 
 class Level:
@@ -207,27 +257,30 @@ class Level:
         self.seconds = 0.0
         self.server_cpu = 0.0
         self.client_cpu = 0.0
+        #: The database's CPU and transactions over the level (None: not measured).
+        self.db_cpu: float | None = None
+        self.db_transactions: int | None = None
 
     @property
     def rate(self) -> float:
         return len(self.latencies) / self.seconds if self.seconds else 0.0
 
 
-async def run_level(server: Server, sessions: list[str], senders: int, duration: float,
-                    floor: bool = False) -> Level:
+async def run_level(fleet: Fleet, senders: int, duration: float, floor: bool = False) -> Level:
     """``senders`` senders for ``duration`` seconds; with ``floor``, each
     asks ``GET /healthz`` instead (the HTTP stack alone: no delivery)."""
     level = Level(senders)
-    clients = [Client(server) for _ in range(senders)]
+    routes = [fleet.route(index) for index in range(senders)]
+    clients = [Client(server) for server, _ in routes]
     # Warm each connection (and each session's first turn) outside the window.
     async with trio.open_nursery() as nursery:
         for index, client in enumerate(clients):
-            nursery.start_soon(client.request, "POST", f"/sessions/{sessions[index % len(sessions)]}/messages",
-                               {"text": "warm up"})
+            nursery.start_soon(client.request, "POST", f"/sessions/{routes[index][1]}/messages", {"text": "warm up"})
+    await trio.sleep(1.5 if fleet.cluster is not None else 0)  # the server's statistics catch up (1 s)
     stop = trio.current_time() + duration
 
     async def sender(index: int, client: Client) -> None:
-        path = f"/sessions/{sessions[index % len(sessions)]}/messages"
+        path = f"/sessions/{routes[index][1]}/messages"
         while trio.current_time() < stop:
             started = time.perf_counter()
             if floor:
@@ -241,24 +294,31 @@ async def run_level(server: Server, sessions: list[str], senders: int, duration:
             else:
                 level.errors.append(f"{status} {body}")
 
-    cpu0, mine0, wall0 = server.cpu(), time.process_time(), time.perf_counter()
+    xacts0 = fleet.db_transactions()
+    cpu0, db0, mine0, wall0 = fleet.cpu(), fleet.db_cpu(), time.process_time(), time.perf_counter()
     async with trio.open_nursery() as nursery:
         for index, client in enumerate(clients):
             nursery.start_soon(sender, index, client)
     level.seconds = time.perf_counter() - wall0
-    level.server_cpu, level.client_cpu = server.cpu() - cpu0, time.process_time() - mine0
+    level.server_cpu, level.client_cpu = fleet.cpu() - cpu0, time.process_time() - mine0
+    db1 = fleet.db_cpu()
+    level.db_cpu = None if db0 is None or db1 is None else db1 - db0
+    if xacts0 is not None:
+        await trio.sleep(1.5)
+        level.db_transactions = (fleet.db_transactions() or 0) - xacts0
     for client in clients:
         await client.aclose()
     return level
 
 
-async def load_history(server: Server, sessions: list[str], turns: int) -> None:
+async def load_history(fleet: Fleet, turns: int) -> None:
     """``turns`` deliveries spread over the sessions, as fast as they go."""
     left = [turns]
-    clients = [Client(server) for _ in range(min(len(sessions) * 2, 40))]
+    routes = [fleet.route(index) for index in range(min(sum(map(len, fleet.sessions)) * 2, 40))]
+    clients = [Client(server) for server, _ in routes]
 
     async def sender(index: int, client: Client) -> None:
-        path = f"/sessions/{sessions[index % len(sessions)]}/messages"
+        path = f"/sessions/{routes[index][1]}/messages"
         while left[0] > 0:
             left[0] -= 1
             status, body = await client.request("POST", path, {"text": "history", "eventId": uuid.uuid4().hex})
@@ -275,16 +335,19 @@ async def load_history(server: Server, sessions: list[str], turns: int) -> None:
 def _row(name: str, level: Level) -> list[str]:
     ms = [value * 1000 for value in level.latencies] or [float("nan")]
     count = max(1, len(level.latencies))
+    db = "-" if level.db_cpu is None else f"{level.db_cpu / count * 1e6:,.0f}"
+    xacts = "-" if level.db_transactions is None else f"{level.db_transactions / count:,.1f}"
     return [
         name, str(level.senders), f"{len(level.latencies):,}", f"{level.rate:,.0f}",
         f"{statistics.median(ms):.2f}", f"{_percentile(ms, 0.9):.2f}", f"{_percentile(ms, 0.99):.2f}",
-        f"{level.server_cpu / count * 1e6:,.0f}", f"{level.client_cpu / count * 1e6:,.0f}", str(len(level.errors)),
+        f"{level.server_cpu / count * 1e6:,.0f}", db, xacts, f"{level.client_cpu / count * 1e6:,.0f}",
+        str(len(level.errors)),
     ]
 
 
 def print_table(rows: list[list[str]]) -> None:
     header = ["directory", "senders", "replies", "per s", "p50 ms", "p90 ms", "p99 ms",
-              "server CPU µs/req", "client CPU µs/req", "errors"]
+              "server CPU µs/req", "db CPU µs/req", "db xacts/req", "client CPU µs/req", "errors"]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for line in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(str(cell).rjust(width) if i else str(cell).ljust(width)
@@ -324,31 +387,29 @@ async def main(args: argparse.Namespace) -> None:
                                                  else ["fresh", f"after {args.history:,} turns"])
     if args.against:  # the same levels against another checkout, alternating
         names += [f"{name} ({Path(args.against).name})" for name in names]
+    cluster = _cluster(args.postgres)
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
-        servers: dict[str, Server] = {}
-        sessions: dict[str, list[str]] = {}
+        servers: dict[str, Fleet] = {}
         try:
             for index, name in enumerate(names):
-                root = Path(tmp) / f"dir{index}"
-                root.mkdir()
                 repo = Path(args.against).resolve() if name.endswith(")") else REPO
-                servers[name] = server = Server(root, args.serve_arg, repo)
-                server.start()
-                sessions[name] = await create_sessions(server, args.sessions)
+                servers[name] = fleet = _start_fleet(args, cluster, Path(tmp) / f"dir{index}", repo)
+                await fleet.create_sessions(args.sessions)
                 if not name.startswith("fresh"):
-                    await load_history(server, sessions[name], args.history)
+                    await load_history(fleet, args.history)
+            print(f"store: {_describe(args)}; {args.routers} router(s) per directory", flush=True)
             results: dict[str, list[Level]] = {name: [] for name in names}
             rows = []
             for senders in levels:
                 for name in names:  # alternating, so both meet the same noise
-                    level = await run_level(servers[name], sessions[name], senders, args.duration)
+                    level = await run_level(servers[name], senders, args.duration)
                     results[name].append(level)
                     rows.append(_row(name, level))
                     for error in level.errors[:3]:
                         print(f"  error ({name}, {senders} senders): {error}", file=sys.stderr)
             if args.floor:
                 for senders in levels:
-                    level = await run_level(servers[names[0]], sessions[names[0]], senders, args.duration, floor=True)
+                    level = await run_level(servers[names[0]], senders, args.duration, floor=True)
                     rows.append(_row(f"{names[0]}: GET /healthz", level))
             print_table(rows)
             if len(names) == 2 and args.against:
@@ -360,8 +421,48 @@ async def main(args: argparse.Namespace) -> None:
             if args.plot:
                 plot(results, Path(args.plot))
         finally:
-            for server in servers.values():
-                server.stop()
+            for fleet in servers.values():
+                fleet.stop()
+            if cluster is not None:
+                cluster.stop()
+
+
+def _start_fleet(args: argparse.Namespace, cluster: Any, root: Path, repo: Path) -> Fleet:
+    """``--routers`` routers on one record: ``--store``, a fresh database
+    of ``cluster``, or (neither) a SQLite data directory each."""
+    store = args.store if cluster is None else cluster.create_database()
+    fleet = Fleet([], cluster)
+    extra = [*args.serve_arg, *(["--store", store] if store else [])]
+    for k in range(args.routers):
+        (root / str(k)).mkdir(parents=True)
+        fleet.servers.append(Server(root / str(k), extra, repo))
+        fleet.servers[-1].start()
+    return fleet
+
+
+def _cluster(kind: str | None) -> Any:
+    """A private PostgreSQL cluster for ``--postgres`` (None without it)."""
+    if kind is None:
+        return None
+    sys.path.insert(0, str(REPO))
+    from tests.support.postgres import Cluster, missing
+
+    reason = missing()
+    if reason is not None:
+        raise SystemExit(f"--postgres: {reason}")
+    return Cluster(durable=kind == "durable").start()
+
+
+def _describe(args: argparse.Namespace) -> str:
+    if args.postgres == "durable":
+        return "a private PostgreSQL 15 cluster, its defaults (fsync, synchronous_commit, full_page_writes on)"
+    if args.postgres == "throwaway":
+        return "a private PostgreSQL 15 cluster, fsync, synchronous_commit and full_page_writes off"
+    if args.store is None:
+        return "SQLite, a data directory per router"
+    from router._db import redact
+
+    return redact(args.store)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -377,7 +478,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--against", metavar="CHECKOUT", help="also measure another checkout's router, alternating")
     parser.add_argument("--py-spy", metavar="PATH", help="profile the server with py-spy (collapsed stacks to PATH)")
     parser.add_argument("--serve-arg", action="append", default=[], help="an extra argument for router serve")
-    return parser.parse_args(argv)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--store", metavar="URL", help="router serve --store URL for every router (default: each "
+                       "its own SQLite data directory)")
+    where.add_argument("--postgres", choices=["durable", "throwaway"],
+                       help="a private PostgreSQL cluster (its defaults, or fsync etc. off), a database per directory")
+    parser.add_argument("--routers", type=int, default=1, help="routers per directory, sharing its record")
+    args = parser.parse_args(argv)
+    if args.routers < 1:
+        parser.error("--routers is at least 1")
+    return args
 
 
 if __name__ == "__main__":

@@ -85,6 +85,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.asks.cli",
         "answer a permission ask allow or deny (the first answer wins)",
     ),
+    "store": (
+        "router.store.cli",
+        "copy a SQLite data directory into a PostgreSQL database (router store copy --from DIR --to URL)",
+    ),
     "mcp": (
         "router.mcp",
         "serve MCP on stdio with the router inside (the board, send, read, abort, search, limits)",

@@ -9,7 +9,9 @@ On one machine with nothing else installed it starts, in this order:
    ``$ROUTER_DATA_DIR``, else ``$XDG_DATA_HOME/router``, else
    ``~/.local/share/router``; then the plug-in layer, with the host's store
    as the ``frames`` usage source's ledger and the turn records in
-   ``usage.jsonl`` there;
+   ``usage.jsonl`` there. ``--store`` puts the three elsewhere: another
+   SQLite data directory, or ``postgresql://…``, tables of one database
+   any number of routers share (:mod:`router.store`, docs/store.md);
 3. the launcher in force (``--launcher NAME``, else ``plugins.json``'s
    ``launcher``, else ``in-process``; a module the loader refuses is
    ``launcher-refused``, exit 2), which starts each container session's
@@ -123,6 +125,10 @@ class JobConfig:
     idle_timeout: float | None = None
     #: Failed starts in a row before a session is unreachable.
     max_failures: int = 3
+    #: Where the records live (``--store``: a SQLite data directory or
+    #: ``postgresql://…``, :func:`router.store.parse_target`); None: the
+    #: SQLite files in ``data_dir``.
+    store: str | None = None
 
 
 class StartFailed(errors.Refusal):
@@ -169,6 +175,9 @@ class MainJob:
         self.socket: str | None = None
         #: The launcher in force (a ``router.host.Launcher``; None with ``--daemon``).
         self.launcher: Any = None
+        #: This router's part in a cluster (``router.cluster.ClusterNode``)
+        #: when the record is PostgreSQL.
+        self.cluster: Any = None
         self._stops: list[tuple[str, Callable[[], Awaitable[None]]]] = []
         self._stop = trio.Event()
         self._stopped = trio.Event()
@@ -211,12 +220,12 @@ class MainJob:
 
     async def run(self, *, task_status: trio.TaskStatus[MainJob] = trio.TASK_STATUS_IGNORED) -> None:
         from router.api.server import ApiServer
-        from router.host import Host, HostSettings, Store
+        from router.host import Host, HostSettings
         from router.plugins.layer import PluginLayer
         from router.plugins.refusal import Refusal
         from router.plugins.settings import SettingsDir
-        from router.plugins.usage import JsonlRecords, StoreLedger
-        from router.turns.delivery_log import DeliveryLog
+        from router.plugins.usage import StoreLedger
+        from router.store import open_record, parse_target
         from router.turns.registry import SessionRegistry
         from router.turns.router import TurnRouter
 
@@ -233,16 +242,20 @@ class MainJob:
             # store is the ledger the ``frames`` usage source reads.
             try:
                 config.data_dir.mkdir(parents=True, exist_ok=True)
-                store = Store(config.data_dir / "host.sqlite")
-                opened.append(store)
-                deliveries = DeliveryLog(config.data_dir / "turns.sqlite")
-                opened.append(deliveries)
+                target = None if config.store is None else parse_target(config.store)
+                record = await trio.to_thread.run_sync(open_record, target, config.data_dir, config.records)
+                opened.append(record)
+                store, deliveries = record.store, record.deliveries
             except errors.Refusal as exc:
                 raise StartFailed(exc.code, exc.message) from None
             except OSError as exc:
                 raise StartFailed("no-data-dir", f"{config.data_dir} cannot be used: {exc}") from None
+            # With a PostgreSQL record the router is one of a cluster
+            # (router.cluster): it drives only the sessions it holds a
+            # lease for, and every write of the record carries its number.
+            self.cluster = cluster = _open_cluster(store, deliveries, opened)
             self.layer = PluginLayer(
-                settings=settings, records=JsonlRecords(config.records or config.data_dir / "usage.jsonl"), env=self.env,
+                settings=settings, records=record.records, env=self.env,
                 log=_plugin_log, deps={"ledger": StoreLedger(store)}, root=config.plugins_root,
             )
             loaded = await self.layer.reload()
@@ -261,7 +274,8 @@ class MainJob:
                     harness, via = "container", "daemon"
                 self.launcher = launcher
                 # 4. The host, the registry, the router.
-                self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"), launcher=launcher)
+                self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"), launcher=launcher,
+                                 may_link=getattr(cluster, "holds", None))
                 await self._start(nursery, "host", self.host.run)
                 registry = SessionRegistry()
                 await self._start(nursery, "registry", registry.run)
@@ -274,17 +288,18 @@ class MainJob:
                     instance=config.instance, container_harness=harness, container_via=via,
                     # Beside the shared turn records: every local router's account limits.
                     shared_limits=(config.records or config.data_dir / "usage.jsonl").with_name("account-limits.json"),
-                    **options,
+                    remote=cluster, **options,
                 )
                 # The provider's usage limits: parks reloaded, resumed at their resets.
                 await self._start(nursery, "parking", self.router.parking.run)
+                await self._join_cluster(nursery, registry)
                 for session_id in config.claude_sessions:
                     await self.router.open_claude_code(session_id)
                 # 5. The API, behind the token.
                 if config.local is not None:
                     from router.board.service import Facts, LocalBoard, process_cwd
 
-                    facts = Facts(store=store, deliveries=deliveries, harness=harness, cwd=process_cwd())
+                    facts = Facts(store=store, deliveries=deliveries, harness=harness, cwd=process_cwd(), cluster=cluster)
                     self.board = LocalBoard(self.router, env=self.env, facts=facts, hidden=frozenset(config.hidden))
                 if config.port is not None:
                     self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
@@ -295,6 +310,8 @@ class MainJob:
                 # (`router sessions`, `router send`) reach the router there.
                 if config.local is not None:
                     await self._start_local(nursery, harness)
+                if cluster is not None:
+                    cluster.register(api_url=self.url, socket=self.socket, info=getattr(self.board, "info", None))
                 task_status.started(self)
                 await self._stop.wait()
                 for name, stop in reversed(self._stops):
@@ -305,6 +322,15 @@ class MainJob:
                 each.close()
             self._stopped.set()
 
+
+    async def _join_cluster(self, nursery: trio.Nursery, registry: Any) -> None:
+        """Start this router's node of the cluster, when it is one."""
+        cluster = self.cluster
+        if cluster is None:
+            return
+        cluster.host, cluster.router, cluster.registry = self.host, self.router, registry
+        await self._start(nursery, "cluster", cluster.run)
+        self._stops[-1] = ("cluster", _then(cluster.aclose, self._stops[-1][1]))
 
     def _api_config(self, harness: str) -> Any:
         from router.api.app import ApiConfig
@@ -374,6 +400,19 @@ class MainJob:
             self.socket = await self._start(nursery, "local", self.local.run)
         except errors.Refusal as refused:
             raise StartFailed(refused.code, refused.message, **refused.data) from None
+
+
+def _open_cluster(store: Any, deliveries: Any, opened: list[Any]) -> Any:
+    """This router's node of the cluster (``router.cluster``) when the
+    record is PostgreSQL, else None: it drives only the sessions it holds
+    a lease for, and every write of the record carries its number."""
+    if getattr(store, "dialect", "sqlite") != "postgresql":
+        return None
+    from router.cluster import open_node
+
+    node = open_node(store, deliveries)
+    opened.append(node)
+    return node
 
 
 def _token(settings_dir: Path) -> str:
@@ -471,6 +510,8 @@ def add_common(parser: argparse.ArgumentParser) -> None:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8765,
                         help="the API's port on 127.0.0.1 (default 8765; 0 picks a free one)")
+    parser.add_argument("--store", metavar="URL", help="where the records live: a SQLite data directory (default: "
+                        "the data dir) or postgresql://user@host:port/db, which any number of routers share")
     add_common(parser)
     parser.add_argument("--launcher", metavar="NAME", help="what starts each container session's daemon: "
                         "in-process (one shared echo daemon), process (a `router daemon` per session), docker "
@@ -509,7 +550,7 @@ def run(args: argparse.Namespace) -> int:
         print("router serve: --idle-timeout is 0 (never) or a number of seconds", file=sys.stderr)
         return 2
     setup_logging(args.log_level, "router serve")
-    config = job_config(args, os.environ, port=args.port, local="serve", launcher=args.launcher, image=args.image,
+    config = job_config(args, os.environ, port=args.port, local="serve", store=args.store, launcher=args.launcher, image=args.image,
                         idle_timeout=args.idle_timeout or None)
     try:
         return trio.run(_serve, config)

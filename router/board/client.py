@@ -98,12 +98,27 @@ class Board:
 
     def sessions(self) -> list[dict[str, Any]]:
         """Every session of every router that answered, with ``router`` (who
-        holds it), routers in name order."""
-        return [{**session, "router": router.info} for router in self.reached for session in router.sessions]
+        holds it), routers in name order. A session of a cluster
+        (``clustered``: every router of the cluster lists it, naming the
+        router holding its lease, docs/cluster.md) is listed once, as the
+        first router listing it names it."""
+        out, seen = [], set()
+        for router in self.reached:
+            for session in router.sessions:
+                if not session.get("clustered"):
+                    out.append({**session, "router": router.info})
+                elif session.get("id") not in seen:
+                    seen.add(session.get("id"))
+                    out.append(session)
+        return out
 
     def holders(self, session: str) -> list[Reached]:
-        """The routers that list ``session``."""
-        return [router for router in self.reached if any(item.get("id") == session for item in router.sessions)]
+        """The routers that list ``session`` (of a cluster's session, the
+        first: any router of the cluster delivers to its holder)."""
+        found = [router for router in self.reached if any(item.get("id") == session for item in router.sessions)]
+        clustered = all(item.get("clustered") for router in found for item in router.sessions
+                        if item.get("id") == session)
+        return found[:1] if found and clustered else found
 
 
 def router_sockets(directory: str) -> list[str]:

@@ -93,6 +93,11 @@ class Facts:
     harness: str = "echo"
     #: Where a Claude Code session runs: the embedded router's working directory.
     cwd: str | None = None
+    #: The cluster this router is one of (``router.cluster.ClusterNode``;
+    #: None: it is alone): a container session is named with the router
+    #: that holds its lease, and listed once however many routers of the
+    #: cluster this machine has.
+    cluster: Any = None
 
 
 async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activity) -> list[dict[str, Any]]:
@@ -178,9 +183,33 @@ class LocalBoard:
         """This router's listed sessions, described, each with ``router``."""
         entries = [entry for entry in await self.router.list() if entry.get("id") not in self.hidden]
         described = await describe(entries, self.facts, self.activity)
+        if self.facts.cluster is not None:
+            return await self._held(described)
         if self.info is None:
             return described
         return [{**item, "router": self.info} for item in described]
+
+    async def _held(self, described: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each container session with the router of the cluster holding
+        it (``null`` while none does: between a death and a takeover)."""
+        from wire.json import JsonError, loads
+
+        holders = await self.facts.cluster.holders()
+        out = []
+        for item in described:
+            if item.get("kind") != "container":
+                out.append({**item, "router": self.info} if self.info is not None else item)
+                continue
+            held = holders.get(item["id"])
+            info: Any = None
+            if held is not None:
+                try:
+                    info = loads(held["info"] or "{}")
+                except JsonError:
+                    info = {}
+                info = {**info, "cluster": held["id"], "url": held["apiUrl"]} if isinstance(info, dict) else None
+            out.append({**item, "router": info, "clustered": True})
+        return out
 
     async def others(self) -> Board:
         """Every other router's sessions; a directory that is not private
@@ -194,7 +223,12 @@ class LocalBoard:
     async def listing(self) -> Listing:
         """The whole board: this router's sessions, then the others'."""
         board = await self.others()
-        return Listing(sessions=await self.own() + board.sessions(), skipped=board.skipped)
+        own = await self.own()
+        others = board.sessions()
+        if self.facts.cluster is not None:  # the cluster's sessions: listed once, by this router
+            shared = {item["id"] for item in own if item.get("kind") == "container"}
+            others = [item for item in others if item.get("id") not in shared]
+        return Listing(sessions=own + others, skipped=board.skipped)
 
     async def holder(self, session: str, *, named: str | None = None) -> Reached | None:
         """The router to forward ``session``'s request to, or None to serve

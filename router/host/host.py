@@ -45,7 +45,7 @@ import functools
 import logging
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Final, Literal, Sequence
+from typing import Any, AsyncIterator, Callable, Final, Literal, Sequence
 
 import attrs
 import trio
@@ -63,6 +63,10 @@ from wire.container import ContainerInput, converter, structure_or_none
 from wire.json import JsonValue
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two looks at the record while waiting on an operation
+#: another router of the cluster drives (ours).
+REMOTE_WAIT_POLL: Final = 0.5
 
 #: The session a host always has (the reference's ``ROOT_SESSION``).
 ROOT_SESSION: Final = "root"
@@ -139,8 +143,15 @@ class Host:
         settings: HostSettings | None = None,
         *,
         launcher: Launcher | None = None,
+        may_link: Callable[[str], bool] | None = None,
     ) -> None:
         self.store = store
+        #: Whether this host may drive a session now (a cluster's lease,
+        #: ``router.cluster``); None: every session. A session it may not
+        #: drive gets no link and no launched daemon: its calls that need
+        #: one are refused ``not-holder``, and its record is the holder's
+        #: to write.
+        self.may_link = may_link
         #: The endpoint of sessions whose record names none (None: every
         #: session names its own, or a launcher starts it).
         self.endpoint = endpoint
@@ -186,11 +197,13 @@ class Host:
                     # Daemons an earlier run left are adopted or stopped now,
                     # not when their session is next used.
                     for record in await self.store.call(self.store.sessions):
-                        if record.daemon.container is not None and record.daemon.launcher == self.launcher.name:
+                        if (record.daemon.container is not None and record.daemon.launcher == self.launcher.name
+                                and (self.may_link is None or self.may_link(record.id))):
                             self.supervisor(record.id)
                 if self.settings.wake_open:
                     for session in await self.store.call(self.store.open_sessions):
-                        self._ensure_link(session)
+                        if self.may_link is None or self.may_link(session):
+                            self._ensure_link(session)
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:
@@ -239,6 +252,9 @@ class Host:
         link = self._links.get(session)
         if link is not None and (link.failure is None or not restart_failed):
             return link
+        if self.may_link is not None and not self.may_link(session):
+            raise Refused("not-holder", f"another router of the cluster drives session {session!r}; "
+                          "ask it (the board names it)", session=session)
         link = SessionLink(
             self._owner, session, store=self.store, endpoint=self.endpoint, settings=self.settings,
             endpoint_of=functools.partial(self._endpoint_of, session),
@@ -467,6 +483,12 @@ class HostSession:
                 result = OperationResult.of(record)
                 if result is not None:
                     return result
+                if host.may_link is not None and not host.may_link(self.id):
+                    # Another router drives it: its settle shows in the
+                    # shared record, which is looked at again now and then.
+                    with trio.move_on_after(REMOTE_WAIT_POLL):
+                        await entry.event.wait()
+                    continue
                 link = host._ensure_link(self.id, restart_failed=False)
                 if link.failure is not None:
                     raise link.failure

@@ -107,7 +107,6 @@ import contextlib
 import json
 import logging
 import re
-import sqlite3
 from typing import Any, Final, Literal, Sequence
 
 import attrs
@@ -122,6 +121,7 @@ from router.host.events import (
     OperationResult,
     OperationStarted,
 )
+from router._db import is_store_failure as database_failure
 from router.host.store import OPEN_STATUSES, SessionRecord, Store, StoreMisuse
 from wire.container import (
     Abort,
@@ -294,9 +294,9 @@ def is_store_failure(error: BaseException) -> bool:
     with it, and the next one tries again from the record. Anything else
     raised while applying one frame is that frame's doing (a value the store
     cannot hold, a value too deep to encode, a bug that only it meets)."""
-    if isinstance(error, (sqlite3.OperationalError, sqlite3.InternalError, StoreMisuse, MemoryError)):
+    if isinstance(error, (StoreMisuse, MemoryError)):
         return True
-    return type(error) is sqlite3.DatabaseError
+    return database_failure(error)  # SQLite's or PostgreSQL's, by the same rule
 
 
 @attrs.define(kw_only=True)

@@ -52,12 +52,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import sqlite3
 from typing import Any, Awaitable, Callable, Final, Iterator, Protocol, Sequence
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
+from router._db import database_errors
 from router._fanout import FanOut, Lagged, Subscription
 from router.host.connection import GiveUp, LinkCore, LinkState, Pause, Redial, Requests
 from router.host.events import HostEvent, OperationResult
@@ -406,7 +406,7 @@ class SessionLink:
                 )
                 await self._connected(socket.ws, core, hello)
                 await self._drive(socket.ws, core, nursery)
-            except (LinkError, _Redial, sqlite3.Error) as error:
+            except (LinkError, _Redial, *database_errors()) as error:
                 ended = error
             finally:
                 if socket is not None:

@@ -1,4 +1,5 @@
-"""The host's durable record: one SQLite file, in WAL mode.
+"""The host's durable record: one SQLite file, in WAL mode, or tables of a
+PostgreSQL database (``Store("postgresql://…")``) that many routers share.
 
 The host owns everything a session is (the daemon in the container is
 disposable): the sessions, their operations, the transcript, the adapter's
@@ -47,10 +48,22 @@ of fighting the first over the same sessions. Readers (``router transcript``)
 open it with ``exclusive=False``. SQLite's own locks are POSIX ``fcntl``
 locks, which Linux keeps apart from ``flock``.
 
+**PostgreSQL** (docs/store.md). The same methods, SQL and threads over
+:mod:`router._db`: the connection is psycopg 3's sync one, used from the
+worker thread as the SQLite one is; ``BEGIN IMMEDIATE`` becomes ``BEGIN``
+plus this record's advisory lock, so this record's transactions go one at
+a time across every router on the database, as SQLite's writers do on a
+file; ``exclusive`` and ``synchronous`` mean nothing there (no file lock:
+routers share the database by design; the server's settings make a commit
+durable). Every transaction begins in :meth:`router._db.Database.begin`,
+which runs the fencing hook (``store.database.fences``).
+
 Schema
 ------
 
-Versioned with ``PRAGMA user_version``; :data:`MIGRATIONS` lists the steps,
+Versioned with ``PRAGMA user_version`` (PostgreSQL: the ``host`` row of
+``router_schema``); :data:`MIGRATIONS` lists the steps (:data:`PG_MIGRATIONS`
+their PostgreSQL twins),
 each run in its own transaction that also sets the new version. A file newer
 than this code is refused (``store-too-new``); a path that cannot be opened,
 or a file that is not SQLite, is refused (``bad-store``) with nothing left
@@ -135,8 +148,9 @@ from typing import Any, Callable, Final, Iterator, Literal, Sequence, TypeVar
 import attrs
 import trio
 
+from router._db import Database, PgDatabase, SqliteDatabase, Target, database_errors, is_postgres_url
 from router._group_commit import Call, GroupCommit, run_in_savepoints
-from router._sqlite import connect_wal, lock_file, release_lock
+from router._sqlite import lock_file, release_lock
 from router.errors import Refusal
 from wire.json import JsonValue
 
@@ -447,17 +461,20 @@ def _migrate_to_6(db: sqlite3.Connection) -> None:
     )
 
 
-def _migrate_to_7(db: sqlite3.Connection) -> None:
+def _migrate_to_7(db: Any) -> None:
     # One host drives a daemon per session (issue 15): each session's
     # endpoint and its launcher's view of it. NULL everywhere for the
-    # sessions of older files: they keep the host's default endpoint.
+    # sessions of older files: they keep the host's default endpoint. The
+    # same statements serve PostgreSQL (its twin below).
     for column in ("daemon_url", "daemon_token", "daemon_runtime", "daemon_container", "launcher", "harness",
                    "launcher_state", "launcher_reason"):
         db.execute(f"ALTER TABLE sessions ADD COLUMN {column} TEXT")
 
 
-#: Schema steps: ``MIGRATIONS[n]`` takes a file at version ``n`` to ``n + 1``.
-MIGRATIONS: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (
+#: Schema steps: ``MIGRATIONS[n]`` takes a file at version ``n`` to ``n + 1``
+#: (each is given anything with ``execute``: a ``sqlite3`` connection or
+#: the store's :class:`~router._db.Database`).
+MIGRATIONS: Final[tuple[Callable[[Any], None], ...]] = (
     _migrate_to_1,
     _migrate_to_2,
     _migrate_to_3,
@@ -470,10 +487,169 @@ MIGRATIONS: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
+# --------------------------------------------------------------------------- the PostgreSQL schema
+#
+# The same tables, step for step (``PG_MIGRATIONS[n]`` takes a database at
+# version ``n`` to ``n + 1``, and a step added to MIGRATIONS gets its twin
+# here), in PostgreSQL's types: times and counters are ``BIGINT`` (ms since
+# the epoch do not fit an ``INTEGER``), figures ``DOUBLE PRECISION``
+# (SQLite's ``REAL`` is 8 bytes; PostgreSQL's is 4). Where SQLite reads its
+# implicit ``rowid`` (insertion order), the table has a ``rowid`` identity
+# column. Keys compared as ordered text (session and operation ids) are
+# ``COLLATE "C"``: byte order, as SQLite orders them, whatever the
+# database's locale.
+
+def _pg_to_1(db: Database) -> None:
+    db.execute(
+        """CREATE TABLE sessions (
+            id TEXT COLLATE "C" PRIMARY KEY,
+            parent TEXT,
+            ordinal BIGINT NOT NULL,
+            generation BIGINT NOT NULL DEFAULT 1,
+            cursor_runtime TEXT,
+            cursor_seq BIGINT NOT NULL DEFAULT 0,
+            settings TEXT NOT NULL DEFAULT '{}',
+            handoff TEXT,
+            open_runtime TEXT,
+            open_seq BIGINT NOT NULL DEFAULT 0,
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE operations (
+            session TEXT COLLATE "C" NOT NULL REFERENCES sessions(id),
+            id TEXT COLLATE "C" NOT NULL,
+            ordinal BIGINT NOT NULL,
+            generation BIGINT NOT NULL,
+            input TEXT NOT NULL,
+            when_busy TEXT NOT NULL CHECK (when_busy IN ('followUp', 'steer')),
+            status TEXT NOT NULL
+                CHECK (status IN ('queued', 'running', 'done', 'unanswered')),
+            outcome TEXT,
+            delivered TEXT,
+            handoff TEXT,
+            created_at BIGINT NOT NULL,
+            started_at BIGINT,
+            settled_at BIGINT,
+            PRIMARY KEY (session, id)
+        )"""
+    )
+    db.execute("CREATE INDEX operations_open ON operations (status, session, ordinal)")
+    db.execute("CREATE INDEX operations_order ON operations (session, ordinal)")
+    db.execute(
+        """CREATE TABLE messages (
+            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+            session TEXT COLLATE "C" NOT NULL,
+            generation BIGINT NOT NULL,
+            id TEXT COLLATE "C" NOT NULL,
+            position BIGINT NOT NULL,
+            operation_id TEXT,
+            data TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            PRIMARY KEY (session, generation, id)
+        )"""
+    )
+    db.execute("CREATE UNIQUE INDEX messages_order ON messages (session, generation, position)")
+    db.execute(
+        """CREATE TABLE entries (
+            session TEXT COLLATE "C" NOT NULL,
+            generation BIGINT NOT NULL,
+            position BIGINT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (session, generation, position)
+        )"""
+    )
+
+
+def _pg_to_2(db: Database) -> None:
+    db.execute(
+        """CREATE TABLE usage (
+            session TEXT COLLATE "C" NOT NULL,
+            runtime TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            operation_id TEXT COLLATE "C",
+            input_tokens DOUBLE PRECISION,
+            output_tokens DOUBLE PRECISION,
+            cost_usd DOUBLE PRECISION,
+            raw TEXT NOT NULL,
+            at BIGINT NOT NULL,
+            PRIMARY KEY (session, runtime, seq)
+        )"""
+    )
+    db.execute("CREATE INDEX usage_at ON usage (at)")
+    db.execute("CREATE INDEX usage_operation ON usage (session, operation_id)")
+
+
+def _pg_to_3(db: Database) -> None:
+    db.execute("CREATE INDEX operations_ordinal ON operations (ordinal)")
+
+
+def _pg_to_4(db: Database) -> None:
+    # See _migrate_to_4; PostgreSQL drops a key in place.
+    db.execute("ALTER TABLE usage DROP CONSTRAINT usage_pkey")
+
+
+def _pg_to_5(db: Database) -> None:
+    db.execute(
+        """CREATE TABLE skipped_frames (
+            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+            session TEXT COLLATE "C" NOT NULL,
+            runtime TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            reason TEXT NOT NULL,
+            text TEXT NOT NULL,
+            at BIGINT NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX skipped_frames_session ON skipped_frames (session)")
+
+
+def _pg_to_6(db: Database) -> None:
+    # See _migrate_to_6. A row trigger that runs BEFORE the write sets the
+    # version on the row itself; it sees the rows an INSERT ... SELECT wrote
+    # before this one, so a fork numbers its copies one after another, as
+    # SQLite's AFTER trigger does.
+    db.execute("ALTER TABLE messages ADD COLUMN version BIGINT NOT NULL DEFAULT 0")
+    db.execute("UPDATE messages SET version = rowid")
+    db.execute("CREATE INDEX messages_version ON messages (session, version)")
+    db.execute(
+        """CREATE FUNCTION messages_version_bump() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            NEW.version := (SELECT COALESCE(MAX(version), 0) + 1 FROM messages WHERE session = NEW.session);
+            RETURN NEW;
+        END $$"""
+    )
+    db.execute(
+        "CREATE TRIGGER messages_version_insert BEFORE INSERT ON messages"
+        " FOR EACH ROW EXECUTE FUNCTION messages_version_bump()"
+    )
+    db.execute(
+        "CREATE TRIGGER messages_version_update BEFORE UPDATE OF data ON messages"
+        " FOR EACH ROW WHEN (OLD.data IS DISTINCT FROM NEW.data) EXECUTE FUNCTION messages_version_bump()"
+    )
+
+
+#: The PostgreSQL twins of :data:`MIGRATIONS`, one for one.
+PG_MIGRATIONS: Final[tuple[Callable[[Database], None], ...]] = (
+    _pg_to_1,
+    _pg_to_2,
+    _pg_to_3,
+    _pg_to_4,
+    _pg_to_5,
+    _pg_to_6,
+    _migrate_to_7,  # portable: ALTER TABLE ... ADD COLUMN ... TEXT
+)
+assert len(PG_MIGRATIONS) == len(MIGRATIONS), "every schema step has its PostgreSQL twin"
+
+
 # --------------------------------------------------------------------------- the store
 
 class Store:
     """The durable record. See the module docstring.
+
+    ``TABLES``: its tables, each after the ones its rows refer to.
 
     Resource handling: opening takes the file lock (when ``exclusive``) and
     migrates the schema; :meth:`close` (or ``with Store(...)``) releases both.
@@ -482,22 +658,40 @@ class Store:
     back).
     """
 
+    TABLES: Final = ("sessions", "operations", "messages", "entries", "usage", "skipped_frames")
+
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Target,
         *,
         exclusive: bool = True,
         create: bool = True,
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
         clock: Callable[[], int] = _now_ms,
     ) -> None:
-        self.path = Path(path)
         self._clock = clock
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
+        self._lock_fd: int | None = None
+        self._owner: int | None = None
+        self._depth = 0
+        self._closed = False
+        #: Held by the thread in a transaction, and by close().
+        self._guard = threading.Lock()
+        self._group = GroupCommit(self._run_batch, trio.CapacityLimiter(1))
+        target = path if isinstance(path, Target) else None
+        if target is None and isinstance(path, str) and is_postgres_url(path):
+            target = Target("postgresql", path)
+        if target is not None and target.kind == "postgresql":
+            self.path = None
+            self.location = str(target)
+            self._open_postgres(target.location, create=create)
+            return
+        self.path = Path(path.location if isinstance(path, Target) else path)
+        #: Where the record is, as messages name it (a PostgreSQL URL without its password).
+        self.location = str(self.path)
         if not create and not self.path.exists():
             raise Refused("no-store", f"there is no store at {self.path}; check --store")
-        self._lock_fd: int | None = None
         if exclusive:
             try:
                 self._lock_fd = lock_file(self.path)
@@ -509,18 +703,12 @@ class Store:
                     f"another host has the store {self.path} open; stop it or use another store",
                 )
         try:
-            self._db = connect_wal(self.path, synchronous=synchronous)
+            self._db: Database = SqliteDatabase(self.path, "host", synchronous=synchronous)
         except BaseException as error:
             self._unlock()
             if isinstance(error, sqlite3.Error):
                 raise self._bad_store(str(error)) from None
             raise
-        self._owner: int | None = None
-        self._depth = 0
-        self._closed = False
-        #: Held by the thread in a transaction, and by close().
-        self._guard = threading.Lock()
-        self._group = GroupCommit(self._run_batch, trio.CapacityLimiter(1))
         try:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
@@ -530,9 +718,35 @@ class Store:
                 raise self._bad_store(str(error)) from None
             raise
 
+    def _open_postgres(self, url: str, *, create: bool) -> None:
+        """The PostgreSQL side of ``__init__``: no file lock (routers share
+        the database by design; the cluster's leases say who drives which
+        session), foreign keys always on, the same migrations."""
+        self._db = PgDatabase(url, "host")  # a server it cannot reach: bad-store
+        try:
+            if not create and self._db.schema_version() == 0:
+                raise Refused("no-store", f"there is no store in {self.location}; check --store")
+            self._migrate()
+        except BaseException as error:
+            self.close()
+            if isinstance(error, database_errors()):
+                raise self._bad_store(str(error).strip()) from None
+            raise
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._db.dialect
+
+    @property
+    def database(self) -> Database:
+        """The connection, for the fencing hook (``database.fences``) and
+        the copy command; use it only from the store's worker thread."""
+        return self._db
+
     def _bad_store(self, reason: str) -> Refused:
         return Refused(
-            "bad-store", f"{self.path} cannot be used as a store ({reason}); check --store"
+            "bad-store", f"{self.location} cannot be used as a store ({reason}); check --store"
         )
 
     # ---------------------------------------------------------------- lifetime
@@ -560,7 +774,7 @@ class Store:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<Store {str(self.path)!r} v{self.schema_version()}>"
+        return f"<Store {self.location!r} v{self.schema_version()}>"
 
     # ---------------------------------------------------------------- threads
 
@@ -612,10 +826,10 @@ class Store:
             raise StoreMisuse("the store was entered from two threads at once; use Store.call")
         if self._closed:
             self._guard.release()
-            raise StoreMisuse(f"the store {self.path} is closed; stop its host before closing it")
+            raise StoreMisuse(f"the store {self.location} is closed; stop its host before closing it")
         self._owner, self._depth = me, 1
         try:
-            self._db.execute("BEGIN IMMEDIATE")
+            self._db.begin()
             try:
                 yield self
             except BaseException:
@@ -641,7 +855,7 @@ class Store:
             raise
         self._db.execute("RELEASE part")
 
-    def _q(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+    def _q(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self._db.execute(sql, params)
 
     def now(self) -> int:
@@ -650,16 +864,17 @@ class Store:
     # ---------------------------------------------------------------- schema
 
     def schema_version(self) -> int:
-        return self._db.execute("PRAGMA user_version").fetchone()[0]
+        return self._db.schema_version()
 
     def _migrate(self) -> None:
         version = self.schema_version()
         if version > SCHEMA_VERSION:
             raise Refused(
                 "store-too-new",
-                f"the store {self.path} has schema version {version}, newer than this "
+                f"the store {self.location} has schema version {version}, newer than this "
                 f"router's {SCHEMA_VERSION}; upgrade the router",
             )
+        steps = PG_MIGRATIONS if self._db.dialect == "postgresql" else MIGRATIONS
         while version < SCHEMA_VERSION:
             with self.transaction():
                 # Re-read inside the write lock: another process may have
@@ -667,8 +882,8 @@ class Store:
                 version = self.schema_version()
                 if version >= SCHEMA_VERSION:
                     break
-                MIGRATIONS[version](self._db)
-                self._db.execute(f"PRAGMA user_version = {version + 1}")
+                steps[version](self._db)
+                self._db.set_schema_version(version + 1)
             version = self.schema_version()
 
     # ---------------------------------------------------------------- sessions
@@ -907,8 +1122,8 @@ class Store:
         """Ids of sessions with queued or running operations, oldest first."""
         with self.transaction():
             rows = self._q(
-                "SELECT DISTINCT s.id FROM sessions s JOIN operations o ON o.session = s.id"
-                " WHERE o.status IN ('queued', 'running') ORDER BY s.ordinal"
+                "SELECT s.id FROM sessions s WHERE EXISTS (SELECT 1 FROM operations o"
+                " WHERE o.session = s.id AND o.status IN ('queued', 'running')) ORDER BY s.ordinal"
             ).fetchall()
         return [row[0] for row in rows]
 
@@ -1148,7 +1363,7 @@ class Store:
             rows = self._q(
                 "SELECT session, operation_id, SUM(input_tokens), SUM(output_tokens),"
                 " SUM(cost_usd), COUNT(*), MIN(at), MAX(at) FROM usage"
-                f" {clause} GROUP BY session, operation_id ORDER BY MAX(at), session, operation_id",
+                f" {clause} GROUP BY session, operation_id ORDER BY MAX(at), session, operation_id NULLS FIRST",
                 params,
             ).fetchall()
         return [
@@ -1173,10 +1388,11 @@ class Store:
         stamp = {"created_at", "updated_at", "started_at", "settled_at", "at"}
         out: dict[str, list[tuple]] = {}
         with self.transaction():
-            for table in ("sessions", "operations", "messages", "entries", "usage", "skipped_frames"):
+            for table in self.TABLES:
                 cursor = self._q(f"SELECT * FROM {table}")
                 names = [d[0] for d in cursor.description]
-                keep = [i for i, n in enumerate(names) if timestamps or n not in stamp]
+                # PostgreSQL's tables carry SQLite's ``rowid`` as a column.
+                keep = [i for i, n in enumerate(names) if (timestamps or n not in stamp) and n != "rowid"]
                 out[table] = sorted(
                     (tuple(row[i] for i in keep) for row in cursor.fetchall()), key=repr
                 )

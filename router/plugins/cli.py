@@ -43,7 +43,7 @@ from router.plugins.settings import (
     plugins_value,
     redact,
 )
-from router.plugins.usage import JsonlRecords, utc_now
+from router.plugins.usage import JsonlRecords, TableRecords, utc_now
 
 __all__ = [
     "configure_limits",
@@ -83,6 +83,25 @@ def _settings(args: argparse.Namespace) -> SettingsDir:
 def _refused(command: str, refusal: Refusal) -> int:
     print(f"router {command}: refused: {refusal.code}: {refusal.message}", file=sys.stderr)
     return 1
+
+
+def _turn_records(where: str | None) -> list[dict[str, Any]] | int:
+    """The turn records of ``--records``: a file, or a PostgreSQL database's
+    table; 2 (printed) when the database cannot be read."""
+    from router._db import is_postgres_url
+    from router.errors import Refusal as StoreRefusal
+
+    if where is None or not is_postgres_url(where):
+        return JsonlRecords(where or default_data_dir() / "usage.jsonl").read()
+    try:
+        records = TableRecords(where)
+    except StoreRefusal as refused:
+        print(f"router limits: {refused.code}: {refused.message}", file=sys.stderr)
+        return 2
+    try:
+        return records.read()
+    finally:
+        records.close()
 
 
 def _read_patch(command: str, path: str) -> Any | int:
@@ -275,7 +294,8 @@ def run_routes(args: argparse.Namespace, *, root: str | None = None) -> int:
 def configure_limits(parser: argparse.ArgumentParser) -> None:
     _common(parser, sub=False)
     parser.add_argument("--records", metavar="FILE", default=None,
-                        help="the turn records (default <data dir>/usage.jsonl)")
+                        help="the turn records (default <data dir>/usage.jsonl; postgresql://… reads those of "
+                        "a router run with --store postgresql://…)")
     subparsers = parser.add_subparsers(dest="action")
     _set_parser(subparsers, "limits")
     reset = subparsers.add_parser("reset", help="count one or more limits from now")
@@ -350,7 +370,9 @@ def run_limits(args: argparse.Namespace, *, root: str | None = None) -> int:
     if isinstance(document, int):
         return document
     switched_on, modules, composer = checks
-    records = JsonlRecords(args.records or default_data_dir() / "usage.jsonl").read()
+    records = _turn_records(args.records)
+    if isinstance(records, int):
+        return records
     limits = document.value.get("limits") if type(document.value) is dict else None
     report = composer.report(switched_on=switched_on, modules=modules,
                              limits=limits if type(limits) is dict else {}, records=records,

@@ -21,7 +21,9 @@ A source that fails (raises, misses its deadline, answers in the wrong shape)
 makes its reading unknown and is logged; it never fails the turn.
 
 Records go to a :class:`RecordStore`: :class:`JsonlRecords` (one JSON line per
-turn, ``usage.jsonl`` in the data directory) or :class:`MemoryRecords`.
+turn, ``usage.jsonl`` in the data directory), :class:`TableRecords` (one row
+per turn in a PostgreSQL database the routers share: ``router serve --store
+postgresql://…``) or :class:`MemoryRecords`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ import trio
 
 from wire.json import dumps, is_count, is_json, loads
 
+from router import errors
+from router._db import PgDatabase, open_migrated
 from router.plugins.broker import Broker
 from router.plugins.loader import LoadedModule, Loader, Log, default_log
 from router.plugins.models import nests_deeper
@@ -53,6 +57,7 @@ __all__ = [
     "RecordStore",
     "TurnMeter",
     "StoreLedger",
+    "TableRecords",
     "UsageLedger",
     "UsageTotal",
     "add_usage",
@@ -322,7 +327,28 @@ MAX_RECORD_LINE_BYTES: Final = 64 * 1024
 READ_CHUNK_BYTES: Final = 1 << 20
 
 
-class JsonlRecords:
+class _IndexedRecords:
+    """A record store read into a :class:`RecordIndex` by ``_refresh``
+    (which reads what was appended since the last read) under ``_lock``."""
+
+    _lock: threading.Lock
+    _index: RecordIndex
+
+    def _refresh(self) -> None:
+        raise NotImplementedError
+
+    def read(self) -> list[dict[str, Any]]:
+        with self._lock:
+            self._refresh()
+            return list(self._index.records)
+
+    def since(self, start: dt.datetime | None) -> list[dict[str, Any]]:
+        with self._lock:
+            self._refresh()
+            return self._index.since(start)
+
+
+class JsonlRecords(_IndexedRecords):
     """Turn records as JSON lines in one file, read incrementally.
 
     Each append is one ``write`` of one line on an ``O_APPEND`` descriptor,
@@ -379,16 +405,6 @@ class JsonlRecords:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-    def read(self) -> list[dict[str, Any]]:
-        with self._lock:
-            self._refresh()
-            return list(self._index.records)
-
-    def since(self, start: dt.datetime | None) -> list[dict[str, Any]]:
-        with self._lock:
-            self._refresh()
-            return self._index.since(start)
 
     def _start_over(self, identity: tuple[int, int] | None) -> None:
         if self._identity is not None:
@@ -447,6 +463,74 @@ class JsonlRecords:
             self._lines_parsed += 1
             if record is not None:
                 self._index.add(record)
+
+
+#: The turn records' table on PostgreSQL, as schema steps (``steps[n]``
+#: takes version ``n`` to ``n + 1``). ``rowid`` orders them as appended;
+#: appends hold the record's lock (one at a time across routers), so rows
+#: commit in ``rowid`` order and a reader that read up to a ``rowid`` has
+#: missed none below it.
+RECORD_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    ("CREATE TABLE turn_records (rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, record TEXT NOT NULL)",),
+)
+
+
+class TableRecords(_IndexedRecords):
+    """Turn records as rows of ``turn_records`` in a PostgreSQL database,
+    read incrementally as :class:`JsonlRecords` reads its file: the reader
+    keeps the last ``rowid`` it read and a :class:`RecordIndex` of every
+    record, so a read costs the rows appended since the last one. Each
+    record is the JSON line ``usage.jsonl`` would hold (``router store
+    copy`` moves them unchanged); a row that is not a JSON object is
+    skipped, as a bad line is.
+
+    Blocking: call it from a worker thread; a lock serialises the threads
+    on the one connection. :meth:`close` closes it.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._lock = threading.Lock()
+        self._index = RecordIndex()
+        self._last = 0
+        self._rows_read = 0
+        self._db = open_migrated(url, "records", RECORD_MIGRATIONS, too_new=self._too_new)
+
+    @staticmethod
+    def _too_new(version: int) -> errors.Refusal:
+        return errors.Refusal(
+            "records-too-new", f"the turn records were written by a newer router (schema {version}); upgrade this one"
+        )
+
+    def __repr__(self) -> str:
+        return f"<TableRecords records={len(self._index)} last={self._last}>"
+
+    def statistics(self) -> dict[str, int]:
+        return {"records": len(self._index), "last": self._last, "rows_read": self._rows_read}
+
+    @property
+    def database(self) -> PgDatabase:
+        """The connection, for the fencing hook (``database.fences``)."""
+        return self._db
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        line = dumps(dict(record))
+        with self._lock, self._db.transaction():
+            self._db.execute("INSERT INTO turn_records (record) VALUES (?)", (line,))
+
+    def _refresh(self) -> None:
+        rows = self._db.execute(
+            "SELECT rowid, record FROM turn_records WHERE rowid > ? ORDER BY rowid", (self._last,)
+        ).fetchall()
+        for rowid, text in rows:
+            self._rows_read += 1
+            self._last = rowid
+            record = _record_of(text.encode())
+            if record is not None:
+                self._index.add(record)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
 
 
 def _record_of(raw: bytes) -> dict[str, Any] | None:

@@ -1,4 +1,8 @@
-"""The deliveries' durable record: one SQLite file of its own in the data dir.
+"""The deliveries' durable record: one SQLite file of its own in the data dir,
+or tables of a PostgreSQL database (``DeliveryLog("postgresql://…")``, the
+same methods over :mod:`router._db`: ``BEGIN IMMEDIATE`` is ``BEGIN`` plus
+this record's advisory lock, the schema is :data:`PG_MIGRATIONS`, no file
+lock; docs/store.md).
 
 One row per event id (a :class:`~router.turns.core.DeliveryEntry`): the session, the
 message, the state, the attempts, whether a person's Dispatch attempt is
@@ -60,8 +64,9 @@ from typing import Any, Callable, Final, TypeVar
 import attrs
 import trio
 
+from router._db import Database, SqliteDatabase, Target, is_postgres_url, open_migrated
 from router._group_commit import Call, GroupCommit, run_in_savepoints
-from router._sqlite import connect_wal, lock_file, release_lock
+from router._sqlite import lock_file, release_lock
 from router.errors import Refusal
 from router.limits import Park
 from router.plugins.routing import LaunchRecord
@@ -124,6 +129,7 @@ CREATE TABLE IF NOT EXISTS asks (
 """
 
 
+
 _SCHEMA_4: Final = (
     """
 CREATE TABLE IF NOT EXISTS parks (
@@ -143,6 +149,68 @@ CREATE TABLE IF NOT EXISTS park_work (
 )
 """,
 )
+
+
+#: The PostgreSQL schema, as steps: ``PG_MIGRATIONS[n]`` takes the
+#: database's ``turns`` record from version ``n`` to ``n + 1`` (a step
+#: added to the SQLite schema gets its twin here). The same tables in
+#: PostgreSQL's types (times ``BIGINT``: ms since the epoch do not fit an
+#: ``INTEGER``), with a ``rowid`` identity column where SQLite's implicit
+#: one orders the rows.
+PG_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        """CREATE TABLE deliveries (
+            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+            event_id TEXT PRIMARY KEY,
+            session TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('person', 'card')),
+            text TEXT NOT NULL,
+            message_id TEXT,
+            state TEXT NOT NULL CHECK (state IN ('pending', 'unanswered', 'answered')),
+            attempts BIGINT NOT NULL,
+            person_spent INTEGER NOT NULL,
+            answer TEXT,
+            last_code TEXT,
+            last_message TEXT,
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL
+        )""",
+        "CREATE INDEX deliveries_session ON deliveries (session, created_at, rowid)",
+    ),
+    (
+        "CREATE TABLE stops (session TEXT PRIMARY KEY, reason TEXT NOT NULL, check_name TEXT NOT NULL, at TEXT NOT NULL)",
+        "CREATE TABLE launches (session TEXT PRIMARY KEY, record TEXT NOT NULL, updated_at BIGINT NOT NULL)",
+    ),
+    (
+        """CREATE TABLE asks (
+            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+            ask_id TEXT PRIMARY KEY,
+            session TEXT NOT NULL,
+            state TEXT NOT NULL,
+            record TEXT NOT NULL,
+            updated_at BIGINT NOT NULL
+        )""",
+        "CREATE INDEX asks_session ON asks (session, rowid)",
+    ),
+    (
+        """CREATE TABLE parks (
+            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+            session TEXT PRIMARY KEY,
+            record TEXT NOT NULL,
+            updated_at BIGINT NOT NULL
+        )""",
+        """CREATE TABLE park_work (
+            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+            session TEXT NOT NULL,
+            item TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('delivery', 'operation')),
+            state TEXT NOT NULL CHECK (state IN ('kept', 'resuming', 'done')),
+            created_at BIGINT NOT NULL,
+            PRIMARY KEY (session, item)
+        )""",
+    ),
+)
+assert len(PG_MIGRATIONS) == SCHEMA_VERSION, "every schema version has its PostgreSQL step"
 
 
 def _now_ms() -> int:
@@ -189,9 +257,28 @@ _COLUMNS: Final = (
 class DeliveryLog:
     """The durable record of deliveries (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, clock: Callable[[], int] = _now_ms) -> None:
-        self.path = Path(path)
+    #: Its tables.
+    TABLES: Final = ("deliveries", "stops", "launches", "asks")
+
+    def __init__(self, path: str | os.PathLike[str] | Target, *, clock: Callable[[], int] = _now_ms) -> None:
         self._clock = clock
+        self._group = GroupCommit(self._guarded, trio.CapacityLimiter(1))
+        #: Held while a call runs in the worker thread, and by close():
+        #: closing SQLite under a running statement crashes the interpreter.
+        self._in_use = threading.Lock()
+        self._closed = False
+        self._lock_fd: int | None = None
+        url = path.location if isinstance(path, Target) and path.kind == "postgresql" else None
+        if url is None and isinstance(path, str) and is_postgres_url(path):
+            url = path
+        if url is not None:
+            self.path = None
+            self.location = str(Target("postgresql", url))
+            self._open_postgres(url)
+            return
+        self.path = Path(path.location if isinstance(path, Target) else path)
+        #: Where the record is, as messages name it (a PostgreSQL URL without its password).
+        self.location = str(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_file(self.path)
         if self._lock_fd is None:
@@ -200,29 +287,39 @@ class DeliveryLog:
                 f"another router has the delivery record {self.path} open; stop it or use another data dir",
             )
         try:
-            self._db = connect_wal(self.path)
-            (version,) = self._db.execute("PRAGMA user_version").fetchone()
+            self._db: Database = SqliteDatabase(self.path, "turns")
+            version = self._db.schema_version()
             if version > SCHEMA_VERSION:
                 self._db.close()
-                raise Refusal(
-                    "deliveries-too-new",
-                    f"{self.path} was written by a newer router (schema {version}); upgrade this one",
-                )
+                raise self._too_new(version)
             self._db.execute(_SCHEMA)
             for statement in (*_SCHEMA_2, _SCHEMA_3, *_SCHEMA_4):
                 self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._db.set_schema_version(SCHEMA_VERSION)
         except BaseException:
             self._unlock()
             raise
-        self._group = GroupCommit(self._guarded, trio.CapacityLimiter(1))
-        #: Held while a call runs in the worker thread, and by close():
-        #: closing SQLite under a running statement crashes the interpreter.
-        self._in_use = threading.Lock()
-        self._closed = False
+
+    def _too_new(self, version: int) -> Refusal:
+        return Refusal(
+            "deliveries-too-new",
+            f"{self.location} was written by a newer router (schema {version}); upgrade this one",
+        )
+
+    def _open_postgres(self, url: str) -> None:
+        """The PostgreSQL side of ``__init__``: no file lock (routers share
+        the database by design), the schema migrated step by step, each
+        step in a transaction under the record's lock."""
+        self._db = open_migrated(url, "turns", PG_MIGRATIONS, too_new=self._too_new)
+
+    @property
+    def database(self) -> Database:
+        """The connection, for the fencing hook (``database.fences``) and
+        the copy command; use it only from the log's worker thread."""
+        return self._db
 
     def __repr__(self) -> str:
-        return f"<DeliveryLog {str(self.path)!r}>"
+        return f"<DeliveryLog {self.location!r}>"
 
     def close(self) -> None:
         """Close the file; waits for a call in flight. Closing twice is harmless."""
@@ -262,14 +359,19 @@ class DeliveryLog:
     def _guarded(self, batch: list[Call]) -> None:
         with self._in_use:
             if self._closed:
-                error = RuntimeError(f"the delivery log {self.path} is closed")
+                error = RuntimeError(f"the delivery log {self.location} is closed")
                 for job in batch:
                     job.fail(error)
                 return
-            if len(batch) == 1:  # nothing to group: the call's own transactions
+            if len(batch) == 1 and not self._db.fences:  # nothing to group: the call's own transactions
                 batch[0].run()
                 return
-            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.begin()
+            except Exception as exc:  # the lock, or a fence, refused the batch: every caller hears why
+                for job in batch:
+                    job.fail(exc)
+                return
             try:
                 run_in_savepoints(self._db, batch)
             except BaseException as exc:
@@ -309,7 +411,7 @@ class DeliveryLog:
             if isinstance(admission, Proceed) and admission.new:
                 self.put(admission.entry)
             return admission
-        self._db.execute("BEGIN IMMEDIATE")
+        self._db.begin()
         try:
             admission = admit(self.get(delivery.event_id), delivery)
             if isinstance(admission, Proceed) and admission.new:

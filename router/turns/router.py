@@ -115,7 +115,7 @@ from router.turns.delivery_log import DeliveryLog
 from router.turns.parking import Parking, ResumeMarker
 from router.turns.registry import Session, SessionRegistry, Starter
 from router.turns.session_brackets import SessionBrackets
-from router.turns.targets import ClaudeCodeTarget, ContainerSessions, LiveStream, Target
+from router.turns.targets import ClaudeCodeTarget, ContainerSessions, ContainerTarget, LiveStream, Target
 
 __all__ = ["INBOX_SIZE", "LiveStream", "MEASURE_WAIT", "QueuedDelivery", "TurnRouter", "new_event_id"]
 
@@ -191,8 +191,13 @@ class TurnRouter:
         bracket_wait: float = MEASURE_WAIT,
         park_book: ParkBook | None = None,
         shared_limits: Path | None = None,
+        remote: Any = None,
     ) -> None:
         self.deliveries = deliveries
+        #: The cluster (``router.cluster.ClusterNode``; None: this router
+        #: alone): a container session another router holds is delivered
+        #: through it (``holds(session)``, ``await relay(delivery)``).
+        self.remote = remote
         self.registry = registry
         self.env = os.environ if env is None else env
         self.message_deadline = message_deadline
@@ -417,6 +422,26 @@ class TurnRouter:
         refused = check_delivery(delivery)
         if refused is not None:
             return refused
+        if self._elsewhere(delivery.session):
+            return await self.remote.relay(delivery)
+        reply = await self._deliver_here(delivery)
+        if not isinstance(reply, Answered) and self._elsewhere(delivery.session):
+            # The lease moved while it was written here (the write was
+            # refused by its fencing number): the holder answers it.
+            return await self.remote.relay(delivery)
+        return reply
+
+    def _elsewhere(self, session_id: str) -> bool:
+        """Whether another router of the cluster drives ``session_id`` (a
+        container session this router holds no lease for)."""
+        if self.remote is None:
+            return False
+        local = self.registry.get(session_id)
+        if local is not None and not isinstance(local.target, ContainerTarget):
+            return False  # a Claude Code session is this router's own
+        return not self.remote.holds(session_id)
+
+    async def _deliver_here(self, delivery: Delivery) -> Reply:
         try:
             session = await self.session(delivery.session)
         except Refusal as refusal:

@@ -1,10 +1,13 @@
-"""The host's SQLite store: schema, migration, records, refusals."""
+"""The host's store: schema, migration, records, refusals. The tests that
+take the ``store`` fixture run on both backends (SQLite, PostgreSQL); the
+ones that open files themselves are SQLite's."""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import trio
@@ -16,6 +19,14 @@ from router.host.store import (
     Store,
     StoreMisuse,
 )
+from tests.support.postgres import postgres, postgres_url, store_url  # noqa: F401  (fixtures)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    """conftest.py's store (SQLite), here on each backend in turn."""
+    with Store(store_url) as opened:
+        yield opened
 
 
 class Clock:
@@ -26,10 +37,11 @@ class Clock:
         return self.now
 
 
-def test_a_new_store_has_the_current_schema_in_wal_mode(store: Store) -> None:
-    assert store.schema_version() == SCHEMA_VERSION
-    assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert store.session("root") is None
+def test_a_new_store_has_the_current_schema_in_wal_mode(store_path: Path) -> None:
+    with Store(store_path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.session("root") is None
 
 
 def test_an_old_store_is_migrated(tmp_path: Path) -> None:
@@ -78,10 +90,11 @@ def test_usage_kept_under_the_old_frame_key_survives_the_rebuild(tmp_path: Path)
         assert (record.input_tokens, record.output_tokens, record.cost_usd, record.events) == (11, 2, 0.5, 2)
 
 
-def test_a_submit_finds_the_next_ordinal_without_scanning_the_operations(store: Store) -> None:
-    plan = store._db.execute(
-        "EXPLAIN QUERY PLAN SELECT COALESCE(MAX(ordinal), 0) + 1 FROM operations"
-    ).fetchall()
+def test_a_submit_finds_the_next_ordinal_without_scanning_the_operations(store_path: Path) -> None:
+    with Store(store_path) as store:
+        plan = store._db.execute(
+            "EXPLAIN QUERY PLAN SELECT COALESCE(MAX(ordinal), 0) + 1 FROM operations"
+        ).fetchall()
     # Without its own index SQLite walks all of (session, ordinal): 14 ms a
     # submit at 200,000 operations, against microseconds through this one.
     assert any("operations_ordinal" in row[-1] for row in plan), plan

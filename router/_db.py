@@ -1,0 +1,452 @@
+"""The record's databases: SQLite files or one PostgreSQL database, behind
+one small connection face.
+
+The host's store (:mod:`router.host.store`), the delivery record
+(:mod:`router.turns.delivery_log`) and the turn records
+(:mod:`router.plugins.usage`) write SQL that is portable but for a few
+spots; :class:`Database` is what they hold instead of a ``sqlite3``
+connection, and it takes care of those spots:
+
+- ``execute(sql, params)`` / ``executemany``: the SQL is written with ``?``
+  placeholders (SQLite's); on PostgreSQL they become ``%s`` (and a literal
+  ``%`` becomes ``%%``), outside quoted strings (:func:`pg_sql`). Rows are
+  tuples on both; a cursor has ``fetchone``, ``fetchall``, ``rowcount``,
+  ``description``.
+- :meth:`Database.begin`: the one place a transaction starts. SQLite's
+  ``BEGIN IMMEDIATE`` takes the file's write lock, so writers (and the
+  store's reads, which run in transactions too) go one at a time. On
+  PostgreSQL it is ``BEGIN`` and a transaction-level advisory lock named
+  after the record (``pg_advisory_xact_lock``), so the transactions of one
+  record go one at a time across every router on the database, exactly as
+  on SQLite: the ``SELECT MAX(ordinal) + 1`` the store takes and the
+  read-then-insert of an admission stay right with many routers. The other
+  records (a store's and a delivery log's) have locks of their own.
+  Then every *fence* registered on the database (:attr:`Database.fences`)
+  runs inside the new transaction: the hook the cluster's fencing numbers
+  use (docs/store.md, "Hook for fencing").
+- ``COMMIT``, ``ROLLBACK``, ``SAVEPOINT``/``ROLLBACK TO``/``RELEASE`` are
+  the same statements on both (a failed statement aborts a PostgreSQL
+  transaction until ``ROLLBACK`` or ``ROLLBACK TO``: every caller here does
+  one of the two when a statement raises).
+- :meth:`Database.schema_version`: ``PRAGMA user_version`` of the file on
+  SQLite; a row of the ``router_schema`` table on PostgreSQL, one per record
+  (``component``), since the records share one database there.
+
+Connections are autocommit (transactions begun by hand, as the SQLite ones
+are opened with ``isolation_level=None``) and used from the one worker
+thread their owner serialises calls on. psycopg's async API runs under
+asyncio only, so from Trio the sync API runs in worker threads, as SQLite
+does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any, Callable, Final, Iterable, Iterator, Literal, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+import attrs
+
+from router._sqlite import connect_wal
+from router.errors import Refusal
+
+__all__ = [
+    "Database",
+    "PgDatabase",
+    "SqliteDatabase",
+    "Target",
+    "connect_postgres",
+    "database_errors",
+    "is_postgres_url",
+    "is_store_failure",
+    "migrate",
+    "open_migrated",
+    "parse_target",
+    "pg_sql",
+    "redact",
+]
+
+#: The URL schemes libpq takes for a PostgreSQL database.
+POSTGRES_SCHEMES: Final = ("postgresql", "postgres")
+#: A ``--store`` that names a SQLite data directory explicitly.
+SQLITE_PREFIX: Final = "sqlite:"
+
+
+# --------------------------------------------------------------------------- targets
+
+@attrs.frozen
+class Target:
+    """Where the record lives: ``kind`` ``sqlite`` (``location`` a data
+    directory, or a file for a single record) or ``postgresql``
+    (``location`` the URL, as given)."""
+
+    kind: Literal["sqlite", "postgresql"]
+    location: str
+
+    def __str__(self) -> str:
+        return self.location if self.kind == "sqlite" else redact(self.location)
+
+
+def is_postgres_url(text: str) -> bool:
+    return text.split("://", 1)[0].lower() in POSTGRES_SCHEMES and "://" in text
+
+
+def parse_target(text: str) -> Target:
+    """A ``--store`` value as a :class:`Target`: ``postgresql://…`` (or
+    ``postgres://…``) is a PostgreSQL database, ``sqlite:PATH`` or any other
+    text a SQLite path. Refused (``bad-store-url``) when it is empty, holds
+    a NUL, names another URL scheme, or is a PostgreSQL URL libpq cannot
+    read."""
+    if type(text) is not str or not text or "\x00" in text:
+        raise Refusal("bad-store-url", f"{text!r} is not a store: give a data directory or postgresql://…")
+    if is_postgres_url(text):
+        _check_postgres_url(text)
+        return Target("postgresql", text)
+    if text.startswith(SQLITE_PREFIX):
+        path = text[len(SQLITE_PREFIX):]
+        if path.startswith("//"):  # sqlite:///abs/path, the URL spelling
+            path = path[2:]
+        if not path:
+            raise Refusal("bad-store-url", "sqlite: needs a path after it (sqlite:/var/lib/router)")
+        return Target("sqlite", path)
+    scheme = text.split("://", 1)[0] if "://" in text else None
+    if scheme is not None and scheme.isidentifier():
+        raise Refusal(
+            "bad-store-url", f"{scheme}:// is not a store this router has: give a data directory or postgresql://…"
+        )
+    return Target("sqlite", text)
+
+
+def _check_postgres_url(text: str) -> None:
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        ports = str(conninfo_to_dict(text).get("port") or "")
+    except ImportError as error:  # pragma: no cover - psycopg is a dependency
+        raise Refusal("no-postgres-driver", f"psycopg does not import ({error}); pip install 'psycopg[binary]'")
+    except Exception as error:  # psycopg.ProgrammingError; libpq's message says what is wrong
+        raise Refusal("bad-store-url", f"{redact(text)} is not a PostgreSQL URL libpq reads: {error}") from None
+    # libpq reads the port only when it connects; a port is checked here so
+    # that a typo is refused when the router starts, not at its first write.
+    for port in ports.split(",") if ports else ():
+        if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise Refusal("bad-store-url", f"{redact(text)} names the port {port!r}, which is not a TCP port")
+
+
+def redact(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: what logs and
+    refusals print."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rsplit("@", 1)[1]
+        user = parts.username or ""
+        return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+    except ValueError:
+        return "<a PostgreSQL URL that does not parse>"
+
+
+# --------------------------------------------------------------------------- SQL
+
+@functools.lru_cache(maxsize=1024)
+def pg_sql(sql: str) -> str:
+    """SQLite-flavoured SQL (``?`` placeholders) as psycopg takes it:
+    ``?`` → ``%s`` and ``%`` → ``%%``, except inside quoted strings and
+    quoted names, which pass through as written."""
+    out: list[str] = []
+    quote: str | None = None
+    for char in sql:
+        if quote is not None:
+            out.append("%%" if char == "%" else char)
+            if char == quote:
+                quote = None
+        elif char in ("'", '"'):
+            quote = char
+            out.append(char)
+        elif char == "?":
+            out.append("%s")
+        elif char == "%":
+            out.append("%%")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _lock_key(component: str) -> int:
+    """The advisory lock of one record: a signed 64-bit number from its
+    name (PostgreSQL's advisory locks are keyed by a ``bigint``)."""
+    digest = hashlib.sha256(f"router.record.{component}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+# --------------------------------------------------------------------------- errors
+
+def _psycopg() -> Any:
+    """psycopg if this process loaded it (no PostgreSQL database opened:
+    no psycopg error can be raised either)."""
+    return sys.modules.get("psycopg")
+
+
+def database_errors() -> tuple[type[BaseException], ...]:
+    """Every error class a database of this process may raise."""
+    psycopg = _psycopg()
+    return (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
+
+
+def is_store_failure(error: BaseException) -> bool:
+    """Whether ``error`` is the database failing (the disk, a lock, a
+    closed, lost or corrupt database), not the statement's data."""
+    if isinstance(error, (sqlite3.OperationalError, sqlite3.InternalError)):
+        return True
+    if type(error) is sqlite3.DatabaseError:
+        return True
+    psycopg = _psycopg()
+    if psycopg is not None and isinstance(error, psycopg.Error):
+        failures = (psycopg.OperationalError, psycopg.InternalError, psycopg.InterfaceError)
+        return isinstance(error, failures) or type(error) is psycopg.DatabaseError
+    return False
+
+
+# --------------------------------------------------------------------------- connections
+
+#: A fence: run inside every transaction right after it begins, with the
+#: database; raising refuses the transaction (its caller rolls back).
+Fence = Callable[["Database"], None]
+
+
+class Database:
+    """One connection, SQLite or PostgreSQL (see the module docstring)."""
+
+    dialect: str = ""
+
+    def __init__(self, component: str) -> None:
+        #: The record this connection serves: ``host``, ``turns``, ``records``.
+        self.component = component
+        #: The fencing hook: each runs inside every transaction, after BEGIN.
+        self.fences: list[Fence] = []
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        raise NotImplementedError
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        raise NotImplementedError
+
+    @property
+    def in_transaction(self) -> bool:
+        raise NotImplementedError
+
+    def _begin(self) -> None:
+        raise NotImplementedError
+
+    def begin(self) -> None:
+        """Start a transaction (the one place every transaction starts),
+        holding the record's write lock, and run the fences in it. A fence
+        that raises leaves the transaction rolled back and raises on."""
+        self._begin()
+        try:
+            for fence in self.fences:
+                fence(self)
+        except BaseException:
+            self.execute("ROLLBACK")
+            raise
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Database]:
+        """``begin()`` … ``COMMIT``, ``ROLLBACK`` when the block raises."""
+        self.begin()
+        try:
+            yield self
+        except BaseException:
+            self.execute("ROLLBACK")
+            raise
+        self.execute("COMMIT")
+
+    def schema_version(self) -> int:
+        raise NotImplementedError
+
+    def set_schema_version(self, version: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class SqliteDatabase(Database):
+    """A ``sqlite3`` connection (WAL), unchanged: each record has its own
+    file, so the component names nothing in it."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str | Path, component: str, *, synchronous: Literal["NORMAL", "FULL"] = "NORMAL") -> None:
+        super().__init__(component)
+        self.raw = connect_wal(path, synchronous=synchronous)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self.raw.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.raw.executemany(sql, rows)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.in_transaction
+
+    def _begin(self) -> None:
+        self.raw.execute("BEGIN IMMEDIATE")
+
+    def schema_version(self) -> int:
+        return self.raw.execute("PRAGMA user_version").fetchone()[0]
+
+    def set_schema_version(self, version: int) -> None:
+        self.raw.execute(f"PRAGMA user_version = {int(version)}")
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+#: The table of schema versions on PostgreSQL: one row per record.
+_SCHEMA_TABLE: Final = "CREATE TABLE IF NOT EXISTS router_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+
+
+def connect_postgres(url: str) -> Any:
+    """A psycopg connection to ``url``, autocommit (transactions begun by
+    hand). ``psycopg.OperationalError`` when the server cannot be reached."""
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True, application_name="router")
+
+
+class PgDatabase(Database):
+    """A psycopg 3 connection (sync API) to a database the records share."""
+
+    dialect = "postgresql"
+
+    def __init__(self, url: str, component: str) -> None:
+        super().__init__(component)
+        self.url = url
+        try:
+            self.raw = connect_postgres(url)
+        except Exception as error:
+            if isinstance(error, database_errors()):  # the server refused us or is not there
+                raise Refusal(
+                    "bad-store", f"{redact(url)} cannot be used as a store ({str(error).strip()}); check --store"
+                ) from None
+            raise
+        self._lock = _lock_key(component)
+        #: Whether a transaction this connection began is still open.
+        self._began = False
+        #: How many times a lost connection was opened again.
+        self.reconnects = 0
+
+    def _live(self) -> None:
+        """A connection the server dropped (a restart, a terminated backend,
+        a network cut) is opened again before the next transaction or
+        statement outside one: the one that met the loss raised (its
+        transaction is lost, and the caller's retry reads the record
+        again); the ones after it go on."""
+        if self.raw.broken and not self._began:
+            self.raw.close()
+            self.raw = connect_postgres(self.url)
+            self.reconnects += 1
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        self._live()
+        if sql in ("COMMIT", "ROLLBACK"):
+            self._began = False
+        # Without parameters psycopg sends the text as it is (a ``%`` stays one).
+        return self.raw.execute(pg_sql(sql), params) if params else self.raw.execute(sql)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        with self.raw.cursor() as cursor:
+            cursor.executemany(pg_sql(sql), list(rows))
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return self.raw.info.transaction_status != TransactionStatus.IDLE
+
+    def _begin(self) -> None:
+        # One round trip: without parameters psycopg sends a simple query,
+        # which may hold two statements (the key is our own integer).
+        self._began = False
+        self._live()
+        try:
+            self.raw.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(self._lock)})")
+        except BaseException:
+            if self.in_transaction and not self.raw.broken:
+                self.raw.execute("ROLLBACK")
+            raise
+        self._began = True
+
+    def schema_version(self) -> int:
+        (table,) = self.raw.execute("SELECT to_regclass('router_schema')").fetchone()
+        if table is None:
+            return 0
+        row = self.raw.execute("SELECT version FROM router_schema WHERE component = %s", (self.component,)).fetchone()
+        return 0 if row is None else row[0]
+
+    def set_schema_version(self, version: int) -> None:
+        # Two records migrating at once would race on creating the table
+        # (CREATE TABLE IF NOT EXISTS is not safe against a concurrent one):
+        # one more lock, for the table, held to the end of the transaction.
+        self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("router_schema"),))
+        self.raw.execute(_SCHEMA_TABLE)
+        self.raw.execute(
+            "INSERT INTO router_schema (component, version) VALUES (%s, %s)"
+            " ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+            (self.component, int(version)),
+        )
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def migrate(db: Database, steps: Sequence[Sequence[str]], *, too_new: Callable[[int], Exception]) -> None:
+    """Take ``db``'s record to version ``len(steps)``: ``steps[n]`` is the
+    statements that take version ``n`` to ``n + 1``, each step one
+    transaction (under the record's lock, the version read again inside:
+    another router may have migrated meanwhile) that also sets the version.
+    A record newer than the steps raises ``too_new(version)``."""
+    while (version := db.schema_version()) < len(steps):
+        with db.transaction():
+            version = db.schema_version()
+            if version < len(steps):
+                for statement in steps[version]:
+                    db.execute(statement)
+                db.set_schema_version(version + 1)
+    if version > len(steps):
+        raise too_new(version)
+
+
+def open_migrated(url: str, component: str, steps: Sequence[Sequence[str]], *,
+                  too_new: Callable[[int], Exception]) -> PgDatabase:
+    """A connection to ``component``'s record in the PostgreSQL database
+    ``url``, its schema taken to ``len(steps)`` (:func:`migrate`); nothing
+    left open when it raises (``bad-store`` when the server cannot be
+    reached)."""
+    db = PgDatabase(url, component)
+    try:
+        migrate(db, steps, too_new=too_new)
+    except BaseException as error:
+        db.close()
+        if isinstance(error, database_errors()):  # a user who may not create tables, a server going away
+            raise Refusal(
+                "bad-store", f"{redact(url)} cannot hold the {component} record ({str(error).strip()}); check --store"
+            ) from None
+        raise
+    return db
+
+
+def open_database(target: Target, component: str, **sqlite_options: Any) -> Database:
+    """A connection to ``target`` for ``component``: a SQLite file at
+    ``target.location``, or the PostgreSQL database it names."""
+    if target.kind == "postgresql":
+        return PgDatabase(target.location, component)
+    return SqliteDatabase(target.location, component, **sqlite_options)

@@ -1,0 +1,42 @@
+"""The cluster: several routers over one PostgreSQL record, every session
+driven by exactly one of them (see ``docs/cluster.md``).
+
+- :mod:`router.cluster.lease`: sans-IO, the lease rules (acquire, renew,
+  release, the fencing check) and the spread of sessions across routers;
+- :mod:`router.cluster.pg`: the same rules as PostgreSQL statements on the
+  database's clock (``cluster_leases``), membership (``cluster_routers``),
+  the inbox of deliveries for another router's session (``cluster_inbox``,
+  woken by LISTEN/NOTIFY), and the fencing check every write carries;
+- :mod:`router.cluster.member`: the Trio layer: a router's heartbeat, its
+  lease rounds, and the inbox it serves.
+"""
+
+from router.cluster.lease import (
+    HOLD_MARGIN,
+    HeldLeases,
+    Lease,
+    LeaseBook,
+    Plan,
+    fair_share,
+    hysteresis,
+    plan,
+    preference,
+)
+from router.cluster.member import ClusterMember, ClusterSettings
+from router.cluster.node import ClusterNode, open_node
+
+__all__ = [
+    "ClusterMember",
+    "ClusterNode",
+    "ClusterSettings",
+    "open_node",
+    "HOLD_MARGIN",
+    "HeldLeases",
+    "Lease",
+    "LeaseBook",
+    "Plan",
+    "fair_share",
+    "hysteresis",
+    "plan",
+    "preference",
+]

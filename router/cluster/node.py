@@ -1,0 +1,295 @@
+"""A router's part in the cluster: the glue between its
+:class:`~router.cluster.member.ClusterMember` and the parts of the main job
+it changes.
+
+- **the host** drives only the sessions held here: ``Host(may_link=
+  node.holds)``; a lease gained opens the session's link when it has open
+  operations (the link's reconcile replays from the stored cursor: the
+  takeover), a lease lost closes the link and the turn router's session at
+  once;
+- **the record's writes** carry the fencing numbers: :meth:`ClusterNode.fence`
+  is the store's fence (it runs first in every transaction; the trigger of
+  :func:`router.cluster.pg.install_fences` checks every row);
+- **the turn router** relays a delivery for a session held elsewhere
+  (:meth:`ClusterNode.relay`, through the inbox), and the inbox's
+  deliveries for sessions held here are delivered by it
+  (:meth:`ClusterNode.handle`), exactly once by event id in the shared
+  delivery record;
+- **the board** names each session's holder (:meth:`ClusterNode.holders`).
+
+Resource handling: :meth:`run` owns the member and the tasks that open and
+close links; the database pool is the caller's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+import socket
+from typing import Any, Final, Mapping
+
+import trio
+
+from router.cluster import pg
+from router.cluster.lease import HOLD_MARGIN
+from router.cluster.member import ClusterMember, ClusterSettings
+from router.errors import Refusal
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ClusterNode", "LEASE_TTL_ENV", "delivery_json", "delivery_of", "open_node", "reply_json", "reply_of"]
+
+#: The lease's life in seconds, when set (ours; the default is
+#: ``ClusterSettings.lease_ttl``): renews every third of it, routers
+#: counted live for as long.
+LEASE_TTL_ENV: Final = "ROUTER_CLUSTER_LEASE_TTL"
+
+#: Open operations a gained session's drive waits on at once (ours).
+DRIVE_WAITS: Final = 64
+
+
+def delivery_json(delivery: Any) -> str:
+    from router.turns.core import Card
+    from wire.json import dumps
+
+    message = delivery.message
+    body: dict[str, Any] = {"eventId": delivery.event_id, "session": delivery.session, "text": message.text,
+                            "kind": "card" if isinstance(message, Card) else "person"}
+    if not isinstance(message, Card):
+        body["messageId"] = message.message_id
+    return dumps(body)
+
+
+def delivery_of(event_id: str, session: str, text: str) -> Any:
+    from router.turns.core import Card, Delivery, Person
+    from wire.json import loads
+
+    body = loads(text)
+    assert isinstance(body, dict)
+    message = Card(text=body["text"]) if body.get("kind") == "card" else Person(text=body["text"],
+                                                                                 message_id=body["messageId"])
+    return Delivery(event_id=event_id, session=session, message=message)
+
+
+def reply_json(reply: Any) -> tuple[str, bool]:
+    """A reply as the inbox keeps it, and whether it is final (a resend
+    is answered from it) or not (``Unanswered``: a resend tries again)."""
+    from router.turns.core import Answered, Unanswered
+    from wire.json import dumps
+
+    if isinstance(reply, Answered):
+        return dumps({"type": "answered", "answer": dict(reply.answer), "fromRecord": reply.from_record}), True
+    if isinstance(reply, Unanswered):
+        return dumps({"type": "unanswered", "eventId": reply.event_id, "code": reply.code,
+                      "message": reply.message}), False
+    return dumps({"type": "refused", "code": reply.code, "message": reply.message}), True
+
+
+def reply_of(text: str) -> Any:
+    from router.turns.core import Answered, Refused, Unanswered
+    from wire.json import loads
+
+    body = loads(text)
+    assert isinstance(body, dict)
+    if body["type"] == "answered":
+        return Answered(answer=body["answer"], from_record=bool(body["fromRecord"]))
+    if body["type"] == "unanswered":
+        return Unanswered(event_id=body["eventId"], code=body["code"], message=body["message"])
+    return Refused(code=body["code"], message=body["message"])
+
+
+def settings_from(env: Mapping[str, str]) -> ClusterSettings:
+    """The cluster's settings, with the lease's life from ``env``."""
+    text = env.get(LEASE_TTL_ENV)
+    if not text:
+        return ClusterSettings()
+    try:
+        ttl = float(text)
+    except ValueError:
+        ttl = math.nan
+    if not (math.isfinite(ttl) and ttl >= 1.5):
+        raise Refusal("bad-lease-ttl", f"${LEASE_TTL_ENV} is {text!r}: give a number of seconds, 1.5 or more")
+    return ClusterSettings(lease_ttl=ttl, renew_every=ttl / 3, router_ttl=ttl, margin=min(HOLD_MARGIN, ttl / 5))
+
+
+def open_node(store: Any, deliveries: Any, *, env: Mapping[str, str] | None = None,
+              router_id: str | None = None) -> ClusterNode:
+    """This router's node over the record's database (the store's URL),
+    its fence registered on the host's store and on the deliveries'
+    record. Close it (:meth:`ClusterNode.close`) after the job stopped."""
+    env = os.environ if env is None else env
+    url = store.database.url
+    name = router_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+    db = pg.Database(url, size=4)
+    node = ClusterNode(ClusterMember(db, url, name, settings=settings_from(env)))
+    for record in (store, deliveries):
+        database = getattr(record, "database", None)
+        if database is not None and getattr(database, "dialect", "") == "postgresql":
+            database.fences.append(node.fence)
+    return node
+
+
+class ClusterNode:
+    """See the module docstring. ``host`` and ``router`` are set by the
+    main job once it made them (before :meth:`run`)."""
+
+    def __init__(self, member: ClusterMember) -> None:
+        self.member = member
+        member.owner = self
+        self.host: Any = None
+        self.router: Any = None
+        self.registry: Any = None
+        #: session → number, replaced whole on every change (the store's
+        #: worker thread reads it in :meth:`fence`).
+        self._numbers: Mapping[str, int] = {}
+        self._nursery: trio.Nursery | None = None
+        self.takeovers = 0
+
+    def __repr__(self) -> str:
+        return f"<ClusterNode {self.member.id} held={len(self._numbers)} takeovers={self.takeovers}>"
+
+    @property
+    def id(self) -> str:
+        return self.member.id
+
+    def holds(self, session: str) -> bool:
+        return self.member.holds(session)
+
+    # ------------------------------------------------------------------ the store's fence
+
+    def fence(self, db: Any) -> None:
+        """Run first in every transaction of the record (a worker thread):
+        who this router is and the numbers it holds, for the trigger."""
+        sql, params = pg.fence_settings(self.member.id, self._numbers, self.member.settings.lease_ttl / 2)
+        db.execute(sql, params)
+
+    # ------------------------------------------------------------------ LeaseOwner
+
+    def gained(self, session: str, fencing: int) -> None:
+        self._numbers = {**self._numbers, session: fencing}
+        if self._nursery is not None:
+            self._nursery.start_soon(self._drive, session, name=f"cluster drive {session}")
+
+    def lost(self, session: str) -> None:
+        numbers = dict(self._numbers)
+        numbers.pop(session, None)
+        self._numbers = numbers
+        if self._nursery is not None:
+            self._nursery.start_soon(self._release, session, name=f"cluster release {session}")
+
+    async def _drive(self, session: str) -> None:
+        """A session held from now on: open its link when it has work (the
+        reconcile replays from the stored cursor), and hand the work to
+        the turn router's record."""
+        if self.host is None:
+            return
+        pending = await self.host.session(session).pending()
+        if not pending:
+            return
+        self.takeovers += 1
+        log.info("cluster %s: drives %s (%d open operations)", self.id, session, len(pending))
+        async with trio.open_nursery() as nursery:
+            for each in pending[:DRIVE_WAITS]:
+                nursery.start_soon(self._wait, session, each["operationId"])
+
+    async def _wait(self, session: str, operation_id: str) -> None:
+        try:
+            await self.host.session(session).wait(operation_id)
+        except Refusal as refused:  # not-holder (lost again meanwhile), host stopped, link gave up
+            log.info("cluster %s: %s/%s: %s", self.id, session, operation_id, refused)
+
+    async def _release(self, session: str) -> None:
+        if self.registry is not None:
+            await self.registry.close(session)
+        if self.host is not None:
+            await self.host.close_session(session)
+
+    # ------------------------------------------------------------------ deliveries
+
+    async def relay(self, delivery: Any) -> Any:
+        """Deliver through the session's holder: kept in the inbox by event
+        id, answered by the holder (see :mod:`router.cluster.member`)."""
+        from router.turns.core import Refused
+
+        known = await self.member.db.call(_known, delivery.session)
+        if not known:
+            return Refused(code="unknown-session", message=f"there is no session {delivery.session!r} in the "
+                           "cluster; list the sessions to see which there are")
+        text = await self.member.relay(delivery.event_id, delivery.session, delivery_json(delivery))
+        return reply_of(text)
+
+    async def handle(self, event_id: str, session: str, body: str) -> tuple[str, bool]:
+        """The inbox's delivery, held here: the turn router delivers it."""
+        reply = await self.router.deliver(delivery_of(event_id, session, body))
+        if not self.holds(session):
+            raise pg.LeaseLost("lease-lost", f"the lease of {session!r} moved while {event_id} was delivered",
+                               session=session, holder=self.id, fencing=None, what=f"answer to {event_id}")
+        return reply_json(reply)
+
+    # ------------------------------------------------------------------ the board
+
+    async def holders(self) -> dict[str, dict[str, Any]]:
+        """session → the live router holding it (``{id, apiUrl, socket,
+        info}``), for the sessions held now."""
+        return await self.member.db.call(_holders, self.member.settings.router_ttl)
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def run(self, *, task_status: trio.TaskStatus[ClusterNode] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await self.member.db.call(_join_record)
+            await nursery.start(self.member.run)
+            await nursery.start(self.member.serve_inbox, self.handle)
+            task_status.started(self)
+            await trio.sleep_forever()
+
+    async def aclose(self) -> None:
+        """A clean stop: stop driving every held session (links closed, so
+        the next holder's link does not meet ours at the daemon), then hand
+        the leases back and leave."""
+        held = self.member.held.sessions()
+        self._numbers = {}
+        with trio.move_on_after(self.member.settings.lease_ttl):
+            for session in held:
+                await self._release(session)
+        await self.member.aclose()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel(reason="the cluster node stops")
+
+    def close(self) -> None:
+        """Close the database pool (after :meth:`run` returned)."""
+        self.member.db.close()
+
+    def register(self, *, api_url: str | None, socket: str | None, info: Mapping[str, Any] | None) -> None:
+        """What the board shows of this router (the next round writes it)."""
+        from wire.json import dumps
+
+        self.member.registration = {"api_url": api_url, "socket": socket,
+                                    "info": dumps(dict(info or {}, cluster=self.id))}
+        self.member.wake()
+
+
+def _known(conn: Any, session: str) -> bool:
+    return conn.execute("SELECT 1 FROM cluster_leases WHERE session = %s", (session,)).fetchone() is not None
+
+
+def _join_record(conn: Any) -> None:
+    """The cluster's tables and the fences over the record, and every
+    session of the record in the cluster (a record made before it was)."""
+    pg.ensure_schema(conn)
+    pg.install_fences(conn)
+    if conn.execute("SELECT to_regclass('sessions')").fetchone() != (None,):
+        conn.execute("INSERT INTO cluster_leases (session) SELECT id FROM sessions ON CONFLICT (session) DO NOTHING")
+
+
+def _holders(conn: Any, ttl: float) -> dict[str, dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT l.session, r.id, r.api_url, r.socket, r.info FROM cluster_leases l JOIN cluster_routers r "
+        "ON r.id = l.holder WHERE l.expires_at > clock_timestamp() "
+        "AND r.heartbeat_at > clock_timestamp() - make_interval(secs => %s)",
+        (ttl,),
+    ).fetchall()
+    return {row[0]: {"id": row[1], "apiUrl": row[2], "socket": row[3], "info": row[4]} for row in rows}

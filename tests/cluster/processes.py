@@ -1,0 +1,151 @@
+"""A cluster of ``router serve`` processes on one PostgreSQL database and
+one ``router daemon --adapter echo``, for the process tests and
+``bench/cluster.py``: start, deliver, read the board, check the record."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import attrs
+import trio
+
+from tests.api.processes import REPO, ROUTER, environment, page_url, read_lines, stop
+
+#: The lease's life in the tests (seconds): short, so a takeover is quick;
+#: long enough that a loaded machine renews in time.
+LEASE_TTL = 6.0
+TOKEN = "cluster-daemon-token"
+
+
+@attrs.define
+class Member:
+    """One ``router serve`` of the cluster."""
+
+    name: str
+    process: trio.Process
+    url: str
+    token: str
+    stderr: Path
+    folder: Path
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"}
+
+    def client(self, timeout: float = 60) -> Any:
+        import httpx
+
+        return httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=timeout)
+
+    def log(self) -> str:
+        return self.stderr.read_text(errors="replace")
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+
+async def start_member(folder: Path, name: str, store: str, daemon_url: str, *,
+                       lease_ttl: float = LEASE_TTL) -> Member:
+    folder.mkdir(parents=True, exist_ok=True)
+    stderr = folder / "serve.stderr"
+    with open(stderr, "wb") as err:
+        process = await trio.lowlevel.open_process(
+            [*ROUTER, "serve", "--port", "0", "--data-dir", str(folder / "data"), "--settings",
+             str(folder / "settings"), "--store", store, "--daemon", daemon_url, "--token", TOKEN,
+             "--log-level", "info"],
+            stdout=subprocess.PIPE, stderr=err, cwd=REPO,
+            env=environment({"ROUTER_CLUSTER_LEASE_TTL": str(lease_ttl)}),
+        )
+    assert process.stdout is not None
+    with trio.fail_after(90):
+        lines = await read_lines(process.stdout, 2)
+    found = page_url(lines[0]) if lines else None
+    if found is None:
+        await stop(process)
+        raise AssertionError(f"router serve {name} did not start: {lines} {stderr.read_text()}")
+    return Member(name=name, process=process, url=found[0], token=found[1], stderr=stderr, folder=folder)
+
+
+@asynccontextmanager
+async def cluster(tmp: Path, store: str, routers: int = 3, *,
+                  lease_ttl: float = LEASE_TTL) -> AsyncIterator[tuple[list[Member], str]]:
+    """``routers`` routers over ``store`` and one echo daemon (yielded with
+    the daemon's URL); every process stopped at the end."""
+    from tests.support.daemons import spawn_daemon
+
+    async with AsyncExitStack() as stack:
+        daemon = await stack.enter_async_context(spawn_daemon("ours", token=TOKEN, runtime_id="cluster-daemon"))
+        members: list[Member] = []
+        try:
+            for i in range(routers):
+                members.append(await start_member(tmp / f"r{i}", f"r{i}", store, daemon.url, lease_ttl=lease_ttl))
+            yield members, daemon.url
+        finally:
+            with trio.CancelScope(shield=True):
+                for member in members:
+                    if member.process.returncode is None:
+                        member.process.send_signal(18)  # SIGCONT, in case a test left it stopped
+                    await stop(member.process)
+
+
+def make_sessions(store: str, ids: list[str]) -> None:
+    """Container sessions in the shared record (each enters the cluster
+    free: the fence trigger makes its lease row)."""
+    from router.host import Store
+
+    with Store(store, exclusive=False) as record:
+        for each in ids:
+            record.create_session(each)
+
+
+async def deliver(member: Member, client: Any, session: str, event_id: str, text: str) -> tuple[int, Any]:
+    """``POST /sessions/<id>/messages`` with ``wait``: the status and body."""
+    response = await client.post(f"/sessions/{session}/messages",
+                                 json={"text": text, "eventId": event_id, "wait": True})
+    try:
+        body = response.json()
+    except ValueError:
+        body = response.text
+    return response.status_code, body
+
+
+async def board(member: Member) -> list[dict[str, Any]]:
+    async with member.client() as client:
+        response = await client.get("/sessions")
+        response.raise_for_status()
+        body = response.json()
+    return body["sessions"] if isinstance(body, dict) else body
+
+
+def holder_of(entry: dict[str, Any]) -> str | None:
+    router = entry.get("router")
+    return router.get("cluster") if isinstance(router, dict) else None
+
+
+_TURN = re.compile(r"echo: (.*) \(turn (\d+)\)")
+
+
+def record_check(store: str, sessions: list[str]) -> dict[str, Any]:
+    """What the shared record holds: per session its operations (id →
+    status) and the echo's turn numbers, in transcript order."""
+    from router.host import Store
+
+    out: dict[str, Any] = {}
+    with Store(store, exclusive=False) as record:
+        for session in sessions:
+            operations = {op.id: op.status for op in record.operations(session=session)}
+            turns = []
+            for message in record.messages(session):
+                if message.get("role") != "assistant":
+                    continue
+                found = _TURN.search(json.dumps(message))
+                if found is not None:
+                    turns.append(int(found.group(2)))
+            out[session] = {"operations": operations, "turns": turns}
+    return out
