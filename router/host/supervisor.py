@@ -37,6 +37,7 @@ from typing import Any, Callable, Final, Mapping, Protocol
 import attrs
 import trio
 
+from router._db import is_store_failure
 from router.host.lifecycle import (
     DaemonInfo,
     Effect,
@@ -303,7 +304,16 @@ class Supervisor:
             fields.update(url=daemon.url, token=daemon.token, runtime=daemon.runtime, container=daemon.container)
         elif change.state != "running":
             fields.update(url=None, token=None, container=None)
-        await self.store.call(lambda: self.store.set_daemon(self.session, **fields))
+        try:
+            await self.store.call(lambda: self.store.set_daemon(self.session, **fields))
+        except Exception as error:
+            if not is_store_failure(error):
+                raise
+            # The record refused the write (in a cluster: this router no
+            # longer holds the session's lease, e.g. while it stops; or the
+            # store failed). The daemon's state is the holder's to record;
+            # the supervisor goes on, and the link sees the same failure.
+            log.warning("session %r: the daemon's state %s was not recorded: %s", self.session, change.state, error)
 
     async def _start(self) -> list[Effect]:
         launcher = self.launcher
