@@ -61,7 +61,7 @@ from router.daemon.core import (
 from wire.container import AdapterInfo
 from wire.json import dumps
 
-__all__ = ["CLOSE_NOT_READING", "Daemon", "DaemonClosed", "OUTBOX_SLACK", "Outbox", "SessionRunner", "SHUTDOWN_GRACE"]
+__all__ = ["CLOSE_NOT_READING", "Daemon", "DaemonClosed", "OUTBOX_HIGH", "OUTBOX_SLACK", "Outbox", "SessionRunner", "SHUTDOWN_GRACE"]
 
 log = logging.getLogger("router.daemon")
 
@@ -91,6 +91,14 @@ OUTBOX_SLACK: Final = 1_024
 #: the host's next connection replays it.
 CLOSE_NOT_READING: Final = 1011
 NOT_READING_REASON: Final = "the host is not reading; reconnect and replay"
+#: Texts a connection's outbox may hold when a turn starts; with more, the
+#: turn waits (cancellably: abort still stops it) until the writer has
+#: brought them below this. A host that pipelines thousands of prompts and
+#: reads slower than the daemon answers would otherwise see its outbox
+#: reach its ``limit`` (and be closed as not reading) although it reads.
+#: Ours: half of :data:`OUTBOX_SLACK`, so the frames of the turns of a
+#: burst always fit under the limit.
+OUTBOX_HIGH: Final = OUTBOX_SLACK // 2
 
 
 class MessageSocket(Protocol):
@@ -117,7 +125,7 @@ class Outbox:
 
     __slots__ = (
         "name", "limit", "_queue", "_wakeup", "_closing", "_dead", "sent", "overflowed", "finished",
-        "close_requested",
+        "close_requested", "_written",
     )  # fmt: skip
 
     def __init__(self, name: str = "", *, limit: int = MAX_KEPT_FRAMES + OUTBOX_SLACK) -> None:
@@ -135,6 +143,8 @@ class Outbox:
         self.finished = trio.Event()
         #: Set by :meth:`close` (the transport gives the writer a deadline).
         self.close_requested = trio.Event()
+        #: Set by the writer after each write while :meth:`room` waits.
+        self._written: trio.Event | None = None
 
     def send(self, text: str) -> None:
         if self._dead or self._closing is not None:
@@ -169,6 +179,14 @@ class Outbox:
     def pending(self) -> int:
         return len(self._queue)
 
+    async def room(self, most: int = OUTBOX_HIGH) -> None:
+        """Return once at most ``most`` texts wait to be written (or the
+        connection is closing or dead: nothing more will be written).
+        Without a checkpoint when that is so already."""
+        while len(self._queue) > most and not self.closing:
+            self._written = written = trio.Event()
+            await written.wait()
+
 
     async def run(self, socket: MessageSocket) -> None:
         """Write queued texts to ``socket`` until :meth:`close` (then close it)
@@ -192,6 +210,9 @@ class Outbox:
                     else:
                         await socket.send_message(queue.popleft())
                         self.sent += 1
+                    if self._written is not None:
+                        self._written.set()
+                        self._written = None
                 if self._closing is not None:
                     code, reason = self._closing
                     with trio.move_on_after(CLOSE_TIMEOUT):
@@ -206,6 +227,8 @@ class Outbox:
             self._dead = True
             queue.clear()
             self.finished.set()
+            if self._written is not None:
+                self._written.set()
 
     def __repr__(self) -> str:
         state = "dead" if self._dead else "overflowed" if self.overflowed else "closing" if self._closing else "open"
@@ -304,6 +327,11 @@ class SessionRunner:
             try:
                 with scope:
                     try:
+                        # A host that reads slower than turns answer holds
+                        # the next turn back, not its connection's outbox.
+                        room = getattr(self.core.conn, "room", None)
+                        if room is not None:
+                            await room()
                         result = await turn.session.run(AdapterTurn(operation_id=turn.operation_id, input=turn.input))
                     except Exception as exc:
                         result = TurnFailed(error_text(exc))
