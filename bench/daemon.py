@@ -24,6 +24,10 @@ no-protocol echo behind (a) trio-websocket's own server, (b) our transport's
 front (h11 reading the head, then trio-websocket), and (c) Hypercorn with a
 raw ASGI app.
 
+``--against CHECKOUT`` adds a row: our daemon as another checkout of the
+repository has it (an export of main, say), measured in the same
+alternation, for before/after figures from one run.
+
 ``--profile PATH`` runs our daemon under cProfile for the one-session row,
 writes the stats to PATH and prints the top functions.
 """
@@ -117,6 +121,16 @@ def ours_command(profile: str | None = None) -> list[str]:
         )
         return [sys.executable, "-c", code]
     return [sys.executable, "-m", "router", "daemon", "--adapter", "echo", "--host", "127.0.0.1"]
+
+
+def against_command(checkout: str) -> list[str]:
+    """Our daemon as another checkout (``--against``) has it: that tree's
+    ``router`` first on the path."""
+    code = (
+        f"import sys; sys.path.insert(0, {checkout!r}); from router.cli import main; "
+        "sys.exit(main(['daemon', '--adapter', 'echo', '--host', '127.0.0.1']))"
+    )
+    return [sys.executable, "-c", code]
 
 
 def reference_command() -> list[str]:
@@ -284,7 +298,11 @@ async def measure_all(
             for name, _ in rows:
                 port, pid = ports[name]
                 cpu, client = cpu_seconds(pid), _client_cpu()
-                seconds, frames = await run_load(port, ops, sessions, _is_raw(name), f"r{run}-s{sessions}")
+                try:
+                    seconds, frames = await run_load(port, ops, sessions, _is_raw(name), f"r{run}-s{sessions}")
+                except BaseException:
+                    print(f"the run against {name!r} ({sessions} sessions) failed:", file=sys.stderr)
+                    raise
                 cpu, client = cpu_seconds(pid) - cpu, _client_cpu() - client
                 assert frames == ops * FRAMES_PER_OP, (name, frames, ops)
                 if ops / seconds > best[name].ops_per_s:
@@ -461,6 +479,8 @@ async def main(args: argparse.Namespace) -> None:
     rows = [("ours", ours_command()), ("reference", reference_command()), ("ceiling (raw trio-websocket)", raw_command("trio-websocket"))]
     if args.transports:
         rows += [("raw: our front (h11 + trio-websocket)", raw_command("front")), ("raw: hypercorn ASGI", raw_command("hypercorn"))]
+    for checkout in reversed(args.against):
+        rows.insert(1, (f"ours @ {Path(checkout).name}", against_command(str(Path(checkout).resolve()))))
     if args.only:
         rows = [row for row in rows if row[0] in args.only]
     one = await measure_all(rows, ops=ops, sessions=1, repeat=repeat)
@@ -500,6 +520,7 @@ if __name__ == "__main__":
     parser.add_argument("--profile", metavar="PATH")
     parser.add_argument("--transports", action="store_true")
     parser.add_argument("--only", nargs="*", help="measure only these rows (by name)")
+    parser.add_argument("--against", metavar="CHECKOUT", action="append", default=[], help="add our daemon as another checkout has it (a row, alternating)")
     parser.add_argument("--serve-raw", metavar="KIND", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_raw:
