@@ -480,31 +480,34 @@ class ModLink:
             f"another mod instance ({self._core.state.instance}) holds this link; one server serves one mod",
         )
 
+    async def _read_post(self, route: str, read: Any, shape: str) -> tuple[Any, Response | None]:
+        """A post's body, admitted, read by ``read`` and claimed:
+        ``(read's value, None)``, or ``(None, refusal)`` and nothing
+        applied."""
+        instance, body, refusal = await self._admit_and_read(route)
+        if refusal is not None:
+            return None, refusal
+        try:
+            value = read(body)
+        except ModWireError as exc:
+            return None, _error(400, "bad-body", f"POST {route} takes {shape}: {exc}")
+        return value, self._claim(instance)
+
     async def _serve_events(self) -> Response:
-        instance, body, refusal = await self._admit_and_read(MOD_ROUTE_EVENTS)
+        value, refusal = await self._read_post(MOD_ROUTE_EVENTS, read_events, "{events: [...]}")
         if refusal is not None:
             return refusal
-        try:
-            accepted, skipped = read_events(body)
-        except ModWireError as exc:
-            return _error(400, "bad-body", f"POST {MOD_ROUTE_EVENTS} takes {{events: [...]}}: {exc}")
-        if (refusal := self._claim(instance)) is not None:
-            return refusal
+        accepted, skipped = value
         for why in skipped:
             log.warning("skipped a malformed mod event: %s", why)
         self._publish(accepted)
         return _json({"ok": True})
 
     async def _serve_results(self) -> Response:
-        instance, body, refusal = await self._admit_and_read(MOD_ROUTE_RESULTS)
+        value, refusal = await self._read_post(MOD_ROUTE_RESULTS, read_results, "{results: [...]}")
         if refusal is not None:
             return refusal
-        try:
-            good, broken, skipped = read_results(body)
-        except ModWireError as exc:
-            return _error(400, "bad-body", f"POST {MOD_ROUTE_RESULTS} takes {{results: [...]}}: {exc}")
-        if (refusal := self._claim(instance)) is not None:
-            return refusal
+        good, broken, skipped = value
         for why in skipped:
             log.warning("skipped a mod result with no id: %s", why)
         for request_id, why in broken.items():
