@@ -24,6 +24,14 @@ no-protocol echo behind (a) trio-websocket's own server, (b) our transport's
 front (h11 reading the head, then trio-websocket), and (c) Hypercorn with a
 raw ASGI app.
 
+``--against CHECKOUT`` adds a row: our daemon as another checkout of the
+repository has it (an export of main, say), measured in the same
+alternation, for before/after figures from one run.
+
+``--instructions OPS`` instead counts the instructions per operation of our
+daemon (and each ``--against`` row) under valgrind's callgrind, one session
+and then 16: a figure that machine noise does not move, for before/after.
+
 ``--profile PATH`` runs our daemon under cProfile for the one-session row,
 writes the stats to PATH and prints the top functions.
 """
@@ -38,6 +46,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -117,6 +126,16 @@ def ours_command(profile: str | None = None) -> list[str]:
         )
         return [sys.executable, "-c", code]
     return [sys.executable, "-m", "router", "daemon", "--adapter", "echo", "--host", "127.0.0.1"]
+
+
+def against_command(checkout: str) -> list[str]:
+    """Our daemon as another checkout (``--against``) has it: that tree's
+    ``router`` first on the path."""
+    code = (
+        f"import sys; sys.path.insert(0, {checkout!r}); from router.cli import main; "
+        "sys.exit(main(['daemon', '--adapter', 'echo', '--host', '127.0.0.1']))"
+    )
+    return [sys.executable, "-c", code]
 
 
 def reference_command() -> list[str]:
@@ -284,7 +303,11 @@ async def measure_all(
             for name, _ in rows:
                 port, pid = ports[name]
                 cpu, client = cpu_seconds(pid), _client_cpu()
-                seconds, frames = await run_load(port, ops, sessions, _is_raw(name), f"r{run}-s{sessions}")
+                try:
+                    seconds, frames = await run_load(port, ops, sessions, _is_raw(name), f"r{run}-s{sessions}")
+                except BaseException:
+                    print(f"the run against {name!r} ({sessions} sessions) failed:", file=sys.stderr)
+                    raise
                 cpu, client = cpu_seconds(pid) - cpu, _client_cpu() - client
                 assert frames == ops * FRAMES_PER_OP, (name, frames, ops)
                 if ops / seconds > best[name].ops_per_s:
@@ -446,6 +469,36 @@ def partial_serve(serve, app, config):
     return run
 
 
+# --------------------------------------------------------------------------- instructions
+
+
+async def instructions(name: str, command: list[str], ops: int, out: str) -> dict[str, float]:
+    """Instructions per operation of one daemon under valgrind's callgrind,
+    one session and then 16: repeatable where CPU time on a shared machine
+    is not. Counting starts after a warm-up (``callgrind_control -z``) and
+    each load ends with a dump; returns {"1": per op, "16": per op}."""
+    import glob
+    import re
+
+    prefix = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p"]
+    result = {}
+    async with server(prefix + command) as (port, pid):
+        await run_load(port, 200, 1, False, "warm")
+        await run_load(port, 200, 16, False, "warm16")
+        for sessions in (1, 16):
+            await trio.run_process(["callgrind_control", "-z", str(pid)], capture_stdout=True)
+            await run_load(port, ops, sessions, False, f"count{sessions}")
+            await trio.run_process(["callgrind_control", "-d", f"sessions-{sessions}", str(pid)], capture_stdout=True)
+        for path in glob.glob(f"{out}.{pid}.*"):
+            text = Path(path).read_text()
+            trigger = re.search(r"^desc: Trigger: .*sessions-(\d+)", text, re.M)
+            total = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+            if trigger and total:
+                result[trigger.group(1)] = int(total.group(1)) / ops
+    print(f"{name}: {result.get('1', 0):,.0f} instructions/op on one session, {result.get('16', 0):,.0f} on 16", flush=True)
+    return result
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -461,8 +514,16 @@ async def main(args: argparse.Namespace) -> None:
     rows = [("ours", ours_command()), ("reference", reference_command()), ("ceiling (raw trio-websocket)", raw_command("trio-websocket"))]
     if args.transports:
         rows += [("raw: our front (h11 + trio-websocket)", raw_command("front")), ("raw: hypercorn ASGI", raw_command("hypercorn"))]
+    for checkout in reversed(args.against):
+        rows.insert(1, (f"ours @ {Path(checkout).name}", against_command(str(Path(checkout).resolve()))))
     if args.only:
         rows = [row for row in rows if row[0] in args.only]
+    if args.instructions:
+        with tempfile.TemporaryDirectory(prefix="daemon-callgrind-") as directory:
+            for name, command in rows:
+                if not _is_raw(name) and name != "reference":
+                    await instructions(name, command, args.instructions, f"{directory}/callgrind")
+        return
     one = await measure_all(rows, ops=ops, sessions=1, repeat=repeat)
     many = await measure_all(rows, ops=ops, sessions=sessions, repeat=repeat)
     print(f"\n{ops:,} echo operations pipelined; best of {repeat}, runs alternating between servers;")
@@ -500,6 +561,8 @@ if __name__ == "__main__":
     parser.add_argument("--profile", metavar="PATH")
     parser.add_argument("--transports", action="store_true")
     parser.add_argument("--only", nargs="*", help="measure only these rows (by name)")
+    parser.add_argument("--instructions", type=int, metavar="OPS", help="instead: instructions per operation of our daemon(s) under callgrind, OPS operations")
+    parser.add_argument("--against", metavar="CHECKOUT", action="append", default=[], help="add our daemon as another checkout has it (a row, alternating)")
     parser.add_argument("--serve-raw", metavar="KIND", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_raw:

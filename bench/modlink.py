@@ -20,6 +20,7 @@ private directory), bounded in count and time.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import resource
 import shutil
@@ -62,19 +63,41 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-async def bench_calls(env: dict[str, str], calls: int) -> dict[str, Any]:
-    link = ModLink("bench-calls", env=env)
+async def bench_calls(env: dict[str, str], calls: int, *, sim_process: bool = False, profile: str | None = None) -> dict[str, Any]:
+    """``sim_process``: the simulator runs in a process of its own, as the
+    real mod runs in Claude Code's, so this process does only the link's
+    side of each call. ``profile``: cProfile (CPU time) over the timed
+    calls, written to that path."""
+    name = "bench-calls-apart" if sim_process else "bench-calls"
+    link = ModLink(name, env=env)
     async with trio.open_nursery() as nursery:
         await nursery.start(link.run)
-        sim = ModSimulator("bench-calls", env=env, snapshot_interval=0)
-        await nursery.start(sim.run)
+        if sim_process:
+            child = await trio.lowlevel.open_process(
+                [sys.executable, __file__, "--run-sim", name], env={**os.environ, **env}
+            )
+            # Until the simulator's hello arrived (a state change, polled).
+            while link.state.claude_version is None:
+                await trio.sleep(0.05)
+        else:
+            child = None
+            sim = ModSimulator(name, env=env, snapshot_interval=0)
+            await nursery.start(sim.run)
         for _ in range(50):  # warm up
             await link.call("session.model", deadline=10)
         latencies = []
+        profiler = cProfile.Profile(time.process_time) if profile else None
+        if profiler is not None:
+            profiler.enable()
+        cpu = _cpu_seconds()
         for _ in range(calls):
             start = time.perf_counter()
             await link.call("session.model", deadline=10)
             latencies.append(time.perf_counter() - start)
+        cpu = _cpu_seconds() - cpu
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
         reference = []
         transport = httpx.AsyncHTTPTransport(uds=link.path)
         async with httpx.AsyncClient(transport=transport, base_url=MOD_URL_BASE) as client:
@@ -82,10 +105,15 @@ async def bench_calls(env: dict[str, str], calls: int) -> dict[str, Any]:
                 start = time.perf_counter()
                 await client.get("/healthz")
                 reference.append(time.perf_counter() - start)
+        if child is not None:
+            child.kill()
+            await child.wait()
         nursery.cancel_scope.cancel()
     return {
         "p50": statistics.median(latencies) * 1000,
         "p99": _percentile(latencies, 0.99) * 1000,
+        "p90": _percentile(latencies, 0.90) * 1000,
+        "cpu_ms": cpu / calls * 1000,
         "ref_p50": statistics.median(reference) * 1000,
         "ref_p99": _percentile(reference, 0.99) * 1000,
     }
@@ -187,29 +215,44 @@ async def hold_polls() -> None:
             nursery.start_soon(poller, path)
 
 
+async def run_sim(session: str) -> None:
+    """The simulator alone (``--run-sim``), answering at once, until killed."""
+    sim = ModSimulator(session, env=os.environ, snapshot_interval=0)
+    await sim.run()
+
+
 async def main(args: argparse.Namespace) -> None:
     base = tempfile.mkdtemp(prefix="mlb-", dir="/tmp")
     os.chmod(base, 0o700)
     env = {"XDG_RUNTIME_DIR": base}
     try:
-        idle = await bench_idle(env, args.links, args.idle)
-        calls = await bench_calls(env, args.calls)
-        batched = await bench_events(env, args.events, 100)
-        single = await bench_events(env, max(args.events // 20, 100), 1)
+        idle = None if args.only_calls else await bench_idle(env, args.links, args.idle)
+        calls = await bench_calls(env, args.calls, profile=args.profile)
+        apart = await bench_calls(env, args.calls, sim_process=True)
+        if idle is not None:
+            batched = await bench_events(env, args.events, 100)
+            single = await bench_events(env, max(args.events // 20, 100), 1)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     rows = [
         ("call latency p50 (session.model, sim answers at once)", f"{calls['p50']:.2f} ms"),
         ("call latency p99", f"{calls['p99']:.2f} ms"),
         ("  reference: GET /healthz round trip p50 / p99", f"{calls['ref_p50']:.2f} / {calls['ref_p99']:.2f} ms"),
-        ("event ingestion, batches of 100, one subscriber", f"{batched:,.0f} events/s"),
-        ("event ingestion, one event per post", f"{single:,.0f} events/s"),
-        (f"{args.links} idle links, each with a held poll: CPU", f"{idle['cpu_percent']:.2f} % of one core over {args.idle:g} s"),
-        ("  polls that ran their 5 s hold out in that window", f"{idle['expired_polls']}"),
-        ("  polls held at the end of the window", f"{idle['waiting_at_end']}"),
-        ("memory per link, bound, no client: RSS / Python heap", f"{idle['kib_per_link_bound']:.0f} / {idle['traced_kib_per_link_bound']:.0f} KiB"),
-        ("memory per link, poll held: RSS / Python heap", f"{idle['kib_per_link_held']:.0f} / {idle['traced_kib_per_link_held']:.0f} KiB"),
+        ("  this process's CPU per call (link and simulator)", f"{calls['cpu_ms']:.2f} ms"),
+        ("call latency p50 / p90, the simulator in its own process", f"{apart['p50']:.2f} / {apart['p90']:.2f} ms"),
+        ("call latency p99, the simulator in its own process", f"{apart['p99']:.2f} ms"),
+        ("  this process's CPU per call (the link alone)", f"{apart['cpu_ms']:.2f} ms"),
     ]
+    if idle is not None:
+        rows += [
+            ("event ingestion, batches of 100, one subscriber", f"{batched:,.0f} events/s"),
+            ("event ingestion, one event per post", f"{single:,.0f} events/s"),
+            (f"{args.links} idle links, each with a held poll: CPU", f"{idle['cpu_percent']:.2f} % of one core over {args.idle:g} s"),
+            ("  polls that ran their 5 s hold out in that window", f"{idle['expired_polls']}"),
+            ("  polls held at the end of the window", f"{idle['waiting_at_end']}"),
+            ("memory per link, bound, no client: RSS / Python heap", f"{idle['kib_per_link_bound']:.0f} / {idle['traced_kib_per_link_bound']:.0f} KiB"),
+            ("memory per link, poll held: RSS / Python heap", f"{idle['kib_per_link_held']:.0f} / {idle['traced_kib_per_link_held']:.0f} KiB"),
+        ]
     width = max(len(name) for name, _ in rows)
     print(f"{'measure'.ljust(width)}  value")
     print(f"{'-' * width}  {'-' * 30}")
@@ -223,9 +266,14 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=50_000)
     parser.add_argument("--links", type=int, default=100)
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of the idle window")
+    parser.add_argument("--profile", metavar="PATH", help="cProfile the in-process calls (CPU time) into PATH")
+    parser.add_argument("--only-calls", action="store_true", help="only the call latency rows")
     parser.add_argument("--hold-polls", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--run-sim", metavar="SESSION", help=argparse.SUPPRESS)
     parsed = parser.parse_args()
-    if parsed.hold_polls:
+    if parsed.run_sim:
+        trio.run(run_sim, parsed.run_sim)
+    elif parsed.hold_polls:
         trio.run(hold_polls)
     else:
         trio.run(main, parsed)

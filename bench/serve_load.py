@@ -66,10 +66,11 @@ from urllib.parse import parse_qs, urlsplit
 import trio
 
 REPO = Path(__file__).resolve().parent.parent
-#: The first line ``router serve`` prints once it listens.
 #: ``--py-spy PATH``: the server runs under ``py-spy record`` (collapsed stacks).
 PROFILE: str | None = None
-LISTENING = re.compile(r"listening on (http://[^\s]+)")
+#: The first line ``router serve`` prints once it listens: its page's URL
+#: (with the token), or ``listening on URL`` in older checkouts.
+LISTENING = re.compile(r"(?:listening on )?(http://[^\s]+)")
 PAGE = re.compile(r"(http://[^\s/]+/\?token=[^\s]+)$")
 
 

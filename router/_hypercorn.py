@@ -51,7 +51,7 @@ from __future__ import annotations
 import logging
 import socket
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, Mapping
 
 import attrs
 import trio
@@ -169,6 +169,8 @@ async def serve_on_socket(
     sock: socket.socket,
     *,
     logger: str,
+    state: Mapping[str, Any] | None = None,
+    lifespan: bool = True,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``sock`` (bound, listening, non-blocking) until
@@ -181,19 +183,27 @@ async def serve_on_socket(
     listener and every connection at once (open requests, a held poll or a
     live stream, get no grace: ``worker_serve``'s graceful timeout only ever
     applied to its own shutdown trigger, never to a cancelled server).
+
+    ``state`` is copied into every request's scope ``state`` (Hypercorn's
+    connection state), so one app can serve several sockets and tell them
+    apart. ``lifespan=False`` runs no ASGI lifespan: for an app with no
+    startup or shutdown work that many servers share (Quart-Trio's lifespan
+    keeps one nursery per app, so two servers' lifespans of one app would
+    cancel each other's).
     """
     config = Config()
     config.errorlog = logging.getLogger(logger)
     config.accesslog = None
     asgi = wrap_app(_refuse_bad_hosts(app), 0, "asgi")
-    state: dict = {}
-    lifespan = Lifespan(asgi, config, state)
+    scope_state: dict = dict(state or {})
     context = WorkerContext(None)
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
-    handler = partial(_serve_connection, asgi, config, context, state, logging.getLogger(logger))
+    handler = partial(_serve_connection, asgi, config, context, scope_state, logging.getLogger(logger))
     async with trio.open_nursery() as lifespan_nursery:
-        await lifespan_nursery.start(lifespan.handle_lifespan)
-        await lifespan.wait_for_startup()
+        if lifespan:
+            handling = Lifespan(asgi, config, scope_state)
+            await lifespan_nursery.start(handling.handle_lifespan)
+            await handling.wait_for_startup()
         try:
             async with trio.open_nursery() as connections:
                 await connections.start(partial(trio.serve_listeners, handler, [listener], handler_nursery=connections))

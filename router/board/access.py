@@ -52,6 +52,17 @@ TOKEN_BYTES: Final = 32
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{16,256}")
 
 
+def new_token() -> str:
+    """A fresh token: ``token_urlsafe``'s alphabet, but never starting with
+    ``-`` (or ``_``): a person pastes it after an option (``--token T``),
+    and argparse reads a value that starts with ``-`` as another option
+    (1 token in 32 did before)."""
+    while True:
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        if token[0].isalnum():
+            return token
+
+
 def token_path(settings_dir: Path) -> Path:
     return Path(settings_dir) / TOKEN_FILE
 
@@ -108,7 +119,7 @@ def load_or_create_token(settings_dir: Path) -> str:
         try:
             with os.fdopen(fd, "wb") as file:
                 os.fchmod(file.fileno(), 0o600)  # whatever the umask did
-                file.write(secrets.token_urlsafe(TOKEN_BYTES).encode() + b"\n")
+                file.write(new_token().encode() + b"\n")
                 file.flush()
                 os.fsync(file.fileno())
             with contextlib.suppress(FileExistsError):  # another router made it first: use theirs

@@ -17,7 +17,7 @@ The modules inside:
 ``core``       sans-IO: one daemon session (numbering, kept frames, queue,
                steering, replay)
 ``runner``     the Trio runner: a nursery per session, an inbox task, a
-               cancel scope per turn
+               turn task (its turns' cancel scope shared until one is cancelled)
 ``transport``  one port: h11 for ``/healthz``, trio-websocket for
                ``/sessions/<id>``
 ``adapter``    the adapter interface

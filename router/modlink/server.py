@@ -1,5 +1,8 @@
 """The mod link's server: Hypercorn serving a Quart-Trio app on the session's
 private Unix socket, over the sans-IO :class:`~router.modlink.core.LinkCore`.
+Every link of the process serves the same app (its routes find their link in
+the request's scope), with no ASGI lifespan: an app per link was a third of
+a link's memory.
 
 One :class:`ModLink` per Claude Code session, living in that session's
 nursery::
@@ -34,6 +37,7 @@ if it is still the one it bound, fails the calls still waiting with
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -93,6 +97,8 @@ DEFAULT_CALL_DEADLINE = 30.0
 
 #: The scope key under which a poll leaves the requests it took (ours).
 _TAKEN = "router.modlink.taken"
+#: The key of the scope's ``state`` that holds the request's :class:`ModLink` (ours).
+_LINK_KEY = "router.modlink.link"
 
 
 def _error(status: int, code: str, message: str) -> Response:
@@ -252,7 +258,6 @@ class ModLink:
         self.polls_expired = 0
         #: Polls whose answer was not written, their requests queued again.
         self.polls_unwritten = 0
-        self.app = self._make_app()
 
     def __repr__(self) -> str:
         status = "closed" if self._closed else "serving" if self._serving else "idle"
@@ -333,7 +338,12 @@ class ModLink:
         self._serving = True
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(partial(serve_on_socket, self._asgi, sock, logger="router.modlink.http"))
+                await nursery.start(
+                    partial(
+                        serve_on_socket, self._asgi, sock, logger="router.modlink.http",
+                        state={_LINK_KEY: self}, lifespan=False,
+                    )
+                )
                 log.info("mod link for session %s serving on %s", self.session_id, self.path)
                 task_status.started(self.path)
         finally:
@@ -403,7 +413,7 @@ class ModLink:
         the connection's :class:`~router._hypercorn.ConnectionHealth` says
         so. The route leaves what it took in the scope (``_TAKEN``)."""
         if scope["type"] != "http" or scope.get("path") != MOD_ROUTE_REQUESTS:
-            await self.app(scope, receive, send)
+            await _app()(scope, receive, send)
             return
         written = False
 
@@ -419,7 +429,7 @@ class ModLink:
                 written = health is None or not health.send_failed
 
         try:
-            await self.app(scope, receive, send_watched)
+            await _app()(scope, receive, send_watched)
         finally:
             taken = scope.pop(_TAKEN, None)
             if taken and not written:
@@ -470,91 +480,118 @@ class ModLink:
             f"another mod instance ({self._core.state.instance}) holds this link; one server serves one mod",
         )
 
-    def _make_app(self) -> QuartTrio:
-        app = QuartTrio("router.modlink")
-        app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-        app.config["RESPONSE_TIMEOUT"] = None
-        app.config["BODY_TIMEOUT"] = 60
+    async def _read_post(self, route: str, read: Any, shape: str) -> tuple[Any, Response | None]:
+        """A post's body, admitted, read by ``read`` and claimed:
+        ``(read's value, None)``, or ``(None, refusal)`` and nothing
+        applied."""
+        instance, body, refusal = await self._admit_and_read(route)
+        if refusal is not None:
+            return None, refusal
+        try:
+            value = read(body)
+        except ModWireError as exc:
+            return None, _error(400, "bad-body", f"POST {route} takes {shape}: {exc}")
+        return value, self._claim(instance)
 
-        @app.get(MOD_ROUTE_HEALTH)
-        async def health() -> Response:
-            # ``capabilities`` is ours, not the seed's: a mod that knows the
-            # asks raises one only at a server that names them.
-            return _json({"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]})
+    async def _serve_events(self) -> Response:
+        value, refusal = await self._read_post(MOD_ROUTE_EVENTS, read_events, "{events: [...]}")
+        if refusal is not None:
+            return refusal
+        accepted, skipped = value
+        for why in skipped:
+            log.warning("skipped a malformed mod event: %s", why)
+        self._publish(accepted)
+        return _json({"ok": True})
 
-        @app.post(MOD_ROUTE_EVENTS)
-        async def events() -> Response:
-            instance, body, refusal = await self._admit_and_read(MOD_ROUTE_EVENTS)
-            if refusal is not None:
-                return refusal
-            try:
-                accepted, skipped = read_events(body)
-            except ModWireError as exc:
-                return _error(400, "bad-body", f"POST {MOD_ROUTE_EVENTS} takes {{events: [...]}}: {exc}")
-            if (refusal := self._claim(instance)) is not None:
-                return refusal
-            for why in skipped:
-                log.warning("skipped a malformed mod event: %s", why)
-            self._publish(accepted)
-            return _json({"ok": True})
+    async def _serve_results(self) -> Response:
+        value, refusal = await self._read_post(MOD_ROUTE_RESULTS, read_results, "{results: [...]}")
+        if refusal is not None:
+            return refusal
+        good, broken, skipped = value
+        for why in skipped:
+            log.warning("skipped a mod result with no id: %s", why)
+        for request_id, why in broken.items():
+            log.warning("the mod's result for %s is malformed: %s", request_id, why)
+        self._settle(self._core.accept_results(good, broken))
+        return _json({"ok": True})
 
-        @app.post(MOD_ROUTE_RESULTS)
-        async def results() -> Response:
-            instance, body, refusal = await self._admit_and_read(MOD_ROUTE_RESULTS)
-            if refusal is not None:
-                return refusal
-            try:
-                good, broken, skipped = read_results(body)
-            except ModWireError as exc:
-                return _error(400, "bad-body", f"POST {MOD_ROUTE_RESULTS} takes {{results: [...]}}: {exc}")
-            if (refusal := self._claim(instance)) is not None:
-                return refusal
-            for why in skipped:
-                log.warning("skipped a mod result with no id: %s", why)
-            for request_id, why in broken.items():
-                log.warning("the mod's result for %s is malformed: %s", request_id, why)
-            self._settle(self._core.accept_results(good, broken))
-            return _json({"ok": True})
-
-        @app.post(MOD_ROUTE_REQUESTS)
-        async def requests() -> Response:
-            instance, body, refusal = await self._admit_and_read(MOD_ROUTE_REQUESTS)
-            if refusal is not None:
-                return refusal
-            if type(body) is not dict:
-                # The seed gives the poll no body; we take none or an object.
-                return _error(400, "bad-body", f"POST {MOD_ROUTE_REQUESTS} takes no body or a JSON object")
-            if (refusal := self._claim(instance)) is not None:
-                return refusal
-            taken = self._core.take_requests()
-            if not taken and not self._closed:
-                with trio.move_on_after(self.hold) as hold:
-                    while not taken and not self._closed:
-                        await self._work.park()
-                        taken = self._core.take_requests()
-                if hold.cancelled_caught:
-                    self.polls_expired += 1
-                else:
-                    self.polls_with_work += 1
-            elif taken:
+    async def _serve_requests(self) -> Response:
+        instance, body, refusal = await self._admit_and_read(MOD_ROUTE_REQUESTS)
+        if refusal is not None:
+            return refusal
+        if type(body) is not dict:
+            # The seed gives the poll no body; we take none or an object.
+            return _error(400, "bad-body", f"POST {MOD_ROUTE_REQUESTS} takes no body or a JSON object")
+        if (refusal := self._claim(instance)) is not None:
+            return refusal
+        taken = self._core.take_requests()
+        if not taken and not self._closed:
+            with trio.move_on_after(self.hold) as hold:
+                while not taken and not self._closed:
+                    await self._work.park()
+                    taken = self._core.take_requests()
+            if hold.cancelled_caught:
+                self.polls_expired += 1
+            else:
                 self.polls_with_work += 1
-            if taken:
-                request.scope[_TAKEN] = taken  # for _asgi, should the answer not be written
-            return _json({"requests": [converter.unstructure(item) for item in taken]})
+        elif taken:
+            self.polls_with_work += 1
+        if taken:
+            request.scope[_TAKEN] = taken  # for _asgi, should the answer not be written
+        return _json({"requests": [converter.unstructure(item) for item in taken]})
 
-        @app.errorhandler(HTTPException)
-        async def http_error(exc: HTTPException) -> Response:
-            code = {404: "not-found", 405: "method-not-allowed", 413: "too-large"}.get(exc.code or 0, "bad-request")
-            text = {
-                404: f"{request.path} is not a route of the mod link",
-                405: f"{request.method} is not allowed on {request.path}",
-                413: f"the body is larger than {MAX_BODY_BYTES} bytes",
-            }.get(exc.code or 0, exc.description or "the request was refused")
-            return _error(exc.code or 400, code, text)
 
-        @app.errorhandler(Exception)
-        async def crashed(exc: Exception) -> Response:
-            log.exception("mod link route %s failed", request.path, exc_info=exc)
-            return _error(500, "internal", "the mod link failed on this post; it was logged, and the link goes on")
+def _link() -> "ModLink":
+    """The link whose socket the request being handled came on."""
+    return request.scope["state"][_LINK_KEY]
 
-        return app
+
+def _make_app() -> QuartTrio:
+    """The app every mod link serves (one for all: a Quart app and its URL
+    map cost ~36 KiB, docs/bench.md); each route finds its link in the
+    request's scope (:data:`_LINK_KEY`, put there by the link's server)."""
+    app = QuartTrio("router.modlink")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["BODY_TIMEOUT"] = 60
+
+    @app.get(MOD_ROUTE_HEALTH)
+    async def health() -> Response:
+        # ``capabilities`` is ours, not the seed's: a mod that knows the
+        # asks raises one only at a server that names them.
+        return _json({"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]})
+
+    @app.post(MOD_ROUTE_EVENTS)
+    async def events() -> Response:
+        return await _link()._serve_events()
+
+    @app.post(MOD_ROUTE_RESULTS)
+    async def results() -> Response:
+        return await _link()._serve_results()
+
+    @app.post(MOD_ROUTE_REQUESTS)
+    async def requests() -> Response:
+        return await _link()._serve_requests()
+
+    @app.errorhandler(HTTPException)
+    async def http_error(exc: HTTPException) -> Response:
+        code = {404: "not-found", 405: "method-not-allowed", 413: "too-large"}.get(exc.code or 0, "bad-request")
+        text = {
+            404: f"{request.path} is not a route of the mod link",
+            405: f"{request.method} is not allowed on {request.path}",
+            413: f"the body is larger than {MAX_BODY_BYTES} bytes",
+        }.get(exc.code or 0, exc.description or "the request was refused")
+        return _error(exc.code or 400, code, text)
+
+    @app.errorhandler(Exception)
+    async def crashed(exc: Exception) -> Response:
+        log.exception("mod link route %s failed", request.path, exc_info=exc)
+        return _error(500, "internal", "the mod link failed on this post; it was logged, and the link goes on")
+
+    return app
+
+
+@functools.cache
+def _app() -> QuartTrio:
+    """The one app of every mod link in this process, made on first use."""
+    return _make_app()

@@ -96,3 +96,13 @@ def test_any_header_value_is_a_refusal_or_the_token(value: str) -> None:
     assert refused is None or refused.code in ("no-token", "bad-token")
     assert (refused is None) == (value.strip().partition(" ")[0].lower() == "bearer"
                                  and value.strip().partition(" ")[2].strip() == TOKEN)
+
+
+def test_a_new_token_never_starts_like_an_option() -> None:
+    # `router ... --token TOKEN`: argparse takes a value starting with "-"
+    # for an option. token_urlsafe starts with "-" or "_" 1 time in 32.
+    from router.board.access import new_token
+
+    tokens = [new_token() for _ in range(2000)]
+    assert all(token[0].isalnum() for token in tokens)
+    assert len(set(tokens)) == len(tokens)

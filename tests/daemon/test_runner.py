@@ -16,7 +16,7 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed
 
-from router.daemon.runner import SHUTDOWN_GRACE, Daemon, Outbox, SessionRunner
+from router.daemon.runner import OUTBOX_HIGH, SHUTDOWN_GRACE, Daemon, Outbox, SessionRunner
 from wire.container import AdapterInfo, Done, Unanswered, input_text
 
 
@@ -322,3 +322,32 @@ async def test_shutdown_during_a_new_generation_still_closes_the_old_session(ope
         await trio.testing.wait_all_tasks_blocked()
         adapter.sessions[0].release.set()
     assert adapter.sessions[0].closed
+
+
+async def test_a_host_that_reads_slower_than_turns_answer_holds_the_turns_back(opened, nursery):
+    # 4,000 pipelined prompts make 12,000 frames, more than an outbox holds
+    # (its limit: a whole replay and OUTBOX_SLACK more). With no writer yet
+    # (a host that reads slowly), turns wait for room instead of filling
+    # the outbox until the connection is closed as not reading.
+    count = 4_000
+    for i in range(count):
+        await opened.runner.receive(
+            opened.outbox, json.dumps({"type": "prompt", "operationId": f"op-{i}", "input": "x", "whenBusy": "followUp"})
+        )
+    await trio.testing.wait_all_tasks_blocked()
+    assert not opened.outbox.overflowed and not opened.outbox.closing
+    assert OUTBOX_HIGH <= opened.outbox.pending < opened.outbox.limit
+    written: list[str] = []
+
+    class Socket:
+        async def send_message(self, message):
+            written.append(message)
+            await trio.sleep(0)
+
+        async def aclose(self, code=1000, reason=None):
+            pass
+
+    nursery.start_soon(opened.outbox.run, Socket())
+    await trio.testing.wait_all_tasks_blocked()
+    outcomes = settles([json.loads(text) for text in written])
+    assert len(outcomes) == count and not opened.outbox.overflowed

@@ -229,3 +229,35 @@ async def test_a_replaced_connection_whose_host_stopped_reading_is_dropped(serve
     await fresh.send_message(json.dumps({"type": "replay", "after": 0}))
     while json.loads(await fresh.get_message())["type"] != "caught-up":
         pass
+
+
+async def test_a_ping_after_the_daemon_began_closing_ends_the_connection_quietly(server, nursery, caplog):
+    """trio-websocket (0.12) answers a ping with a pong even after its own
+    close frame went out, which wsproto refuses (LocalProtocolError): the
+    connection's task failed and the daemon logged it as a bug, once per
+    host connection at a restart (bench/host_scale.py). A host pings when
+    it likes; the connection is closing anyway."""
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, CloseConnection, Request
+
+    from tests.daemon.hosts import masked_frame_bytes
+
+    client = dial(server, nursery)
+    ws = WSConnection(ConnectionType.CLIENT)
+    await client.send_all(ws.send(Request(host="daemon", target="/sessions/pinged", extra_headers=[(b"x-cf-harness-token", TOKEN.encode())])))
+
+    async def until(kind):
+        while True:
+            for event in ws.events():
+                if isinstance(event, kind):
+                    return event
+            ws.receive_data(await client.receive_some())
+
+    await until(AcceptConnection)
+    fresh = await websocket(server, nursery, "/sessions/pinged")  # the daemon closes the first with 4001
+    assert json.loads(await fresh.get_message())["type"] == "hello"
+    assert (await until(CloseConnection)).code == 4001
+    with caplog.at_level("ERROR", logger="router.daemon"):
+        await client.send_all(masked_frame_bytes(b"late", opcode=0x9))
+        await trio.testing.wait_all_tasks_blocked()
+    assert "connection task failed" not in caplog.text
