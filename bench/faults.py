@@ -79,6 +79,9 @@ async def main(args: argparse.Namespace) -> None:
                                     for f in ("faults", "operations", "lost", "duplicated", "wrong")))
         print(fault_line(total).replace("| total |", "| **total** |"))
         print(f"| Docker container killed | {docker} | | | | |")
+        for row in fault_rows:
+            if row.kinds:
+                print(f"\n{row.phase}, faults by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(row.kinds.items())))
     if not args.no_inputs:
         input_rows = await run_inputs(args.inputs, args.inputs // 10, args.seed, work / "inputs",
                                       report=lambda row: print("  done:", input_line(row), flush=True))

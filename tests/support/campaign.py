@@ -77,6 +77,8 @@ class FaultRow:
     duplicated: int = 0
     wrong: int = 0
     notes: list[str] = attrs.field(factory=list)
+    #: Faults by kind, where a phase mixes kinds (the cluster's).
+    kinds: dict[str, int] = attrs.field(factory=dict)
 
 
 @attrs.define
@@ -500,9 +502,11 @@ class _Routers:
     """The phase's ``router serve`` processes by name: started, killed and
     started again on the same folder, stopped and continued."""
 
-    def __init__(self, work: Path, store: str, daemon_url: str) -> None:
-        self.work, self.store, self.daemon_url = work, store, daemon_url
+    def __init__(self, work: Path, store: str, nursery: trio.Nursery) -> None:
+        self.work, self.store, self.nursery = work, store, nursery
         self.members: dict[str, Any] = {}
+        #: Each router's cutting proxy to the daemon (kept across restarts).
+        self.proxies: dict[str, Any] = {}
         self.clients: dict[str, Any] = {}
         #: Routers not sent to now (stopped, or being started again).
         self.paused: set[str] = set()
@@ -514,8 +518,14 @@ class _Routers:
     async def start(self, name: str) -> None:
         from tests.cluster.processes import start_member
 
+        from tests.host.proxy import CuttingProxy
+
         self.paused.add(name)
-        member = await start_member(self.work / name, name, self.store, self.daemon_url, lease_ttl=CLUSTER_LEASE)
+        if name not in self.proxies:
+            direction = ("down", "up")[len(self.proxies) % 2]
+            self.proxies[name] = await self.nursery.start(CuttingProxy(self.daemon.port, direction=direction).run)
+        member = await start_member(self.work / name, name, self.store, self.proxies[name].url,
+                                    lease_ttl=CLUSTER_LEASE)
         old = self.clients.pop(name, None)
         if old is not None:
             await old.aclose()
@@ -586,15 +596,20 @@ async def _cluster_send(routers: _Routers, rng: Random, event_id: str, session: 
 
 async def _cluster_faults(row: FaultRow, rng: Random, routers: _Routers, target: int) -> None:
     """One fault at a time: a router SIGKILLed and started again, a
-    router stopped (SIGSTOP) past its lease and continued, or the shared
+    router stopped (SIGSTOP) past its lease and continued, a TCP cut
+    between a router and the daemon, or the shared
     daemon SIGKILLed (started again on its port: the routers' links
     redial, and a turn it cut runs again, as the echo declares)."""
     while row.faults < target:
         await trio.sleep(rng.uniform(0.5, 2.0))
         name = rng.choice(routers.live())
         member = routers.members[name]
-        kind = ("kill", "stop", "daemon")[row.faults % 3] if row.faults < 3 else rng.choice(("kill", "stop", "daemon"))
-        if kind == "daemon":
+        kinds = ("kill", "stop", "daemon", "cut")
+        kind = kinds[row.faults] if row.faults < len(kinds) else rng.choice(kinds)
+        before = row.faults
+        if kind == "cut":
+            await _cluster_cut(row, rng, routers.proxies[name])
+        elif kind == "daemon":
             runtime = routers.daemon.runtime
             routers.daemon.process.kill()
             row.faults += 1
@@ -612,6 +627,21 @@ async def _cluster_faults(row: FaultRow, rng: Random, routers: _Routers, target:
             member.process.send_signal(18)  # SIGCONT
             routers.paused.discard(name)
             row.faults += 1
+        if row.faults > before:
+            row.kinds[kind] = row.kinds.get(kind, 0) + row.faults - before
+
+
+async def _cluster_cut(row: FaultRow, rng: Random, proxy: Any) -> None:
+    """A TCP cut between a router and the daemon, mid-message, 1 to 5
+    messages on in the proxy's direction; counted once it happened (no
+    traffic through that router for a while: none, and the cue dropped)."""
+    cuts, cue = proxy.cuts, proxy.messages + rng.randint(1, 5)
+    proxy.cut_at.add(cue)
+    with trio.move_on_after(HANG):
+        while proxy.cuts == cuts:
+            await trio.sleep(0.05)
+    proxy.cut_at.discard(cue)
+    row.faults += proxy.cuts - cuts
 
 
 def judge_cluster(row: FaultRow, store: str, sessions: list[str], expected: dict[str, str],
@@ -644,9 +674,11 @@ async def phase_cluster(target: int, seed: int, work: Path) -> FaultRow:
     """Three ``router serve --store postgresql://…`` on one private
     PostgreSQL, their sessions on one shared ``router daemon --adapter
     echo``, deliveries to random routers while routers are SIGKILLed (and
-    started again) and stopped past their lease (SIGSTOP, then SIGCONT)
-    and the daemon is SIGKILLed (:func:`_cluster_faults`); then the shared
-    record (:func:`judge_cluster`)."""
+    started again), stopped past their lease (SIGSTOP, then SIGCONT), cut
+    from the daemon mid-message (each router dials it through a
+    :class:`tests.host.proxy.CuttingProxy`) and the daemon is SIGKILLed
+    (:func:`_cluster_faults`); then the shared record
+    (:func:`judge_cluster`)."""
     from tests.cluster.processes import make_sessions
     from tests.support.postgres import Cluster, missing
 
@@ -666,9 +698,8 @@ async def phase_cluster(target: int, seed: int, work: Path) -> FaultRow:
         expected: dict[str, str] = {}
         answers: dict[str, str] = {}
         async with trio.open_nursery() as nursery:
-            daemon = await nursery.start(_cluster_daemon)
-            routers = _Routers(work, url, daemon.url)
-            routers.daemon = daemon
+            routers = _Routers(work, url, nursery)
+            routers.daemon = await nursery.start(_cluster_daemon)
             try:
                 for i in range(3):
                     await routers.start(f"r{i}")
