@@ -1,14 +1,17 @@
 """The fault campaign (issue 12): faults and hostile input against real
 processes on loopback. Prints two tables.
 
-    .venv/bin/python bench/faults.py [--seed N] [--faults N] [--inputs N] [--short]
+    .venv/bin/python bench/faults.py [--seed N] [--faults N] [--inputs N] [--short] [--only cluster]
 
 ``--faults`` is the number of faults to aim for across the phases (SIGKILL
 of ``router prompt``, of a host in its own process, of ``router serve``, of
 our daemon and the reference daemon; TCP cuts through the cutting proxy;
-a Docker container where an engine runs); ``--inputs`` the number of
+a Docker container where an engine runs; three ``router serve`` on one
+private PostgreSQL, each SIGKILLed, stopped past its lease, and their
+shared daemon SIGKILLed); ``--inputs`` the number of
 generated inputs per parser, a tenth of it per live endpoint. ``--short``
-is the test suite's size (tests/faults). The same seed draws the same
+is the test suite's size (tests/faults); ``--only cluster`` runs that
+phase alone (with ``--faults`` its share, 2 %, of them). The same seed draws the same
 inputs and the same fault plan. The phases and the checks are in
 ``tests/support/campaign.py``; docs/reliability.md has the figures.
 """
@@ -66,7 +69,7 @@ async def main(args: argparse.Namespace) -> None:
     print(f"seed {args.seed}, faults {args.faults}, inputs {args.inputs} per parser, "
           f"{args.inputs // 10} per endpoint; work in {work}", flush=True)
     if not args.no_faults:
-        fault_rows, docker = await run_faults(args.faults, args.seed, work / "faults",
+        fault_rows, docker = await run_faults(args.faults, args.seed, work / "faults", only=args.only,
                                               report=lambda row: print("  done:", fault_line(row), flush=True))
         print("\nFaults\n")
         print("| phase | faults | operations | lost | duplicated | wrong |\n|---|---:|---:|---:|---:|---:|")
@@ -76,6 +79,9 @@ async def main(args: argparse.Namespace) -> None:
                                     for f in ("faults", "operations", "lost", "duplicated", "wrong")))
         print(fault_line(total).replace("| total |", "| **total** |"))
         print(f"| Docker container killed | {docker} | | | | |")
+        for row in fault_rows:
+            if row.kinds:
+                print(f"\n{row.phase}, faults by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(row.kinds.items())))
     if not args.no_inputs:
         input_rows = await run_inputs(args.inputs, args.inputs // 10, args.seed, work / "inputs",
                                       report=lambda row: print("  done:", input_line(row), flush=True))
@@ -102,6 +108,7 @@ if __name__ == "__main__":
     parser.add_argument("--short", action="store_true", help="the test suite's size")
     parser.add_argument("--no-faults", action="store_true", help="the hostile-input half only")
     parser.add_argument("--no-inputs", action="store_true", help="the fault half only")
+    parser.add_argument("--only", choices=["cluster"], default=None, help="one fault phase alone")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, stores)")
     arguments = parser.parse_args()
     if arguments.faults is None:

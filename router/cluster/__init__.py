@@ -23,13 +23,15 @@ from router.cluster.lease import (
     preference,
 )
 from router.cluster.member import ClusterMember, ClusterSettings
-from router.cluster.node import ClusterNode, open_node
+from router.cluster.node import TRUST_BELIEF_ENV, ClusterNode, delivery_json, open_node
 
 __all__ = [
     "ClusterMember",
     "ClusterNode",
     "ClusterSettings",
     "open_node",
+    "delivery_json",
+    "TRUST_BELIEF_ENV",
     "HOLD_MARGIN",
     "HeldLeases",
     "Lease",

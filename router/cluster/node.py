@@ -39,12 +39,19 @@ from router.errors import Refusal
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClusterNode", "LEASE_TTL_ENV", "delivery_json", "delivery_of", "open_node", "reply_json", "reply_of"]
+__all__ = ["ClusterNode", "LEASE_TTL_ENV", "TRUST_BELIEF_ENV", "delivery_json", "delivery_of", "open_node", "reply_json", "reply_of"]
 
 #: The lease's life in seconds, when set (ours; the default is
 #: ``ClusterSettings.lease_ttl``): renews every third of it, routers
 #: counted live for as long.
 LEASE_TTL_ENV: Final = "ROUTER_CLUSTER_LEASE_TTL"
+
+#: Tests only, never set in production: seconds a router goes on trusting
+#: its belief past the database's expiry, refused renews notwithstanding
+#: (``ClusterSettings.trust_belief``), so the tests see the fence refuse
+#: the late writes of a router stopped past its lease. Unset, today's
+#: behaviour.
+TRUST_BELIEF_ENV: Final = "ROUTER_CLUSTER_TRUST_BELIEF"
 
 #: Open operations a gained session's drive waits on at once (ours).
 DRIVE_WAITS: Final = 64
@@ -101,17 +108,33 @@ def reply_of(text: str) -> Any:
 
 
 def settings_from(env: Mapping[str, str]) -> ClusterSettings:
-    """The cluster's settings, with the lease's life from ``env``."""
+    """The cluster's settings, with the lease's life from ``env`` (and
+    the tests' :data:`TRUST_BELIEF_ENV`)."""
+    trust = _seconds(env, TRUST_BELIEF_ENV, 0.0)
     text = env.get(LEASE_TTL_ENV)
     if not text:
-        return ClusterSettings()
+        return ClusterSettings(trust_belief=trust)
     try:
         ttl = float(text)
     except ValueError:
         ttl = math.nan
     if not (math.isfinite(ttl) and ttl >= 1.5):
         raise Refusal("bad-lease-ttl", f"${LEASE_TTL_ENV} is {text!r}: give a number of seconds, 1.5 or more")
-    return ClusterSettings(lease_ttl=ttl, renew_every=ttl / 3, router_ttl=ttl, margin=min(HOLD_MARGIN, ttl / 5))
+    return ClusterSettings(lease_ttl=ttl, renew_every=ttl / 3, router_ttl=ttl, margin=min(HOLD_MARGIN, ttl / 5),
+                           trust_belief=trust)
+
+
+def _seconds(env: Mapping[str, str], name: str, least: float) -> float | None:
+    text = env.get(name)
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= least):
+        raise Refusal("bad-cluster-setting", f"${name} is {text!r}: give a number of seconds, {least} or more")
+    return value
 
 
 def open_node(store: Any, deliveries: Any, *, env: Mapping[str, str] | None = None,
@@ -220,9 +243,25 @@ class ClusterNode:
         text = await self.member.relay(delivery.event_id, delivery.session, delivery_json(delivery))
         return reply_of(text)
 
+    async def refused(self, delivery: Any, error: BaseException) -> Any:
+        """The reply to a delivery whose write here the fence refused
+        (recorded in ``cluster_refused`` and logged): unanswered, to be
+        resent to the holder; None when ``error`` is not the fence's."""
+        from router.turns.core import Unanswered
+
+        lost = pg.lease_lost_in(error)
+        if lost is None:
+            return None
+        await self.member.db.call(pg.record_refusal, lost)
+        return Unanswered(event_id=delivery.event_id, code="lease-lost",
+                          message=f"this router no longer holds {delivery.session!r}; resend with the same eventId")
+
     async def handle(self, event_id: str, session: str, body: str) -> tuple[str, bool]:
-        """The inbox's delivery, held here: the turn router delivers it."""
-        reply = await self.router.deliver(delivery_of(event_id, session, body))
+        """The inbox's delivery, held here: the turn router delivers it
+        here (never relayed again: a lease lost meanwhile leaves the row
+        for the next holder, who may be this router again, once this
+        handler is done with it)."""
+        reply = await self.router.deliver_here(delivery_of(event_id, session, body))
         if not self.holds(session):
             raise pg.LeaseLost("lease-lost", f"the lease of {session!r} moved while {event_id} was delivered",
                                session=session, holder=self.id, fencing=None, what=f"answer to {event_id}")

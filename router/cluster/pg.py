@@ -75,6 +75,7 @@ __all__ = [
     "pending_for",
     "post",
     "record_refusal",
+    "lease_lost_in",
     "refusals",
     "release",
     "renew",
@@ -380,6 +381,18 @@ def lease_lost_of(exc: BaseException) -> LeaseLost | None:
                      holder=str(data.get("holder")), fencing=data.get("fencing"), what=str(data.get("what", "write")))
 
 
+def lease_lost_in(exc: BaseException | None) -> LeaseLost | None:
+    """The fence's refusal in ``exc`` or in what caused it, if any."""
+    for _ in range(8):  # ours: a chain is never longer
+        if exc is None:
+            return None
+        refused = exc if isinstance(exc, LeaseLost) else lease_lost_of(exc)
+        if refused is not None:
+            return refused
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def record_refusal(conn: psycopg.Connection[Any], refused: LeaseLost) -> None:
     """Keep a refused write in ``cluster_refused`` and log it (after the
     refused transaction rolled back)."""
@@ -450,9 +463,12 @@ def answer(conn: psycopg.Connection[Any], event_id: str, reply: str, holder: str
         if row is None:
             raise Refusal("unknown-delivery", f"no delivery {event_id!r} in the cluster's inbox", event_id=event_id)
         session, stored = row
+        # Fenced first, even when the row is answered already: a router
+        # that lost the lease learns it (and the refusal is recorded)
+        # whichever answer reached the row first.
+        fence(conn, session, holder, fencing, what=f"answer to {event_id}")
         if stored is not None:
             return str(stored)
-        fence(conn, session, holder, fencing, what=f"answer to {event_id}")
         conn.execute(
             "UPDATE cluster_inbox SET reply = %s, final = %s, answered_by = %s, answered_fencing = %s, "
             "answered_at = clock_timestamp() WHERE event_id = %s",

@@ -196,7 +196,9 @@ class TurnRouter:
         self.deliveries = deliveries
         #: The cluster (``router.cluster.ClusterNode``; None: this router
         #: alone): a container session another router holds is delivered
-        #: through it (``holds(session)``, ``await relay(delivery)``).
+        #: through it (``holds(session)``, ``await relay(delivery)``), and a
+        #: write here its fence refused is answered by it (``await
+        #: refused(delivery, error)``: a reply, or None when not the fence's).
         self.remote = remote
         self.registry = registry
         self.env = os.environ if env is None else env
@@ -424,12 +426,28 @@ class TurnRouter:
             return refused
         if self._elsewhere(delivery.session):
             return await self.remote.relay(delivery)
-        reply = await self._deliver_here(delivery)
+        try:
+            reply = await self._deliver_here(delivery)
+        except Exception as error:
+            # In a cluster, a write the fence refused (this router's lease
+            # moved under it) is the holder's to answer, not a failure.
+            reply = None if self.remote is None else await self.remote.refused(delivery, error)
+            if reply is None:
+                raise
         if not isinstance(reply, Answered) and self._elsewhere(delivery.session):
             # The lease moved while it was written here (the write was
             # refused by its fencing number): the holder answers it.
             return await self.remote.relay(delivery)
         return reply
+
+    async def deliver_here(self, delivery: Delivery) -> Reply:
+        """Write one delivery into its session *here*, never relaying it:
+        for a cluster's inbox, whose deliveries are relayed already (a
+        relay from the inbox's own handler would wait on its own row)."""
+        refused = check_delivery(delivery)
+        if refused is not None:
+            return refused
+        return await self._deliver_here(delivery)
 
     def _elsewhere(self, session_id: str) -> bool:
         """Whether another router of the cluster drives ``session_id`` (a

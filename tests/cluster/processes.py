@@ -51,7 +51,7 @@ class Member:
 
 
 async def start_member(folder: Path, name: str, store: str, daemon_url: str, *,
-                       lease_ttl: float = LEASE_TTL) -> Member:
+                       lease_ttl: float = LEASE_TTL, env: dict[str, str] | None = None) -> Member:
     folder.mkdir(parents=True, exist_ok=True)
     stderr = folder / "serve.stderr"
     with open(stderr, "wb") as err:
@@ -60,7 +60,7 @@ async def start_member(folder: Path, name: str, store: str, daemon_url: str, *,
              str(folder / "settings"), "--store", store, "--daemon", daemon_url, "--token", TOKEN,
              "--log-level", "info"],
             stdout=subprocess.PIPE, stderr=err, cwd=REPO,
-            env=environment({"ROUTER_CLUSTER_LEASE_TTL": str(lease_ttl)}),
+            env=environment({"ROUTER_CLUSTER_LEASE_TTL": str(lease_ttl), **(env or {})}),
         )
     assert process.stdout is not None
     with trio.fail_after(90):
@@ -73,10 +73,11 @@ async def start_member(folder: Path, name: str, store: str, daemon_url: str, *,
 
 
 @asynccontextmanager
-async def cluster(tmp: Path, store: str, routers: int = 3, *,
-                  lease_ttl: float = LEASE_TTL) -> AsyncIterator[tuple[list[Member], str]]:
+async def cluster(tmp: Path, store: str, routers: int = 3, *, lease_ttl: float = LEASE_TTL,
+                  env: dict[str, str] | None = None) -> AsyncIterator[tuple[list[Member], str]]:
     """``routers`` routers over ``store`` and one echo daemon (yielded with
-    the daemon's URL); every process stopped at the end."""
+    the daemon's URL), each with ``env`` added; every process stopped at
+    the end."""
     from tests.support.daemons import spawn_daemon
 
     async with AsyncExitStack() as stack:
@@ -84,7 +85,8 @@ async def cluster(tmp: Path, store: str, routers: int = 3, *,
         members: list[Member] = []
         try:
             for i in range(routers):
-                members.append(await start_member(tmp / f"r{i}", f"r{i}", store, daemon.url, lease_ttl=lease_ttl))
+                members.append(await start_member(tmp / f"r{i}", f"r{i}", store, daemon.url, lease_ttl=lease_ttl,
+                                                  env=env))
             yield members, daemon.url
         finally:
             with trio.CancelScope(shield=True):

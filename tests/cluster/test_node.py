@@ -127,3 +127,41 @@ async def test_two_routers_answer_every_delivery_once_through_a_death(pg_url: st
         for router in routers[1:]:
             await router.node.aclose()
         outer.cancel_scope.cancel()
+
+
+@pytest.mark.timeout(240)
+async def test_the_inbox_handler_never_relays_a_delivery_again(pg_url: str) -> None:
+    """A delivery the inbox handed to a router that (by now) does not hold
+    its session is left for the holder, not relayed through the inbox
+    again: that relay would wait on its own row, and forever once the
+    lease came back to this router (the row in its own hands)."""
+    from router.cluster import delivery_json
+
+    token = secrets.token_hex(8)
+    server = DaemonServer(Daemon(echo_adapter, "runtime-1"), token)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    async with trio.open_nursery() as outer:
+        await outer.start(server.run, listeners)
+        endpoint = DaemonEndpoint(f"ws://127.0.0.1:{server.ports[0]}", token)
+        routers = [Router(pg_url, endpoint, name) for name in ("a", "b")]
+        for router in routers:
+            await outer.start(router.run)
+        for session in ("c0", "c1", "c2", "c3"):
+            await routers[0].router.create(session)
+        with trio.fail_after(60):
+            while min(len(router.node.member.held) for router in routers) < 1:
+                await trio.sleep(0.1)
+        a, b = routers
+        elsewhere = b.node.member.held.sessions()[0]
+        delivery = Delivery(event_id="x1", session=elsewhere, message=Person(text="hi", message_id="m-x1"))
+        with trio.fail_after(60), pytest.raises(Exception) as raised:
+            await a.node.handle("x1", elsewhere, delivery_json(delivery))
+        assert "lease" in str(raised.value).lower() or "hold" in str(raised.value).lower(), raised.value
+        db = pg.Database(pg_url)
+        try:
+            assert await db.call(pg.reply_of, "x1") is None  # nothing posted to the inbox
+        finally:
+            db.close()
+        for router in routers:
+            await router.node.aclose()
+        outer.cancel_scope.cancel()

@@ -234,3 +234,76 @@ async def test_a_router_stopped_cleanly_hands_its_sessions_over_at_once(tmp_path
         finally:
             await senders.aclose()
         await trio.to_thread.run_sync(_exact, postgres_url, sessions, senders.answers)
+
+
+def _messages(store: str, session: str) -> set[str]:
+    from router.host import Store
+
+    with Store(store, exclusive=False) as record:
+        return {str(message.get("id")) for message in record.messages(session)}
+
+
+def _fencing_record(store: str, holder: str, session: str) -> tuple[list[dict[str, Any]], int]:
+    """The refusals recorded for ``holder``, and ``session``'s number now."""
+    import psycopg
+
+    from router.cluster import pg
+
+    with psycopg.connect(store, autocommit=True) as conn:
+        number = conn.execute("SELECT fencing FROM cluster_leases WHERE session = %s", (session,)).fetchone()
+        return pg.refusals(conn, holder), int(number[0])
+
+
+#: How long past its lease the stopped router goes on trusting its belief
+#: in the late-write test (``ROUTER_CLUSTER_TRUST_BELIEF``): only an upper
+#: bound on how long its stale writes go on, so long enough for any load.
+TRUST = 120.0
+
+
+@pytest.mark.timeout(600)
+async def test_a_late_write_of_a_router_stopped_past_its_lease_is_refused_by_the_fence(
+        tmp_path: Path, postgres_url: str) -> None:
+    """A router stopped (SIGSTOP) until the other took its sessions, then
+    continued (SIGCONT) with ``ROUTER_CLUSTER_TRUST_BELIEF`` set: it goes
+    on believing it holds its old leases, so the delivery it is handed is
+    really written under its old number. The database refuses the write;
+    the refusal is recorded (``cluster_refused``, with that number, below
+    the session's number now) and logged, the delivery is answered once by
+    the holder (resent), the record stays exact, and the router rejoins."""
+    sessions = SESSIONS[:10]
+    await trio.to_thread.run_sync(make_sessions, postgres_url, sessions)
+    async with cluster(tmp_path, postgres_url, 2, env={"ROUTER_CLUSTER_TRUST_BELIEF": str(TRUST)}) as (members, _):
+        ids = await _ids(members)
+        stopped, other = members
+        await _until(lambda: _held_by(other, set(ids.values()), sessions), TAKEOVER_DEADLINE)
+        target = next(e["id"] for e in await board(other) if holder_of(e) == ids[stopped.name] and e["id"] in sessions)
+        senders = Senders(members, seed=11)
+        try:
+            for i, session in enumerate(sessions):  # every session has a turn before
+                await senders.send(f"w{i}", session)
+            stopped.process.send_signal(signal.SIGSTOP)
+            senders.paused.add(stopped.name)
+            try:
+                await _until(lambda: _held_by(other, {ids[other.name]}, sessions), TAKEOVER_DEADLINE)
+            finally:
+                stopped.process.send_signal(signal.SIGCONT)
+                senders.paused.discard(stopped.name)
+            # Handed to the stopped router, which still believes it holds it.
+            status, body = await deliver(stopped, senders.clients[stopped.name], target, "late-1", "hi late-1")
+            assert not (status == 200 and body.get("reply", {}).get("status") == "done"), body
+            found, now = await trio.to_thread.run_sync(_fencing_record, postgres_url, ids[stopped.name], target)
+            late = [r for r in found if r["session"] == target]
+            assert late and all(0 < r["fencing"] < now for r in late), (found, now)
+            assert (f"does not hold session {target} (number {late[0]['fencing']})") in stopped.log()
+            await senders.send("late-1", target)  # resent (to any router): answered once, by the holder
+
+            async def rejoined() -> bool:
+                return any(holder_of(e) == ids[stopped.name] for e in await board(other) if e["id"] in sessions)
+
+            await _until(rejoined, TAKEOVER_DEADLINE)
+            for i in range(10):
+                await senders.send(f"v{i}", sessions[i])
+        finally:
+            await senders.aclose()
+        assert stopped.alive
+        await trio.to_thread.run_sync(_exact, postgres_url, sessions, senders.answers)

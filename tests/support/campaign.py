@@ -77,6 +77,8 @@ class FaultRow:
     duplicated: int = 0
     wrong: int = 0
     notes: list[str] = attrs.field(factory=list)
+    #: Faults by kind, where a phase mixes kinds (the cluster's).
+    kinds: dict[str, int] = attrs.field(factory=dict)
 
 
 @attrs.define
@@ -485,6 +487,259 @@ def docker_phase() -> FaultRow | str:
     return "skipped: a Docker engine runs, but the container phase is not built yet"
 
 
+# =========================================================================== the cluster
+
+#: The cluster phase's lease (seconds): short, so a router stopped past it
+#: is taken over quickly; long enough that a loaded machine renews in time.
+CLUSTER_LEASE = 4.0
+#: Its container sessions, all on one shared echo daemon.
+CLUSTER_SESSIONS = 12
+#: Deliveries in flight at once (ours: the machine has two cores).
+CLUSTER_IN_FLIGHT = 6
+
+
+class _Routers:
+    """The phase's ``router serve`` processes by name: started, killed and
+    started again on the same folder, stopped and continued."""
+
+    def __init__(self, work: Path, store: str, nursery: trio.Nursery) -> None:
+        self.work, self.store, self.nursery = work, store, nursery
+        self.members: dict[str, Any] = {}
+        #: Each router's cutting proxy to the daemon (kept across restarts).
+        self.proxies: dict[str, Any] = {}
+        self.clients: dict[str, Any] = {}
+        #: Routers not sent to now (stopped, or being started again).
+        self.paused: set[str] = set()
+        self.daemon: Any = None
+
+    def live(self) -> list[str]:
+        return sorted(name for name, member in self.members.items() if member.alive and name not in self.paused)
+
+    async def start(self, name: str) -> None:
+        from tests.cluster.processes import start_member
+
+        from tests.host.proxy import CuttingProxy
+
+        self.paused.add(name)
+        if name not in self.proxies:
+            direction = ("down", "up")[len(self.proxies) % 2]
+            self.proxies[name] = await self.nursery.start(CuttingProxy(self.daemon.port, direction=direction).run)
+        member = await start_member(self.work / name, name, self.store, self.proxies[name].url,
+                                    lease_ttl=CLUSTER_LEASE)
+        old = self.clients.pop(name, None)
+        if old is not None:
+            await old.aclose()
+        self.members[name], self.clients[name] = member, member.client(timeout=PHASE_DEADLINE)
+        self.paused.discard(name)
+
+    async def aclose(self) -> None:
+        from tests.api.processes import stop
+
+        with trio.CancelScope(shield=True):
+            for name, member in self.members.items():
+                if member.alive:
+                    member.process.send_signal(18)  # SIGCONT, in case it was left stopped
+                    await stop(member.process)
+                await self.clients[name].aclose()
+
+
+@attrs.define
+class _ClusterDaemon:
+    """The shared echo daemon, started again on its port (a new runtime id)
+    each time it is killed."""
+
+    url: str = ""
+    port: int = 0
+    runtime: int = 0
+    process: Any = None
+
+
+async def _cluster_daemon(task_status: trio.TaskStatus[_ClusterDaemon] = trio.TASK_STATUS_IGNORED) -> None:
+    from tests.cluster.processes import TOKEN
+
+    slot = _ClusterDaemon()
+    while True:
+        slot.runtime += 1
+        async with spawn_daemon("ours", token=TOKEN, runtime_id=f"campaign-cluster-{slot.runtime}",
+                                port=slot.port) as daemon:
+            slot.url, slot.port, slot.process = daemon.url, daemon.port, daemon.process
+            if slot.runtime == 1:
+                task_status.started(slot)
+            await daemon.process.wait()  # killed by the campaign: started again
+
+
+async def _cluster_send(routers: _Routers, rng: Random, event_id: str, session: str,
+                        answers: dict[str, str]) -> None:
+    """One delivery, resent with its event id to a random live router until
+    one answers it done (a router killed or stopped under it is left)."""
+    import httpx
+
+    from tests.cluster.processes import deliver
+
+    while True:
+        live = routers.live()
+        if not live:
+            await trio.sleep(0.2)
+            continue
+        name = rng.choice(live)
+        try:
+            status, body = await deliver(routers.members[name], routers.clients[name], session, event_id,
+                                         f"hi {event_id}")
+        except (httpx.HTTPError, KeyError):
+            status, body = 0, None
+        reply = body.get("reply") if isinstance(body, dict) else None
+        if status == 200 and isinstance(reply, dict) and reply.get("status") == "done":
+            answers.setdefault(event_id, str(reply.get("text")))
+            return
+        await trio.sleep(0.3)
+
+
+async def _cluster_faults(row: FaultRow, rng: Random, routers: _Routers, target: int) -> None:
+    """One fault at a time: a router SIGKILLed and started again, a
+    router stopped (SIGSTOP) past its lease and continued, a TCP cut
+    between a router and the daemon, or the shared
+    daemon SIGKILLed (started again on its port: the routers' links
+    redial, and a turn it cut runs again, as the echo declares)."""
+    while row.faults < target:
+        await trio.sleep(rng.uniform(0.5, 2.0))
+        name = rng.choice(routers.live())
+        member = routers.members[name]
+        kinds = ("kill", "stop", "daemon", "cut")
+        kind = kinds[row.faults] if row.faults < len(kinds) else rng.choice(kinds)
+        before = row.faults
+        if kind == "cut":
+            await _cluster_cut(row, rng, routers.proxies[name])
+        elif kind == "daemon":
+            runtime = routers.daemon.runtime
+            routers.daemon.process.kill()
+            row.faults += 1
+            while routers.daemon.runtime == runtime:  # until it is back
+                await trio.sleep(0.1)
+        elif kind == "kill":
+            member.process.kill()
+            await member.process.wait()
+            row.faults += 1
+            await routers.start(name)
+        else:
+            routers.paused.add(name)
+            member.process.send_signal(19)  # SIGSTOP
+            await trio.sleep(CLUSTER_LEASE * rng.uniform(1.5, 2.5))  # past its lease: taken over
+            member.process.send_signal(18)  # SIGCONT
+            routers.paused.discard(name)
+            row.faults += 1
+        if row.faults > before:
+            row.kinds[kind] = row.kinds.get(kind, 0) + row.faults - before
+
+
+async def _cluster_cut(row: FaultRow, rng: Random, proxy: Any) -> None:
+    """A TCP cut between a router and the daemon, mid-message, 1 to 5
+    messages on in the proxy's direction; counted once it happened (no
+    traffic through that router for a while: none, and the cue dropped)."""
+    cuts, cue = proxy.cuts, proxy.messages + rng.randint(1, 5)
+    proxy.cut_at.add(cue)
+    with trio.move_on_after(HANG):
+        while proxy.cuts == cuts:
+            await trio.sleep(0.05)
+    proxy.cut_at.discard(cue)
+    row.faults += proxy.cuts - cuts
+
+
+def judge_cluster(row: FaultRow, store: str, sessions: list[str], expected: dict[str, str],
+                  answers: dict[str, str]) -> None:
+    """Every delivery answered, once by event id: one operation each, done;
+    each session's echo turns 1..n (a turn run twice shows twice, a lost
+    one as a gap); each answer the echo of its own text."""
+    from tests.cluster.processes import record_check
+
+    record = record_check(store, sessions)
+    ops = {op: (session, status) for session, each in record.items() for op, status in each["operations"].items()}
+    for event_id, session in expected.items():
+        if event_id not in answers or event_id not in ops:
+            row.lost += 1
+            row.notes.append(f"{event_id} ({session}): not answered" if event_id not in answers
+                             else f"{event_id} ({session}): answered, not in the record")
+        elif ops[event_id] != (session, "done") or not answers[event_id].startswith(f"echo: hi {event_id} (turn "):
+            row.wrong += 1
+            row.notes.append(f"{event_id}: {ops[event_id]}, answered {answers[event_id]!r}")
+    row.wrong += sum(1 for op in ops if op not in expected)
+    for session, each in record.items():
+        turns = each["turns"]
+        row.duplicated += len(turns) - len(set(turns))
+        if sorted(set(turns)) != list(range(1, len(each["operations"]) + 1)):
+            row.wrong += 1
+            row.notes.append(f"{session}: echo turns {turns} for {len(each['operations'])} operations")
+
+
+async def phase_cluster(target: int, seed: int, work: Path) -> FaultRow:
+    """Three ``router serve --store postgresql://…`` on one private
+    PostgreSQL, their sessions on one shared ``router daemon --adapter
+    echo``, deliveries to random routers while routers are SIGKILLed (and
+    started again), stopped past their lease (SIGSTOP, then SIGCONT), cut
+    from the daemon mid-message (each router dials it through a
+    :class:`tests.host.proxy.CuttingProxy`) and the daemon is SIGKILLed
+    (:func:`_cluster_faults`); then the shared record
+    (:func:`judge_cluster`)."""
+    from tests.cluster.processes import make_sessions
+    from tests.support.postgres import Cluster, missing
+
+    row = FaultRow("cluster: 3 routers, one PostgreSQL")
+    why = missing()
+    if why is not None:
+        row.notes.append(f"skipped: {why}")
+        return row
+    rng = rng_for(seed, row.phase)
+    # Started on this thread, not a worker: the server's parent-death
+    # signal follows the thread that started it (tests/support/postgres.py).
+    server = Cluster().start()
+    try:
+        url = server.create_database()
+        sessions = [f"k{i:02d}" for i in range(CLUSTER_SESSIONS)]
+        await trio.to_thread.run_sync(make_sessions, url, sessions)
+        expected: dict[str, str] = {}
+        answers: dict[str, str] = {}
+        async with trio.open_nursery() as nursery:
+            routers = _Routers(work, url, nursery)
+            routers.daemon = await nursery.start(_cluster_daemon)
+            try:
+                for i in range(3):
+                    await routers.start(f"r{i}")
+                await _cluster_run(row, rng, routers, target, sessions, expected, answers)
+            finally:
+                await routers.aclose()
+                nursery.cancel_scope.cancel()
+        row.operations = len(expected)
+        await trio.to_thread.run_sync(judge_cluster, row, url, sessions, expected, answers)
+    finally:
+        server.stop()
+    return row
+
+
+async def _cluster_run(row: FaultRow, rng: Random, routers: _Routers, target: int, sessions: list[str],
+                       expected: dict[str, str], answers: dict[str, str]) -> None:
+    limiter = trio.CapacityLimiter(CLUSTER_IN_FLIGHT)
+
+    async def one(event_id: str) -> None:
+        async with limiter:
+            await _cluster_send(routers, rng, event_id, expected[event_id], answers)
+
+    with trio.move_on_after(PHASE_DEADLINE + CLUSTER_LEASE * 3 * target):
+        async with trio.open_nursery() as nursery:
+            faults = trio.Event()
+
+            async def inject() -> None:
+                await _cluster_faults(row, rng, routers, target)
+                faults.set()
+
+            nursery.start_soon(inject)
+            number = 0
+            while not faults.is_set() or number < 10:
+                number += 1
+                expected[f"k-{number}"] = rng.choice(sessions)
+                nursery.start_soon(one, f"k-{number}")
+                with trio.move_on_after(rng.uniform(0.05, 0.3)):
+                    await faults.wait()
+
+
 #: A full run's share of the faults per phase (of ``--faults``).
 SHARES: dict[str, float] = {
     "prompt": 0.03,  # per daemon kind
@@ -492,18 +747,23 @@ SHARES: dict[str, float] = {
     "serve": 0.02,
     "daemon": 0.08,  # per daemon kind
     "cuts": 0.18,  # per daemon kind and direction
+    "cluster": 0.02,
 }
 
 
-async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[FaultRow], None] = print) -> tuple[list[FaultRow], str]:
-    """Every fault phase, about ``total`` faults in all; each row is
-    reported as soon as its phase ends."""
+async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[FaultRow], None] = print,
+                     only: str | None = None) -> tuple[list[FaultRow], str]:
+    """Every fault phase (or ``only`` the one of that name: ``cluster``),
+    about ``total`` faults in all; each row is reported as soon as its
+    phase ends."""
     def share(name: str) -> int:
         return max(1, round(total * SHARES[name]))
 
     rows: list[FaultRow] = []
 
     async def phase(make: Callable[[Path], Any], name: str) -> None:
+        if only is not None and name != only:
+            return
         directory = work / name
         directory.mkdir(parents=True, exist_ok=True)
         row = await make(directory)
@@ -517,6 +777,8 @@ async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[Fau
         for direction in ("down", "up"):
             await phase(lambda d, k=kind, w=direction: phase_cuts(k, w, share("cuts"), seed, d), f"cuts-{kind}-{direction}")
     await phase(lambda d: phase_serve_kill(share("serve"), seed, d), "serve")
+    # At least six, so a short run has each kind twice (ours).
+    await phase(lambda d: phase_cluster(max(6, share("cluster")), seed, d), "cluster")
     docker = docker_phase()
     return rows, docker if isinstance(docker, str) else ""
 
