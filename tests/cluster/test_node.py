@@ -58,20 +58,26 @@ class Router:
             attempt.cancel()
 
 
-@pytest.mark.timeout(240)
-async def test_two_routers_answer_every_delivery_once_through_a_death(pg_url: str) -> None:
+async def _two_routers(nursery: trio.Nursery, pg_url: str) -> list[Router]:
+    """An in-process echo daemon and routers ``a`` and ``b`` over it, run in ``nursery``."""
     token = secrets.token_hex(8)
     server = DaemonServer(Daemon(echo_adapter, "runtime-1"), token)
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    await nursery.start(server.run, listeners)
+    endpoint = DaemonEndpoint(f"ws://127.0.0.1:{server.ports[0]}", token)
+    routers = [Router(pg_url, endpoint, name) for name in ("a", "b")]
+    for router in routers:
+        await nursery.start(router.run)
+    return routers
+
+
+@pytest.mark.timeout(240)
+async def test_two_routers_answer_every_delivery_once_through_a_death(pg_url: str) -> None:
     sessions = [f"c{i}" for i in range(12)]
     rng = random.Random(7)
     answers: dict[str, Any] = {}
     async with trio.open_nursery() as outer:
-        await outer.start(server.run, listeners)
-        endpoint = DaemonEndpoint(f"ws://127.0.0.1:{server.ports[0]}", token)
-        routers = [Router(pg_url, endpoint, name) for name in ("a", "b")]
-        for router in routers:
-            await outer.start(router.run)
+        routers = await _two_routers(outer, pg_url)
         for session in sessions:
             await routers[0].router.create(session)
         with trio.fail_after(60):  # spread: each holds some
@@ -137,15 +143,8 @@ async def test_the_inbox_handler_never_relays_a_delivery_again(pg_url: str) -> N
     lease came back to this router (the row in its own hands)."""
     from router.cluster import delivery_json
 
-    token = secrets.token_hex(8)
-    server = DaemonServer(Daemon(echo_adapter, "runtime-1"), token)
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     async with trio.open_nursery() as outer:
-        await outer.start(server.run, listeners)
-        endpoint = DaemonEndpoint(f"ws://127.0.0.1:{server.ports[0]}", token)
-        routers = [Router(pg_url, endpoint, name) for name in ("a", "b")]
-        for router in routers:
-            await outer.start(router.run)
+        routers = await _two_routers(outer, pg_url)
         for session in ("c0", "c1", "c2", "c3"):
             await routers[0].router.create(session)
         with trio.fail_after(60):
