@@ -5,17 +5,14 @@ is a :class:`SessionRunner`: a :class:`~router.daemon.core.SessionCore`
 (all the decisions) and the tasks that carry them out, in a nursery of its
 own:
 
-- host messages are handled one at a time, in order: in the connection
-  reader's own task while nothing is queued (most messages need no await),
-  otherwise by the **inbox task**, which awaits the adapter calls a message
-  needs (open, close, steer, configure) before it takes the next; every
-  message that arrives meanwhile queues behind them;
-- the **turn task** runs the session's turns one after another, each
-  ``session.run`` in a cancel scope that consecutive turns share until one
-  is cancelled (``abort``, a new generation, shutdown): only that turn meets
-  the cancellation, and the next gets a fresh scope. A turn starts only
-  when its connection's outbox holds at most ``OUTBOX_HIGH`` texts, so a
-  host that reads slower than turns answer slows the turns, not the reader.
+- the **inbox task** handles the session's host messages one at a time, in
+  order, awaiting the adapter calls each one needs (open, close, steer,
+  configure) before it takes the next;
+- a **turn task** per turn runs ``session.run`` inside the turn's own cancel
+  scope; ``abort``, a new generation and shutdown cancel that scope. A turn
+  starts only when its connection's outbox holds at most ``OUTBOX_HIGH``
+  texts, so a host that reads slower than turns answer slows the turns,
+  not the reader.
 
 A connection's send side is an :class:`Outbox`: the core's sends are queued
 there without blocking (so an adapter's ``emit`` never waits on the network
