@@ -532,6 +532,6 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.json:
         _print(answer)
     else:
-        print(f"{answer.get('id')}: a container session on {target.who} (harness {args.harness or 'default'}); "
+        print(f"{answer.get('id')}: a container session on {target.who} (harness {answer.get('harness')}); "
               "its daemon starts with its first message", flush=True)
     return DONE

@@ -204,3 +204,16 @@ async def test_the_in_process_launcher_refuses_another_harness(tmp_path: Path) -
             board = (await client.get("/sessions")).json()["sessions"]
         assert {item["id"]: item["state"] for item in board if item["id"] in ("x", "root")} == {
             "x": "unreachable", "root": "idle"}
+
+
+async def test_router_launch_says_which_harness_the_route_chose(tmp_path: Path) -> None:
+    # Without --harness the line names what the route chose (echo under the
+    # process launcher's defaults), not the word "default".
+    async with serve(tmp_path, "--launcher", "process") as served:
+        done = await trio.run_process(
+            [*ROUTER, "launch", "plain", "--url", served.url, f"--token={served.token}"],
+            capture_stdout=True, capture_stderr=True, check=False, env=environment(), cwd=REPO,
+        )
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        line = done.stdout.decode().strip()
+        assert line.startswith("plain: a container session on ") and "(harness echo)" in line, line
