@@ -57,6 +57,7 @@ from router.errors import Refusal
 
 __all__ = [
     "Database",
+    "IDLE_IN_TRANSACTION_LIMIT",
     "PgDatabase",
     "SqliteDatabase",
     "Target",
@@ -314,12 +315,28 @@ class SqliteDatabase(Database):
 _SCHEMA_TABLE: Final = "CREATE TABLE IF NOT EXISTS router_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 
 
-def connect_postgres(url: str) -> Any:
+#: Seconds a transaction of ours may sit idle on the server between two
+#: statements before the server ends it (``idle_in_transaction_session_timeout``
+#: of every connection a router opens). Ours never pause inside one (each
+#: runs start to finish on a worker thread), so only a stalled process does:
+#: stopped (SIGSTOP), swapped out, cut off. Without a limit it would hold its
+#: locks (a record's write lock, a lease row) for as long as it stalls, and
+#: every other router's writes, and the reads of its board, would wait with
+#: it. Past the limit nothing of that transaction is written, and its next
+#: statement fails (the connection is opened again for the one after). A
+#: cluster's fence sets a tighter limit in its own transactions.
+IDLE_IN_TRANSACTION_LIMIT: Final = 5.0
+
+
+def connect_postgres(url: str, *, idle_limit: float = IDLE_IN_TRANSACTION_LIMIT) -> Any:
     """A psycopg connection to ``url``, autocommit (transactions begun by
-    hand). ``psycopg.OperationalError`` when the server cannot be reached."""
+    hand), whose transactions the server ends when idle for ``idle_limit``
+    seconds (:data:`IDLE_IN_TRANSACTION_LIMIT`).
+    ``psycopg.OperationalError`` when the server cannot be reached."""
     import psycopg
 
-    return psycopg.connect(url, autocommit=True, application_name="router")
+    options = f"-c idle_in_transaction_session_timeout={max(1, round(idle_limit * 1000))}"
+    return psycopg.connect(url, autocommit=True, application_name="router", options=options)
 
 
 class PgDatabase(Database):
@@ -327,11 +344,12 @@ class PgDatabase(Database):
 
     dialect = "postgresql"
 
-    def __init__(self, url: str, component: str) -> None:
+    def __init__(self, url: str, component: str, *, idle_limit: float = IDLE_IN_TRANSACTION_LIMIT) -> None:
         super().__init__(component)
         self.url = url
+        self.idle_limit = idle_limit
         try:
-            self.raw = connect_postgres(url)
+            self.raw = connect_postgres(url, idle_limit=idle_limit)
         except Exception as error:
             if isinstance(error, database_errors()):  # the server refused us or is not there
                 raise Refusal(
@@ -352,7 +370,7 @@ class PgDatabase(Database):
         again); the ones after it go on."""
         if self.raw.broken and not self._began:
             self.raw.close()
-            self.raw = connect_postgres(self.url)
+            self.raw = connect_postgres(self.url, idle_limit=self.idle_limit)
             self.reconnects += 1
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:

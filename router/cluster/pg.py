@@ -526,9 +526,9 @@ class Database:
 
 
 def _connect(url: str) -> Any:
-    import psycopg
+    from router._db import connect_postgres
 
-    return psycopg.connect(url, autocommit=True)
+    return connect_postgres(url)
 
 
 class Listener:

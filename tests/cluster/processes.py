@@ -88,12 +88,35 @@ async def cluster(tmp: Path, store: str, routers: int = 3, *, lease_ttl: float =
                 members.append(await start_member(tmp / f"r{i}", f"r{i}", store, daemon.url, lease_ttl=lease_ttl,
                                                   env=env))
             yield members, daemon.url
+        except BaseException:
+            _report(store, members)
+            raise
         finally:
             with trio.CancelScope(shield=True):
                 for member in members:
                     if member.process.returncode is None:
                         member.process.send_signal(18)  # SIGCONT, in case a test left it stopped
                     await stop(member.process)
+
+
+def _report(store: str, members: list[Member]) -> None:
+    """What a failed test's reader needs (printed: pytest shows it with the
+    failure): who waits on which lock in the database, and each router's
+    log's end."""
+    import psycopg
+
+    try:
+        with psycopg.connect(store, autocommit=True, connect_timeout=5) as conn:
+            rows = conn.execute(
+                "SELECT pid, application_name, state, wait_event_type, wait_event, "
+                "pg_blocking_pids(pid), now() - xact_start, left(query, 160) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()
+        print("database sessions:", *rows, sep="\n  ")
+    except Exception as exc:  # the report must never hide the failure
+        print(f"database sessions: unreadable ({exc})")
+    for member in members:
+        print(f"--- {member.name} (pid {member.process.pid}, returncode {member.process.returncode}): log's end")
+        print(member.log()[-6000:])
 
 
 def make_sessions(store: str, ids: list[str]) -> None:

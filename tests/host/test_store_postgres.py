@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router import cli
-from router._db import PgDatabase, Target, parse_target, redact
+from router._db import IDLE_IN_TRANSACTION_LIMIT, PgDatabase, Target, parse_target, redact
 from router.errors import Refusal
 from router.host.store import PG_MIGRATIONS, SCHEMA_VERSION, Refused, Store
 from router.plugins.usage import JsonlRecords, TableRecords
@@ -84,6 +85,54 @@ def test_a_router_killed_mid_transaction_loses_nothing_committed(postgres_url: s
         assert [op.id for op in store.operations(session="s")] == ["committed"]
         store.enqueue("s", "after", "x")
         assert [op.ordinal for op in store.operations(session="s")] == [1, 2]
+
+
+STOPPED_MID_TRANSACTION = """
+import os, signal, sys
+from router.host.store import Store
+store = Store(sys.argv[1])
+store.create_session("s")
+with store.transaction():
+    store.enqueue("s", "stalled", "lost")
+    print("in", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)  # holds the record's write lock, idle, until continued
+    store.enqueue("s", "late", "lost")
+print("committed", flush=True)
+"""
+
+
+def test_a_router_stopped_mid_transaction_holds_the_record_only_until_the_idle_limit(postgres_url: str) -> None:
+    # A router stopped (SIGSTOP) inside a transaction keeps its connection
+    # open: without the server's idle limit every other router's writes
+    # (and the store reads of its board) would wait for as long as it is
+    # stopped. Past the limit the server ends that transaction: the others
+    # go on, and the stopped one's writes, when it continues, fail.
+    child = subprocess.Popen([sys.executable, "-c", STOPPED_MID_TRANSACTION, postgres_url], cwd=REPO,
+                             env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "in\n", child.stderr
+        with Store(postgres_url) as store:
+            done = threading.Event()
+
+            def write() -> None:
+                store.enqueue("s", "other", "kept")
+                done.set()
+
+            writer = threading.Thread(target=write, daemon=True)
+            writer.start()
+            # A bound far past the limit for a loaded machine, not a figure.
+            assert done.wait(60 + IDLE_IN_TRANSACTION_LIMIT), "a write waited on a stopped router's transaction"
+            child.send_signal(signal.SIGCONT)
+            out, err = child.communicate(timeout=60)
+            assert child.returncode != 0 and "committed" not in out, (out, err)
+            assert "idle-in-transaction" in err, err
+            assert [op.id for op in store.operations(session="s")] == ["other"]
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGCONT)
+            child.kill()
+            child.wait()
 
 
 def _raw(url: str) -> psycopg.Connection:
