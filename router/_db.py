@@ -328,13 +328,14 @@ _SCHEMA_TABLE: Final = "CREATE TABLE IF NOT EXISTS router_schema (component TEXT
 IDLE_IN_TRANSACTION_LIMIT: Final = 5.0
 
 
-def connect_postgres(url: str, *, idle_limit: float = IDLE_IN_TRANSACTION_LIMIT) -> Any:
+def connect_postgres(url: str, *, idle_limit: float | None = None) -> Any:
     """A psycopg connection to ``url``, autocommit (transactions begun by
     hand), whose transactions the server ends when idle for ``idle_limit``
-    seconds (:data:`IDLE_IN_TRANSACTION_LIMIT`).
+    seconds (default :data:`IDLE_IN_TRANSACTION_LIMIT`).
     ``psycopg.OperationalError`` when the server cannot be reached."""
     import psycopg
 
+    idle_limit = IDLE_IN_TRANSACTION_LIMIT if idle_limit is None else idle_limit
     options = f"-c idle_in_transaction_session_timeout={max(1, round(idle_limit * 1000))}"
     return psycopg.connect(url, autocommit=True, application_name="router", options=options)
 
@@ -344,7 +345,7 @@ class PgDatabase(Database):
 
     dialect = "postgresql"
 
-    def __init__(self, url: str, component: str, *, idle_limit: float = IDLE_IN_TRANSACTION_LIMIT) -> None:
+    def __init__(self, url: str, component: str, *, idle_limit: float | None = None) -> None:
         super().__init__(component)
         self.url = url
         self.idle_limit = idle_limit

@@ -93,6 +93,10 @@ def _copy_tables(source: Database, into: Database, tables: Sequence[str]) -> dic
     # The source's transaction (it only reads) keeps what it reads one
     # snapshot; the target's commits first, then the source's, empty.
     with source.transaction(), into.transaction():
+        # The target's transaction waits while the source's rows are read
+        # (seconds, for a big file): exempt from the idle limit a router's
+        # connections have (docs/store.md, "A stalled router").
+        into.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
         for table in reversed(tables):  # the ones others refer to last
             into.execute(f"DELETE FROM {table}")
         for table in tables:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -330,6 +331,27 @@ def test_a_data_dir_copies_into_postgresql_whole(tmp_path: Path, postgres_url: s
     capsys.readouterr()
     assert cli.main(["transcript", "--store", postgres_url, "--session", "a"]) == 0  # a reader of the database
     assert [m["id"] for m in json.loads(capsys.readouterr().out)] == ["m1", "m2", "m3"]
+
+
+def test_a_copy_slower_than_the_idle_limit_still_lands(tmp_path: Path, postgres_url: str, monkeypatch,
+                                                       capsys) -> None:
+    # The copy's target transaction waits while the source is read: it is
+    # exempt from the idle limit every router connection has.
+    import router._db
+    import router.store.copy as copy
+
+    data = a_data_dir(tmp_path)
+    monkeypatch.setattr(router._db, "IDLE_IN_TRANSACTION_LIMIT", 0.2)
+    columns = copy._columns
+
+    def slow_columns(db: object, table: str) -> list[str]:
+        time.sleep(0.6)  # the target's transaction sits idle past the (patched) limit
+        return columns(db, table)
+
+    monkeypatch.setattr(copy, "_columns", slow_columns)
+    assert cli.main(["store", "copy", "--from", str(data), "--to", postgres_url]) == 0, capsys.readouterr().err
+    with Store(data / "host.sqlite") as source, Store(postgres_url) as copied:
+        assert copied.dump(timestamps=True) == source.dump(timestamps=True)
 
 
 def test_a_copy_is_refused_into_a_record_unless_replacing_and_then_idempotent(
