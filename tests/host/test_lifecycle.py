@@ -255,7 +255,10 @@ async def settle_down() -> None:
 def autojump_clock() -> trio.testing.MockClock:
     """Virtual time that jumps only once every task has been blocked for a
     moment of real time: the store works in a thread, and a clock that
-    jumped while it did would fire the tests' own deadlines."""
+    jumped while it did would fire timers early. On a loaded machine a
+    store call can outlast any such moment, so the tests here set no
+    deadline of their own in virtual time (one would fire while the store
+    works): a hang is caught by pytest's timeout, in real time."""
     return trio.testing.MockClock(autojump_threshold=0.05)
 
 
@@ -284,8 +287,7 @@ async def test_supervisor_start_on_demand_replace_and_idle_on_virtual_time(
         assert module.starts == [] and supervisor.core.state == "stopped"
         await store.call(store.enqueue, "root", "op1", "hi", "followUp")
         supervisor.demand()
-        with trio.fail_after(10):
-            endpoint = await supervisor.endpoint()
+        endpoint = await supervisor.endpoint()
         assert endpoint.url == "ws://127.0.0.1:1" and len(module.starts) == 1
         first = module.starts[0]
         assert first["labels"] == {"router.owner": "o1", "router.session": "root"}
@@ -294,29 +296,25 @@ async def test_supervisor_start_on_demand_replace_and_idle_on_virtual_time(
         assert (record.daemon.state, record.daemon.container, record.daemon.url) == ("running", "c1", endpoint.url)
 
         module.kill("c1")  # lost with work open: replaced at once, a new runtime
-        with trio.fail_after(10):
-            while supervisor.core.starts < 2:
-                await trio.sleep(0.05)
+        while supervisor.core.starts < 2:
+            await trio.sleep(0.05)
         assert module.stops == ["c1"] and module.starts[1]["runtime"] != first["runtime"]
         assert module.starts[1]["token"] != first["token"]
 
         await store.call(store.settle, "root", "op1", {"status": "done", "text": "hi"})
         checked = trio.current_time()
         supervisor.check_idle()  # nothing open: idle from now
-        with trio.fail_after(10):
-            while math.isinf(supervisor.core.idle_deadline):
-                await trio.sleep(0.01)
+        while math.isinf(supervisor.core.idle_deadline):
+            await trio.sleep(0.01)
         deadline = supervisor.core.idle_deadline
         assert checked + 60 <= deadline < trio.current_time() + 60
-        with trio.fail_after(120):
-            while supervisor.core.state != "idle-stopped":
-                await trio.sleep(0.25)
+        while supervisor.core.state != "idle-stopped":
+            await trio.sleep(0.25)
         assert deadline <= trio.current_time() <= deadline + 0.25
         assert module.stops == ["c1", "c2"] and supervisor.core.losses == 1  # its own stop is no loss
         await store.call(store.enqueue, "root", "op2", "again", "followUp")
         supervisor.demand()
-        with trio.fail_after(10):
-            await supervisor.endpoint()
+        await supervisor.endpoint()
         assert len(module.starts) == 3
         host.close()
     assert module.stops == ["c1", "c2", "c3"]  # the host stopped: its daemon with it
@@ -332,8 +330,7 @@ async def test_supervisor_unreachable_settles_open_work_and_tries_again_later(
         await nursery.start(host.run)
         session = host.session("root")
         receipt = await session.submit("hi", operation_id="op1")
-        with trio.fail_after(60):
-            result = await session.wait(receipt.operation_id)
+        result = await session.wait(receipt.operation_id)
         assert (result.status, result.reason) == ("unanswered", "image-missing")
         assert len(module.starts) == 2
         supervisor = host.supervisor("root")
@@ -346,8 +343,7 @@ async def test_supervisor_unreachable_settles_open_work_and_tries_again_later(
 
         module.refuse = None  # the image is there now: the next delivery starts it
         await session.submit("again", operation_id="op2")
-        with trio.fail_after(10):
-            await supervisor.endpoint()
+        await supervisor.endpoint()
         assert len(module.starts) == 3 and supervisor.core.state == "running"
         host.close()
 
@@ -373,17 +369,14 @@ async def test_each_step_is_an_event_and_a_live_view_notice(
             await store.call(store.enqueue, "root", "op1", "hi", "followUp")
             supervisor = host.supervisor("root")
             supervisor.demand()
-            with trio.fail_after(10):
-                await supervisor.endpoint()
+            await supervisor.endpoint()
             module.kill("c1")
-            with trio.fail_after(10):
-                while supervisor.core.starts < 2:
-                    await trio.sleep(0.05)
+            while supervisor.core.starts < 2:
+                await trio.sleep(0.05)
             await store.call(store.settle, "root", "op1", {"status": "done", "text": "hi"})
             supervisor.check_idle()
-            with trio.fail_after(60):  # the event comes after the core's state and its record
-                while not seen or seen[-1].state != "idle-stopped":
-                    await trio.sleep(0.5)
+            while not seen or seen[-1].state != "idle-stopped":  # the event comes after the core's state and its record
+                await trio.sleep(0.5)
             host.close()
     assert [event.state for event in seen] == ["starting", "running", "replacing", "running", "idle-stopped"]
     assert seen[1].container == "c1" and seen[2].reason == "lost: killed by SIGKILL; replacing it"
@@ -406,7 +399,6 @@ async def test_a_start_that_hangs_is_cut_by_its_deadline(
         await nursery.start(host.run)
         session = host.session("root")
         await session.submit("hi", operation_id="op1")
-        with trio.fail_after(30):
-            result = await session.wait("op1")
+        result = await session.wait("op1")
         assert (result.status, result.reason) == ("unanswered", "start-timeout")
         host.close()
