@@ -244,7 +244,9 @@ class SessionRunner:
     def __init__(self, core: SessionCore, adapter: Adapter) -> None:
         self.core = core
         self._adapter = adapter
-        self._inbox_send, self._inbox_receive = trio.open_memory_channel[tuple[Any, Any]](INBOX_SIZE)
+        self._inbox_send, self._inbox_receive = trio.open_memory_channel[tuple[Any, Any, Any]](INBOX_SIZE)
+        #: Messages given to the inbox task and not yet handled by it.
+        self._queued = 0
         self._nursery: trio.Nursery | None = None
         self._inbox_scope = trio.CancelScope()
         self._inbox_done = trio.Event()
@@ -290,32 +292,68 @@ class SessionRunner:
             return
         if effects:
             self._apply(effects)
-        if message is not None and not self._stopped:
-            try:
-                await self._inbox_send.send((outbox, message))
-            except trio.BrokenResourceError:
-                pass  # shutting down: the message is dropped, as after a close
+        if message is None or self._stopped:
+            return
+        if self._queued == 0:
+            # Nothing queued or being handled: handle it here, in order,
+            # without the inbox task's two scheduler steps. Only effects
+            # that must be awaited (adapter calls) go to the inbox task,
+            # and until they are done every later message queues behind
+            # them, so messages are still handled one at a time, in order.
+            effects = self._handled(outbox, message)
+            if effects is None or all(type(effect) in _AT_ONCE for effect in effects):
+                if effects:
+                    self._apply(effects)
+                return
+            item: tuple[Any, Any, list[Effect] | None] = (outbox, message, effects)
+        else:
+            item = (outbox, message, None)
+        self._queued += 1
+        try:
+            await self._inbox_send.send(item)
+        except trio.BrokenResourceError:
+            self._queued -= 1  # shutting down: the message is dropped, as after a close
 
     # ------------------------------------------------------------------ tasks
 
     async def _handle_inbox(self) -> None:
         try:
             with self._inbox_scope:
-                async for conn, message in self._inbox_receive:
-                    await self._handle(conn, message)
+                async for conn, message, effects in self._inbox_receive:
+                    try:
+                        await self._handle(conn, message, effects)
+                    finally:
+                        self._queued -= 1
         finally:
             # A reader waiting to queue a message must not wait forever.
             self._inbox_receive.close()
             self._inbox_done.set()
 
-    async def _handle(self, conn: Outbox, message: Any) -> None:
+    def _handled(self, conn: Outbox, message: Any) -> list[Effect] | None:
+        """The core's effects for ``message``, or None after a bug in the
+        core (reported to the host)."""
         try:
             effects = self.core.handle(conn, message)
-            self._closing.extend(effect.session for effect in effects if type(effect) is CloseSession)
+        except Exception as exc:  # a bug, not the peer: say so, go on
+            self._report(conn, message, exc)
+            return None
+        self._closing.extend(effect.session for effect in effects if type(effect) is CloseSession)
+        return effects
+
+    def _report(self, conn: Outbox, message: Any, exc: Exception) -> None:
+        log.exception("session %r: handling %s failed", self.core.session, type(message).__name__, exc_info=exc)
+        conn.send(dumps({"type": "error", "message": error_text(exc)}))
+
+    async def _handle(self, conn: Outbox, message: Any, effects: list[Effect] | None) -> None:
+        """Perform ``message``'s effects (handled already when given)."""
+        if effects is None:
+            effects = self._handled(conn, message)
+            if effects is None:
+                return
+        try:
             await self._perform(effects)
         except Exception as exc:  # a bug, not the peer: say so, go on
-            log.exception("session %r: handling %s failed", self.core.session, type(message).__name__)
-            conn.send(dumps({"type": "error", "message": error_text(exc)}))
+            self._report(conn, message, exc)
 
     def _start_turn(self, turn: Turn) -> None:
         assert self._nursery is not None
@@ -441,6 +479,11 @@ class SessionRunner:
         finally:
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()
+
+
+#: The effects :meth:`SessionRunner._apply` performs on the spot: a message
+#: whose effects are all of these needs no await.
+_AT_ONCE: Final = frozenset({Send, StartTurn, CancelTurn, CloseConnection})
 
 
 async def _maybe_await(value: Any) -> Any:
