@@ -250,7 +250,15 @@ class SessionRunner:
         self._nursery: trio.Nursery | None = None
         self._inbox_scope = trio.CancelScope()
         self._inbox_done = trio.Event()
-        self._turns: dict[Turn, tuple[trio.CancelScope, trio.Event]] = {}
+        #: Turns started and not finished, each with the event set when it ends.
+        self._turns: dict[Turn, trio.Event] = {}
+        #: Turns to run, oldest first (the turn task takes them), and those
+        #: asked to stop; the turn running and the scope it runs in.
+        self._starting: deque[Turn] = deque()
+        self._aborting: set[Turn] = set()
+        self._current: Turn | None = None
+        self._turn_scope: trio.CancelScope | None = None
+        self._turn_wakeup: trio.Event | None = None
         #: Adapter sessions a handled message is to close and whose close
         #: has not ended yet: when shutdown stops the inbox part-way through
         #: a new generation (waiting for the old turn to unwind), it closes
@@ -265,6 +273,7 @@ class SessionRunner:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._handle_inbox, name=f"inbox of {self.core.session!r}")
+            nursery.start_soon(self._run_turns, name=f"turns of {self.core.session!r}")
             task_status.started()
 
     # ------------------------------------------------------------------ connections
@@ -356,32 +365,85 @@ class SessionRunner:
             self._report(conn, message, exc)
 
     def _start_turn(self, turn: Turn) -> None:
-        assert self._nursery is not None
-        scope = trio.CancelScope()
-        ended = trio.Event()
-        self._turns[turn] = (scope, ended)
-        self._nursery.start_soon(self._run_turn, turn, scope, ended, name=f"{turn!r} of {self.core.session!r}")
+        self._turns[turn] = trio.Event()
+        self._starting.append(turn)
+        if self._turn_wakeup is not None:
+            self._turn_wakeup.set()
 
-    async def _run_turn(self, turn: Turn, scope: trio.CancelScope, ended: trio.Event) -> None:
-        result: Any = TurnCancelled()
+    def _cancel_turn(self, turn: Turn) -> None:
+        if turn in self._turns:
+            self._aborting.add(turn)
+            if self._current is turn and self._turn_scope is not None:
+                self._turn_scope.cancel()
+
+    async def _run_turns(self) -> None:
+        """The session's turns, one after another, in one task.
+
+        Consecutive turns share one cancel scope until a turn is cancelled
+        (abort, a new generation, shutdown): only the turn running when it
+        is cancelled, or one that was cancelled before it began, meets the
+        cancellation; the next turn gets a fresh scope. One task and one
+        scope for many turns instead of a task and a scope per turn (their
+        start and end were a tenth of the daemon's time, docs/bench.md).
+        """
+        starting = self._starting
         try:
-            try:
-                with scope:
-                    try:
-                        # A host that reads slower than turns answer holds
-                        # the next turn back, not its connection's outbox.
-                        room = getattr(self.core.conn, "room", None)
-                        if room is not None:
-                            await room()
-                        result = await turn.session.run(AdapterTurn(operation_id=turn.operation_id, input=turn.input))
-                    except Exception as exc:
-                        result = TurnFailed(error_text(exc))
-            except Exception as exc:  # a group the scope's exit left behind
-                result = TurnFailed(error_text(exc))
+            while True:
+                while not starting:
+                    self._turn_wakeup = wakeup = trio.Event()
+                    await wakeup.wait()
+                    self._turn_wakeup = None
+                await self._run_turns_in(trio.CancelScope())
+        finally:
+            for ended in self._turns.values():  # cancelled with the session: nobody waits in vain
+                ended.set()
+
+    async def _run_turns_in(self, scope: trio.CancelScope) -> None:
+        """Run turns while some are starting, in ``scope``, until it is
+        cancelled."""
+        starting = self._starting
+        self._turn_scope = scope
+        turn = None
+        try:
+            with scope:
+                while starting and not scope.cancel_called:
+                    turn = starting.popleft()
+                    self._current = turn
+                    if turn in self._aborting:  # cancelled before it began
+                        scope.cancel()
+                    result = await self._run_one(turn)
+                    done, turn = turn, None
+                    self._finish(done, result)
+                    if starting and not scope.cancel_called:
+                        await trio.lowlevel.checkpoint()  # the next turn, after the others had a go
+        except Exception as exc:  # a group the scope's exit left behind
+            if turn is None:
+                raise  # not a turn's: a bug, loudly
+            done, turn = turn, None
+            self._finish(done, TurnFailed(error_text(exc)))
+        if turn is not None:  # the scope caught its cancellation
+            self._finish(turn, TurnCancelled())
+
+    async def _run_one(self, turn: Turn) -> Any:
+        """One turn's result; its cancellation (and a group holding it)
+        goes through."""
+        try:
+            # A host that reads slower than turns answer holds the next
+            # turn back, not its connection's outbox.
+            room = getattr(self.core.conn, "room", None)
+            if room is not None:
+                await room()
+            return await turn.session.run(AdapterTurn(operation_id=turn.operation_id, input=turn.input))
+        except Exception as exc:
+            return TurnFailed(error_text(exc))
+
+    def _finish(self, turn: Turn, result: Any) -> None:
+        self._current = None
+        try:
             self._apply(self.core.turn_finished(turn, result))
         finally:
-            del self._turns[turn]
-            ended.set()
+            self._aborting.discard(turn)
+            self._turns.pop(turn).set()
 
     # ------------------------------------------------------------------ adapter callbacks
 
@@ -405,9 +467,7 @@ class SessionRunner:
             elif kind is StartTurn:
                 self._start_turn(effect.turn)
             elif kind is CancelTurn:
-                entry = self._turns.get(effect.turn)
-                if entry is not None:
-                    entry[0].cancel()
+                self._cancel_turn(effect.turn)
             elif kind is CloseConnection:
                 effect.conn.close(effect.code, effect.reason)
             else:  # pragma: no cover - the core returns these only from handle/shutdown
@@ -452,9 +512,9 @@ class SessionRunner:
                     except Exception as exc:
                         self._apply(core.configure_failed(effect.conn, exc))
             elif kind is AwaitTurn:
-                entry = self._turns.get(effect.turn)
-                if entry is not None:
-                    await entry[1].wait()
+                ended = self._turns.get(effect.turn)
+                if ended is not None:
+                    await ended.wait()
             elif kind is CloseSession:
                 try:
                     await _maybe_await(effect.session.close())
