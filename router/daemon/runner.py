@@ -497,6 +497,16 @@ class SessionRunner:
                     more = core.opened(effect.generation, session, can_steer=callable(getattr(session, "steer", None)))
                 await self._perform(more)
             elif kind is Steer:
+                if core.running is not effect.turn:
+                    # The steer was decided for a turn that has ended since
+                    # (its message was handled in its reader's task, and the
+                    # call waited for this task while the turn task ran the
+                    # turn to its end). The adapter must not hear of it: the
+                    # echo, for one, would keep the text for its next turn,
+                    # which is this operation's own (the text twice). Declined:
+                    # the operation queues, as if the turn had ended first.
+                    await self._perform(core.steered(effect.turn, effect.operation_id, False))
+                    continue
                 try:
                     took = await _maybe_await(effect.session.steer(effect.input))
                 except Exception as exc:
