@@ -5,11 +5,18 @@ is a :class:`SessionRunner`: a :class:`~router.daemon.core.SessionCore`
 (all the decisions) and the tasks that carry them out, in a nursery of its
 own:
 
-- the **inbox task** handles the session's host messages one at a time, in
-  order, awaiting the adapter calls each one needs (open, close, steer,
-  configure) before it takes the next;
-- a **turn task** per turn runs ``session.run`` inside the turn's own cancel
-  scope; ``abort``, a new generation and shutdown cancel that scope. A turn
+- host messages are handled one at a time, in order. A message that
+  arrives while nothing is queued is handled in its reader's task
+  (:meth:`SessionRunner.receive`); when its effects include adapter calls
+  (open, close, steer, configure) they go to the **inbox task**, which
+  awaits them, and every message that arrives meanwhile queues behind them.
+  An adapter call is decided when its message is handled and made later:
+  a steer decided for a turn that has ended by then is declined without
+  calling the adapter (the operation queues), as if the turn had ended
+  first;
+- one **turn task** runs the session's turns one after another, each
+  inside a cancel scope (consecutive turns share one until a turn is
+  cancelled); ``abort``, a new generation and shutdown cancel it. A turn
   starts only when its connection's outbox holds at most ``OUTBOX_HIGH``
   texts, so a host that reads slower than turns answer slows the turns,
   not the reader.
