@@ -16,6 +16,7 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed
 
+from router.daemon.adapters.echo import EchoAdapter
 from router.daemon.runner import OUTBOX_HIGH, SHUTDOWN_GRACE, Daemon, Outbox, SessionRunner
 from wire.container import AdapterInfo, Done, Unanswered, input_text
 
@@ -376,8 +377,6 @@ async def test_a_steer_decided_for_a_turn_that_ends_before_the_adapter_call_is_n
     the echo kept the text for its next turn, and that next turn was the
     steered operation's own.
     """
-    from router.daemon.adapters.echo import EchoAdapter
-
     daemon.adapter = EchoAdapter()
     for round in range(ROUNDS):
         runner = daemon.session(f"takeover {round}")
