@@ -260,6 +260,16 @@ _encoder = _json.JSONEncoder(
 # dumps() checks apart); the same run inside a string only sends the text
 # down the exact (slower) path below.
 _SUSPECT_NUMBER = re.compile(r"[:,\[]-?[0-9]+(?:[.eE]|[0-9]{15})")
+# A cheaper scan first (the regex costs ~100 machine instructions a
+# character, a quarter of what the daemon spends on a frame): with every
+# digit written "0", ".eE" written "." and every other byte " ", a text the
+# regex matches holds "0." (a digit then [.eE]) or sixteen "0"s (a digit
+# then fifteen more). Without either, the regex cannot match; with one
+# (a sentence's "3." will do), the regex decides, as before.
+_NUMBER_MARKS: Final = bytes(
+    ord("0") if b in b"0123456789" else ord(".") if b in b".eE" else ord(" ") for b in range(256)
+)
+_LONG_DIGITS: Final = b"0" * 16
 # The exact path: strings are matched (and kept) so numbers inside them are
 # never touched; numbers outside strings are rewritten.
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?', re.DOTALL)
@@ -324,8 +334,11 @@ def dumps(value: JsonValue) -> str:
     if exceeds_depth(text):
         raise ValueError(_TOO_DEEP)
     surrogates = not text.isascii() and _SURROGATE.search(text) is not None
-    if not surrogates and text[0] not in "-0123456789" and _SUSPECT_NUMBER.search(text) is None:
-        return text
+    if not surrogates and text[0] not in "-0123456789":
+        # Without lone surrogates the text encodes; bytes above 127 are " ".
+        marks = text.encode().translate(_NUMBER_MARKS)
+        if (b"0." not in marks and marks.find(_LONG_DIGITS) < 0) or _SUSPECT_NUMBER.search(text) is None:
+            return text
     if surrogates:
         # Outside strings everything is ASCII, so every lone surrogate is
         # inside one; JSON.stringify escapes them (well-formed stringify).

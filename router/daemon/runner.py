@@ -5,11 +5,18 @@ is a :class:`SessionRunner`: a :class:`~router.daemon.core.SessionCore`
 (all the decisions) and the tasks that carry them out, in a nursery of its
 own:
 
-- the **inbox task** handles the session's host messages one at a time, in
-  order, awaiting the adapter calls each one needs (open, close, steer,
-  configure) before it takes the next;
-- a **turn task** per turn runs ``session.run`` inside the turn's own cancel
-  scope; ``abort``, a new generation and shutdown cancel that scope. A turn
+- host messages are handled one at a time, in order. A message that
+  arrives while nothing is queued is handled in its reader's task
+  (:meth:`SessionRunner.receive`); when its effects include adapter calls
+  (open, close, steer, configure) they go to the **inbox task**, which
+  awaits them, and every message that arrives meanwhile queues behind them.
+  An adapter call is decided when its message is handled and made later:
+  a steer decided for a turn that has ended by then is declined without
+  calling the adapter (the operation queues), as if the turn had ended
+  first;
+- one **turn task** runs the session's turns one after another, each
+  inside a cancel scope (consecutive turns share one until a turn is
+  cancelled); ``abort``, a new generation and shutdown cancel it. A turn
   starts only when its connection's outbox holds at most ``OUTBOX_HIGH``
   texts, so a host that reads slower than turns answer slows the turns,
   not the reader.
@@ -244,11 +251,21 @@ class SessionRunner:
     def __init__(self, core: SessionCore, adapter: Adapter) -> None:
         self.core = core
         self._adapter = adapter
-        self._inbox_send, self._inbox_receive = trio.open_memory_channel[tuple[Any, Any]](INBOX_SIZE)
+        self._inbox_send, self._inbox_receive = trio.open_memory_channel[tuple[Any, Any, Any]](INBOX_SIZE)
+        #: Messages given to the inbox task and not yet handled by it.
+        self._queued = 0
         self._nursery: trio.Nursery | None = None
         self._inbox_scope = trio.CancelScope()
         self._inbox_done = trio.Event()
-        self._turns: dict[Turn, tuple[trio.CancelScope, trio.Event]] = {}
+        #: Turns started and not finished, each with the event set when it ends.
+        self._turns: dict[Turn, trio.Event] = {}
+        #: Turns to run, oldest first (the turn task takes them), and those
+        #: asked to stop; the turn running and the scope it runs in.
+        self._starting: deque[Turn] = deque()
+        self._aborting: set[Turn] = set()
+        self._current: Turn | None = None
+        self._turn_scope: trio.CancelScope | None = None
+        self._turn_wakeup: trio.Event | None = None
         #: Adapter sessions a handled message is to close and whose close
         #: has not ended yet: when shutdown stops the inbox part-way through
         #: a new generation (waiting for the old turn to unwind), it closes
@@ -263,6 +280,7 @@ class SessionRunner:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._handle_inbox, name=f"inbox of {self.core.session!r}")
+            nursery.start_soon(self._run_turns, name=f"turns of {self.core.session!r}")
             task_status.started()
 
     # ------------------------------------------------------------------ connections
@@ -290,60 +308,149 @@ class SessionRunner:
             return
         if effects:
             self._apply(effects)
-        if message is not None and not self._stopped:
-            try:
-                await self._inbox_send.send((outbox, message))
-            except trio.BrokenResourceError:
-                pass  # shutting down: the message is dropped, as after a close
+        if message is None or self._stopped:
+            return
+        if self._queued == 0:
+            # Nothing queued or being handled: handle it here, in order,
+            # without the inbox task's two scheduler steps. Only effects
+            # that must be awaited (adapter calls) go to the inbox task,
+            # and until they are done every later message queues behind
+            # them, so messages are still handled one at a time, in order.
+            effects = self._handled(outbox, message)
+            if effects is None or all(type(effect) in _AT_ONCE for effect in effects):
+                if effects:
+                    self._apply(effects)
+                return
+            item: tuple[Any, Any, list[Effect] | None] = (outbox, message, effects)
+        else:
+            item = (outbox, message, None)
+        self._queued += 1
+        try:
+            await self._inbox_send.send(item)
+        except trio.BrokenResourceError:
+            self._queued -= 1  # shutting down: the message is dropped, as after a close
 
     # ------------------------------------------------------------------ tasks
 
     async def _handle_inbox(self) -> None:
         try:
             with self._inbox_scope:
-                async for conn, message in self._inbox_receive:
-                    await self._handle(conn, message)
+                async for conn, message, effects in self._inbox_receive:
+                    try:
+                        await self._handle(conn, message, effects)
+                    finally:
+                        self._queued -= 1
         finally:
             # A reader waiting to queue a message must not wait forever.
             self._inbox_receive.close()
             self._inbox_done.set()
 
-    async def _handle(self, conn: Outbox, message: Any) -> None:
+    def _handled(self, conn: Outbox, message: Any) -> list[Effect] | None:
+        """The core's effects for ``message``, or None after a bug in the
+        core (reported to the host)."""
         try:
             effects = self.core.handle(conn, message)
-            self._closing.extend(effect.session for effect in effects if type(effect) is CloseSession)
+        except Exception as exc:  # a bug, not the peer: say so, go on
+            self._report(conn, message, exc)
+            return None
+        self._closing.extend(effect.session for effect in effects if type(effect) is CloseSession)
+        return effects
+
+    def _report(self, conn: Outbox, message: Any, exc: Exception) -> None:
+        log.exception("session %r: handling %s failed", self.core.session, type(message).__name__, exc_info=exc)
+        conn.send(dumps({"type": "error", "message": error_text(exc)}))
+
+    async def _handle(self, conn: Outbox, message: Any, effects: list[Effect] | None) -> None:
+        """Perform ``message``'s effects (handled already when given)."""
+        if effects is None:
+            effects = self._handled(conn, message)
+            if effects is None:
+                return
+        try:
             await self._perform(effects)
         except Exception as exc:  # a bug, not the peer: say so, go on
-            log.exception("session %r: handling %s failed", self.core.session, type(message).__name__)
-            conn.send(dumps({"type": "error", "message": error_text(exc)}))
+            self._report(conn, message, exc)
 
     def _start_turn(self, turn: Turn) -> None:
-        assert self._nursery is not None
-        scope = trio.CancelScope()
-        ended = trio.Event()
-        self._turns[turn] = (scope, ended)
-        self._nursery.start_soon(self._run_turn, turn, scope, ended, name=f"{turn!r} of {self.core.session!r}")
+        self._turns[turn] = trio.Event()
+        self._starting.append(turn)
+        if self._turn_wakeup is not None:
+            self._turn_wakeup.set()
 
-    async def _run_turn(self, turn: Turn, scope: trio.CancelScope, ended: trio.Event) -> None:
-        result: Any = TurnCancelled()
+    def _cancel_turn(self, turn: Turn) -> None:
+        if turn in self._turns:
+            self._aborting.add(turn)
+            if self._current is turn and self._turn_scope is not None:
+                self._turn_scope.cancel()
+
+    async def _run_turns(self) -> None:
+        """The session's turns, one after another, in one task.
+
+        Consecutive turns share one cancel scope until a turn is cancelled
+        (abort, a new generation, shutdown): only the turn running when it
+        is cancelled, or one that was cancelled before it began, meets the
+        cancellation; the next turn gets a fresh scope. One task and one
+        scope for many turns instead of a task and a scope per turn (their
+        start and end were a tenth of the daemon's time, docs/bench.md).
+        """
+        starting = self._starting
         try:
-            try:
-                with scope:
-                    try:
-                        # A host that reads slower than turns answer holds
-                        # the next turn back, not its connection's outbox.
-                        room = getattr(self.core.conn, "room", None)
-                        if room is not None:
-                            await room()
-                        result = await turn.session.run(AdapterTurn(operation_id=turn.operation_id, input=turn.input))
-                    except Exception as exc:
-                        result = TurnFailed(error_text(exc))
-            except Exception as exc:  # a group the scope's exit left behind
-                result = TurnFailed(error_text(exc))
+            while True:
+                while not starting:
+                    self._turn_wakeup = wakeup = trio.Event()
+                    await wakeup.wait()
+                    self._turn_wakeup = None
+                await self._run_turns_in(trio.CancelScope())
+        finally:
+            for ended in self._turns.values():  # cancelled with the session: nobody waits in vain
+                ended.set()
+
+    async def _run_turns_in(self, scope: trio.CancelScope) -> None:
+        """Run turns while some are starting, in ``scope``, until it is
+        cancelled."""
+        starting = self._starting
+        self._turn_scope = scope
+        turn = None
+        try:
+            with scope:
+                while starting and not scope.cancel_called:
+                    turn = starting.popleft()
+                    self._current = turn
+                    if turn in self._aborting:  # cancelled before it began
+                        scope.cancel()
+                    result = await self._run_one(turn)
+                    done, turn = turn, None
+                    self._finish(done, result)
+                    if starting and not scope.cancel_called:
+                        await trio.lowlevel.checkpoint()  # the next turn, after the others had a go
+        except Exception as exc:  # a group the scope's exit left behind
+            if turn is None:
+                raise  # not a turn's: a bug, loudly
+            done, turn = turn, None
+            self._finish(done, TurnFailed(error_text(exc)))
+        if turn is not None:  # the scope caught its cancellation
+            self._finish(turn, TurnCancelled())
+
+    async def _run_one(self, turn: Turn) -> Any:
+        """One turn's result; its cancellation (and a group holding it)
+        goes through."""
+        try:
+            # A host that reads slower than turns answer holds the next
+            # turn back, not its connection's outbox.
+            room = getattr(self.core.conn, "room", None)
+            if room is not None:
+                await room()
+            return await turn.session.run(AdapterTurn(operation_id=turn.operation_id, input=turn.input))
+        except Exception as exc:
+            return TurnFailed(error_text(exc))
+
+    def _finish(self, turn: Turn, result: Any) -> None:
+        self._current = None
+        try:
             self._apply(self.core.turn_finished(turn, result))
         finally:
-            del self._turns[turn]
-            ended.set()
+            self._aborting.discard(turn)
+            self._turns.pop(turn).set()
 
     # ------------------------------------------------------------------ adapter callbacks
 
@@ -367,9 +474,7 @@ class SessionRunner:
             elif kind is StartTurn:
                 self._start_turn(effect.turn)
             elif kind is CancelTurn:
-                entry = self._turns.get(effect.turn)
-                if entry is not None:
-                    entry[0].cancel()
+                self._cancel_turn(effect.turn)
             elif kind is CloseConnection:
                 effect.conn.close(effect.code, effect.reason)
             else:  # pragma: no cover - the core returns these only from handle/shutdown
@@ -399,6 +504,16 @@ class SessionRunner:
                     more = core.opened(effect.generation, session, can_steer=callable(getattr(session, "steer", None)))
                 await self._perform(more)
             elif kind is Steer:
+                if core.running is not effect.turn:
+                    # The steer was decided for a turn that has ended since
+                    # (its message was handled in its reader's task, and the
+                    # call waited for this task while the turn task ran the
+                    # turn to its end). The adapter must not hear of it: the
+                    # echo, for one, would keep the text for its next turn,
+                    # which is this operation's own (the text twice). Declined:
+                    # the operation queues, as if the turn had ended first.
+                    await self._perform(core.steered(effect.turn, effect.operation_id, False))
+                    continue
                 try:
                     took = await _maybe_await(effect.session.steer(effect.input))
                 except Exception as exc:
@@ -414,9 +529,9 @@ class SessionRunner:
                     except Exception as exc:
                         self._apply(core.configure_failed(effect.conn, exc))
             elif kind is AwaitTurn:
-                entry = self._turns.get(effect.turn)
-                if entry is not None:
-                    await entry[1].wait()
+                ended = self._turns.get(effect.turn)
+                if ended is not None:
+                    await ended.wait()
             elif kind is CloseSession:
                 try:
                     await _maybe_await(effect.session.close())
@@ -441,6 +556,11 @@ class SessionRunner:
         finally:
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()
+
+
+#: The effects :meth:`SessionRunner._apply` performs on the spot: a message
+#: whose effects are all of these needs no await.
+_AT_ONCE: Final = frozenset({Send, StartTurn, CancelTurn, CloseConnection})
 
 
 async def _maybe_await(value: Any) -> Any:

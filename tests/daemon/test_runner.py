@@ -16,6 +16,7 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed
 
+from router.daemon.adapters.echo import EchoAdapter
 from router.daemon.runner import OUTBOX_HIGH, SHUTDOWN_GRACE, Daemon, Outbox, SessionRunner
 from wire.container import AdapterInfo, Done, Unanswered, input_text
 
@@ -351,3 +352,46 @@ async def test_a_host_that_reads_slower_than_turns_answer_holds_the_turns_back(o
     await trio.testing.wait_all_tasks_blocked()
     outcomes = settles([json.loads(text) for text in written])
     assert len(outcomes) == count and not opened.outbox.overflowed
+
+
+# A takeover's overlapping links: the steered prompt applied once.
+
+
+ROUNDS = 48
+
+
+async def test_a_steer_decided_for_a_turn_that_ends_before_the_adapter_call_is_not_applied_twice(daemon):
+    """The older link's prompt starts a turn; the newer link (which replaced
+    it, 4001) steers a prompt into it before the turn task has run.
+
+    Whether the turn task or the task that performs the steer runs first is
+    Trio's choice (it runs each batch of ready tasks forwards or backwards
+    at random), so each round meets one order or the other; ``ROUNDS``
+    rounds meet both (a round is one batch: with only one order the test
+    would pass by luck with probability 2**-48). Either order is correct
+    only if the echo is told of the steered text at most once: folded into
+    the turn (``echo: hi a + hi b``), or declined and run as a turn of its
+    own (``echo: hi b``). The bug (found by the cluster's three-router kill
+    test, ``echo: hi e182 + hi e182``): the steer was decided for the
+    running turn, the turn ended before the adapter's ``steer`` was called,
+    the echo kept the text for its next turn, and that next turn was the
+    steered operation's own.
+    """
+    daemon.adapter = EchoAdapter()
+    for round in range(ROUNDS):
+        runner = daemon.session(f"takeover {round}")
+        old, new = Outbox("old"), Outbox("new")
+        runner.attach(old)
+        await runner.receive(old, json.dumps({"type": "replay", "after": 0}))
+        await runner.receive(old, json.dumps({"type": "open", "generation": 1, "settings": {}, "restore": []}))
+        await trio.testing.wait_all_tasks_blocked()
+        # No checkpoint from here to the steer: the turn is started, not run.
+        await runner.receive(old, json.dumps({"type": "prompt", "operationId": "a", "input": "hi a", "whenBusy": "steer"}))
+        runner.attach(new)
+        await runner.receive(new, json.dumps({"type": "replay", "after": 0}))
+        await runner.receive(new, json.dumps({"type": "prompt", "operationId": "b", "input": "hi b", "whenBusy": "steer"}))
+        await trio.testing.wait_all_tasks_blocked()
+        outcomes = settles(take(old) + take(new))
+        texts = {outcome["text"] for outcome in outcomes.values()}
+        assert set(outcomes) == {"a", "b"}, outcomes
+        assert texts in ({"echo: hi a + hi b (turn 1)"}, {"echo: hi a (turn 1)", "echo: hi b (turn 2)"}), (round, texts)

@@ -156,6 +156,25 @@ def test_dumps_is_json_python_reads_the_same_with_no_spaces_between_tokens(value
     assert " " not in structure and "\n" not in structure
 
 
+numbers_in_text = st.recursive(
+    st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(["3.", "a1e", "x" * 40, "é1.5"]),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=3), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(numbers_in_text)
+def test_dumps_writes_every_number_as_javascript_does(value):
+    # Every number token outside strings is as String(number) writes it,
+    # whichever scan let the text through (floats, integers of any length,
+    # and strings that look like numbers beside them).
+    import re
+
+    structure = re.sub(r'"(?:[^"\\]|\\.)*"', '""', dumps(value))
+    for token in re.findall(r"-?[0-9][0-9.eE+-]*", structure):
+        assert js_number(loads(token)) == token
+
+
 @given(st.text())
 def test_loads_never_raises_anything_but_json_error(text):
     try:
