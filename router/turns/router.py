@@ -339,6 +339,11 @@ class TurnRouter:
             "list_sessions tool) to see which there are, or create a container session (POST /sessions)",
         )
 
+    def is_open(self, session_id: str) -> bool:
+        """Whether ``session_id`` is open here (its tasks run in this
+        router): a session this router lists, known without a read."""
+        return self.registry.get(session_id) is not None
+
     async def list(self) -> list[dict[str, Any]]:
         """Every session: ``{id, kind, busy, state}`` (container sessions
         oldest first, then Claude Code sessions), with ``stopped`` (the
