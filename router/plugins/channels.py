@@ -33,11 +33,10 @@ good selection (none, on a first load).
 
 from __future__ import annotations
 
+import os
 from typing import Any, Awaitable, Callable, Final, Mapping
 
 import trio
-
-import os
 
 from router.plugins.broker import Answer, Broker
 from router.plugins.kinds import is_name
@@ -134,6 +133,7 @@ class Channels:
             # The key was taken over the old names: keep nothing, so the next
             # call loads again with every file it now depends on watched.
             self._names = names
+            self._watched.forget()
             return captured
         self._watched.keep(captured, key, began)
         return captured

@@ -120,6 +120,10 @@ class Watched(Generic[T]):
         a file was written too recently to trust its identity."""
         self._key, self._value = (key, value) if settled(key, began_ns, self._coarse_ns) else (None, None)
 
+    def forget(self) -> None:
+        """Keep nothing: the next call reads."""
+        self._key, self._value = None, None
+
     def begin(self) -> tuple[tuple[Identity, ...], int]:
         """The identities and the time to take **before** a read."""
         return self._identities(), time.time_ns()
