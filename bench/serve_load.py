@@ -469,14 +469,20 @@ async def main(args: argparse.Namespace) -> None:
             if args.plot:
                 plot(results, Path(args.plot))
             if args.hops:
-                for name in names:
-                    servers[name].stop()
-                    print_hops(name, servers[name], sum(len(level.latencies) for level in results[name]))
+                report_hops(servers, results)
         finally:
             for fleet in servers.values():
                 fleet.stop()
             if cluster is not None:
                 cluster.stop()
+
+
+def report_hops(servers: dict[str, Fleet], results: dict[str, list[Level]]) -> None:
+    """``--hops``: stop each directory's routers (they write their counts as
+    they exit) and print the counts."""
+    for name, fleet in servers.items():
+        fleet.stop()
+        print_hops(name, fleet, sum(len(level.latencies) for level in results[name]))
 
 
 def print_hops(name: str, fleet: Fleet, replies: int) -> None:
