@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/serve_load.py --senders 1,20 --sessions 20 --duration 20
                                          [--history N [--compare]] [--plot serve_load.png]
-                                         [--against CHECKOUT] [--floor] [--py-spy PATH]
+                                         [--against CHECKOUT] [--floor] [--py-spy PATH] [--hops]
                                          [--store URL | --postgres durable|throwaway] [--routers N]
 
 It starts a real ``router serve --port 0`` (its own process, the in-process
@@ -26,7 +26,12 @@ the same invocation, alternating level by level.
 ``--against CHECKOUT`` runs every level against another checkout's router
 too (alternating: a before/after in one run); ``--floor`` adds ``GET
 /healthz`` at each level (the HTTP stack's own cost); ``--py-spy PATH`` runs
-the server under ``py-spy record --gil`` (collapsed stacks to PATH).
+the server under ``py-spy record --gil`` (collapsed stacks to PATH);
+``--hops`` counts the server's worker-thread hops (every
+``trio.to_thread.run_sync``, by the four calling functions outside trio),
+printed per reply and by call site for each directory once its server has
+stopped (a ``sitecustomize`` on the server's path wraps the function; the
+counts include the start-up and the session creation).
 
 ``--store URL`` runs every router on that record (``router serve --store
 URL``: a SQLite data directory or ``postgresql://…``; every directory's
@@ -68,6 +73,30 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 #: ``--py-spy PATH``: the server runs under ``py-spy record`` (collapsed stacks).
 PROFILE: str | None = None
+#: ``--hops``: the server counts its worker-thread hops (see HOP_COUNTER).
+HOPS = False
+#: The ``sitecustomize`` that ``--hops`` puts on the server's path: it wraps
+#: ``trio.to_thread.run_sync`` and writes the counts, by call site, to
+#: ``$SERVE_LOAD_HOPS`` when the server exits.
+HOP_COUNTER = """
+import atexit, collections, json, os, sys
+import trio
+_real = trio.to_thread.run_sync
+_counts = collections.Counter()
+async def _counted(fn, *args, **kwargs):
+    frame, names = sys._getframe(1), []
+    while frame is not None and len(names) < 4:
+        if "/trio/" not in frame.f_code.co_filename and "_group_commit" not in frame.f_code.co_filename:
+            names.append(frame.f_code.co_qualname)
+        frame = frame.f_back
+    _counts[" < ".join(names)] += 1
+    return await _real(fn, *args, **kwargs)
+trio.to_thread.run_sync = _counted
+@atexit.register
+def _dump():
+    with open(os.environ["SERVE_LOAD_HOPS"], "w") as out:
+        json.dump(dict(_counts), out)
+"""
 #: The first line ``router serve`` prints once it listens: its page's URL
 #: (with the token), or ``listening on URL`` in older checkouts.
 LISTENING = re.compile(r"(?:listening on )?(http://[^\s]+)")
@@ -103,10 +132,17 @@ class Server:
         (self.data_dir / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
         prefix = [] if not PROFILE else [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw",
                                          "--rate", "200", "--gil", "-o", PROFILE, "--"]
+        path = str(self.repo)
+        if HOPS:
+            site = self.data_dir / "hop-counter"
+            site.mkdir(exist_ok=True)
+            (site / "sitecustomize.py").write_text(HOP_COUNTER)
+            path = f"{site}{os.pathsep}{path}"
+            env["SERVE_LOAD_HOPS"] = str(self.hops_file)
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "router", "serve", "--port", "0", "--data-dir", str(self.data_dir / "data"),
              "--settings", str(self.data_dir / "settings"), *self.extra],
-            cwd=self.repo, env={**env, "PYTHONPATH": str(self.repo)}, stdout=subprocess.PIPE, text=True,
+            cwd=self.repo, env={**env, "PYTHONPATH": path}, stdout=subprocess.PIPE, text=True,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -125,6 +161,17 @@ class Server:
     def cpu(self) -> float:
         assert self.proc is not None
         return _cpu_seconds(self._server_pid())
+
+    @property
+    def hops_file(self) -> Path:
+        return self.data_dir / "hops.json"
+
+    def hops(self) -> dict[str, int]:
+        """The hop counts by call site (``--hops``; after :meth:`stop`)."""
+        try:
+            return json.loads(self.hops_file.read_text())
+        except (OSError, ValueError):
+            return {}
 
     def _server_pid(self) -> int:
         assert self.proc is not None
@@ -421,11 +468,38 @@ async def main(args: argparse.Namespace) -> None:
                     print(f"{fresh.senders} senders: rate {names[1]} / fresh = {old.rate / fresh.rate:.2f}")
             if args.plot:
                 plot(results, Path(args.plot))
+            if args.hops:
+                report_hops(servers, results)
         finally:
             for fleet in servers.values():
                 fleet.stop()
             if cluster is not None:
                 cluster.stop()
+
+
+def report_hops(servers: dict[str, Fleet], results: dict[str, list[Level]]) -> None:
+    """``--hops``: stop each directory's routers (they write their counts as
+    they exit) and print the counts."""
+    for name, fleet in servers.items():
+        fleet.stop()
+        print_hops(name, fleet, sum(len(level.latencies) for level in results[name]))
+
+
+def print_hops(name: str, fleet: Fleet, replies: int) -> None:
+    """``--hops``: the directory's worker-thread hops per reply, and by call
+    site (those above 0.05 per reply)."""
+    counts: dict[str, int] = {}
+    for server in fleet.servers:
+        for site, count in server.hops().items():
+            counts[site] = counts.get(site, 0) + count
+    total = sum(counts.values())
+    if not replies or not total:
+        print(f"hops ({name}): not counted (no replies, or the server wrote no counts)")
+        return
+    print(f"hops ({name}): {total / replies:.2f} per reply ({total:,} hops, {replies:,} replies)")
+    for site, count in sorted(counts.items(), key=lambda item: -item[1]):
+        if count / replies >= 0.05:
+            print(f"  {count / replies:5.2f}  {site}")
 
 
 def _start_fleet(args: argparse.Namespace, cluster: Any, root: Path, repo: Path) -> Fleet:
@@ -478,6 +552,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also GET /healthz at each level: the HTTP stack's own cost, no delivery")
     parser.add_argument("--against", metavar="CHECKOUT", help="also measure another checkout's router, alternating")
     parser.add_argument("--py-spy", metavar="PATH", help="profile the server with py-spy (collapsed stacks to PATH)")
+    parser.add_argument("--hops", action="store_true", help="count the server's worker-thread hops, per reply")
     parser.add_argument("--serve-arg", action="append", default=[], help="an extra argument for router serve")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="URL", help="router serve --store URL for every router (default: each "
@@ -494,4 +569,5 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     arguments = parse_args()
     PROFILE = arguments.py_spy
+    HOPS = arguments.hops
     trio.run(main, arguments)

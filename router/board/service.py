@@ -17,7 +17,7 @@ resume, a read or a live view stand on:
   session's embedded router is on the board for its Claude Code session.
   Its own MCP client still reaches it (see :meth:`LocalBoard.holder`).
 - **Where a session is served** (:meth:`LocalBoard.holder`): here when this
-  router lists it; else at the one other router that lists it; else here
+  router has it open or lists it; else at the one other router that lists it; else here
   (a hidden session, or none at all: this router's own refusal answers).
   Several other routers listing it is ``ambiguous-session``: name one (the
   API's ``?router=NAME``, the tools' ``router``). A forwarded request
@@ -240,6 +240,10 @@ class LocalBoard:
                 return None
             found, _ = await holder(self.env, session, router=named, timeout=self.timeout)
             return found
+        if session not in self.hidden and self.router.is_open(session):
+            # Open here, so this router lists it: no need to list every
+            # session (a store read and two more worker-thread hops per send).
+            return None
         listed = {entry.get("id") for entry in await self.router.list() if entry.get("id") not in self.hidden}
         if session in listed:
             return None

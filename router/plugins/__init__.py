@@ -9,8 +9,9 @@ through the loader (``router.plugins.loader``) and the broker
 Layout: ``kinds`` (the registry), ``loader``, ``broker`` (deadlines and
 search), ``settings`` (files, revisions, patches), ``routing`` (harness
 routes and the launcher's checks), ``limits`` (fail-closed composition),
-``usage`` (turn brackets and records), ``channels``, ``layer`` (the object
-the main job holds) and ``cli`` (``router plugins|routes|limits``).
+``usage`` (turn brackets and records), ``channels``, ``watched`` (a value
+kept while its files keep their identity), ``layer`` (the object the main
+job holds) and ``cli`` (``router plugins|routes|limits``).
 """
 
 from router.plugins.broker import Answer, Broker

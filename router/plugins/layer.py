@@ -214,14 +214,22 @@ class PluginLayer:
 
     async def end_turn(self, bracket: Bracket) -> tuple[dict[str, Any], Stop | None]:
         """Store the turn's record, then ask whether the session must stop
-        (reading ``limits.json``, counting the records and asking the checks
-        in one worker-thread hop: this runs at every turn's end)."""
-        record = await self._meter().end(bracket)
+        (appending the record, reading ``limits.json``, counting the records
+        and asking the checks in one worker-thread hop: this runs at every
+        turn's end). The record is appended before the checks count, as
+        before: a check sees the turn that just ended."""
+        record = await self._meter().close(bracket)
         stop = await trio.to_thread.run_sync(
-            self._must_stop, self._switched_on("limit-check"), self.loader.modules("limit-check"),
+            self._append_and_check, record, self._switched_on("limit-check"), self.loader.modules("limit-check"),
             dict(bracket.subject),
         )
         return record, stop
+
+    def _append_and_check(self, record: dict[str, Any], switched_on: list[str], modules: Any,
+                          subject: dict[str, Any]) -> Stop | None:
+        """In a worker thread: store the turn's record, then :meth:`_must_stop`."""
+        self.records.append(record)
+        return self._must_stop(switched_on, modules, subject)
 
     def _must_stop(self, switched_on: list[str], modules: Any, subject: dict[str, Any]) -> Stop | None:
         """In a worker thread: the limit checks' ``must_stop`` for the turn

@@ -649,6 +649,14 @@ class TurnMeter:
 
     async def end(self, bracket: Bracket) -> dict[str, Any]:
         """Close the bracket, store the turn's record and return it."""
+        record = await self.close(bracket)
+        await trio.to_thread.run_sync(self._records.append, record)
+        return record
+
+    async def close(self, bracket: Bracket) -> dict[str, Any]:
+        """Close the bracket and return the turn's record, not stored: the
+        caller appends it (the plug-in layer's turn end, in the worker-thread
+        hop that also asks the limit checks)."""
         usage = None
         source = None
         for module, mark in bracket.sources:
@@ -669,5 +677,4 @@ class TurnMeter:
             "usage": usage,
             "source": source,
         }
-        await trio.to_thread.run_sync(self._records.append, record)
         return record

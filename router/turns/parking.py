@@ -64,6 +64,7 @@ import attrs
 import trio
 
 from router.limits import shared as shared_limits
+from router.plugins.watched import Watched
 from router.errors import Refusal
 from router.limits import LimitSeen, Park, ParkBook, Parked, ParkTimer, Resume, wall_ms
 from router.turns.core import Answered, Delivery, DeliveryEntry, Reply, State
@@ -120,6 +121,12 @@ class Parking:
         self.router = router
         #: The account limits every local router shares (router.limits.shared; None: this router's own only).
         self.shared = shared
+        # The shared file read again only when its identity changed (another
+        # router's write renames a new file over it): no thread hop per
+        # delivery while it stands.
+        self._shared_file: Watched[dict[str, dict[str, Any]]] | None = (
+            None if shared is None else Watched(lambda: [shared], partial(shared_limits.read, shared))
+        )
         self.deliveries = router.deliveries
         self.timer = ParkTimer(book or ParkBook(rng=random.Random()), on_resume=self._due, wall=wall)
         self._accounts: dict[str, str] = {}
@@ -170,10 +177,12 @@ class Parking:
 
     async def check_shared(self, *session_ids: str) -> None:
         """Park each of ``session_ids`` whose account another local router
-        found limited (the shared file, read once; :mod:`router.limits.shared`)."""
-        if self.shared is None or not session_ids:
+        found limited (the shared file, read once, and only when it changed
+        since the last read: :mod:`router.plugins.watched`;
+        :mod:`router.limits.shared`)."""
+        if self._shared_file is None or not session_ids:
             return
-        limits = await trio.to_thread.run_sync(shared_limits.read, self.shared)
+        limits = await self._shared_file.get()
         now = self.timer.now()
         for session_id in session_ids:
             account = await self._account(session_id)

@@ -339,6 +339,11 @@ class TurnRouter:
             "list_sessions tool) to see which there are, or create a container session (POST /sessions)",
         )
 
+    def is_open(self, session_id: str) -> bool:
+        """Whether ``session_id`` is open here (its tasks run in this
+        router): a session this router lists, known without a read."""
+        return self.registry.get(session_id) is not None
+
     async def list(self) -> list[dict[str, Any]]:
         """Every session: ``{id, kind, busy, state}`` (container sessions
         oldest first, then Claude Code sessions), with ``stopped`` (the
@@ -575,15 +580,16 @@ class TurnRouter:
         await self._measured(session)
         readiness = session.target.readiness(self._stop_reason(session))
         # Read the entry again, plan and store the plan in one call: one
-        # thread hop and one commit (the log's group commit may hold others).
-        entry, planned_step = await self.deliveries.call(self._plan, delivery.event_id, readiness)
+        # thread hop and one commit (the log's group commit may hold others);
+        # a prompt's launch record is read in it too, for its turn's bracket.
+        entry, planned_step, launch = await self.deliveries.call(self._plan, delivery.event_id, readiness)
         if planned_step is None:
             assert entry.answer is not None
             return Answered(answer=entry.answer, from_record=True)
         planned, step = planned_step
         if not isinstance(step, (WriteMessage, SubmitPrompt)):
             return step
-        outcome, abort = await self._write(session, step)
+        outcome, abort = await self._write(session, step, launch)
         if abort is not None:
             await session.target.abort_operation(abort.operation_id)
         settled, reply = settle(planned, step, outcome)
@@ -592,17 +598,20 @@ class TurnRouter:
             self.delivered += 1
         return reply
 
-    def _plan(self, event_id: str, readiness: Any) -> tuple[Any, Any]:
+    def _plan(self, event_id: str, readiness: Any) -> tuple[Any, Any, LaunchRecord | None]:
         """In the log's thread: the delivery's entry and, unless a resend
-        queued behind the first attempt finds it answered, its plan, stored."""
+        queued behind the first attempt finds it answered, its plan, stored;
+        for a prompt (a container session's turn) the session's stored
+        launch record too (None: none stored, or not a prompt)."""
         entry = self.deliveries.get(event_id)
         if entry is None:  # pragma: no cover - admitted entries are never removed
             raise RuntimeError(f"no entry for admitted event {event_id!r}")
         if entry.state is State.ANSWERED:
-            return entry, None
+            return entry, None, None
         planned, step = plan(entry, readiness)
         self.deliveries.put(planned)
-        return entry, (planned, step)
+        launch = self.deliveries.launch_of(entry.session) if isinstance(step, SubmitPrompt) else None
+        return entry, (planned, step), launch
 
     async def _measured(self, session: Session) -> None:
         """Hold a delivery while the turn before it is being measured, so
@@ -623,14 +632,14 @@ class TurnRouter:
                         session.id, self.measure_wait, brackets)
 
     async def _write(
-        self, session: Session, step: WriteMessage | SubmitPrompt
+        self, session: Session, step: WriteMessage | SubmitPrompt, launch: LaunchRecord | None = None
     ) -> tuple[Outcome, AbortOperation | None]:
         """Write ``step`` through the session's target. The stop is read
         twice, each time right after an await, and the core decides what it
         means: stopped before the write went out, nothing is written;
         stopped while the host stored it, the operation is aborted."""
         target, brackets = session.target, session.brackets
-        await target.prepare(step, brackets)
+        await target.prepare(step, brackets, launch)
         stopped = before_write(self._stop_reason(session))
         if stopped is not None:
             target.withdraw(step, brackets)

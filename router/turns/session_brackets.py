@@ -75,6 +75,8 @@ class SessionBrackets:
         self._on_stop = on_stop
         self._now = now
         self._queue: collections.deque[Effect] = collections.deque()
+        #: turn id -> the launch record its writer read (see :meth:`writing`).
+        self._launches: dict[str, LaunchRecord] = {}
         self._work = trio.lowlevel.ParkingLot()
         self._changed = trio.lowlevel.ParkingLot()
         #: The last turn record ``end_turn`` stored (for tests and statistics).
@@ -108,10 +110,18 @@ class SessionBrackets:
             self._work.unpark_all()
         self._changed.unpark_all()
 
-    def writing(self, turn_id: str) -> None:
+    def writing(self, turn_id: str, launch: LaunchRecord | None = None) -> None:
+        """A turn is about to be written. ``launch``: the session's launch
+        record, when the writer read it in a hop it made anyway (the
+        delivery's plan): a bracket this opens uses it instead of reading it
+        again (``launch()``, a worker-thread hop), whether it opens now or
+        once the bracket before has closed."""
+        if launch is not None:
+            self._launches[turn_id] = launch
         self._apply(self.core.writing(turn_id))
 
     def not_writing(self, turn_id: str) -> None:
+        self._launches.pop(turn_id, None)
         self._apply(self.core.not_writing(turn_id))
 
     def turn_started(self, turn_id: str) -> None:
@@ -158,10 +168,19 @@ class SessionBrackets:
                     self._owed -= 1
                     self._changed.unpark_all()
 
+    def _writers_launch(self) -> LaunchRecord | None:
+        """The launch record a writer read for a turn this bracket opens for
+        (one expected or running now), if any; every other is dropped (a
+        bracket that opens later reads its own)."""
+        turns = self.core.expected | self.core.running
+        launch = next((self._launches[t] for t in sorted(turns) if t in self._launches), None)
+        self._launches.clear()
+        return launch
+
     async def _carry_out(self, effect: Effect) -> None:
         if isinstance(effect, Begin):
             try:
-                launch = await self._launch()
+                launch = self._writers_launch() or await self._launch()
                 bracket: Any = await self._layer.begin_turn(launch)
             except Exception as exc:
                 self.failures += 1

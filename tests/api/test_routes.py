@@ -3,6 +3,7 @@ bodies, the guards, the channels, the live view as server-sent events."""
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.errors import Refusal
+from router.plugins import watched
 from router.turns.requests import SendRequest, send_request_from_body
 from tests.api.conftest import AUTH, TOKEN, Api
 from tests.turns.conftest import until
@@ -288,3 +290,33 @@ async def test_a_claude_code_session_through_the_api(api: Api, nursery: trio.Nur
     assert transcript["messages"][0]["card"] is True and transcript["messages"][0]["role"] == "user"
     assert transcript["messages"][1]["role"] == "assistant"
     refusal(await api.client.post(f"/sessions/{CLAUDE}/abort", json={}), 409, "abort-unsupported")
+
+
+def _hop_name(fn: Any) -> str:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__qualname__", repr(fn))
+
+
+async def test_a_delivery_reads_no_settings_while_they_stand(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``plugins.json`` unchanged: a send takes the kept channel modules, with
+    no worker-thread hop to read the file or load the modules; edited, the
+    next send sees it."""
+    monkeypatch.setattr(watched, "COARSE_CLOCK_NS", 0)  # keep files written a moment ago
+    api.write_plugins({"channel": ["cli", "webui"]})
+    for n in range(2):  # the first learns the modules' names, the second keeps the load
+        assert (await api.send("root", {"text": "warm", "eventId": f"w{n}", "wait": True})).status_code == 200
+    hops: list[str] = []
+    real = trio.to_thread.run_sync
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(_hop_name(fn))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+    for n in range(5):
+        assert (await api.send("root", {"text": "kept", "eventId": f"k{n}", "wait": True})).status_code == 200
+    assert not [hop for hop in hops if "SettingsDir" in hop or "Loader" in hop], hops
+    api.write_plugins({"channel": ["cli"]})  # another size: another identity
+    off = await api.send("root", {"text": "off", "eventId": "off"})
+    assert off.status_code == 503 and off.json()["error"] == "channel-off"

@@ -122,3 +122,100 @@ async def test_a_file_without_plugins_switches_every_channel_off(settings_dir: P
     assert isinstance(await surface.dispatch("cli", "list", {}, Core()), Answer)
     (settings_dir / "plugins.json").write_text("{}")
     assert (await surface.dispatch("cli", "list", {}, Core())).code == "channel-off"
+
+
+# ----------------------------------------------------------------- the kept load
+# The channel modules are loaded again only when plugins.json or a named
+# module's files change (router.plugins.watched). ``coarse_ns=0`` lets the
+# tests keep a load of files written a moment ago; each edit below changes
+# the file's size, so its identity changes whatever the clock's tick.
+
+
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "plugin-tree"
+    for name in ("cli", "webui"):
+        (root / "channel" / name).mkdir(parents=True)
+        source = Path(__file__).resolve().parents[2] / "router" / "plugins" / "channel" / name / "__init__.py"
+        (root / "channel" / name / "__init__.py").write_bytes(source.read_bytes())
+    return root
+
+
+def kept_channels(settings_dir: Path, root: Path, **extra) -> Channels:
+    return Channels(settings=SettingsDir(settings_dir), loader=Loader(root=str(root), log=lambda entry: None),
+                    broker=Broker(log=lambda e: None), **extra)
+
+
+class Hops:
+    """Counts worker-thread hops (``trio.to_thread.run_sync``)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.count = 0
+        real = trio.to_thread.run_sync
+
+        async def counted(*args, **kwargs):
+            self.count += 1
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+
+
+async def test_unchanged_settings_are_not_read_again(settings_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    set_channels(settings_dir, ["cli", "webui"])
+    surface = kept_channels(settings_dir, tree(tmp_path), coarse_ns=0)
+    core = Core()
+    for _ in range(2):  # the first learns which modules the file names, the second keeps
+        assert isinstance(await surface.dispatch("cli", "list", {}, core), Answer)
+    loads = surface.loads
+    hops = Hops(monkeypatch)
+    for _ in range(20):
+        assert isinstance(await surface.dispatch("webui", "list", {}, core), Answer)
+    assert surface.loads == loads
+    assert hops.count == 0
+
+
+async def test_plugins_json_edited_is_seen_by_the_next_request(settings_dir: Path, tmp_path: Path) -> None:
+    set_channels(settings_dir, ["cli", "webui"])
+    surface = kept_channels(settings_dir, tree(tmp_path), coarse_ns=0)
+    core = Core()
+    for _ in range(3):
+        assert isinstance(await surface.dispatch("cli", "list", {}, core), Answer)
+    set_channels(settings_dir, ["webui"])
+    assert (await surface.dispatch("cli", "list", {}, core)).code == "channel-off"
+    set_channels(settings_dir, ["cli", "webui"])
+    assert isinstance(await surface.dispatch("cli", "list", {}, core), Answer)
+
+
+async def test_a_module_edited_is_seen_by_the_next_request(settings_dir: Path, tmp_path: Path) -> None:
+    set_channels(settings_dir, ["cli", "webui"])
+    root = tree(tmp_path)
+    surface = kept_channels(settings_dir, root, coarse_ns=0)
+    core = Core()
+    for _ in range(3):
+        assert isinstance(await surface.dispatch("cli", "list", {}, core), Answer)
+    init = root / "channel" / "cli" / "__init__.py"
+    init.write_text(init.read_text() + "\n\nasync def dispatch(request, core):\n    raise RuntimeError('edited')\n")
+    assert (await surface.dispatch("cli", "list", {}, core)).code == "channel-failed"
+
+
+async def test_a_named_module_that_appears_is_seen(settings_dir: Path, tmp_path: Path) -> None:
+    root = tree(tmp_path)
+    webui = root / "channel" / "webui"
+    webui.rename(tmp_path / "away")
+    set_channels(settings_dir, ["cli", "webui"])  # webui is missing: refused, cli stays on
+    surface = kept_channels(settings_dir, root, coarse_ns=0)
+    core = Core()
+    for _ in range(3):
+        assert (await surface.dispatch("webui", "list", {}, core)).code == "channel-off"
+    (tmp_path / "away").rename(webui)
+    assert isinstance(await surface.dispatch("webui", "list", {}, core), Answer)
+
+
+async def test_a_file_written_within_a_clock_tick_is_read_every_time(settings_dir: Path, tmp_path: Path) -> None:
+    set_channels(settings_dir, ["cli", "webui"])
+    # A tick longer than the test can take: the files are always too recent
+    # to trust, however slow the machine (the default tick is 2 s).
+    surface = kept_channels(settings_dir, tree(tmp_path), coarse_ns=10**18)
+    core = Core()
+    for _ in range(4):
+        assert isinstance(await surface.dispatch("cli", "list", {}, core), Answer)
+    assert surface.loads == 4

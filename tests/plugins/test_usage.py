@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import trio
 
 from router.plugins.broker import Broker
 from router.plugins.layer import PluginLayer
@@ -244,7 +245,7 @@ async def test_the_meter_takes_the_first_known_source_and_survives_failing_ones(
 # --------------------------------------------------------------------------- the layer
 
 
-async def test_turn_usage_lands_then_the_limit_stops_the_session(settings_dir: Path) -> None:
+async def test_turn_usage_lands_then_the_limit_stops_the_session(settings_dir: Path, monkeypatch) -> None:
     settings = SettingsDir(settings_dir)
     settings.ensure("plugins.json")
     settings.ensure("routes.json")
@@ -277,7 +278,19 @@ async def test_turn_usage_lands_then_the_limit_stops_the_session(settings_dir: P
 
     bracket = await layer.begin_turn(launch)
     ledger.add("s-1", input_tokens=30, output_tokens=10)
+    hops = []
+    real = trio.to_thread.run_sync
+
+    async def counted(fn, *args, **kwargs):
+        hops.append(fn)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counted)
     record, stop = await layer.end_turn(bracket)
+    monkeypatch.setattr(trio.to_thread, "run_sync", real)
+    # The record's append and the checks (limits.json, the records they
+    # count) share one worker-thread hop, the append first.
+    assert len(hops) == 1
     assert records.read()[-1] == record  # the turn's usage landed before the answer
     assert stop.reason == "limit: token-limit tokens.instances.default limit 100 count 100"
     refusal = await layer.launch("default", session="s-2")

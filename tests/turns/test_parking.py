@@ -186,3 +186,39 @@ async def test_a_limit_one_router_learns_parks_the_account_in_another(make_rig, 
         assert (await second.router.resume("b1"))["resumed"] is True
         _, answer = await second.router.send("b1", "after the resume", event_id="eb2", wait=True)
         assert answer["status"] == "delivered" and answer["reply"]["status"] == "done"
+
+
+async def test_the_shared_file_is_read_again_only_when_it_changed(make_rig, nursery, tmp_path, monkeypatch):
+    """Before each delivery the router checks the shared account limits: while
+    the file keeps its identity no worker thread reads it; another router's
+    write (a new file renamed over it) is seen by the next delivery."""
+    from functools import partial
+
+    from router.limits import shared as shared_limits
+    from router.plugins import watched
+
+    monkeypatch.setattr(watched, "COARSE_CLOCK_NS", 0)  # keep a file written a moment ago
+    shared = tmp_path / "account-limits.json"
+    shared_limits.record(shared, "someone-else", resets_at=1, limit_kind="five_hour", source="x", at=0)
+    rig = await make_rig(name="one", park_book=book(), shared_limits=shared)
+    await nursery.start(rig.router.parking.run)
+    await rig.router.create("s1")
+    reads = []
+    real = trio.to_thread.run_sync
+
+    async def counted(fn, *args, **kwargs):
+        if (fn.func if isinstance(fn, partial) else fn) is shared_limits.read:
+            reads.append(fn)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+    with trio.fail_after(WAIT):
+        for n in range(4):
+            _, answer = await rig.router.send("s1", f"m{n}", event_id=f"e{n}", wait=True)
+            assert answer["status"] == "delivered"
+        assert len(reads) <= 1  # the first check may read it; none after
+        # Another router learns the account's limit: the file is replaced.
+        shared_limits.record(shared, "default", resets_at=int(time.time() * 1000) + 60_000,
+                             limit_kind="five_hour", source="elsewhere", at=0)
+        _, parked = await rig.router.send("s1", "after", event_id="after")
+        assert parked["status"] == "parked"

@@ -128,8 +128,11 @@ class Target(Protocol):
         """What :func:`~router.turns.core.plan` needs to know of the
         session now; ``stopped`` is its stop's reason, if a limit stopped it."""
 
-    async def prepare(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None) -> None:
-        """Get ready to write ``step`` (a container turn's bracket opens first)."""
+    async def prepare(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None,
+                      launch: LaunchRecord | None = None) -> None:
+        """Get ready to write ``step`` (a container turn's bracket opens
+        first). ``launch``: the session's stored launch record when the
+        router read it already, in the delivery's plan."""
 
     def withdraw(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None) -> None:
         """``step`` was prepared and does not go out after all."""

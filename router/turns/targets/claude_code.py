@@ -291,7 +291,8 @@ class ClaudeCodeTarget:
     def readiness(self, stopped: str | None) -> ClaudeCodeReadiness:
         return ClaudeCodeReadiness(connected=self.link.state.hello_session_id is not None, stopped=stopped)
 
-    async def prepare(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None) -> None:
+    async def prepare(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None,
+                      launch: LaunchRecord | None = None) -> None:
         """Nothing to prepare: the mod writes into whatever turn runs."""
 
     def withdraw(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None) -> None:

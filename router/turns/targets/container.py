@@ -253,14 +253,17 @@ class ContainerTarget:
     def readiness(self, stopped: str | None) -> ContainerReadiness:
         return ContainerReadiness(steers=self.sessions.steers(self.id), stopped=stopped)
 
-    async def prepare(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None) -> None:
+    async def prepare(self, step: WriteMessage | SubmitPrompt, brackets: SessionBrackets | None,
+                      launch: LaunchRecord | None = None) -> None:
         """Open the turn's bracket before the operation is submitted (the
         adapter may report usage the moment it starts), and wait until its
-        marks are taken; at most ``bracket_wait`` seconds (logged)."""
+        marks are taken; at most ``bracket_wait`` seconds (logged). A
+        ``launch`` read in the delivery's plan is the bracket's (what
+        :meth:`launch_record` answers when the record holds one)."""
         assert isinstance(step, SubmitPrompt)
         if brackets is None:
             return
-        brackets.writing(step.operation_id)
+        brackets.writing(step.operation_id, launch)
         wait = self.sessions.bracket_wait
         with trio.move_on_after(wait) as waited:
             await brackets.wait_until(lambda core: core.open)
