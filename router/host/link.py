@@ -385,17 +385,25 @@ async def probe(endpoint: DaemonEndpoint, session: str) -> Hello:
 
 # --------------------------------------------------------------------------- backoff
 
+#: The jitter's source for every :class:`Backoff` not given its own: one
+#: Mersenne Twister per process, not one per session (its state is 2.5 KiB,
+#: which was the largest single item of an idle session's heap; issue 16).
+#: The jitter needs no independence between sessions, only spread.
+SHARED_RNG: Final = random.Random()
+
+
 @attrs.define
 class Backoff:
     """Capped exponential backoff with jitter: the ``n``-th pause is drawn
     from ``[d/2, d]`` with ``d = min(cap, base * 2**n)``, so a crowd of
     sessions that lost one daemon does not redial in lockstep, and no pause
-    is shorter than half its step."""
+    is shorter than half its step. ``rng`` is :data:`SHARED_RNG` unless one
+    is given (a test seeds its own)."""
 
     base: float = RECONNECT_BASE
     cap: float = RECONNECT_CAP
     attempt: int = 0
-    rng: random.Random = attrs.field(factory=random.Random, repr=False)
+    rng: random.Random = attrs.field(default=SHARED_RNG, repr=False)
 
     def next(self) -> float:
         step = min(self.cap, self.base * (2 ** min(self.attempt, 32)))

@@ -64,6 +64,17 @@ def test_backoff_grows_to_its_cap_with_jitter_and_resets() -> None:
     assert 0.5 <= backoff.next() <= 1.0
 
 
+def test_backoffs_share_one_rng_unless_given_their_own() -> None:
+    from router.host.link import SHARED_RNG
+
+    first, second = Backoff(), Backoff(base=2.0)
+    assert first.rng is SHARED_RNG and second.rng is SHARED_RNG
+    seeded = [Backoff(base=1.0, cap=8.0, rng=random.Random(7)) for _ in range(2)]
+    assert seeded[0].rng is not SHARED_RNG
+    # A seeded backoff draws the same pauses as another seeded alike.
+    assert [seeded[0].next() for _ in range(5)] == [seeded[1].next() for _ in range(5)]
+
+
 async def start(nursery: trio.Nursery, store: Store, daemon: FakeDaemon, **settings: object) -> Host:
     host = Host(store, DaemonEndpoint(daemon.url, "t"), HostSettings(**{**FAST, **settings}))  # type: ignore[arg-type]
     await nursery.start(host.run)
@@ -233,3 +244,4 @@ async def test_a_daemon_that_stops_reading_mid_send_is_redialled(nursery: trio.N
         await until(lambda: daemon.connections >= 2)
     assert session.link.last_error is not None
     assert session.link.last_error.code == "ping-timeout"
+
