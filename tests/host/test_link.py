@@ -245,3 +245,45 @@ async def test_a_daemon_that_stops_reading_mid_send_is_redialled(nursery: trio.N
     assert session.link.last_error is not None
     assert session.link.last_error.code == "ping-timeout"
 
+
+def _tasks_under(task: trio.lowlevel.Task) -> list[trio.lowlevel.Task]:
+    found = [task]
+    for nursery in task.child_nurseries:
+        for child in nursery.child_tasks:
+            found += _tasks_under(child)
+    return found
+
+
+def _find_task(name: str) -> trio.lowlevel.Task | None:
+    pending = [trio.lowlevel.current_root_task()]
+    while pending:
+        task = pending.pop()
+        if task is not None and task.name == name:
+            return task
+        pending += [child for nursery in task.child_nurseries for child in nursery.child_tasks]
+    return None
+
+
+#: Tasks an idle live link may hold, its own included (issue 16: the link's
+#: task is its connect loop and driver; the connection's reader pings too).
+IDLE_LINK_TASKS = 3
+
+
+async def test_an_idle_link_holds_few_tasks(nursery: trio.Nursery, store: Store) -> None:
+    async def script(connection: FakeConnection) -> None:
+        await connection.greet()
+        prompt = await connection.receive_type("prompt")
+        await connection.send(
+            {"type": "frame", "seq": 1, "frame": {"kind": "settle", "operationId": prompt["operationId"], "outcome": {"status": "done", "text": "ok"}}}
+        )
+        await trio.sleep_forever()
+
+    daemon = await fake(nursery, script)
+    host = await start(nursery, store, daemon)
+    session = host.session()
+    result, _ = await session.prompt("x")
+    assert result.text == "ok" and session.link.state == "live"
+    task = _find_task(f"session {session.id!r}")
+    assert task is not None
+    tasks = _tasks_under(task)
+    assert len(tasks) <= IDLE_LINK_TASKS, [t.name for t in tasks]
