@@ -8,9 +8,10 @@ A :class:`SessionLink` is started by its owner (the
 :class:`LinkOwner` protocol) in the owner's nursery when a session has work
 (or a subscriber), and runs until the session is closed or the host stops.
 Its task runs the connect loop itself. Each connection gets a nursery of
-its own (the WebSocket's reader task, and ours), so dropping a connection
-cancels exactly that connection's tasks; the link's own task is the
-connection's driver.
+its own with one task, the connection's reader (the WebSocket,
+:mod:`router.host.websocket`, has no task of its own), so dropping a
+connection cancels exactly that connection's task; the link's own task is
+the connection's driver. An idle live link is two tasks.
 
 Theory of operation
 -------------------
@@ -25,7 +26,7 @@ and fails with the last error.
 
 One connection: a reader task moves messages from the socket into a bounded
 inbox (a deque; backpressure: a slow store stops the reader, and then
-trio-websocket stops reading the socket); the driver (the connection's main
+nothing reads the socket); the driver (the connection's main
 task, the only owner of the connection core and the only writer) takes
 everything queued, applies it in **one store transaction** (one batch),
 then, with the transaction committed, notifies (settle waiters, live
@@ -59,7 +60,6 @@ import math
 from typing import Any, Awaitable, Callable, Final, Iterator, Protocol, Sequence
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from router._db import database_errors
 from router._fanout import FanOut, Lagged, Subscription
@@ -80,6 +80,7 @@ from router.host.link import (
 from router.host.reconcile import ConnectionCore, Effects, UnreadableFrame, frame_seq, is_store_failure
 from router.host.settings import HostSettings
 from router.host.store import Store
+from router.host.websocket import ClientWebSocket, WebSocketClosed
 from wire.container import Abort, AdapterInfo, ErrorMessage, Hello, dump_message, parse_daemon_message
 
 log = logging.getLogger(__name__)
@@ -151,10 +152,10 @@ class _Inbox:
         self._drained: trio.Event | None = None
         #: The reader has returned; ``closed`` says how the daemon closed.
         self.ended = False
-        self.closed: ConnectionClosed | None = None
+        self.closed: WebSocketClosed | None = None
 
-    def put(self, message: Any) -> None:
-        self._queue.append(message)
+    def put(self, messages: list[Any]) -> None:
+        self._queue.extend(messages)
 
     @property
     def full(self) -> bool:
@@ -441,7 +442,7 @@ class SessionLink:
         async with trio.open_nursery() as nursery:
             socket: SessionSocket | None = None
             try:
-                socket = await dial(nursery, self.endpoint, self.session, connect_timeout=settings.connect_timeout)
+                socket = await dial(self.endpoint, self.session, connect_timeout=settings.connect_timeout)
                 hello = await read_hello(socket.ws, self.endpoint, timeout=settings.hello_timeout)
                 self.core.hello_received()
                 self._moved()
@@ -482,7 +483,7 @@ class SessionLink:
         if scope.cancelled_caught:
             raise _Redial()
 
-    async def _connected(self, ws: WebSocketConnection, core: ConnectionCore, hello: Hello) -> None:
+    async def _connected(self, ws: ClientWebSocket, core: ConnectionCore, hello: Hello) -> None:
         self.core.reconciling()
         store = self.store
         reconciled = await store.transact(core.hello, hello)
@@ -492,7 +493,7 @@ class SessionLink:
         self._moved()
         await self._send(ws, effects)
 
-    async def _drive(self, ws: WebSocketConnection, core: ConnectionCore, inbox: _Inbox) -> None:
+    async def _drive(self, ws: ClientWebSocket, core: ConnectionCore, inbox: _Inbox) -> None:
         while True:
             self._wake = trio.Event()
             interrupt = self.core.interrupt()
@@ -511,7 +512,7 @@ class SessionLink:
             if not batch and requests is None:
                 await self._wake.wait()
 
-    async def _apply(self, ws: WebSocketConnection, core: ConnectionCore, batch: list[Any]) -> None:
+    async def _apply(self, ws: ClientWebSocket, core: ConnectionCore, batch: list[Any]) -> None:
         messages = self._parse(batch)
         if messages:
             try:
@@ -527,7 +528,7 @@ class SessionLink:
             self._commit(effects)
             await self._send(ws, effects)
 
-    async def _run_requests(self, ws: WebSocketConnection, core: ConnectionCore, requests: Requests) -> None:
+    async def _run_requests(self, ws: ClientWebSocket, core: ConnectionCore, requests: Requests) -> None:
         store = self.store
         effects = Effects(sends=tuple(Abort(operation_id=op) for op in requests.aborts))
         if requests.deliver:
@@ -571,57 +572,61 @@ class SessionLink:
         log.warning("session %r: frame %d does not parse (%s); passing it: %.120r", self.session, seq, reason, text)
         return UnreadableFrame(seq=seq, reason=f"it does not parse: {reason}", text=text)
 
-    async def _reader(self, ws: WebSocketConnection, inbox: _Inbox) -> None:
-        """Move messages from the socket into ``inbox`` (waiting while it is
-        full: a slow store stops the reader, and then trio-websocket stops
-        reading the socket), and ping the daemon every ``ping_interval``.
+    async def _reader(self, ws: ClientWebSocket, inbox: _Inbox) -> None:
+        """Move messages from the socket into ``inbox`` (every message one
+        read of the socket completes, at once; waiting while the inbox is
+        full: a slow store stops the reader, and the reader stops reading
+        the socket), and ping the daemon every ``ping_interval``.
 
-        The heartbeat lives in this task (one task fewer per idle link,
-        issue 16): the receive runs in a cancel scope whose deadline is the
-        next ping; when it fires, a ping is sent and its pong awaited. A
-        ping unanswered for ``ping_timeout`` drops the connection (a
+        The heartbeat lives in this task (issue 16: fewer tasks per idle
+        link): the receive runs in a cancel scope whose deadline is the next
+        ping's time, or, while a ping is unanswered, its pong's due time.
+        A ping unanswered for ``ping_timeout`` drops the connection (a
         half-open TCP connection would otherwise hold a session forever:
         the daemon never drops a quiet socket, and neither side writes
         while idle). A ping stuck behind a send that cannot go out (a
         daemon that stopped reading) counts as unanswered, and the send is
-        cancelled. While the pong is awaited, trio-websocket's own reader
-        keeps reading into its queue."""
+        cancelled."""
         settings = self.settings
         interval = math.inf if settings.ping_interval is None else settings.ping_interval
+        ping_at = trio.current_time() + interval
+        pong_due = math.inf
         try:
             while True:
-                with trio.move_on_after(interval):
+                with trio.CancelScope(deadline=pong_due if ws.awaiting_pong else ping_at):
                     while True:
                         if inbox.full:
                             await inbox.wait_drained()
-                        inbox.put(await ws.get_message())
+                        inbox.put(await ws.receive())
                         self._wake.set()
-                if not await self._ping(ws):
-                    return
-        except ConnectionClosed as error:
+                now = trio.current_time()
+                if ws.awaiting_pong:
+                    if now >= pong_due:
+                        self._ping_timed_out()
+                        return
+                elif now >= ping_at:
+                    ping_at, pong_due = now + interval, now + settings.ping_timeout
+                    with trio.move_on_after(settings.ping_timeout) as scope:
+                        await ws.ping()
+                    if scope.cancelled_caught:
+                        self._ping_timed_out()
+                        return
+        except WebSocketClosed as error:
             inbox.closed = error
         finally:
             inbox.ended = True
             self._wake.set()
 
-    async def _ping(self, ws: WebSocketConnection) -> bool:
-        """One ping; False when it went unanswered (the connection is
-        dropped: the driver woken, a send in progress cancelled)."""
-        settings = self.settings
-        with trio.move_on_after(settings.ping_timeout) as scope:
-            try:
-                await ws.ping()
-            except trio.BrokenResourceError:
-                return False  # the driver's next read of the socket reports it
-        if not scope.cancelled_caught:
-            return True
+    def _ping_timed_out(self) -> None:
+        """Drop the connection: a ping went unanswered (the driver woken, a
+        send in progress cancelled)."""
+        timeout = self.settings.ping_timeout
         self.core.ping_timed_out(
-            LinkDropped("ping-timeout", f"the daemon did not answer a ping within {settings.ping_timeout:g} s")
+            LinkDropped("ping-timeout", f"the daemon did not answer a ping within {timeout:g} s")
         )
         self._wake.set()
         if self._sending is not None:
             self._sending.cancel()
-        return False
 
     def _commit(self, effects: Effects) -> None:
         """After a transaction committed: tell waiters and subscribers.
@@ -630,17 +635,15 @@ class SessionLink:
             self.owner.settled(self.session, effects.settled)
         self.emit(effects.events)
 
-    async def _send(self, ws: WebSocketConnection, effects: Effects) -> None:
+    async def _send(self, ws: ClientWebSocket, effects: Effects) -> None:
         if not effects.sends:
             return
         with trio.CancelScope() as self._sending:
             try:
-                for message in effects.sends:
-                    await ws.send_message(dump_message(message))
-            except ConnectionClosed as error:
+                # One write for the batch (acks, prompts, aborts).
+                await ws.send_messages([dump_message(message) for message in effects.sends])
+            except WebSocketClosed as error:
                 raise closed_error(error, self.endpoint) from None
-            except trio.BrokenResourceError:
-                raise LinkDropped("link-dropped", "the session socket broke while sending") from None
             finally:
                 self._sending = None
         interrupt = self.core.interrupt()

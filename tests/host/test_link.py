@@ -265,8 +265,9 @@ def _find_task(name: str) -> trio.lowlevel.Task | None:
 
 
 #: Tasks an idle live link may hold, its own included (issue 16: the link's
-#: task is its connect loop and driver; the connection's reader pings too).
-IDLE_LINK_TASKS = 3
+#: task is its connect loop and driver; the connection's reader pings too,
+#: and the WebSocket has no task of its own).
+IDLE_LINK_TASKS = 2
 
 
 async def test_an_idle_link_holds_few_tasks(nursery: trio.Nursery, store: Store) -> None:
