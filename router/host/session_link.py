@@ -591,6 +591,7 @@ class SessionLink:
         interval = math.inf if settings.ping_interval is None else settings.ping_interval
         ping_at = trio.current_time() + interval
         pong_due = math.inf
+        ws.reader_task = True
         try:
             while True:
                 with trio.CancelScope(deadline=pong_due if ws.awaiting_pong else ping_at):

@@ -108,7 +108,7 @@ class ClientWebSocket:
 
     __slots__ = (
         "_stream", "_conn", "_lock", "_backlog", "_parts", "_size", "_max_size",
-        "_broken", "_closed", "_peer_closed", "_reading", "awaiting_pong",
+        "_broken", "_closed", "_peer_closed", "_reading", "reader_task", "awaiting_pong",
     )
 
     def __init__(self, stream: trio.abc.Stream, conn: Connection, *, max_message_size: int) -> None:
@@ -129,6 +129,11 @@ class ClientWebSocket:
         #: A task waits in :meth:`receive` (trio refuses a second reader of
         #: the stream; a close we start then lets that one read the answer).
         self._reading = False
+        #: A task of its own reads this socket (the link's reader): a close
+        #: we start leaves the reading of the answer to it, even while it
+        #: is elsewhere (sending a ping, waiting for room), since trio
+        #: refuses two readers of one stream.
+        self.reader_task = False
         #: A ping of ours is unanswered.
         self.awaiting_pong = False
 
@@ -301,7 +306,7 @@ class ClientWebSocket:
                 if self._closed is None and self._conn.state is ConnectionState.OPEN:
                     self._peer_closed = trio.Event()
                     await self._send_all(self._conn.send(CloseConnection(code=1000)))
-                    if self._reading:
+                    if self._reading or self.reader_task:
                         await self._peer_closed.wait()
                     else:
                         while self._closed is None:

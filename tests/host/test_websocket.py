@@ -196,3 +196,25 @@ async def test_a_refused_upgrade_is_a_handshake_failure() -> None:
         nursery.start_soon(refuse)
         with pytest.raises(HandshakeFailed):
             await ClientWebSocket.connect(client_stream, "h", "/s", max_message_size=100)
+
+
+async def test_our_close_leaves_the_answer_to_the_reader_task(nursery: trio.Nursery) -> None:
+    """With a reader task (the link's, away sending a ping or waiting for
+    room), a close we start must not read the socket itself: trio refuses
+    a second reader of one stream."""
+    ws, server = await _pair(nursery)
+    ws.reader_task = True
+    closed = trio.Event()
+
+    async def close() -> None:
+        await ws.aclose(timeout=60)
+        closed.set()
+
+    nursery.start_soon(close)
+    ours = next(event for event in await server.events() if isinstance(event, CloseConnection))
+    await server.send(ours.response())
+    await trio.testing.wait_all_tasks_blocked()
+    assert not closed.is_set()
+    with pytest.raises(WebSocketClosed):
+        await ws.receive()  # the reader task reads the answer
+    await closed.wait()
