@@ -247,6 +247,10 @@ async def _bare_rate(daemon: Any, tag: str, ops: int, sessions: int) -> float:
     return per * sessions / (time.perf_counter() - start)
 
 
+#: The host's CPU per operation (seconds) of each ``_host_rate`` round.
+HOST_CPU_PER_OP: list[float] = []
+
+
 async def _host_rate(host: Host, tag: str, ops: int, sessions: int) -> float:
     many = [await host.sessions.create(f"{tag}-{i}") for i in range(sessions)]
     for session in many:
@@ -259,10 +263,13 @@ async def _host_rate(host: Host, tag: str, ops: int, sessions: int) -> float:
         for i in range(per):
             await session.wait(f"o{i}")
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     async with trio.open_nursery() as tasks:
         for session in many:
             tasks.start_soon(drive, session)
+    # This process's CPU (every thread: the store's writer too) per
+    # operation: steadier than the rate on a shared machine.
+    HOST_CPU_PER_OP.append((time.process_time() - cpu) / (per * sessions))
     return per * sessions / (time.perf_counter() - start)
 
 
@@ -388,10 +395,12 @@ async def main(args: argparse.Namespace) -> None:
         rows.append(("  reference: the core alone, no thread hop, 32 per transaction", f"{rate:,.0f} frames/s"))
         for kind in kinds:
             if args.ratio:
+                del HOST_CPU_PER_OP[:]
                 pairs = await bench_ratio(kind, directory, args.ops, args.ratio, args.rounds)
-                for hosted, bare in pairs:
+                for (hosted, bare), cpu in zip(pairs, HOST_CPU_PER_OP):
                     rows.append((f"[{kind}] {args.ratio} sessions: host / bare client, ops/s",
                                  f"{hosted:,.0f} / {bare:,.0f} = {hosted / bare:.2f}x"))
+                    rows.append((f"[{kind}]   the host process's CPU per operation", f"{cpu * 1e3:.2f} ms"))
                 if args.ratio_only:
                     continue
             e2e = await bench_end_to_end(kind, directory, args.ops, args.sessions)

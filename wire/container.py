@@ -49,7 +49,7 @@ import attrs
 import cattrs
 
 from wire._convert import Builder, Count, Json, Number, camel, identity
-from wire.json import ABSENT, Absent, JsonError, JsonValue, dumps, is_json, js_length, loads
+from wire.json import ABSENT, MAX_SAFE_INTEGER, Absent, JsonError, JsonValue, dumps, is_json, js_length, loads
 
 # --------------------------------------------------------------------------- constants
 # Values from the seed (container-protocol.d.ts) and the reference
@@ -636,7 +636,33 @@ def parse_daemon_message(text: str) -> DaemonMessage | None:
         value = loads(text)
     except JsonError:
         return None
+    fast = _plain_frame(value)
+    if fast is not None:
+        return fast
     return structure_or_none(value, DaemonMessage)
+
+
+def _plain_frame(value: object) -> FrameMessage | None:
+    """The commonest daemon messages, a ``start`` or ``event`` frame with no
+    unknown field, built directly; None for anything else, which the
+    converter then reads. The same object the converter would build (the
+    same checks: a count, a string or null, ``isEvent``), at a fraction of
+    the cost (cattrs' union and class hooks are ~4 µs a frame; issue 16)."""
+    if type(value) is not dict or len(value) != 3 or value.get("type") != "frame":
+        return None
+    seq = value.get("seq")
+    frame = value.get("frame")
+    if type(seq) is not int or not 0 <= seq <= MAX_SAFE_INTEGER or type(frame) is not dict:
+        return None
+    kind = frame.get("kind")
+    operation_id = frame.get("operationId")
+    if kind == "event" and len(frame) == 3 and "operationId" in frame:
+        event = frame.get("event")
+        if (operation_id is None or type(operation_id) is str) and is_event(event):
+            return FrameMessage(seq=seq, frame=EventFrame(operation_id=operation_id, event=event))
+    elif kind == "start" and len(frame) == 2 and type(operation_id) is str:
+        return FrameMessage(seq=seq, frame=StartFrame(operation_id=operation_id))
+    return None
 
 
 def dump_message(message: HostMessage | DaemonMessage) -> str:

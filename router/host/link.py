@@ -27,14 +27,9 @@ from urllib.parse import quote, urlsplit
 
 import attrs
 import trio
-from trio_websocket import (
-    ConnectionClosed,
-    HandshakeError,
-    WebSocketConnection,
-    wrap_client_stream,
-)
 
 from router.errors import Refusal
+from router.host.websocket import ClientWebSocket, HandshakeFailed, WebSocketClosed
 from wire.container import (
     CLOSE_REPLACED,
     CLOSE_UNAUTHORIZED,
@@ -71,8 +66,6 @@ RECONNECT_CAP: Final = 30.0
 #: ``MAX_CHUNK_CHARS`` travels alone, so 1 MiB (trio-websocket's default)
 #: is not enough.
 MAX_MESSAGE_SIZE: Final = 64 * 1024 * 1024
-#: Messages trio-websocket buffers before it stops reading the socket.
-MESSAGE_QUEUE_SIZE: Final = 64
 
 
 # --------------------------------------------------------------------------- errors
@@ -243,49 +236,43 @@ async def wait_healthy(
 
 @attrs.define(eq=False)
 class SessionSocket:
-    """An open session socket: the WebSocket and the TCP (or TLS) stream
-    under it, which this side owns and closes (trio-websocket leaves a
-    client's stream open after a close the server started)."""
+    """An open session socket: the WebSocket (:mod:`router.host.websocket`,
+    no task of its own) and the TCP (or TLS) stream under it."""
 
-    ws: WebSocketConnection
+    ws: ClientWebSocket
     stream: trio.abc.Stream
 
     async def close(self, *, timeout: float = 1.0) -> None:
         """Close: the close handshake (1000) within ``timeout`` seconds when
-        the caller is not being cancelled; when it is (the host is stopping,
-        the connection's reader task with it, so no handshake can complete),
+        the caller is not being cancelled; when it is (the host is stopping),
         at once. Either way the stream is closed when this returns."""
         if trio.current_effective_deadline() != -math.inf:
-            with trio.CancelScope(shield=True), trio.move_on_after(timeout):
-                await self.ws.aclose()
+            with trio.CancelScope(shield=True):
+                await self.ws.aclose(timeout=timeout)
         await trio.aclose_forcefully(self.stream)
 
 
 async def dial(
-    nursery: trio.Nursery,
     endpoint: DaemonEndpoint,
     session: str,
     *,
     connect_timeout: float = CONNECT_TIMEOUT,
 ) -> SessionSocket:
-    """Open the session's socket; its reader task runs in ``nursery``.
+    """Open the session's socket (the upgrade done, nothing read after it).
 
-    Resource handling: the caller owns the socket and closes it (and
-    cancels ``nursery``) when done; on failure nothing is left open. Error
-    handling: every failure to reach the daemon is :class:`LinkUnreachable`."""
+    Resource handling: the caller owns the socket and closes it; on failure
+    nothing is left open. Error handling: every failure to reach the daemon
+    is :class:`LinkUnreachable`."""
     stream: trio.abc.Stream | None = None
     try:
         with trio.fail_after(connect_timeout):
             stream = await _open_stream(endpoint)
-            ws = await wrap_client_stream(
-                nursery,
+            ws = await ClientWebSocket.connect(
                 stream,
                 endpoint.authority,
                 endpoint.session_path(session),
                 extra_headers=[(CONTAINER_TOKEN_HEADER.encode(), endpoint.token.encode())],
-                message_queue_size=MESSAGE_QUEUE_SIZE,
                 max_message_size=MAX_MESSAGE_SIZE,
-                receive_buffer_size=65536,
             )
             return SessionSocket(ws, stream)
     except BaseException as error:
@@ -297,16 +284,16 @@ async def dial(
                 f"the daemon at {endpoint.url} did not accept the session socket within "
                 f"{connect_timeout:g} s",
             ) from None
-        if isinstance(error, (OSError, HandshakeError, ConnectionClosed, trio.BrokenResourceError)):
+        if isinstance(error, (OSError, HandshakeFailed, trio.BrokenResourceError)):
             raise LinkUnreachable(
                 "daemon-unreachable", f"could not open the session socket at {endpoint.url}: {error}"
             ) from None
         raise
 
 
-def closed_error(error: ConnectionClosed, endpoint: DaemonEndpoint) -> LinkError:
+def closed_error(error: WebSocketClosed, endpoint: DaemonEndpoint) -> LinkError:
     """The :class:`LinkError` for a socket the daemon closed."""
-    code = getattr(error.reason, "code", None)
+    code = error.code
     if code == CLOSE_UNAUTHORIZED:
         return LinkRefused(
             "unauthorized",
@@ -323,27 +310,21 @@ def closed_error(error: ConnectionClosed, endpoint: DaemonEndpoint) -> LinkError
 
 
 async def read_hello(
-    ws: WebSocketConnection, endpoint: DaemonEndpoint, *, timeout: float = HELLO_TIMEOUT
+    ws: ClientWebSocket, endpoint: DaemonEndpoint, *, timeout: float = HELLO_TIMEOUT
 ) -> Hello:
     """The daemon's ``hello``. Messages before it are ignored (as the
-    reference's link does). Raises :class:`ProtocolMismatch` for a protocol
+    reference's link does); those after it that came in the same read are
+    put back for the connection's reader. Raises :class:`ProtocolMismatch` for a protocol
     other than :data:`CONTAINER_PROTOCOL_VERSION`, :class:`LinkRefused` for a
     4003 close, :class:`LinkUnreachable` when nothing comes in time."""
     try:
         with trio.fail_after(timeout):
-            while True:
-                text = await ws.get_message()
-                if not isinstance(text, str):
-                    text = text.decode("utf-8", "replace")
-                message = parse_daemon_message(text)
-                if type(message) is Hello:
-                    break
-                log.debug("ignoring %r before hello", text[:80])
+            message = await _hello(ws)
     except trio.TooSlowError:
         raise LinkUnreachable(
             "no-hello", f"the daemon at {endpoint.url} sent no hello within {timeout:g} s"
         ) from None
-    except ConnectionClosed as error:
+    except WebSocketClosed as error:
         failure = closed_error(error, endpoint)
         if isinstance(failure, LinkDropped):
             raise LinkUnreachable(failure.code, failure.message + ", before hello") from None
@@ -357,6 +338,18 @@ async def read_hello(
     return message
 
 
+async def _hello(ws: ClientWebSocket) -> Hello:
+    while True:
+        messages = await ws.receive()
+        for index, raw in enumerate(messages):
+            text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+            message = parse_daemon_message(text)
+            if type(message) is Hello:
+                ws.unread(messages[index + 1:])
+                return message
+            log.debug("ignoring %r before hello", text[:80])
+
+
 async def probe(endpoint: DaemonEndpoint, session: str) -> Hello:
     """Check a daemon as a host starts (``router serve --daemon``): one
     health check, then a session socket for ``session`` with the token, and
@@ -367,35 +360,34 @@ async def probe(endpoint: DaemonEndpoint, session: str) -> Hello:
     The daemon keeps an empty session ``session`` in memory after it (it
     opens none until told to); name one nobody uses."""
     await check_health(endpoint)
-    failure: LinkError | None = None
-    async with trio.open_nursery() as nursery:
-        try:  # nothing raised inside the nursery: it would come out as a group
-            sock = await dial(nursery, endpoint, session)
-            try:
-                hello = await read_hello(sock.ws, endpoint)
-            finally:
-                await sock.close()
-        except LinkError as error:
-            failure = error
-        nursery.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
-    return hello
+    sock = await dial(endpoint, session)
+    try:
+        return await read_hello(sock.ws, endpoint)
+    finally:
+        await sock.close()
 
 
 # --------------------------------------------------------------------------- backoff
+
+#: The jitter's source for every :class:`Backoff` not given its own: one
+#: Mersenne Twister per process, not one per session (its state is 2.5 KiB,
+#: which was the largest single item of an idle session's heap; issue 16).
+#: The jitter needs no independence between sessions, only spread.
+SHARED_RNG: Final = random.Random()
+
 
 @attrs.define
 class Backoff:
     """Capped exponential backoff with jitter: the ``n``-th pause is drawn
     from ``[d/2, d]`` with ``d = min(cap, base * 2**n)``, so a crowd of
     sessions that lost one daemon does not redial in lockstep, and no pause
-    is shorter than half its step."""
+    is shorter than half its step. ``rng`` is :data:`SHARED_RNG` unless one
+    is given (a test seeds its own)."""
 
     base: float = RECONNECT_BASE
     cap: float = RECONNECT_CAP
     attempt: int = 0
-    rng: random.Random = attrs.field(factory=random.Random, repr=False)
+    rng: random.Random = attrs.field(default=SHARED_RNG, repr=False)
 
     def next(self) -> float:
         step = min(self.cap, self.base * (2 ** min(self.attempt, 32)))

@@ -7,9 +7,11 @@ A :class:`SessionLink` is started by its owner (the
 :class:`~router.host.host.Host`, seen here only as the small
 :class:`LinkOwner` protocol) in the owner's nursery when a session has work
 (or a subscriber), and runs until the session is closed or the host stops.
-It owns one nursery, and in it one task: the connect loop. Each connection
-gets a nursery of its own (the WebSocket's reader task, and ours), so
-dropping a connection cancels exactly that connection's tasks.
+Its task runs the connect loop itself. Each connection gets a nursery of
+its own with one task, the connection's reader (the WebSocket,
+:mod:`router.host.websocket`, has no task of its own), so dropping a
+connection cancels exactly that connection's task; the link's own task is
+the connection's driver. An idle live link is two tasks.
 
 Theory of operation
 -------------------
@@ -23,8 +25,8 @@ live); when it fires, the link has been unreachable for ``give_up_after``
 and fails with the last error.
 
 One connection: a reader task moves messages from the socket into a bounded
-memory channel (backpressure: a slow store stops the reader, and then
-trio-websocket stops reading the socket); the driver (the connection's main
+inbox (a deque; backpressure: a slow store stops the reader, and then
+nothing reads the socket); the driver (the connection's main
 task, the only owner of the connection core and the only writer) takes
 everything queued, applies it in **one store transaction** (one batch),
 then, with the transaction committed, notifies (settle waiters, live
@@ -35,7 +37,8 @@ core's rules (a reconcile does what was asked before it, a take hands out
 the rest once) are why nothing asked is lost to a race with a connection
 coming up.
 
-A heartbeat task pings the daemon from ``hello`` on. A ping unanswered in
+The reader also pings the daemon from ``hello`` on (its receive runs under
+a deadline that is the next ping's time). A ping unanswered in
 ``ping_timeout`` (or stuck behind a send a daemon that stopped reading will
 never take) drops the connection: it wakes the driver and cancels the send
 in progress, the only place the driver waits on the network. Only sends are
@@ -49,13 +52,14 @@ record after a backoff that keeps growing while the fault recurs.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import logging
+import math
 from typing import Any, Awaitable, Callable, Final, Iterator, Protocol, Sequence
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from router._db import database_errors
 from router._fanout import FanOut, Lagged, Subscription
@@ -76,6 +80,7 @@ from router.host.link import (
 from router.host.reconcile import ConnectionCore, Effects, UnreadableFrame, frame_seq, is_store_failure
 from router.host.settings import HostSettings
 from router.host.store import Store
+from router.host.websocket import ClientWebSocket, WebSocketClosed
 from wire.container import Abort, AdapterInfo, ErrorMessage, Hello, dump_message, parse_daemon_message
 
 log = logging.getLogger(__name__)
@@ -132,6 +137,47 @@ def _events_lagged(session: str) -> Callable[[], EventsLagged]:
         )
 
     return make
+
+
+class _Inbox:
+    """The daemon's messages between a connection's reader and its driver:
+    a deque and, only while it is full, one event (a memory channel was
+    two objects and a state per connection; issue 16). The reader puts and
+    wakes the driver (the link's ``_wake``); the driver takes batches."""
+
+    __slots__ = ("_queue", "_drained", "ended", "closed")
+
+    def __init__(self) -> None:
+        self._queue: collections.deque[Any] = collections.deque()
+        self._drained: trio.Event | None = None
+        #: The reader has returned; ``closed`` says how the daemon closed.
+        self.ended = False
+        self.closed: WebSocketClosed | None = None
+
+    def put(self, messages: list[Any]) -> None:
+        self._queue.extend(messages)
+
+    @property
+    def full(self) -> bool:
+        return len(self._queue) >= INBOX_SIZE
+
+    async def wait_drained(self) -> None:
+        """Until the driver took some (backpressure on the socket)."""
+        self._drained = trio.Event()
+        await self._drained.wait()
+
+    def take(self, most: int) -> list[Any]:
+        """Up to ``most`` queued messages, oldest first."""
+        queue = self._queue
+        if len(queue) <= most:
+            batch = list(queue)
+            queue.clear()
+        else:
+            batch = [queue.popleft() for _ in range(most)]
+        if batch and self._drained is not None:
+            self._drained.set()
+            self._drained = None
+        return batch
 
 
 class SessionLink:
@@ -314,17 +360,18 @@ class SessionLink:
     async def run(self, *, task_status: trio.TaskStatus[SessionLink] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the connect loop until stopped.
 
-        Resource handling: one nursery for the session; every connection's
-        socket is closed when its block ends, and every subscriber's stream
+        Resource handling: the connect loop runs in this task; every
+        connection's nursery and socket are closed when its block ends, and every subscriber's stream
         ends when this returns. Error handling: link failures are handled
         here (retry or :attr:`failure`); nothing a peer sends escapes."""
         try:
             with trio.CancelScope() as self._scope:
                 if self._stop_requested:
                     self._scope.cancel(reason="the session was closed")
-                async with trio.open_nursery() as nursery:
-                    task_status.started(self)
-                    nursery.start_soon(self._connect_loop, name=f"session {self.session!r} link")
+                task_status.started(self)
+                # The connect loop runs in this task (no nursery of its
+                # own: one task fewer per idle link, issue 16).
+                await self._connect_loop()
         finally:
             self.core.closed()
             self._moved()
@@ -395,17 +442,17 @@ class SessionLink:
         async with trio.open_nursery() as nursery:
             socket: SessionSocket | None = None
             try:
-                socket = await dial(nursery, self.endpoint, self.session, connect_timeout=settings.connect_timeout)
+                socket = await dial(self.endpoint, self.session, connect_timeout=settings.connect_timeout)
                 hello = await read_hello(socket.ws, self.endpoint, timeout=settings.hello_timeout)
                 self.core.hello_received()
                 self._moved()
-                if settings.ping_interval is not None:
-                    nursery.start_soon(self._heartbeat, socket.ws, name=f"session {self.session!r} heartbeat")
+                inbox = _Inbox()
+                nursery.start_soon(self._reader, socket.ws, inbox, name=f"session {self.session!r} reader")
                 core = ConnectionCore(
                     self.session, on_container_lost=settings.on_container_lost, ack_every=settings.ack_every
                 )
                 await self._connected(socket.ws, core, hello)
-                await self._drive(socket.ws, core, nursery)
+                await self._drive(socket.ws, core, inbox)
             except (LinkError, _Redial, *database_errors()) as error:
                 ended = error
             finally:
@@ -436,7 +483,7 @@ class SessionLink:
         if scope.cancelled_caught:
             raise _Redial()
 
-    async def _connected(self, ws: WebSocketConnection, core: ConnectionCore, hello: Hello) -> None:
+    async def _connected(self, ws: ClientWebSocket, core: ConnectionCore, hello: Hello) -> None:
         self.core.reconciling()
         store = self.store
         reconciled = await store.transact(core.hello, hello)
@@ -446,44 +493,26 @@ class SessionLink:
         self._moved()
         await self._send(ws, effects)
 
-    async def _drive(self, ws: WebSocketConnection, core: ConnectionCore, nursery: trio.Nursery) -> None:
-        send, receive = trio.open_memory_channel[Any](INBOX_SIZE)
-        closed: list[ConnectionClosed] = []
-        nursery.start_soon(self._reader, ws, send, closed, name=f"session {self.session!r} reader")
-        with receive:
-            while True:
-                self._wake = trio.Event()
-                interrupt = self.core.interrupt()
-                if interrupt is not None:
-                    raise _Redial() if type(interrupt) is Redial else interrupt
-                requests = self.core.take()
-                if requests is not None:
-                    await self._run_requests(ws, core, requests)
-                batch, ended = self._take_batch(receive)
-                if batch:
-                    await self._apply(ws, core, batch)
-                if ended:
-                    if closed:
-                        raise closed_error(closed[0], self.endpoint)
-                    raise LinkDropped("link-dropped", "the session socket closed")
-                if not batch and requests is None:
-                    await self._wake.wait()
+    async def _drive(self, ws: ClientWebSocket, core: ConnectionCore, inbox: _Inbox) -> None:
+        while True:
+            self._wake = trio.Event()
+            interrupt = self.core.interrupt()
+            if interrupt is not None:
+                raise _Redial() if type(interrupt) is Redial else interrupt
+            requests = self.core.take()
+            if requests is not None:
+                await self._run_requests(ws, core, requests)
+            batch = inbox.take(MAX_BATCH)
+            if batch:
+                await self._apply(ws, core, batch)
+            elif inbox.ended:
+                if inbox.closed is not None:
+                    raise closed_error(inbox.closed, self.endpoint)
+                raise LinkDropped("link-dropped", "the session socket closed")
+            if not batch and requests is None:
+                await self._wake.wait()
 
-    @staticmethod
-    def _take_batch(receive: trio.MemoryReceiveChannel[Any]) -> tuple[list[Any], bool]:
-        """Up to :data:`MAX_BATCH` messages already queued, and whether the
-        reader has ended."""
-        batch: list[Any] = []
-        while len(batch) < MAX_BATCH:
-            try:
-                batch.append(receive.receive_nowait())
-            except trio.WouldBlock:
-                return batch, False
-            except trio.EndOfChannel:
-                return batch, True
-        return batch, False
-
-    async def _apply(self, ws: WebSocketConnection, core: ConnectionCore, batch: list[Any]) -> None:
+    async def _apply(self, ws: ClientWebSocket, core: ConnectionCore, batch: list[Any]) -> None:
         messages = self._parse(batch)
         if messages:
             try:
@@ -499,7 +528,7 @@ class SessionLink:
             self._commit(effects)
             await self._send(ws, effects)
 
-    async def _run_requests(self, ws: WebSocketConnection, core: ConnectionCore, requests: Requests) -> None:
+    async def _run_requests(self, ws: ClientWebSocket, core: ConnectionCore, requests: Requests) -> None:
         store = self.store
         effects = Effects(sends=tuple(Abort(operation_id=op) for op in requests.aborts))
         if requests.deliver:
@@ -543,53 +572,62 @@ class SessionLink:
         log.warning("session %r: frame %d does not parse (%s); passing it: %.120r", self.session, seq, reason, text)
         return UnreadableFrame(seq=seq, reason=f"it does not parse: {reason}", text=text)
 
-    async def _reader(
-        self,
-        ws: WebSocketConnection,
-        send: trio.MemorySendChannel[Any],
-        closed: list[ConnectionClosed],
-    ) -> None:
-        async with send:
-            while True:
-                try:
-                    text = await ws.get_message()
-                except ConnectionClosed as error:
-                    closed.append(error)
-                    self._wake.set()
-                    return
-                try:
-                    await send.send(text)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return  # the driver ended this connection
-                self._wake.set()
+    async def _reader(self, ws: ClientWebSocket, inbox: _Inbox) -> None:
+        """Move messages from the socket into ``inbox`` (every message one
+        read of the socket completes, at once; waiting while the inbox is
+        full: a slow store stops the reader, and the reader stops reading
+        the socket), and ping the daemon every ``ping_interval``.
 
-    async def _heartbeat(self, ws: WebSocketConnection) -> None:
-        """Ping every ``ping_interval``; a ping unanswered for
-        ``ping_timeout`` drops the connection (a half-open TCP connection
-        would otherwise hold a session forever: the daemon never drops a
-        quiet socket, and neither side writes while idle). A ping stuck
-        behind a send that cannot go out (a daemon that stopped reading)
-        counts as unanswered, and the send is cancelled."""
+        The heartbeat lives in this task (issue 16: fewer tasks per idle
+        link): the receive runs in a cancel scope whose deadline is the next
+        ping's time, or, while a ping is unanswered, its pong's due time.
+        A ping unanswered for ``ping_timeout`` drops the connection (a
+        half-open TCP connection would otherwise hold a session forever:
+        the daemon never drops a quiet socket, and neither side writes
+        while idle). A ping stuck behind a send that cannot go out (a
+        daemon that stopped reading) counts as unanswered, and the send is
+        cancelled."""
         settings = self.settings
-        assert settings.ping_interval is not None
-        while True:
-            await trio.sleep(settings.ping_interval)
-            with trio.move_on_after(settings.ping_timeout) as scope:
-                try:
-                    await ws.ping()
-                except (ConnectionClosed, trio.BrokenResourceError):
-                    return  # the reader reports the close
-            if scope.cancelled_caught:
-                self.core.ping_timed_out(
-                    LinkDropped(
-                        "ping-timeout",
-                        f"the daemon did not answer a ping within {settings.ping_timeout:g} s",
-                    )
-                )
-                self._wake.set()
-                if self._sending is not None:
-                    self._sending.cancel()
-                return
+        interval = math.inf if settings.ping_interval is None else settings.ping_interval
+        ping_at = trio.current_time() + interval
+        pong_due = math.inf
+        ws.reader_task = True
+        try:
+            while True:
+                with trio.CancelScope(deadline=pong_due if ws.awaiting_pong else ping_at):
+                    while True:
+                        if inbox.full:
+                            await inbox.wait_drained()
+                        inbox.put(await ws.receive())
+                        self._wake.set()
+                now = trio.current_time()
+                if ws.awaiting_pong:
+                    if now >= pong_due:
+                        self._ping_timed_out()
+                        return
+                elif now >= ping_at:
+                    ping_at, pong_due = now + interval, now + settings.ping_timeout
+                    with trio.move_on_after(settings.ping_timeout) as scope:
+                        await ws.ping()
+                    if scope.cancelled_caught:
+                        self._ping_timed_out()
+                        return
+        except WebSocketClosed as error:
+            inbox.closed = error
+        finally:
+            inbox.ended = True
+            self._wake.set()
+
+    def _ping_timed_out(self) -> None:
+        """Drop the connection: a ping went unanswered (the driver woken, a
+        send in progress cancelled)."""
+        timeout = self.settings.ping_timeout
+        self.core.ping_timed_out(
+            LinkDropped("ping-timeout", f"the daemon did not answer a ping within {timeout:g} s")
+        )
+        self._wake.set()
+        if self._sending is not None:
+            self._sending.cancel()
 
     def _commit(self, effects: Effects) -> None:
         """After a transaction committed: tell waiters and subscribers.
@@ -598,17 +636,15 @@ class SessionLink:
             self.owner.settled(self.session, effects.settled)
         self.emit(effects.events)
 
-    async def _send(self, ws: WebSocketConnection, effects: Effects) -> None:
+    async def _send(self, ws: ClientWebSocket, effects: Effects) -> None:
         if not effects.sends:
             return
         with trio.CancelScope() as self._sending:
             try:
-                for message in effects.sends:
-                    await ws.send_message(dump_message(message))
-            except ConnectionClosed as error:
+                # One write for the batch (acks, prompts, aborts).
+                await ws.send_messages([dump_message(message) for message in effects.sends])
+            except WebSocketClosed as error:
                 raise closed_error(error, self.endpoint) from None
-            except trio.BrokenResourceError:
-                raise LinkDropped("link-dropped", "the session socket broke while sending") from None
             finally:
                 self._sending = None
         interrupt = self.core.interrupt()

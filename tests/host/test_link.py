@@ -64,6 +64,17 @@ def test_backoff_grows_to_its_cap_with_jitter_and_resets() -> None:
     assert 0.5 <= backoff.next() <= 1.0
 
 
+def test_backoffs_share_one_rng_unless_given_their_own() -> None:
+    from router.host.link import SHARED_RNG
+
+    first, second = Backoff(), Backoff(base=2.0)
+    assert first.rng is SHARED_RNG and second.rng is SHARED_RNG
+    seeded = [Backoff(base=1.0, cap=8.0, rng=random.Random(7)) for _ in range(2)]
+    assert seeded[0].rng is not SHARED_RNG
+    # A seeded backoff draws the same pauses as another seeded alike.
+    assert [seeded[0].next() for _ in range(5)] == [seeded[1].next() for _ in range(5)]
+
+
 async def start(nursery: trio.Nursery, store: Store, daemon: FakeDaemon, **settings: object) -> Host:
     host = Host(store, DaemonEndpoint(daemon.url, "t"), HostSettings(**{**FAST, **settings}))  # type: ignore[arg-type]
     await nursery.start(host.run)
@@ -233,3 +244,47 @@ async def test_a_daemon_that_stops_reading_mid_send_is_redialled(nursery: trio.N
         await until(lambda: daemon.connections >= 2)
     assert session.link.last_error is not None
     assert session.link.last_error.code == "ping-timeout"
+
+
+def _tasks_under(task: trio.lowlevel.Task) -> list[trio.lowlevel.Task]:
+    found = [task]
+    for nursery in task.child_nurseries:
+        for child in nursery.child_tasks:
+            found += _tasks_under(child)
+    return found
+
+
+def _find_task(name: str) -> trio.lowlevel.Task | None:
+    pending = [trio.lowlevel.current_root_task()]
+    while pending:
+        task = pending.pop()
+        if task is not None and task.name == name:
+            return task
+        pending += [child for nursery in task.child_nurseries for child in nursery.child_tasks]
+    return None
+
+
+#: Tasks an idle live link may hold, its own included (issue 16: the link's
+#: task is its connect loop and driver; the connection's reader pings too,
+#: and the WebSocket has no task of its own).
+IDLE_LINK_TASKS = 2
+
+
+async def test_an_idle_link_holds_few_tasks(nursery: trio.Nursery, store: Store) -> None:
+    async def script(connection: FakeConnection) -> None:
+        await connection.greet()
+        prompt = await connection.receive_type("prompt")
+        await connection.send(
+            {"type": "frame", "seq": 1, "frame": {"kind": "settle", "operationId": prompt["operationId"], "outcome": {"status": "done", "text": "ok"}}}
+        )
+        await trio.sleep_forever()
+
+    daemon = await fake(nursery, script)
+    host = await start(nursery, store, daemon)
+    session = host.session()
+    result, _ = await session.prompt("x")
+    assert result.text == "ok" and session.link.state == "live"
+    task = _find_task(f"session {session.id!r}")
+    assert task is not None
+    tasks = _tasks_under(task)
+    assert len(tasks) <= IDLE_LINK_TASKS, [t.name for t in tasks]

@@ -1,0 +1,317 @@
+"""The host's end of a session socket: a WebSocket client without a task.
+
+trio-websocket gives every connection a reader task and a message channel
+(about 8–10 KiB of an idle session's heap, issue 16) and wakes a task per
+message. Here the reading is done by whoever calls :meth:`receive` (the
+session link's reader), every complete message a read of the socket brings
+at once, and the sending by whoever calls :meth:`send_messages` (the
+link's driver), every message of a batch framed into one ``send_all``.
+
+wsproto (the dependency the daemon shares) does the opening handshake
+(RFC 6455 §4.1), parses what the daemon sends (§5.2, fragments, control
+frames, UTF-8) and frames the control frames we send (pong, ping, close);
+the text frames we send are framed here (§5.2, masked as a client's must
+be, §5.3: a fresh key from ``os.urandom`` per frame), since wsproto
+builds one bytes object per frame through several layers of Python.
+
+Every send goes through one lock (a pong and a batch must not interleave
+on the stream). A send that does not finish (cancelled, or the stream
+broke) leaves a frame half written: the socket is then *broken* and every
+later send and receive raises :class:`WebSocketClosed` (1006), so the
+connection ends rather than write garbage after it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Final, Sequence
+
+import trio
+from wsproto import ConnectionState, ConnectionType
+from wsproto.connection import Connection
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    Pong,
+    RejectConnection,
+    RejectData,
+    Request,
+    TextMessage,
+)
+from wsproto.handshake import H11Handshake
+from wsproto.utilities import ProtocolError
+
+__all__ = ["ClientWebSocket", "HandshakeFailed", "WebSocketClosed", "client_text_frame"]
+
+#: Bytes asked of the socket per read: trio-websocket's ``receive_buffer_size``
+#: as the host used it (64 KiB).
+RECEIVE_SIZE: Final = 65536
+#: The close code of a connection that ended without a close frame
+#: (RFC 6455 §7.4.1: "abnormal closure", never sent on the wire).
+ABNORMAL_CLOSURE: Final = 1006
+#: The close code for a message over the size limit (RFC 6455 §7.4.1).
+MESSAGE_TOO_BIG: Final = 1009
+#: The payload of our pings (any; a pong echoes it, §5.5.3).
+PING_PAYLOAD: Final = b"router"
+
+_HEADER_SHORT = struct.Struct("!BB")
+_HEADER_16 = struct.Struct("!BBH")
+_HEADER_64 = struct.Struct("!BBQ")
+#: FIN and the text opcode (§5.2), and the mask bit of the length byte.
+_FIN_TEXT: Final = 0x81
+_MASKED: Final = 0x80
+
+
+class WebSocketClosed(Exception):
+    """The WebSocket closed: the daemon's close ``code`` and ``reason``, or
+    :data:`ABNORMAL_CLOSURE` when the connection ended without one."""
+
+    def __init__(self, code: int | None, reason: str | None = None) -> None:
+        super().__init__(code, reason)
+        self.code = code
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"code {self.code}" + (f": {self.reason}" if self.reason else "")
+
+
+class HandshakeFailed(Exception):
+    """The daemon did not accept the upgrade (a status, or bad HTTP)."""
+
+
+def client_text_frame(text: str, key: bytes) -> bytes:
+    """One unfragmented text frame as a client sends it: FIN, opcode 1,
+    the length in 7, 16 or 64 bits with the mask bit, ``key`` (4 bytes),
+    and the payload XORed with the key repeated (§5.3), done as one
+    integer XOR (C speed, any length)."""
+    payload = text.encode()
+    size = len(payload)
+    if size < 126:
+        header = _HEADER_SHORT.pack(_FIN_TEXT, _MASKED | size)
+    elif size < 65536:
+        header = _HEADER_16.pack(_FIN_TEXT, _MASKED | 126, size)
+    else:
+        header = _HEADER_64.pack(_FIN_TEXT, _MASKED | 127, size)
+    mask = (key * (size // 4 + 1))[:size]
+    masked = (int.from_bytes(payload, "big") ^ int.from_bytes(mask, "big")).to_bytes(size, "big")
+    return header + key + masked
+
+
+class ClientWebSocket:
+    """One open client WebSocket over ``stream`` (after :meth:`connect`).
+
+    ``receive`` is for one task at a time (the reader), ``send_messages``
+    and ``ping`` for any (they take the send lock)."""
+
+    __slots__ = (
+        "_stream", "_conn", "_lock", "_backlog", "_parts", "_size", "_max_size",
+        "_broken", "_closed", "_peer_closed", "_reading", "reader_task", "awaiting_pong",
+    )
+
+    def __init__(self, stream: trio.abc.Stream, conn: Connection, *, max_message_size: int) -> None:
+        self._stream = stream
+        self._conn = conn
+        self._lock = trio.Lock()
+        #: Messages received and not yet handed out (see :meth:`unread`).
+        self._backlog: list[str | bytes] = []
+        #: The fragments of a message being received, and their size.
+        self._parts: list[str | bytes] = []
+        self._size = 0
+        self._max_size = max_message_size
+        self._broken = False
+        #: How it closed, once it did (every later call raises it).
+        self._closed: WebSocketClosed | None = None
+        #: Set when the daemon's close arrived (a close we started waits on it).
+        self._peer_closed: trio.Event | None = None
+        #: A task waits in :meth:`receive` (trio refuses a second reader of
+        #: the stream; a close we start then lets that one read the answer).
+        self._reading = False
+        #: A task of its own reads this socket (the link's reader): a close
+        #: we start leaves the reading of the answer to it, even while it
+        #: is elsewhere (sending a ping, waiting for room), since trio
+        #: refuses two readers of one stream.
+        self.reader_task = False
+        #: A ping of ours is unanswered.
+        self.awaiting_pong = False
+
+    @classmethod
+    async def connect(
+        cls,
+        stream: trio.abc.Stream,
+        host: str,
+        target: str,
+        *,
+        extra_headers: Sequence[tuple[bytes, bytes]] = (),
+        max_message_size: int,
+    ) -> ClientWebSocket:
+        """The opening handshake on ``stream``; raises :class:`HandshakeFailed`
+        when the daemon does not switch protocols, and the stream's errors."""
+        handshake = H11Handshake(ConnectionType.CLIENT)
+        await stream.send_all(handshake.send(Request(host=host, target=target, extra_headers=list(extra_headers))))
+        while True:
+            data = await stream.receive_some(RECEIVE_SIZE)
+            if not data:
+                raise HandshakeFailed("the daemon closed the socket during the upgrade")
+            try:
+                handshake.receive_data(data)
+            except ProtocolError as error:
+                raise HandshakeFailed(f"the upgrade's answer is not HTTP: {error}") from None
+            for event in handshake.events():
+                if isinstance(event, AcceptConnection):
+                    assert handshake.connection is not None
+                    return cls(stream, handshake.connection, max_message_size=max_message_size)
+                if isinstance(event, (RejectConnection, RejectData)):
+                    status = getattr(event, "status_code", None)
+                    raise HandshakeFailed(f"the daemon refused the upgrade (status {status})")
+
+    @property
+    def closed(self) -> WebSocketClosed | None:
+        return self._closed
+
+    # ------------------------------------------------------------------ receiving
+
+    def unread(self, messages: list[str | bytes]) -> None:
+        """Put ``messages`` back: the next :meth:`receive` returns them first."""
+        self._backlog = messages + self._backlog
+
+    async def receive(self) -> list[str | bytes]:
+        """The next complete messages: every one that the next read of the
+        socket completes (at least one). Answers the daemon's pings, and
+        notes the pongs of ours. Raises :class:`WebSocketClosed` when the
+        WebSocket closes (the daemon's close is answered first)."""
+        if self._backlog:
+            messages, self._backlog = self._backlog, []
+            return messages
+        while True:
+            messages = await self._handle_events()
+            if messages:
+                return messages
+            if self._closed is not None:
+                raise self._closed
+            self._reading = True
+            try:
+                data = await self._stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
+                self._lost(f"the connection broke: {error}")
+                continue
+            finally:
+                self._reading = False
+            if not data:
+                self._lost("the daemon closed the connection without a close frame")
+                continue
+            self._conn.receive_data(data)
+
+    async def _handle_events(self) -> list[str | bytes]:
+        messages: list[str | bytes] = []
+        for event in self._conn.events():
+            kind = type(event)
+            if kind is TextMessage or kind is BytesMessage:
+                data = event.data  # type: ignore[union-attr]
+                if event.message_finished and not self._parts:  # type: ignore[union-attr]
+                    if len(data) > self._max_size:
+                        await self._too_big()
+                    messages.append(data)
+                    continue
+                self._parts.append(data)
+                self._size += len(data)
+                if self._size > self._max_size:
+                    await self._too_big()
+                if event.message_finished:  # type: ignore[union-attr]
+                    parts, self._parts, self._size = self._parts, [], 0
+                    messages.append("".join(parts) if kind is TextMessage else b"".join(parts))  # type: ignore[arg-type]
+            elif kind is Ping:
+                await self._send_all(self._conn.send(event.response()))  # type: ignore[union-attr]
+            elif kind is Pong:
+                self.awaiting_pong = False
+            elif kind is CloseConnection:
+                await self._peer_close(event)  # type: ignore[arg-type]
+                break
+        return messages
+
+    async def _peer_close(self, event: CloseConnection) -> None:
+        self._closed = WebSocketClosed(event.code, event.reason or None)
+        if self._peer_closed is not None:
+            self._peer_closed.set()
+        if self._conn.state is ConnectionState.REMOTE_CLOSING:
+            try:
+                await self._send_all(self._conn.send(event.response()))
+            except WebSocketClosed:
+                pass  # the close stands; the answer could not go out
+
+    async def _too_big(self) -> None:
+        reason = f"a message over {self._max_size} bytes"
+        if self._conn.state is ConnectionState.OPEN:
+            try:
+                await self._send_all(self._conn.send(CloseConnection(code=MESSAGE_TOO_BIG, reason=reason)))
+            except WebSocketClosed:
+                pass
+        self._closed = WebSocketClosed(MESSAGE_TOO_BIG, reason)
+        raise self._closed
+
+    def _lost(self, reason: str) -> None:
+        self._broken = True
+        if self._closed is None:
+            self._closed = WebSocketClosed(ABNORMAL_CLOSURE, reason)
+        if self._peer_closed is not None:
+            self._peer_closed.set()
+
+    # ------------------------------------------------------------------ sending
+
+    async def _send_all(self, data: bytes) -> None:
+        async with self._lock:
+            if self._broken:
+                raise self._closed or WebSocketClosed(ABNORMAL_CLOSURE, "the socket broke")
+            finished = False
+            try:
+                await self._stream.send_all(data)
+                finished = True
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
+                self._lost(f"the connection broke while sending: {error}")
+                raise self._closed from None  # type: ignore[misc]
+            finally:
+                if not finished:
+                    self._broken = True  # half a frame may be on the wire
+
+    async def send_messages(self, texts: Sequence[str]) -> None:
+        """Send each text as one message, all in one write. Raises
+        :class:`WebSocketClosed` once either side began closing."""
+        if self._closed is not None:
+            raise self._closed
+        if self._conn.state is not ConnectionState.OPEN:
+            raise WebSocketClosed(ABNORMAL_CLOSURE, "the WebSocket is closing")
+        keys = os.urandom(4 * len(texts))
+        frames = [client_text_frame(text, keys[4 * n: 4 * n + 4]) for n, text in enumerate(texts)]
+        await self._send_all(frames[0] if len(frames) == 1 else b"".join(frames))
+
+    async def send_message(self, text: str) -> None:
+        await self.send_messages((text,))
+
+    async def ping(self) -> None:
+        """Send a ping; :attr:`awaiting_pong` until its pong is received (by
+        :meth:`receive`)."""
+        if self._closed is not None:
+            raise self._closed
+        self.awaiting_pong = True
+        await self._send_all(self._conn.send(Ping(payload=PING_PAYLOAD)))
+
+    async def aclose(self, *, timeout: float) -> None:
+        """The close handshake (1000), waiting up to ``timeout`` for the
+        daemon's answer (read by a task in :meth:`receive`, if one is; else
+        here), then the stream closed. At once when the caller is cancelled."""
+        try:
+            with trio.move_on_after(timeout):
+                if self._closed is None and self._conn.state is ConnectionState.OPEN:
+                    self._peer_closed = trio.Event()
+                    await self._send_all(self._conn.send(CloseConnection(code=1000)))
+                    if self._reading or self.reader_task:
+                        await self._peer_closed.wait()
+                    else:
+                        while self._closed is None:
+                            await self.receive()
+        except WebSocketClosed:
+            pass
+        finally:
+            await trio.aclose_forcefully(self._stream)
