@@ -152,12 +152,15 @@ class Exchange:
 
     __slots__ = ("_conn", "_stream", "headers", "method", "path")
 
-    def __init__(self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request, path: str) -> None:
+    def __init__(
+        self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request, path: str,
+        headers: list[tuple[bytes, bytes]],
+    ) -> None:
         self._stream = stream
         self._conn = conn
         self.method = request.method.decode("ascii").upper()
         self.path = path
-        self.headers = request.headers
+        self.headers = headers
 
     def header(self, name: bytes) -> str | None:
         """The first value of header ``name`` (lower case), as text."""
@@ -283,17 +286,20 @@ async def _serve_one(stream: trio.SocketStream, conn: h11.Connection, route: Rou
         request = await _read_head(stream, conn)
         if request is None:
             return None
+        # h11's Headers is a Sequence: iterating it is Python-level
+        # indexing, so it is read into a list once, for every look below.
+        headers = list(request.headers)
         path = request_path(request.target)
-        host = _host_problem(request.headers)
-        if path is None or host == "twice" or _asks_websocket(request):
+        host = _host_problem(headers)
+        if path is None or host == "twice" or _asks_websocket(headers):
             await stream.send_all(_BARE_400)
             return None
-        answer = _BAD_HOST if host else await route(Exchange(stream, conn, request, path))
+        answer = _BAD_HOST if host else await route(Exchange(stream, conn, request, path, headers))
     except h11.RemoteProtocolError:
         # Hypercorn's answer to what h11 refuses: 400, no body, close.
         await stream.send_all(_BARE_400)
         return None
-    keep_alive = _keep_alive(request)
+    keep_alive = _keep_alive(request, headers)
     try:
         await stream.send_all(_response(answer, request.method == b"HEAD", not keep_alive))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -339,22 +345,22 @@ async def _read_head(stream: trio.SocketStream, conn: h11.Connection) -> h11.Req
         conn.receive_data(data)
 
 
-def _keep_alive(request: h11.Request) -> bool:
+def _keep_alive(request: h11.Request, headers: list[tuple[bytes, bytes]]) -> bool:
     """h11's rule: HTTP/1.1, and no ``close`` among the ``Connection``
     tokens."""
     if request.http_version < b"1.1":
         return False
-    for name, value in request.headers:
+    for name, value in headers:
         if name == b"connection" and b"close" in (token.strip().lower() for token in value.split(b",")):
             return False
     return True
 
 
-def _asks_websocket(request: h11.Request) -> bool:
+def _asks_websocket(headers: list[tuple[bytes, bytes]]) -> bool:
     """``Upgrade: websocket``: Hypercorn made a WebSocket of it, which the
     link's app refused, and answered 400. (Any other upgrade, ``h2c``
     included, is answered as a plain request, which declines it.)"""
-    return any(name == b"upgrade" and value.strip().lower() == b"websocket" for name, value in request.headers)
+    return any(name == b"upgrade" and value.strip().lower() == b"websocket" for name, value in headers)
 
 
 #: Hypercorn's answer to a request it refused before any app ran.
@@ -381,6 +387,8 @@ async def _drain(stream: trio.SocketStream, conn: h11.Connection) -> bool:
     """Read and drop what is left of a body the route did not read (a 404,
     a 409, a 413), so the connection can take the next request: at most
     ``MAX_BODY_BYTES`` more, within ``BODY_TIMEOUT``. Whether it ended."""
+    if conn.their_state is not h11.SEND_BODY:
+        return conn.their_state is h11.DONE  # the common case: no scope
     size = 0
     try:
         with trio.move_on_after(BODY_TIMEOUT):
