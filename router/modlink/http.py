@@ -7,7 +7,8 @@ Theory of operation
 request head, :class:`Exchange` hands the route its method, path and
 headers, reads its body on request (:meth:`Exchange.body`), and lets a poll
 wait for work while watching the socket (:meth:`Exchange.hold`); the route
-returns an :class:`Answer`, which is written, the rest of an unread body is
+returns an :class:`Answer`, whose bytes are written by hand (see
+:func:`serve_connection`), the rest of an unread body is
 drained, and the connection waits for its next request (keep-alive) or
 closes. There is no task per request, no nursery per connection and no
 timer task: every deadline is a cancel scope around the read it bounds.
@@ -24,8 +25,9 @@ of them on the wire, so the mod and every test see the same server:
   cased; ``HEAD`` answered as ``GET`` without the body, ``OPTIONS`` of a
   route answered 200 with its ``Allow``;
 - what Hypercorn refused before any app ran (a request h11 refuses, a
-  target that is not ASCII, two ``Host`` headers, a protocol upgrade) is a
-  400 with no body and ``connection: close``, then the close;
+  target that is not ASCII, two ``Host`` headers, ``Upgrade: websocket``)
+  is a 400 with no body and ``connection: close``, then the close (any
+  other upgrade, ``h2c`` included, is answered in HTTP/1.1, declining it);
 - a ``Host`` that Werkzeug could not encode as IDNA is 400 ``bad-host``
   (``router/_hypercorn.py``'s check, the same rule);
 - ``Expect: 100-continue`` gets its ``100`` before the body is read.
