@@ -1,6 +1,8 @@
 """Mod link load benchmark: prints a table.
 
     .venv/bin/python bench/modlink.py [--calls 2000] [--events 50000] [--links 100] [--idle 10]
+    .venv/bin/python bench/modlink.py --against /tmp/modlink-main [--rounds 3] ...   # before/after, one run
+    .venv/bin/python bench/modlink.py --only-calls --profile PATH                     # cProfile of the link alone
 
 1. Call latency: ``link.call("session.model")`` to the typed result, with the
    simulator answering at once, over the real socket (p50, p99). Reference,
@@ -13,6 +15,13 @@
    this process over an idle window (must be near zero: no busy polling), and
    memory per link (resident set growth divided by N).
 
+``--against CHECKOUT`` runs the same measures on this tree and on
+``CHECKOUT`` (an export of another revision: its ``router`` and ``wire`` are
+imported instead of this tree's), each in a fresh process, alternating for
+``--rounds`` rounds, and prints both with the median of the rounds.
+``--profile PATH`` writes a cProfile (CPU time) of this process over the
+timed calls with the simulator in its own process: the link alone.
+
 Everything runs on this machine's loopback only (Unix sockets in a temporary
 private directory), bounded in count and time.
 """
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import os
 import resource
 import shutil
@@ -33,8 +43,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-# The repository first, so the script runs from a checkout without an install.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The tree measured first (``--tree``, given by ``--against`` to its child
+# processes; else this repository), so the script runs from a checkout
+# without an install.
+_TREE = sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv else str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, _TREE)
 
 import httpx  # noqa: E402
 import trio  # noqa: E402
@@ -74,7 +87,7 @@ async def bench_calls(env: dict[str, str], calls: int, *, sim_process: bool = Fa
         await nursery.start(link.run)
         if sim_process:
             child = await trio.lowlevel.open_process(
-                [sys.executable, __file__, "--run-sim", name], env={**os.environ, **env}
+                [sys.executable, __file__, "--run-sim", name, "--tree", _TREE], env={**os.environ, **env}
             )
             # Until the simulator's hello arrived (a state change, polled).
             while link.state.claude_version is None:
@@ -167,7 +180,7 @@ async def bench_idle(env: dict[str, str], count: int, idle: float) -> dict[str, 
         traced_bind = tracemalloc.get_traced_memory()[0]
         paths = "\n".join(link.path for link in links)
         client = await trio.lowlevel.open_process(
-            [sys.executable, __file__, "--hold-polls"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            [sys.executable, __file__, "--hold-polls", "--tree", _TREE], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         assert client.stdin is not None and client.stdout is not None
         await client.stdin.send_all(paths.encode() + b"\n")
@@ -227,13 +240,21 @@ async def main(args: argparse.Namespace) -> None:
     env = {"XDG_RUNTIME_DIR": base}
     try:
         idle = None if args.only_calls else await bench_idle(env, args.links, args.idle)
-        calls = await bench_calls(env, args.calls, profile=args.profile)
-        apart = await bench_calls(env, args.calls, sim_process=True)
+        calls = await bench_calls(env, args.calls)
+        apart = await bench_calls(env, args.calls, sim_process=True, profile=args.profile)
         if idle is not None:
             batched = await bench_events(env, args.events, 100)
             single = await bench_events(env, max(args.events // 20, 100), 1)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    if args.json:
+        print(json.dumps({"calls": calls, "apart": apart, "idle": idle,
+                          "events": None if idle is None else {"batched": batched, "single": single}}))
+        return
+    print_rows(_rows(calls, apart, idle, None if idle is None else (batched, single), args))
+
+
+def _rows(calls: dict, apart: dict, idle: dict | None, events: tuple[float, float] | None, args: argparse.Namespace) -> list[tuple[str, str]]:
     rows = [
         ("call latency p50 (session.model, sim answers at once)", f"{calls['p50']:.2f} ms"),
         ("call latency p99", f"{calls['p99']:.2f} ms"),
@@ -243,7 +264,8 @@ async def main(args: argparse.Namespace) -> None:
         ("call latency p99, the simulator in its own process", f"{apart['p99']:.2f} ms"),
         ("  this process's CPU per call (the link alone)", f"{apart['cpu_ms']:.2f} ms"),
     ]
-    if idle is not None:
+    if idle is not None and events is not None:
+        batched, single = events
         rows += [
             ("event ingestion, batches of 100, one subscriber", f"{batched:,.0f} events/s"),
             ("event ingestion, one event per post", f"{single:,.0f} events/s"),
@@ -253,11 +275,45 @@ async def main(args: argparse.Namespace) -> None:
             ("memory per link, bound, no client: RSS / Python heap", f"{idle['kib_per_link_bound']:.0f} / {idle['traced_kib_per_link_bound']:.0f} KiB"),
             ("memory per link, poll held: RSS / Python heap", f"{idle['kib_per_link_held']:.0f} / {idle['traced_kib_per_link_held']:.0f} KiB"),
         ]
+    return rows
+
+
+def print_rows(rows: list[tuple[str, str]], heading: str = "value") -> None:
     width = max(len(name) for name, _ in rows)
-    print(f"{'measure'.ljust(width)}  value")
+    print(f"{'measure'.ljust(width)}  {heading}")
     print(f"{'-' * width}  {'-' * 30}")
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
+
+
+def _median_of(results: list[dict]) -> dict:
+    """The median, key by key, of the rounds' results (nested dicts)."""
+    first = results[0]
+    if not isinstance(first, dict):
+        return statistics.median(results) if isinstance(first, (int, float)) else first
+    return {key: _median_of([r[key] for r in results]) for key in first}
+
+
+def against(args: argparse.Namespace) -> None:
+    """This tree and ``args.against``, each in fresh processes, alternating."""
+    trees = {"this tree": _TREE, "against": os.path.abspath(args.against)}
+    passed = [a for a in sys.argv[1:] if a not in ("--against", args.against)]
+    results: dict[str, list[dict]] = {name: [] for name in trees}
+    for round_number in range(args.rounds):
+        for name, tree in trees.items():
+            command = [sys.executable, __file__, *passed, "--json", "--tree", tree]
+            done = subprocess.run(command, check=True, capture_output=True, text=True)
+            results[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(f"round {round_number + 1}: {name} done ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
+    for name, tree in trees.items():
+        merged = _median_of(results[name])
+        events = None if merged["events"] is None else (merged["events"]["batched"], merged["events"]["single"])
+        print(f"\n{name}: {tree} (median of {args.rounds} rounds)")
+        print_rows(_rows(merged["calls"], merged["apart"], merged["idle"], events, args))
+    print("\nper round, the link alone, this tree / against: p50, p99 ms; CPU ms per call")
+    for mine, theirs in zip(results["this tree"], results["against"]):
+        a, b = mine["apart"], theirs["apart"]
+        print(f"  {a['p50']:.2f}/{b['p50']:.2f}  {a['p99']:.2f}/{b['p99']:.2f}  {a['cpu_ms']:.2f}/{b['cpu_ms']:.2f}")
 
 
 if __name__ == "__main__":
@@ -266,7 +322,11 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=50_000)
     parser.add_argument("--links", type=int, default=100)
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of the idle window")
-    parser.add_argument("--profile", metavar="PATH", help="cProfile the in-process calls (CPU time) into PATH")
+    parser.add_argument("--profile", metavar="PATH", help="cProfile the link alone over the timed calls (CPU time) into PATH")
+    parser.add_argument("--against", metavar="CHECKOUT", help="also measure this export of another revision, alternating")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --against (each tree once per round)")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", help=argparse.SUPPRESS)
     parser.add_argument("--only-calls", action="store_true", help="only the call latency rows")
     parser.add_argument("--hold-polls", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--run-sim", metavar="SESSION", help=argparse.SUPPRESS)
@@ -275,5 +335,7 @@ if __name__ == "__main__":
         trio.run(run_sim, parsed.run_sim)
     elif parsed.hold_polls:
         trio.run(hold_polls)
+    elif parsed.against:
+        against(parsed)
     else:
         trio.run(main, parsed)

@@ -1,8 +1,8 @@
-"""The mod link's server: Hypercorn serving a Quart-Trio app on the session's
-private Unix socket, over the sans-IO :class:`~router.modlink.core.LinkCore`.
-Every link of the process serves the same app (its routes find their link in
-the request's scope), with no ASGI lifespan: an app per link was a third of
-a link's memory.
+"""The mod link's server: a small h11 server (:mod:`router.modlink.http`) on
+the session's private Unix socket, over the sans-IO
+:class:`~router.modlink.core.LinkCore`. The link's own task accepts, and
+each connection is one task in the link's nursery; a held poll is that task
+waiting in a cancel scope the link cancels when work is queued.
 
 One :class:`ModLink` per Claude Code session, living in that session's
 nursery::
@@ -37,25 +37,22 @@ if it is still the one it bound, fails the calls still waiting with
 
 from __future__ import annotations
 
-import functools
+import errno
 import logging
 import os
 import socket
 import stat
 from functools import partial
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Final, Mapping
 
 import attrs
 import h11
 import trio
-from quart import Response, request
-from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException
 
-from router._hypercorn import connection_health, serve_on_socket
 from router._unix import bind_private_socket, make_private_directory, remove_if_bound
 from router.modlink.core import DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCore, LinkState, SubscriberQueue
 from router.modlink.errors import ModCallTimeout, ModLinkClosed, ModLinkRefused, ModSubscriberOverflow
+from router.modlink.http import Answer, Exchange, PeerGone, refusal, serve_connection
 from wire.json import JsonError, dumps, loads
 from wire.mod import (
     MOD_CAPABILITY_ASKS,
@@ -79,34 +76,34 @@ from wire.mod import (
 __all__ = ["ModLink", "Subscription", "probe_health"]
 
 log = logging.getLogger("router.modlink")
+#: The connections' logger (a bug in one is logged here).
+http_log = logging.getLogger("router.modlink.http")
 
 #: How long the stale-socket probe waits for ``GET /healthz``. A live server
 #: answers it from memory at once; one second is ample on a loaded machine
 #: and short enough not to hold a session's start up (our choice).
 PROBE_TIMEOUT = 1.0
 
-#: The largest body a post may have. The seed sets none; a row with a picture
-#: in it is the biggest thing the mod posts, and Claude Code caps a picture
-#: well below this (our choice).
-MAX_BODY_BYTES = 32 * 1024 * 1024
-
 #: How long a call waits for the mod's answer unless told otherwise (our
 #: choice: six poll holds, so a mod between two polls is always reached).
 DEFAULT_CALL_DEADLINE = 30.0
 
+#: Accept errors that mean "out of descriptors or memory for now": the
+#: listener waits and tries again instead of stopping (trio's
+#: ``serve_listeners`` rule, ``ACCEPT_CAPACITY_ERRNOS``).
+_ACCEPT_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+#: How long the listener waits then (trio's ``serve_listeners``: 100 ms).
+_ACCEPT_SLEEP: Final = 0.1
 
-#: The scope key under which a poll leaves the requests it took (ours).
-_TAKEN = "router.modlink.taken"
-#: The key of the scope's ``state`` that holds the request's :class:`ModLink` (ours).
-_LINK_KEY = "router.modlink.link"
+#: ``GET /healthz``'s answer. ``capabilities`` is ours, not the seed's: a
+#: mod that knows the asks raises one only at a server that names them.
+_HEALTH: Final = Answer(200, dumps({"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]}).encode())
+_OK: Final = Answer(200, b'{"ok":true}')
+_INSTANCE: Final = MOD_INSTANCE_HEADER.lower().encode("ascii")
 
 
-def _error(status: int, code: str, message: str) -> Response:
-    return Response(dumps({"error": code, "message": message}), status=status, content_type="application/json")
-
-
-def _json(value: Any, status: int = 200) -> Response:
-    return Response(dumps(value), status=status, content_type="application/json")
+def _json(value: Any) -> Answer:
+    return Answer(200, dumps(value).encode())
 
 
 async def probe_health(path: str, *, timeout: float = PROBE_TIMEOUT) -> bool:
@@ -250,7 +247,8 @@ class ModLink:
         self._core = core or LinkCore()
         self._waiters: dict[str, _Waiter] = {}
         self._subscriptions: dict[SubscriberQueue, Subscription] = {}
-        self._work = trio.lowlevel.ParkingLot()
+        #: The wake-up scopes of the polls held now (:meth:`Exchange.hold`).
+        self._held: set[trio.CancelScope] = set()
         self._serving = False
         self._closed = False
         # Poll counters: how each held poll ended (tests assert on these).
@@ -261,7 +259,7 @@ class ModLink:
 
     def __repr__(self) -> str:
         status = "closed" if self._closed else "serving" if self._serving else "idle"
-        return f"<ModLink {status} {self.path} {self._core!r} polls_waiting={self._work.statistics().tasks_waiting}>"
+        return f"<ModLink {status} {self.path} {self._core!r} polls_waiting={len(self._held)}>"
 
     # ----------------------------------------------------------------- public API
 
@@ -274,7 +272,7 @@ class ModLink:
         return {
             **self._core.statistics(),
             "serving": self._serving,
-            "polls_waiting": self._work.statistics().tasks_waiting,
+            "polls_waiting": len(self._held),
             "polls_with_work": self.polls_with_work,
             "polls_expired": self.polls_expired,
             "polls_unwritten": self.polls_unwritten,
@@ -294,7 +292,7 @@ class ModLink:
             raise ModLinkClosed("the mod link is closed")
         request = self._core.start_call(name, args)
         waiter = self._waiters[request.id] = _Waiter()
-        self._work.unpark_all()
+        self._wake_polls()
         try:
             with trio.move_on_after(deadline) as scope:
                 await waiter.event.wait()
@@ -337,20 +335,30 @@ class ModLink:
         bound = os.stat(self.path)
         self._serving = True
         try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(
-                    partial(
-                        serve_on_socket, self._asgi, sock, logger="router.modlink.http",
-                        state={_LINK_KEY: self}, lifespan=False,
-                    )
-                )
+            listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+            async with trio.open_nursery() as connections:
                 log.info("mod link for session %s serving on %s", self.session_id, self.path)
                 task_status.started(self.path)
+                await self._accept(listener, connections)
         finally:
             self._serving = False
             self._close()
             sock.close()
             self._remove_socket(bound)
+
+    async def _accept(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
+        """The listener: this task accepts, and each connection is a task of
+        ``connections`` (no listener task or nursery of its own)."""
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                log.error("the mod link on %s cannot accept (%s); trying again", self.path, os.strerror(exc.errno))
+                await trio.sleep(_ACCEPT_SLEEP)
+                continue
+            connections.start_soon(serve_connection, stream, self._route, http_log)
 
     async def _bind(self) -> socket.socket:
         directory = os.path.dirname(self.path)
@@ -397,47 +405,34 @@ class ModLink:
         for subscription in list(self._subscriptions.values()):
             subscription._wake()
         self._subscriptions.clear()
-        self._work.unpark_all()
+        self._wake_polls()
 
-    # ----------------------------------------------------------------- the app
+    def _wake_polls(self) -> None:
+        """Wake every held poll: work was queued, or the link closes."""
+        for wake in self._held:
+            wake.cancel()
 
-    async def _asgi(self, scope: dict, receive: Any, send: Any) -> None:
-        """The app as served: a poll whose answer was not written (the
-        handler cancelled after it took requests, or the write failed on a
-        connection whose client went away) puts its requests back
-        (:meth:`LinkCore.send_failed`), so the next poll gets them and no
-        caller waits out its deadline for work a dead poll took.
+    # ----------------------------------------------------------------- the routes
 
-        Decided here, around the whole of Quart's handling, because a
-        failed write never reaches the app: Hypercorn swallows it, and only
-        the connection's :class:`~router._hypercorn.ConnectionHealth` says
-        so. The route leaves what it took in the scope (``_TAKEN``)."""
-        if scope["type"] != "http" or scope.get("path") != MOD_ROUTE_REQUESTS:
-            await _app()(scope, receive, send)
-            return
-        written = False
-
-        async def send_watched(message: dict) -> None:
-            nonlocal written
-            await send(message)
-            # The answer is one chunk of JSON: written once that chunk went
-            # out on a connection none of whose writes failed. (Quart's
-            # last, empty chunk may never be sent: Quart-Trio ends the
-            # handler as soon as Hypercorn reports the stream closed.)
-            if message["type"] == "http.response.body" and message.get("body"):
-                health = connection_health(scope)
-                written = health is None or not health.send_failed
-
+    async def _route(self, exchange: Exchange) -> Answer:
+        """The answer to one request: its route's, or 404, 405, the
+        ``OPTIONS`` of a route (200 with its ``Allow``, as Quart answered
+        it), or 500 for a failure of ours (logged; the link goes on)."""
+        entry = _ROUTES.get(exchange.path)
+        if entry is None:
+            return refusal(404, "not-found", f"{exchange.path} is not a route of the mod link")
+        method, allow, serve = entry
+        if exchange.method == "OPTIONS":
+            return Answer(200, b"", content_type=b"text/html; charset=utf-8", headers=((b"allow", allow),))
+        if exchange.method != method and not (method == "GET" and exchange.method == "HEAD"):
+            return refusal(405, "method-not-allowed", f"{exchange.method} is not allowed on {exchange.path}")
         try:
-            await _app()(scope, receive, send_watched)
-        finally:
-            taken = scope.pop(_TAKEN, None)
-            if taken and not written:
-                self.polls_unwritten += 1
-                back = self._core.send_failed(taken)
-                if back:
-                    self._work.unpark_all()
-                log.info("a poll's answer was not written; %d of its %d requests queued again", len(back), len(taken))
+            return await serve(self, exchange)
+        except (PeerGone, h11.ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
+            raise  # the connection's, not the route's
+        except Exception:
+            log.exception("mod link route %s failed", exchange.path)
+            return refusal(500, "internal", "the mod link failed on this post; it was logged, and the link goes on")
 
     def _settle(self, outcomes: list[CallOutcome]) -> None:
         for outcome in outcomes:
@@ -451,84 +446,96 @@ class ModLink:
         for subscription in self._subscriptions.values():
             subscription._wake()
 
-    async def _admit_and_read(self, route: str) -> tuple[str | None, Any, Response | None]:
+    async def _admit_and_read(self, exchange: Exchange, route: str) -> tuple[str | None, Any, Answer | None]:
         """The instance the post names, and its body as JSON: ``(instance,
         value, None)`` or ``(instance, None, refusal)``. Claims nothing; the
         route calls :meth:`_claim` once the body has proved good."""
         # An empty header names no instance, as a missing one.
-        instance = request.headers.get(MOD_INSTANCE_HEADER, "").strip() or None
+        instance = (exchange.header(_INSTANCE) or "").strip() or None
         if not self._core.admit(instance):
             return instance, None, self._taken()
-        raw = await request.get_data(cache=False)
-        assert isinstance(raw, bytes)
+        raw = await exchange.body()
+        if isinstance(raw, Answer):
+            return instance, None, raw
         if route == MOD_ROUTE_REQUESTS and not raw.strip():
             return instance, {}, None
         try:
             return instance, loads(raw.decode("utf-8")), None
         except (UnicodeDecodeError, JsonError) as exc:
-            return instance, None, _error(400, "not-json", f"the body of POST {route} is not JSON text: {exc}")
+            return instance, None, refusal(400, "not-json", f"the body of POST {route} is not JSON text: {exc}")
 
-    def _claim(self, instance: str | None) -> Response | None:
+    def _claim(self, instance: str | None) -> Answer | None:
         """Claim the link for a good post, or the 409 when another instance
         took it while this post was read."""
         return None if self._core.claim(instance) else self._taken()
 
-    def _taken(self) -> Response:
-        return _error(
+    def _taken(self) -> Answer:
+        return refusal(
             MOD_STATUS_TAKEN,
             "taken",
             f"another mod instance ({self._core.state.instance}) holds this link; one server serves one mod",
         )
 
-    async def _read_post(self, route: str, read: Any, shape: str) -> tuple[Any, Response | None]:
+    async def _read_post(self, exchange: Exchange, route: str, read: Any, shape: str) -> tuple[Any, Answer | None]:
         """A post's body, admitted, read by ``read`` and claimed:
         ``(read's value, None)``, or ``(None, refusal)`` and nothing
         applied."""
-        instance, body, refusal = await self._admit_and_read(route)
-        if refusal is not None:
-            return None, refusal
+        instance, body, refused = await self._admit_and_read(exchange, route)
+        if refused is not None:
+            return None, refused
         try:
             value = read(body)
         except ModWireError as exc:
-            return None, _error(400, "bad-body", f"POST {route} takes {shape}: {exc}")
+            return None, refusal(400, "bad-body", f"POST {route} takes {shape}: {exc}")
         return value, self._claim(instance)
 
-    async def _serve_events(self) -> Response:
-        value, refusal = await self._read_post(MOD_ROUTE_EVENTS, read_events, "{events: [...]}")
-        if refusal is not None:
-            return refusal
+    async def _serve_health(self, exchange: Exchange) -> Answer:
+        return _HEALTH
+
+    async def _serve_events(self, exchange: Exchange) -> Answer:
+        value, refused = await self._read_post(exchange, MOD_ROUTE_EVENTS, read_events, "{events: [...]}")
+        if refused is not None:
+            return refused
         accepted, skipped = value
         for why in skipped:
             log.warning("skipped a malformed mod event: %s", why)
         self._publish(accepted)
-        return _json({"ok": True})
+        return _OK
 
-    async def _serve_results(self) -> Response:
-        value, refusal = await self._read_post(MOD_ROUTE_RESULTS, read_results, "{results: [...]}")
-        if refusal is not None:
-            return refusal
+    async def _serve_results(self, exchange: Exchange) -> Answer:
+        value, refused = await self._read_post(exchange, MOD_ROUTE_RESULTS, read_results, "{results: [...]}")
+        if refused is not None:
+            return refused
         good, broken, skipped = value
         for why in skipped:
             log.warning("skipped a mod result with no id: %s", why)
         for request_id, why in broken.items():
             log.warning("the mod's result for %s is malformed: %s", request_id, why)
         self._settle(self._core.accept_results(good, broken))
-        return _json({"ok": True})
+        return _OK
 
-    async def _serve_requests(self) -> Response:
-        instance, body, refusal = await self._admit_and_read(MOD_ROUTE_REQUESTS)
-        if refusal is not None:
-            return refusal
+    async def _serve_requests(self, exchange: Exchange) -> Answer:
+        """The poll: every queued request at once, or held up to
+        ``self.hold`` until one is queued. A poll whose answer is not
+        written (its client went away, the write failed, or the link
+        stopped while writing) puts its requests back
+        (:meth:`LinkCore.send_failed`), so the next poll gets them and no
+        caller waits out its deadline for work a dead poll took."""
+        instance, body, refused = await self._admit_and_read(exchange, MOD_ROUTE_REQUESTS)
+        if refused is not None:
+            return refused
         if type(body) is not dict:
             # The seed gives the poll no body; we take none or an object.
-            return _error(400, "bad-body", f"POST {MOD_ROUTE_REQUESTS} takes no body or a JSON object")
-        if (refusal := self._claim(instance)) is not None:
-            return refusal
+            return refusal(400, "bad-body", f"POST {MOD_ROUTE_REQUESTS} takes no body or a JSON object")
+        if (refused := self._claim(instance)) is not None:
+            return refused
         taken = self._core.take_requests()
         if not taken and not self._closed:
+            # A client that goes away mid-hold ends it (PeerGone, out of
+            # hold): it took no work, and counts as neither.
             with trio.move_on_after(self.hold) as hold:
                 while not taken and not self._closed:
-                    await self._work.park()
+                    await exchange.hold(self._held)
                     taken = self._core.take_requests()
             if hold.cancelled_caught:
                 self.polls_expired += 1
@@ -536,62 +543,22 @@ class ModLink:
                 self.polls_with_work += 1
         elif taken:
             self.polls_with_work += 1
-        if taken:
-            request.scope[_TAKEN] = taken  # for _asgi, should the answer not be written
-        return _json({"requests": [converter.unstructure(item) for item in taken]})
+        answer = _json({"requests": [converter.unstructure(item) for item in taken]})
+        return attrs.evolve(answer, unwritten=partial(self._unwritten, taken)) if taken else answer
+
+    def _unwritten(self, taken: list[Any]) -> None:
+        self.polls_unwritten += 1
+        back = self._core.send_failed(taken)
+        if back:
+            self._wake_polls()
+        log.info("a poll's answer was not written; %d of its %d requests queued again", len(back), len(taken))
 
 
-def _link() -> "ModLink":
-    """The link whose socket the request being handled came on."""
-    return request.scope["state"][_LINK_KEY]
-
-
-def _make_app() -> QuartTrio:
-    """The app every mod link serves (one for all: a Quart app and its URL
-    map cost ~36 KiB, docs/bench.md); each route finds its link in the
-    request's scope (:data:`_LINK_KEY`, put there by the link's server)."""
-    app = QuartTrio("router.modlink")
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    app.config["RESPONSE_TIMEOUT"] = None
-    app.config["BODY_TIMEOUT"] = 60
-
-    @app.get(MOD_ROUTE_HEALTH)
-    async def health() -> Response:
-        # ``capabilities`` is ours, not the seed's: a mod that knows the
-        # asks raises one only at a server that names them.
-        return _json({"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]})
-
-    @app.post(MOD_ROUTE_EVENTS)
-    async def events() -> Response:
-        return await _link()._serve_events()
-
-    @app.post(MOD_ROUTE_RESULTS)
-    async def results() -> Response:
-        return await _link()._serve_results()
-
-    @app.post(MOD_ROUTE_REQUESTS)
-    async def requests() -> Response:
-        return await _link()._serve_requests()
-
-    @app.errorhandler(HTTPException)
-    async def http_error(exc: HTTPException) -> Response:
-        code = {404: "not-found", 405: "method-not-allowed", 413: "too-large"}.get(exc.code or 0, "bad-request")
-        text = {
-            404: f"{request.path} is not a route of the mod link",
-            405: f"{request.method} is not allowed on {request.path}",
-            413: f"the body is larger than {MAX_BODY_BYTES} bytes",
-        }.get(exc.code or 0, exc.description or "the request was refused")
-        return _error(exc.code or 400, code, text)
-
-    @app.errorhandler(Exception)
-    async def crashed(exc: Exception) -> Response:
-        log.exception("mod link route %s failed", request.path, exc_info=exc)
-        return _error(500, "internal", "the mod link failed on this post; it was logged, and the link goes on")
-
-    return app
-
-
-@functools.cache
-def _app() -> QuartTrio:
-    """The one app of every mod link in this process, made on first use."""
-    return _make_app()
+#: Each route: its method, its ``Allow`` (as Quart answered ``OPTIONS``),
+#: and the method of :class:`ModLink` that serves it.
+_ROUTES: Final[dict[str, tuple[str, bytes, Callable[[ModLink, Exchange], Awaitable[Answer]]]]] = {
+    MOD_ROUTE_HEALTH: ("GET", b"OPTIONS, GET, HEAD", ModLink._serve_health),
+    MOD_ROUTE_EVENTS: ("POST", b"OPTIONS, POST", ModLink._serve_events),
+    MOD_ROUTE_RESULTS: ("POST", b"OPTIONS, POST", ModLink._serve_results),
+    MOD_ROUTE_REQUESTS: ("POST", b"OPTIONS, POST", ModLink._serve_requests),
+}
