@@ -1,17 +1,18 @@
 """Serving an ASGI app with Hypercorn on a socket the caller bound itself.
 
-Both HTTP servers of the router bind their own socket before Hypercorn sees
-it: the mod link checks its private directory and a stale socket first, the
-API picks its port and learns it. This is the one place that hands such a
-socket to Hypercorn.
+The router's Hypercorn servers bind their own socket before Hypercorn sees
+it: the board's local server checks its private directory and a stale
+socket first, the API picks its port and learns it. This is the one place
+that hands such a socket to Hypercorn. (The mod link and the daemon answer
+with small h11 servers of their own: docs/modlink.md, docs/bench.md.)
 
 Theory of operation
 -------------------
 
 Hypercorn's Trio worker (``hypercorn.trio.run.worker_serve``) runs every
 connection (a ``hypercorn.trio.tcp_server.TCPServer``) in one nursery with
-the listener, so an exception that escapes one connection ends the server:
-for the mod link, the socket is removed and the real mod loses its link.
+the listener, so an exception that escapes one connection ends the server
+and every other connection with it.
 Hostile HTTP does make one escape (Hypercorn 0.18, h11 0.16; upstream
 pgjones/hypercorn issue 203, "H11 Got data when expected EOF", open). It is
 a race on one connection: the request head is complete, so the app answers
@@ -30,10 +31,7 @@ Two things here, at two depths:
   the stream busy can only be meeting that EOF (every other send holds the
   send lock), so the connection is closing and the bytes could not go
   anyway; it is treated as a send to a closed stream, which Hypercorn
-  already handles (its ``Closed`` event). It also records that a write
-  failed (:class:`ConnectionHealth`, in the scope's ``state``), which
-  Hypercorn keeps from the app: the mod link puts back the requests of a
-  poll whose answer could not be written.
+  already handles (its ``Closed`` event).
 - :func:`serve_on_socket` serves the listener itself (what ``worker_serve``
   does, without multiprocessing, QUIC, TLS or a shutdown trigger) and
   contains each connection: whatever escapes one (a bug, ours or
@@ -51,9 +49,8 @@ from __future__ import annotations
 import logging
 import socket
 from functools import partial
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
-import attrs
 import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData
@@ -63,41 +60,12 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
 
-__all__ = ["ConnectionHealth", "HEALTH_KEY", "connection_health", "serve_on_socket"]
-
-
-#: Where each connection's :class:`ConnectionHealth` sits in the ASGI
-#: scope's ``state`` (Hypercorn copies the connection's state into every
-#: request's scope). Ours.
-HEALTH_KEY: Final = "router.connection"
-
-
-@attrs.define
-class ConnectionHealth:
-    """What an app may ask about its connection: whether a write of it has
-    failed (h11's ``send_failed``). Hypercorn itself swallows such a
-    failure (the peer is gone, the stream is closed), so a response "sent"
-    on a dead connection looks sent to the app."""
-
-    send_failed: bool = False
-
-
-def connection_health(scope: dict) -> ConnectionHealth | None:
-    """The health of the connection an ASGI ``scope`` came on, when this
-    module serves it."""
-    state = scope.get("state")
-    health = state.get(HEALTH_KEY) if isinstance(state, dict) else None
-    return health if isinstance(health, ConnectionHealth) else None
+__all__ = ["serve_on_socket"]
 
 
 class _Connection(TCPServer):
     """Hypercorn's connection, with the send race of pgjones/hypercorn#203
-    closed (see the module docstring) and its write failures told to the
-    app (:class:`ConnectionHealth`)."""
-
-    def __init__(self, *args: Any, health: ConnectionHealth) -> None:
-        super().__init__(*args)
-        self.health = health
+    closed (see the module docstring)."""
 
     async def protocol_send(self, event: Event) -> None:
         if not isinstance(event, RawData):
@@ -112,7 +80,6 @@ class _Connection(TCPServer):
                 # Busy: only the EOF of a closing connection sends without
                 # the lock, so this connection is closing and the bytes
                 # cannot go; as for a dead peer, it is closed.
-                self.health.send_failed = True
                 await self.protocol.handle(Closed())
 
 
@@ -152,9 +119,7 @@ async def _serve_connection(
 ) -> None:
     """One connection, contained: nothing it raises reaches the listener."""
     try:
-        health = ConnectionHealth()
-        connection_state = ConnectionState({**state, HEALTH_KEY: health})
-        await _Connection(app, config, context, connection_state, stream, health=health)
+        await _Connection(app, config, context, ConnectionState(dict(state)), stream)
     except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
         pass  # the peer went away: nothing to say
     except* Exception:
@@ -169,8 +134,6 @@ async def serve_on_socket(
     sock: socket.socket,
     *,
     logger: str,
-    state: Mapping[str, Any] | None = None,
-    lifespan: bool = True,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``sock`` (bound, listening, non-blocking) until
@@ -183,27 +146,20 @@ async def serve_on_socket(
     listener and every connection at once (open requests, a held poll or a
     live stream, get no grace: ``worker_serve``'s graceful timeout only ever
     applied to its own shutdown trigger, never to a cancelled server).
-
-    ``state`` is copied into every request's scope ``state`` (Hypercorn's
-    connection state), so one app can serve several sockets and tell them
-    apart. ``lifespan=False`` runs no ASGI lifespan: for an app with no
-    startup or shutdown work that many servers share (Quart-Trio's lifespan
-    keeps one nursery per app, so two servers' lifespans of one app would
-    cancel each other's).
     """
     config = Config()
     config.errorlog = logging.getLogger(logger)
     config.accesslog = None
     asgi = wrap_app(_refuse_bad_hosts(app), 0, "asgi")
-    scope_state: dict = dict(state or {})
+    #: What the app's lifespan startup keeps, copied into each connection (as Hypercorn does).
+    state: dict = {}
     context = WorkerContext(None)
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
-    handler = partial(_serve_connection, asgi, config, context, scope_state, logging.getLogger(logger))
+    handler = partial(_serve_connection, asgi, config, context, state, logging.getLogger(logger))
     async with trio.open_nursery() as lifespan_nursery:
-        if lifespan:
-            handling = Lifespan(asgi, config, scope_state)
-            await lifespan_nursery.start(handling.handle_lifespan)
-            await handling.wait_for_startup()
+        handling = Lifespan(asgi, config, state)
+        await lifespan_nursery.start(handling.handle_lifespan)
+        await handling.wait_for_startup()
         try:
             async with trio.open_nursery() as connections:
                 await connections.start(partial(trio.serve_listeners, handler, [listener], handler_nursery=connections))
