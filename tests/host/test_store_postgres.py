@@ -433,3 +433,52 @@ async def test_a_fence_that_refuses_a_batch_answers_every_caller_with_its_refusa
         store.database.fences.clear()
         log.database.fences.clear()
         assert await store.call(store.operations) == [] and await log.call(log.entries) == []
+
+
+def test_a_v7_database_gains_the_history_indexes_and_its_reads_use_them(postgres_url: str) -> None:
+    # A database at version 7 with usage rows (no rowid yet) and operations.
+    db = PgDatabase(postgres_url, "host")
+    db.begin()
+    for step in PG_MIGRATIONS[:7]:
+        step(db)
+    db.set_schema_version(7)
+    db.execute("INSERT INTO sessions (id, ordinal, created_at, updated_at) VALUES ('s', 1, 0, 0)")
+    db.execute(
+        "INSERT INTO operations (session, id, ordinal, generation, input, when_busy, status, created_at)"
+        " VALUES ('s', 'old', 1, 1, '\"x\"', 'followUp', 'done', 0), ('s', 'open', 2, 1, '\"y\"', 'followUp', 'queued', 0)"
+    )
+    db.execute(
+        "INSERT INTO usage (session, runtime, seq, operation_id, input_tokens, output_tokens, cost_usd, raw, at)"
+        " VALUES ('s', 'r', 1, 'old', 4, 1, NULL, '{}', 0)"
+    )
+    db.execute("COMMIT")
+    db.close()
+    with Store(postgres_url) as store:
+        assert store.schema_version() == SCHEMA_VERSION >= 8
+        assert store.usage_after("s", 0).input_tokens == 4  # the old rows got a rowid
+        mark = store.usage_after("s").mark
+        store.record_usage("s", "open", "r", 2, {"type": "usage", "inputTokens": 6})
+        assert (store.usage_after("s", mark).input_tokens, store.usage_after("s", mark).events) == (6, 1)
+        ran: list[tuple[str, tuple]] = []
+        execute = store._db.execute
+
+        def traced(sql: str, params=()):
+            ran.append((sql, tuple(params)))
+            return execute(sql, params)
+
+        store._db.execute = traced  # type: ignore[method-assign]
+        try:
+            assert [op.id for op in store.operations(session="s", statuses=("queued", "running"))] == ["open"]
+            store.usage_after("s", mark)
+        finally:
+            del store._db.execute
+        reads = [(sql, params) for sql, params in ran if sql.startswith("SELECT")]
+        with store.transaction():
+            # On tables this small a sequential scan is cheapest; without it the
+            # planner shows which index the statement can use as it is written.
+            execute("SET LOCAL enable_seqscan = off")
+            plans = [" ".join(row[0] for row in execute(f"EXPLAIN {sql}", params).fetchall()) for sql, params in reads]
+    open_plan = next(plan for (sql, _), plan in zip(reads, plans) if "FROM operations" in sql)
+    usage_plan = next(plan for (sql, _), plan in zip(reads, plans) if "FROM usage" in sql)
+    assert "operations_session_open" in open_plan, open_plan
+    assert "usage_session" in usage_plan, usage_plan
