@@ -19,6 +19,7 @@ from router.host.store import (
     Store,
     StoreMisuse,
 )
+from tests.host.statements import HISTORY_TABLES, V7_ROWS, check_v7_migrated, statements
 from tests.support.postgres import postgres, postgres_url, store_url  # noqa: F401  (fixtures)
 
 
@@ -379,31 +380,11 @@ def test_a_savepoint_undoes_its_part_alone(store: Store) -> None:
 
 # --------------------------------------------------------------------------- history (issue 16)
 
-#: The tables that grow with every turn.
-HISTORY_TABLES = ("operations", "messages", "entries", "usage")
-
-
 def _plans(store: Store, work) -> dict[str, list[str]]:
-    """Each statement ``work(store)`` ran through the store's connection
-    and its query plan, the statement explained as it ran: the same SQL
-    with the same parameters bound (a plan may depend on which terms are
-    literals)."""
-    ran: list[tuple[str, tuple]] = []
+    """Each statement ``work(store)`` ran and its query plan."""
     execute = store._db.execute
-
-    def traced(sql: str, params=()):
-        ran.append((sql, tuple(params)))
-        return execute(sql, params)
-
-    store._db.execute = traced  # type: ignore[method-assign]
-    try:
-        work(store)
-    finally:
-        del store._db.execute
-    statements = [(sql, params) for sql, params in ran
-                  if sql.split(None, 1)[0].upper() in ("SELECT", "INSERT", "UPDATE", "DELETE")]
     return {sql: [row[-1] for row in execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()]
-            for sql, params in statements}
+            for sql, params in statements(store, work)}
 
 
 def _turn(store: Store, i: int) -> None:
@@ -467,24 +448,16 @@ def test_usage_after_sums_the_events_after_a_mark(store: Store) -> None:
 
 def test_a_v7_store_gains_the_history_indexes(tmp_path: Path) -> None:
     path = tmp_path / "v7.db"
-    db = old_store(path, 7)
-    db.execute(
-        "INSERT INTO operations (session, id, ordinal, generation, input, when_busy, status, created_at)"
-        " VALUES ('s', 'old', 1, 1, '\"x\"', 'followUp', 'done', 0), ('s', 'open', 2, 1, '\"y\"', 'followUp', 'queued', 0)"
-    )
-    db.execute(
-        "INSERT INTO usage (session, runtime, seq, operation_id, input_tokens, output_tokens, cost_usd, raw, at)"
-        " VALUES ('s', 'r', 1, 'old', 4, 1, NULL, '{}', 0)"
-    )
+    db = sqlite3.connect(path)
+    for step in MIGRATIONS[:7]:
+        step(db)
+    db.execute("PRAGMA user_version = 7")
+    for sql in V7_ROWS:
+        db.execute(sql)
     db.commit()
     db.close()
     with Store(path) as store:
         assert store.schema_version() == SCHEMA_VERSION >= 8
         indexes = {row[0] for row in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert {"operations_session_open", "usage_session"} <= indexes
-        assert [op.id for op in store.operations(session="s", statuses=("running", "queued"))] == ["open"]
-        # The usage of the old file counts from the mark 0; a new event after it.
-        assert store.usage_after("s", 0).input_tokens == 4
-        mark = store.usage_after("s").mark
-        store.record_usage("s", "open", "r", 2, {"type": "usage", "inputTokens": 6})
-        assert store.usage_after("s", mark).input_tokens == 6
+        check_v7_migrated(store)

@@ -25,6 +25,7 @@ from router.plugins.usage import JsonlRecords, TableRecords
 from router.turns.core import Delivery, Person, Proceed
 from router.turns.delivery_log import PG_MIGRATIONS as TURNS_MIGRATIONS, DeliveryLog
 from router.turns.delivery_log import SCHEMA_VERSION as TURNS_VERSION
+from tests.host.statements import V7_ROWS, check_v7_migrated, statements
 from tests.support.postgres import postgres, postgres_url  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -442,43 +443,23 @@ def test_a_v7_database_gains_the_history_indexes_and_its_reads_use_them(postgres
     for step in PG_MIGRATIONS[:7]:
         step(db)
     db.set_schema_version(7)
-    db.execute("INSERT INTO sessions (id, ordinal, created_at, updated_at) VALUES ('s', 1, 0, 0)")
-    db.execute(
-        "INSERT INTO operations (session, id, ordinal, generation, input, when_busy, status, created_at)"
-        " VALUES ('s', 'old', 1, 1, '\"x\"', 'followUp', 'done', 0), ('s', 'open', 2, 1, '\"y\"', 'followUp', 'queued', 0)"
-    )
-    db.execute(
-        "INSERT INTO usage (session, runtime, seq, operation_id, input_tokens, output_tokens, cost_usd, raw, at)"
-        " VALUES ('s', 'r', 1, 'old', 4, 1, NULL, '{}', 0)"
-    )
+    for sql in V7_ROWS:
+        db.execute(sql)
     db.execute("COMMIT")
     db.close()
     with Store(postgres_url) as store:
         assert store.schema_version() == SCHEMA_VERSION >= 8
-        assert store.usage_after("s", 0).input_tokens == 4  # the old rows got a rowid
-        mark = store.usage_after("s").mark
-        store.record_usage("s", "open", "r", 2, {"type": "usage", "inputTokens": 6})
-        assert (store.usage_after("s", mark).input_tokens, store.usage_after("s", mark).events) == (6, 1)
-        ran: list[tuple[str, tuple]] = []
+        check_v7_migrated(store)
+        reads = statements(store, lambda s: (s.operations(session="s", statuses=("queued", "running")),
+                                             s.usage_after("s", 1)))
         execute = store._db.execute
-
-        def traced(sql: str, params=()):
-            ran.append((sql, tuple(params)))
-            return execute(sql, params)
-
-        store._db.execute = traced  # type: ignore[method-assign]
-        try:
-            assert [op.id for op in store.operations(session="s", statuses=("queued", "running"))] == ["open"]
-            store.usage_after("s", mark)
-        finally:
-            del store._db.execute
-        reads = [(sql, params) for sql, params in ran if sql.startswith("SELECT")]
         with store.transaction():
             # On tables this small a sequential scan is cheapest; without it the
             # planner shows which index the statement can use as it is written.
             execute("SET LOCAL enable_seqscan = off")
-            plans = [" ".join(row[0] for row in execute(f"EXPLAIN {sql}", params).fetchall()) for sql, params in reads]
-    open_plan = next(plan for (sql, _), plan in zip(reads, plans) if "FROM operations" in sql)
-    usage_plan = next(plan for (sql, _), plan in zip(reads, plans) if "FROM usage" in sql)
+            plans = {sql: " ".join(row[0] for row in execute(f"EXPLAIN {sql}", params).fetchall())
+                     for sql, params in reads}
+    [open_plan] = [plan for sql, plan in plans.items() if "FROM operations" in sql]
+    [usage_plan] = [plan for sql, plan in plans.items() if "FROM usage" in sql]
     assert "operations_session_open" in open_plan, open_plan
     assert "usage_session" in usage_plan, usage_plan
