@@ -130,6 +130,12 @@ JavaScript peer survives the UTF-8 database).
     ``launcher_state`` / ``launcher_reason`` (where its lifecycle stands,
     :mod:`router.host.lifecycle`, and why). Read as
     :attr:`SessionRecord.daemon`; written with :meth:`Store.set_daemon`.
+History indexes (schema version 8)
+    so that no read of a turn costs more as history grows (issue 16):
+    ``operations_session_open``, a partial index of each session's open
+    operations (:meth:`Store.operations` writes its term), and
+    ``usage_session``, the usage after a mark (:meth:`Store.usage_after`;
+    on PostgreSQL over a ``rowid`` identity column added to ``usage``).
 """
 
 from __future__ import annotations
