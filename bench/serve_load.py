@@ -325,10 +325,10 @@ async def load_history(fleet: Fleet, turns: int) -> None:
         path = f"/sessions/{routes[index][1]}/messages"
         while left[0] > 0:
             left[0] -= 1
+            done = turns - left[0]  # this turn's number, taken when it is sent (each sender its own)
             status, body = await client.request("POST", path, {"text": "history", "eventId": uuid.uuid4().hex})
             if status != 200:
                 raise SystemExit(f"history: {status} {body}")
-            done = turns - left[0]
             if done % step == 0:
                 now, cpu = time.perf_counter(), fleet.cpu()
                 print(f"history: {done:,} turns, the last {step:,} at {step / (now - mark[0]):,.0f}/s,"
