@@ -4,7 +4,8 @@ history)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 from router.host.store import Store
 
@@ -22,10 +23,10 @@ V7_ROWS = (
 )
 
 
-def statements(store: Store, work: Callable[[Store], Any]) -> list[tuple[str, tuple]]:
-    """Each statement ``work(store)`` ran through the store's connection,
-    with its parameters, in order (to explain a statement as it ran: a plan
-    may depend on which terms are literals)."""
+@contextlib.contextmanager
+def tracing(store: Store) -> Iterator[list[tuple[str, tuple]]]:
+    """The statements run through the store's connection while inside
+    (from any thread), with their parameters, in order."""
     ran: list[tuple[str, tuple]] = []
     execute = store._db.execute
 
@@ -35,9 +36,17 @@ def statements(store: Store, work: Callable[[Store], Any]) -> list[tuple[str, tu
 
     store._db.execute = traced  # type: ignore[method-assign]
     try:
-        work(store)
+        yield ran
     finally:
         del store._db.execute
+
+
+def statements(store: Store, work: Callable[[Store], Any]) -> list[tuple[str, tuple]]:
+    """Each statement ``work(store)`` ran through the store's connection,
+    with its parameters, in order (to explain a statement as it ran: a plan
+    may depend on which terms are literals)."""
+    with tracing(store) as ran:
+        work(store)
     return [(sql, params) for sql, params in ran
             if sql.split(None, 1)[0].upper() in ("SELECT", "INSERT", "UPDATE", "DELETE")]
 
