@@ -2,8 +2,8 @@
 
 Covers sessions reached through a daemon (``reach.via`` is ``daemon`` or
 ``in-process``). The host stores every ``usage`` event the adapter emits
-(one per frame, so a replay is not counted twice) and sums them per
-operation; the router hands this source that ledger as ``deps["ledger"]``
+(one per frame, so a replay is not counted twice) and sums those after a
+mark; the router hands this source that ledger as ``deps["ledger"]``
 (see ``router.plugins.usage.UsageLedger``: the host's store through
 ``StoreLedger``, or ``MemoryLedger``).
 
