@@ -365,13 +365,22 @@ async def load_history(fleet: Fleet, turns: int) -> None:
     routes = [fleet.route(index) for index in range(min(sum(map(len, fleet.sessions)) * 2, 40))]
     clients = [Client(server) for server, _ in routes]
 
+    step = max(1, turns // 10)  # a progress line every tenth: the loading rate should stay flat too
+    mark = [time.perf_counter(), fleet.cpu()]
+
     async def sender(index: int, client: Client) -> None:
         path = f"/sessions/{routes[index][1]}/messages"
         while left[0] > 0:
             left[0] -= 1
+            done = turns - left[0]  # this turn's number, taken when it is sent (each sender its own)
             status, body = await client.request("POST", path, {"text": "history", "eventId": uuid.uuid4().hex})
             if status != 200:
                 raise SystemExit(f"history: {status} {body}")
+            if done % step == 0:
+                now, cpu = time.perf_counter(), fleet.cpu()
+                print(f"history: {done:,} turns, the last {step:,} at {step / (now - mark[0]):,.0f}/s,"
+                      f" server CPU {(cpu - mark[1]) / step * 1e6:,.0f} µs/turn", flush=True)
+                mark[:] = [now, cpu]
 
     started = time.perf_counter()
     async with trio.open_nursery() as nursery:

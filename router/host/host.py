@@ -578,8 +578,10 @@ class HostSession:
             for record in records
         ]
 
-    async def snapshot(self) -> dict:
-        """``{session, messages, pending, busy}`` as the store has it now."""
+    async def snapshot(self, *, messages: bool = True) -> dict:
+        """``{session, messages, pending, busy}`` as the store has it now;
+        with ``messages=False`` without ``messages`` (the whole transcript,
+        which costs what the session's history holds: issue 16)."""
         store = self.host.store
 
         def read(store: Store) -> dict:
@@ -587,19 +589,21 @@ class HostSession:
                 {"operationId": record.id, "session": self.id, "status": record.status}
                 for record in store.operations(session=self.id, statuses=OPEN_STATUSES)
             ]
-            return {
-                "session": self.id,
-                "messages": store.messages(self.id),
-                "pending": pending,
-                "busy": bool(pending),
-            }
+            out: dict[str, Any] = {"session": self.id, "pending": pending, "busy": bool(pending)}
+            if messages:
+                out["messages"] = store.messages(self.id)
+            return out
 
         return await store.transact(read)
 
     @asynccontextmanager
-    async def events(self) -> AsyncIterator[EventStream]:
+    async def events(self, *, messages: bool = True) -> AsyncIterator[EventStream]:
         """This session's events: ``stream.snapshot``, then ``async for
         batch in stream`` (lists of event objects) until the session closes.
+        ``messages=False``: the snapshot without the transcript (a reader
+        that needs only ``pending``, such as the container view, which
+        subscribes again whenever it lagged: the transcript would make each
+        subscription cost the session's whole history).
 
         The subscription starts before the snapshot is read, so nothing
         falls between them; an event may repeat what the snapshot shows
@@ -610,7 +614,7 @@ class HostSession:
         await host.store.call(host.store.require_session, self.id)
         link = host._ensure_link(self.id)
         with link.subscribe() as subscription:
-            snapshot = await self.snapshot()
+            snapshot = await self.snapshot(messages=messages)
             yield EventStream(self.id, snapshot, subscription)
 
 

@@ -130,6 +130,12 @@ JavaScript peer survives the UTF-8 database).
     ``launcher_state`` / ``launcher_reason`` (where its lifecycle stands,
     :mod:`router.host.lifecycle`, and why). Read as
     :attr:`SessionRecord.daemon`; written with :meth:`Store.set_daemon`.
+History indexes (schema version 8)
+    so that no read of a turn costs more as history grows (issue 16):
+    ``operations_session_open``, a partial index of each session's open
+    operations (:meth:`Store.operations` writes its term), and
+    ``usage_session``, the usage after a mark (:meth:`Store.usage_after`;
+    on PostgreSQL over a ``rowid`` identity column added to ``usage``).
 """
 
 from __future__ import annotations
@@ -291,6 +297,19 @@ class UsageRecord:
     #: The first and last event's time, ms since the epoch.
     first_at: int
     last_at: int
+
+
+@attrs.frozen(kw_only=True)
+class UsageAfter:
+    """A session's ``usage`` events after a mark (:meth:`Store.usage_after`):
+    the new ``mark`` (the last event's rowid; the mark asked for when there
+    is none after it, 0 when the session has none), how many ``events``,
+    and their sums (None when no event reported the figure)."""
+
+    mark: int
+    events: int
+    input_tokens: float | None
+    output_tokens: float | None
 
 
 @attrs.frozen(kw_only=True)
@@ -471,6 +490,26 @@ def _migrate_to_7(db: Any) -> None:
         db.execute(f"ALTER TABLE sessions ADD COLUMN {column} TEXT")
 
 
+#: The partial index of a session's open operations (schema v8), as both
+#: dialects write it. A query uses it only when its ``WHERE`` holds this very
+#: term, literals and all (SQLite's rule for a partial index; PostgreSQL's
+#: planner proves the same): :meth:`Store.operations` writes it so.
+_OPEN_TERM: Final = "status IN ('queued', 'running')"
+
+
+def _migrate_to_8(db: Any) -> None:
+    # Nothing a delivery reads may cost more as history grows (issue 16).
+    # A session's open operations were found by walking every operation it
+    # ever had (``operations_order``, status filtered row by row): this
+    # partial index holds only the open ones. And the ``frames`` usage
+    # source reads the usage recorded after a mark, its rowid
+    # (:meth:`Store.usage_after`): an index on ``session`` (SQLite appends
+    # the rowid to every index) answers that from the mark on, where
+    # ``usage_operation`` made it sum every event the session ever had.
+    db.execute(f"CREATE INDEX operations_session_open ON operations (session, ordinal) WHERE {_OPEN_TERM}")
+    db.execute("CREATE INDEX usage_session ON usage (session)")
+
+
 #: Schema steps: ``MIGRATIONS[n]`` takes a file at version ``n`` to ``n + 1``
 #: (each is given anything with ``execute``: a ``sqlite3`` connection or
 #: the store's :class:`~router._db.Database`).
@@ -482,6 +521,7 @@ MIGRATIONS: Final[tuple[Callable[[Any], None], ...]] = (
     _migrate_to_5,
     _migrate_to_6,
     _migrate_to_7,
+    _migrate_to_8,
 )
 #: The version this code writes.
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -631,6 +671,16 @@ def _pg_to_6(db: Database) -> None:
     )
 
 
+def _pg_to_8(db: Database) -> None:
+    # See _migrate_to_8. PostgreSQL's usage rows have no rowid: an identity
+    # column numbers them (the existing ones in an arbitrary order, which no
+    # mark can name: a mark lives for one turn, in memory). Appends hold the
+    # record's lock, so rows commit in rowid order.
+    db.execute(f"CREATE INDEX operations_session_open ON operations (session, ordinal) WHERE {_OPEN_TERM}")
+    db.execute("ALTER TABLE usage ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY")
+    db.execute("CREATE INDEX usage_session ON usage (session, rowid)")
+
+
 #: The PostgreSQL twins of :data:`MIGRATIONS`, one for one.
 PG_MIGRATIONS: Final[tuple[Callable[[Database], None], ...]] = (
     _pg_to_1,
@@ -640,6 +690,7 @@ PG_MIGRATIONS: Final[tuple[Callable[[Database], None], ...]] = (
     _pg_to_5,
     _pg_to_6,
     _migrate_to_7,  # portable: ALTER TABLE ... ADD COLUMN ... TEXT
+    _pg_to_8,
 )
 assert len(PG_MIGRATIONS) == len(MIGRATIONS), "every schema step has its PostgreSQL twin"
 
@@ -1109,8 +1160,11 @@ class Store:
         if statuses is not None:
             if not statuses:
                 return []
-            where.append(f"status IN ({', '.join('?' for _ in statuses)})")
-            params.extend(statuses)
+            if set(statuses) == set(OPEN_STATUSES):
+                where.append(_OPEN_TERM)  # the partial index's own term: it reads only open operations
+            else:
+                where.append(f"status IN ({', '.join('?' for _ in statuses)})")
+                params.extend(statuses)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         with self.transaction():
             rows = self._q(
@@ -1379,6 +1433,27 @@ class Store:
             )
             for row in rows
         ]
+
+    def usage_after(self, session: str, mark: int | None = None) -> UsageAfter:
+        """The ``usage`` events of ``session`` recorded after ``mark``
+        (a :attr:`UsageAfter.mark` this method answered before), summed,
+        and the new mark: the session's last event so far. ``mark`` None
+        asks for the mark alone (nothing is summed). What the ``frames``
+        usage source brackets a turn with: each read costs the events since
+        the mark (the ``usage_session`` index), however long the session's
+        history. From Trio code: ``await store.call(store.usage_after, session, mark)``.
+        """
+        with self.transaction():
+            if mark is None:
+                (last,) = self._q("SELECT MAX(rowid) FROM usage WHERE session = ?", (session,)).fetchone()
+                return UsageAfter(mark=last or 0, events=0, input_tokens=None, output_tokens=None)
+            last, events, input_tokens, output_tokens = self._q(
+                "SELECT MAX(rowid), COUNT(*), SUM(input_tokens), SUM(output_tokens) FROM usage"
+                " WHERE session = ? AND rowid > ?",
+                (session, mark),
+            ).fetchone()
+        return UsageAfter(mark=mark if last is None else last, events=events,
+                          input_tokens=input_tokens, output_tokens=output_tokens)
 
     # ---------------------------------------------------------------- inspection
 

@@ -58,8 +58,8 @@ __all__ = [
     "TurnMeter",
     "StoreLedger",
     "TableRecords",
+    "UsageAfter",
     "UsageLedger",
-    "UsageTotal",
     "add_usage",
     "check_usage",
     "copy_json",
@@ -177,17 +177,19 @@ def utc_now() -> dt.datetime:
 
 
 @attrs.frozen(kw_only=True)
-class UsageTotal:
-    """A session's usage figures for one operation, summed over its ``usage``
-    events (``operation_id`` None: the events between turns).
+class UsageAfter:
+    """A session's ``usage`` events after a mark, summed (what
+    :meth:`UsageLedger.usage_after` answers).
 
-    The wire's ``usage`` event carries ``inputTokens``, ``outputTokens`` and
+    ``mark`` is where the next read starts (the ledger's own position, a
+    count: the mark asked for when no event came after it). The wire's
+    ``usage`` event carries ``inputTokens``, ``outputTokens`` and
     ``costUsd``, each optional; there are no cache kinds. A sum is ``None``
-    when no event of the group reported that figure. The host's store answers
-    objects of this shape (``router.host.store.UsageRecord``).
+    when no event summed reported that figure. The host's store answers
+    objects of this shape (``router.host.store.UsageAfter``).
     """
 
-    operation_id: str | None
+    mark: int
     events: int
     input_tokens: float | None
     output_tokens: float | None
@@ -195,16 +197,20 @@ class UsageTotal:
 
 class UsageLedger(Protocol):
     """The protocol the ``frames`` usage source reads: the usage figures the
-    router stored from a container session's ``usage`` events, summed per
-    operation. Totals only grow; a replayed frame is not counted twice."""
+    router stored from a container session's ``usage`` events. Events are
+    only added; a replayed frame is not counted twice."""
 
-    async def usage_totals(self, session: str) -> Sequence[UsageTotal]:
-        """One total per operation of ``session`` that reported usage."""
+    async def usage_after(self, session: str, mark: int | None) -> UsageAfter:
+        """The events of ``session`` after ``mark`` (a mark this ledger
+        answered), summed, and the mark after them; ``mark`` None: the
+        current mark alone. A read costs the events since the mark, not the
+        session's history (issue 16: a turn's two reads must not grow)."""
         ...
 
 
 class MemoryLedger:
-    """A :class:`UsageLedger` in memory, for tests and the in-process daemon."""
+    """A :class:`UsageLedger` in memory, for tests and the in-process daemon.
+    A mark is the number of the session's events so far."""
 
     def __init__(self) -> None:
         self._events: dict[str, list[tuple[str | None, float | None, float | None]]] = {}
@@ -219,33 +225,31 @@ class MemoryLedger:
     ) -> None:
         self._events.setdefault(session, []).append((operation_id, input_tokens, output_tokens))
 
-    async def usage_totals(self, session: str) -> Sequence[UsageTotal]:
-        groups: dict[str | None, list] = {}
-        for operation, i, o in self._events.get(session, ()):
-            groups.setdefault(operation, []).append((i, o))
+    async def usage_after(self, session: str, mark: int | None) -> UsageAfter:
+        events = self._events.get(session, [])
+        if mark is None:
+            return UsageAfter(mark=len(events), events=0, input_tokens=None, output_tokens=None)
+        new = events[mark:]
 
-        def total(values: list) -> float | None:
+        def total(values: list[float | None]) -> float | None:
             given = [v for v in values if v is not None]
             return sum(given) if given else None
 
-        return [
-            UsageTotal(operation_id=op, events=len(items),
-                       input_tokens=total([i for i, _ in items]),
-                       output_tokens=total([o for _, o in items]))
-            for op, items in groups.items()
-        ]
+        return UsageAfter(mark=mark + len(new), events=len(new),
+                          input_tokens=total([i for _, i, _ in new]),
+                          output_tokens=total([o for _, _, o in new]))
 
 
 class StoreLedger:
-    """The host's SQLite store (``router.host.store.Store``) as a
-    :class:`UsageLedger`: its ``usage_records`` are the totals, read in the
-    store's worker thread."""
+    """The host's store (``router.host.store.Store``) as a
+    :class:`UsageLedger`: ``Store.usage_after``, in the store's worker
+    thread (a mark is the rowid of the session's last event)."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
 
-    async def usage_totals(self, session: str) -> Sequence[Any]:
-        return await self._store.call(self._store.usage_records, session)
+    async def usage_after(self, session: str, mark: int | None) -> Any:
+        return await self._store.call(self._store.usage_after, session, mark)
 
 
 # --------------------------------------------------------------------------- records

@@ -13,6 +13,7 @@ from router.host.events import event_json
 from router.host.link import LinkRefused
 from router.host.store import Store
 from tests.host.conftest import endpoint_of, start_host
+from tests.host.statements import tracing
 from tests.support.daemons import Daemon
 
 
@@ -174,6 +175,19 @@ async def test_set_model_is_stored_and_configures_the_live_session(host: Host) -
     assert (await session.record()).settings["model"] == "model-x"
     result, _ = await session.prompt("still here")
     assert result.text == "echo: still here (turn 2)"
+
+
+async def test_events_without_messages_read_no_transcript(host: Host) -> None:
+    # The container view subscribes again whenever it lagged; a snapshot
+    # with the whole transcript would cost what the session's history holds.
+    session = host.session()
+    await session.prompt("before", operation_id="old")
+    with tracing(host.store) as ran:
+        async with session.events(messages=False) as stream:
+            assert stream.snapshot == {"session": "root", "pending": [], "busy": False}
+    assert ran and not any("FROM messages" in sql for sql, _ in ran)
+    async with session.events() as stream:
+        assert [m["id"] for m in stream.snapshot["messages"]] == ["old:user", "old:assistant"]
 
 
 async def test_events_give_a_snapshot_then_live_batches_until_the_session_closes(host: Host) -> None:

@@ -19,6 +19,7 @@ from router.host.store import (
     Store,
     StoreMisuse,
 )
+from tests.host.statements import HISTORY_TABLES, V7_ROWS, check_v7_migrated, statements
 from tests.support.postgres import postgres, postgres_url, store_url  # noqa: F401  (fixtures)
 
 
@@ -375,3 +376,88 @@ def test_a_savepoint_undoes_its_part_alone(store: Store) -> None:
     with pytest.raises(StoreMisuse):
         with store.savepoint():
             pass  # outside a transaction
+
+
+# --------------------------------------------------------------------------- history (issue 16)
+
+def _plans(store: Store, work) -> dict[str, list[str]]:
+    """Each statement ``work(store)`` ran and its query plan."""
+    execute = store._db.execute
+    return {sql: [row[-1] for row in execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()]
+            for sql, params in statements(store, work)}
+
+
+def _turn(store: Store, i: int) -> None:
+    """What one delivery to a container session writes and reads in the
+    host's store (the host's path: submit, hand over, frames, settle)."""
+    store.enqueue("s", f"op{i}", "hi")
+    store.start("s", f"op{i}")
+    store.set_delivered("s", f"op{i}", "rt")
+    store.operations(session="s", statuses=("queued", "running"))
+    store.put_message("s", 1, {"id": f"u{i}", "role": "user"}, f"op{i}")
+    store.put_message("s", 1, {"id": f"a{i}", "role": "assistant"}, f"op{i}")
+    store.append_entries("s", 1, [{"n": i}])
+    store.record_usage("s", f"op{i}", "rt", i, {"type": "usage", "inputTokens": 2, "outputTokens": 3})
+    store.settle("s", f"op{i}", {"status": "done", "text": "ok"})
+    store.usage_after("s", store.usage_after("s").mark - 1)
+    store.message_log("s", store.message_log("s", 10**9).version - 2)
+    store.message_versions("s", [f"a{i}"])
+
+
+def test_no_read_of_a_turn_walks_the_history(store_path: Path) -> None:
+    # Nothing a delivery does may cost more as history grows: every
+    # statement of a turn finds its rows through an index that starts at
+    # them, and none scans a table that grows with every turn. (The two
+    # named here read the session's whole history before schema 8: the
+    # open operations through ``operations_order``, row by row, and the
+    # usage through ``usage_operation``, every event.)
+    with Store(store_path) as store:
+        store.create_session("s")
+        for i in range(200):
+            _turn(store, i)
+        plans = _plans(store, lambda s: _turn(s, 200))
+    assert plans
+    for sql, plan in plans.items():
+        for step in plan:
+            assert not any(step.startswith(f"SCAN {table}") for table in HISTORY_TABLES), (sql, plan)
+    open_reads = [plan for sql, plan in plans.items() if "FROM operations WHERE session" in sql and "status IN" in sql]
+    assert open_reads and all(any("operations_session_open" in step for step in plan) for plan in open_reads)
+    usage_reads = [plan for sql, plan in plans.items() if "FROM usage" in sql]
+    assert len(usage_reads) == 2
+    assert all(any("usage_session" in step and "rowid>?" in step for step in plan) for plan in usage_reads[1:])
+    assert any("COVERING INDEX usage_session" in step for step in usage_reads[0])
+
+
+def test_usage_after_sums_the_events_after_a_mark(store: Store) -> None:
+    store.create_session("s")
+    store.create_session("t")
+    assert store.usage_after("s") == store.usage_after("s", 0)  # no events: the mark 0
+    assert store.usage_after("s", 0).events == 0
+    store.record_usage("s", "a", "r", 1, {"type": "usage", "inputTokens": 10, "outputTokens": 2})
+    mark = store.usage_after("s").mark
+    store.record_usage("t", "b", "r", 1, {"type": "usage", "inputTokens": 99})  # another session's
+    store.record_usage("s", "a", "r", 2, {"type": "usage", "inputTokens": 1.5})
+    store.record_usage("s", None, "r", 3, {"type": "usage", "outputTokens": "lots"})  # not a figure
+    after = store.usage_after("s", mark)
+    assert (after.events, after.input_tokens, after.output_tokens) == (2, 1.5, None)
+    assert after.mark > mark
+    again = store.usage_after("s", after.mark)  # nothing new: the same mark, nothing summed
+    assert (again.mark, again.events, again.input_tokens) == (after.mark, 0, None)
+    assert store.usage_after("t", 0).input_tokens == 99
+
+
+def test_a_v7_store_gains_the_history_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "v7.db"
+    db = sqlite3.connect(path)
+    for step in MIGRATIONS[:7]:
+        step(db)
+    db.execute("PRAGMA user_version = 7")
+    for sql in V7_ROWS:
+        db.execute(sql)
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION >= 8
+        indexes = {row[0] for row in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert {"operations_session_open", "usage_session"} <= indexes
+        check_v7_migrated(store)

@@ -26,6 +26,7 @@ from router.plugins.usage import JsonlRecords, TableRecords
 from router.turns.core import Delivery, Person, Proceed
 from router.turns.delivery_log import PG_MIGRATIONS as TURNS_MIGRATIONS, DeliveryLog
 from router.turns.delivery_log import SCHEMA_VERSION as TURNS_VERSION
+from tests.host.statements import V7_ROWS, check_v7_migrated, statements
 from tests.support.postgres import postgres, postgres_url  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -455,3 +456,32 @@ async def test_a_fence_that_refuses_a_batch_answers_every_caller_with_its_refusa
         store.database.fences.clear()
         log.database.fences.clear()
         assert await store.call(store.operations) == [] and await log.call(log.entries) == []
+
+
+def test_a_v7_database_gains_the_history_indexes_and_its_reads_use_them(postgres_url: str) -> None:
+    # A database at version 7 with usage rows (no rowid yet) and operations.
+    db = PgDatabase(postgres_url, "host")
+    db.begin()
+    for step in PG_MIGRATIONS[:7]:
+        step(db)
+    db.set_schema_version(7)
+    for sql in V7_ROWS:
+        db.execute(sql)
+    db.execute("COMMIT")
+    db.close()
+    with Store(postgres_url) as store:
+        assert store.schema_version() == SCHEMA_VERSION >= 8
+        check_v7_migrated(store)
+        reads = statements(store, lambda s: (s.operations(session="s", statuses=("queued", "running")),
+                                             s.usage_after("s", 1)))
+        execute = store._db.execute
+        with store.transaction():
+            # On tables this small a sequential scan is cheapest; without it the
+            # planner shows which index the statement can use as it is written.
+            execute("SET LOCAL enable_seqscan = off")
+            plans = {sql: " ".join(row[0] for row in execute(f"EXPLAIN {sql}", params).fetchall())
+                     for sql, params in reads}
+    [open_plan] = [plan for sql, plan in plans.items() if "FROM operations" in sql]
+    [usage_plan] = [plan for sql, plan in plans.items() if "FROM usage" in sql]
+    assert "operations_session_open" in open_plan, open_plan
+    assert "usage_session" in usage_plan, usage_plan

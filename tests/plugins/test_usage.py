@@ -87,6 +87,28 @@ async def test_frames_reads_the_hosts_store(tmp_path: Path) -> None:
         assert second["usage"] == {"input": 15, "output": 8, "cache_creation": 0, "cache_read": 0}
 
 
+async def test_the_frames_mark_does_not_grow_with_the_sessions_history(tmp_path: Path) -> None:
+    # The mark was every operation's totals (read, summed and copied twice a
+    # turn); it is the ledger's position, the same size after 300 turns as
+    # after one, and the store reads only the events after it.
+    from router.host.store import Store
+
+    with Store(tmp_path / "host.db") as store:
+        store.create_session("s")
+        ledger = StoreLedger(store)
+        request = {"session": "s", "reach": {"via": "in-process"}, "mark": None}
+        for i in range(300):
+            store.record_usage("s", f"op-{i}", "rt-1", i, {"type": "usage", "inputTokens": 1, "outputTokens": 1})
+        first = await FRAMES.read_turn(request, {"ledger": ledger})
+        assert set(first["mark"]) == {"after"} and type(first["mark"]["after"]) is int
+        store.record_usage("s", "op-new", "rt-1", 300, {"type": "usage", "inputTokens": 5, "outputTokens": 2})
+        read = await store.call(store.usage_after, "s", first["mark"]["after"])
+        assert read.events == 1  # what the second read sums: the one event after the mark
+        second = await FRAMES.read_turn({**request, "mark": first["mark"]}, {"ledger": ledger})
+        assert second["usage"] == {"input": 5, "output": 2, "cache_creation": 0, "cache_read": 0}
+        assert set(second["mark"]) == {"after"} and second["mark"]["after"] > first["mark"]["after"]
+
+
 # --------------------------------------------------------------------------- claude-transcript
 
 SESSION = "0b8f5c2e-1d2a-4c55-9a0e-3f1c2b4d5e6f"

@@ -191,7 +191,7 @@ class ContainerTarget:
                 # Read before subscribing: every change above it comes as
                 # an event (the view's durable position never runs ahead).
                 floor = await self._read(self.sessions.host.store.message_versions, ())
-                async with self.host_session.events() as events:
+                async with self.host_session.events(messages=False) as events:  # only "pending" is read
                     if interrupted:
                         self.hub.reset("the view follows the host's events again")
                     self.hub.durable = (floor.generation, floor.version)
