@@ -121,7 +121,11 @@ async def test_the_history_bound_is_honoured(api: Api) -> None:
     async with api.client.stream("GET", LIVE) as response:
         reader = SseReader(response)
         [snapshot] = await reader.until(lambda event: event["event"] == "snapshot")
-        for n in (1, 2):  # more than two batches
+        # Three turns, each at least one batch of its own (each is sent after
+        # the last was published): more than the two the history keeps, so
+        # the snapshot's point is gone from it however e0's last items were
+        # batched (with two turns they could leave it the oldest held).
+        for n in (1, 2, 3):
             await api.send("root", {"text": "one", "eventId": f"e{n}", "wait": True})
             await reader.until(ends(f"e{n}"))  # the view has published all of it
     assert len(history._batches) == 2

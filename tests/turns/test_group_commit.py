@@ -5,11 +5,13 @@ is on disk; one call that fails takes nobody else's write with it."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import attrs
 import pytest
 import trio
+import trio.testing
 
 from router.turns.core import Delivery, Person, Proceed, State
 from router.turns.delivery_log import DeliveryLog
@@ -70,9 +72,17 @@ async def test_a_failing_call_in_a_batch_rolls_back_only_its_own_writes(tmp_path
             except ValueError:
                 outcomes[n] = "failed"
 
+        # The worker is held until all eight wait, so they go in one batch
+        # (a call alone in its hop runs in its own transactions: the failing
+        # one's write would stand, which is not what this test is about).
+        release = threading.Event()
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(log.call, lambda: release.wait(60))
+            await trio.testing.wait_all_tasks_blocked()
             for n in range(8):
                 nursery.start_soon(call, n)
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
         assert outcomes == {n: "failed" if n == 3 else "ok" for n in range(8)}
         assert log.batches < log.calls
         assert sorted(entry.event_id for entry in log.entries()) == [f"e{n}" for n in range(8) if n != 3]
