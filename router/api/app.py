@@ -245,11 +245,13 @@ OPEN_ROUTES: Final = frozenset({"/", "/healthz"})
 
 
 def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_hosts: Callable[[], set[str]], *,
-             token: str | None = None, board: LocalBoard | None = None) -> QuartTrio:
+             token: str | None = None, board: LocalBoard | None = None, worktrees: Any = None) -> QuartTrio:
     """The app. ``allowed_hosts()`` names the ``Host`` values to accept
     (known once the port is bound); ``token``, when given, is required on
     every route but :data:`OPEN_ROUTES`; ``board``, when given, lists every
-    local router's sessions and forwards to their holders."""
+    local router's sessions and forwards to their holders; ``worktrees``
+    (a :class:`router.worktrees.Worktrees`), when given, serves the routes
+    of :mod:`router.api.places`."""
     app = QuartTrio("router.api")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["RESPONSE_TIMEOUT"] = None
@@ -402,14 +404,34 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             return _error(refused.code, refused.message, status_of(refused.code, 409), **extra)
         return Response(content, status=status, content_type="application/json")
 
+    if worktrees is not None:
+        from router.api import places
+
+        app.register_blueprint(places.make_blueprint(worktrees))
+
     @app.post("/sessions")
     async def create_session() -> Response:
+        raw = await request.get_data(cache=False)
+        assert isinstance(raw, bytes)
+        if worktrees is not None:  # a body with `project`: a session in a new worktree (router.api.places)
+            from router.api import places
+
+            made = await places.new_from_body(worktrees, raw)
+            if made is not None:
+                return made
         try:
-            body = await json_body({"id": _is_str, "instance": _is_str, "harness": _is_str}, empty_ok=True)
+            body = parse_body(raw, {"id": _is_str, "instance": _is_str, "harness": _is_str}, empty_ok=True)
         except _BadBody as exc:
             return _error("bad-body", f"POST /sessions takes {{id?, instance?, harness?}}: {exc.message}")
         instance = body.get("instance", config.default_instance)
         session_id = body.get("id") or str(uuid.uuid4())
+        from router.worktrees import session_id_refusal
+
+        refused = session_id_refusal(session_id)
+        if refused is None and worktrees is not None and body.get("harness"):
+            refused = await worktrees.harness_refusal(body["harness"])  # at launch, not at the first message
+        if refused is not None:
+            return _refused(refused, 400 if refused.code in ("bad-session-id", "unknown-harness") else 409)
         launch = await layer.launch(instance, session=session_id)
         if isinstance(launch, Refusal):
             return _error(launch.code, launch.message, status_of(launch.code, 409))

@@ -134,6 +134,7 @@ class LocalServer:
         url: str | None = None,
         config: ApiConfig | None = None,
         board: Any = None,
+        worktrees: Any = None,
     ) -> None:
         self.env = env
         self.directory = local_directory(env)
@@ -144,7 +145,8 @@ class LocalServer:
         self.board = board
         if board is not None:
             board.info, board.socket = self.info.to_json(), self.path
-        self.app = make_app(router, layer, config or ApiConfig(), lambda: {LOCAL_HOST}, board=board)
+        self.app = make_app(router, layer, config or ApiConfig(), lambda: {LOCAL_HOST}, board=board,
+                            worktrees=worktrees)
         info = dumps(self.info.to_json())
 
         @self.app.get(INFO_ROUTE)
