@@ -424,7 +424,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         except _BadBody as exc:
             return _error("bad-body", f"POST /sessions takes {{id?, instance?, harness?}}: {exc.message}")
         instance = body.get("instance", config.default_instance)
-        session_id = body.get("id") or str(uuid.uuid4())
+        session_id = body["id"] if "id" in body else str(uuid.uuid4())  # an empty id is refused, not replaced
         from router.worktrees import session_id_refusal
 
         refused = session_id_refusal(session_id)
@@ -448,7 +448,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             return _refused(refusal)
         return _json({**created, "instance": instance, "harness": launch.harness}, 201)
 
-    @app.post("/sessions/<session>/messages")
+    @app.post("/sessions/<path:session>/messages")
     async def send(session: str) -> Response:
         send = send_request_from_body(await request.get_data(cache=False), session)
         if isinstance(send, Refusal):
@@ -458,14 +458,14 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             return forwarded
         return respond(await dispatch("send", send.to_args()))
 
-    @app.get("/sessions/<session>/messages")
+    @app.get("/sessions/<path:session>/messages")
     async def read(session: str) -> Response:
         forwarded = await elsewhere(session, "messages")
         if forwarded is not None:
             return forwarded
         return respond(await dispatch("read", {"session": session}))
 
-    @app.get("/sessions/<session>/live")
+    @app.get("/sessions/<path:session>/live")
     async def live(session: str) -> Response:
         forwarded = await elsewhere(session, "live", stream=True)  # the board's: another router's session
         if forwarded is not None:
@@ -481,7 +481,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         response.timeout = None
         return response
 
-    @app.post("/sessions/<session>/abort")
+    @app.post("/sessions/<path:session>/abort")
     async def abort(session: str) -> Response:
         try:
             body = await json_body({"operationId": _is_str}, empty_ok=True)
@@ -510,11 +510,11 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         except Refusal as refusal:
             return _refused(refusal, 409)
 
-    @app.post("/sessions/<session>/resume")
+    @app.post("/sessions/<path:session>/resume")
     async def resume(session: str) -> Response:
         return await session_action(session, "resume", router.resume)
 
-    @app.post("/sessions/<session>/cancel-park")
+    @app.post("/sessions/<path:session>/cancel-park")
     async def cancel_park(session: str) -> Response:
         """End the park the provider's usage limit put the session in
         (docs/limits.md): ``{session, cancelled[, dropped, was]}``."""
@@ -549,7 +549,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
     async def answer_ask(ask: str) -> Response:
         return answered_here(ask, await ask_body())
 
-    @app.post("/sessions/<session>/asks/<ask>")
+    @app.post("/sessions/<path:session>/asks/<ask>")
     async def answer_session_ask(session: str, ask: str) -> Response:
         """An ask of ``session`` answered through any router of the board
         (forwarded to the router that holds the session, as a send is)."""

@@ -68,6 +68,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add.add_argument("--name", help="the project's name (default: the folder's)")
     remove = sub.add_parser("remove", help="remove a project (its repository is left as it is)")
     remove.add_argument("name")
+    for each in (add, remove):
+        each.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print it as JSON")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -112,7 +112,7 @@ async def unsaved_commits(repo: Path, branch: str) -> list[str]:
     if not await branch_exists(repo, branch):
         return []
     _, out, _ = await run_git(repo, "log", "--format=%H%x00%s%x00", f"refs/heads/{branch}", "--not",
-                              f"--exclude=refs/heads/{branch}", "--branches")
+                              f"--exclude={branch}", "--branches")  # (a branch name has no glob character)
     return [f"{commit.sha[:12]} {commit.subject}" for commit in parse_log(out)]
 
 

@@ -44,9 +44,12 @@ class Project:
 
 
 def _read(settings: Path) -> ProjectsDocument:
-    raw = read_capped(settings / FILE)
-    if raw is None:
+    try:
+        raw = read_capped(settings / FILE)
+    except FileNotFoundError:
         return ProjectsDocument()
+    if raw is None:
+        raise Refusal("bad-projects", f"{settings / FILE} is larger than a settings file may be; fix or remove it")
     try:
         value = loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, JsonError) as exc:

@@ -67,6 +67,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import quote
 
 import attrs
 import trio
@@ -324,7 +325,7 @@ class Worktrees:
 
         assert place.prompt is not None and place.prompt_event is not None
         body = dumps({"text": place.prompt, "eventId": place.prompt_event}).encode()
-        path = f"/sessions/{place.id}/messages"
+        path = f"/sessions/{quote(place.id, safe='')}/messages"
         try:
             while True:
                 listing = await self.board.listing()
