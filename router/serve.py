@@ -301,14 +301,9 @@ class MainJob:
                 if config.local is not None:
                     from router.board.service import Facts, LocalBoard, process_cwd
 
-                    from router.worktrees import Places
-
-                    # Every place `router new` made, by session id: its project, branch and worktree on the board.
-                    places = Places((config.records or config.data_dir / "usage.jsonl").parent)
                     facts = Facts(store=store, deliveries=deliveries, harness=harness, cwd=process_cwd(), cluster=cluster,
-                                  places=places.live)
+                                  places=self._places())
                     self.board = LocalBoard(self.router, env=self.env, facts=facts, hidden=frozenset(config.hidden))
-                if config.local == "serve":
                     await self._start_worktrees(nursery)
                 if config.port is not None:
                     self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
@@ -341,10 +336,22 @@ class MainJob:
         await self._start(nursery, "cluster", cluster.run)
         self._stops[-1] = ("cluster", _then(cluster.aclose, self._stops[-1][1]))
 
+    def _places(self) -> Callable[[], Any]:
+        """Every live place ``router new`` made, by session id (what the
+        board shows of its project, branch and worktree): the record in
+        the data directory every router of the user shares."""
+        from router.worktrees import Places
+
+        return Places((self.config.records or self.config.data_dir / "usage.jsonl").parent).live
+
     async def _start_worktrees(self, nursery: trio.Nursery) -> None:
-        """Sessions in git worktrees (``router new``, ``router end``):
-        the places an earlier run made are adopted first."""
+        """Sessions in git worktrees (``router new``, ``router end``), in
+        ``router serve`` only: the places an earlier run made are adopted
+        first."""
         from router.worktrees import Worktrees
+
+        if self.config.local != "serve":
+            return
 
         self.worktrees = Worktrees(router=self.router, layer=self.layer, board=self.board, host=self.host,
                                    launcher=None if self.launcher is None else self.launcher.name,

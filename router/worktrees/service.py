@@ -220,19 +220,10 @@ class Worktrees:
         if isinstance(plan, Refusal):
             raise plan
         harness = request.harness or (LOCAL_DEFAULT if plan.where == "local" else None)
-        argv = await self._local_argv(harness) if plan.where == "local" else None
-        if plan.where == "local" and harness not in LOCAL_HARNESSES:
-            raise Refusal("harness-unsupported", f"a local session runs {' or '.join(LOCAL_HARNESSES)}, not "
-                          f"{harness!r}; run it with --where container")
+        argv = await self.local_argv(harness) if plan.where == "local" else None
         claude = plan.where == "local" and harness == "claude-code"
         session_id = str(uuid.uuid4()) if claude else name
-        refused = session_id_refusal(session_id)
-        if refused is not None:
-            raise refused
-        if not claude and harness is not None:
-            refused = await self.harness_refusal(harness)
-            if refused is not None:
-                raise refused
+        await self._check_harness(session_id, harness, claude=claude)
         await self._check_free(repo, plan.branch, plan.worktree, name, session_id)
         base = await git.resolve(repo, request.from_ or "HEAD")
         if base is None:
@@ -257,8 +248,21 @@ class Worktrees:
                 await self._prompt_now(place)
         return place.to_json()
 
-    async def _local_argv(self, harness: str | None) -> list[str]:
+    async def _check_harness(self, session_id: str, harness: str | None, *, claude: bool) -> None:
+        refused = session_id_refusal(session_id)
+        if refused is None and not claude and harness is not None:
+            refused = await self.harness_refusal(harness)
+        if refused is not None:
+            raise refused
+
+    async def local_argv(self, harness: str | None) -> list[str]:
+        """What a local session's tmux session runs, or why it cannot run
+        (``tmux-missing``, ``harness-unsupported``, ``agent-missing``,
+        ``plugin-missing``), decided before anything is made."""
         tmux.tmux_binary(self.env)  # tmux-missing, before anything is made
+        if harness not in LOCAL_HARNESSES:
+            raise Refusal("harness-unsupported", f"a local session runs {' or '.join(LOCAL_HARNESSES)}, not "
+                          f"{harness!r}; run it with --where container")
         if harness != "claude-code":
             return [self.env.get("SHELL") or "/bin/sh"]
         claude = shutil.which("claude", path=self.env.get("PATH"))
