@@ -11,7 +11,10 @@ Routes (JSON unless said otherwise; every refusal is ``{"error": code,
                                          (``?scope=router``: this router's own only)
 ``GET /board/live``                      server-sent events: the board's snapshot, then
                                          each session that appears, changes or goes
-``POST /sessions {id?, instance?}``      create a container session (201)
+``POST /sessions {id?, instance?}``      create a container session (201); a body with
+                                         ``project``: a session in a git worktree
+                                         (:mod:`router.api.places`, with ``GET /projects``,
+                                         ``GET /sessions/<id>/diff``, ``POST .../end``)
 ``POST /sessions/<id>/messages``         ``{text, eventId?, kind?, messageId?, wait?}`` →
                                          the delivery's answer
 ``GET /sessions/<id>/messages``          ``{session, kind, messages}``
@@ -24,6 +27,9 @@ Routes (JSON unless said otherwise; every refusal is ``{"error": code,
 ``POST /sessions/<id>/asks/<ask>``       ``{decision}``: answer a permission ask of the
                                          session, forwarded to the router holding it
 =======================================  ==================================================
+
+``<id>`` is any session id, URL-encoded (``/`` included: the routes take
+``<path:session>``).
 
 A send, an abort, a resume, a read of the messages or the live view for a
 session another local router holds is forwarded to it over its private

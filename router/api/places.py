@@ -38,7 +38,7 @@ __all__ = ["PLACE_STATUS", "make_blueprint", "new_from_body"]
 PLACE_STATUS: Final[Mapping[str, int]] = {
     "bad-body": 400, "bad-name": 400, "bad-where": 400, "bad-branch": 400, "unknown-ref": 400,
     "bad-session-id": 400, "unknown-harness": 400, "not-a-repository": 400,
-    "unknown-project": 404, "unknown-place": 404, "worktree-gone": 410,
+    "unknown-project": 404, "not-a-project": 404, "unknown-place": 404, "worktree-gone": 410,
     "git-failed": 500, "tmux-failed": 500, "bad-projects": 500,
 }
 

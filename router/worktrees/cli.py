@@ -180,7 +180,7 @@ def _session_path(session: str, route: str) -> str:
 
 
 def configure_new(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("project", help="the project (see `router projects`)")
+    parser.add_argument("project", help="the project (see `router projects`), by name or by its folder")
     parser.add_argument("--name", help="the session's name: its folder, branch and tmux session (default: "
                         "PROJECT-xxxxxx)")
     parser.add_argument("--branch", help="the new branch (default router/NAME); an existing one is refused")
@@ -197,7 +197,10 @@ def configure_new(parser: argparse.ArgumentParser) -> None:
 
 
 def run_new(args: argparse.Namespace) -> int:
-    body = {"project": args.project, "where": args.where}
+    project = args.project
+    if os.sep in project or project in (".", ".."):  # a folder: the listed project it is (not-a-project if none)
+        project = os.path.abspath(project)
+    body = {"project": project, "where": args.where}
     for key, value in (("name", args.name), ("branch", args.branch), ("from", args.from_),
                        ("harness", args.harness), ("prompt", args.prompt)):
         if value is not None:

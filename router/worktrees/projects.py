@@ -84,7 +84,18 @@ def load_projects(settings: Path) -> list[Project]:
 
 
 def find_project(settings: Path, name: str) -> Project:
-    for project in load_projects(settings):
+    """The project named ``name``, or (an absolute path) the one whose
+    folder that is; ``unknown-project`` or ``not-a-project`` (a path
+    outside every listed project) otherwise."""
+    projects = load_projects(settings)
+    if os.path.isabs(name):
+        real = os.path.realpath(name)
+        for project in projects:
+            if os.path.realpath(project.path) == real:
+                return project
+        raise Refusal("not-a-project", f"{name} is not a listed project, and sessions start only in one; add it "
+                      "with `router projects add PATH` (`router projects` lists them)", path=name)
+    for project in projects:
         if project.name == name:
             return project
     known = ", ".join(each.name for each in load_projects(settings)) or "none yet"

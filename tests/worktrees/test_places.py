@@ -131,6 +131,8 @@ async def test_refusals_each_with_its_code(bench: Bench) -> None:
         assert git(bench.repo, "rev-parse", "router/taken") == git(bench.repo, "rev-parse", "main")
         code, _, err = await bench.router("new", "elsewhere", "--harness", "echo")
         assert code == 1 and "unknown-project" in err
+        code, _, err = await bench.router("new", str(bench.root), "--harness", "echo")
+        assert code == 1 and "not-a-project" in err, err  # a path outside the listed projects
         code, _, err = await bench.router("new", "proj", "--name", "bad/name", "--harness", "echo")
         assert code == 1 and "bad-name" in err
         code, _, err = await bench.router("new", "proj", "--from", "no-such-ref", "--harness", "echo")
