@@ -66,6 +66,8 @@ async def test_new_diff_end_on_the_echo_harness(bench: Bench) -> None:
         # The first prompt went in once: the echo answered it.
         async with httpx.AsyncClient(base_url=bench.url, headers={"authorization": f"Bearer {bench.token}"}) as http:
             messages = (await http.get("/sessions/one/messages")).json()["messages"]
+            place = (await http.get("/sessions/one/place")).json()  # what `router attach` reads
+            assert place["tmux"] == "one" and place["session"] == "one"
         assert [m["role"] for m in messages] == ["user", "assistant"], messages
 
         (worktree / "notes.txt").write_text("one\ntwo\n")
@@ -96,6 +98,10 @@ async def test_new_diff_end_on_the_echo_harness(bench: Bench) -> None:
         assert "one" not in await bench.listed()
         code, _, err = await bench.router("send", "one", "again")
         assert code != 0 and ("session-ended" in err or "unknown-session" in err), err
+    # Its record stays readable.
+    code, out, err = await bench.router("transcript", "--store", str(bench.root / "data" / "host.sqlite"),
+                                        "--session", "one")
+    assert code == 0 and "hello there" in out, (out, err)
 
 
 async def test_two_sessions_never_touch_and_force(bench: Bench) -> None:
