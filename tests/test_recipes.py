@@ -14,7 +14,10 @@ virtual environment would have it. Words after ``recipe``:
 - ``needs=postgres``: ``PGURL`` names a fresh database of a private
   PostgreSQL cluster (the recipe says ``PGURL=${PGURL:-…}``, so a person's
   own value wins when pasted).
-- ``needs=docker``: skipped unless a Docker engine answers.
+- ``needs=docker``: skipped unless a Docker engine answers (the tests'
+  base image made first, as the doc's own steps make it).
+- ``cwd=repo``: run in this checkout instead (a recipe that builds from
+  it, like ``docker build .``).
 
 A ```` ```text ```` block right after a recipe is its expected output:
 each of its non-empty lines must appear in what the recipe printed.
@@ -55,6 +58,7 @@ class Recipe:
     background: bool
     needs: frozenset[str]
     expected: tuple[str, ...]
+    in_repo: bool = False
 
     @property
     def name(self) -> str:
@@ -75,7 +79,8 @@ def recipes(path: Path) -> Iterator[Recipe]:
             expected = tuple(line.strip() for line in following["body"].splitlines() if line.strip())
         needs = frozenset(word.split("=", 1)[1] for word in words[2:] if word.startswith("needs="))
         yield Recipe(document=path, line=text.count("\n", 0, fence.start()) + 1, body=fence["body"],
-                     background="background" in words[2:], needs=needs, expected=expected)
+                     background="background" in words[2:], needs=needs, expected=expected,
+                     in_repo="cwd=repo" in words[2:])
 
 
 def _documents_with_recipes() -> list[Path]:
@@ -118,9 +123,10 @@ def test_the_recipes_of_a_document_run_as_pasted(document: Path, tmp_path: Path,
         cluster = request.getfixturevalue("postgres")
         env["PGURL"] = cluster.create_database()
     if any("docker" in recipe.needs for recipe in found):
-        from tests.support.docker import require_docker
+        from tests.support.docker import ensure_base_image, require_docker
 
         require_docker()  # skips, or fails under ROUTER_REQUIRE_DOCKER=1, when no engine answers
+        ensure_base_image()
     background: list[subprocess.Popen[bytes]] = []
     try:
         for recipe in found:
@@ -137,8 +143,8 @@ def test_the_recipes_of_a_document_run_as_pasted(document: Path, tmp_path: Path,
                 for line in recipe.expected:
                     assert line in first, f"{recipe.name}: expected {line!r} in {first!r}"
                 continue
-            done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, timeout=RUN_BOUND,
-                                  start_new_session=True)
+            done = subprocess.run(command, cwd=REPO if recipe.in_repo else tmp_path, env=env, capture_output=True,
+                                  timeout=RUN_BOUND, start_new_session=True)
             out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
             assert done.returncode == 0, f"{recipe.name} exited {done.returncode}:\n{out}\n{err}"
             for line in recipe.expected:
