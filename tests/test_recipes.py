@@ -9,8 +9,9 @@ virtual environment would have it. Words after ``recipe``:
 
 - ``background``: a long-running program (``router serve``, a daemon): the
   block is started and the next one runs once the program has printed its
-  first line (what each of ours prints when it is ready); it is stopped
-  (its whole process group) when the document's recipes end.
+  first line (what each of ours prints when it is ready), or ``ready=N``
+  lines (a block that starts several); it is stopped (its whole process
+  group) when the document's recipes end.
 - ``needs=postgres``: ``PGURL`` names a fresh database of a private
   PostgreSQL cluster (the recipe says ``PGURL=${PGURL:-…}``, so a person's
   own value wins when pasted).
@@ -59,6 +60,7 @@ class Recipe:
     needs: frozenset[str]
     expected: tuple[str, ...]
     in_repo: bool = False
+    ready: int = 1
 
     @property
     def name(self) -> str:
@@ -80,7 +82,8 @@ def recipes(path: Path) -> Iterator[Recipe]:
         needs = frozenset(word.split("=", 1)[1] for word in words[2:] if word.startswith("needs="))
         yield Recipe(document=path, line=text.count("\n", 0, fence.start()) + 1, body=fence["body"],
                      background="background" in words[2:], needs=needs, expected=expected,
-                     in_repo="cwd=repo" in words[2:])
+                     in_repo="cwd=repo" in words[2:],
+                     ready=next((int(word[6:]) for word in words[2:] if word.startswith("ready=")), 1))
 
 
 def _documents_with_recipes() -> list[Path]:
@@ -155,16 +158,23 @@ def test_the_recipes_of_a_document_run_as_pasted(document: Path, tmp_path: Path,
 
 
 def _first_line(process: subprocess.Popen[bytes], log: Path, recipe: Recipe) -> str:
-    """The background program's first line, read with a bound (a thread:
-    a pipe read cannot be given a deadline portably)."""
+    """The background program's first ``recipe.ready`` lines, read with a
+    bound (a thread: a pipe read cannot be given a deadline portably)."""
     import threading
 
     got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+
+    def read() -> None:
+        for _ in range(recipe.ready):
+            got.append(process.stdout.readline())  # type: ignore[union-attr]
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     reader.join(READY_BOUND)
-    line = got[0].decode(errors="replace") if got else ""
-    assert line, f"{recipe.name} printed nothing within {READY_BOUND} s (exit {process.poll()}): {log.read_text()}"
+    line = b"".join(got).decode(errors="replace")
+    assert len(got) == recipe.ready and got[-1], (
+        f"{recipe.name} printed {line!r}, not {recipe.ready} line(s), within {READY_BOUND} s (exit {process.poll()}): "
+        f"{log.read_text()}")
     # Keep draining its output so it never blocks on a full pipe.
     threading.Thread(target=lambda: process.stdout.read(), daemon=True).start()  # type: ignore[union-attr]
     return line
