@@ -4,6 +4,7 @@ before anything is made (tmux or the agent's program missing)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -120,3 +121,30 @@ async def test_tmux_or_the_agent_missing_is_refused_before_anything_is_made(tmp_
     with pytest.raises(Refusal) as refused:
         await worktrees(str(Path(tmux).parent)).local_argv("codex")
     assert refused.value.code == "harness-unsupported"
+
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                      max_size=3), max_leaves=10)
+_bodies = st.one_of(st.binary(max_size=100), _json_values.map(lambda v: json.dumps(v).encode()),
+                    st.fixed_dictionaries({}, optional={"project": _json_values, "name": _json_values,
+                                                        "from": _json_values, "force": _json_values,
+                                                        "keepWorktree": _json_values}).map(
+                        lambda v: json.dumps(v).encode()))
+
+
+@given(_bodies)
+def test_hostile_bodies_are_refused_bad_body_or_read(raw: bytes) -> None:
+    from router.api.bodies import EndBody, NewSessionBody, read_body
+
+    for cls in (NewSessionBody, EndBody):
+        try:
+            body = read_body(raw, cls, "POST /x")
+        except Refusal as refused:
+            assert refused.code == "bad-body"
+            continue
+        if cls is NewSessionBody:
+            assert type(body.project) is str and all(type(getattr(body, f)) in (str, type(None))
+                                                     for f in ("name", "branch", "from_", "harness", "where", "prompt"))
+        else:
+            assert type(body.force) is bool and type(body.keep_worktree) is bool
