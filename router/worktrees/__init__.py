@@ -14,6 +14,6 @@ See docs/sessions.md.
 
 from router.worktrees.core import session_id_refusal
 from router.worktrees.records import Place, Places
-from router.worktrees.service import NewRequest, Worktrees
+from router.worktrees.service import NewRequest, Worktrees, launch_harness_refusal
 
-__all__ = ["NewRequest", "Place", "Places", "Worktrees", "session_id_refusal"]
+__all__ = ["NewRequest", "Place", "Places", "Worktrees", "launch_harness_refusal", "session_id_refusal"]

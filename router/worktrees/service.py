@@ -78,7 +78,7 @@ from router.worktrees.core import end_verdict, harness_refusal, plan_new, sessio
 from router.worktrees.projects import Project, add_project, find_project, load_projects, remove_project
 from router.worktrees.records import Place, Places
 
-__all__ = ["NewRequest", "PLUGIN_ENV", "Worktrees", "plugin_dir"]
+__all__ = ["NewRequest", "PLUGIN_ENV", "Worktrees", "launch_harness_refusal", "plugin_dir"]
 
 log = logging.getLogger("router.worktrees")
 
@@ -94,6 +94,24 @@ PROMPT_POLL = 0.5
 LOCAL_DEFAULT = "claude-code"
 #: Harnesses a local session can run (see the module docstring).
 LOCAL_HARNESSES = ("claude-code", "echo")
+
+
+def launch_harness_refusal(layer: Any, launcher: str | None, harness: str) -> Refusal | None:
+    """Why a container session launched through ``launcher`` (its name)
+    cannot run ``harness``, as ``plugins.json`` (``layer``) switches the
+    harness modules on: :func:`router.worktrees.core.harness_refusal`."""
+    module = harness.partition(":")[0] if ":" in harness else None
+    found = None
+    if module is not None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+    plugin_harnesses = [entry.name for entry in (Path(__file__).resolve().parents[1] / "plugins" / "harness"
+                                                  ).iterdir() if entry.is_dir()]
+    switched = layer.switched_on("harness") if layer is not None else plugin_harnesses
+    return harness_refusal(harness, plugin_harnesses=plugin_harnesses, switched_on=switched, launcher=launcher,
+                           module_found=found)
 
 
 def plugin_dir(env: Mapping[str, str]) -> Path:
@@ -201,13 +219,7 @@ class Worktrees:
 
     async def harness_refusal(self, harness: str) -> Refusal | None:
         """Why a container session cannot run ``harness`` (decided at launch)."""
-        module = harness.partition(":")[0] if ":" in harness else None
-        found = None if module is None else importlib.util.find_spec(module) is not None
-        plugin_harnesses = [entry.name for entry in (Path(__file__).resolve().parents[1] / "plugins" / "harness"
-                                                      ).iterdir() if entry.is_dir()]
-        switched = self.layer.switched_on("harness") if self.layer is not None else plugin_harnesses
-        return harness_refusal(harness, plugin_harnesses=plugin_harnesses, switched_on=switched,
-                               launcher=self.launcher, module_found=found)
+        return launch_harness_refusal(self.layer, self.launcher, harness)
 
     # ------------------------------------------------------------------ new
 
@@ -283,7 +295,8 @@ class Worktrees:
                           worktree=str(folder))
         live = await trio.to_thread.run_sync(self.places.live)
         if session_id in live or any(place.name == name for place in live.values()):
-            raise Refusal("session-exists", f"a session named {name!r} runs already; give another --name")
+            raise Refusal("session-exists", f"a session named {name!r} exists; end it (`router end {name}`) or give "
+                          "another --name")
         if self.router.is_open(session_id) or (self.host is not None and
                                                await self.host.store.call(self.host.store.session, session_id)):
             raise Refusal("session-exists", f"a session {session_id!r} exists already; give another --name")

@@ -8,7 +8,7 @@ plug-in layer's channel dispatch (:mod:`router.api.dispatch`).
 ``<id>`` is any session id the board lists, URL-encoded (``/`` included:
 the routes take ``<path:session>``). ``POST /sessions`` refuses an id that
 cannot be one (``bad-session-id``: :func:`router.worktrees.session_id_refusal`)
-and, in ``router serve``, a ``harness`` that is unknown or off at the launch,
+and a ``harness`` that is unknown, off, or not the launcher's at the launch,
 not at the first message; a body with ``project`` starts a session in a git
 worktree (:mod:`router.api.routes.places`).
 """
@@ -28,7 +28,7 @@ from router.api.forward import SSE_HEADERS, elsewhere
 from router.api.responses import json_response
 from router.errors import Refusal
 from router.turns.requests import send_request_from_body
-from router.worktrees import session_id_refusal
+from router.worktrees import launch_harness_refusal, session_id_refusal
 from wire.json import JsonError, loads
 
 __all__ = ["blueprint"]
@@ -56,8 +56,8 @@ async def create_session() -> Response:
     instance = body.instance if body.instance is not None else api.config.default_instance
     session_id = body.id if body.id is not None else str(uuid.uuid4())  # an empty id is refused, not replaced
     refused = session_id_refusal(session_id)
-    if refused is None and body.harness is not None and api.worktrees is not None:
-        refused = await api.worktrees.harness_refusal(body.harness)  # at launch, not at the first message
+    if refused is None and body.harness is not None:  # at launch, not at the first message
+        refused = launch_harness_refusal(api.layer, api.config.launcher, body.harness)
     if refused is not None:
         raise refused
     launch = await api.layer.launch(instance, session=session_id)
