@@ -262,6 +262,10 @@ class Worktrees:
 
     async def _check_harness(self, session_id: str, harness: str | None, *, claude: bool) -> None:
         refused = session_id_refusal(session_id)
+        if refused is None and not claude and self.launcher is None:
+            refused = Refusal("no-launcher", "this router drives one daemon named by URL (`router serve --daemon`), "
+                              "which cannot work in a worktree; start it with a launcher (in-process, process or "
+                              "docker) for sessions in worktrees")
         if refused is None and not claude and harness is not None:
             refused = await self.harness_refusal(harness)
         if refused is not None:

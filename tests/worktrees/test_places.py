@@ -132,29 +132,37 @@ async def test_refusals_each_with_its_code(bench: Bench) -> None:
     await bench.router("projects", "add", str(bench.repo), "--name", "proj")
     git(bench.repo, "branch", "router/taken")
     async with bench.serve():
+        # From the command line: the refusal on stderr, exit 1.
         code, _, err = await bench.router("new", "proj", "--name", "taken", "--harness", "echo")
         assert code == 1 and "branch-exists" in err, err
         assert git(bench.repo, "rev-parse", "router/taken") == git(bench.repo, "rev-parse", "main")
-        code, _, err = await bench.router("new", "elsewhere", "--harness", "echo")
-        assert code == 1 and "unknown-project" in err
         code, _, err = await bench.router("new", str(bench.root), "--harness", "echo")
         assert code == 1 and "not-a-project" in err, err  # a path outside the listed projects
-        code, _, err = await bench.router("new", "proj", "--name", "bad/name", "--harness", "echo")
-        assert code == 1 and "bad-name" in err
-        code, _, err = await bench.router("new", "proj", "--from", "no-such-ref", "--harness", "echo")
-        assert code == 1 and "unknown-ref" in err
-        code, _, err = await bench.router("new", "proj", "--harness", "nonsense", "--where", "container")
-        assert code == 1 and "unknown-harness" in err, err
+        code, _, err = await bench.router("launch", "a\x01b")
+        assert code == 1 and "bad-session-id" in err, err
+        # The same refusals through the API the page uses: status and code.
+        cases = [
+            ({"project": "elsewhere", "harness": "echo"}, 404, "unknown-project"),
+            ({"project": "proj", "name": "bad/name", "harness": "echo"}, 400, "bad-name"),
+            ({"project": "proj", "from": "no-such-ref", "harness": "echo"}, 400, "unknown-ref"),
+            ({"project": "proj", "harness": "nonsense", "where": "container"}, 400, "unknown-harness"),
+            ({"project": "proj", "where": "moon"}, 400, "bad-where"),
+            ({"project": "proj", "name": 3}, 400, "bad-body"),
+            ({"id": ""}, 400, "bad-session-id"),
+            ({"id": "x" * 201}, 400, "bad-session-id"),
+            ({"id": "tab\there"}, 400, "bad-session-id"),
+            ({"id": "fine", "harness": "nonsense"}, 400, "unknown-harness"),
+            ({"id": "fine", "harness": "claude-code"}, 409, "harness-off"),  # plugins.json's defaults: echo only
+            ({"id": "fine", "harness": "codex"}, 409, "harness-unsupported"),  # the in-process launcher: echo only
+        ]
+        async with httpx.AsyncClient(base_url=bench.url, headers={"authorization": f"Bearer {bench.token}"}) as http:
+            for body, status, code_ in cases:
+                answer = await http.post("/sessions", json=body)
+                assert (answer.status_code, answer.json()["error"]) == (status, code_), (body, answer.text)
+            end = await http.post("/sessions/nobody/end", json={})
+            assert (end.status_code, end.json()["error"]) == (409, "not-ended-here"), end.text
+            assert "fine" not in {each["id"] for each in (await http.get("/sessions")).json()["sessions"]}
         assert git(bench.repo, "worktree", "list").count("\n") == 1  # nothing was made
-        for bad in ("", "a\x01b", "x" * 201):
-            code, _, err = await bench.router("launch", bad)
-            assert code == 1 and "bad-session-id" in err, (bad, err)
-        code, _, err = await bench.router("launch", "fine", "--harness", "nonsense")
-        assert code == 1 and "unknown-harness" in err, err
-        code, _, err = await bench.router("launch", "fine", "--harness", "claude-code")
-        assert code == 1 and "harness-off" in err, err  # plugins.json's defaults switch on echo only
-        code, _, err = await bench.router("launch", "fine", "--harness", "codex")
-        assert code == 1 and "harness-unsupported" in err, err  # the in-process launcher runs echo only
         # An id with a slash and spaces is taken, and reached by every command.
         odd = "team/a b"
         code, _, err = await bench.router("launch", odd)
