@@ -159,6 +159,9 @@ class Worktrees:
         self._nursery: trio.Nursery | None = None
         self._prompting: set[str] = set()
         self._adopted = 0
+        #: One new or end at a time: the checks and what they check for
+        #: (a free branch, a saved worktree) are never split by another's.
+        self._lock = trio.Lock()
 
     def __repr__(self) -> str:
         return f"<Worktrees {self.data_dir} prompting={len(self._prompting)} adopted={self._adopted}>"
@@ -236,23 +239,25 @@ class Worktrees:
         claude = plan.where == "local" and harness == "claude-code"
         session_id = str(uuid.uuid4()) if claude else name
         await self._check_harness(session_id, harness, claude=claude)
-        await self._check_free(repo, plan.branch, plan.worktree, name, session_id)
-        base = await git.resolve(repo, request.from_ or "HEAD")
-        if base is None:
-            raise Refusal("unknown-ref", f"{request.from_ or 'HEAD'!r} names no commit in {repo}; give --from a "
-                          "branch, tag or commit of the project")
-        await git.add_worktree(repo, plan.worktree, plan.branch, base)
-        place = Place(id=session_id, name=name, project=project.name, project_path=str(repo), branch=plan.branch,
-                      base=base, worktree=str(plan.worktree), where=plan.where, harness=harness or "echo",
-                      tmux=plan.tmux, claude_session=session_id if claude else None, prompt=request.prompt,
-                      prompt_event=f"new-{session_id}" if request.prompt else None, created_at=_now_ms())
-        await trio.to_thread.run_sync(self.places.put, place)
-        try:
-            await self._start(place, argv)
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await self._undo(place)
-            raise
+        async with self._lock:
+            await self._check_free(repo, plan.branch, plan.worktree, name, session_id)
+            base = await git.resolve(repo, request.from_ or "HEAD")
+            if base is None:
+                raise Refusal("unknown-ref", f"{request.from_ or 'HEAD'!r} names no commit in {repo}; give --from "
+                              "a branch, tag or commit of the project")
+            await git.add_worktree(repo, plan.worktree, plan.branch, base)
+            place = Place(id=session_id, name=name, project=project.name, project_path=str(repo),
+                          branch=plan.branch, base=base, worktree=str(plan.worktree), where=plan.where,
+                          harness=harness or "echo", tmux=plan.tmux, claude_session=session_id if claude else None,
+                          prompt=request.prompt, prompt_event=f"new-{session_id}" if request.prompt else None,
+                          created_at=_now_ms())
+            await trio.to_thread.run_sync(self.places.put, place)
+            try:
+                await self._start(place, argv)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await self._undo(place)
+                raise
         if place.prompt is not None:
             if claude:
                 self._prompt_later(place)
@@ -398,6 +403,10 @@ class Worktrees:
     # ------------------------------------------------------------------ end
 
     async def end(self, key: str, *, keep_worktree: bool = False, force: bool = False) -> dict[str, Any]:
+        async with self._lock:
+            return await self._end(key, keep_worktree=keep_worktree, force=force)
+
+    async def _end(self, key: str, *, keep_worktree: bool, force: bool) -> dict[str, Any]:
         place = await trio.to_thread.run_sync(self.places.get, key)
         if place is None:
             return await self._end_plain(key)

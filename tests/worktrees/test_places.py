@@ -126,6 +126,23 @@ async def test_two_sessions_never_touch_and_force(bench: Bench) -> None:
         code, out, err = await bench.router("end", "right", "--keep-worktree")
         assert code == 0 and right.is_dir() and "router/right" in git(bench.repo, "branch", "--list"), err
         assert not await bench.tmux_has("right")
+        # Two at once for one name: one is made, the other refused; nothing is overwritten.
+        async with httpx.AsyncClient(base_url=bench.url, headers={"authorization": f"Bearer {bench.token}"},
+                                     timeout=60) as http:
+            answers: list[httpx.Response] = []
+
+            async def post() -> None:
+                answers.append(await http.post("/sessions", json={"project": "proj", "name": "same",
+                                                                  "harness": "echo"}))
+
+            async with trio.open_nursery() as both:
+                both.start_soon(post)
+                both.start_soon(post)
+            assert sorted(each.status_code for each in answers) == [201, 409], [each.text for each in answers]
+            refused = next(each for each in answers if each.status_code == 409).json()
+            assert refused["error"] in ("session-exists", "branch-exists", "worktree-exists"), refused
+            ended = await http.post("/sessions/same/end", json={"force": True})
+            assert ended.status_code == 200 and ended.json()["worktreeRemoved"] is True, ended.text
 
 
 async def test_refusals_each_with_its_code(bench: Bench) -> None:
