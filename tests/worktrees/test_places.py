@@ -4,7 +4,6 @@ from the command line, two sessions on one project, and the refusals."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import AsyncIterator
 
