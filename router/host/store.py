@@ -157,6 +157,7 @@ import trio
 from router._db import Database, PgDatabase, SqliteDatabase, Target, database_errors, is_postgres_url
 from router._group_commit import Call, GroupCommit, run_in_savepoints
 from router._sqlite import lock_file, release_lock
+from router._transient import is_transient
 from router.errors import Refusal
 from wire.json import JsonValue
 
@@ -829,16 +830,24 @@ class Store:
 
     # ---------------------------------------------------------------- threads
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def call(self, fn: Callable[..., T], *args: Any, retry: bool = True) -> T:
         """Run ``fn(*args)`` (a method of this store, or a function that uses
         it) in a worker thread, one at a time, in a group commit with the
-        calls waiting beside it. Not abandoned on cancellation."""
-        return await self._group.call(functools.partial(fn, *args))
+        calls waiting beside it. Not abandoned on cancellation. Run again
+        whole after a transient failure (:mod:`router._transient`);
+        ``store-unavailable`` past the budget. ``fn`` is then one
+        transaction (each method of the store is), or transactions each
+        safe to run again."""
+        return await self._group.call(functools.partial(fn, *args), retry=retry)
 
-    async def transact(self, fn: Callable[..., T], *args: Any) -> T:
+    async def transact(self, fn: Callable[..., T], *args: Any, retry: bool = True) -> T:
         """Run ``fn(self, *args)`` as one transaction in a worker thread (in
-        a group commit: a savepoint of the batch's transaction)."""
-        return await self._group.call(functools.partial(self._in_transaction, fn, args))
+        a group commit: a savepoint of the batch's transaction). With
+        ``retry`` (the default) run again whole after a transient failure:
+        ``fn`` must change nothing but the record; a function that changes
+        state of its own passes ``retry=False`` and hears
+        ``store-unavailable`` at once."""
+        return await self._group.call(functools.partial(self._in_transaction, fn, args), retry=retry)
 
     def _in_transaction(self, fn: Callable[..., T], args: tuple) -> T:
         with self.transaction():
@@ -884,9 +893,9 @@ class Store:
             try:
                 yield self
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.rollback()
                 raise
-            self._db.execute("COMMIT")
+            self._db.commit()
         finally:
             self._owner, self._depth = None, 0
             self._guard.release()
@@ -900,7 +909,9 @@ class Store:
         self._db.execute("SAVEPOINT part")
         try:
             yield self
-        except BaseException:
+        except BaseException as error:
+            if is_transient(error):  # the database failed, the transaction with it: no part to undo
+                raise
             self._db.execute("ROLLBACK TO part")
             self._db.execute("RELEASE part")
             raise

@@ -53,6 +53,7 @@ newer router wrote it) raises :class:`~router.errors.Refusal`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -262,7 +263,7 @@ class DeliveryLog:
 
     def __init__(self, path: str | os.PathLike[str] | Target, *, clock: Callable[[], int] = _now_ms) -> None:
         self._clock = clock
-        self._group = GroupCommit(self._guarded, trio.CapacityLimiter(1))
+        self._group = GroupCommit(self._guarded, trio.CapacityLimiter(1), what="the delivery record")
         #: Held while a call runs in the worker thread, and by close():
         #: closing SQLite under a running statement crashes the interpreter.
         self._in_use = threading.Lock()
@@ -374,15 +375,20 @@ class DeliveryLog:
                 return
             try:
                 run_in_savepoints(self._db, batch)
-            except BaseException as exc:
-                self._db.execute("ROLLBACK")
+            except Exception as exc:  # the database failed (a full disk, a lost connection): nobody's write is kept
+                with contextlib.suppress(Exception):
+                    self._db.rollback()
                 for job in batch:
-                    job.fail(exc if isinstance(exc, Exception) else RuntimeError("the group commit was interrupted"))
+                    job.fail(exc)
+                return
+            except BaseException:
+                self._db.rollback()
+                for job in batch:
+                    job.fail(RuntimeError("the group commit was interrupted"))
                 raise
             try:
-                self._db.execute("COMMIT")
+                self._db.commit()  # rolled back when it fails
             except Exception as exc:  # the disk refused: nobody's write is kept
-                self._db.execute("ROLLBACK")
                 for job in batch:
                     job.fail(exc)
 
@@ -417,9 +423,9 @@ class DeliveryLog:
             if isinstance(admission, Proceed) and admission.new:
                 self.put(admission.entry)
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self._db.rollback()
             raise
-        self._db.execute("COMMIT")
+        self._db.commit()
         return admission
 
     def entries(self, session: str | None = None) -> list[DeliveryEntry]:
