@@ -47,10 +47,12 @@ every write a client starts is idempotent on its id.
 from __future__ import annotations
 
 import errno
+import math
+import os
 import random
 import sqlite3
 import sys
-from typing import Awaitable, Callable, Final, TypeVar
+from typing import Awaitable, Callable, Final, Mapping, TypeVar
 
 import attrs
 
@@ -145,10 +147,30 @@ class RetryPolicy:
         return Attempts(self, rng or random.Random())
 
 
+#: The environment variable that sets :attr:`RetryPolicy.budget` of
+#: :data:`DEFAULT_POLICY` (seconds, 0 to 300), read once when the router
+#: starts; the process tests shorten it.
+BUDGET_ENV: Final = "ROUTER_STORE_RETRY_BUDGET"
+
+
+def _budget(env: Mapping[str, str]) -> float:
+    text = env.get(BUDGET_ENV)
+    if text is None:
+        return 8.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 300:
+        raise SystemExit(f"router: {BUDGET_ENV}={text!r} is not a number of seconds from 0 to 300; "
+                         "set it right or unset it")
+    return value
+
+
 #: What every worker uses: about eight seconds of tries (a PostgreSQL fast
 #: or immediate restart on one machine is back within a second or two;
 #: longer, the request is refused and the client resends it).
-DEFAULT_POLICY: Final = RetryPolicy()
+DEFAULT_POLICY: Final = RetryPolicy(budget=_budget(os.environ))
 #: Never retry (a transient error still becomes ``store-unavailable``).
 NO_RETRY: Final = RetryPolicy(budget=0.0)
 

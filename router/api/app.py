@@ -139,6 +139,8 @@ STATUS: Final[Mapping[str, int]] = {
     "session-closed": 503,
     "inbox-full": 503,
     "host-not-running": 503,
+    # The store failed transiently past its retries (router/_transient.py).
+    "store-unavailable": 503,
     "mod-error": 502,
 }
 
