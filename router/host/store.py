@@ -758,16 +758,16 @@ class Store:
             self._db: Database = SqliteDatabase(self.path, "host", synchronous=synchronous)
         except BaseException as error:
             self._unlock()
-            if isinstance(error, sqlite3.Error):
-                raise self._bad_store(str(error)) from None
+            if isinstance(error, (sqlite3.Error, OSError)):
+                raise self._cannot_open(error) from None
             raise
         try:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
         except BaseException as error:
             self.close()  # the connection, and the file lock with it
-            if isinstance(error, sqlite3.DatabaseError):
-                raise self._bad_store(str(error)) from None
+            if isinstance(error, (sqlite3.DatabaseError, OSError)):
+                raise self._cannot_open(error) from None
             raise
 
     def _open_postgres(self, url: str, *, create: bool) -> None:
@@ -795,6 +795,15 @@ class Store:
         """The connection, for the fencing hook (``database.fences``) and
         the copy command; use it only from the store's worker thread."""
         return self._db
+
+    def _cannot_open(self, error: BaseException) -> Refused:
+        """The refusal of a file that cannot be opened: ``store-unavailable``
+        when the disk is full or failing (:mod:`router._transient`: free
+        space and start again), else ``bad-store``."""
+        if is_transient(error):
+            return Refused("store-unavailable", f"the store {self.location} cannot be opened or written now "
+                           f"({str(error).strip()}): its disk is full or failing; free space on it and start again")
+        return self._bad_store(str(error))
 
     def _bad_store(self, reason: str) -> Refused:
         return Refused(
