@@ -126,3 +126,38 @@ async def test_a_start_on_a_full_disk_is_refused_with_a_sentence(tmp_path: Path,
     assert done.returncode != 0, stderr
     assert "Traceback" not in stderr, stderr
     assert "store-unavailable" in stderr and "free space" in stderr, stderr
+
+
+async def test_a_turn_record_on_a_full_disk_does_not_stop_the_session(tmp_path: Path, disk: Path) -> None:
+    """The limit plug-in's turn end meets a full disk (the turn records'
+    file, ``usage.jsonl``, is on it): tried again, then logged; no limit
+    said no, so the session is not stopped and takes its next turn; freed,
+    the records are written again."""
+    settings = tmp_path / "settings"
+    settings.mkdir()
+    (settings / "plugins.json").write_text(json.dumps({
+        "plugins": {"harness": ["echo"], "usage-source": ["frames"], "limit-check": ["token-limit"],
+                    "channel": ["cli", "webui"]}, "options": {}}))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "usage.jsonl").symlink_to(disk / "usage.jsonl")
+    filler = _fill(disk)
+    os.environ["ROUTER_STORE_RETRY_BUDGET"] = BUDGET
+    try:
+        async with serve(tmp_path, "--settings", str(settings)) as served:
+            async with served.client(timeout=60) as client:
+                for n in (1, 2, 3):
+                    status, body = await _send(client, f"e{n}")
+                    assert status == 200 and body["reply"]["status"] == "done", body  # never session-stopped
+                with trio.fail_after(30):
+                    while "could not be stored or checked" not in served.log():
+                        await trio.sleep(0.05)
+                filler.unlink()
+                status, body = await _send(client, "e4")
+                assert status == 200, body
+                with trio.fail_after(30):
+                    while not (disk / "usage.jsonl").exists() or not (disk / "usage.jsonl").read_text().strip():
+                        await trio.sleep(0.05)
+                assert "session stops" not in served.log() and "stopped:" not in served.log(), served.log()[-3000:]
+            assert served.process.returncode is None
+    finally:
+        os.environ.pop("ROUTER_STORE_RETRY_BUDGET", None)
