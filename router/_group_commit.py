@@ -129,8 +129,14 @@ class GroupCommit:
         after a transient failure (``retry``), ``store-unavailable`` past
         the budget."""
         try:
+            return await self._once(fn)  # the path that succeeds: one try, nothing more made
+        except Exception as error:
+            if not self._policy.transient(error):
+                raise
+            first = error
+        try:
             return await retrying(functools.partial(self._once, fn), policy=self._policy if retry else NO_RETRY,
-                                  what=self._what, on_retry=self._retried)
+                                  what=self._what, on_retry=self._retried, failed=first)
         except Exception as error:
             if getattr(error, "code", None) == "store-unavailable":
                 self.unavailable += 1

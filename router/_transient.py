@@ -55,6 +55,7 @@ import sys
 from typing import Awaitable, Callable, Final, Mapping, TypeVar
 
 import attrs
+import trio
 
 from router.errors import Refusal
 
@@ -211,19 +212,24 @@ class Attempts:
 # --------------------------------------------------------------------------- Trio
 
 async def retrying(attempt: Callable[[], Awaitable[T]], *, policy: RetryPolicy = DEFAULT_POLICY,
-                   what: str = "the store", on_retry: Callable[[BaseException], None] | None = None) -> T:
+                   what: str = "the store", on_retry: Callable[[BaseException], None] | None = None,
+                   failed: BaseException | None = None) -> T:
     """``await attempt()`` (one whole transaction, or a read), again after
     each transient failure while ``policy`` allows; then
     :class:`StoreUnavailable`. A failure that is not transient raises as it
     is. A cancellation during a wait between tries ends it (the failed try
-    left nothing written)."""
-    import trio
-
-    attempts = policy.start()
+    left nothing written). ``failed``: the error the caller's own first try
+    met (the next try waits its delay first, or gives up at once)."""
+    attempts: Attempts | None = None  # made at the first failure: nothing on the path that succeeds
     while True:
         try:
+            if failed is not None:
+                error, failed = failed, None
+                raise error
             return await attempt()
         except Exception as error:
+            if attempts is None:
+                attempts = policy.start()
             delay = attempts.failed(error, trio.current_time())
             if delay is None:
                 if policy.transient(error):

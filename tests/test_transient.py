@@ -165,5 +165,12 @@ async def test_group_commit_refuses_past_the_budget_and_never_retries_the_statem
     with pytest.raises(sqlite3.IntegrityError):
         await group.call(constraint)
     assert faults == [1]
+    once: list[int] = []
+
+    def full_once() -> None:
+        once.append(1)
+        full()
+
     with pytest.raises(StoreUnavailable):
-        await group.call(full, retry=False)
+        await group.call(full_once, retry=False)
+    assert once == [1]  # a caller with state of its own: never run twice
