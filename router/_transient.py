@@ -59,7 +59,10 @@ import trio
 
 from router.errors import Refusal
 
-__all__ = ["Attempts", "DEFAULT_POLICY", "NO_RETRY", "RetryPolicy", "StoreUnavailable", "is_transient", "retrying", "unavailable"]
+__all__ = [
+    "Attempts", "BUDGET_ENV", "DEFAULT_POLICY", "NO_RETRY", "RetryPolicy", "StoreUnavailable", "is_transient",
+    "retrying", "unavailable",
+]
 
 T = TypeVar("T")
 

@@ -67,7 +67,11 @@ TABLE = [
 ]
 
 
-@pytest.mark.parametrize(("error", "transient"), TABLE, ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v))
+def _name(value: object) -> str:
+    return type(value).__name__ if isinstance(value, BaseException) else str(value)
+
+
+@pytest.mark.parametrize(("error", "transient"), TABLE, ids=_name)
 def test_which_errors_are_transient(error: BaseException, transient: bool) -> None:
     assert is_transient(error) is transient
     attempts = DEFAULT_POLICY.start(rng=random.Random(0))
@@ -141,7 +145,9 @@ async def test_group_commit_retries_a_whole_call_until_it_succeeds() -> None:
     assert group.statistics()["retries"] == 2 and group.statistics()["unavailable"] == 0
 
 
-async def test_group_commit_refuses_past_the_budget_and_never_retries_the_statement_s_fault(autojump_clock) -> None:  # noqa: ANN001
+async def test_group_commit_refuses_past_the_budget_and_never_retries_the_statement_s_fault(
+    autojump_clock,  # noqa: ANN001
+) -> None:
     def run_batch(batch):  # noqa: ANN001
         for call in batch:
             call.run()

@@ -523,7 +523,8 @@ class SessionLink:
                 # A frame that cannot be applied (or a bug): rolled back,
                 # the core unchanged. Again, one savepoint a frame, passing
                 # any frame that raises; what raises then is not a frame's.
-                effects = await self.store.transact(functools.partial(core.receive, careful=True), messages, retry=False)
+                effects = await self.store.transact(functools.partial(core.receive, careful=True), messages,
+                                                    retry=False)
             self.frames_applied = core.frames_applied
             self._commit(effects)
             await self._send(ws, effects)
