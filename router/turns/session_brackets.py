@@ -21,9 +21,10 @@ core to reach a state.
 Error handling: ``begin_turn``, ``end_turn`` and ``launch`` (the session's
 launch record) that raise are logged and fail closed (the core stops the
 session at the end of the turn, see :func:`~router.turns.brackets.bracket_failure`),
-except ``end_turn`` failing on the store blinking (:mod:`router._transient`:
-tried again within its budget, then ``store-unavailable``), which is no
-limit's "no": logged, counted (``unchecked``), the session goes on;
+except ``begin_turn`` or ``end_turn`` failing on the store blinking
+(:mod:`router._transient`: tried again within its budget, then
+``store-unavailable``), which is no limit's "no": logged, counted
+(``unchecked``), the session goes on;
 ``on_stop`` that raises is logged. Nothing but ``Cancelled`` leaves
 :meth:`run`, so a failing bracket never ends the session's nursery.
 
@@ -192,9 +193,15 @@ class SessionBrackets:
                 bracket: Any = await self._layer.begin_turn(launch)
             except Exception as exc:
                 self.failures += 1
-                log.exception("session %r: begin_turn failed; the session stops when the turn ends",
-                              self.session_id)
-                bracket = BeginFailed(stop=bracket_failure("begin_turn", exc, iso(self._now())))
+                if is_transient(exc):  # the store blinked past its retries: not a stop (see end_turn)
+                    self.unchecked += 1
+                    log.warning("session %r: the turn's bracket could not begin (%s); the session goes on",
+                                self.session_id, exc)
+                    bracket = BeginFailed(stop=None)
+                else:
+                    log.exception("session %r: begin_turn failed; the session stops when the turn ends",
+                                  self.session_id)
+                    bracket = BeginFailed(stop=bracket_failure("begin_turn", exc, iso(self._now())))
             self._apply(self.core.begun(bracket))
         elif isinstance(effect, End):
             stop: StopInfo | None
