@@ -83,7 +83,8 @@ from router.acp import METHOD_NOT_FOUND
 from router.daemon.adapter import AdapterContext, AdapterTurn
 from wire.container import AdapterInfo, ContainerOutcome, ContainerSettings, Unanswered, input_text
 
-__all__ = ["ASK_DEADLINE", "AcpAdapter", "AcpSession", "START_DEADLINE", "session_entry"]
+__all__ = ["ASK_DEADLINE", "AcpAdapter", "AcpSession", "START_DEADLINE", "agent_from_settings", "from_cli",
+           "session_entry"]
 
 #: Seconds the agent has to answer ``initialize`` and make (or load) its
 #: session (ours: claude-code-acp 0.16.2 starts in about two seconds on a
@@ -308,7 +309,8 @@ class AcpSession:
             raise AgentFailed(f"the agent did not answer initialize and session/new within "
                               f"{self._adapter.start_deadline:g} s") from None
         except RpcError as exc:
-            raise AgentFailed(f"the agent refused to start a session: {exc.message} ({exc.code})") from None
+            detail = f": {str(exc.data)[:300]}" if exc.data is not None else ""
+            raise AgentFailed(f"the agent refused to start a session: {exc.message} ({exc.code}){detail}") from None
 
     async def _stop_agent(self) -> None:
         """End the agent process (if any) and reap it. Shielded."""
@@ -502,6 +504,51 @@ class AcpSession:
                 self._context.emit(event)
             if not answered:
                 await self._stop_agent()
+
+
+def agent_from_settings(name: str, settings_dir: Any) -> tuple[list[str], dict[str, str]]:
+    """The agent ``acp:NAME`` names in ``plugins.json``:
+    ``options.harness.acp.agents.NAME``, an argv (a list of strings) or
+    ``{"command": [...], "env": {...}}``. Raises :class:`Refusal`
+    ``acp-agent-unknown`` (no such agent) or ``invalid-settings``."""
+    from router.errors import Refusal
+    from router.plugins.settings import SettingsDir
+
+    document = SettingsDir(settings_dir).read("plugins.json")
+    if isinstance(document, Refusal):
+        raise document
+    value = document.value if type(document.value) is dict else {}
+    agents = (((value.get("options") or {}).get("harness") or {}).get("acp") or {}).get("agents")
+    entry = agents.get(name) if type(agents) is dict else None
+    if entry is None:
+        known = ", ".join(sorted(agents)) if type(agents) is dict and agents else "none"
+        raise Refusal("acp-agent-unknown",
+                      f"no ACP agent {name!r} in {document.name} (options.harness.acp.agents; known: {known}); "
+                      f"add one with `router plugins set`, or run `router daemon --adapter acp -- COMMAND ARGS`")
+    command, env = (entry.get("command"), entry.get("env") or {}) if type(entry) is dict else (entry, {})
+    if not (type(command) is list and command and all(type(part) is str for part in command)) or not (
+            type(env) is dict and all(type(v) is str for v in env.values())):
+        raise Refusal("invalid-settings", f"options.harness.acp.agents.{name} is an argv (a list of strings) or "
+                                          '{"command": [strings], "env": {name: string}}')
+    return list(command), dict(env)
+
+
+def from_cli(spec: str, argv: Sequence[str], environ: dict[str, str]) -> AcpAdapter:
+    """The adapter ``router daemon --adapter acp -- COMMAND ARGS…`` or
+    ``--adapter acp:NAME`` asks for. Raises :class:`Refusal`
+    ``acp-agent-missing`` (no command after ``--``), ``acp-agent-unknown``."""
+    from router.errors import Refusal
+    from router.plugins.settings import default_settings_dir
+
+    command = list(argv[1:] if argv[:1] == ["--"] else argv)
+    if spec == "acp":
+        if not command:
+            raise Refusal("acp-agent-missing", "--adapter acp runs the agent named after --: "
+                                               "router daemon --adapter acp -- COMMAND ARGS…")
+        return AcpAdapter(command)
+    name = spec.removeprefix("acp:")
+    agent, env = agent_from_settings(name, default_settings_dir(environ))
+    return AcpAdapter(agent + command, id=f"acp:{name}", env=env)
 
 
 def _option_for(options: list[dict[str, Any]], decision: str | None) -> str | None:
