@@ -81,6 +81,7 @@ from router.acp import (
 )
 from router.acp import METHOD_NOT_FOUND
 from router.daemon.adapter import AdapterContext, AdapterTurn
+from router.daemon.adapters.cli import CWD_ENV
 from wire.container import AdapterInfo, ContainerOutcome, ContainerSettings, Unanswered, input_text
 
 __all__ = ["ASK_DEADLINE", "AcpAdapter", "AcpSession", "START_DEADLINE", "agent_from_settings", "from_cli",
@@ -204,7 +205,8 @@ class AcpSession:
     # ------------------------------------------------------------------ the agent process
 
     def _cwd(self) -> str:
-        return self._adapter.cwd or os.getcwd()
+        # As the CLI adapters: the adapter's, else $ROUTER_CLI_CWD, else the daemon's.
+        return self._adapter.cwd or os.environ.get(CWD_ENV) or os.getcwd()
 
     async def _spawn(self) -> None:
         environ = {key: value for key, value in os.environ.items() if key not in _SECRET_ENV}
