@@ -56,6 +56,7 @@ from router.daemon.core import (
     CancelTurn,
     CloseConnection,
     CloseSession,
+    AnswerAsk,
     ConfigureSession,
     Effect,
     OpenSession,
@@ -528,6 +529,11 @@ class SessionRunner:
                         await _maybe_await(configure(effect.settings))
                     except Exception as exc:
                         self._apply(core.configure_failed(effect.conn, exc))
+            elif kind is AnswerAsk:
+                answer = getattr(effect.session, "answer", None)
+                took = callable(answer) and answer(effect.ask_id, effect.decision)
+                if not took:
+                    log.info("session %r: no ask %r waits for an answer", core.session, effect.ask_id)
             elif kind is AwaitTurn:
                 ended = self._turns.get(effect.turn)
                 if ended is not None:

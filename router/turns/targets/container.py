@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Final
 
 import trio
 
+from router.asks import Ask, AskBook
 from router.board.state import container_state
 from router.errors import Refusal
 from router.host import AdapterEvent, EventsLagged, Host, HostEvent, LinkError, OperationEnded, OperationStarted
@@ -161,9 +163,13 @@ class ContainerTarget:
         #: Told what the view sees of the provider's usage limit (the
         #: router's parking; None: nobody listens).
         self.on_limit: Callable[[Any], None] | None = None
+        #: The permission asks the session's adapter raised (the ACP
+        #: adapter's ``raw`` ``ask`` events; docs/container-protocol.md,
+        #: "Asks"), answered through the host's link.
+        self.asks = AskBook(session_id)
 
     def __repr__(self) -> str:
-        return f"<ContainerTarget {self.id!r} metered={self.metered}>"
+        return f"<ContainerTarget {self.id!r} metered={self.metered} {self.asks!r}>"
 
     # ------------------------------------------------------------------ tasks
 
@@ -222,12 +228,48 @@ class ContainerTarget:
         async for batch in events:
             items = _items(batch)
             self.hub.publish(items, await self._durable_of(items))
+            for event in batch:
+                if type(event) is AdapterEvent and event.event["type"] == "raw":
+                    self._ask_event(event.event.get("value"))
             if self.on_limit is not None:
                 for event in batch:
                     _limit_signal(self.on_limit, event)
             if brackets is not None:
                 for event in batch:
                     _bracket_host_event(brackets, event)
+
+    # ------------------------------------------------------------------ asks
+
+    def _ask_event(self, value: Any) -> None:
+        """An ask the adapter raised, or its end (the adapter's deadline, an
+        abort): kept in the book as Claude Code's are (router.asks)."""
+        if type(value) is not dict or type(value.get("askId")) is not str:
+            return
+        now = time.time()
+        if value.get("type") == "ask":
+            deadline = value.get("deadline")
+            wait = float(deadline) if type(deadline) in (int, float) else 0.0
+            summary, tool = value.get("summary"), value.get("tool")
+            try:
+                self.asks.open(Ask(
+                    id=value["askId"], session=self.id, tool=tool if type(tool) is str else "tool",
+                    input=value.get("input"), summary=summary if type(summary) is str else "",
+                    opened=now, deadline=now + wait,
+                    tool_use_id=value["toolCallId"] if type(value.get("toolCallId")) is str else None,
+                ))
+            except Refusal as refused:
+                log.warning("session %r: %s", self.id, refused)
+        elif value.get("type") == "ask-ended" and value.get("state") != "answered":
+            self.asks.close(value["askId"], now=now, state="expired" if value.get("state") == "expired" else "gone")
+
+    def answer_ask(self, ask_id: str, decision: str, *, by: str) -> dict[str, Any]:
+        """A person's answer: the first wins, and goes to the daemon's
+        adapter through the host. Raises :class:`Refusal` (``unknown-ask``,
+        ``ask-answered``, ``ask-expired``, ``bad-decision``, ``no-link``)."""
+        ask = self.asks.get(ask_id)
+        if ask is not None and ask.state == "waiting" and decision in ("allow", "deny"):
+            self.host_session.answer(ask_id, decision)
+        return self.asks.answer(ask_id, decision, by=by, now=time.time()).to_json()
 
     async def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.sessions.host.store.call(fn, self.id, *args)
