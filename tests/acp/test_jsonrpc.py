@@ -139,7 +139,7 @@ messages = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.one_of(messages.map(lambda m: json.dumps(m).encode()), st.binary(max_size=40)), max_size=8),
        st.lists(st.integers(1, 60), max_size=6))
 def test_any_input_is_events_never_an_exception(chunks: list[bytes], cuts: list[int]):
