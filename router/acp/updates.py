@@ -73,21 +73,29 @@ class UpdateConverter:
             return []
         parts = [part for part in message["parts"] if type(part) is dict]
         if message.get("role") == "user":
-            if message.get("operationId") in self.own or message["id"] in self._said:
-                return []
-            self._said[message["id"]] = [0, 0]
-            return [_text("user_message_chunk", part["text"]) for part in parts
-                    if part.get("type") == "text" and type(part.get("text")) is str and part["text"]]
-        said = self._said.setdefault(message["id"], [0, 0])
+            return self._user(message, parts)
+        out = self._texts(message["id"], parts)
+        for part in parts:
+            if part.get("type") == "tool" and type(part.get("toolCallId")) is str:
+                out += self._tool(part)
+        return out
+
+    def _user(self, message: dict[str, Any], parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if message.get("operationId") in self.own or message["id"] in self._said:
+            return []
+        self._said[message["id"]] = [0, 0]
+        return [_text("user_message_chunk", part["text"]) for part in parts
+                if part.get("type") == "text" and type(part.get("text")) is str and part["text"]]
+
+    def _texts(self, message_id: str, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The text and reasoning of an assistant message the deltas did not send."""
+        said = self._said.setdefault(message_id, [0, 0])
         out: list[dict[str, Any]] = []
         for index, (kind, update) in enumerate((("text", "agent_message_chunk"), ("reasoning", "agent_thought_chunk"))):
             text = "".join(part["text"] for part in parts if part.get("type") == kind and type(part.get("text")) is str)
             if len(text) > said[index]:
                 out.append(_text(update, text[said[index]:]))
                 said[index] = len(text)
-        for part in parts:
-            if part.get("type") == "tool" and type(part.get("toolCallId")) is str:
-                out += self._tool(part)
         return out
 
     def _tool(self, part: dict[str, Any]) -> list[dict[str, Any]]:
