@@ -146,6 +146,8 @@ def require_npm_package(spec: str) -> Path:
 AGENTS_SPEC = "agents@0.32.0"
 #: The ACP agent (with Claude Code's runtime inside) the ACP adapter is tested against.
 CLAUDE_CODE_ACP_SPEC = "@zed-industries/claude-code-acp@0.16.2"
+#: The Codex ACP agent, its linux x64 build (a native binary, no dependencies).
+CODEX_ACP_SPEC = "@zed-industries/codex-acp-linux-x64@0.16.0"
 #: The Codex CLI (a native build) the Codex preset is tested against.
 CODEX_SPEC = "@openai/codex@0.171.0-linux-x64"
 
