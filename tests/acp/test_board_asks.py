@@ -64,3 +64,21 @@ async def test_an_acp_permission_request_is_an_ask_on_the_board_answered_allow_a
             assert answer["reply"]["status"] == "done" and answer["reply"]["text"] == said, answer
             kept = await router_json("asks", "--json")
             assert kept == [], kept  # answered: no longer waiting
+        # An abort while an ask waits: the agent is answered cancelled, the
+        # ask leaves the board, the delivery is unanswered.
+        replies = []
+
+        async def deliver_one() -> None:
+            replies.append(await send(served.url, "s1", "ask", "--event-id", "e3", token=served.token))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(deliver_one)
+            with trio.fail_after(120):
+                while not await router_json("asks", "--json"):
+                    await trio.sleep(0.2)
+            await router("abort", "s1")
+        status, answer, err = replies[0]
+        assert answer["reply"]["status"] == "unanswered" and answer["reply"]["reason"] == "aborted", answer
+        with trio.fail_after(60):
+            while await router_json("asks", "--json"):
+                await trio.sleep(0.2)

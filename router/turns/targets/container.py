@@ -167,6 +167,8 @@ class ContainerTarget:
         #: adapter's ``raw`` ``ask`` events; docs/container-protocol.md,
         #: "Asks"), answered through the host's link.
         self.asks = AskBook(session_id)
+        #: ask id -> the operation that raised it (its end ends the ask).
+        self._ask_operations: dict[str, str | None] = {}
 
     def __repr__(self) -> str:
         return f"<ContainerTarget {self.id!r} metered={self.metered} {self.asks!r}>"
@@ -230,7 +232,9 @@ class ContainerTarget:
             self.hub.publish(items, await self._durable_of(items))
             for event in batch:
                 if type(event) is AdapterEvent and event.event["type"] == "raw":
-                    self._ask_event(event.event.get("value"))
+                    self._ask_event(event.event.get("value"), event.operation_id)
+                elif type(event) is OperationEnded:
+                    self._asks_of_ended(event.result.operation_id)
             if self.on_limit is not None:
                 for event in batch:
                     _limit_signal(self.on_limit, event)
@@ -240,13 +244,14 @@ class ContainerTarget:
 
     # ------------------------------------------------------------------ asks
 
-    def _ask_event(self, value: Any) -> None:
+    def _ask_event(self, value: Any, operation_id: str | None) -> None:
         """An ask the adapter raised, or its end (the adapter's deadline, an
         abort): kept in the book as Claude Code's are (router.asks)."""
         if type(value) is not dict or type(value.get("askId")) is not str:
             return
         now = time.time()
         if value.get("type") == "ask":
+            self._ask_operations[value["askId"]] = operation_id
             deadline = value.get("deadline")
             wait = float(deadline) if type(deadline) in (int, float) else 0.0
             summary, tool = value.get("summary"), value.get("tool")
@@ -261,6 +266,14 @@ class ContainerTarget:
                 log.warning("session %r: %s", self.id, refused)
         elif value.get("type") == "ask-ended" and value.get("state") != "answered":
             self.asks.close(value["askId"], now=now, state="expired" if value.get("state") == "expired" else "gone")
+
+    def _asks_of_ended(self, operation_id: str) -> None:
+        """An operation ended (its daemon may have died with its asks
+        waiting): its asks still waiting are ``gone``."""
+        for ask_id, of in list(self._ask_operations.items()):
+            if of == operation_id:
+                del self._ask_operations[ask_id]
+                self.asks.close(ask_id, now=time.time(), state="gone")
 
     def answer_ask(self, ask_id: str, decision: str, *, by: str) -> dict[str, Any]:
         """A person's answer: the first wins, and goes to the daemon's
