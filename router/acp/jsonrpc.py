@@ -143,6 +143,11 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+#: One decoder for every line (``json.loads`` with an option builds a new
+#: one per call); NaN and Infinity are refused, as JSON refuses them.
+_DECODER: Final = json.JSONDecoder(parse_constant=_no_constants)
+
+
 class JsonRpcConnection:
     """One JSON-RPC 2.0 peer over newline-delimited JSON (see the module
     docstring)."""
@@ -211,7 +216,7 @@ class JsonRpcConnection:
         if not line.strip():
             return
         try:
-            message = json.loads(line, parse_constant=_no_constants)
+            message = _DECODER.decode(line.decode("utf-8"))
         except (ValueError, RecursionError) as exc:
             # UnicodeDecodeError is a ValueError.
             self._malformed(f"not JSON: {str(exc)[:200]}", _error(None, PARSE_ERROR, "Parse error"))
