@@ -64,6 +64,12 @@ async def test_an_acp_permission_request_is_an_ask_on_the_board_answered_allow_a
             assert answer["reply"]["status"] == "done" and answer["reply"]["text"] == said, answer
             kept = await router_json("asks", "--json")
             assert kept == [], kept  # answered: no longer waiting
+        # A rule of asks.json answers the ask with no person asked.
+        (settings / "asks.json").write_text(json.dumps({"asks": {"rules": [
+            {"tool": "Run rm", "input": "rm *", "decision": "deny"}]}}))
+        status, answer, err = await send(served.url, "s1", "ask", "--event-id", "e-rule", token=served.token)
+        assert status == 0 and answer["reply"]["text"] == "selected no", (answer, err)
+        (settings / "asks.json").unlink()
         # An abort while an ask waits: the agent is answered cancelled, the
         # ask leaves the board, the delivery is unanswered.
         replies = []

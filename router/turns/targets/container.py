@@ -21,16 +21,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Final
+from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
 
 import trio
 
-from router.asks import Ask, AskBook
+from router.asks import Ask, AskBook, AskPolicy, policy_from, rule_for, rule_text
 from router.board.state import container_state
 from router.errors import Refusal
 from router.host import AdapterEvent, EventsLagged, Host, HostEvent, LinkError, OperationEnded, OperationStarted
 from router.host import Refused as HostRefused
 from router.plugins.routing import LaunchRecord
+from router.plugins.settings import SettingsDir, default_settings_dir
 from router.turns.brackets import attached_launch
 from router.turns.core import ContainerReadiness, NoAnswer, Outcome, Queued, SubmitPrompt, WriteMessage
 from router.turns.delivery_log import DeliveryLog
@@ -74,8 +75,13 @@ class ContainerSessions:
         via: str,
         routes: Callable[[], Awaitable[object]],
         bracket_wait: float,
+        env: Mapping[str, str] | None = None,
+        settings: SettingsDir | None = None,
     ) -> None:
         self.host = host
+        #: Where asks.json is read (the rules that answer an adapter's asks):
+        #: the plug-in layer's settings, else the environment's default.
+        self.settings = settings if settings is not None else SettingsDir(default_settings_dir(env))
         self.deliveries = deliveries
         self.instance = instance
         self.harness = harness
@@ -241,7 +247,9 @@ class ContainerTarget:
             self.hub.publish(items, await self._durable_of(items))
             for event in batch:
                 if type(event) is AdapterEvent and event.event["type"] == "raw":
-                    self._ask_event(event.event.get("value"), event.operation_id)
+                    opened = self._ask_event(event.event.get("value"), event.operation_id)
+                    if opened is not None:
+                        await self._by_rule(opened)
                 elif type(event) is OperationEnded:
                     self._asks_of_ended(event.result.operation_id)
             if self.on_limit is not None:
@@ -253,11 +261,12 @@ class ContainerTarget:
 
     # ------------------------------------------------------------------ asks
 
-    def _ask_event(self, value: Any, operation_id: str | None) -> None:
-        """An ask the adapter raised, or its end (the adapter's deadline, an
-        abort): kept in the book as Claude Code's are (router.asks)."""
+    def _ask_event(self, value: Any, operation_id: str | None) -> Ask | None:
+        """An ask the adapter raised (the ask, once kept), or its end (the
+        adapter's deadline, an abort): kept in the book as Claude Code's are
+        (router.asks)."""
         if type(value) is not dict or type(value.get("askId")) is not str:
-            return
+            return None
         now = time.time()
         if value.get("type") == "ask":
             self._ask_operations[value["askId"]] = operation_id
@@ -273,8 +282,26 @@ class ContainerTarget:
                 ))
             except Refusal as refused:
                 log.warning("session %r: %s", self.id, refused)
+                return None
+            return self.asks.get(value["askId"])
         elif value.get("type") == "ask-ended" and value.get("state") != "answered":
             self.asks.close(value["askId"], now=now, state="expired" if value.get("state") == "expired" else "gone")
+        return None
+
+    async def _by_rule(self, ask: Ask) -> None:
+        """A rule of asks.json answers the ask at once, as it answers Claude
+        Code's (router.asks ``rule_for``); a broken asks.json answers nothing."""
+        document = await trio.to_thread.run_sync(self.sessions.settings.read, "asks.json")
+        policy = document if isinstance(document, Refusal) else policy_from(document.value)
+        if isinstance(policy, Refusal):
+            log.warning("asks.json cannot be used (%s); no rule answers asks", policy)
+            policy = AskPolicy()
+        rule = rule_for(policy.rules, ask.tool, ask.input)
+        if rule is not None and ask.state == "waiting":
+            try:
+                self.answer_ask(ask.id, rule.decision, by=f"rule:{rule_text(rule)}")
+            except Refusal as refused:
+                log.warning("session %r: the rule could not answer ask %s: %s", self.id, ask.id, refused)
 
     def _asks_of_ended(self, operation_id: str) -> None:
         """An operation ended (its daemon may have died with its asks
