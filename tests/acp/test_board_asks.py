@@ -88,3 +88,12 @@ async def test_an_acp_permission_request_is_an_ask_on_the_board_answered_allow_a
         with trio.fail_after(60):
             while await router_json("asks", "--json"):
                 await trio.sleep(0.2)
+    # Every ask is in the session's record, with how it ended.
+    from router.turns.delivery_log import DeliveryLog
+
+    with DeliveryLog(tmp_path / "data" / "turns.sqlite") as record:
+        kept = record.asks_of("s1")
+    assert sorted((ask.get("decision", ""), ask["state"], ask.get("by", "")[:5]) for ask in kept) == sorted([
+        ("allow", "answered", "cli"), ("deny", "answered", "cli"), ("deny", "answered", "rule:"),
+        ("", "gone", ""),
+    ]), kept

@@ -249,9 +249,12 @@ class ContainerTarget:
                 if type(event) is AdapterEvent and event.event["type"] == "raw":
                     opened = self._ask_event(event.event.get("value"), event.operation_id)
                     if opened is not None:
+                        await self._record_ask(opened)
                         await self._by_rule(opened)
+                    await self._record_ended(event.event.get("value"))
                 elif type(event) is OperationEnded:
-                    self._asks_of_ended(event.result.operation_id)
+                    for ask in self._asks_of_ended(event.result.operation_id):
+                        await self._record_ask(ask)
             if self.on_limit is not None:
                 for event in batch:
                     _limit_signal(self.on_limit, event)
@@ -303,13 +306,33 @@ class ContainerTarget:
             except Refusal as refused:
                 log.warning("session %r: the rule could not answer ask %s: %s", self.id, ask.id, refused)
 
-    def _asks_of_ended(self, operation_id: str) -> None:
+    def _asks_of_ended(self, operation_id: str) -> list[Ask]:
         """An operation ended (its daemon may have died with its asks
-        waiting): its asks still waiting are ``gone``."""
+        waiting): its asks still waiting are ``gone`` (returned)."""
+        gone = []
         for ask_id, of in list(self._ask_operations.items()):
             if of == operation_id:
                 del self._ask_operations[ask_id]
-                self.asks.close(ask_id, now=time.time(), state="gone")
+                closed = self.asks.close(ask_id, now=time.time(), state="gone")
+                if closed is not None:
+                    gone.append(closed)
+        return gone
+
+    async def _record_ended(self, value: Any) -> None:
+        """An ask's end as the adapter told it: its final state recorded."""
+        if type(value) is dict and value.get("type") == "ask-ended" and type(value.get("askId")) is str:
+            ask = self.asks.get(value["askId"])
+            if ask is not None:
+                await self._record_ask(ask)
+
+    async def _record_ask(self, ask: Ask) -> None:
+        """Keep the ask in the session's record (the delivery log's
+        ``asks``), as Claude Code's are; a failure never holds it up."""
+        deliveries = self.sessions.deliveries
+        try:
+            await deliveries.call(deliveries.put_ask, ask.to_json())
+        except Exception:  # noqa: BLE001 - the record failing never holds the ask up
+            log.exception("session %r: ask %s could not be recorded", self.id, ask.id)
 
     def answer_ask(self, ask_id: str, decision: str, *, by: str) -> dict[str, Any]:
         """A person's answer: the first wins, and goes to the daemon's
