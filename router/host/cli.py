@@ -1,7 +1,9 @@
 """``router prompt`` and ``router transcript``: the host from a shell.
 
 ``router prompt --daemon URL --token T --store PATH [--session S]
-[--when-busy steer|followUp] [--id KEY] TEXT`` submits ``TEXT`` through a
+[--when-busy steer|followUp] [--id KEY] TEXT`` (the daemon's token from
+``$ROUTER_DAEMON_TOKEN`` or ``--token-file FILE`` instead of ``--token``,
+which every local user can read in ``/proc``) submits ``TEXT`` through a
 host on the store at ``PATH`` (created if missing), waits for it to settle
 and prints ``{"status": "done", "text": ...}`` (exit 0) or ``{"status":
 "unanswered", "reason": ...}`` (exit 1). A usage or connection error prints
@@ -38,7 +40,9 @@ PROMPT_CONNECT_TIMEOUT = 30.0
 
 def configure_prompt(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--daemon", required=True, metavar="URL", help="the daemon, ws://host:port")
-    parser.add_argument("--token", required=True, help="the daemon's CF_HARNESS_TOKEN")
+    parser.add_argument("--token", help="the daemon's CF_HARNESS_TOKEN; every local user can read a command line: "
+                        "prefer $ROUTER_DAEMON_TOKEN or --token-file")
+    parser.add_argument("--token-file", metavar="FILE", help="a 0600 file holding the daemon's token")
     parser.add_argument("--store", required=True, metavar="PATH", help="the host's SQLite store")
     parser.add_argument("--session", default=ROOT_SESSION, help="the session (created if missing)")
     parser.add_argument(
@@ -85,9 +89,19 @@ def _error(command: str, code: str, message: str) -> int:
 
 
 def run_prompt(args: argparse.Namespace) -> int:
+    from router.errors import Refusal
+    from router.tokens import DAEMON_TOKEN_VARIABLE, secret_from
+
     _quiet_logs()
     try:
-        endpoint = DaemonEndpoint(args.daemon, args.token)
+        token = secret_from(flag=args.token, file=args.token_file, env=os.environ, variable=DAEMON_TOKEN_VARIABLE)
+    except Refusal as refused:
+        return _error("prompt", refused.code, refused.message)
+    if token is None:
+        return _error("prompt", "no-daemon-token", f"give the daemon's token: ${DAEMON_TOKEN_VARIABLE} or "
+                      "--token-file FILE (or --token)")
+    try:
+        endpoint = DaemonEndpoint(args.daemon, token)
     except EndpointError as error:
         return _error("prompt", error.code, error.message)
     try:

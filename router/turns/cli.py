@@ -13,8 +13,10 @@ this user's routers (:func:`router.board.client.holder`: every router's
 private Unix socket is asked) and posts over that socket, which takes no
 token; ``--router NAME`` names the router instead (needed when several hold
 a session of that id). ``--url`` posts to a router's TCP API instead, with
-its access token: ``--token``, else the ``api-token`` file of the settings
-directory (``--settings``, else the default; :mod:`router.board.access`).
+its access token: ``$ROUTER_TOKEN`` or ``--token-file FILE`` (a 0600
+file; ``--token`` too, though a command line is readable by every local
+user), else the ``api-token`` file of the settings directory
+(``--settings``, else the default; :mod:`router.board.access`).
 
 **router send.** TEXT ``-``, or no TEXT, reads the message from stdin (one
 trailing newline stripped: what ``echo`` and a terminal's last Enter add).
@@ -75,7 +77,8 @@ CLI_OFF_EXIT = 3
 #: Exit statuses (see the module docstring).
 DONE, REFUSED, USAGE = 0, 1, 2
 #: Refusals that are the caller's to mend, not the router's "no": exit 2.
-USAGE_CODES = frozenset({"no-token", "bad-token", "bad-host", "no-token-file", "token-file-unsafe", "token-file-bad"})
+USAGE_CODES = frozenset({"no-token", "bad-token", "bad-host", "no-token-file", "token-file-unsafe", "token-file-bad",
+                         "token-twice"})
 #: Seconds between two progress updates on a terminal (ours).
 PROGRESS_INTERVAL = 1.0
 
@@ -84,8 +87,10 @@ def _add_reach(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help=f"a router's TCP API ({DEFAULT_URL} for `router serve`'s default port); "
                         "default: the router that holds SESSION, over its private socket")
     parser.add_argument("--router", metavar="NAME", help="the router to use, by the name `router sessions` shows")
-    parser.add_argument("--token", help="the TCP API's token (with --url; default: the api-token file of the "
-                        "settings directory)")
+    parser.add_argument("--token-file", metavar="FILE", help="a 0600 file holding the TCP API's token (with --url; "
+                        "or $ROUTER_TOKEN; default: the api-token file of the settings directory)")
+    parser.add_argument("--token", help="the TCP API's token; every local user can read a command line: prefer "
+                        "$ROUTER_TOKEN or --token-file")
     parser.add_argument("--settings", metavar="DIR", help="the settings directory whose api-token --url uses")
     parser.add_argument("--json", action="store_true", help="print the answer as one JSON line")
 
@@ -142,17 +147,19 @@ def _print(body: Any) -> None:
 
 
 def _token(command: str, args: argparse.Namespace) -> str:
-    if args.token:
-        return str(args.token)
+    """The TCP API's token: ``--token``, ``--token-file``, ``$ROUTER_TOKEN``,
+    else the api-token file of the settings directory (router.tokens)."""
     from pathlib import Path
 
     from router.board.access import read_token, token_path
     from router.errors import Refusal
     from router.plugins.settings import default_settings_dir
+    from router.tokens import API_TOKEN_VARIABLE, secret_from
 
     settings = Path(args.settings) if args.settings else default_settings_dir(os.environ)
     try:
-        return read_token(token_path(settings))
+        given = secret_from(flag=args.token, file=args.token_file, env=os.environ, variable=API_TOKEN_VARIABLE)
+        return given if given is not None else read_token(token_path(settings))
     except Refusal as refused:
         _say(command, str(refused))
         raise Stop(USAGE) from None

@@ -41,7 +41,7 @@ async def test_park_resume_and_cancel_from_the_command_line(tmp_path: Path) -> N
     env = {"LIMIT_RESETS_AT": str(resets_at), "LIMIT_LOG": str(log)}
     async with spawn_daemon("ours", adapter="tests.limits.limit_adapter:adapter", env=env) as daemon:
         route_to_the_daemon(tmp_path / "settings", daemon.http_url, daemon.token)
-        async with serve(tmp_path, "--daemon", daemon.url, "--token", daemon.token) as served:
+        async with serve(tmp_path, "--daemon", daemon.url, env={"ROUTER_DAEMON_TOKEN": daemon.token}) as served:
             await _scenario(served, log, resets_at)
 
 
