@@ -147,20 +147,13 @@ class ToolRefused(Refusal):
 
 
 def _check(name: str, arguments: dict[str, Any]) -> None:
-    schema = TOOLS[name][1]
-    properties = schema["properties"]
-    unknown = sorted(set(arguments) - set(properties))
-    if unknown:
-        raise ToolRefused("bad-arguments", f"{name} takes {', '.join(properties) or 'no arguments'}, not {unknown}")
-    for key in schema.get("required", ()):
-        if key not in arguments:
-            raise ToolRefused("bad-arguments", f"{name} needs {key!r}")
-    for key, value in arguments.items():
-        expected = properties[key]["type"]
-        if (expected == "string" and type(value) is not str) or (expected == "boolean" and type(value) is not bool):
-            raise ToolRefused("bad-arguments", f"{key!r} is a {expected}")
-        if expected == "string" and len(value) < properties[key].get("minLength", 0):
-            raise ToolRefused("bad-arguments", f"{key!r} is empty")
+    """Refuse (``bad-arguments``) arguments that are not the tool's
+    (:func:`router.mcp_wire.tool_arguments`: a cattrs converter)."""
+    from router.mcp_wire import tool_arguments
+
+    checked = tool_arguments(name, arguments)
+    if isinstance(checked, Refusal):
+        raise ToolRefused(checked.code, checked.message)
 
 
 def _refused_body(body: Any, fallback: str) -> ToolRefused:
@@ -342,14 +335,24 @@ class _Lines:
         self._refuse = refuse
 
     async def _answered(self, line: bytes, *, too_long: bool = False) -> bool:
-        """Whether ``line`` was refused here (and so is not the SDK's)."""
+        """Whether ``line`` was answered or dropped here (and so is not the
+        SDK's): too deep or too long (``rpc_refusal``), or not a request
+        the SDK would answer (:func:`router.mcp_wire.check_line`)."""
+        from router.mcp_wire import check_line
         from router.turns.requests import rpc_refusal
 
-        reply = rpc_refusal(line, too_long=too_long) if self._refuse is not None else None
-        if reply is None:
+        if self._refuse is None:
             return False
-        assert self._refuse is not None
-        await self._refuse(reply.decode("utf-8"))
+        reply = rpc_refusal(line, too_long=too_long)
+        if reply is None and not too_long:
+            checked = check_line(line)
+            if checked.forward is not None:
+                return False
+            if checked.why is not None:
+                log.warning("a client line %s: %s", "answered" if checked.answer else "dropped", checked.why)
+            reply = checked.answer
+        if reply is not None:
+            await self._refuse(reply.decode("utf-8"))
         return True
 
     def __aiter__(self) -> AsyncIterator[str]:
@@ -361,7 +364,7 @@ class _Lines:
         while True:
             data = await self._stream.receive_some(65536)
             if not data:
-                if buffer.strip() and not skipping:
+                if buffer.strip() and not skipping and not await self._answered(buffer):
                     yield buffer.decode("utf-8", errors="replace")
                 return
             buffer += data
