@@ -49,9 +49,10 @@ Exit status (``router send``):
   message names the recovery command).
 
 ``router abort``, ``router resume`` (a stopped session; a parked one
-resumes now) and ``router cancel-park`` exit 0 when done (``aborted:
-false``, ``resumed: false``, ``cancelled: false`` included), 1 when
-refused, 2 as ``send`` does.
+resumes now) and ``router cancel-park`` exit 0 when done (``resumed:
+false``, ``cancelled: false`` included), 1 when refused (``router abort
+SESSION OPERATION`` of an operation not open there: ``unknown-operation``),
+2 as ``send`` does. docs/cli.md tables every refusal.
 """
 
 from __future__ import annotations
@@ -383,11 +384,15 @@ def run_abort(args: argparse.Namespace) -> int:
         # With no operation the host answers true whatever was open (as the reference).
         if not args.operation:
             return f"stopped every open operation of {args.session} (if any ran)"
-        if answer.get("aborted"):
-            return f"aborted operation {args.operation} in {args.session}"
-        return f"nothing to abort: operation {args.operation} is not open in {args.session}"
+        return f"aborted operation {args.operation} in {args.session}"
 
-    return _simple("abort", args, "abort", body, said)
+    def refused(answer: dict[str, Any]) -> dict[str, Any] | None:
+        if not args.operation or answer.get("aborted"):
+            return None
+        return {"error": "unknown-operation", "message": f"operation {args.operation} is not open in {args.session} "
+                "(it settled, or was never sent there); `router send --json` prints an operation's id"}
+
+    return _simple("abort", args, "abort", body, said, refused)
 
 
 def configure_resume(parser: argparse.ArgumentParser) -> None:
@@ -434,7 +439,8 @@ def run_cancel_park(args: argparse.Namespace) -> int:
 
 
 def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, Any],
-            said: Callable[[dict[str, Any]], str]) -> int:
+            said: Callable[[dict[str, Any]], str],
+            refused: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda answer: None) -> int:
     import trio
 
     if args.timeout <= 0:
@@ -452,6 +458,10 @@ def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, 
     if status != 200 or type(answer) is not dict:
         _refusal(command, args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
         return _status_of(status, answer)
+    said_no = refused(answer)
+    if said_no is not None:  # the router's answer is a "no" of ours (router abort: nothing of that id to stop)
+        _refusal(command, args, said_no)
+        return REFUSED
     if args.json:
         _print(answer)
     else:
