@@ -87,7 +87,7 @@ def _table(sessions: list[dict[str, Any]]) -> None:
         print("no sessions: start one with `router launch`, or a Claude Code session with the plug-in", flush=True)
         return
     now = time.time()
-    rows = [("SESSION", "KIND", "STATE", "HARNESS", "MODEL", "LAST ACTIVITY", "ROUTER", "DIRECTORY")]
+    rows = [("SESSION", "KIND", "STATE", "HARNESS", "MODEL", "ACTIVE", "ROUTER", "DIRECTORY")]
     rows += [(str(s.get("id")), str(s.get("kind")), str(s.get("state")), str(s.get("harness") or "-"),
               str(s.get("model") or "-"), ago(s.get("lastActivity"), now), str((s.get("router") or {}).get("name")),
               str(s.get("cwd") or "-")) for s in sessions]

@@ -22,8 +22,12 @@ user), else the ``api-token`` file of the settings directory
 trailing newline stripped: what ``echo`` and a terminal's last Enter add).
 The post goes through the ``cli`` channel under an event id the command
 mints (or ``--event-id``), so a send that went unanswered can be sent again
-with the same id and is written once. By default it waits for a container
-session's reply; ``--no-wait`` answers once the message is in the session.
+with the same id and is written once. By default it waits for the session's reply: a
+container session's operation settling, or the end of the turn a Claude
+Code session's message starts or joins (the last assistant message then;
+the command watches the session's listing and transcript); ``--no-wait``
+answers once the message is in the session (``started as a prompt``,
+``written as a row`` ...).
 ``--card`` (a message that is not the person's own words) means something
 only to a Claude Code session, and is refused for a container session.
 
@@ -69,7 +73,7 @@ from urllib.parse import quote
 import attrs
 
 __all__ = ["configure", "configure_abort", "configure_cancel_park", "configure_launch", "configure_resume",
-           "message_text", "run", "run_abort", "run_cancel_park", "run_launch", "run_resume", "summary"]
+           "exit_status", "message_text", "run", "run_abort", "run_cancel_park", "run_launch", "run_resume", "summary"]
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 #: ``router.plugins.channels.CLI_OFF_EXIT``, not imported: this command
@@ -103,7 +107,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--event-id", help="the delivery's event id (default: a new one); resend with the same id")
     parser.add_argument("--card", action="store_true",
                         help="send it as a card, not as your own words (Claude Code sessions only)")
-    parser.add_argument("--no-wait", action="store_true", help="do not wait for a container session's reply")
+    parser.add_argument("--no-wait", action="store_true", help="do not wait for the session's reply: answer once "
+                        "the message is in the session")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait in all (default 300)")
 
 
@@ -278,7 +283,7 @@ def _ticker(command: str, what: str) -> Callable[[], Any]:
     return tick
 
 
-def _status_of(status: int, answer: Any) -> int:
+def exit_status(status: int, answer: Any) -> int:
     """A refusal's exit status (1, or 2 / 3 where the module docstring says)."""
     code = answer.get("error") if type(answer) is dict else None
     if code == "channel-off":
@@ -305,6 +310,8 @@ def summary(session: str, answer: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import time
+
     import trio
 
     if args.timeout <= 0:
@@ -315,17 +322,26 @@ def run(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"text": text, "eventId": event_id, "wait": not args.no_wait}
     if args.card:
         body["kind"] = "card"
+    deadline = time.monotonic() + args.timeout
     try:
         target = _target("send", args)
-        if args.card and target.listing is None:  # --url: ask that router what the session is
+        if (args.card or not args.no_wait) and target.listing is None:  # --url: ask that router what the session is
             target = attrs.evolve(target, listing=trio.run(_listing, target, args.session))
-        if args.card and (target.listing or {}).get("kind") == "container":
+        kind = (target.listing or {}).get("kind")
+        if args.card and kind == "container":
             _say("send", f"card-meaningless: {args.session} is a container session, where a card is the same "
                  "prompt as your own words; send it without --card")
             return USAGE
+        # A Claude Code session's reply is the end of the turn the message
+        # starts (or joins): what its transcript holds before is the mark.
+        before = trio.run(_messages, target, args.session) if kind == "claude-code" and not args.no_wait else None
         progress = _ticker("send", f"waiting for {args.session}") if sys.stderr.isatty() else None
         status, answer = trio.run(partial(_post, "send", target, f"/sessions/{quote(args.session, safe='')}/messages",
                                           body, timeout=args.timeout, progress=progress))
+        if (before is not None and status == 200 and type(answer) is dict and answer.get("status") == "delivered"
+                and answer.get("as") in ("prompt", "row") and not answer.get("fromRecord")):
+            answer["reply"] = trio.run(partial(_claude_reply, target, args.session, len(before),
+                                               timeout=max(deadline - time.monotonic(), 0.001), progress=progress))
     except Stop as stop:
         return stop.status
     except trio.TooSlowError:
@@ -335,10 +351,72 @@ def run(args: argparse.Namespace) -> int:
     return _answered(args, status, answer)
 
 
+#: Seconds between two looks at a Claude Code session while ``router send``
+#: waits for its turn to end (ours: a turn takes seconds; a look is two
+#: small local requests).
+CLAUDE_POLL = 0.2
+
+
+async def _get(target: Target, path: str, params: dict[str, str] | None = None) -> Any:
+    """``GET path`` at ``target``: its JSON, or None when it has none."""
+    import httpx
+
+    transport = None if target.socket is None else httpx.AsyncHTTPTransport(uds=target.socket)
+    try:
+        async with httpx.AsyncClient(transport=transport, timeout=30) as client:
+            response = await client.get(target.base + path, params=params,
+                                        headers={"x-router-channel": "cli", **target.headers})
+            return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+async def _messages(target: Target, session: str) -> list[Any]:
+    """``session``'s transcript at ``target`` ([] when it cannot say)."""
+    body = await _get(target, f"/sessions/{quote(session, safe='')}/messages")
+    listed = body.get("messages") if type(body) is dict else None
+    return listed if type(listed) is list else []
+
+
+def _text_of(message: Any) -> str:
+    parts = message.get("parts") if type(message) is dict else None
+    return "".join(part.get("text", "") for part in parts or [] if type(part) is dict and part.get("type") == "text")
+
+
+async def _claude_reply(target: Target, session: str, before: int, *, timeout: float,
+                        progress: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Wait until the Claude Code session's turn ends with an answer after
+    the ``before`` messages its transcript held when the message was sent:
+    ``{status: "done", text}`` (the last assistant message), or
+    ``{status: "unanswered", reason}`` when the session closes or cannot be
+    reached. ``trio.TooSlowError`` after ``timeout`` seconds."""
+    import trio
+
+    async with trio.open_nursery() as nursery:
+        if progress is not None:
+            nursery.start_soon(progress)
+        with trio.fail_after(timeout):
+            while True:
+                listing = await _listing(target, session)
+                state = (listing or {}).get("state")
+                if state in ("closed", "unreachable"):
+                    reply = {"status": "unanswered", "reason": f"the session is {state}"}
+                    break
+                messages = await _messages(target, session)
+                if (listing is not None and not listing.get("busy") and state != "working"
+                        and len(messages) > before and type(messages[-1]) is dict
+                        and messages[-1].get("role") == "assistant"):
+                    reply = {"status": "done", "text": _text_of(messages[-1])}
+                    break
+                await trio.sleep(CLAUDE_POLL)
+        nursery.cancel_scope.cancel()
+    return reply
+
+
 def _answered(args: argparse.Namespace, status: int, answer: Any) -> int:
     if status != 200 or type(answer) is not dict:
         _refusal("send", args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
-        return _status_of(status, answer)
+        return exit_status(status, answer)
     if args.json:
         _print(answer)
     reply = answer.get("reply")
@@ -357,7 +435,8 @@ def _answered(args: argparse.Namespace, status: int, answer: Any) -> int:
                   "resets (router sessions shows when)", flush=True)
         return DONE
     if type(reply) is dict and reply.get("status") != "done":
-        _say("send", f"unanswered: {reply.get('reason')} (operation {reply.get('operationId')})")
+        operation = f" (operation {reply['operationId']})" if reply.get("operationId") else ""
+        _say("send", f"unanswered: {reply.get('reason')}{operation}")
         return REFUSED
     if not args.json:
         print(summary(args.session, answer), flush=True)
@@ -457,7 +536,7 @@ def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, 
         return USAGE
     if status != 200 or type(answer) is not dict:
         _refusal(command, args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
-        return _status_of(status, answer)
+        return exit_status(status, answer)
     said_no = refused(answer)
     if said_no is not None:  # the router's answer is a "no" of ours (router abort: nothing of that id to stop)
         _refusal(command, args, said_no)
@@ -545,7 +624,7 @@ def run_launch(args: argparse.Namespace) -> int:
         return USAGE
     if status not in (200, 201) or type(answer) is not dict:
         _refusal("launch", args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
-        return _status_of(status, answer)
+        return exit_status(status, answer)
     if args.json:
         _print(answer)
     else:
