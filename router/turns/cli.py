@@ -324,22 +324,15 @@ def run(args: argparse.Namespace) -> int:
         body["kind"] = "card"
     deadline = time.monotonic() + args.timeout
     try:
-        target = _target("send", args)
-        if (args.card or not args.no_wait) and target.listing is None:  # --url: ask that router what the session is
-            target = attrs.evolve(target, listing=trio.run(_listing, target, args.session))
-        kind = (target.listing or {}).get("kind")
-        if args.card and kind == "container":
-            _say("send", f"card-meaningless: {args.session} is a container session, where a card is the same "
-                 "prompt as your own words; send it without --card")
-            return USAGE
+        target = _send_target(args)
         # A Claude Code session's reply is the end of the turn the message
         # starts (or joins): what its transcript holds before is the mark.
-        before = trio.run(_messages, target, args.session) if kind == "claude-code" and not args.no_wait else None
+        waits = (target.listing or {}).get("kind") == "claude-code" and not args.no_wait
+        before = trio.run(_messages, target, args.session) if waits else None
         progress = _ticker("send", f"waiting for {args.session}") if sys.stderr.isatty() else None
         status, answer = trio.run(partial(_post, "send", target, f"/sessions/{quote(args.session, safe='')}/messages",
                                           body, timeout=args.timeout, progress=progress))
-        if (before is not None and status == 200 and type(answer) is dict and answer.get("status") == "delivered"
-                and answer.get("as") in ("prompt", "row") and not answer.get("fromRecord")):
+        if before is not None and _started_a_turn(status, answer):
             answer["reply"] = trio.run(partial(_claude_reply, target, args.session, len(before),
                                                timeout=max(deadline - time.monotonic(), 0.001), progress=progress))
     except Stop as stop:
@@ -349,6 +342,30 @@ def run(args: argparse.Namespace) -> int:
                                 "is written once", "eventId": event_id})
         return REFUSED
     return _answered(args, status, answer)
+
+
+def _send_target(args: argparse.Namespace) -> Target:
+    """Where ``router send`` posts, with the session's listing (asked of
+    the router at ``--url`` when the board did not give it); raises
+    :class:`Stop` (``card-meaningless``: a card to a container session)."""
+    import trio
+
+    target = _target("send", args)
+    if (args.card or not args.no_wait) and target.listing is None:
+        target = attrs.evolve(target, listing=trio.run(_listing, target, args.session))
+    if args.card and (target.listing or {}).get("kind") == "container":
+        _say("send", f"card-meaningless: {args.session} is a container session, where a card is the same "
+             "prompt as your own words; send it without --card")
+        raise Stop(USAGE)
+    return target
+
+
+def _started_a_turn(status: int, answer: Any) -> bool:
+    """Whether a Claude Code session's answer is a message in it now (a
+    prompt it started, or a row in the running turn), not a resend answered
+    from the record."""
+    return (status == 200 and type(answer) is dict and answer.get("status") == "delivered"
+            and answer.get("as") in ("prompt", "row") and not answer.get("fromRecord"))
 
 
 #: Seconds between two looks at a Claude Code session while ``router send``
