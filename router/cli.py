@@ -60,6 +60,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.plugins.cli",
         "show or set the harness routes of instances",
     ),
+    "service": (
+        "router.service",
+        "run `router serve` as a user service: install, uninstall, status (systemd --user, launchd)",
+    ),
     "sessions": (
         "router.board.cli",
         "list every session of every router of yours on this machine, with its kind and state",
