@@ -228,3 +228,32 @@ def _parents(pid: str) -> list[str]:
         pid = fields[1]
         chain.append(pid)
     return chain
+
+
+async def test_a_terminal_gets_the_url_with_its_token(tmp_path: Path) -> None:
+    """On a terminal (a pseudo-terminal here) the first line is the page's
+    URL with the token, the same as the 0600 ``page-url`` file holds."""
+    import pty
+
+    main, child = pty.openpty()
+    settings = tmp_path / "settings"
+    try:
+        with open(tmp_path / "serve.err", "wb") as err:
+            serve = await trio.lowlevel.open_process(
+                [*ROUTER, "serve", "--port", "0", "--data-dir", str(tmp_path / "data"), "--settings", str(settings)],
+                stdout=child, stderr=err, env=environment(), cwd=REPO)
+        os.close(child)
+        child = -1
+        try:
+            received = b""
+            with trio.fail_after(60):
+                while received.count(b"\n") < 2:
+                    received += await trio.to_thread.run_sync(os.read, main, 4096)
+            first = received.decode().splitlines()[0].strip()
+            assert first == page_url_file(settings).read_text().strip() and "?token=" in first
+        finally:
+            await stop(serve)
+    finally:
+        os.close(main)
+        if child >= 0:
+            os.close(child)
