@@ -333,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
         status, answer = trio.run(partial(_post, "send", target, f"/sessions/{quote(args.session, safe='')}/messages",
                                           body, timeout=args.timeout, progress=progress))
         if before is not None and _started_a_turn(status, answer):
-            answer["reply"] = trio.run(partial(_claude_reply, target, args.session, len(before),
+            answer["reply"] = trio.run(partial(_claude_reply, target, args.session, _drawn(before),
                                                timeout=max(deadline - time.monotonic(), 0.001), progress=progress))
     except Stop as stop:
         return stop.status
@@ -395,18 +395,25 @@ async def _messages(target: Target, session: str) -> list[Any]:
     return listed if type(listed) is list else []
 
 
+def _drawn(messages: list[Any]) -> dict[str, str]:
+    """Each message's id and text: what a transcript held (a message may
+    be updated in place, and ``/clear`` empties the transcript, so a
+    count would not do)."""
+    return {str(m.get("id")): _text_of(m) for m in messages if type(m) is dict}
+
+
 def _text_of(message: Any) -> str:
     parts = message.get("parts") if type(message) is dict else None
     return "".join(part.get("text", "") for part in parts or [] if type(part) is dict and part.get("type") == "text")
 
 
-async def _claude_reply(target: Target, session: str, before: int, *, timeout: float,
+async def _claude_reply(target: Target, session: str, before: dict[str, str], *, timeout: float,
                         progress: Callable[[], Any] | None = None) -> dict[str, Any]:
-    """Wait until the Claude Code session's turn ends with an answer after
-    the ``before`` messages its transcript held when the message was sent:
-    ``{status: "done", text}`` (the last assistant message), or
-    ``{status: "unanswered", reason}`` when the session closes or cannot be
-    reached. ``trio.TooSlowError`` after ``timeout`` seconds."""
+    """Wait until the Claude Code session's turn ends with an answer it did
+    not hold when the message was sent (``before``: :func:`_drawn`), a new
+    assistant message or one whose text changed: ``{status: "done",
+    text}``, or ``{status: "unanswered", reason}`` when the session closes
+    or cannot be reached. ``trio.TooSlowError`` after ``timeout`` seconds."""
     import trio
 
     async with trio.open_nursery() as nursery:
@@ -420,10 +427,10 @@ async def _claude_reply(target: Target, session: str, before: int, *, timeout: f
                     reply = {"status": "unanswered", "reason": f"the session is {state}"}
                     break
                 messages = await _messages(target, session)
-                if (listing is not None and not listing.get("busy") and state != "working"
-                        and len(messages) > before and type(messages[-1]) is dict
-                        and messages[-1].get("role") == "assistant"):
-                    reply = {"status": "done", "text": _text_of(messages[-1])}
+                last = messages[-1] if messages and type(messages[-1]) is dict else {}
+                fresh = last.get("role") == "assistant" and before.get(str(last.get("id"))) != _text_of(last)
+                if listing is not None and not listing.get("busy") and state != "working" and fresh:
+                    reply = {"status": "done", "text": _text_of(last)}
                     break
                 await trio.sleep(CLAUDE_POLL)
         nursery.cancel_scope.cancel()
