@@ -34,6 +34,7 @@ from typing import Any, Final, Mapping
 import attrs
 import trio
 
+from router._peerlog import guard_handlers
 from router.errors import Refusal
 from wire.container import CONTAINER_ENV, AdapterInfo
 
@@ -199,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=str(args.log_level).upper(), format="router daemon: %(levelname)s %(name)s: %(message)s"
     )
+    guard_handlers()  # an adapter's or agent's text cut, repeats rate-limited
     try:
         return trio.run(serve, adapter, config, args.host)
     except OSError as exc:

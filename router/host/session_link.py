@@ -63,6 +63,7 @@ import trio
 
 from router._db import database_errors
 from router._fanout import FanOut, Lagged, Subscription
+from router._peerlog import cut
 from router.host.connection import GiveUp, LinkCore, LinkState, Pause, Redial, Requests
 from router.host.events import HostEvent, OperationResult
 from router.host.link import (
@@ -550,7 +551,7 @@ class SessionLink:
             if message is None:
                 continue
             if type(message) is ErrorMessage:
-                log.warning("session %r: the daemon reports an error: %s", self.session, message.message)
+                log.warning("session %r: the daemon reports an error: %s", self.session, cut(message.message))
             elif type(message) is Hello:
                 log.warning("session %r: ignored a second hello on one connection", self.session)
             else:
