@@ -545,9 +545,12 @@ class SessionLink:
         ``seq``) is handed on as :class:`UnreadableFrame`, to be passed and
         recorded in its place; anything else is logged and dropped."""
         messages = []
-        for raw in batch:
+        for at, raw in enumerate(batch):
+            batch[at] = None  # each text let go once parsed: a big one is not held twice
             text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+            del raw
             message = self._parse_one(text)
+            del text
             if message is None:
                 continue
             if type(message) is ErrorMessage:
