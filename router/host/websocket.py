@@ -69,10 +69,13 @@ class WebSocketClosed(Exception):
     """The WebSocket closed: the daemon's close ``code`` and ``reason``, or
     :data:`ABNORMAL_CLOSURE` when the connection ended without one."""
 
-    def __init__(self, code: int | None, reason: str | None = None) -> None:
+    def __init__(self, code: int | None, reason: str | None = None, *, side: str = "daemon") -> None:
         super().__init__(code, reason)
         self.code = code
         self.reason = reason
+        #: Who ended it: ``daemon`` (its close frame), ``host`` (ours: a
+        #: message over the limit), ``network`` (no close frame).
+        self.side = side
 
     def __str__(self) -> str:
         return f"code {self.code}" + (f": {self.reason}" if self.reason else "")
@@ -267,13 +270,13 @@ class ClientWebSocket:
                 await self._send_all(self._conn.send(CloseConnection(code=MESSAGE_TOO_BIG, reason=reason)))
             except WebSocketClosed:
                 pass
-        self._closed = WebSocketClosed(MESSAGE_TOO_BIG, reason)
+        self._closed = WebSocketClosed(MESSAGE_TOO_BIG, reason, side="host")
         raise self._closed
 
     def _lost(self, reason: str) -> None:
         self._broken = True
         if self._closed is None:
-            self._closed = WebSocketClosed(ABNORMAL_CLOSURE, reason)
+            self._closed = WebSocketClosed(ABNORMAL_CLOSURE, reason, side="network")
         if self._peer_closed is not None:
             self._peer_closed.set()
 
@@ -282,7 +285,7 @@ class ClientWebSocket:
     async def _send_all(self, data: bytes) -> None:
         async with self._lock:
             if self._broken:
-                raise self._closed or WebSocketClosed(ABNORMAL_CLOSURE, "the socket broke")
+                raise self._closed or WebSocketClosed(ABNORMAL_CLOSURE, "the socket broke", side="network")
             finished = False
             try:
                 await self._stream.send_all(data)
@@ -300,7 +303,7 @@ class ClientWebSocket:
         if self._closed is not None:
             raise self._closed
         if self._conn.state is not ConnectionState.OPEN:
-            raise WebSocketClosed(ABNORMAL_CLOSURE, "the WebSocket is closing")
+            raise WebSocketClosed(ABNORMAL_CLOSURE, "the WebSocket is closing", side="host")
         keys = os.urandom(4 * len(texts))
         frames = [client_text_frame(text, keys[4 * n: 4 * n + 4]) for n, text in enumerate(texts)]
         await self._send_all(frames[0] if len(frames) == 1 else b"".join(frames))
