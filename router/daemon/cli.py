@@ -183,12 +183,78 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+#: Where the daemon, executed again without the token in its environment,
+#: finds it: the number of the read end of a pipe holding it (ours, internal;
+#: only a file descriptor's number, never the secret).
+TOKEN_FD_ENV: Final = "ROUTER_DAEMON_TOKEN_FD"
+#: The longest token handed over through the pipe (a pipe holds 64 KiB
+#: before a write blocks; the write happens before anything reads).
+MAX_PIPED_TOKEN: Final = 60_000
+
+
+def hide_token(environ: Mapping[str, str]) -> None:
+    """Execute this same command again, once, with ``CF_HARNESS_TOKEN``
+    removed from the environment and handed over through a pipe instead.
+
+    Removing it from ``os.environ`` is not enough: Linux shows a process's
+    environment *as it was executed* in ``/proc/<pid>/environ``, readable by
+    everything of the same user, so an adapter and every process it starts
+    could read the token in its parent's (the daemon's) file. A process
+    executed without it has it nowhere in ``/proc``. The pid stays (a
+    launcher watching it, or PID 1 in a container, is not disturbed).
+
+    Returns only when it cannot execute (then the caller goes on with the
+    token popped from ``os.environ``, as before)."""
+    token = environ.get(CONTAINER_ENV.token, "")
+    if not token or len(token.encode()) > MAX_PIPED_TOKEN:
+        return
+    read_end, write_end = os.pipe()
     try:
-        config = read_env(os.environ)
+        os.write(write_end, token.encode())
+    finally:
+        os.close(write_end)
+    os.set_inheritable(read_end, True)
+    child_env = {name: value for name, value in environ.items() if name != CONTAINER_ENV.token}
+    child_env[TOKEN_FD_ENV] = str(read_end)
+    argv = [sys.executable, *sys.orig_argv[1:]]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(sys.executable, argv, child_env)
+    except OSError as exc:
+        os.close(read_end)
+        print(f"router daemon: cannot execute itself again without the token ({exc}); "
+              "it stays in /proc/<pid>/environ", file=sys.stderr)
+
+
+def take_piped_token(environ: dict[str, str]) -> None:
+    """In the daemon executed by :func:`hide_token`: read the token from
+    the pipe, close it, and put the token in ``environ`` (a copy, never
+    ``os.environ``) for :func:`read_env`."""
+    raw = os.environ.pop(TOKEN_FD_ENV, None)
+    environ.pop(TOKEN_FD_ENV, None)
+    if raw is None:
+        return
+    fd = int(raw)
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    environ[CONTAINER_ENV.token] = b"".join(chunks).decode()
+
+
+def run(args: argparse.Namespace) -> int:
+    environ = dict(os.environ)
+    take_piped_token(environ)
+    try:
+        config = read_env(environ)
     except DaemonConfigError as exc:
         print(f"router daemon: {exc}", file=sys.stderr)
         return 2
+    if CONTAINER_ENV.token in os.environ:
+        hide_token(os.environ)  # returns only if it could not execute again
     # Before any adapter code is imported or run: adapters (and the agents
     # they start) must not see the secret.
     os.environ.pop(CONTAINER_ENV.token, None)

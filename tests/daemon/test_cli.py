@@ -124,7 +124,12 @@ async def test_the_listening_line_and_a_users_adapter_never_sees_the_token():
             await h.replay(0)
             await h.prompt("a", "?")
             outcome = await h.settled("a")
-    assert json.loads(outcome["text"]) == {"import": False, "run": False}
+            with open(f"/proc/{daemon.process.pid}/environ", "rb") as file:
+                environ = file.read()
+    seen = json.loads(outcome["text"])
+    assert seen["parent"] == daemon.process.pid  # executed again in place: the same pid
+    assert {key: seen[key] for key in ("import", "run", "child")} == {"import": False, "run": False, "child": False}
+    assert b"CF_HARNESS_TOKEN" not in environ and daemon.token.encode() not in environ
 
 
 async def test_the_first_line_names_adapter_address_and_runtime():
