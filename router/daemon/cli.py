@@ -64,6 +64,9 @@ class DaemonConfig:
     token: str = attrs.field(repr=False)
     runtime_id: str
     port: int
+    #: The read end of the pipe whose closing means the router is gone
+    #: (the process launcher's; :func:`watch_lifeline`).
+    lifeline: int | None = None
 
 
 def read_env(environ: Mapping[str, str]) -> DaemonConfig:
@@ -187,6 +190,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 #: finds it: the number of the read end of a pipe holding it (ours, internal;
 #: only a file descriptor's number, never the secret).
 TOKEN_FD_ENV: Final = "ROUTER_DAEMON_TOKEN_FD"
+#: The read end of a pipe the process launcher holds the other end of: at
+#: its end-of-file (the router is gone, however it ended) the daemon stops.
+LIFELINE_ENV: Final = "ROUTER_DAEMON_LIFELINE_FD"
 #: The longest token handed over through the pipe (a pipe holds 64 KiB
 #: before a write blocks; the write happens before anything reads).
 MAX_PIPED_TOKEN: Final = 60_000
@@ -255,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if CONTAINER_ENV.token in os.environ:
         hide_token(os.environ)  # returns only if it could not execute again
+    config = attrs.evolve(config, lifeline=take_lifeline())
     # Before any adapter code is imported or run: adapters (and the agents
     # they start) must not see the secret.
     os.environ.pop(CONTAINER_ENV.token, None)
@@ -289,7 +296,47 @@ async def serve(adapter: Any, config: DaemonConfig, host: str) -> int:
                 f"router daemon: {adapter.info.id} on {shown}:{server.ports[0]} (runtime {config.runtime_id})",
                 flush=True,
             )
-            async for _ in signals:
-                break
+            async with trio.open_nursery() as waiting:
+
+                async def on_signal() -> None:
+                    async for _ in signals:
+                        break
+                    waiting.cancel_scope.cancel()
+
+                waiting.start_soon(on_signal)
+                if config.lifeline is not None:
+                    waiting.start_soon(watch_lifeline, config.lifeline, waiting.cancel_scope)
             await server.aclose()
     return 0
+
+
+async def watch_lifeline(fd: int, stop: trio.CancelScope) -> None:
+    """Wait until the router that started this daemon is gone (the pipe's
+    other end closed: end-of-file), then stop as on SIGTERM."""
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            if os.read(fd, 4096):
+                continue  # nothing is ever written; read past it
+        except BlockingIOError:
+            continue
+        break
+    os.close(fd)
+    logging.getLogger(__name__).warning("the router that started this daemon is gone; stopping")
+    stop.cancel()
+
+
+def take_lifeline() -> int | None:
+    """The lifeline the process launcher handed over (its read end's
+    number), made non-blocking and not inherited by anything this daemon
+    starts; None without one. The variable is removed."""
+    raw = os.environ.pop(LIFELINE_ENV, None)
+    if raw is None or not raw.isdigit():
+        return None
+    fd = int(raw)
+    try:
+        os.set_inheritable(fd, False)
+        os.set_blocking(fd, False)
+    except OSError:
+        return None
+    return fd
