@@ -6,9 +6,11 @@ left it, turns behind the record: the session must go on from the record's
 entries (a new adapter session), never from what that daemon kept, and
 nothing the record holds is rewritten.
 
-Two daemons kinds: ``in-process`` (the router's own :class:`Daemon` in this
-process, as ``router serve`` runs it) and ``process`` (a real ``router
-daemon`` subprocess per router, as the process launcher starts one)."""
+Three kinds of daemon: ``in-process`` (the router's own :class:`Daemon` in
+this process, as ``router serve`` runs it), ``process`` (a real ``router
+daemon`` subprocess per router, as the process launcher starts one) and
+``docker`` (a container per router, started by the docker launcher; only
+where a Docker engine answers)."""
 
 from __future__ import annotations
 
@@ -26,13 +28,29 @@ from router.host import DaemonEndpoint, Store
 from router.turns.core import Answered, Delivery, Person
 from tests.cluster.test_node import Router
 from tests.support.daemons import spawn_daemon
+from tests.support.docker import docker_image, docker_label  # noqa: F401 - fixtures
 
 SESSION = "back-and-forth"
 
 
 @contextlib.asynccontextmanager
-async def own_daemon(kind: str, runtime: str) -> AsyncIterator[DaemonEndpoint]:
+async def own_daemon(kind: str, runtime: str, docker: tuple[str, str] | None = None) -> AsyncIterator[DaemonEndpoint]:
     token = secrets.token_hex(8)
+    if kind == "docker":
+        from tests.support.docker import launch_context, load_docker_launcher
+
+        assert docker is not None
+        label, image = docker
+        launcher = load_docker_launcher()
+        context = launch_context(label, image, session=runtime)
+        started = await launcher.start(context)
+        assert "code" not in started, started
+        try:
+            yield DaemonEndpoint(started["url"], context["token"])
+        finally:
+            with trio.CancelScope(shield=True):
+                await launcher.stop(context, started["container"])
+        return
     if kind == "process":
         async with spawn_daemon("ours", token=token, runtime_id=runtime) as daemon:
             yield DaemonEndpoint(daemon.url, token)
@@ -81,11 +99,16 @@ def turn_number(answer: Any) -> int:
     return int(found.group(1))
 
 
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize("kind", ["in-process", "process"])
-async def test_a_session_taken_back_continues_from_the_record(pg_url: str, kind: str) -> None:
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["in-process", "process", "docker"])
+async def test_a_session_taken_back_continues_from_the_record(
+    pg_url: str, kind: str, request: pytest.FixtureRequest
+) -> None:
+    docker = None
+    if kind == "docker":
+        docker = (request.getfixturevalue("docker_label"), request.getfixturevalue("docker_image"))
     answers: list[Any] = []
-    async with own_daemon(kind, "runtime-a") as daemon_a, own_daemon(kind, "runtime-b") as daemon_b:
+    async with own_daemon(kind, "runtime-a", docker) as daemon_a, own_daemon(kind, "runtime-b", docker) as daemon_b:
         with Store(pg_url, exclusive=False) as record:
             record.create_session(SESSION)
         async with trio.open_nursery() as nursery:
