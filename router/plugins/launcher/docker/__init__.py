@@ -122,6 +122,12 @@ async def _docker(client, *args, env=None, check=True):
     return done.returncode, out, err
 
 
+def _answer(refused):
+    """A refusal as the launcher protocol's answer: ``{"code", "message"}``
+    (docs/plugins.md), not the HTTP edge's spelling."""
+    return {"code": refused.code, "message": refused.message}
+
+
 def _tail(text, lines=8):
     return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:]) or "no output"
 
@@ -302,11 +308,37 @@ async def _await_health(client, container, port, timeout):
             nursery.start_soon(death, nursery.cancel_scope)
     if outcome.get("healthy"):
         return
-    _, logs_out, logs_err = await _docker(client, "logs", "--tail", "20", container, check=False)
-    log = _tail(logs_err + logs_out)
     if "exit" in outcome:
-        raise Refusal("start-failed", f"the daemon exited (status {outcome['exit'] or '?'}) before it was healthy: {log}")
+        raise await _exited(client, container, outcome["exit"])
+    log = await _log_tail(client, container)
     raise Refusal("unhealthy", f"the daemon did not answer {HEALTH_PATH} within {timeout:g} s: {log}")
+
+
+async def _log_tail(client, container):
+    _, logs_out, logs_err = await _docker(client, "logs", "--tail", "20", container, check=False)
+    return _tail(logs_err + logs_out)
+
+
+async def _exited(client, container, status):
+    """The refusal for a daemon that exited before it was healthy: its own
+    last words (the log's tail), not docker's."""
+    log = await _log_tail(client, container)
+    return Refusal("start-failed", f"the daemon exited (status {status or '?'}) before it was healthy: {log}")
+
+
+async def _port_or_exit(client, container):
+    """The published port; or, when the container already exited (a daemon
+    that fails at once can be gone before ``docker port`` asks, which then
+    answers with docker's words about a port), why it exited."""
+    try:
+        return await _published_port(client, container)
+    except Refusal:
+        found = await _inspect_json(client, container)
+        state = (found or {}).get("State") or {}
+        if found is not None and not state.get("Running"):
+            _, out, _ = await _docker(client, "wait", container, check=False)  # settled: returns at once
+            raise await _exited(client, container, out.strip() or str(state.get("ExitCode", ""))) from None
+        raise
 
 
 async def _remove_quietly(client, name):
@@ -337,7 +369,7 @@ async def start(context):
             raise Refusal("docker-unavailable", f"the engine did not answer for the image {image}: {_tail(err or out)}")
         await _docker(client, "volume", "create", *_label_args(context.get("labels") or {}), context["workspace"])
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     return await _run(client, context, args, client_env, host_port, timeout)
 
 
@@ -364,12 +396,12 @@ async def _run(client, context, args, client_env, host_port, timeout):
     try:
         container = await _create(client, args, client_env)
         await _docker(client, "start", container)
-        port = host_port or await _published_port(client, container)
+        port = host_port or await _port_or_exit(client, container)
         await _await_health(client, container, port, timeout)
         done = True
         return {"url": f"ws://127.0.0.1:{port}", "container": container, "state": "running"}
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     finally:
         if not done:  # refused, failed or cancelled: leave nothing behind
             await _remove_quietly(client, name)
@@ -431,7 +463,7 @@ async def inspect(context, container):
     try:
         client = await _client(_options(context))
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     return _describe(await _inspect_json(client, container), container)
 
 
@@ -439,7 +471,7 @@ async def wait(context, container):
     try:
         client = await _client(_options(context))
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     code, out, err = await _docker(client, "wait", container, check=False)
     found = await _inspect_json(client, container)
     if found is not None:
@@ -458,7 +490,7 @@ async def stop(context, container):
     try:
         client = await _client(options)
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     grace = options.get("stop_timeout", DEFAULT_STOP_TIMEOUT)
     grace = grace if type(grace) is int and grace >= 0 else DEFAULT_STOP_TIMEOUT
     # SIGTERM: the daemon closes its WebSockets with 1001 and exits 0.
@@ -471,7 +503,7 @@ async def remove_workspace(context):
     try:
         client = await _client(_options(context))
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     code, out, err = await _docker(client, "volume", "rm", context["workspace"], check=False)
     if code == 0 or "no such volume" in (err + out).lower():
         return None
