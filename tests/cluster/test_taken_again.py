@@ -151,3 +151,86 @@ async def test_a_session_taken_back_continues_from_the_record(
     assert texts == expected, texts
     assert [op.outcome["text"] for op in operations] == answers
     assert skipped == []
+
+
+class LaunchedRouter(Router):
+    """A router whose host starts a daemon per session with the ``process``
+    launcher (as ``router serve --launcher process``): a daemon it started
+    outlives the session's lease while the router lives."""
+
+    def __init__(self, url: str, name: str, workspaces: str) -> None:
+        from router.host import Host, HostSettings
+        from router.host.supervisor import Launcher
+        from router.plugins.loader import import_module
+        from router.turns.router import TurnRouter
+
+        super().__init__(url, DaemonEndpoint("ws://127.0.0.1:9", "unused"), name)
+        loaded = import_module("launcher", "process")
+        assert not hasattr(loaded, "code"), loaded
+        launcher = Launcher(name="process", module=loaded.module, owner=name,  # type: ignore[union-attr]
+                            options={"workspace_root": workspaces})
+        self.host = Host(self.store, None, HostSettings(on_container_lost="if-declared"), launcher=launcher,
+                         may_link=self.node.holds)
+        self.router = TurnRouter(deliveries=self.deliveries, registry=self.registry, host=self.host,
+                                 remote=self.node)
+        self.node.host, self.node.router = self.host, self.router
+
+
+@pytest.mark.timeout(300)
+async def test_a_session_handed_back_to_a_live_router_with_the_process_launcher(pg_url: str, tmp_path: Any) -> None:
+    """Router a holds four sessions, each on a daemon of its own (the process
+    launcher); b joins and a hands one back (the spread), b runs turns on
+    it, b leaves and a takes it back while a's daemon for it still runs,
+    turns behind. The next turn continues from the record."""
+    sessions = [f"s{i}" for i in range(4)]
+    with Store(pg_url, exclusive=False) as record:
+        for each in sessions:
+            record.create_session(each)
+    async with trio.open_nursery() as nursery:
+        a = LaunchedRouter(pg_url, "a", str(tmp_path / "a"))
+        await nursery.start(a.run)
+        with trio.fail_after(60):
+            while not all(a.node.holds(each) for each in sessions):
+                await trio.sleep(0.05)
+        for each in sessions:
+            await a.router.create(each)
+            for n in (1, 2):
+                assert turn_number(await turn_in(a, each, f"{each}-{n}")) == n
+
+        b = LaunchedRouter(pg_url, "b", str(tmp_path / "b"))
+        await nursery.start(b.run)
+        with trio.fail_after(60):
+            while not any(b.node.holds(each) for each in sessions):
+                await trio.sleep(0.05)
+        moved = next(each for each in sessions if b.node.holds(each))
+        await b.router.create(moved)
+        for n in (3, 4):
+            assert turn_number(await turn_in(b, moved, f"{moved}-{n}")) == n
+        await leave(b)
+
+        with trio.fail_after(60):
+            while not a.node.holds(moved):
+                await trio.sleep(0.05)
+        await a.router.create(moved)
+        for n in (5, 6):
+            assert turn_number(await turn_in(a, moved, f"{moved}-{n}")) == n
+        await leave(a)
+        nursery.cancel_scope.cancel()
+
+    with Store(pg_url, exclusive=False) as probe:
+        entries = probe.entries(moved)
+        messages = probe.messages(moved)
+    assert [entry["turn"] for entry in entries] == [1, 2, 3, 4, 5, 6]
+    assert [m["id"] for m in messages] == [f"{moved}-{n}:{role}" for n in range(1, 7) for role in ("user", "assistant")]
+
+
+async def turn_in(router: Router, session: str, event_id: str) -> str:
+    with trio.fail_after(60):
+        reply = await router.router.deliver(
+            Delivery(event_id=event_id, session=session, message=Person(text=f"hi {event_id}", message_id=event_id))
+        )
+    assert isinstance(reply, Answered), reply
+    with trio.fail_after(60):
+        result = await router.host.session(session).wait(event_id)
+    assert result.status == "done" and result.text is not None, result
+    return result.text

@@ -39,7 +39,10 @@ ends, and trio starts processes from worker threads that come and go.)
 **A restarted router stops what its record names.** ``stop`` of a pid
 this module did not start stops it only if it is the daemon the record
 names: its ``/proc/<pid>/environ`` holds the record's
-``CF_HARNESS_RUNTIME_ID`` (a pid reused by another process is left alone).
+``CF_HARNESS_RUNTIME_ID`` and this router's owner id
+(``ROUTER_LAUNCHER_OWNER``: another router of a cluster on this machine,
+which took the session over, never stops a live router's daemon; a pid
+reused by another process is left alone).
 It answers what it did: ``{"state": "stopped", "reason"}``, or
 ``{"state": "missing", "reason"}`` when there was nothing to stop; the
 host logs that, not an intention.
@@ -68,6 +71,9 @@ LISTENING = re.compile(rb" on [^ ]*:(\d+) \(runtime ")
 #: The environment the daemon reads (the seed's ``CONTAINER_ENV``).
 TOKEN_ENV, RUNTIME_ENV, PORT_ENV = "CF_HARNESS_TOKEN", "CF_HARNESS_RUNTIME_ID", "CF_HARNESS_PORT"
 
+#: The variable naming the router a daemon was started for (its owner id:
+#: another router of a cluster on this machine never stops it).
+OWNER_ENV = "ROUTER_LAUNCHER_OWNER"
 #: The variable naming the daemon's end of its lifeline (``router daemon``
 #: reads it: ``router.daemon.cli``).
 LIFELINE_ENV = "ROUTER_DAEMON_LIFELINE_FD"
@@ -97,7 +103,17 @@ def _env(context):
     if type(extra) is dict:
         env.update({key: value for key, value in extra.items() if type(key) is str and type(value) is str})
     env.update({TOKEN_ENV: context["token"], RUNTIME_ENV: context["runtime"], PORT_ENV: "0"})
+    owner = _owner(context)
+    if owner:
+        env[OWNER_ENV] = owner
     return env
+
+
+def _owner(context):
+    """The router this daemon is started for (``labels["router.owner"]``)."""
+    labels = context.get("labels")
+    owner = labels.get("router.owner") if type(labels) is dict else None
+    return owner if type(owner) is str else ""
 
 
 def _workspace_path(context):
@@ -166,9 +182,9 @@ def _runs(pid):
     return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
 
 
-def _is_the_daemon(pid, runtime):
-    """Whether ``pid`` is the daemon started with runtime id ``runtime``
-    (its environment as it was executed says so)."""
+def _is_the_daemon(pid, runtime, owner):
+    """Whether ``pid`` is the daemon started with runtime id ``runtime`` for
+    router ``owner`` (its environment as it was executed says so)."""
     if not runtime:
         return False
     try:
@@ -176,6 +192,9 @@ def _is_the_daemon(pid, runtime):
             environ = file.read().split(b"\0")
     except OSError:
         return False
+    named = [entry for entry in environ if entry.startswith(f"{OWNER_ENV}=".encode())]
+    if named and named != [f"{OWNER_ENV}={owner}".encode()]:
+        return False  # another router's (one started before owners were named has none)
     return f"{RUNTIME_ENV}={runtime}".encode() in environ
 
 
@@ -187,10 +206,11 @@ async def _stop_foreign(context, container):
         await trio.lowlevel.checkpoint()
         return {"state": "missing", "reason": f"no process {container} runs"}
     pid = int(container)
-    if not _is_the_daemon(pid, runtime):
+    if not _is_the_daemon(pid, runtime, _owner(context)):
         await trio.lowlevel.checkpoint()
         return {"state": "missing",
-                "reason": f"process {container} is not the daemon of runtime {runtime!r} (its pid was reused)"}
+                "reason": f"process {container} is not this router's daemon of runtime {runtime!r} (another "
+                          "router's, or its pid was reused): left alone"}
     with trio.CancelScope(shield=True):
         try:
             os.kill(pid, signal.SIGTERM)
