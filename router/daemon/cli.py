@@ -219,6 +219,8 @@ def hide_token(environ: Mapping[str, str]) -> None:
     token = environ.get(CONTAINER_ENV.token, "")
     if not token or len(token.encode()) > MAX_PIPED_TOKEN:
         return
+    if "daemon" not in sys.orig_argv[1:]:
+        return  # not the `router daemon` command line (run() called from other code): never replace that process
     read_end, write_end = os.pipe()
     try:
         os.write(write_end, token.encode())
@@ -246,20 +248,24 @@ def take_piped_token(environ: dict[str, str]) -> None:
     environ.pop(TOKEN_FD_ENV, None)
     if raw is None:
         return
-    fd = int(raw)
     chunks = []
     try:
+        fd = int(raw) if raw.isdigit() else -1
         while chunk := os.read(fd, 65536):
             chunks.append(chunk)
-    finally:
         os.close(fd)
-    environ[CONTAINER_ENV.token] = b"".join(chunks).decode()
+        environ[CONTAINER_ENV.token] = b"".join(chunks).decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DaemonConfigError(
+            "bad-env", f"{TOKEN_FD_ENV}={raw!r} names no readable pipe holding the token ({exc}); it is set by "
+            f"router daemon itself: start it with {CONTAINER_ENV.token} instead"
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:
     environ = dict(os.environ)
-    take_piped_token(environ)
     try:
+        take_piped_token(environ)
         config = read_env(environ)
     except DaemonConfigError as exc:
         print(f"router daemon: {exc}", file=sys.stderr)
