@@ -51,6 +51,20 @@ anything is delivered, in this order (as the reference's ``#reconcile``):
 4. *Cursor.* A ``runtimeId`` other than the cursor's resets the cursor to
    ``(runtime, 0)``. Then ``replay`` from the cursor.
 
+A runtime that **kept the session from an earlier hold** (:func:`is_stale`:
+the cursor names another runtime, yet this one reports frames, operations
+or an open adapter session; a router of a cluster that takes a session back
+meets its own daemon as it left it, turns behind the record) is never
+continued: before step 1 everything it has queued or running is aborted
+(before ``open``, which would start its queue on the new adapter session);
+the generation it holds open moves to a new number
+(:meth:`~router.host.store.Store.reopen_session`), so step 1 restores the
+record's entries into a new adapter session; in step 2 an open operation it
+already knows settles as lost (it takes an operation id once) and the
+others are handed over afresh; step 3 is that abort; step 4 starts the
+cursor at its ``lastSeq`` and acks it (its frames so far are of the
+earlier hold, never applied).
+
 A runtime whose ``hello.lastSeq`` is below the stored cursor's seq for the
 same runtime id is a new container that reused the id (the seed says runtime
 ids name containers; this is the defensive reading): it is treated exactly
@@ -71,7 +85,11 @@ order. A frame at or below the cursor of the same runtime is skipped;
 (id ``<operationId>:user``, its parts from the input, ``createdAt`` the
 submission time); ``event`` goes to subscribers, and ``message`` events are
 stored under their operation's generation (a message of no operation under
-the connection's; an update replaces the message with the same id);
+the connection's; an update replaces the message with the same id, unless
+that would rewrite settled history: a message of a settled operation, or
+the person's own ``<operationId>:user``, is never replaced by a daemon; the
+frame is passed with :data:`HISTORY_SETTLED` and logged once per
+connection);
 ``usage`` events are recorded per operation; ``persist`` appends entries to
 the connection's generation (the one it opened or found open at ``hello``:
 a ``reset`` while it is live does not move its frames into the new one);
