@@ -14,8 +14,10 @@ does two things to each record before it is formatted:
   that is longer once formatted) is cut to that many characters, with
   ``… (N characters cut)`` after it. The cut happens on the arguments
   first, so a 60 MiB argument is never copied into a 60 MiB line.
-- **Rate-limit repeats.** Records with the same logger, level and format
-  string (the call site's template, not its arguments) pass ``burst`` per
+- **Rate-limit repeats.** Records with the same logger, level, format
+  string (the call site's template) and first argument (the router's lines
+  name their session first, so one session's flood does not silence the
+  others'; a peer's text comes later) pass ``burst`` per
   ``window`` seconds; the rest of the window is dropped and counted, and
   the first record of that kind after the window says how many were
   dropped (``[N similar lines dropped]``). A record with ``exc_info``
@@ -96,7 +98,9 @@ class PeerLogFilter(logging.Filter):
     def _admit(self, record: logging.LogRecord) -> int | None:
         """None to drop ``record``; else how many of its kind were dropped
         in the window that just ended (0 mostly)."""
-        key = (record.name, record.levelno, str(record.msg)[:200])
+        args = record.args
+        first = str(args[0])[:100] if isinstance(args, tuple) and args else ""
+        key = (record.name, record.levelno, str(record.msg)[:200], first)
         now = self.clock()
         with self._lock:
             kind = self._kinds.get(key)

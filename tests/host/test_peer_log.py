@@ -41,17 +41,18 @@ def test_repeats_pass_a_burst_per_window_and_the_next_window_says_how_many_were_
     now = [0.0]
     guard = PeerLogFilter(burst=3, window=10, clock=lambda: now[0])
 
-    def record(text: str) -> logging.LogRecord:
-        return logging.LogRecord("peer", logging.WARNING, __file__, 1, "error: %s", (text,), None)
+    def record(text: str, session: str = "s1") -> logging.LogRecord:
+        return logging.LogRecord("peer", logging.WARNING, __file__, 1, "session %r: error: %s", (session, text), None)
 
     passed = [guard.filter(record(f"n{i}")) for i in range(100)]
     assert passed == [True] * 3 + [False] * 97
     other = logging.LogRecord("peer", logging.WARNING, __file__, 1, "another kind", (), None)
     assert guard.filter(other)  # another kind has its own burst
+    assert guard.filter(record("x", session="s2"))  # and another session's lines
     now[0] = 11.0
     later = record("again")
     assert guard.filter(later)
-    assert later.getMessage() == "error: again [97 similar lines dropped]"
+    assert later.getMessage() == "session 's1': error: again [97 similar lines dropped]"
 
 
 def test_the_filter_remembers_a_bounded_number_of_kinds() -> None:
