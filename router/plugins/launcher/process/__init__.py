@@ -240,6 +240,9 @@ async def start(context):
     except OSError as exc:
         os.close(keep)
         return {"code": "start-failed", "message": f"the daemon could not be run: {exc.strerror or exc}"}
+    except BaseException:
+        os.close(keep)
+        raise
     finally:
         os.close(lifeline)
     _LIFELINES[str(process.pid)] = keep
