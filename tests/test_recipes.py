@@ -31,15 +31,18 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import attrs
 import pytest
 
+from router.cli import COMMANDS
 from tests.support.postgres import postgres  # noqa: F401  (the fixture, asked for by name below)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,10 +101,13 @@ def test_the_recipes_are_found() -> None:
 def _environment(work: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("ROUTER_", "XDG_", "CF_HARNESS_", "PYTEST_"))}
-    for name in ("home", "data", "settings", "run"):
+    for name in ("home", "data", "settings"):
         (work / name).mkdir(mode=0o700)
+    # A short run directory, as a login session's is: a Unix socket's path
+    # is at most 108 bytes, and pytest's folders are long.
+    run = tempfile.mkdtemp(prefix="rr-", dir="/tmp")
     env.update(HOME=str(work / "home"), ROUTER_DATA_DIR=str(work / "data"), ROUTER_SETTINGS_DIR=str(work / "settings"),
-               XDG_RUNTIME_DIR=str(work / "run"), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+               XDG_RUNTIME_DIR=run, PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
                PYTHONPATH=str(REPO))
     return env
 
@@ -155,6 +161,7 @@ def test_the_recipes_of_a_document_run_as_pasted(document: Path, tmp_path: Path,
     finally:
         for process in reversed(background):
             _stop(process)
+        shutil.rmtree(env["XDG_RUNTIME_DIR"], ignore_errors=True)
 
 
 def _first_line(process: subprocess.Popen[bytes], log: Path, recipe: Recipe) -> str:
@@ -178,3 +185,85 @@ def _first_line(process: subprocess.Popen[bytes], log: Path, recipe: Recipe) -> 
     # Keep draining its output so it never blocks on a full pipe.
     threading.Thread(target=lambda: process.stdout.read(), daemon=True).start()  # type: ignore[union-attr]
     return line
+
+
+# --------------------------------------------------------------------------- every other command block
+
+#: What a ``sh`` block that is not a recipe may be, by the word after ``sh``:
+#: ``synopsis`` (a command's shape, with placeholders: its ``router`` and
+#: ``bench/`` flags are checked against the programs' own ``--help``),
+#: ``bench`` (benchmark runs: long, for a quiet machine; flags checked the
+#: same way) and ``external`` (other programs' commands: npm, claude, git,
+#: debootstrap, pytest; not ours to check).
+KINDS = ("recipe", "synopsis", "bench", "external")
+INVOCATION = re.compile(r"(?:^|\s)(?:(?:\.venv/bin/)?router\s+(?P<command>[a-z][a-z-]*)|\S*bench/(?P<bench>[a-z_]+)\.py)"
+                        r"(?P<rest>(?:\s+\S+)*)")
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+SEPARATORS = re.compile(r"&&|\|\||[|;&]|#.*$")
+
+
+def _sh_blocks() -> Iterator[tuple[Path, int, str, str]]:
+    for path in DOCUMENTS:
+        text = path.read_text()
+        for fence in FENCE.finditer(text):
+            words = fence["info"].split()
+            if words[:1] == ["sh"]:
+                yield path, text.count("\n", 0, fence.start()) + 1, (words[1] if len(words) > 1 else ""), fence["body"]
+
+
+def test_every_sh_block_says_what_it_is() -> None:
+    untagged = [f"{path.relative_to(REPO)}:{line}" for path, line, kind, _ in _sh_blocks() if kind not in KINDS]
+    assert untagged == [], f"tag these blocks `sh recipe|synopsis|bench|external` (tests/test_recipes.py): {untagged}"
+
+
+def _help(argv: list[str], cache: dict[tuple[str, ...], str]) -> str:
+    key = tuple(argv)
+    if key not in cache:
+        done = subprocess.run([*argv, "--help"], capture_output=True, text=True, cwd=REPO, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        cache[key] = done.stdout if done.returncode == 0 else ""
+    return cache[key]
+
+
+def _router_help(words: list[str], cache: dict[tuple[str, ...], str]) -> tuple[list[str], str]:
+    """The longest subcommand path among ``words`` that ``router`` knows, and its help."""
+    path = []
+    for word in words:
+        if not re.fullmatch(r"[a-z][a-z-]*", word):
+            break
+        path.append(word)
+    while path:
+        text = _help([sys.executable, "-m", "router", *path], cache)
+        if text:
+            return path, text
+        path.pop()
+    return [], ""
+
+
+def test_the_flags_every_command_block_shows_exist() -> None:
+    cache: dict[tuple[str, ...], str] = {}
+    wrong: list[str] = []
+    for path, line, kind, body in _sh_blocks():
+        if kind not in ("recipe", "synopsis", "bench"):
+            continue
+        for text in body.splitlines():
+            for part in SEPARATORS.split(text):
+                match = INVOCATION.search(part)
+                if match is None or (match["command"] and match["command"] not in COMMANDS):
+                    continue
+                words = match["rest"].split()
+                if "--" in words:  # what follows is another program's (`router service install -- ...`)
+                    words = words[: words.index("--")]
+                if match["bench"]:
+                    help_text = _help([sys.executable, f"bench/{match['bench']}.py"], cache)
+                    where = f"bench/{match['bench']}.py"
+                else:
+                    subcommand, help_text = _router_help([match["command"], *words], cache)
+                    where = "router " + " ".join(subcommand)
+                    if not subcommand:
+                        wrong.append(f"{path.relative_to(REPO)}:{line}: no router command in {part.strip()!r}")
+                        continue
+                for flag in FLAG.findall(" ".join(words)):
+                    if flag not in help_text:
+                        wrong.append(f"{path.relative_to(REPO)}:{line}: {where} has no {flag} ({part.strip()!r})")
+    assert wrong == [], "\n".join(wrong)
