@@ -118,6 +118,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.mcp",
         "serve MCP on stdio with the router inside (the board, send, read, abort, search, limits)",
     ),
+    "acp": (
+        "router.acp.cli",
+        "be an ACP agent on stdio: any ACP client attaches to any session on the board",
+    ),
 }
 
 

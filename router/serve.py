@@ -383,7 +383,8 @@ class MainJob:
         if isinstance(loaded, Refusal):
             raise StartFailed("launcher-refused", f"the launcher cannot be loaded: {loaded.code}: {loaded.message}")
         module, options = loaded
-        options = {**options, "workspace_root": str(config.data_dir / "workspaces"), **config.launcher_options}
+        options = {**options, "workspace_root": str(config.data_dir / "workspaces"),
+                   "settings_dir": str(config.settings_dir), **config.launcher_options}
         if config.image is not None:
             options["image"] = config.image
         # ``labels``: extra labels on everything the launcher creates (the
