@@ -604,9 +604,12 @@ def job_config(args: argparse.Namespace, env: Mapping[str, str], *, token: str |
 
 
 def setup_logging(level: str, prefix: str) -> None:
+    from router._peerlog import guard_handlers
+
     logging.basicConfig(
         stream=sys.stderr, level=level.upper(), format=f"{prefix}: %(levelname)s %(name)s: %(message)s"
     )
+    guard_handlers()  # peers' text cut, repeats rate-limited (router/_peerlog.py)
 
 
 def run(args: argparse.Namespace) -> int:

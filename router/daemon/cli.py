@@ -39,6 +39,7 @@ from typing import Any, Final, Mapping
 import attrs
 import trio
 
+from router._peerlog import guard_handlers
 from router.errors import Refusal
 from wire.container import CONTAINER_ENV, AdapterInfo
 
@@ -68,6 +69,9 @@ class DaemonConfig:
     token: str = attrs.field(repr=False)
     runtime_id: str
     port: int
+    #: The read end of the pipe whose closing means the router is gone
+    #: (the process launcher's; :func:`watch_lifeline`).
+    lifeline: int | None = None
 
 
 def read_env(environ: Mapping[str, str]) -> DaemonConfig:
@@ -190,12 +194,88 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+#: Where the daemon, executed again without the token in its environment,
+#: finds it: the number of the read end of a pipe holding it (ours, internal;
+#: only a file descriptor's number, never the secret).
+TOKEN_FD_ENV: Final = "ROUTER_DAEMON_TOKEN_FD"
+#: The read end of a pipe the process launcher holds the other end of: at
+#: its end-of-file (the router is gone, however it ended) the daemon stops.
+LIFELINE_ENV: Final = "ROUTER_DAEMON_LIFELINE_FD"
+#: The longest token handed over through the pipe (a pipe holds 64 KiB
+#: before a write blocks; the write happens before anything reads).
+MAX_PIPED_TOKEN: Final = 60_000
+
+
+def hide_token(environ: Mapping[str, str]) -> None:
+    """Execute this same command again, once, with ``CF_HARNESS_TOKEN``
+    removed from the environment and handed over through a pipe instead.
+
+    Removing it from ``os.environ`` is not enough: Linux shows a process's
+    environment *as it was executed* in ``/proc/<pid>/environ``, readable by
+    everything of the same user, so an adapter and every process it starts
+    could read the token in its parent's (the daemon's) file. A process
+    executed without it has it nowhere in ``/proc``. The pid stays (a
+    launcher watching it, or PID 1 in a container, is not disturbed).
+
+    Returns only when it cannot execute (then the caller goes on with the
+    token popped from ``os.environ``, as before)."""
+    token = environ.get(CONTAINER_ENV.token, "")
+    if not token or len(token.encode()) > MAX_PIPED_TOKEN:
+        return
+    if "daemon" not in sys.orig_argv[1:]:
+        return  # not the `router daemon` command line (run() called from other code): never replace that process
+    read_end, write_end = os.pipe()
     try:
-        config = read_env(os.environ)
+        os.write(write_end, token.encode())
+    finally:
+        os.close(write_end)
+    os.set_inheritable(read_end, True)
+    child_env = {name: value for name, value in environ.items() if name != CONTAINER_ENV.token}
+    child_env[TOKEN_FD_ENV] = str(read_end)
+    argv = [sys.executable, *sys.orig_argv[1:]]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(sys.executable, argv, child_env)
+    except OSError as exc:
+        os.close(read_end)
+        print(f"router daemon: cannot execute itself again without the token ({exc}); "
+              "it stays in /proc/<pid>/environ", file=sys.stderr)
+
+
+def take_piped_token(environ: dict[str, str]) -> None:
+    """In the daemon executed by :func:`hide_token`: read the token from
+    the pipe, close it, and put the token in ``environ`` (a copy, never
+    ``os.environ``) for :func:`read_env`."""
+    raw = os.environ.pop(TOKEN_FD_ENV, None)
+    environ.pop(TOKEN_FD_ENV, None)
+    if raw is None:
+        return
+    chunks = []
+    try:
+        fd = int(raw) if raw.isdigit() else -1
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        os.close(fd)
+        environ[CONTAINER_ENV.token] = b"".join(chunks).decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DaemonConfigError(
+            "bad-env", f"{TOKEN_FD_ENV}={raw!r} names no readable pipe holding the token ({exc}); it is set by "
+            f"router daemon itself: start it with {CONTAINER_ENV.token} instead"
+        ) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    environ = dict(os.environ)
+    try:
+        take_piped_token(environ)
+        config = read_env(environ)
     except DaemonConfigError as exc:
         print(f"router daemon: {exc}", file=sys.stderr)
         return 2
+    if CONTAINER_ENV.token in os.environ:
+        hide_token(os.environ)  # returns only if it could not execute again
+    config = attrs.evolve(config, lifeline=take_lifeline())
     # Before any adapter code is imported or run: adapters (and the agents
     # they start) must not see the secret.
     os.environ.pop(CONTAINER_ENV.token, None)
@@ -212,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=str(args.log_level).upper(), format="router daemon: %(levelname)s %(name)s: %(message)s"
     )
+    guard_handlers()  # an adapter's or agent's text cut, repeats rate-limited
     try:
         return trio.run(serve, adapter, config, args.host)
     except OSError as exc:
@@ -234,7 +315,47 @@ async def serve(adapter: Any, config: DaemonConfig, host: str) -> int:
                 f"router daemon: {adapter.info.id} on {shown}:{server.ports[0]} (runtime {config.runtime_id})",
                 flush=True,
             )
-            async for _ in signals:
-                break
+            async with trio.open_nursery() as waiting:
+
+                async def on_signal() -> None:
+                    async for _ in signals:
+                        break
+                    waiting.cancel_scope.cancel()
+
+                waiting.start_soon(on_signal)
+                if config.lifeline is not None:
+                    waiting.start_soon(watch_lifeline, config.lifeline, waiting.cancel_scope)
             await server.aclose()
     return 0
+
+
+async def watch_lifeline(fd: int, stop: trio.CancelScope) -> None:
+    """Wait until the router that started this daemon is gone (the pipe's
+    other end closed: end-of-file), then stop as on SIGTERM."""
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            if os.read(fd, 4096):
+                continue  # nothing is ever written; read past it
+        except BlockingIOError:
+            continue
+        break
+    os.close(fd)
+    logging.getLogger(__name__).warning("the router that started this daemon is gone; stopping")
+    stop.cancel()
+
+
+def take_lifeline() -> int | None:
+    """The lifeline the process launcher handed over (its read end's
+    number), made non-blocking and not inherited by anything this daemon
+    starts; None without one. The variable is removed."""
+    raw = os.environ.pop(LIFELINE_ENV, None)
+    if raw is None or not raw.isdigit():
+        return None
+    fd = int(raw)
+    try:
+        os.set_inheritable(fd, False)
+        os.set_blocking(fd, False)
+    except OSError:
+        return None
+    return fd

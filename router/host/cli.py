@@ -28,6 +28,7 @@ import sys
 
 import trio
 
+from router._peerlog import guard_handlers
 from router.host.host import ROOT_SESSION, Host, HostSettings
 from router.host.link import DaemonEndpoint, EndpointError, LinkError
 from router.host.reconcile import LOST_POLICIES
@@ -85,6 +86,7 @@ def _quiet_logs() -> None:
         level=os.environ.get("ROUTER_LOG_LEVEL", "CRITICAL").upper(),
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    guard_handlers()  # a daemon's text cut, repeats rate-limited
 
 
 def store_file(path: str) -> str:

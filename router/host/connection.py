@@ -33,11 +33,14 @@ is skipped.
 
 **Backoff.** After a connection ends, the link pauses
 (:class:`~router.host.link.Backoff`: capped, exponential, jittered) and dials
-again. The backoff starts over after a connection that was reconciled and
-then lost *by the peer or the network*; after one that failed in our own
-code (a store error, a bug), it does not: a fault that recurs on every
-connection is logged on every one, with pauses that grow to the cap, never
-a tight loop.
+again. The backoff starts over only after a connection that stayed live
+for :data:`HEALTHY_AFTER` seconds (``healthy_after``) and was then lost *by
+the peer or the network*. One that ended sooner (a daemon that fails right
+after ``hello``: the fault campaign saw one redialled 1.3 times a second
+forever, the backoff starting over at every reconcile) and one that failed
+in our own code (a store error, a bug) leave it growing: a fault that
+recurs on every connection is logged on every one, with pauses that grow
+to the cap, never a tight loop.
 
 **Give-up.** With ``give_up_after`` set, the link gives up once that many
 seconds pass without a connection reaching ``hello``. The Trio layer runs
@@ -62,9 +65,14 @@ import attrs
 from router.host.link import Backoff, LinkError, LinkUnreachable
 from wire.container import AdapterInfo
 
-__all__ = ["GiveUp", "LinkCore", "LinkState", "Pause", "REDIAL", "Redial", "Requests"]
+__all__ = ["GiveUp", "HEALTHY_AFTER", "LinkCore", "LinkState", "Pause", "REDIAL", "Redial", "Requests"]
 
 LinkState = Literal["idle", "connecting", "live", "backoff", "failed", "closed"]
+
+#: Seconds a connection stays live before its loss starts the backoff over
+#: (ours: well past a reconcile and its first turns; far below a session's
+#: life, so a daemon restarted once in a while is redialled at once).
+HEALTHY_AFTER: Final = 10.0
 
 
 @attrs.frozen(kw_only=True)
@@ -110,9 +118,18 @@ class LinkCore:
     docstring. ``backoff`` is the link's own (its ``attempt`` counts the
     pauses since the last good connection)."""
 
-    def __init__(self, *, backoff: Backoff, give_up_after: float | None = None) -> None:
+    def __init__(
+        self, *, backoff: Backoff, give_up_after: float | None = None, healthy_after: float = HEALTHY_AFTER
+    ) -> None:
         self.backoff = backoff
         self.give_up_after = give_up_after
+        self.healthy_after = healthy_after
+        #: When the live connection was reconciled (None: none is).
+        self.live_since: float | None = None
+        #: How long the last connection that ended had been live, and
+        #: whether that was too short to start the backoff over.
+        self.last_lived: float | None = None
+        self.short_lived = 0
         self.state: LinkState = "idle"
         #: Why the link gave up (``state == "failed"``).
         self.failure: LinkError | None = None
@@ -205,9 +222,11 @@ class LinkCore:
         self._deliver = self._configure = self._redial = False
         self._aborts.clear()
 
-    def reconciled(self, runtime_id: str, adapter: AdapterInfo) -> None:
-        """The reconcile committed and its messages are going out: live."""
+    def reconciled(self, runtime_id: str, adapter: AdapterInfo, *, now: float | None = None) -> None:
+        """The reconcile committed and its messages are going out: live
+        (from ``now``: a connection's health is how long it stays live)."""
         self._reached = True
+        self.live_since = now
         self.runtime_id = runtime_id
         self.adapter = adapter
         self.connections += 1
@@ -240,6 +259,7 @@ class LinkCore:
         """The connection (or the attempt) ended: with ``error`` (None: for
         a redial), ``internal`` when our own code failed. Returns what to do."""
         self.runtime_id = None
+        live_since, self.live_since = self.live_since, None
         if error is not None:
             self.last_error = error
         if internal:
@@ -247,10 +267,16 @@ class LinkCore:
         if error is not None and not error.retry:
             return self._fail(error)
         if self._reached:
-            # A good connection ended: the give-up clock starts again, and
-            # the backoff too unless our own code failed it.
+            # A reconciled connection ended: the give-up clock starts again,
+            # and the backoff too if it stayed live long enough and our own
+            # code did not fail it.
             self._unreachable(now)
-            if not internal:
+            lived = None if live_since is None else now - live_since
+            self.last_lived = lived
+            healthy = lived is None or lived >= self.healthy_after
+            if not healthy:
+                self.short_lived += 1
+            if healthy and not internal:
                 self.backoff.reset()
         elif self._hello:
             self._move_give_up()  # a hello without a reconcile still counts as unreachable

@@ -292,7 +292,8 @@ async def dial(
 
 
 def closed_error(error: WebSocketClosed, endpoint: DaemonEndpoint) -> LinkError:
-    """The :class:`LinkError` for a socket the daemon closed."""
+    """The :class:`LinkError` for a closed session socket, naming the side
+    that closed it (the daemon, the host, or the network)."""
     code = error.code
     if code == CLOSE_UNAUTHORIZED:
         return LinkRefused(
@@ -305,6 +306,14 @@ def closed_error(error: WebSocketClosed, endpoint: DaemonEndpoint) -> LinkError:
             "link-replaced",
             f"another connection for this session replaced ours (close {CLOSE_REPLACED}); "
             "is a second host driving the same session?",
+        )
+    if error.side == "host":
+        return LinkDropped(
+            "link-dropped", f"the host closed the session socket to {endpoint.url} ({code}: {error.reason})"
+        )
+    if error.side == "network":
+        return LinkDropped(
+            "link-dropped", f"the connection to the daemon at {endpoint.url} was lost ({code}: {error.reason})"
         )
     return LinkDropped("link-dropped", f"the daemon at {endpoint.url} closed the session socket ({code})")
 

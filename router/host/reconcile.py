@@ -51,6 +51,20 @@ anything is delivered, in this order (as the reference's ``#reconcile``):
 4. *Cursor.* A ``runtimeId`` other than the cursor's resets the cursor to
    ``(runtime, 0)``. Then ``replay`` from the cursor.
 
+A runtime that **kept the session from an earlier hold** (:func:`is_stale`:
+the cursor names another runtime, yet this one reports frames, operations
+or an open adapter session; a router of a cluster that takes a session back
+meets its own daemon as it left it, turns behind the record) is never
+continued: before step 1 everything it has queued or running is aborted
+(before ``open``, which would start its queue on the new adapter session);
+the generation it holds open moves to a new number
+(:meth:`~router.host.store.Store.reopen_session`), so step 1 restores the
+record's entries into a new adapter session; in step 2 an open operation it
+already knows settles as lost (it takes an operation id once) and the
+others are handed over afresh; step 3 is that abort; step 4 starts the
+cursor at its ``lastSeq`` and acks it (its frames so far are of the
+earlier hold, never applied).
+
 A runtime whose ``hello.lastSeq`` is below the stored cursor's seq for the
 same runtime id is a new container that reused the id (the seed says runtime
 ids name containers; this is the defensive reading): it is treated exactly
@@ -71,7 +85,11 @@ order. A frame at or below the cursor of the same runtime is skipped;
 (id ``<operationId>:user``, its parts from the input, ``createdAt`` the
 submission time); ``event`` goes to subscribers, and ``message`` events are
 stored under their operation's generation (a message of no operation under
-the connection's; an update replaces the message with the same id);
+the connection's; an update replaces the message with the same id, unless
+that would rewrite settled history: a message of a settled operation, or
+the person's own ``<operationId>:user``, is never replaced by a daemon; the
+frame is passed with :data:`HISTORY_SETTLED` and logged once per
+connection);
 ``usage`` events are recorded per operation; ``persist`` appends entries to
 the connection's generation (the one it opened or found open at ``hello``:
 a ``reset`` while it is live does not move its frames into the new one);
@@ -167,6 +185,10 @@ LOST_POLICIES: Final = ("fail", "retry", "if-declared")
 #: run a second time (ours: the echo adapter declares it). The reference
 #: host ignores capabilities it does not know.
 RERUN_CAPABILITY: Final = "rerun"
+
+#: The code of a frame refused for rewriting settled history (it is passed:
+#: recorded in ``skipped_frames`` with this code in its reason, and told).
+HISTORY_SETTLED: Final = "history-settled"
 
 #: The reason an operation lost with its container settles with (the wire's).
 CONTAINER_LOST: Final = "container_lost"
@@ -371,6 +393,19 @@ def settle_in_store(store: Store, session: str, operation_id: str, outcome: dict
     return None if record is None else OperationResult.of(record)
 
 
+def is_stale(record: SessionRecord, hello: Hello) -> bool:
+    """Whether the daemon saying ``hello`` kept this session from an
+    earlier hold: the record moved on under another runtime since (the
+    cursor names it), yet this runtime has frames, operations or an open
+    adapter session for the session. A router that takes a session back
+    (each router its own daemon: docs/cluster.md) meets its own daemon as
+    it left it, turns behind the record; a daemon that never had the session
+    (a new container, a restart) says ``lastSeq`` 0, nothing open."""
+    if record.cursor_runtime is None or record.cursor_runtime == hello.runtime_id:
+        return False
+    return hello.open is not None or hello.last_seq > 0 or bool(hello.operations)
+
+
 def end_event(result: OperationResult) -> OperationEnded:
     return OperationEnded(result=result)
 
@@ -417,6 +452,8 @@ class ConnectionCore:
         #: Frames passed without applying: they did not parse, or could not
         #: be applied.
         self.frames_passed = 0
+        #: Frames refused for rewriting settled history (passed too).
+        self.frames_refused = 0
 
     def __repr__(self) -> str:
         phase = "ready" if self.ready else "awaiting hello"
@@ -443,10 +480,33 @@ class ConnectionCore:
         runtime = hello.runtime_id
         regressed = record.cursor_runtime == runtime and hello.last_seq < record.cursor_seq
         reconcile = _Reconcile()
+        stale = is_stale(record, hello)
+        if stale:
+            # Step 0: a daemon that kept this session from an earlier hold.
+            # Everything it has queued or running stops first (before
+            # ``open``, which would start its queue on the new adapter
+            # session); the generation it holds open moves to a new number,
+            # so step 1 restores the record's entries into a new adapter
+            # session.
+            reconcile.sends += [
+                Abort(operation_id=there.operation_id)
+                for there in hello.operations
+                if type(there) is PendingOperation
+            ]
+            if hello.open == record.generation:
+                store.reopen_session(self.session)
+                record = store.require_session(self.session)
+            log.warning(
+                "session %r: runtime %r kept this session from an earlier hold (open generation %s, "
+                "frame %d) while the record moved on under runtime %r; its queued and running work is "
+                "aborted and the session opened again from the record's entries as generation %d",
+                self.session, runtime, hello.open, hello.last_seq, record.cursor_runtime, record.generation,
+            )  # fmt: skip
         self._open(store, record, hello, reconcile)
-        self._open_operations(store, hello, regressed, reconcile)
-        self._abort_unknown(store, hello, reconcile)
-        self._replay_from(store, record, runtime, regressed, reconcile)
+        self._open_operations(store, hello, regressed, reconcile, stale=stale)
+        if not stale:
+            self._abort_unknown(store, hello, reconcile)
+        self._replay_from(store, record, hello, regressed, reconcile, stale=stale)
 
         # Decided and written: now the in-memory state.
         self.runtime_id = runtime
@@ -472,14 +532,28 @@ class ConnectionCore:
         reconcile.sends.append(Open(generation=record.generation, settings=settings, restore=tuple(last)))
         store.set_open_mark(self.session, hello.runtime_id, hello.last_seq)
 
-    def _open_operations(self, store: Store, hello: Hello, regressed: bool, reconcile: _Reconcile) -> None:
+    def _open_operations(
+        self, store: Store, hello: Hello, regressed: bool, reconcile: _Reconcile, *, stale: bool = False
+    ) -> None:
         """Step 2: every operation the host has open, against what the
-        daemon reports."""
+        daemon reports. A stale daemon's report is of an earlier hold: an
+        operation it knows cannot be handed to it again (it takes an
+        operation id once), so it settles as lost; the others are handed
+        over afresh."""
         runtime = hello.runtime_id
         known = {operation.operation_id: operation for operation in hello.operations}
-        rerun = self.on_container_lost == "retry" or (
-            self.on_container_lost == "if-declared" and RERUN_CAPABILITY in hello.adapter.capabilities
-        )
+        if stale:
+            lost_any = False
+            for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
+                if operation.id in known or operation.status == "running":
+                    lost_any = True
+                    self._lose(store, operation.id, operation.id not in known and self._rerun(hello), reconcile)
+                elif operation.delivered is not None:
+                    store.set_delivered(self.session, operation.id, None)
+            if lost_any:
+                reconcile.events.insert(0, ContainerLost())
+            return
+        rerun = self._rerun(hello)
         lost_any = False
         for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
             there = known.get(operation.id)
@@ -504,6 +578,13 @@ class ConnectionCore:
             self._lose(store, operation.id, rerun, reconcile)
         if lost_any:
             reconcile.events.insert(0, ContainerLost())
+
+    def _rerun(self, hello: Hello) -> bool:
+        """Whether an operation lost with its container runs again (the
+        policy, and the new runtime's adapter)."""
+        return self.on_container_lost == "retry" or (
+            self.on_container_lost == "if-declared" and RERUN_CAPABILITY in hello.adapter.capabilities
+        )
 
     def _lose(self, store: Store, operation_id: str, rerun: bool, reconcile: _Reconcile) -> None:
         """An operation lost with its container: requeued (``rerun``, as the
@@ -530,12 +611,21 @@ class ConnectionCore:
                 reconcile.sends.append(Abort(operation_id=there.operation_id))
 
     def _replay_from(
-        self, store: Store, record: SessionRecord, runtime: str, regressed: bool, reconcile: _Reconcile
+        self, store: Store, record: SessionRecord, hello: Hello, regressed: bool, reconcile: _Reconcile,
+        *, stale: bool = False,
     ) -> None:
         """Step 4: a runtime other than the cursor's (or one that regressed)
-        starts the cursor at 0; then ``replay`` from the cursor."""
+        starts the cursor at 0, a stale one at its ``lastSeq`` (its frames
+        so far are of the earlier hold: acknowledged, never applied); then
+        ``replay`` from the cursor."""
+        runtime = hello.runtime_id
         cursor_seq = record.cursor_seq
-        if record.cursor_runtime != runtime or regressed:
+        if stale:
+            cursor_seq = hello.last_seq
+            store.set_cursor(self.session, runtime, cursor_seq)
+            if cursor_seq > 0:
+                reconcile.sends.append(Ack(seq=cursor_seq))
+        elif record.cursor_runtime != runtime or regressed:
             cursor_seq = 0
             store.set_cursor(self.session, runtime, 0)
         reconcile.sends.append(Replay(after=cursor_seq))
@@ -682,6 +772,14 @@ class ConnectionCore:
             return
         if type(item) is UnreadableFrame:
             self._pass(store, runtime, seq, item.reason, item.text, batch)
+        elif (refused := self._rewrites_history(store, item.frame)) is not None:
+            self.frames_refused += 1
+            if self.frames_refused == 1:
+                log.warning(
+                    "session %r: frame %d of runtime %r refused: %s (logged once per connection)",
+                    self.session, seq, runtime, refused,
+                )  # fmt: skip
+            self._pass(store, runtime, seq, f"{HISTORY_SETTLED}: {refused}", "", batch)
         else:
             events: list[HostEvent] = []
             try:
@@ -702,6 +800,36 @@ class ConnectionCore:
                     batch.settled.append(result)
                     batch.ack_now = True
         batch.cursor_runtime, batch.cursor_seq, batch.moved = runtime, seq, True
+
+    def _rewrites_history(self, store: Store, frame: Any) -> str | None:
+        """Why a ``message`` event would rewrite settled history (None when
+        it would not): history is append-only once settled. A daemon (a new
+        runtime above all) may add messages, and update a message of an
+        operation still open, but never replace a message of a settled
+        operation, nor the person's own message, which the host writes
+        (``<operation id>:user``)."""
+        if type(frame) is not EventFrame or frame.event.get("type") != "message":
+            return None
+        message = frame.event["message"]
+        generation = self.generation
+        operation_id = frame.operation_id
+        operation = None if operation_id is None else store.operation(self.session, operation_id)
+        if operation is not None:
+            generation = operation.generation
+        assert generation is not None
+        stored = store.message_owner(self.session, generation, message["id"])
+        if stored is None:
+            return None
+        owner_id, existing = stored
+        if owner_id is not None and existing.get("id") == f"{owner_id}:user" and existing.get("role") == "user":
+            return f"message {message['id']!r} is the person's own message, which only the host writes"
+        if operation is not None and operation.settled:
+            return f"message {message['id']!r} belongs to operation {operation_id!r}, settled {operation.status}"
+        if owner_id is not None and owner_id != operation_id:
+            owner = store.operation(self.session, owner_id)
+            if owner is None or owner.settled:
+                return f"message {message['id']!r} belongs to settled operation {owner_id!r}"
+        return None
 
     def _pass(self, store: Store, runtime: str, seq: int, reason: str, text: str, batch: _Batch) -> None:
         """Pass a frame without applying it: recorded, told, and acked at
@@ -770,6 +898,7 @@ __all__ = [
     "ACK_EVERY",
     "CONTAINER_LOST",
     "ConnectionCore",
+    "HISTORY_SETTLED",
     "Effects",
     "LOST_POLICIES",
     "LostPolicy",
@@ -780,6 +909,7 @@ __all__ = [
     "settle_in_store",
     "UnreadableFrame",
     "frame_seq",
+    "is_stale",
     "is_store_failure",
     "user_parts",
     "with_handoff",

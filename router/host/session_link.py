@@ -63,6 +63,7 @@ import trio
 
 from router._db import database_errors
 from router._fanout import FanOut, Lagged, Subscription
+from router._peerlog import cut
 from router.host.connection import GiveUp, LinkCore, LinkState, Pause, Redial, Requests
 from router.host.events import HostEvent, OperationResult
 from router.host.link import (
@@ -418,16 +419,32 @@ class SessionLink:
         except LinkError as error:
             if error.retry:
                 log.info("session %r: %s", self.session, error)
-            return core.ended(error, now=trio.current_time())
+            return self._short_lived(core.ended(error, now=trio.current_time()))
         except Exception as error:
             # A store error or a bug in one connection must not take the
             # session (or the host) down: log it with its traceback, and
             # start again from the record after a backoff, which does not
             # start over: a fault that recurs is retried at the cap.
-            log.exception("session %r: the connection failed", self.session)
-            failure = LinkDropped("internal-error", f"the connection failed: {error!r}")
-            return core.ended(failure, now=trio.current_time(), internal=True)
+            log.exception("session %r: the connection failed in the host (not the daemon)", self.session)
+            failure = LinkDropped("internal-error", f"the host failed on this connection: {error!r}")
+            return self._short_lived(core.ended(failure, now=trio.current_time(), internal=True))
         raise AssertionError("a connection always ends with an exception")  # pragma: no cover
+
+    def _short_lived(self, decision: GiveUp | Pause | Redial) -> GiveUp | Pause | Redial:
+        """Say so when a reconciled connection ended before it counted as
+        healthy: the backoff keeps growing (``LinkCore``), and the line
+        names the side that failed (the error's own words say which: the
+        daemon closed, the host closed, the network lost it)."""
+        core = self.core
+        lived = core.last_lived
+        if type(decision) is Pause and lived is not None and lived < core.healthy_after:
+            log.warning(
+                "session %r: the connection ended %.1f s after its reconcile (%s); "
+                "dialling again in %.1f s (pause %d)",
+                self.session, lived, core.last_error, decision.seconds, core.backoff.attempt,
+            )  # fmt: skip
+        core.last_lived = None
+        return decision
 
     def _failed(self, error: LinkError) -> None:
         log.warning("session %r: giving up: %s", self.session, error)
@@ -495,7 +512,7 @@ class SessionLink:
         reconciled = await store.transact(core.hello, hello, retry=False)
         self._commit(reconciled)  # before the next checkpoint: settles are told
         effects = reconciled + await store.transact(core.deliver, retry=False)
-        self.core.reconciled(hello.runtime_id, hello.adapter)
+        self.core.reconciled(hello.runtime_id, hello.adapter, now=trio.current_time())
         self._moved()
         await self._send(ws, effects)
 
@@ -553,13 +570,16 @@ class SessionLink:
         ``seq``) is handed on as :class:`UnreadableFrame`, to be passed and
         recorded in its place; anything else is logged and dropped."""
         messages = []
-        for raw in batch:
+        for at, raw in enumerate(batch):
+            batch[at] = None  # each text let go once parsed: a big one is not held twice
             text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+            del raw
             message = self._parse_one(text)
+            del text
             if message is None:
                 continue
             if type(message) is ErrorMessage:
-                log.warning("session %r: the daemon reports an error: %s", self.session, message.message)
+                log.warning("session %r: the daemon reports an error: %s", self.session, cut(message.message))
             elif type(message) is Hello:
                 log.warning("session %r: ignored a second hello on one connection", self.session)
             else:

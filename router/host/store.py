@@ -1115,6 +1115,25 @@ class Store:
             self._touch(id, "generation = ?, handoff = ?", (generation, handoff))
             return generation
 
+    def reopen_session(self, id: str) -> int:
+        """Move the current generation, as it stands, to a new number: its
+        transcript, persisted entries and operations are relabelled (nothing
+        copied, nothing dropped), so a daemon that holds the old number open
+        from an earlier hold is sent ``restore`` and ``open`` for the new one
+        and rebuilds its adapter session from the record (the reconcile's
+        stale daemon: :mod:`router.host.reconcile`). Returns the new
+        generation."""
+        with self.transaction():
+            record = self.require_session(id)
+            old, new = record.generation, record.generation + 1
+            for table in ("messages", "entries", "operations"):
+                self._q(
+                    f"UPDATE {table} SET generation = ? WHERE session = ? AND generation = ?",
+                    (new, id, old),
+                )
+            self._touch(id, "generation = ?", (new,))
+            return new
+
     # ---------------------------------------------------------------- operations
 
     _OPERATION_COLUMNS = (
@@ -1281,6 +1300,16 @@ class Store:
                 (session, generation, message["id"], session, generation, operation_id,
                  _dump(message), now, now),
             )  # fmt: skip
+
+    def message_owner(self, session: str, generation: int, id: str) -> tuple[str | None, dict] | None:
+        """The stored message ``id`` of ``generation`` as ``(operation id,
+        message)``; None when there is none."""
+        with self.transaction():
+            row = self._q(
+                "SELECT operation_id, data FROM messages WHERE session = ? AND generation = ? AND id = ?",
+                (session, generation, id),
+            ).fetchone()
+        return None if row is None else (row[0], json.loads(row[1]))
 
     def messages(self, session: str, generation: int | None = None) -> list[dict]:
         """The transcript of ``generation`` (default: the current one, that

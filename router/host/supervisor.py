@@ -216,7 +216,8 @@ class Supervisor:
                     # still running and healthy, it is taken over; else it
                     # goes, and a new daemon starts from the record.
                     if not await self._adopt(left):
-                        await self._stop(left.container, "left by an earlier run of the router")
+                        await self._stop(left.container, "left by an earlier run of the router",
+                                         runtime=left.runtime or "")
                 if await self._open_work():
                     await self._do(self.core.demand())
                 await self._loop()
@@ -385,18 +386,30 @@ class Supervisor:
         if not scope.cancelled_caught:
             self._send.send_nowait(("lost", container, describe_exit(outcome)))
 
-    async def _stop(self, container: str, why: str) -> None:
+    async def _stop(self, container: str, why: str, *, runtime: str = "") -> None:
+        """Stop ``container`` and log what the launcher did (stopped it, or
+        found nothing to stop), never only the intention. ``runtime`` is the
+        record's runtime id of a daemon an earlier run left (a launcher
+        checks it names that daemon before it stops it)."""
         watch = self._watches.pop(container, None)
         if watch is not None:
             watch.cancel()
-        log.info("session %r: stopping daemon %s (%s)", self.session, container, why)
-        context = self.launcher.context(self.session, harness=self.harness)
+        context = self.launcher.context(self.session, harness=self.harness, runtime=runtime)
+        answer: object = None
         with trio.CancelScope(shield=True), trio.move_on_after(self.launcher.stop_timeout) as scope:
             try:
-                await self.launcher.module.stop(context, container)
+                answer = await self.launcher.module.stop(context, container)
             except Exception:
                 log.exception("session %r: the %s launcher's stop of %s failed", self.session,
                               self.launcher.name, container)
+                return
+        said = answer if type(answer) is dict else {}
+        if said.get("state") == "missing":
+            log.info("session %r: daemon %s (%s) was not running: %s", self.session, container, why,
+                     said.get("reason") or "the launcher found nothing to stop")
+        elif not scope.cancelled_caught:
+            log.info("session %r: stopped daemon %s (%s)%s", self.session, container, why,
+                     f": {said['reason']}" if type(said.get("reason")) is str else "")
         if scope.cancelled_caught:
             log.warning("session %r: stopping %s took over %g s; left to the launcher", self.session, container,
                         self.launcher.stop_timeout)

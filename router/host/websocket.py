@@ -69,10 +69,13 @@ class WebSocketClosed(Exception):
     """The WebSocket closed: the daemon's close ``code`` and ``reason``, or
     :data:`ABNORMAL_CLOSURE` when the connection ended without one."""
 
-    def __init__(self, code: int | None, reason: str | None = None) -> None:
+    def __init__(self, code: int | None, reason: str | None = None, *, side: str = "daemon") -> None:
         super().__init__(code, reason)
         self.code = code
         self.reason = reason
+        #: Who ended it: ``daemon`` (its close frame), ``host`` (ours: a
+        #: message over the limit), ``network`` (no close frame).
+        self.side = side
 
     def __str__(self) -> str:
         return f"code {self.code}" + (f": {self.reason}" if self.reason else "")
@@ -107,7 +110,7 @@ class ClientWebSocket:
     and ``ping`` for any (they take the send lock)."""
 
     __slots__ = (
-        "_stream", "_conn", "_lock", "_backlog", "_parts", "_size", "_max_size",
+        "_stream", "_conn", "_lock", "_backlog", "_parts", "_size", "_width", "_max_size",
         "_broken", "_closed", "_peer_closed", "_reading", "reader_task", "awaiting_pong",
     )
 
@@ -120,6 +123,8 @@ class ClientWebSocket:
         #: The fragments of a message being received, and their size.
         self._parts: list[str | bytes] = []
         self._size = 0
+        #: The widest character of the text being received, in bytes.
+        self._width = 1
         self._max_size = max_message_size
         self._broken = False
         #: How it closed, once it did (every later call raises it).
@@ -171,6 +176,11 @@ class ClientWebSocket:
     def closed(self) -> WebSocketClosed | None:
         return self._closed
 
+    @property
+    def buffered(self) -> int:
+        """Characters (or bytes) of a message received in part and held."""
+        return sum(len(part) for part in self._parts)
+
     # ------------------------------------------------------------------ receiving
 
     def unread(self, messages: list[str | bytes]) -> None:
@@ -210,18 +220,26 @@ class ClientWebSocket:
             kind = type(event)
             if kind is TextMessage or kind is BytesMessage:
                 data = event.data  # type: ignore[union-attr]
+                # The running size, counted as each piece arrives (before
+                # anything is joined or parsed): characters times the
+                # widest character so far (1, 2 or 4 bytes: what the joined
+                # ``str`` will take), or bytes.
+                self._size += len(data)
+                if kind is TextMessage and data and not data.isascii():
+                    widest = ord(max(data))
+                    self._width = max(self._width, 1 if widest < 0x100 else 2 if widest < 0x10000 else 4)
+                if self._size * self._width > self._max_size:
+                    del data, event  # not kept by the traceback
+                    await self._too_big()
                 if event.message_finished and not self._parts:  # type: ignore[union-attr]
-                    if len(data) > self._max_size:
-                        await self._too_big()
+                    self._size, self._width = 0, 1
                     messages.append(data)
                     continue
                 self._parts.append(data)
-                self._size += len(data)
-                if self._size > self._max_size:
-                    await self._too_big()
                 if event.message_finished:  # type: ignore[union-attr]
-                    parts, self._parts, self._size = self._parts, [], 0
+                    parts, self._parts, self._size, self._width = self._parts, [], 0, 1
                     messages.append("".join(parts) if kind is TextMessage else b"".join(parts))  # type: ignore[arg-type]
+                    del parts
             elif kind is Ping:
                 await self._send_all(self._conn.send(event.response()))  # type: ignore[union-attr]
             elif kind is Pong:
@@ -242,19 +260,23 @@ class ClientWebSocket:
                 pass  # the close stands; the answer could not go out
 
     async def _too_big(self) -> None:
+        # Dropped at once: the exception raised below outlives this socket
+        # (the link keeps its last error, and its traceback these frames),
+        # and it must not keep what was received of the message.
+        self._parts, self._size, self._width, self._backlog = [], 0, 1, []
         reason = f"a message over {self._max_size} bytes"
         if self._conn.state is ConnectionState.OPEN:
             try:
                 await self._send_all(self._conn.send(CloseConnection(code=MESSAGE_TOO_BIG, reason=reason)))
             except WebSocketClosed:
                 pass
-        self._closed = WebSocketClosed(MESSAGE_TOO_BIG, reason)
+        self._closed = WebSocketClosed(MESSAGE_TOO_BIG, reason, side="host")
         raise self._closed
 
     def _lost(self, reason: str) -> None:
         self._broken = True
         if self._closed is None:
-            self._closed = WebSocketClosed(ABNORMAL_CLOSURE, reason)
+            self._closed = WebSocketClosed(ABNORMAL_CLOSURE, reason, side="network")
         if self._peer_closed is not None:
             self._peer_closed.set()
 
@@ -263,7 +285,7 @@ class ClientWebSocket:
     async def _send_all(self, data: bytes) -> None:
         async with self._lock:
             if self._broken:
-                raise self._closed or WebSocketClosed(ABNORMAL_CLOSURE, "the socket broke")
+                raise self._closed or WebSocketClosed(ABNORMAL_CLOSURE, "the socket broke", side="network")
             finished = False
             try:
                 await self._stream.send_all(data)
@@ -281,7 +303,7 @@ class ClientWebSocket:
         if self._closed is not None:
             raise self._closed
         if self._conn.state is not ConnectionState.OPEN:
-            raise WebSocketClosed(ABNORMAL_CLOSURE, "the WebSocket is closing")
+            raise WebSocketClosed(ABNORMAL_CLOSURE, "the WebSocket is closing", side="host")
         keys = os.urandom(4 * len(texts))
         frames = [client_text_frame(text, keys[4 * n: 4 * n + 4]) for n, text in enumerate(texts)]
         await self._send_all(frames[0] if len(frames) == 1 else b"".join(frames))

@@ -124,7 +124,12 @@ async def test_the_listening_line_and_a_users_adapter_never_sees_the_token():
             await h.replay(0)
             await h.prompt("a", "?")
             outcome = await h.settled("a")
-    assert json.loads(outcome["text"]) == {"import": False, "run": False}
+            with open(f"/proc/{daemon.process.pid}/environ", "rb") as file:
+                environ = file.read()
+    seen = json.loads(outcome["text"])
+    assert seen["parent"] == daemon.process.pid  # executed again in place: the same pid
+    assert {key: seen[key] for key in ("import", "run", "child")} == {"import": False, "run": False, "child": False}
+    assert b"CF_HARNESS_TOKEN" not in environ and daemon.token.encode() not in environ
 
 
 async def test_the_first_line_names_adapter_address_and_runtime():
@@ -160,3 +165,14 @@ def test_the_cli_errors_are_refusals_with_codes() -> None:
     with pytest.raises(AdapterLoadError) as load:
         load_adapter("nope")
     assert isinstance(load.value, Refusal) and load.value.code == "bad-adapter"
+
+
+def test_a_token_pipe_that_is_not_one_is_refused():
+    env = {**os.environ, "CF_HARNESS_RUNTIME_ID": "rt", "CF_HARNESS_PORT": "0", "PYTHONPATH": str(REPO),
+           "ROUTER_DAEMON_TOKEN_FD": "987"}
+    env.pop("CF_HARNESS_TOKEN", None)
+    done = subprocess.run([sys.executable, "-m", "router", "daemon"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert "bad-env" in done.stderr and "ROUTER_DAEMON_TOKEN_FD" in done.stderr
+    assert "Traceback" not in done.stderr

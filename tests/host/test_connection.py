@@ -166,6 +166,35 @@ def test_the_backoff_starts_over_after_a_good_connection_not_after_our_own_failu
     assert link.internal_failures == 3 and link.connections == 4
 
 
+def test_the_backoff_keeps_growing_while_connections_fail_soon_after_hello() -> None:
+    """A daemon that fails right after ``hello``: every connection is
+    reconciled and lost within a second. The backoff starts over only
+    after a connection that stayed live ``healthy_after`` seconds (before,
+    at every reconcile: a redial 1.3 times a second forever)."""
+    link = LinkCore(backoff=Backoff(base=1.0, cap=8.0, rng=random.Random(1)), healthy_after=10.0)
+    link.started(0.0)
+    now = 0.0
+    pauses = []
+    for expected in range(1, 7):
+        link.attempt()
+        link.hello_received()
+        link.reconciling()
+        link.reconciled("r1", ADAPTER, now=now)
+        decision = link.ended(DROPPED, now=now + 0.5)
+        assert type(decision) is Pause and link.backoff.attempt == expected
+        assert link.last_lived == 0.5
+        pauses.append(decision.seconds)
+        now += 0.5 + decision.seconds
+    assert pauses[-1] >= 4.0  # at the cap's half at least: no tight loop
+    assert link.short_lived == 6
+    link.attempt()
+    link.hello_received()
+    link.reconciling()
+    link.reconciled("r1", ADAPTER, now=now)
+    link.ended(DROPPED, now=now + 10.0)  # healthy for a while, then lost
+    assert link.backoff.attempt == 1
+
+
 def test_a_failure_that_cannot_heal_gives_up_at_once() -> None:
     link = core()
     link.started(0.0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -213,3 +214,60 @@ async def test_router_launch_says_which_harness_the_route_chose(tmp_path: Path) 
         assert done.returncode == 0, (done.stdout, done.stderr)
         line = done.stdout.decode().strip()
         assert line.startswith("plain: a container session on ") and "(harness echo)" in line, line
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+async def test_a_daemon_dies_with_its_router_even_a_killed_one(tmp_path: Path) -> None:
+    """SIGKILL of ``router serve``: its daemons stop too (the lifeline's end
+    of file). Before, they ran on (44 in one run of the fault campaign)."""
+    async with serve(tmp_path, "--launcher", "process") as served:
+        assert (await reply(served, "root", "one", "e1"))["text"] == "echo: one (turn 1)"
+        pid = int((await listing(served))["root"]["daemon"]["container"])
+        assert running(pid)
+        served.process.kill()
+        await served.process.wait()
+    with trio.fail_after(30):
+        await until(lambda: not running(pid), step=0.05)
+
+
+async def test_a_restarted_router_stops_the_daemon_its_record_names_and_says_so(tmp_path: Path) -> None:
+    """A daemon an earlier run left running (started before daemons died with
+    their router): the restarted router stops it, and its log says it
+    stopped it. Before, it logged "stopping daemon" and the daemon ran on."""
+    data = tmp_path / "data"
+    data.mkdir()
+    token, runtime = "left-token", "rt-left-behind"
+    env = {**environment(), "CF_HARNESS_TOKEN": token, "CF_HARNESS_RUNTIME_ID": runtime, "CF_HARNESS_PORT": "0"}
+    left = await trio.lowlevel.open_process([*ROUTER, "daemon", "--host", "127.0.0.1"], env=env, cwd=REPO,
+                                            stdout=subprocess.PIPE)
+    try:
+        with trio.fail_after(30):
+            line = b""
+            while b"\n" not in line:
+                line += await left.stdout.receive_some()
+        port = int(line.split(b":")[-1].split(b" ")[0])
+        with Store(data / "host.sqlite") as store:
+            store.create_session("root")
+            store.set_daemon("root", url=f"ws://127.0.0.1:{port}", token=token, runtime=runtime,
+                             container=str(left.pid), launcher="process", harness="echo", state="running")
+        async with serve(tmp_path, "--launcher", "process") as served:
+            with trio.fail_after(60):
+                await left.wait()
+            with trio.fail_after(30):
+                await until(lambda: f"stopped daemon {left.pid} (left by an earlier run" in served.log(), step=0.05)
+            assert "was not running" not in served.log()
+            # And the session goes on, on a daemon of this run.
+            assert (await reply(served, "root", "again", "e2"))["text"].startswith("echo: again")
+    finally:
+        if left.returncode is None:
+            left.kill()
+            await left.wait()

@@ -97,10 +97,38 @@ def test_the_same_runtime_replays_from_the_cursor(store: Store) -> None:
 
 def test_a_new_runtime_resets_the_cursor(store: Store) -> None:
     store.set_cursor(SESSION, "r1", 12)
-    _, effects = connect(store, hello("r2", open=None, last_seq=3))
+    _, effects = connect(store, hello("r2", open=None, last_seq=0))
     assert sends(effects)[-1] == {"type": "replay", "after": 0}
     record = store.require_session(SESSION)
     assert (record.cursor_runtime, record.cursor_seq) == ("r2", 0)
+
+
+def test_a_runtime_that_kept_the_session_from_an_earlier_hold_is_opened_again(store: Store) -> None:
+    """The record moved on under r1 while r2 kept the session open (a
+    router taking a session back meets its own daemon as it left it): r2's
+    queued and running work is aborted first, the generation moves to a new
+    number so r2 restores the record's entries into a new adapter session,
+    and r2's frames so far are acknowledged, never applied."""
+    store.append_entries(SESSION, 1, [{"turn": 1}, {"turn": 2}])
+    store.put_message(SESSION, 1, {"id": "m1", "role": "assistant", "parts": []})
+    store.enqueue(SESSION, "old", "x")
+    store.settle(SESSION, "old", {"status": "done", "text": "t"})
+    store.enqueue(SESSION, "new", "y")
+    store.set_delivered(SESSION, "new", "r1")
+    store.set_cursor(SESSION, "r1", 12)
+    stale = hello("r2", open=1, last_seq=9, operations=[{"operationId": "old", "status": "running"}])
+    _, effects = connect(store, stale)
+    assert sends(effects) == [
+        {"type": "abort", "operationId": "old"},
+        {"type": "open", "generation": 2, "settings": {"model": "m"}, "restore": [{"turn": 1}, {"turn": 2}]},
+        {"type": "ack", "seq": 9},
+        {"type": "replay", "after": 9},
+        {"type": "prompt", "operationId": "new", "input": "y", "whenBusy": "followUp"},
+    ][: len(sends(effects))]
+    record = store.require_session(SESSION)
+    assert (record.generation, record.cursor_runtime, record.cursor_seq) == (2, "r2", 9)
+    assert store.messages(SESSION) == [{"id": "m1", "role": "assistant", "parts": []}]
+    assert store.entries(SESSION) == [{"turn": 1}, {"turn": 2}]
 
 
 def test_a_runtime_behind_the_cursor_is_a_new_container_with_a_reused_id(store: Store) -> None:
@@ -500,3 +528,51 @@ def test_the_core_summarises_itself() -> None:
     assert "awaiting hello" in repr(core)
     with pytest.raises(ValueError):
         ConnectionCore("x", on_container_lost="maybe")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- history is append-only once settled
+
+
+def test_a_new_runtime_cannot_rewrite_a_settled_operations_messages(store: Store) -> None:
+    """A daemon under a new runtime sends ``message`` events carrying the
+    ids of a settled operation's messages (the person's own words and the
+    answer): both are refused (passed, recorded with ``history-settled``),
+    the record keeps what it had, the outcome stays, and the session goes
+    on: a new message and a new operation still land."""
+    core, _ = connect(store, hello("r1", open=None))
+    store.enqueue(SESSION, "a", "hi")
+    with store.transaction():
+        core.deliver(store)
+    receive(store, core, frame(1, start("a")), frame(2, event("a", message("a:assistant", "echo: hi", "a"))),
+            frame(3, settle("a", "echo: hi")))
+    before = store.messages(SESSION)
+    assert [m["id"] for m in before] == ["a:user", "a:assistant"]
+
+    later, _ = connect(store, hello("r2", open=None))
+    forged_user = message("a:user", "words the person never said", "a")
+    forged_user["message"]["role"] = "user"
+    effects = receive(store, later, frame(1, event("a", message("a:assistant", "rewritten", "a"))),
+                      frame(2, event("a", forged_user)), frame(3, event(None, message("a:user", "again"))),
+                      frame(4, event(None, message("n1", "a new message"))))
+    assert store.messages(SESSION) == before + [store.messages(SESSION)[-1]]
+    assert store.messages(SESSION)[-1]["id"] == "n1"
+    assert store.operation(SESSION, "a").outcome == {"status": "done", "text": "echo: hi"}
+    skipped = store.skipped_frames(SESSION)
+    assert [(f.runtime, f.seq) for f in skipped] == [("r2", 1), ("r2", 2), ("r2", 3)]
+    assert all(f.reason.startswith("history-settled: ") for f in skipped)
+    assert later.frames_refused == 3
+    assert {"type": "ack", "seq": 4} in sends(effects)
+    store.enqueue(SESSION, "b", "more")
+    with store.transaction():
+        assert [m.operation_id for m in later.deliver(store).sends] == ["b"]
+
+
+def test_an_open_operations_message_may_still_be_updated(store: Store) -> None:
+    core, _ = connect(store, hello("r1", open=None))
+    store.enqueue(SESSION, "a", "hi")
+    with store.transaction():
+        core.deliver(store)
+    receive(store, core, frame(1, start("a")), frame(2, event("a", message("a:assistant", "part", "a"))),
+            frame(3, event("a", message("a:assistant", "part and whole", "a"))))
+    assert store.messages(SESSION)[-1]["parts"] == [{"type": "text", "text": "part and whole"}]
+    assert store.skipped_frames(SESSION) == []

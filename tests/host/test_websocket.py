@@ -218,3 +218,26 @@ async def test_our_close_leaves_the_answer_to_the_reader_task(nursery: trio.Nurs
     with pytest.raises(WebSocketClosed):
         await ws.receive()  # the reader task reads the answer
     await closed.wait()
+
+
+async def test_wide_characters_count_at_their_width_in_memory(nursery: trio.Nursery) -> None:
+    """40 characters under a 100-byte limit, but one of them takes 4 bytes
+    in a ``str``, so the joined text would take 160: refused as it arrives."""
+    ws, server = await _pair(nursery, max_message_size=100)
+    await server.send(Message(data="x" * 39, message_finished=False))
+    await server.send(Message(data="\U0001f600", message_finished=True))
+    with pytest.raises(WebSocketClosed) as caught:
+        await ws.receive()
+    assert caught.value.code == MESSAGE_TOO_BIG
+
+
+async def test_an_unfragmented_message_over_the_limit_is_refused_before_it_is_whole(nursery: trio.Nursery) -> None:
+    """One frame of 4 MiB against a 64 KiB limit: refused once what arrived
+    passes the limit, with no more than a read's worth past it kept."""
+    ws, server = await _pair(nursery, max_message_size=65536)
+    frame = server.ws.send(Message(data="x" * (4 << 20)))
+    nursery.start_soon(server.stream.send_all, frame)
+    with pytest.raises(WebSocketClosed) as caught:
+        await ws.receive()
+    assert caught.value.code == MESSAGE_TOO_BIG
+    assert ws.buffered == 0  # nothing of it kept once refused

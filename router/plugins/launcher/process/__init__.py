@@ -29,9 +29,27 @@ Refusals (answered, never raised): ``start-failed`` (the command cannot be
 run, or exited before it listened, with its exit status), ``unhealthy``
 (it printed no address, or its health check failed, in time).
 
-The processes live in this module (by pid): ``wait``, ``inspect`` and
-``stop`` of a pid this module did not start (a router that restarted) answer
-``missing`` and do nothing.
+The processes live in this module (by pid): ``wait`` and ``inspect`` of a
+pid this module did not start (a router that restarted) answer ``missing``.
+
+**A daemon dies with its router.** Each daemon gets the read end of a pipe
+(``ROUTER_DAEMON_LIFELINE_FD``, the descriptor's number) whose write end
+only this router holds (close-on-exec: no other child inherits it). When
+the router ends, however it ends (SIGKILL included), the kernel closes the
+write end, the daemon reads end-of-file and stops as on SIGTERM. (Not
+``PR_SET_PDEATHSIG``: it fires when the *thread* that forked the child
+ends, and trio starts processes from worker threads that come and go.)
+
+**A restarted router stops what its record names.** ``stop`` of a pid
+this module did not start stops it only if it is the daemon the record
+names: its ``/proc/<pid>/environ`` holds the record's
+``CF_HARNESS_RUNTIME_ID`` and this router's owner id
+(``ROUTER_LAUNCHER_OWNER``: another router of a cluster on this machine,
+which took the session over, never stops a live router's daemon; a pid
+reused by another process is left alone).
+It answers what it did: ``{"state": "stopped", "reason"}``, or
+``{"state": "missing", "reason"}`` when there was nothing to stop; the
+host logs that, not an intention.
 """
 
 import os
@@ -57,8 +75,17 @@ LISTENING = re.compile(rb" on [^ ]*:(\d+) \(runtime ")
 #: The environment the daemon reads (the seed's ``CONTAINER_ENV``).
 TOKEN_ENV, RUNTIME_ENV, PORT_ENV = "CF_HARNESS_TOKEN", "CF_HARNESS_RUNTIME_ID", "CF_HARNESS_PORT"
 
+#: The variable naming the router a daemon was started for (its owner id:
+#: another router of a cluster on this machine never stops it).
+OWNER_ENV = "ROUTER_LAUNCHER_OWNER"
+#: The variable naming the daemon's end of its lifeline (``router daemon``
+#: reads it: ``router.daemon.cli``).
+LIFELINE_ENV = "ROUTER_DAEMON_LIFELINE_FD"
+
 #: pid (as a string) -> the trio.Process this module started.
 _PROCESSES = {}
+#: pid (as a string) -> the write end of its lifeline (closed when it stops).
+_LIFELINES = {}
 
 
 def _options(context):
@@ -85,7 +112,17 @@ def _env(context):
     if type(settings_dir) is str and os.path.isabs(settings_dir):
         env["ROUTER_SETTINGS_DIR"] = settings_dir
     env.update({TOKEN_ENV: context["token"], RUNTIME_ENV: context["runtime"], PORT_ENV: "0"})
+    owner = _owner(context)
+    if owner:
+        env[OWNER_ENV] = owner
     return env
+
+
+def _owner(context):
+    """The router this daemon is started for (``labels["router.owner"]``)."""
+    labels = context.get("labels")
+    owner = labels.get("router.owner") if type(labels) is dict else None
+    return owner if type(owner) is str else ""
 
 
 def _workspace_path(context):
@@ -138,18 +175,89 @@ async def _kill(process):
         await process.wait()
         if process.stdout is not None:
             await process.stdout.aclose()
+        _cut_lifeline(str(process.pid))
+
+
+def _cut_lifeline(container):
+    keep = _LIFELINES.pop(container, None)
+    if keep is not None:
+        os.close(keep)
+
+
+def _runs(pid):
+    """Whether ``pid`` is a process that has not ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+def _is_the_daemon(pid, runtime, owner):
+    """Whether ``pid`` is the daemon started with runtime id ``runtime`` for
+    router ``owner`` (its environment as it was executed says so)."""
+    if not runtime:
+        return False
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as file:
+            environ = file.read().split(b"\0")
+    except OSError:
+        return False
+    named = [entry for entry in environ if entry.startswith(f"{OWNER_ENV}=".encode())]
+    if named and named != [f"{OWNER_ENV}={owner}".encode()]:
+        return False  # another router's (one started before owners were named has none)
+    return f"{RUNTIME_ENV}={runtime}".encode() in environ
+
+
+async def _stop_foreign(context, container):
+    """Stop a daemon an earlier run of the router started, if the record's
+    runtime id names it: SIGTERM, then SIGKILL after :data:`STOP_GRACE`."""
+    runtime = context.get("runtime")
+    if not container.isdigit() or not _runs(int(container)):
+        await trio.lowlevel.checkpoint()
+        return {"state": "missing", "reason": f"no process {container} runs"}
+    pid = int(container)
+    if not _is_the_daemon(pid, runtime, _owner(context)):
+        await trio.lowlevel.checkpoint()
+        return {"state": "missing",
+                "reason": f"process {container} is not this router's daemon of runtime {runtime!r} (another "
+                          "router's, or its pid was reused): left alone"}
+    with trio.CancelScope(shield=True):
+        try:
+            os.kill(pid, signal.SIGTERM)
+            with trio.move_on_after(STOP_GRACE):
+                while _runs(pid):
+                    await trio.sleep(0.05)
+            if _runs(pid):
+                os.kill(pid, signal.SIGKILL)
+                while _runs(pid):
+                    await trio.sleep(0.05)
+                return {"state": "stopped", "reason": f"daemon {container} killed (SIGKILL after {STOP_GRACE:g} s)"}
+        except ProcessLookupError:
+            pass
+    return {"state": "stopped", "reason": f"daemon {container} stopped (SIGTERM)"}
 
 
 async def start(context):
     timeout = _options(context).get("start_timeout")
     timeout = timeout if type(timeout) in (int, float) and timeout > 0 else START_TIMEOUT
+    lifeline, keep = os.pipe()  # both close-on-exec; only the daemon's end is passed
+    env = {**_env(context), LIFELINE_ENV: str(lifeline)}
     try:
         process = await trio.lowlevel.open_process(
-            _command(context), env=_env(context), cwd=_workspace(context), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, start_new_session=True,
+            _command(context), env=env, cwd=_workspace(context), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, start_new_session=True, pass_fds=(lifeline,),
         )
     except OSError as exc:
+        os.close(keep)
         return {"code": "start-failed", "message": f"the daemon could not be run: {exc.strerror or exc}"}
+    except BaseException:
+        os.close(keep)
+        raise
+    finally:
+        os.close(lifeline)
+    _LIFELINES[str(process.pid)] = keep
     try:
         with trio.move_on_after(timeout):
             line = await _first_line(process)
@@ -203,15 +311,17 @@ async def inspect(context, container):
 async def stop(context, container):
     process = _PROCESSES.pop(container, None)
     if process is None:
-        await trio.lowlevel.checkpoint()
-        return None
+        return await _stop_foreign(context, container)
     with trio.CancelScope(shield=True):
-        if process.returncode is None:
+        ran = process.returncode is None
+        if ran:
             process.send_signal(signal.SIGTERM)
         with trio.move_on_after(STOP_GRACE):
             await process.wait()
         await _kill(process)
-    return None
+    if not ran:
+        return {"state": "missing", "reason": f"daemon {container} had ended ({_outcome(process.returncode)['reason']})"}
+    return {"state": "stopped", "reason": f"daemon {container} stopped"}
 
 
 async def remove_workspace(context):
