@@ -44,7 +44,7 @@ def test_the_image_holds_the_project_installed_not_editable(docker_image: str, d
 
 def test_the_entry_point_is_router_daemon_with_the_echo_and_port_8080(docker_image: str) -> None:
     [config] = json.loads(docker("image", "inspect", docker_image).stdout)
-    assert config["Config"]["Entrypoint"] == ["router", "daemon"]
+    assert config["Config"]["Entrypoint"] == ["router", "daemon", "--host", "0.0.0.0"]
     assert config["Config"]["Cmd"] == ["--adapter", "echo"]
     env = dict(item.split("=", 1) for item in config["Config"]["Env"])
     assert env["CF_HARNESS_PORT"] == "8080" and env["HOME"] == "/workspace/home"
@@ -68,7 +68,7 @@ def test_the_dockerfile_builds_with_buildkit_too(docker_image: str) -> None:
     try:
         build_project_image(tag, base=BASE_IMAGE, buildkit=True, client=client)
         [config] = json.loads(docker("image", "inspect", tag).stdout)
-        assert config["Config"]["Entrypoint"] == ["router", "daemon"]
+        assert config["Config"]["Entrypoint"] == ["router", "daemon", "--host", "0.0.0.0"]
     except DockerUnavailable as exc:
         pytest.fail(str(exc))
     finally:
