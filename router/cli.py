@@ -89,6 +89,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.store.cli",
         "copy a SQLite data directory into a PostgreSQL database (router store copy --from DIR --to URL)",
     ),
+    "pair": (
+        "router.remote.cli",
+        "pair a phone: a one-time code's URL and QR code, for `router serve --listen`",
+    ),
+    "devices": (
+        "router.remote.cli",
+        "list the paired devices, or revoke one (router devices revoke NAME)",
+    ),
     "mcp": (
         "router.mcp",
         "serve MCP on stdio with the router inside (the board, send, read, abort, search, limits)",

@@ -324,6 +324,11 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
         return response
 
     def refusal_at_the_door() -> Refusal | None:
+        # A request the remote gate passed (router.remote.gate: a listen
+        # address or a local proxy) had its Host and credential checked there.
+        gate = request.scope.get("router.gate")
+        if gate is not None and gate.remote:
+            return _content_type_refusal()
         host = request.headers.get("host", "")
         if host not in allowed_hosts():
             return Refusal(
@@ -334,11 +339,15 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
             refused = check_bearer(request.headers, token)
             if refused is not None:
                 return refused
-        if request.method == "POST":
+        return _content_type_refusal()
+
+    def _content_type_refusal() -> Refusal | None:
+        if request.method in ("POST", "PATCH"):
             mimetype = (request.mimetype or "").lower()
             if mimetype != "application/json":
                 return Refusal(
-                    "bad-content-type", f"POST takes Content-Type: application/json, not {mimetype or 'none'!r}"
+                    "bad-content-type",
+                    f"{request.method} takes Content-Type: application/json, not {mimetype or 'none'!r}",
                 )
         return None
 

@@ -1,0 +1,214 @@
+"""The door every TCP request of the API passes: proxy headers, ``Host``,
+``Origin``, and a paired device's credential.
+
+Theory of operation
+-------------------
+
+:class:`Gate` wraps the API's ASGI app once per listener (``loopback``: the
+``127.0.0.1`` port; ``remote``: a ``--listen`` address). For each HTTP
+request, decided before the app sees it:
+
+1. **Proxied or not.** With ``--behind-proxy``, a request from a loopback
+   peer that carries ``X-Forwarded-Host`` or ``X-Forwarded-For`` came
+   through the local tunnel or proxy: its forwarded host, scheme
+   (``X-Forwarded-Proto``, default ``https``) and base path
+   (``X-Forwarded-Prefix``, as the ASGI ``root_path``) are taken. Forwarded
+   headers from any other peer, or without ``--behind-proxy``, are ignored.
+   A proxied request and a request on a ``--listen`` address are *remote*.
+2. **Host.** A remote request must name a listen address (or, proxied, the
+   proxy's origin) in ``Host``: ``bad-host``, 421, else (DNS rebinding). A
+   loopback request is left to the app's own ``Host`` check.
+3. **Origin.** A request whose ``Origin`` is present and is not one of the
+   router's own origins (:meth:`router.remote.reach.Reach.origins`, plus a
+   proxied request's own) is refused ``bad-origin``, 403, whatever its method
+   or credential: a page on another site can neither send, answer, nor open
+   a stream. A state-changing request (not ``GET``/``HEAD``) that carries
+   a device cookie and no ``Origin`` is refused ``no-origin``, 403 (a
+   browser always sends ``Origin`` on those; a client that sends none uses a
+   bearer token).
+4. **Credential** (remote only). ``Authorization: Bearer SECRET`` or the
+   ``router-device`` cookie must be a live device's (``bad-credential``,
+   401, for one that is not: unknown or revoked); with neither, only the open
+   routes answer (the page's shell, ``/healthz``, the pairing page and its
+   routes), the rest ``no-credential``, 401. The loopback API token is not a
+   remote credential.
+5. The app then runs with ``scope["router.gate"]`` (what was decided: the app
+   skips its own ``Host`` and token checks for a request the gate passed as
+   remote) and ``scope["router.credential"]`` (``device:<id>``, the key the
+   connection caps count by), inside a cancel scope kept in the
+   :class:`~router.remote.devices.StreamBook` under the device: revoking the
+   device cancels it, which ends an open live stream at once.
+
+Refusals are ``{"error": code, "message": sentence}`` with ``Connection:
+close``, as the app's own.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from http.cookies import CookieError, SimpleCookie
+from typing import TYPE_CHECKING, Any, Callable, Final
+
+import attrs
+import trio
+
+from router.errors import Refusal
+from wire.json import dumps
+
+if TYPE_CHECKING:
+    from router.remote.reach import Reach
+
+__all__ = ["COOKIE", "Gate", "GateInfo", "OPEN_PATHS"]
+
+#: The device cookie's name.
+COOKIE: Final = "router-device"
+#: What answers a remote request without a credential: nothing of the
+#: person's is in them (the page's shell, the pairing page and its routes).
+OPEN_PATHS: Final = frozenset({"/", "/healthz", "/pair", "/pair/ca.pem"})
+#: Methods that change nothing (RFC 9110 section 9.2.1, "safe").
+SAFE: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+
+_STATUS: Final = {"bad-host": 421, "bad-origin": 403, "no-origin": 403, "no-credential": 401, "bad-credential": 401}
+
+
+@attrs.frozen(kw_only=True)
+class GateInfo:
+    """What the gate decided about a request (``scope["router.gate"]``)."""
+
+    remote: bool
+    origin: str | None = None
+    device: Any = None
+    #: How the device's credential came: ``cookie`` or ``bearer``.
+    via: str | None = None
+
+
+def _header(scope: dict, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _is_loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _first(value: str | None) -> str | None:
+    return None if value is None else (value.split(",")[0].strip() or None)
+
+
+class Gate:
+    """See the module docstring. ``Gate(app, reach, listener="remote")``
+    is an ASGI app."""
+
+    def __init__(self, app: Any, reach: Reach, *, listener: str, open_paths: Callable[[], frozenset[str]]) -> None:
+        self.app, self.reach, self.listener, self.open_paths = app, reach, listener, open_paths
+        self.refused: dict[str, int] = {}
+
+    def statistics(self) -> dict[str, Any]:
+        return {"listener": self.listener, "refused": dict(self.refused)}
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            scope, info = await self._decide(scope)
+        except Refusal as refused:
+            self.refused[refused.code] = self.refused.get(refused.code, 0) + 1
+            await _refuse(send, refused)
+            return
+        if info is None or info.device is None:
+            await self.app(scope, receive, send)
+            return
+        await self._as_device(info.device, scope, receive, send)
+
+    async def _as_device(self, device: Any, scope: dict, receive: Any, send: Any) -> None:
+        streams = self.reach.streams
+        with trio.CancelScope() as cancel:
+            if not streams.open(device.id, cancel):  # revoked here since it authenticated
+                await _refuse(send, Refusal("bad-credential", "this device was revoked; pair it again with "
+                                            "`router pair`"))
+                return
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                streams.close(device.id, cancel)
+
+    async def _decide(self, scope: dict) -> tuple[dict, GateInfo | None]:
+        client = scope.get("client") or ("", 0)
+        proxied = (self.reach.behind_proxy and _is_loopback(client[0])
+                   and (_header(scope, b"x-forwarded-host") or _header(scope, b"x-forwarded-for")) is not None)
+        remote = self.listener == "remote" or proxied
+        own = self.reach.origins()
+        if proxied:
+            host = _first(_header(scope, b"x-forwarded-host")) or _header(scope, b"host") or ""
+            scheme = (_first(_header(scope, b"x-forwarded-proto")) or "https").lower()
+            prefix = (_first(_header(scope, b"x-forwarded-prefix")) or "").rstrip("/")
+            if prefix and not prefix.startswith("/"):
+                prefix = ""
+            here = f"{scheme}://{host.lower()}"
+            own = own | {here}
+            scope = {**scope, "scheme": scheme, "root_path": prefix + scope.get("root_path", "")}
+        elif remote:
+            host = (_header(scope, b"host") or "").lower()
+            if host not in self.reach.listen_hosts():
+                raise Refusal("bad-host", f"this address answers requests for {' or '.join(sorted(self.reach.listen_hosts()))} "
+                              f"only, not {host!r}")
+        origin = _header(scope, b"origin")
+        if origin is not None and origin.lower() not in own:
+            raise Refusal("bad-origin", f"a page at {origin} may not use this router; only the router's own "
+                          "page may (its address, or the proxy's)")
+        if not remote:
+            return scope, None
+        return await self._credential(scope, origin)
+
+    async def _credential(self, scope: dict, origin: str | None) -> tuple[dict, GateInfo]:
+        method = scope.get("method", "GET")
+        bearer = _bearer(_header(scope, b"authorization"))
+        cookie = _cookie(_header(scope, b"cookie"))
+        if bearer is None and cookie is None:
+            if scope.get("path", "") in self.open_paths() or (method == "POST" and scope.get("path") == "/pair"):
+                return {**scope, "router.gate": GateInfo(remote=True, origin=origin)}, GateInfo(remote=True)
+            raise Refusal("no-credential", "this router answers paired devices only; pair this device with "
+                          "`router pair` on the router's machine and open the URL it shows")
+        via = "bearer" if bearer is not None else "cookie"
+        if via == "cookie" and origin is None and method not in SAFE:
+            raise Refusal("no-origin", f"{method} with a device cookie must carry Origin (a browser sends it); "
+                          "a client without one sends Authorization: Bearer")
+        device = await self.reach.authenticate(bearer if bearer is not None else cookie)  # type: ignore[arg-type]
+        if device is None:
+            raise Refusal("bad-credential", "this device's credential is not valid (revoked, or never paired); "
+                          "pair it again with `router pair`")
+        info = GateInfo(remote=True, origin=origin, device=device, via=via)
+        return {**scope, "router.gate": info, "router.credential": device.credential}, info
+
+
+def _bearer(value: str | None) -> str | None:
+    scheme, _, given = (value or "").strip().partition(" ")
+    return given.strip() or None if scheme.lower() == "bearer" else None
+
+
+def _cookie(value: str | None) -> str | None:
+    if not value:
+        return None
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(value)
+    except CookieError:
+        return None
+    morsel = jar.get(COOKIE)
+    return None if morsel is None else (morsel.value or None)
+
+
+async def _refuse(send: Any, refused: Refusal) -> None:
+    body = dumps({"error": refused.code, "message": refused.message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+               (b"connection", b"close")]
+    if _STATUS[refused.code] == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": _STATUS[refused.code], "headers": headers})
+    await send({"type": "http.response.body", "body": body})
