@@ -184,6 +184,7 @@ class DeviceStore:
                                                        if f"{base}-{n}" not in taken)
             db.execute("INSERT INTO devices (id, name, secret_hash, user_agent, created_at, last_used_at) "
                        "VALUES (?, ?, ?, ?, ?, ?)", (device_id, name, hash_secret(secret), agent, stamp, stamp))
+        self._touched[device_id] = stamp / 1000
         return Device(id=device_id, name=name, user_agent=agent, created_at=stamp, last_used_at=stamp), secret
 
     def rename(self, name: str, new: str) -> Device:
