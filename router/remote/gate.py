@@ -46,6 +46,7 @@ close``, as the app's own.
 from __future__ import annotations
 
 import ipaddress
+import logging
 from http.cookies import CookieError, SimpleCookie
 from typing import TYPE_CHECKING, Any, Callable, Final
 
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
     from router.remote.reach import Reach
 
 __all__ = ["COOKIE", "Gate", "GateInfo", "OPEN_PATHS"]
+
+log = logging.getLogger("router.remote")
 
 #: The device cookie's name.
 COOKIE: Final = "router-device"
@@ -119,6 +122,9 @@ class Gate:
             scope, info = await self._decide(scope)
         except Refusal as refused:
             self.refused[refused.code] = self.refused.get(refused.code, 0) + 1
+            # Never the query, nor a credential: the method, path and code.
+            log.info("refused %s %s on the %s listener: %s", scope.get("method"), scope.get("path"), self.listener,
+                     refused.code)
             await _refuse(send, refused)
             return
         if info is None or info.device is None:
