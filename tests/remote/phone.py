@@ -80,7 +80,7 @@ async def phone_chromium(netns: list[str], home: Path) -> AsyncIterator[Browser]
     to_browser_r, to_browser_w = (_high(fd) for fd in os.pipe())
     from_browser_r, from_browser_w = (_high(fd) for fd in os.pipe())
     flags = [flag for flag in FLAGS if not flag.startswith("--remote-debugging-port")]
-    argv = [*netns, "sh", "-c", f'exec "$@" 3<&{to_browser_r} 4>&{from_browser_w}', "sh", binary, *flags,
+    argv = [*netns, "bash", "-c", f'exec "$@" 3<&{to_browser_r} 4>&{from_browser_w}', "bash", binary, *flags,
             "--remote-debugging-pipe", f"--user-data-dir={profile}", "about:blank"]
     env = {**os.environ, "HOME": str(home)}
     process = await trio.lowlevel.open_process(argv, pass_fds=(to_browser_r, from_browser_w), env=env,

@@ -163,11 +163,11 @@ async def test_a_phone_pairs_from_the_qr_code_sends_and_is_revoked(tmp_path: Pat
                     await emulate_phone(phone)
                     await phone.send("Page.navigate", {"url": url})
                     # The pairing page posts the code and opens the board.
-                    await phone.wait_for(f"location.href === {json.dumps(router.origin + '/')} "
-                                         "&& document.readyState === 'complete'", timeout=60)
+                    await phone.wait_for(f"location.origin === {json.dumps(router.origin)} && location.pathname "
+                                         "=== '/' && document.readyState === 'complete'", timeout=60)
                     await phone.wait_for(f"document.body.innerText.includes({json.dumps(SESSION)})", timeout=30)
                     assert await phone.evaluate("document.cookie") == ""  # HttpOnly
-                    assert await phone.evaluate("innerWidth") == 390
+                    assert await phone.evaluate("[screen.width, navigator.maxTouchPoints > 0]") == [390, True]
                     devices = json.loads((await router.cli("devices", "--json")).stdout)
                     assert [each["name"] for each in devices] == ["Android Chrome"]
                     # Live view open, then a send from the phone; the answer arrives on the stream.
