@@ -158,7 +158,11 @@ class Gate:
                 prefix = ""
             here = f"{scheme}://{host.lower()}"
             own = own | {here}
-            scope = {**scope, "scheme": scheme, "root_path": prefix + scope.get("root_path", "")}
+            path = scope.get("path", "")
+            if prefix and not (path == prefix or path.startswith(prefix + "/")):
+                path = prefix + path  # a proxy that stripped its prefix: ASGI paths include root_path
+            scope = {**scope, "scheme": scheme, "root_path": prefix, "path": path,
+                     "raw_path": path.encode("utf-8", "surrogateescape")}
         elif remote:
             host = (_header(scope, b"host") or "").lower()
             if host not in self.reach.listen_hosts():
@@ -177,7 +181,8 @@ class Gate:
         bearer = _bearer(_header(scope, b"authorization"))
         cookie = _cookie(_header(scope, b"cookie"))
         if bearer is None and cookie is None:
-            if scope.get("path", "") in self.open_paths() or (method == "POST" and scope.get("path") == "/pair"):
+            route = scope.get("path", "")[len(scope.get("root_path", "")):] or "/"
+            if route in self.open_paths():  # POST /pair too: the pairing itself
                 return {**scope, "router.gate": GateInfo(remote=True, origin=origin)}, GateInfo(remote=True)
             raise Refusal("no-credential", "this router answers paired devices only; pair this device with "
                           "`router pair` on the router's machine and open the URL it shows")
