@@ -14,6 +14,8 @@ request, decided before the app sees it:
    (``X-Forwarded-Proto``, default ``https``) and base path
    (``X-Forwarded-Prefix``, as the ASGI ``root_path``) are taken. Forwarded
    headers from any other peer, or without ``--behind-proxy``, are ignored.
+   A loopback request whose ``Host`` is the proxy's URL's (a proxy that
+   passes the phone's ``Host`` on and adds nothing) is proxied too.
    A proxied request and a request on a ``--listen`` address are *remote*.
 2. **Host.** A remote request must name a listen address (or, proxied, the
    proxy's origin) in ``Host``: ``bad-host``, 421, else (DNS rebinding). A
@@ -146,8 +148,9 @@ class Gate:
 
     async def _decide(self, scope: dict) -> tuple[dict, GateInfo | None]:
         client = scope.get("client") or ("", 0)
-        proxied = (self.reach.behind_proxy and _is_loopback(client[0])
-                   and (_header(scope, b"x-forwarded-host") or _header(scope, b"x-forwarded-for")) is not None)
+        proxied = self.reach.behind_proxy and _is_loopback(client[0]) and (
+            (_header(scope, b"x-forwarded-host") or _header(scope, b"x-forwarded-for")) is not None
+            or (_header(scope, b"host") or "").lower() == self.reach.public_host())
         remote = self.listener == "remote" or proxied
         own = self.reach.origins()
         if proxied:

@@ -180,6 +180,10 @@ class Reach:
             self.certificates = own_certificates(self.settings_dir, [each.host for each in self.config.listen])
         return self.certificates
 
+    def public_host(self) -> str | None:
+        """The proxy's URL's ``host[:port]``, as a ``Host`` header names it."""
+        return None if self.config.public_url is None else urlsplit(self.config.public_url).netloc.lower()
+
     def listen_hosts(self) -> set[str]:
         return {each.hostport for each in self.config.listen}
 

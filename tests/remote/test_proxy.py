@@ -123,3 +123,12 @@ async def test_forwarded_headers_from_a_proxy_are_not_trusted_without_behind_pro
     await gate(scope, None, None)
     assert "router.gate" not in seen[0] and seen[0].get("root_path", "") == ""
     reach.store.close()
+
+
+async def test_a_proxy_that_only_passes_the_host_on(proxied: tuple[httpx.AsyncClient, Reach]) -> None:
+    client, reach = proxied
+    code = (await client.post("/pairings", json={}, headers=AUTH)).json()["code"]
+    host = {"host": "box.tail1234.ts.net"}
+    assert (await client.get("/sessions", headers=host)).json()["error"] == "no-credential"
+    paired = await client.post("/pair", json={"code": code}, headers=host)
+    assert paired.status_code == 201 and "Path=/;" in paired.headers["set-cookie"]
