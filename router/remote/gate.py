@@ -146,26 +146,19 @@ class Gate:
             finally:
                 streams.close(device.id, cancel)
 
-    async def _decide(self, scope: dict) -> tuple[dict, GateInfo | None]:
+    def _proxied(self, scope: dict) -> bool:
         client = scope.get("client") or ("", 0)
-        proxied = self.reach.behind_proxy and _is_loopback(client[0]) and (
+        return self.reach.behind_proxy and _is_loopback(client[0]) and (
             (_header(scope, b"x-forwarded-host") or _header(scope, b"x-forwarded-for")) is not None
             or (_header(scope, b"host") or "").lower() == self.reach.public_host())
+
+    async def _decide(self, scope: dict) -> tuple[dict, GateInfo | None]:
+        proxied = self._proxied(scope)
         remote = self.listener == "remote" or proxied
         own = self.reach.origins()
         if proxied:
-            host = _first(_header(scope, b"x-forwarded-host")) or _header(scope, b"host") or ""
-            scheme = (_first(_header(scope, b"x-forwarded-proto")) or "https").lower()
-            prefix = (_first(_header(scope, b"x-forwarded-prefix")) or "").rstrip("/")
-            if prefix and not prefix.startswith("/"):
-                prefix = ""
-            here = f"{scheme}://{host.lower()}"
+            scope, here = _forwarded(scope)
             own = own | {here}
-            path = scope.get("path", "")
-            if prefix and not (path == prefix or path.startswith(prefix + "/")):
-                path = prefix + path  # a proxy that stripped its prefix: ASGI paths include root_path
-            scope = {**scope, "scheme": scheme, "root_path": prefix, "path": path,
-                     "raw_path": path.encode("utf-8", "surrogateescape")}
         elif remote:
             host = (_header(scope, b"host") or "").lower()
             if host not in self.reach.listen_hosts():
@@ -199,6 +192,22 @@ class Gate:
                           "pair it again with `router pair`")
         info = GateInfo(remote=True, origin=origin, device=device, via=via)
         return {**scope, "router.gate": info, "router.credential": device.credential}, info
+
+
+def _forwarded(scope: dict) -> tuple[dict, str]:
+    """A proxied request's scope as the phone made it (scheme, base path),
+    and its origin."""
+    host = _first(_header(scope, b"x-forwarded-host")) or _header(scope, b"host") or ""
+    scheme = (_first(_header(scope, b"x-forwarded-proto")) or "https").lower()
+    prefix = (_first(_header(scope, b"x-forwarded-prefix")) or "").rstrip("/")
+    if prefix and not prefix.startswith("/"):
+        prefix = ""
+    path = scope.get("path", "")
+    if prefix and not (path == prefix or path.startswith(prefix + "/")):
+        path = prefix + path  # a proxy that stripped its prefix: ASGI paths include root_path
+    scope = {**scope, "scheme": scheme, "root_path": prefix, "path": path,
+             "raw_path": path.encode("utf-8", "surrogateescape")}
+    return scope, f"{scheme}://{host.lower()}"
 
 
 def _bearer(value: str | None) -> str | None:

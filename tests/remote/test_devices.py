@@ -84,3 +84,28 @@ def test_stream_book() -> None:
 ])
 def test_names_from_user_agents(agent: str, name: str) -> None:
     assert name_from_agent(agent) == name
+
+
+async def test_a_revocation_by_another_router_closes_the_streams_open_here(postgres_url: str, tmp_path: Path) -> None:
+    import trio
+
+    from router.remote import Reach, ReachConfig
+
+    target = Target("postgresql", postgres_url)
+    here = Reach(ReachConfig(), settings_dir=tmp_path / "here", devices=DeviceStore.open(target, tmp_path / "here"))
+    there = DeviceStore.open(target, tmp_path / "there")
+    try:
+        device, secret = there.pair(IPHONE)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(here.run)
+            assert (await here.authenticate(secret)).id == device.id  # type: ignore[union-attr]
+            with trio.CancelScope() as stream:
+                assert here.streams.open(device.id, stream)
+                await trio.to_thread.run_sync(there.revoke, device.name)
+                with trio.fail_after(10):  # the watcher's round, not a timing this asserts
+                    await trio.sleep_forever()
+            assert stream.cancelled_caught and here.streams.statistics()["streams"] == 0
+            assert await here.authenticate(secret) is None
+            nursery.cancel_scope.cancel()
+    finally:
+        there.close()
