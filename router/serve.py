@@ -339,12 +339,17 @@ class MainJob:
             return
         from router.remote import DeviceStore, Reach
 
+        devices = None
         try:
             devices = await trio.to_thread.run_sync(DeviceStore.open, target, self.config.data_dir)
             self.reach = Reach(self.config.reach, settings_dir=self.config.settings_dir, devices=devices)
             await trio.to_thread.run_sync(self.reach.prepare_certificates)
-        except errors.Refusal as refused:
-            raise StartFailed(refused.code, refused.message, **refused.data) from None
+        except BaseException as failed:
+            if devices is not None:
+                devices.close()
+            if isinstance(failed, errors.Refusal):
+                raise StartFailed(failed.code, failed.message, **failed.data) from None
+            raise
         await self._start(nursery, "reach", self.reach.run)
 
     async def _join_cluster(self, nursery: trio.Nursery, registry: Any) -> None:
