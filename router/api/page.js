@@ -336,7 +336,7 @@ if (typeof document !== "undefined") {
       body.appendChild(row);
     }
     $("skipped").textContent = skipped.length
-      ? "not on the board: " + skipped.map((r) => r.router + " (" + r.code + ")").join(", ") : "";
+      ? "not on the board: " + skipped.map((r) => r.router + " (" + r.error + ")").join(", ") : "";
   }
 
   function boardChanged() {

@@ -108,7 +108,7 @@ class ApiServer:
     def _gated(self, listener: str) -> Any:
         if self.reach is None:
             return self.app
-        from router.api.app import OPEN_ROUTES
+        from router.api.guards import OPEN_ROUTES
         from router.remote import OPEN_PATHS, Gate
 
         return Gate(self.app, self.reach, listener=listener, open_paths=lambda: OPEN_PATHS | OPEN_ROUTES)

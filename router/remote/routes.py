@@ -34,9 +34,12 @@ from router.errors import Refusal
 from router.remote.gate import COOKIE
 from wire.json import JsonError, dumps, loads
 
-__all__ = ["STATUS", "make_blueprint"]
+__all__ = ["REMOTE_STATUS", "make_blueprint"]
 
-STATUS: Final = {
+#: Refusal code -> HTTP status, for the API's one table
+#: (:data:`router.api.responses.STATUS`).
+REMOTE_STATUS: Final = {
+    "bad-origin": 403, "no-origin": 403, "no-credential": 401, "bad-credential": 401,
     "no-remote": 404, "no-own-ca": 404, "unknown-device": 404, "bad-body": 400, "bad-device-name": 400,
     "device-name-taken": 409, "local-only": 403, "bad-pairing-code": 403, "pairing-code-used": 410,
     "pairing-code-expired": 410, "pairing-locked": 429, "no-remote-address": 409,
@@ -51,12 +54,6 @@ def _json(value: Any, status: int = 200) -> Response:
     return Response(dumps(value), status=status, content_type="application/json")
 
 
-def _refused(refusal: Refusal) -> Response:
-    body = {**refusal.data, "error": refusal.code, "message": refusal.message}
-    response = _json(body, STATUS.get(refusal.code, 409))
-    if refusal.code == "pairing-locked":
-        response.headers["Retry-After"] = str(refusal.data.get("retryAfter", 60))
-    return response
 
 
 def _gate() -> Any:
@@ -94,10 +91,6 @@ def make_blueprint(reach: Callable[[], Any]) -> Blueprint:
                           "--listen HOST:PORT (or --behind-proxy) to pair one")
         return found
 
-    @routes.errorhandler(Refusal)
-    async def refused(exc: Refusal) -> Response:
-        return _refused(exc)
-
     @routes.get("/pair")
     async def pair_page() -> Response:
         from router.remote.page import PAIR_PAGE
@@ -123,7 +116,14 @@ def make_blueprint(reach: Callable[[], Any]) -> Blueprint:
     async def pair() -> Response:
         found = the_reach()
         body = await _body({"code": str})
-        device, secret = await found.redeem(body.get("code"), request.headers.get("user-agent", ""))
+        try:
+            device, secret = await found.redeem(body.get("code"), request.headers.get("user-agent", ""))
+        except Refusal as refused:
+            if refused.code != "pairing-locked":
+                raise
+            response = _json(refused.to_json(), REMOTE_STATUS[refused.code])
+            response.headers["Retry-After"] = str(refused.data.get("retryAfter", 60))
+            return response
         response = _json({"device": device.to_json(), "token": secret}, 201)
         gate = _gate()
         secure = request.scope.get("scheme") == "https" or (gate is not None and gate.remote)
