@@ -35,3 +35,14 @@ def test_refused_configurations(config: ReachConfig, code: str) -> None:
 
 def test_a_loopback_address_behind_a_proxy_is_fine() -> None:
     check_config(ReachConfig(listen=(Listen("127.0.0.1", 9000),), behind_proxy=True, public_url="https://box.example"))
+
+
+def test_router_pair_without_a_router_that_serves_devices(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {"PATH": "/usr/bin:/bin", "ROUTER_DATA_DIR": str(tmp_path / "data"), "XDG_RUNTIME_DIR": ""}
+    router = str(Path(sys.executable).with_name("router"))
+    done = subprocess.run([router, "pair"], env=env, capture_output=True, timeout=60)
+    assert done.returncode == 2 and b"no-remote" in done.stderr

@@ -236,7 +236,14 @@ async def test_refusals_from_another_network(tmp_path: Path) -> None:
             assert ok["status"] == 200
             assert (foreign["status"], foreign["body"]["error"]) == (403, "bad-origin")
             assert (cookie_without_origin["status"], cookie_without_origin["body"]["error"]) == (403, "no-origin")
-            await router.cli("devices", "revoke", "Device browser")
+            table = (await router.cli("devices")).stdout.decode()
+            assert "Device browser" in table and "active" in table
+            renamed = await router.cli("devices", "rename", "Device browser", "my curl")
+            assert renamed.stdout.decode().startswith("renamed my curl")
+            revoked_out = await router.cli("devices", "revoke", "my curl")
+            assert revoked_out.stdout.decode().startswith("revoked my curl")
+            unknown = await router.cli("devices", "revoke", "nobody", check=False)
+            assert unknown.returncode == 1 and b"unknown-device" in unknown.stderr
             wrong = [pair_with(f"wrong-guess-{n:02d}-xxxxxxxxxx") for n in range(5)]
             *guesses, revoked, locked = await router.phone_requests([
                 *wrong, {"method": "GET", "url": f"{origin}/sessions", "headers": bearer}, pair_with(second)])
