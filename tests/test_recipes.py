@@ -9,8 +9,9 @@ virtual environment would have it. Words after ``recipe``:
 
 - ``background``: a long-running program (``router serve``, a daemon): the
   block is started and the next one runs once the program has printed its
-  first line (what each of ours prints when it is ready); it is stopped
-  (its whole process group) when the document's recipes end.
+  first line (what each of ours prints when it is ready), or ``ready=N``
+  lines (a block that starts several); it is stopped (its whole process
+  group) when the document's recipes end.
 - ``needs=postgres``: ``PGURL`` names a fresh database of a private
   PostgreSQL cluster (the recipe says ``PGURL=${PGURL:-…}``, so a person's
   own value wins when pasted).
@@ -30,15 +31,18 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import attrs
 import pytest
 
+from router.cli import COMMANDS
 from tests.support.postgres import postgres  # noqa: F401  (the fixture, asked for by name below)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,6 +63,7 @@ class Recipe:
     needs: frozenset[str]
     expected: tuple[str, ...]
     in_repo: bool = False
+    ready: int = 1
 
     @property
     def name(self) -> str:
@@ -80,7 +85,8 @@ def recipes(path: Path) -> Iterator[Recipe]:
         needs = frozenset(word.split("=", 1)[1] for word in words[2:] if word.startswith("needs="))
         yield Recipe(document=path, line=text.count("\n", 0, fence.start()) + 1, body=fence["body"],
                      background="background" in words[2:], needs=needs, expected=expected,
-                     in_repo="cwd=repo" in words[2:])
+                     in_repo="cwd=repo" in words[2:],
+                     ready=next((int(word[6:]) for word in words[2:] if word.startswith("ready=")), 1))
 
 
 def _documents_with_recipes() -> list[Path]:
@@ -95,10 +101,13 @@ def test_the_recipes_are_found() -> None:
 def _environment(work: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("ROUTER_", "XDG_", "CF_HARNESS_", "PYTEST_"))}
-    for name in ("home", "data", "settings", "run"):
+    for name in ("home", "data", "settings"):
         (work / name).mkdir(mode=0o700)
+    # A short run directory, as a login session's is: a Unix socket's path
+    # is at most 108 bytes, and pytest's folders are long.
+    run = tempfile.mkdtemp(prefix="rr-", dir="/tmp")
     env.update(HOME=str(work / "home"), ROUTER_DATA_DIR=str(work / "data"), ROUTER_SETTINGS_DIR=str(work / "settings"),
-               XDG_RUNTIME_DIR=str(work / "run"), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+               XDG_RUNTIME_DIR=run, PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
                PYTHONPATH=str(REPO))
     return env
 
@@ -152,19 +161,109 @@ def test_the_recipes_of_a_document_run_as_pasted(document: Path, tmp_path: Path,
     finally:
         for process in reversed(background):
             _stop(process)
+        shutil.rmtree(env["XDG_RUNTIME_DIR"], ignore_errors=True)
 
 
 def _first_line(process: subprocess.Popen[bytes], log: Path, recipe: Recipe) -> str:
-    """The background program's first line, read with a bound (a thread:
-    a pipe read cannot be given a deadline portably)."""
+    """The background program's first ``recipe.ready`` lines, read with a
+    bound (a thread: a pipe read cannot be given a deadline portably)."""
     import threading
 
     got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+
+    def read() -> None:
+        for _ in range(recipe.ready):
+            got.append(process.stdout.readline())  # type: ignore[union-attr]
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     reader.join(READY_BOUND)
-    line = got[0].decode(errors="replace") if got else ""
-    assert line, f"{recipe.name} printed nothing within {READY_BOUND} s (exit {process.poll()}): {log.read_text()}"
+    line = b"".join(got).decode(errors="replace")
+    assert len(got) == recipe.ready and got[-1], (
+        f"{recipe.name} printed {line!r}, not {recipe.ready} line(s), within {READY_BOUND} s (exit {process.poll()}): "
+        f"{log.read_text()}")
     # Keep draining its output so it never blocks on a full pipe.
     threading.Thread(target=lambda: process.stdout.read(), daemon=True).start()  # type: ignore[union-attr]
     return line
+
+
+# --------------------------------------------------------------------------- every other command block
+
+#: What a ``sh`` block that is not a recipe may be, by the word after ``sh``:
+#: ``synopsis`` (a command's shape, with placeholders: its ``router`` and
+#: ``bench/`` flags are checked against the programs' own ``--help``),
+#: ``bench`` (benchmark runs: long, for a quiet machine; flags checked the
+#: same way) and ``external`` (other programs' commands: npm, claude, git,
+#: debootstrap, pytest; not ours to check).
+KINDS = ("recipe", "synopsis", "bench", "external")
+INVOCATION = re.compile(r"(?:^|\s)(?:(?:\.venv/bin/)?router\s+(?P<command>[a-z][a-z-]*)|\S*bench/(?P<bench>[a-z_]+)\.py)"
+                        r"(?P<rest>(?:\s+\S+)*)")
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+SEPARATORS = re.compile(r"&&|\|\||[|;&]|#.*$")
+
+
+def _sh_blocks() -> Iterator[tuple[Path, int, str, str]]:
+    for path in DOCUMENTS:
+        text = path.read_text()
+        for fence in FENCE.finditer(text):
+            words = fence["info"].split()
+            if words[:1] == ["sh"]:
+                yield path, text.count("\n", 0, fence.start()) + 1, (words[1] if len(words) > 1 else ""), fence["body"]
+
+
+def test_every_sh_block_says_what_it_is() -> None:
+    untagged = [f"{path.relative_to(REPO)}:{line}" for path, line, kind, _ in _sh_blocks() if kind not in KINDS]
+    assert untagged == [], f"tag these blocks `sh recipe|synopsis|bench|external` (tests/test_recipes.py): {untagged}"
+
+
+def _help(argv: list[str], cache: dict[tuple[str, ...], str]) -> str:
+    key = tuple(argv)
+    if key not in cache:
+        done = subprocess.run([*argv, "--help"], capture_output=True, text=True, cwd=REPO, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        cache[key] = done.stdout if done.returncode == 0 else ""
+    return cache[key]
+
+
+def _router_help(words: list[str], cache: dict[tuple[str, ...], str]) -> tuple[list[str], str]:
+    """The longest subcommand path among ``words`` that ``router`` knows, and its help."""
+    path = []
+    for word in words:
+        if not re.fullmatch(r"[a-z][a-z-]*", word):
+            break
+        path.append(word)
+    while path:
+        text = _help([sys.executable, "-m", "router", *path], cache)
+        if text:
+            return path, text
+        path.pop()
+    return [], ""
+
+
+def test_the_flags_every_command_block_shows_exist() -> None:
+    cache: dict[tuple[str, ...], str] = {}
+    wrong: list[str] = []
+    for path, line, kind, body in _sh_blocks():
+        if kind not in ("recipe", "synopsis", "bench"):
+            continue
+        for text in body.splitlines():
+            for part in SEPARATORS.split(text):
+                match = INVOCATION.search(part)
+                if match is None or (match["command"] and match["command"] not in COMMANDS):
+                    continue
+                words = match["rest"].split()
+                if "--" in words:  # what follows is another program's (`router service install -- ...`)
+                    words = words[: words.index("--")]
+                if match["bench"]:
+                    help_text = _help([sys.executable, f"bench/{match['bench']}.py"], cache)
+                    where = f"bench/{match['bench']}.py"
+                else:
+                    subcommand, help_text = _router_help([match["command"], *words], cache)
+                    where = "router " + " ".join(subcommand)
+                    if not subcommand:
+                        wrong.append(f"{path.relative_to(REPO)}:{line}: no router command in {part.strip()!r}")
+                        continue
+                for flag in FLAG.findall(" ".join(words)):
+                    if flag not in help_text:
+                        wrong.append(f"{path.relative_to(REPO)}:{line}: {where} has no {flag} ({part.strip()!r})")
+    assert wrong == [], "\n".join(wrong)
