@@ -32,8 +32,10 @@ request, decided before the app sees it:
    ``router-device`` cookie must be a live device's (``bad-credential``,
    401, for one that is not: unknown or revoked); with neither, only the open
    routes answer (the page's shell, ``/healthz``, the pairing page and its
-   routes), the rest ``no-credential``, 401. The loopback API token is not a
-   remote credential.
+   routes), the rest ``no-credential``, 401. On an open route a stale
+   credential counts as none (a revoked phone loads the page's shell and
+   pairs again), and the cookie needs no ``Origin`` there (nothing of the
+   device's is used). The loopback API token is not a remote credential.
 5. The app then runs with ``scope["router.gate"]`` (what was decided: the app
    skips its own ``Host`` and token checks for a request the gate passed as
    remote) and ``scope["router.credential"]`` (``device:<id>``, the key the
@@ -173,23 +175,29 @@ class Gate:
         return await self._credential(scope, origin)
 
     async def _credential(self, scope: dict, origin: str | None) -> tuple[dict, GateInfo]:
+        """The device the request's credential names. On an open route a
+        missing or stale credential is no credential (a revoked phone still
+        loads the page's shell and pairs again); elsewhere it is refused."""
         method = scope.get("method", "GET")
         bearer = _bearer(_header(scope, b"authorization"))
         cookie = _cookie(_header(scope, b"cookie"))
-        if bearer is None and cookie is None:
-            route = scope.get("path", "")[len(scope.get("root_path", "")):] or "/"
-            if route in self.open_paths():  # POST /pair too: the pairing itself
-                return {**scope, "router.gate": GateInfo(remote=True, origin=origin)}, GateInfo(remote=True)
-            raise Refusal("no-credential", "this router answers paired devices only; pair this device with "
-                          "`router pair` on the router's machine and open the URL it shows")
-        via = "bearer" if bearer is not None else "cookie"
-        if via == "cookie" and origin is None and method not in SAFE:
-            raise Refusal("no-origin", f"{method} with a device cookie must carry Origin (a browser sends it); "
-                          "a client without one sends Authorization: Bearer")
-        device = await self.reach.authenticate(bearer if bearer is not None else cookie)  # type: ignore[arg-type]
+        route = scope.get("path", "")[len(scope.get("root_path", "")):] or "/"
+        is_open = route in self.open_paths()  # POST /pair too: the pairing itself
+        anonymous = GateInfo(remote=True, origin=origin)
+        device = None if bearer is None and cookie is None else \
+            await self.reach.authenticate(bearer if bearer is not None else cookie)  # type: ignore[arg-type]
         if device is None:
+            if is_open:
+                return {**scope, "router.gate": anonymous}, anonymous
+            if bearer is None and cookie is None:
+                raise Refusal("no-credential", "this router answers paired devices only; pair this device with "
+                              "`router pair` on the router's machine and open the URL it shows")
             raise Refusal("bad-credential", "this device's credential is not valid (revoked, or never paired); "
                           "pair it again with `router pair`")
+        via = "bearer" if bearer is not None else "cookie"
+        if via == "cookie" and origin is None and method not in SAFE and not is_open:
+            raise Refusal("no-origin", f"{method} with a device cookie must carry Origin (a browser sends it); "
+                          "a client without one sends Authorization: Bearer")
         info = GateInfo(remote=True, origin=origin, device=device, via=via)
         return {**scope, "router.gate": info, "router.credential": device.credential}, info
 

@@ -132,3 +132,19 @@ async def test_a_proxy_that_only_passes_the_host_on(proxied: tuple[httpx.AsyncCl
     assert (await client.get("/sessions", headers=host)).json()["error"] == "no-credential"
     paired = await client.post("/pair", json={"code": code}, headers=host)
     assert paired.status_code == 201 and "Path=/;" in paired.headers["set-cookie"]
+
+
+async def test_a_revoked_phone_still_gets_the_shell_and_pairs_again(proxied: tuple[httpx.AsyncClient, Reach]) -> None:
+    client, reach = proxied
+    origin = {"origin": "https://box.tail1234.ts.net"}
+    code = (await client.post("/pairings", json={}, headers=AUTH)).json()["code"]
+    first = await client.post("/pair", json={"code": code}, headers={**PROXIED, **origin})
+    stale = {"cookie": f"router-device={first.json()['token']}"}
+    await client.post(f"/devices/{first.json()['device']['name']}/revoke", json={}, headers=AUTH)
+    assert (await client.get("/sessions", headers={**PROXIED, **stale})).json()["error"] == "bad-credential"
+    assert (await client.get("/healthz", headers={**PROXIED, **stale})).status_code == 200
+    again = (await client.post("/pairings", json={}, headers=AUTH)).json()["code"]
+    paired = await client.post("/pair", json={"code": again}, headers={**PROXIED, **stale, **origin})
+    assert paired.status_code == 201
+    fresh = {"cookie": f"router-device={paired.json()['token']}"}
+    assert (await client.get("/sessions", headers={**PROXIED, **fresh})).status_code == 200
