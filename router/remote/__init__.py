@@ -14,10 +14,10 @@
 """
 
 from router.remote.devices import Device, DeviceStore, StreamBook, credential_id
-from router.remote.gate import COOKIE, OPEN_PATHS, Gate, GateInfo
+from router.remote.gate import COOKIE, OPEN_PATHS, REMOTE_STATUS, Gate, GateInfo
 from router.remote.pairing import PairingBook
 from router.remote.reach import Listen, Reach, ReachConfig, check_config, parse_listen
-from router.remote.routes import REMOTE_STATUS, make_blueprint
+from router.remote.routes import make_blueprint
 from router.remote.tls import Certificates, own_certificates, person_certificates
 
 __all__ = ["COOKIE", "Certificates", "Device", "DeviceStore", "Gate", "GateInfo", "Listen", "OPEN_PATHS",

@@ -63,7 +63,7 @@ from wire.json import dumps
 if TYPE_CHECKING:
     from router.remote.reach import Reach
 
-__all__ = ["COOKIE", "Gate", "GateInfo", "OPEN_PATHS"]
+__all__ = ["COOKIE", "Gate", "GateInfo", "OPEN_PATHS", "REMOTE_STATUS"]
 
 log = logging.getLogger("router.remote")
 
@@ -75,7 +75,14 @@ OPEN_PATHS: Final = frozenset({"/", "/healthz", "/pair", "/pair/ca.pem"})
 #: Methods that change nothing (RFC 9110 section 9.2.1, "safe").
 SAFE: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 
-_STATUS: Final = {"bad-host": 421, "bad-origin": 403, "no-origin": 403, "no-credential": 401, "bad-credential": 401}
+#: Refusal code -> HTTP status, for the API's one table
+#: (:data:`router.api.responses.STATUS`).
+REMOTE_STATUS: Final = {
+    "bad-origin": 403, "no-origin": 403, "no-credential": 401, "bad-credential": 401,
+    "bad-host": 421, "no-remote": 404, "no-own-ca": 404, "unknown-device": 404, "bad-body": 400, "bad-device-name": 400,
+    "device-name-taken": 409, "local-only": 403, "bad-pairing-code": 403, "pairing-code-used": 410,
+    "pairing-code-expired": 410, "pairing-locked": 429, "no-remote-address": 409,
+}
 
 
 @attrs.frozen(kw_only=True)
@@ -239,7 +246,7 @@ async def _refuse(send: Any, refused: Refusal) -> None:
     body = dumps({"error": refused.code, "message": refused.message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
                (b"connection", b"close")]
-    if _STATUS[refused.code] == 401:
+    if REMOTE_STATUS[refused.code] == 401:
         headers.append((b"www-authenticate", b"Bearer"))
-    await send({"type": "http.response.start", "status": _STATUS[refused.code], "headers": headers})
+    await send({"type": "http.response.start", "status": REMOTE_STATUS[refused.code], "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -31,19 +31,11 @@ from typing import Any, Callable, Final
 from quart import Blueprint, Response, request
 
 from router.errors import Refusal
-from router.remote.gate import COOKIE
+from router.remote.gate import COOKIE, REMOTE_STATUS
 from wire.json import JsonError, dumps, loads
 
-__all__ = ["REMOTE_STATUS", "make_blueprint"]
+__all__ = ["make_blueprint"]
 
-#: Refusal code -> HTTP status, for the API's one table
-#: (:data:`router.api.responses.STATUS`).
-REMOTE_STATUS: Final = {
-    "bad-origin": 403, "no-origin": 403, "no-credential": 401, "bad-credential": 401,
-    "no-remote": 404, "no-own-ca": 404, "unknown-device": 404, "bad-body": 400, "bad-device-name": 400,
-    "device-name-taken": 409, "local-only": 403, "bad-pairing-code": 403, "pairing-code-used": 410,
-    "pairing-code-expired": 410, "pairing-locked": 429, "no-remote-address": 409,
-}
 #: The device cookie's life: 400 days, the longest Chromium keeps a cookie
 #: (RFC 6265bis "cookie lifetime limits"); the credential itself never ends
 #: until revoked, and the phone's next pairing makes a new one.
