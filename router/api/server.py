@@ -10,10 +10,11 @@ Every route but ``GET /`` and ``GET /healthz`` takes ``Authorization:
 Bearer <token>`` (:mod:`router.board.access`); ``board`` makes
 ``GET /sessions`` the whole local board and forwards to its holders.
 
-With ``reach`` (a :class:`router.remote.Reach`: ``router serve --listen``,
-``--behind-proxy``) every TCP request passes its gate
-(:mod:`router.remote.gate`: proxy headers, ``Origin``, a paired device's
-credential), and each listen address is bound and served too, over TLS
+Every TCP request passes the remote gate (:mod:`router.remote.gate`): an
+``Origin`` that is not the router's own is refused. With ``reach`` (a
+:class:`router.remote.Reach`: ``router serve --listen``, ``--behind-proxy``)
+the gate also takes a local proxy's headers and a paired device's
+credential, and each listen address is bound and served too, over TLS
 unless a local proxy terminates it.
 
 Resource handling: :meth:`ApiServer.run` binds the port (``0`` picks one),
@@ -106,12 +107,13 @@ class ApiServer:
             sock.close()
 
     def _gated(self, listener: str) -> Any:
-        if self.reach is None:
-            return self.app
+        """The app behind the remote gate (router.remote.gate): without a
+        reach, the gate checks ``Origin`` against the loopback origins only."""
         from router.api.guards import OPEN_ROUTES
-        from router.remote import OPEN_PATHS, Gate
+        from router.remote import OPEN_PATHS, Gate, LoopbackOrigins
 
-        return Gate(self.app, self.reach, listener=listener, open_paths=lambda: OPEN_PATHS | OPEN_ROUTES)
+        reach = self.reach if self.reach is not None else LoopbackOrigins(lambda: self.port)
+        return Gate(self.app, reach, listener=listener, open_paths=lambda: OPEN_PATHS | OPEN_ROUTES)
 
     async def _serve_listen(self, nursery: trio.Nursery) -> None:
         """Bind every listen address (``OSError`` when one cannot be) and

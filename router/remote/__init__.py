@@ -14,12 +14,12 @@
 """
 
 from router.remote.devices import Device, DeviceStore, StreamBook, credential_id
-from router.remote.gate import COOKIE, OPEN_PATHS, REMOTE_STATUS, Gate, GateInfo
+from router.remote.gate import COOKIE, OPEN_PATHS, REMOTE_STATUS, Gate, GateInfo, LoopbackOrigins
 from router.remote.pairing import PairingBook
 from router.remote.reach import Listen, Reach, ReachConfig, check_config, parse_listen
 from router.remote.routes import make_blueprint
 from router.remote.tls import Certificates, own_certificates, person_certificates
 
-__all__ = ["COOKIE", "Certificates", "Device", "DeviceStore", "Gate", "GateInfo", "Listen", "OPEN_PATHS",
+__all__ = ["COOKIE", "Certificates", "Device", "DeviceStore", "Gate", "GateInfo", "Listen", "LoopbackOrigins", "OPEN_PATHS",
            "PairingBook", "REMOTE_STATUS", "Reach", "ReachConfig", "StreamBook", "check_config", "credential_id", "make_blueprint",
            "own_certificates", "parse_listen", "person_certificates"]

@@ -5,7 +5,9 @@ Theory of operation
 -------------------
 
 :class:`Gate` wraps the API's ASGI app once per listener (``loopback``: the
-``127.0.0.1`` port; ``remote``: a ``--listen`` address). For each HTTP
+``127.0.0.1`` port; ``remote``: a ``--listen`` address); a router with
+neither ``--listen`` nor ``--behind-proxy`` has it on its loopback port
+too, over :class:`LoopbackOrigins`, for the ``Origin`` check. For each HTTP
 request, decided before the app sees it:
 
 1. **Proxied or not.** With ``--behind-proxy``, a request from a loopback
@@ -63,7 +65,7 @@ from wire.json import dumps
 if TYPE_CHECKING:
     from router.remote.reach import Reach
 
-__all__ = ["COOKIE", "Gate", "GateInfo", "OPEN_PATHS", "REMOTE_STATUS"]
+__all__ = ["COOKIE", "Gate", "GateInfo", "LoopbackOrigins", "OPEN_PATHS", "REMOTE_STATUS"]
 
 log = logging.getLogger("router.remote")
 
@@ -94,6 +96,28 @@ class GateInfo:
     device: Any = None
     #: How the device's credential came: ``cookie`` or ``bearer``.
     via: str | None = None
+
+
+class LoopbackOrigins:
+    """What the gate asks of a router that serves its loopback port only
+    (no ``--listen``, no ``--behind-proxy``): its own origins, so the
+    ``Origin`` check holds there too. Nothing is remote, so nothing else is
+    asked."""
+
+    behind_proxy = False
+
+    def __init__(self, port: Callable[[], int | None]) -> None:
+        self._port = port
+
+    def origins(self) -> frozenset[str]:
+        port = self._port()
+        return frozenset() if port is None else frozenset({f"http://127.0.0.1:{port}", f"http://localhost:{port}"})
+
+    def listen_hosts(self) -> set[str]:
+        return set()
+
+    def public_host(self) -> str | None:
+        return None
 
 
 def _header(scope: dict, name: bytes) -> str | None:

@@ -4,6 +4,7 @@ page's Origin check, a code that expired, the local-only routes."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -30,8 +31,9 @@ PROXIED = {"x-forwarded-host": "box.tail1234.ts.net", "x-forwarded-proto": "http
            "x-forwarded-for": "100.64.0.7"}
 
 
-@pytest.fixture
-async def proxied(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[tuple[httpx.AsyncClient, Reach]]:
+@asynccontextmanager
+async def _serving(tmp_path: Path, env: dict[str, str], reach: Reach | None) -> AsyncIterator[httpx.AsyncClient]:
+    """The API on a loopback port (``reach``'s gate in front when given)."""
     opened: list[Any] = []
     try:
         async with trio.open_nursery() as nursery:
@@ -46,17 +48,36 @@ async def proxied(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[tuple[ht
             await nursery.start(registry.run)
             router = TurnRouter(deliveries=log, registry=registry, host=host, env=env)
             layer = PluginLayer(settings=SettingsDir(tmp_path / "settings"), records=MemoryRecords())
-            reach = Reach(ReachConfig(behind_proxy=True, public_url=PUBLIC), settings_dir=tmp_path / "settings",
-                          devices=DeviceStore.open(None, tmp_path))
-            await nursery.start(reach.run)
+            if reach is not None:
+                await nursery.start(reach.run)
             server = ApiServer(router, layer, port=0, token=TOKEN, reach=reach)
             url = await nursery.start(server.run)
             async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-                yield client, reach
+                yield client
             nursery.cancel_scope.cancel()
     finally:
         for each in opened:
             each.close()
+
+
+@pytest.fixture
+async def proxied(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[tuple[httpx.AsyncClient, Reach]]:
+    reach = Reach(ReachConfig(behind_proxy=True, public_url=PUBLIC), settings_dir=tmp_path / "settings",
+                  devices=DeviceStore.open(None, tmp_path))
+    async with _serving(tmp_path, env, reach) as client:
+        yield client, reach
+
+
+async def test_without_reach_the_loopback_port_checks_origin_too(tmp_path: Path, env: dict[str, str]) -> None:
+    async with _serving(tmp_path, env, None) as client:
+        foreign = await client.post("/sessions", json={}, headers={**AUTH, "origin": "https://evil.example"})
+        assert (foreign.status_code, foreign.json()["error"]) == (403, "bad-origin")
+        stream = await client.get("/board/live", headers={**AUTH, "origin": "https://evil.example"})
+        assert stream.json()["error"] == "bad-origin"
+        ours = await client.post("/sessions", json={"id": "o1"}, headers={**AUTH, "origin": str(client.base_url).rstrip("/")})
+        assert ours.status_code == 201
+        assert (await client.post("/sessions", json={"id": "o2"}, headers=AUTH)).status_code == 201  # no Origin: a CLI
+        assert (await client.get("/pair")).json()["error"] in ("no-token", "no-remote")
 
 
 async def test_behind_a_proxy(proxied: tuple[httpx.AsyncClient, Reach]) -> None:
