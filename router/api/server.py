@@ -60,6 +60,7 @@ class ApiServer:
         port: int = DEFAULT_PORT,
         config: ApiConfig | None = None,
         board: LocalBoard | None = None,
+        worktrees: Any = None,
         reach: Any = None,
     ) -> None:
         self.router = router
@@ -68,7 +69,8 @@ class ApiServer:
         self.port: int | None = None
         self.token = token
         self._hosts: set[str] = set()
-        self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts, token=token, board=board)
+        self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts, token=token, board=board,
+                            worktrees=worktrees)
         self.reach = reach
         from router.remote import make_blueprint
 

@@ -184,6 +184,7 @@ class LocalServer:
         config: ApiConfig | None = None,
         board: Any = None,
         name: str | None = None,
+        worktrees: Any = None,
         reach: Any = None,
     ) -> None:
         self.env = env
@@ -199,7 +200,8 @@ class LocalServer:
         self.board = board
         if board is not None:
             board.info, board.socket = self.info.to_json(), self.path
-        self.app = make_app(router, layer, config or ApiConfig(), lambda: {LOCAL_HOST}, board=board)
+        self.app = make_app(router, layer, config or ApiConfig(), lambda: {LOCAL_HOST}, board=board,
+                            worktrees=worktrees)
         # Pairing and devices (router.remote): `router pair` and `router devices` ask here.
         self.reach = reach
         from router.remote import make_blueprint

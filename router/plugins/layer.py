@@ -113,6 +113,11 @@ class PluginLayer:
         # what it had, and what it kept stays on (limits fail closed).
         return [module.name for module in self.loader.modules(kind)]
 
+    def switched_on(self, kind: str) -> list[str]:
+        """The modules of ``kind`` that ``plugins.json`` switches on (as
+        last loaded)."""
+        return self._switched_on(kind)
+
     def _kind_options(self, kind: str) -> dict[str, Any]:
         value = self._options.get(kind)
         return value if type(value) is dict else {}
