@@ -71,6 +71,8 @@ STATUS: Final[Mapping[str, int]] = {
     "session-closed": 503,
     "inbox-full": 503,
     "host-not-running": 503,
+    # The store failed transiently past its retries (router/_transient.py).
+    "store-unavailable": 503,
     "mod-error": 502,
     # Sessions in git worktrees (router.api.routes.places, docs/sessions.md);
     # their other refusals (unsaved-work, branch-exists ...) answer 409.
