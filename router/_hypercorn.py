@@ -33,7 +33,7 @@ Two things here, at two depths:
   anyway; it is treated as a send to a closed stream, which Hypercorn
   already handles (its ``Closed`` event).
 - :func:`serve_on_socket` serves the listener itself (what ``worker_serve``
-  does, without multiprocessing, QUIC, TLS or a shutdown trigger) and
+  does, without multiprocessing, QUIC or a shutdown trigger; TLS as it does) and
   contains each connection: whatever escapes one (a bug, ours or
   Hypercorn's) is logged with its traceback and ends that connection only.
   The fuzzer in ``tests/modlink/test_hostile_http.py`` pins the inputs.
@@ -134,6 +134,8 @@ async def serve_on_socket(
     sock: socket.socket,
     *,
     logger: str,
+    certfile: str | None = None,
+    keyfile: str | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``sock`` (bound, listening, non-blocking) until
@@ -146,15 +148,25 @@ async def serve_on_socket(
     listener and every connection at once (open requests, a held poll or a
     live stream, get no grace: ``worker_serve``'s graceful timeout only ever
     applied to its own shutdown trigger, never to a cancelled server).
+
+    TLS: with ``certfile`` and ``keyfile`` the listener is wrapped as
+    Hypercorn's Trio worker wraps its secure sockets (a ``trio.SSLListener``
+    over the context ``Config.create_ssl_context`` makes; HTTP/1.1 only over
+    ALPN); a client that fails the handshake is dropped by Hypercorn's
+    connection (``TCPServer.run``) and never reaches the app.
     """
     config = Config()
     config.errorlog = logging.getLogger(logger)
     config.accesslog = None
+    config.certfile, config.keyfile = certfile, keyfile
+    config.alpn_protocols = ["http/1.1"]
     asgi = wrap_app(_refuse_bad_hosts(app), 0, "asgi")
     #: What the app's lifespan startup keeps, copied into each connection (as Hypercorn does).
     state: dict = {}
     context = WorkerContext(None)
-    listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    listener: Any = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    if config.ssl_enabled:
+        listener = trio.SSLListener(listener, config.create_ssl_context(), https_compatible=True)
     handler = partial(_serve_connection, asgi, config, context, state, logging.getLogger(logger))
     async with trio.open_nursery() as lifespan_nursery:
         handling = Lifespan(asgi, config, state)

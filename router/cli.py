@@ -100,6 +100,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.store.cli",
         "copy a SQLite data directory into a PostgreSQL database (router store copy --from DIR --to URL)",
     ),
+    "pair": (
+        "router.remote.cli",
+        "pair a phone: a one-time code's URL and QR code, for `router serve --listen`",
+    ),
+    "devices": (
+        "router.remote.cli",
+        "list the paired devices, or revoke one (router devices revoke NAME)",
+    ),
     # Sessions in git worktrees (router.worktrees, docs/sessions.md).
     "projects": (
         "router.worktrees.cli",

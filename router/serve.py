@@ -140,6 +140,9 @@ class JobConfig:
     #: ``postgresql://…``, :func:`router.store.parse_target`); None: the
     #: SQLite files in ``data_dir``.
     store: str | None = None
+    #: Reach beyond this machine (``--listen``, ``--tls-cert``/``--tls-key``,
+    #: ``--behind-proxy``): a :class:`router.remote.ReachConfig`; None: none.
+    reach: Any = None
 
 
 class StartFailed(errors.Refusal):
@@ -186,6 +189,8 @@ class MainJob:
         self.socket: str | None = None
         #: The launcher in force (a ``router.host.Launcher``; None with ``--daemon``).
         self.launcher: Any = None
+        #: Pairing and devices (``router.remote.Reach``) with ``--listen`` or ``--behind-proxy``.
+        self.reach: Any = None
         #: Sessions in git worktrees (``router.worktrees.Worktrees``; ``router serve`` only).
         self.worktrees: Any = None
         #: This router's part in a cluster (``router.cluster.ClusterNode``)
@@ -322,8 +327,10 @@ class MainJob:
                     await self._start_worktrees(nursery)
                 if config.port is not None:
                     self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
+                    await self._start_reach(nursery, target)
                     self.api = ApiServer(self.router, self.layer, token=self.token, port=config.port,
-                                         config=self._api_config(harness), board=self.board, worktrees=self.worktrees)
+                                         config=self._api_config(harness), board=self.board, worktrees=self.worktrees,
+                                         reach=self.reach)
                     self.url = await self._start(nursery, "api", self.api.run)
                 # 6. The private Unix socket: this user's other commands
                 # (`router sessions`, `router send`) reach the router there.
@@ -341,6 +348,26 @@ class MainJob:
                 each.close()
             self._stopped.set()
 
+
+    async def _start_reach(self, nursery: trio.Nursery, target: Any) -> None:
+        """Pairing, devices and the certificates, with ``--listen`` or
+        ``--behind-proxy`` (:mod:`router.remote`)."""
+        if self.config.reach is None or not self.config.reach.enabled:
+            return
+        from router.remote import DeviceStore, Reach
+
+        devices = None
+        try:
+            devices = await trio.to_thread.run_sync(DeviceStore.open, target, self.config.data_dir)
+            self.reach = Reach(self.config.reach, settings_dir=self.config.settings_dir, devices=devices)
+            await trio.to_thread.run_sync(self.reach.prepare_certificates)
+        except BaseException as failed:
+            if devices is not None:
+                devices.close()
+            if isinstance(failed, errors.Refusal):
+                raise StartFailed(failed.code, failed.message, **failed.data) from None
+            raise
+        await self._start(nursery, "reach", self.reach.run)
 
     async def _join_cluster(self, nursery: trio.Nursery, registry: Any) -> None:
         """Start this router's node of the cluster, when it is one."""
@@ -446,7 +473,7 @@ class MainJob:
         assert self.config.local is not None
         self.local = LocalServer(self.router, self.layer, env=self.env, command=self.config.local,
                                  data_dir=self.config.data_dir, url=self.url, config=self._api_config(harness),
-                                 board=self.board, name=self.config.name, worktrees=self.worktrees)
+                                 board=self.board, name=self.config.name, worktrees=self.worktrees, reach=self.reach)
         try:
             self.socket = await self._start(nursery, "local", self.local.run)
         except errors.Refusal as refused:
@@ -595,6 +622,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, metavar="SECONDS",
                         help=f"stop a launched daemon idle this long; the next message starts it again "
                         f"(default {IDLE_TIMEOUT:g}; 0: never)")
+    # Reach beyond this machine (router.remote, docs/remote.md).
+    parser.add_argument("--listen", action="append", default=[], metavar="HOST:PORT",
+                        help="also serve the page and API on this address (repeatable), over TLS; phones pair "
+                        "with `router pair`")
+    parser.add_argument("--tls-cert", metavar="FILE", help="the certificate (PEM, with its chain) the --listen "
+                        "addresses serve; default: one signed by the router's own CA")
+    parser.add_argument("--tls-key", metavar="FILE", help="the key of --tls-cert")
+    parser.add_argument("--behind-proxy", nargs="?", const="", default=None, metavar="URL",
+                        help="a local tunnel or reverse proxy terminates TLS (tailscale serve, cloudflared, "
+                        "Caddy): trust its forwarded headers from loopback peers; URL: where it serves the "
+                        "router (https://…), for pairing links")
 
 
 def job_config(args: argparse.Namespace, env: Mapping[str, str], *, token: str | None = None,
@@ -632,6 +670,11 @@ def run(args: argparse.Namespace) -> int:
     if args.idle_timeout < 0:
         print("router serve: --idle-timeout is 0 (never) or a number of seconds", file=sys.stderr)
         return 2
+    try:
+        reach = _reach_config(args)
+    except errors.Refusal as refused:
+        print(f"router serve: {refused}", file=sys.stderr)
+        return 2
     if args.name is not None:
         from router.board.local import check_name
 
@@ -643,14 +686,15 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, "router serve")
     config = job_config(args, os.environ, token=token, port=args.port, local="serve", store=args.store,
                         launcher=args.launcher, image=args.image, idle_timeout=args.idle_timeout or None,
-                        name=args.name)
+                        name=args.name, reach=reach)
     try:
         return trio.run(partial(_serve, config, terminal=sys.stdout.isatty()))
     except StartFailed as exc:
         print(f"router serve: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"router serve: cannot-listen: 127.0.0.1:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        where = ", ".join([f"127.0.0.1:{args.port}", *args.listen])
+        print(f"router serve: cannot-listen: {where}: {exc.strerror or exc}", file=sys.stderr)
         return 2
 
 
@@ -665,6 +709,20 @@ INTERRUPTED = 128 + signal.SIGINT
 def page_url_path(settings_dir: Path) -> Path:
     """Where ``router serve`` leaves the page's URL with its token."""
     return Path(settings_dir) / PAGE_URL_FILE
+
+
+def _reach_config(args: argparse.Namespace) -> Any:
+    """``--listen``, ``--tls-cert``/``--tls-key``, ``--behind-proxy`` as a
+    checked ``router.remote.ReachConfig``, or None when none is given."""
+    if not (args.listen or args.tls_cert or args.tls_key or args.behind_proxy is not None):
+        return None
+    from router.remote import ReachConfig, check_config, parse_listen
+
+    config = ReachConfig(listen=tuple(parse_listen(each) for each in args.listen), tls_cert=args.tls_cert,
+                         tls_key=args.tls_key, behind_proxy=args.behind_proxy is not None,
+                         public_url=args.behind_proxy or None)
+    check_config(config)
+    return config
 
 
 async def _serve(config: JobConfig, *, terminal: bool = False) -> int:
@@ -690,6 +748,9 @@ async def _serve(config: JobConfig, *, terminal: bool = False) -> int:
                     f"local {job.socket}); the page's URL with its token is in {url_file} (0600)",
                     flush=True,
                 )
+                if job.reach is not None:
+                    for origin in sorted(job.reach.origins() - {job.url, job.url.replace("127.0.0.1", "localhost")}):
+                        print(f"router serve: reachable at {origin}; pair a phone with `router pair`", flush=True)
                 async for received in signals:
                     log.info("signal %s: stopping", signal.Signals(received).name)
                     break

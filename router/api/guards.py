@@ -46,8 +46,14 @@ _AT_THE_DOOR: Final = "router_refused_at_the_door"
 
 
 def door() -> Refusal | None:
-    """The door's refusal of this request, or None to let it in."""
+    """The door's refusal of this request, or None to let it in. A request
+    the remote gate passed (:mod:`router.remote.gate`: a ``--listen``
+    address or a local proxy) had its ``Host`` and credential checked
+    there; only its content type is checked here."""
     api = current()
+    gate = request.scope.get("router.gate")
+    if gate is not None and gate.remote:
+        return _content_type()
     host = request.headers.get("host", "")
     if host not in api.allowed_hosts():
         return Refusal(
@@ -58,10 +64,15 @@ def door() -> Refusal | None:
         refused = check_bearer(request.headers, api.token)
         if refused is not None:
             return refused
-    if request.method == "POST":
+    return _content_type()
+
+
+def _content_type() -> Refusal | None:
+    if request.method in ("POST", "PATCH"):
         mimetype = (request.mimetype or "").lower()
         if mimetype != "application/json":
-            return Refusal("bad-content-type", f"POST takes Content-Type: application/json, not {mimetype or 'none'!r}")
+            return Refusal("bad-content-type",
+                           f"{request.method} takes Content-Type: application/json, not {mimetype or 'none'!r}")
     return None
 
 

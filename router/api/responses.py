@@ -17,6 +17,7 @@ from quart import Response
 from router.asks import ASK_STATUS
 from router.errors import Refusal
 from router.plugins.channels import WEB_OFF_STATUS
+from router.remote import REMOTE_STATUS
 from wire.json import dumps
 
 __all__ = ["DEFAULT_STATUS", "STATUS", "json_response", "refusal_response", "status_of"]
@@ -92,6 +93,8 @@ STATUS: Final[Mapping[str, int]] = {
     "bad-projects": 500,
     # An answer to a permission ask (router.asks).
     **ASK_STATUS,
+    # Pairing, devices and the remote gate (router.remote, docs/remote.md).
+    **REMOTE_STATUS,
 }
 
 

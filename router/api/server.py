@@ -10,6 +10,13 @@ Every route but ``GET /`` and ``GET /healthz`` takes ``Authorization:
 Bearer <token>`` (:mod:`router.board.access`); ``board`` makes
 ``GET /sessions`` the whole local board and forwards to its holders.
 
+Every TCP request passes the remote gate (:mod:`router.remote.gate`): an
+``Origin`` that is not the router's own is refused. With ``reach`` (a
+:class:`router.remote.Reach`: ``router serve --listen``, ``--behind-proxy``)
+the gate also takes a local proxy's headers and a paired device's
+credential, and each listen address is bound and served too, over TLS
+unless a local proxy terminates it.
+
 Resource handling: :meth:`ApiServer.run` binds the port (``0`` picks one),
 serves until cancelled, and closes the socket on every exit. Cancelling it
 ends every open live stream. Error handling: a port that cannot be bound
@@ -54,6 +61,7 @@ class ApiServer:
         config: ApiConfig | None = None,
         board: LocalBoard | None = None,
         worktrees: Any = None,
+        reach: Any = None,
     ) -> None:
         self.router = router
         self.layer = layer
@@ -63,6 +71,10 @@ class ApiServer:
         self._hosts: set[str] = set()
         self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts, token=token, board=board,
                             worktrees=worktrees)
+        self.reach = reach
+        from router.remote import make_blueprint
+
+        self.app.register_blueprint(make_blueprint(lambda: self.reach))
 
     def __repr__(self) -> str:
         return f"<ApiServer {self.url or 'not bound'}>"
@@ -87,11 +99,48 @@ class ApiServer:
             self.port = sock.getsockname()[1]
             self._hosts = {f"{LOOPBACK}:{self.port}", f"localhost:{self.port}"}
             async with trio.open_nursery() as nursery:
-                await nursery.start(partial(serve_on_socket, self.app, sock, logger="router.api.http"))
+                await nursery.start(partial(serve_on_socket, self._gated("loopback"), sock, logger="router.api.http"))
+                if self.reach is not None:
+                    self.reach.loopback_port = self.port
+                    await self._serve_listen(nursery)
                 log.info("API listening on %s", self.url)
                 task_status.started(self.url)
         finally:
             sock.close()
 
+    def _gated(self, listener: str) -> Any:
+        """The app behind the remote gate (router.remote.gate): without a
+        reach, the gate checks ``Origin`` against the loopback origins only."""
+        from router.api.guards import OPEN_ROUTES
+        from router.remote import OPEN_PATHS, Gate, LoopbackOrigins
+
+        reach = self.reach if self.reach is not None else LoopbackOrigins(lambda: self.port)
+        return Gate(self.app, reach, listener=listener, open_paths=lambda: OPEN_PATHS | OPEN_ROUTES)
+
+    async def _serve_listen(self, nursery: trio.Nursery) -> None:
+        """Bind every listen address (``OSError`` when one cannot be) and
+        serve each behind the gate, over TLS unless a proxy terminates it."""
+        certificates = self.reach.certificates
+        tls = {} if certificates is None else {"certfile": certificates.certfile, "keyfile": certificates.keyfile}
+        for each in self.reach.config.listen:
+            family = socket.AF_INET6 if ":" in each.host else socket.AF_INET
+            listen = socket.socket(family, socket.SOCK_STREAM)
+            nursery.start_soon(_close_when_cancelled, listen)
+            listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listen.bind((each.host, each.port))
+            listen.listen(128)
+            listen.setblocking(False)
+            await nursery.start(partial(serve_on_socket, self._gated("remote"), listen, logger="router.api.http",
+                                        **tls))
+            log.info("API listening on %s://%s", "https" if tls else "http", each.hostport)
+
     def statistics(self) -> dict[str, Any]:
         return {"url": self.url}
+
+
+async def _close_when_cancelled(sock: socket.socket) -> None:
+    """Own a listen socket: closed when the server's nursery ends."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        sock.close()

@@ -185,6 +185,7 @@ class LocalServer:
         board: Any = None,
         name: str | None = None,
         worktrees: Any = None,
+        reach: Any = None,
     ) -> None:
         self.env = env
         self.directory = local_directory(env)
@@ -201,6 +202,11 @@ class LocalServer:
             board.info, board.socket = self.info.to_json(), self.path
         self.app = make_app(router, layer, config or ApiConfig(), lambda: {LOCAL_HOST}, board=board,
                             worktrees=worktrees)
+        # Pairing and devices (router.remote): `router pair` and `router devices` ask here.
+        self.reach = reach
+        from router.remote import make_blueprint
+
+        self.app.register_blueprint(make_blueprint(lambda: self.reach))
         info = dumps(self.info.to_json())
 
         @self.app.get(INFO_ROUTE)
