@@ -12,7 +12,9 @@ Bearer <token>`` (:mod:`router.board.access`); ``board`` makes
 
 Resource handling: :meth:`ApiServer.run` binds the port (``0`` picks one),
 serves until cancelled, and closes the socket on every exit. Cancelling it
-ends every open live stream. Error handling: a port that cannot be bound
+ends every open live stream. ``limits`` bound the connections
+(:class:`router._hypercorn.ConnectionLimits`: an idle one is closed after
+its timeout, one past the cap is refused 503). Error handling: a port that cannot be bound
 raises ``OSError`` before ``started``.
 """
 
@@ -25,7 +27,7 @@ from typing import Any
 
 import trio
 
-from router._hypercorn import serve_on_socket
+from router._hypercorn import ConnectionGate, ConnectionLimits, serve_on_socket
 from router.api.app import ApiConfig, make_app
 from router.board.service import LocalBoard
 from router.plugins.layer import PluginLayer
@@ -53,6 +55,7 @@ class ApiServer:
         port: int = DEFAULT_PORT,
         config: ApiConfig | None = None,
         board: LocalBoard | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.router = router
         self.layer = layer
@@ -60,6 +63,8 @@ class ApiServer:
         self.port: int | None = None
         self.token = token
         self._hosts: set[str] = set()
+        #: The listener's connections against ``limits`` (docs/turns.md, "Connections").
+        self.connections = ConnectionGate(limits)
         self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts, token=token, board=board)
 
     def __repr__(self) -> str:
@@ -85,11 +90,12 @@ class ApiServer:
             self.port = sock.getsockname()[1]
             self._hosts = {f"{LOOPBACK}:{self.port}", f"localhost:{self.port}"}
             async with trio.open_nursery() as nursery:
-                await nursery.start(partial(serve_on_socket, self.app, sock, logger="router.api.http"))
+                await nursery.start(partial(serve_on_socket, self.app, sock, logger="router.api.http",
+                                            gate=self.connections))
                 log.info("API listening on %s", self.url)
                 task_status.started(self.url)
         finally:
             sock.close()
 
     def statistics(self) -> dict[str, Any]:
-        return {"url": self.url}
+        return {"url": self.url, "connections": self.connections.statistics()}
