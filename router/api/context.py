@@ -16,6 +16,7 @@ import attrs
 from quart import current_app
 from quart_trio import QuartTrio
 
+from router.api.streams import StreamSlots
 from router.board.service import LocalBoard
 from router.plugins.layer import PluginLayer
 from router.turns.router import TurnRouter
@@ -38,6 +39,9 @@ class ApiConfig:
     default_instance: str = "default"
     #: Seconds of quiet before the live stream's keep-alive comment.
     live_keepalive: float = 15.0
+    #: Live streams one credential may hold at once (:mod:`router.api.streams`;
+    #: ours: a page holds two, so this is a person's many tabs and tools).
+    max_streams: int = 32
 
 
 @attrs.frozen(kw_only=True)
@@ -54,6 +58,9 @@ class ApiContext:
     token: str | None = None
     #: Every local router's sessions, and forwarding to their holders.
     board: LocalBoard | None = None
+    #: The live streams open, per credential.
+    streams: StreamSlots = attrs.field(default=attrs.Factory(lambda self: StreamSlots(self.config.max_streams),
+                                                              takes_self=True))
 
     def install(self, app: QuartTrio) -> None:
         app.extensions[KEY] = self
