@@ -111,6 +111,9 @@ class JobConfig:
     #: command (``serve``, ``mcp``); None serves none. With it, the API
     #: lists the whole local board and forwards to its holders.
     local: str | None = None
+    #: The router's name on the board (``--name``; None: from the data
+    #: directory, see ``router.board.local``).
+    name: str | None = None
     #: Sessions of this router the board does not list (``router mcp``:
     #: its echo ``root``; see ``router.board.service``).
     hidden: tuple[str, ...] = ()
@@ -270,8 +273,12 @@ class MainJob:
                     harness, via = ("echo", "in-process") if launcher.name == IN_PROCESS else ("echo", "daemon")
                 else:
                     self.daemon_url = config.daemon_url
-                    endpoint = await _checked_daemon(config.daemon_url, config.daemon_token or "")
-                    harness, via = "container", "daemon"
+                    endpoint, adapter = await _checked_daemon(config.daemon_url, config.daemon_token or "")
+                    # An echo daemon runs the echo harness, as a launched one
+                    # does, so the default routes launch on it with no
+                    # settings changed (the cluster recipe); a route to the
+                    # `container` module reaches it too.
+                    harness, via = ("echo" if adapter == "echo" else "container"), "daemon"
                 self.launcher = launcher
                 # 4. The host, the registry, the router.
                 self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"), launcher=launcher,
@@ -335,7 +342,8 @@ class MainJob:
     def _api_config(self, harness: str) -> Any:
         from router.api.app import ApiConfig
 
-        return ApiConfig(harness=harness, launcher=None if self.launcher is None else self.launcher.name)
+        also = frozenset({"container"}) if self.config.daemon_url is not None else frozenset()
+        return ApiConfig(harness=harness, also=also, launcher=None if self.launcher is None else self.launcher.name)
 
     async def _launcher(self, nursery: trio.Nursery) -> tuple[Any, Any]:
         """The launcher in force (a :class:`router.host.Launcher`), and the
@@ -395,7 +403,7 @@ class MainJob:
         assert self.config.local is not None
         self.local = LocalServer(self.router, self.layer, env=self.env, command=self.config.local,
                                  data_dir=self.config.data_dir, url=self.url, config=self._api_config(harness),
-                                 board=self.board)
+                                 board=self.board, name=self.config.name)
         try:
             self.socket = await self._start(nursery, "local", self.local.run)
         except errors.Refusal as refused:
@@ -429,10 +437,10 @@ def _token(settings_dir: Path) -> str:
 PROBE_SESSION = "router-daemon-check"
 
 
-async def _checked_daemon(url: str, token: str) -> Any:
-    """The daemon's endpoint, once it passed its check (health, token,
-    protocol); ``StartFailed`` (``bad-daemon-url``, ``daemon-check-failed``)
-    saying what is wrong otherwise."""
+async def _checked_daemon(url: str, token: str) -> tuple[Any, str]:
+    """The daemon's endpoint and its adapter's id, once it passed its check
+    (health, token, protocol); ``StartFailed`` (``bad-daemon-url``,
+    ``daemon-check-failed``) saying what is wrong otherwise."""
     from router.host import DaemonEndpoint, EndpointError, LinkError, probe
 
     try:
@@ -444,7 +452,7 @@ async def _checked_daemon(url: str, token: str) -> Any:
     except LinkError as exc:
         raise StartFailed("daemon-check-failed", f"{exc.code}: {exc.message}", reason=exc.code) from None
     log.info("daemon %s: protocol %s, adapter %s %s", url, hello.protocol, hello.adapter.id, hello.adapter.version)
-    return endpoint
+    return endpoint, hello.adapter.id
 
 
 def _owner_id(data_dir: Path) -> str:
@@ -518,6 +526,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "(a container per session); default: plugins.json's launcher, else in-process")
     parser.add_argument("--image", help="the image the docker launcher runs (default: its image option, else "
                         "router:latest, built from the repository's Dockerfile)")
+    parser.add_argument("--name", metavar="NAME", help="this router's name on the board, which `router sessions` "
+                        "shows and --router takes (default: serve-<6 hex> from the data directory, the same at "
+                        "every restart)")
     parser.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, metavar="SECONDS",
                         help=f"stop a launched daemon idle this long; the next message starts it again "
                         f"(default {IDLE_TIMEOUT:g}; 0: never)")
@@ -549,9 +560,17 @@ def run(args: argparse.Namespace) -> int:
     if args.idle_timeout < 0:
         print("router serve: --idle-timeout is 0 (never) or a number of seconds", file=sys.stderr)
         return 2
+    if args.name is not None:
+        from router.board.local import check_name
+
+        try:
+            check_name(args.name)
+        except errors.Refusal as refused:
+            print(f"router serve: {refused}", file=sys.stderr)
+            return 2
     setup_logging(args.log_level, "router serve")
     config = job_config(args, os.environ, port=args.port, local="serve", store=args.store, launcher=args.launcher, image=args.image,
-                        idle_timeout=args.idle_timeout or None)
+                        idle_timeout=args.idle_timeout or None, name=args.name)
     try:
         return trio.run(_serve, config)
     except StartFailed as exc:

@@ -32,6 +32,9 @@ class ApiConfig:
     #: The harness a new session's launch must route to: the one that runs
     #: on this router's host (``echo`` for the in-process daemon).
     harness: str = "echo"
+    #: Other harnesses a launch may route to here: with ``--daemon``, the
+    #: ``container`` module (a daemon named by URL) beside the daemon's own.
+    also: frozenset[str] = frozenset()
     #: The launcher in force (None: none; one daemon): with one, a launch
     #: may route to any harness a daemon runs (not the mod link's).
     launcher: str | None = None

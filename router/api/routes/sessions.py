@@ -47,7 +47,7 @@ async def create_session() -> Response:
     if isinstance(launch, Refusal):
         raise launch
     launched = api.config.launcher is not None and launch.reach.get("via") != "mod-link"
-    if launch.harness != api.config.harness and not launched:
+    if launch.harness != api.config.harness and launch.harness not in api.config.also and not launched:
         raise Refusal(
             "harness-unsupported",
             f"instance {instance!r} routes to the {launch.harness!r} harness, but this router runs its "

@@ -186,12 +186,18 @@ class ContainerTarget:
         assert self.hub is not None
         pause, cap = RESUBSCRIBE_PAUSE
         started = interrupted = False
+        #: The refusal met by the last try, while no subscription opened
+        #: since: the same one again changes nothing a viewer holds, so it
+        #: is neither a reset nor a line in the log (a router of a cluster
+        #: that does not hold the session meets ``not-holder`` at every try).
+        repeated: str | None = None
         while True:
             try:
                 # Read before subscribing: every change above it comes as
                 # an event (the view's durable position never runs ahead).
                 floor = await self._read(self.sessions.host.store.message_versions, ())
                 async with self.host_session.events(messages=False) as events:  # only "pending" is read
+                    repeated = None
                     if interrupted:
                         self.hub.reset("the view follows the host's events again")
                     self.hub.durable = (floor.generation, floor.version)
@@ -213,7 +219,10 @@ class ContainerTarget:
                 task_status.started()
                 started = True
             interrupted = True
-            self.hub.reset(why)
+            if why != repeated:
+                # Another router of the cluster drives it: expected, not a warning.
+                self.hub.reset(why, level=logging.INFO if "(not-holder)" in why else logging.WARNING)
+                repeated = why
             await trio.sleep(pause)  # a pause before trying again, not a condition
             pause = min(pause * 2, cap)
 
