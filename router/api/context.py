@@ -21,7 +21,7 @@ from router.board.service import LocalBoard
 from router.plugins.layer import PluginLayer
 from router.turns.router import TurnRouter
 
-__all__ = ["ApiConfig", "ApiContext", "KEY", "current"]
+__all__ = ["ApiConfig", "ApiContext", "KEY", "current", "of"]
 
 #: The key of the context in ``app.extensions``.
 KEY: Final = "router.api"
@@ -71,6 +71,11 @@ class ApiContext:
 
 def current() -> ApiContext:
     """The context of the app serving this request."""
-    context = current_app.extensions[KEY]
+    return of(current_app)
+
+
+def of(app: QuartTrio) -> ApiContext:
+    """The context kept on ``app`` (outside a request: a server's statistics)."""
+    context = app.extensions[KEY]
     assert isinstance(context, ApiContext)
     return context

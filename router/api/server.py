@@ -29,6 +29,7 @@ import trio
 
 from router._hypercorn import ConnectionGate, ConnectionLimits, serve_on_socket
 from router.api.app import ApiConfig, make_app
+from router.api.context import of as current_of
 from router.board.service import LocalBoard
 from router.plugins.layer import PluginLayer
 from router.turns.router import TurnRouter
@@ -98,4 +99,5 @@ class ApiServer:
             sock.close()
 
     def statistics(self) -> dict[str, Any]:
-        return {"url": self.url, "connections": self.connections.statistics()}
+        return {"url": self.url, "connections": self.connections.statistics(),
+                "streams": current_of(self.app).streams.statistics()}

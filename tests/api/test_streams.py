@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 
-from router.api.context import ApiConfig
+from router.api.context import ApiConfig, of
 from router.api.server import ApiServer
 from router.board.service import LocalBoard
 from tests.api.conftest import AUTH, TOKEN, Api
@@ -36,8 +36,8 @@ async def client(api: Api) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-def slots(server: ApiServer) -> Any:
-    return server.app.extensions["router.api"].streams
+def held(server: ApiServer) -> dict[str, int]:
+    return server.statistics()["streams"]["held"]
 
 
 async def test_a_credential_holds_at_most_its_cap_of_live_streams(
@@ -55,10 +55,10 @@ async def test_a_credential_holds_at_most_its_cap_of_live_streams(
         assert refused.status_code == 429
         body = refused.json()
         assert body["error"] == "too-many-streams" and body["message"] and body["limit"] == 2
-        assert slots(server).statistics()["held"] == {"token": 2}
+        assert held(server) == {"token": 2}
     # Both closed by the client: their slots come back, and a stream opens again.
     with trio.fail_after(30):
-        await until(lambda: slots(server).statistics()["held"] == {})
+        await until(lambda: held(server) == {})
     async with client.stream("GET", url) as again:
         assert again.status_code == 200
         await SseReader(again).until(lambda event: event["event"] == "snapshot")
@@ -70,7 +70,7 @@ async def test_a_refused_live_request_takes_no_slot(
     server = await start(api, nursery, env, max_streams=1)
     response = await client.get(f"{server.url}/sessions/nobody/live")
     assert response.status_code == 404 and response.json()["error"] == "unknown-session"
-    assert slots(server).statistics()["held"] == {}
+    assert held(server) == {}
 
 
 async def test_the_board_stream_surveys_once_for_every_viewer(
@@ -78,7 +78,7 @@ async def test_the_board_stream_surveys_once_for_every_viewer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server = await start(api, nursery, env, board=True, max_streams=8)
-    board = server.app.extensions["router.api"].board
+    board = of(server.app).board
     calls = 0
     listing = board.listing
 
