@@ -56,6 +56,7 @@ class ApiServer:
         port: int = DEFAULT_PORT,
         config: ApiConfig | None = None,
         board: LocalBoard | None = None,
+        worktrees: Any = None,
         limits: ConnectionLimits | None = None,
     ) -> None:
         self.router = router
@@ -66,7 +67,8 @@ class ApiServer:
         self._hosts: set[str] = set()
         #: The listener's connections against ``limits`` (docs/turns.md, "Connections").
         self.connections = ConnectionGate(limits)
-        self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts, token=token, board=board)
+        self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts, token=token, board=board,
+                            worktrees=worktrees)
 
     def __repr__(self) -> str:
         return f"<ApiServer {self.url or 'not bound'}>"

@@ -93,14 +93,22 @@ class ContainerSessions:
         return ContainerTarget(self, session_id, metered=metered)
 
     async def knows(self, session_id: str) -> bool:
+        """Whether the host has session ``session_id``; one that was ended
+        (``router end``) is refused ``session-ended``."""
         store = self.host.store
-        return await store.call(store.session, session_id) is not None
+        record = await store.call(store.session, session_id)
+        if record is not None and record.daemon.state == "ended":
+            raise Refusal("session-ended", f"session {session_id!r} was ended; its transcript stays readable "
+                          f"(`router transcript {session_id}`), start a new one with `router new` or `router launch`")
+        return record is not None
 
     async def list(self) -> list[dict[str, Any]]:
         """``{id, kind, busy, state[, parent]}`` of every container session,
         oldest first (``state`` before any stop: the router adds those)."""
         out: list[dict[str, Any]] = []
         for item in await self.host.sessions.list():
+            if item.get("ended"):
+                continue  # `router end` ended it: off the board, its record kept
             link = self.host.session(item["id"]).link
             daemon = item.get("daemon")
             entry = {
