@@ -9,7 +9,11 @@ another from starting. A subcommand module provides two functions:
 ``run(args: argparse.Namespace) -> int``
     does the work and returns the process exit status.
 
-Exit status 2 is reserved for usage errors, as argparse uses it.
+Exit status 2 is reserved for usage errors, as argparse uses it. SIGINT
+ends a command with 130 (128 + SIGINT, what a shell reports) and one line
+on stderr, ``router NAME: interrupted``, never a traceback; ``router
+modlink`` and ``router daemon`` keep what DESIGN.md fixes for them (a
+clean close, exit 0). docs/cli.md lists every command's refusals.
 """
 
 from __future__ import annotations
@@ -17,10 +21,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from typing import Final, Sequence
+
+#: The exit status after SIGINT (128 + 2, as a shell reports it).
+INTERRUPTED: Final = 130
 
 #: name -> (module, one-line help). The order is the order ``--help`` lists.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": (
+        "router.serve",
+        "run the router: the store, a launcher for container sessions, the HTTP API and the page",
+    ),
     "daemon": (
         "router.daemon.cli",
         "serve the container daemon protocol (the side inside a container)",
@@ -48,10 +59,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "routes": (
         "router.plugins.cli",
         "show or set the harness routes of instances",
-    ),
-    "serve": (
-        "router.serve",
-        "run the router: the store, a launcher for container sessions, the HTTP API and the page",
     ),
     "service": (
         "router.service",
@@ -118,6 +125,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.mcp",
         "serve MCP on stdio with the router inside (the board, send, read, abort, search, limits)",
     ),
+    "acp": (
+        "router.acp.cli",
+        "be an ACP agent on stdio: any ACP client attaches to any session on the board",
+    ),
 }
 
 
@@ -166,7 +177,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = getattr(module, f"run_{attribute}", None) or module.run
     configure(parser)
     parsed = parser.parse_args(args[1:])
-    return int(run(parsed) or 0)
+    try:
+        return int(run(parsed) or 0)
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        # SIGINT where the command did not handle it itself: one line, no
+        # traceback, and the status a shell gives an interrupted command.
+        print(f"router {name}: interrupted", file=sys.stderr, flush=True)
+        return INTERRUPTED
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is SIGINT's ``KeyboardInterrupt``, alone or as the
+    only kind of error in an exception group (a nursery wraps it)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return bool(exc.exceptions) and all(interrupted(each) for each in exc.exceptions)
+    return isinstance(exc, KeyboardInterrupt)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -40,7 +40,7 @@ own stdout to stderr before anything else runs (a stray print can never
 corrupt the wire) and logs to stderr. The wire's ends are non-blocking
 streams of Trio's own, so SIGINT and SIGTERM stop the server at once even
 while the client is quiet; either, or the client closing stdin, stops the
-job in order and exits 0.
+job in order; it exits 0, or 130 after SIGINT (with one line on stderr).
 
 Data: ``--data-dir``, else ``<the router's data dir>/mcp/<the Claude Code
 session id, or "standalone">``: Claude Code starts one MCP server per
@@ -64,7 +64,7 @@ import trio
 
 from router._trio import sole_error
 from router.errors import Refusal, is_code
-from router.serve import JobConfig, MainJob, StartFailed, add_common, setup_logging
+from router.serve import INTERRUPTED, JobConfig, MainJob, StartFailed, add_common, setup_logging
 from wire.json import JsonError, dumps, loads
 
 __all__ = ["TOOLS", "configure", "run"]
@@ -147,20 +147,13 @@ class ToolRefused(Refusal):
 
 
 def _check(name: str, arguments: dict[str, Any]) -> None:
-    schema = TOOLS[name][1]
-    properties = schema["properties"]
-    unknown = sorted(set(arguments) - set(properties))
-    if unknown:
-        raise ToolRefused("bad-arguments", f"{name} takes {', '.join(properties) or 'no arguments'}, not {unknown}")
-    for key in schema.get("required", ()):
-        if key not in arguments:
-            raise ToolRefused("bad-arguments", f"{name} needs {key!r}")
-    for key, value in arguments.items():
-        expected = properties[key]["type"]
-        if (expected == "string" and type(value) is not str) or (expected == "boolean" and type(value) is not bool):
-            raise ToolRefused("bad-arguments", f"{key!r} is a {expected}")
-        if expected == "string" and len(value) < properties[key].get("minLength", 0):
-            raise ToolRefused("bad-arguments", f"{key!r} is empty")
+    """Refuse (``bad-arguments``) arguments that are not the tool's
+    (:func:`router.mcp_wire.tool_arguments`: a cattrs converter)."""
+    from router.mcp_wire import tool_arguments
+
+    checked = tool_arguments(name, arguments)
+    if isinstance(checked, Refusal):
+        raise ToolRefused(checked.code, checked.message)
 
 
 def _refused_body(body: Any, fallback: str) -> ToolRefused:
@@ -342,14 +335,24 @@ class _Lines:
         self._refuse = refuse
 
     async def _answered(self, line: bytes, *, too_long: bool = False) -> bool:
-        """Whether ``line`` was refused here (and so is not the SDK's)."""
+        """Whether ``line`` was answered or dropped here (and so is not the
+        SDK's): too deep or too long (``rpc_refusal``), or not a request
+        the SDK would answer (:func:`router.mcp_wire.check_line`)."""
+        from router.mcp_wire import check_line
         from router.turns.requests import rpc_refusal
 
-        reply = rpc_refusal(line, too_long=too_long) if self._refuse is not None else None
-        if reply is None:
+        if self._refuse is None:
             return False
-        assert self._refuse is not None
-        await self._refuse(reply.decode("utf-8"))
+        reply = rpc_refusal(line, too_long=too_long)
+        if reply is None and not too_long:
+            checked = check_line(line)
+            if checked.forward is not None:
+                return False
+            if checked.why is not None:
+                log.warning("a client line %s: %s", "answered" if checked.answer else "dropped", checked.why)
+            reply = checked.answer
+        if reply is not None:
+            await self._refuse(reply.decode("utf-8"))
         return True
 
     def __aiter__(self) -> AsyncIterator[str]:
@@ -361,7 +364,7 @@ class _Lines:
         while True:
             data = await self._stream.receive_some(65536)
             if not data:
-                if buffer.strip() and not skipping:
+                if buffer.strip() and not skipping and not await self._answered(buffer):
                     yield buffer.decode("utf-8", errors="replace")
                 return
             buffer += data
@@ -436,8 +439,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="serve the mod link of the Claude Code session that started this process "
                         "($CLAUDE_CODE_SESSION_ID, which Claude Code gives a plug-in's MCP server)")
     parser.add_argument("--port", type=int, default=None,
-                        help="also serve the HTTP API on 127.0.0.1:PORT (0 picks one; the page's URL with the token "
-                        "goes to stderr)")
+                        help="also serve the HTTP API on 127.0.0.1:PORT (0 picks one; its URL goes to stderr, its "
+                        "token is the api-token file of the settings directory)")
     add_common(parser)
 
 
@@ -464,13 +467,19 @@ def run(args: argparse.Namespace) -> int:
         leaf = args.claude_session[0] if args.claude_session else "standalone"
         args.data_dir = str(shared / "mcp" / leaf)
         records = shared / "usage.jsonl"
-    if args.daemon is not None and not (args.token or os.environ.get("ROUTER_DAEMON_TOKEN")):
-        print("router mcp: --daemon needs the daemon's token (--token or $ROUTER_DAEMON_TOKEN)", file=sys.stderr)
-        return 2
     from router.host import ROOT_SESSION
-    from router.serve import job_config
+    from router.serve import daemon_token, job_config
 
-    config = job_config(args, os.environ, port=args.port, claude_sessions=tuple(args.claude_session), records=records,
+    try:
+        token = daemon_token("mcp", args, os.environ)
+    except Refusal as refused:
+        print(f"router mcp: {refused}", file=sys.stderr)
+        return 2
+    if args.daemon is not None and token is None:
+        print("router mcp: no-daemon-token: --daemon needs the daemon's token ($ROUTER_DAEMON_TOKEN or "
+              "--daemon-token-file FILE)", file=sys.stderr)
+        return 2
+    config = job_config(args, os.environ, token=token, port=args.port, claude_sessions=tuple(args.claude_session), records=records,
                         local="mcp", hidden=(ROOT_SESSION,))
     try:
         return trio.run(_main, config, wire_in, wire_out)
@@ -486,6 +495,7 @@ async def _main(config: JobConfig, wire_in: int, wire_out: int) -> int:
     from router.modlink.errors import ModLinkRefused
 
     job = MainJob(config)
+    got: list[int] = []
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         try:
             async with trio.open_nursery() as nursery:
@@ -494,12 +504,15 @@ async def _main(config: JobConfig, wire_in: int, wire_out: int) -> int:
                 except ModLinkRefused as refused:
                     raise StartFailed(refused.code, refused.message) from None
                 if job.url is not None:
-                    print(f"router mcp: API on {job.page_url}", file=sys.stderr, flush=True)
+                    # Not the token: stderr is often a log file others can read.
+                    print(f"router mcp: API on {job.url}/ (its token: the api-token file of "
+                          f"{config.settings_dir})", file=sys.stderr, flush=True)
                 served = trio.CancelScope()
 
                 async def on_signal() -> None:
                     async for received in signals:
                         log.info("signal %s: stopping", signal.Signals(received).name)
+                        got.append(received)
                         served.cancel()
                         return
 
@@ -515,4 +528,7 @@ async def _main(config: JobConfig, wire_in: int, wire_out: int) -> int:
             if isinstance(sole, (StartFailed, OSError)):
                 raise sole from None
             raise
+    if signal.SIGINT in got:
+        print("router mcp: interrupted: stopped", file=sys.stderr, flush=True)
+        return INTERRUPTED
     return 0

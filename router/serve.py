@@ -23,7 +23,8 @@ On one machine with nothing else installed it starts, in this order:
    with a random token, which the job starts here; ``process`` runs a
    ``router daemon`` per session, ``docker`` a container per session from
    ``--image``. ``--daemon URL`` points the host at one real daemon
-   instead, with ``--token`` or ``$ROUTER_DAEMON_TOKEN``, and no launcher;
+   instead, with ``$ROUTER_DAEMON_TOKEN`` or ``--daemon-token-file`` (or
+   ``--daemon-token``; the old ``--token`` warns), and no launcher;
    that daemon is checked first: its health, the token, the protocol of its
    ``hello``, and a daemon that fails one is ``daemon-check-failed``, exit 2;
 4. the host over them, the session registry and the user-turn router
@@ -36,13 +37,19 @@ On one machine with nothing else installed it starts, in this order:
    (:mod:`router.board.local`), where ``router sessions`` and ``router
    send`` find it.
 
-It then prints the page's URL with the token as its first stdout line,
-``http://127.0.0.1:PORT/?token=TOKEN`` (a fixed name of DESIGN.md), then
-``router serve: listening on <url> (..., local <socket>)``, and serves until SIGINT or SIGTERM, when it stops in the
+It then writes the page's URL with the token,
+``http://127.0.0.1:PORT/?token=TOKEN``, to ``page-url`` beside the token
+file (0600 whatever the umask; :data:`PAGE_URL_FILE`) and prints it as its
+first stdout line when stdout is a terminal; otherwise (a pipe, a file
+that may be readable by others) the first line is the URL without the
+token, ``http://127.0.0.1:PORT/``. Then ``router serve: listening on <url>
+(..., local <socket>); the page's URL with its token is in <file> (0600)``,
+and it serves until SIGINT or SIGTERM, when it stops in the
 reverse order: the private socket (its file removed), the API (no new
 requests; live streams end), every session (queued deliveries are answered
-``session-closed``), the host, the daemon, and last the stores. Exit 0
-after a clean stop, 2 when it cannot start (a busy store, a port in use, a
+``session-closed``), the host, the daemon, and last the stores, and removes
+``page-url``. Exit 0 after a clean stop on SIGTERM, 130 on SIGINT (one
+line on stderr), 2 when it cannot start (a busy store, a port in use, a
 local directory that is not private: ``unsafe-directory``; a token file
 that is not private: ``token-file-unsafe``; a ``--daemon`` that fails its
 check).
@@ -60,6 +67,7 @@ import secrets
 import signal
 import sys
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -383,7 +391,8 @@ class MainJob:
         if isinstance(loaded, Refusal):
             raise StartFailed("launcher-refused", f"the launcher cannot be loaded: {loaded.code}: {loaded.message}")
         module, options = loaded
-        options = {**options, "workspace_root": str(config.data_dir / "workspaces"), **config.launcher_options}
+        options = {**options, "workspace_root": str(config.data_dir / "workspaces"),
+                   "settings_dir": str(config.settings_dir), **config.launcher_options}
         if config.image is not None:
             options["image"] = config.image
         # ``labels``: extra labels on everything the launcher creates (the
@@ -543,10 +552,30 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--settings", metavar="DIR", help="the plug-in settings directory (default "
                         "$ROUTER_SETTINGS_DIR, else $XDG_CONFIG_HOME/router, else ~/.config/router)")
     parser.add_argument("--daemon", metavar="URL", help="a container daemon to use (ws://host:port) instead of "
-                        "the in-process echo daemon; its token from --token or $ROUTER_DAEMON_TOKEN")
-    parser.add_argument("--token", help="the daemon's token (with --daemon)")
+                        "the in-process echo daemon; its token from $ROUTER_DAEMON_TOKEN or --daemon-token-file")
+    parser.add_argument("--daemon-token-file", metavar="FILE", help="a 0600 file holding the daemon's token "
+                        "(with --daemon; or $ROUTER_DAEMON_TOKEN)")
+    parser.add_argument("--daemon-token", metavar="TOKEN", help="the daemon's token; every local user can read a "
+                        "command line: prefer $ROUTER_DAEMON_TOKEN or --daemon-token-file")
+    # The old spelling, for one release: `router send --token` is the API's token, this one was the daemon's.
+    parser.add_argument("--token", dest="deprecated_token", metavar="TOKEN", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                         help="what goes to stderr (default warning)")
+
+
+def daemon_token(command: str, args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """The daemon's token (``--daemon-token``, ``--daemon-token-file``,
+    ``$ROUTER_DAEMON_TOKEN``; the deprecated ``--token`` with a one-line
+    warning), or None. Raises :class:`router.errors.Refusal` (exit 2)."""
+    from router.tokens import DAEMON_TOKEN_VARIABLE, secret_from
+
+    flag = args.daemon_token
+    if getattr(args, "deprecated_token", None):
+        print(f"router {command}: --token is deprecated here (it names the API's token elsewhere); use "
+              f"${DAEMON_TOKEN_VARIABLE} or --daemon-token-file", file=sys.stderr, flush=True)
+        flag = flag or args.deprecated_token
+    return secret_from(flag=flag, file=args.daemon_token_file, env=env, variable=DAEMON_TOKEN_VARIABLE,
+                       flag_name="--daemon-token", file_name="--daemon-token-file")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -568,9 +597,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         f"(default {IDLE_TIMEOUT:g}; 0: never)")
 
 
-def job_config(args: argparse.Namespace, env: Mapping[str, str], **extra: Any) -> JobConfig:
+def job_config(args: argparse.Namespace, env: Mapping[str, str], *, token: str | None = None,
+               **extra: Any) -> JobConfig:
     data, settings = _dirs(args, env)
-    token = args.token or env.get("ROUTER_DAEMON_TOKEN")
     return JobConfig(data_dir=data, settings_dir=settings, daemon_url=args.daemon, daemon_token=token, **extra)
 
 
@@ -584,8 +613,14 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         print(f"router serve: --port {args.port} is not a port (0 to 65535)", file=sys.stderr)
         return 2
-    if args.daemon is not None and not (args.token or os.environ.get("ROUTER_DAEMON_TOKEN")):
-        print("router serve: --daemon needs the daemon's token (--token or $ROUTER_DAEMON_TOKEN)", file=sys.stderr)
+    try:
+        token = daemon_token("serve", args, os.environ)
+    except errors.Refusal as refused:
+        print(f"router serve: {refused}", file=sys.stderr)
+        return 2
+    if args.daemon is not None and token is None:
+        print("router serve: no-daemon-token: --daemon needs the daemon's token ($ROUTER_DAEMON_TOKEN or "
+              "--daemon-token-file FILE)", file=sys.stderr)
         return 2
     if args.daemon is not None and args.launcher is not None:
         print("router serve: give --daemon (one daemon) or --launcher (a daemon per session), not both",
@@ -603,10 +638,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"router serve: {refused}", file=sys.stderr)
             return 2
     setup_logging(args.log_level, "router serve")
-    config = job_config(args, os.environ, port=args.port, local="serve", store=args.store, launcher=args.launcher, image=args.image,
-                        idle_timeout=args.idle_timeout or None, name=args.name)
+    config = job_config(args, os.environ, token=token, port=args.port, local="serve", store=args.store,
+                        launcher=args.launcher, image=args.image, idle_timeout=args.idle_timeout or None,
+                        name=args.name)
     try:
-        return trio.run(_serve, config)
+        return trio.run(partial(_serve, config, terminal=sys.stdout.isatty()))
     except StartFailed as exc:
         print(f"router serve: {exc}", file=sys.stderr)
         return 2
@@ -615,25 +651,63 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-async def _serve(config: JobConfig) -> int:
+#: The file beside the ``api-token`` file where ``router serve`` leaves the
+#: page's URL with its token, 0600 (ours; docs/cli.md, "Tokens").
+PAGE_URL_FILE = "page-url"
+#: The exit status after SIGINT: 128 + SIGINT's number, as a shell reports
+#: a command it interrupted (docs/cli.md, "Interrupting a command").
+INTERRUPTED = 128 + signal.SIGINT
+
+
+def page_url_path(settings_dir: Path) -> Path:
+    """Where ``router serve`` leaves the page's URL with its token."""
+    return Path(settings_dir) / PAGE_URL_FILE
+
+
+async def _serve(config: JobConfig, *, terminal: bool = False) -> int:
+    from router.tokens import write_private
+
+    received: int | None = None
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         job = MainJob(config)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(job.run)
-                print(job.page_url, flush=True)  # the first line: a fixed name (DESIGN.md)
+                page, url_file = job.page_url, page_url_path(config.settings_dir)
+                try:
+                    await trio.to_thread.run_sync(write_private, url_file, f"{page}\n")
+                except OSError as exc:
+                    raise StartFailed("cannot-write-url", f"could not write {url_file}: {exc.strerror or exc}") from None
+                # The first line: the URL with its token only where no one
+                # else can read it (a terminal); a file it is redirected to
+                # would be as readable as the umask makes it.
+                print(page if terminal else f"{job.url}/", flush=True)
                 print(
                     f"router serve: listening on {job.url} (data {config.data_dir}, settings {config.settings_dir}, "
-                    f"local {job.socket})",
+                    f"local {job.socket}); the page's URL with its token is in {url_file} (0600)",
                     flush=True,
                 )
                 async for received in signals:
                     log.info("signal %s: stopping", signal.Signals(received).name)
                     break
                 await job.aclose()
+                await trio.to_thread.run_sync(_remove_if, url_file, f"{page}\n")
         except BaseExceptionGroup as group:
             sole = sole_error(group)
             if isinstance(sole, (StartFailed, OSError)):
                 raise sole from None
             raise
+    if received == signal.SIGINT:
+        print("router serve: interrupted: stopped", file=sys.stderr, flush=True)
+        return INTERRUPTED
     return 0
+
+
+def _remove_if(path: Path, text: str) -> None:
+    """Remove ``path`` if it still holds ``text`` (another router on the
+    same settings may have written its own since)."""
+    try:
+        if path.read_text() == text:
+            path.unlink()
+    except OSError:
+        pass

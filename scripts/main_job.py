@@ -54,8 +54,9 @@ def start_daemon(port: int, token: str, runtime_id: str) -> subprocess.Popen:
 
 def prompt(url: str, token: str, store: Path, text: str) -> dict:
     done = subprocess.run(
-        [*ROUTER, "prompt", "--daemon", url, "--token", token, "--store", str(store), "--session", "demo", text],
+        [*ROUTER, "prompt", "--daemon", url, "--store", str(store), "--session", "demo", text],
         capture_output=True, text=True, cwd=REPO,
+        env={**os.environ, "ROUTER_DAEMON_TOKEN": token},  # never on the command line: /proc shows it to every user
     )
     if done.returncode == 2:
         raise SystemExit(f"router prompt failed: {done.stderr.strip()}")

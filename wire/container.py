@@ -410,7 +410,18 @@ class Ack:
     seq: Count
 
 
-HostMessage: TypeAlias = Union[Restore, Open, Replay, Prompt, Abort, Configure, Ack]
+@attrs.frozen(kw_only=True)
+class Answer:
+    """A person's answer to an ask the adapter raised (a ``raw`` event
+    ``{"type": "ask", "askId", ...}``). Ours, not the reference's: only an
+    adapter that raises asks (the ACP adapter) is ever sent one
+    (docs/container-protocol.md, "Asks")."""
+
+    ask_id: str
+    decision: Literal["allow", "deny"]
+
+
+HostMessage: TypeAlias = Union[Restore, Open, Replay, Prompt, Abort, Configure, Ack, Answer]
 
 # --------------------------------------------------------------------------- converter
 
@@ -446,6 +457,7 @@ _TAGS: dict[type, tuple[str, str]] = {
     Abort: ("type", "abort"),
     Configure: ("type", "configure"),
     Ack: ("type", "ack"),
+    Answer: ("type", "answer"),
 }
 
 #: Every class, leaves first: a class's generated hooks capture its fields'
@@ -457,7 +469,7 @@ _CLASSES: tuple[type, ...] = (
     Done, Unanswered, PendingOperation, SettledOperation,
     StartFrame, EventFrame, PersistFrame, SettleFrame,
     AdapterInfo, Hello, FrameMessage, CaughtUp, ErrorMessage,
-    Restore, Open, Replay, Prompt, Abort, Configure, Ack,
+    Restore, Open, Replay, Prompt, Abort, Configure, Ack, Answer,
 )  # fmt: skip
 
 #: Every tagged union (its members are its arguments), and its name in errors.

@@ -97,7 +97,7 @@ async def _refused(exc: Refusal) -> Response:
 async def _http_error(exc: HTTPException) -> Response:
     code = {404: "not-found", 405: "method-not-allowed", 413: "too-large"}.get(exc.code or 0, "bad-body")
     text = {
-        404: f"{request.path} is not a route of the router's API (see GET /)",
+        404: f"{request.path} is not a route of the router's API (the routes: docs/turns.md, \"The HTTP API\")",
         405: f"{request.method} is not allowed on {request.path}",
         413: f"the body is larger than {MAX_BODY_BYTES} bytes",
     }.get(exc.code or 0, exc.description or "the request was refused")

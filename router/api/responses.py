@@ -32,6 +32,7 @@ STATUS: Final[Mapping[str, int]] = {
     "bad-body": 400,
     "not-json": 400,
     "bad-delivery": 400,
+    "empty-message": 400,
     "bad-query": 400,
     "bad-session": 400,
     "bad-upgrade": 400,

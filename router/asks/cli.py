@@ -50,6 +50,8 @@ def run_asks(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(found, ensure_ascii=False), flush=True)
         return 1 if left_out else 0
+    if not found:
+        print("no asks are waiting on you", flush=True)
     for ask in found:
         since = dt.datetime.fromtimestamp(ask["since"], dt.timezone.utc).strftime("%H:%M:%S")
         print(f"{ask['id']}  {ask['session']}  since {since}  {ask['summary']}", flush=True)

@@ -2,7 +2,9 @@
 same way from the HTTP API, the MCP tools and (through the API) the CLI.
 
 A session's target holds its asks when it has an ``asks`` book and an
-``answer_ask`` method (the Claude Code target); other targets have none.
+``answer_ask`` method: the Claude Code target (its mod's asks) and the
+container target (asks its adapter raised: an ACP agent's permission
+requests, docs/acp.md).
 """
 
 from __future__ import annotations

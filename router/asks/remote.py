@@ -45,13 +45,14 @@ async def survey_asks(
 async def answer_anywhere(env: Mapping[str, str], ask_id: str, decision: str, *, by: str,
                           timeout: float = ANSWER_TIMEOUT) -> tuple[int, dict[str, Any]]:
     """Answer the ask ``ask_id`` at the router that holds it: ``(0, {ask})``,
-    ``(1, refusal)`` when that router refused it, ``(2, refusal)`` when no
-    router holds it."""
+    ``(1, refusal)`` when that router refused it or no router holds it
+    (``unknown-ask``, refused as ``router send`` refuses an
+    ``unknown-session``: docs/cli.md)."""
     # Kept ones too: a second answer is refused by the router that holds it.
     found, _ = await survey_asks(env, timeout=timeout, every=True)
     holders = [ask["router"]["socket"] for ask in found if ask.get("id") == ask_id]
     if not holders:
-        return 2, {"error": "unknown-ask", "message": f"no router of yours has an ask {ask_id!r}; "
+        return 1, {"error": "unknown-ask", "message": f"no router of yours has an ask {ask_id!r}; "
                    "`router asks` lists the waiting ones"}
     with trio.fail_after(timeout):
         async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=holders[0]), base_url=BASE_URL,

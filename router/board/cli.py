@@ -3,7 +3,8 @@ on this machine.
 
 It asks every router's private socket at once (:func:`router.board.client.survey`),
 each under ``--timeout`` seconds, and prints one line per session (its id,
-kind, state, harness, model and the router that holds it), or with
+kind, state, harness, model, last activity, the router that holds it and
+its working directory; ``no sessions: …`` when there is none), or with
 ``--json`` one JSON list of objects: each session as its router lists it
 (``id``, ``kind``, ``state``, ``busy``, ``harness``, ``lastActivity`` and
 what else the router knows: ``model``, ``cwd``, ``connected``, ``parent``,
@@ -60,16 +61,36 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(sessions, ensure_ascii=False), flush=True)
     else:
-        _table(sessions)
+        if sessions or board.reached or board.skipped:
+            _table(sessions)
         if not board.reached and not board.skipped:
             print(f"router sessions: no router of yours is running (none in {board.directory})", file=sys.stderr)
     return 1 if board.skipped else 0
 
 
+def ago(stamp: Any, now: float) -> str:
+    """``lastActivity`` (ms since the epoch) as a person reads it: ``12s
+    ago``, ``5m ago``, ``3h ago``, ``2d ago``; ``-`` when unknown."""
+    if type(stamp) not in (int, float) or stamp <= 0:
+        return "-"
+    seconds = max(0, int(now - stamp / 1000))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
 def _table(sessions: list[dict[str, Any]]) -> None:
-    rows = [("SESSION", "KIND", "STATE", "HARNESS", "MODEL", "ROUTER")]
+    import time
+
+    if not sessions:
+        print("no sessions: start one with `router launch`, or a Claude Code session with the plug-in", flush=True)
+        return
+    now = time.time()
+    rows = [("SESSION", "KIND", "STATE", "HARNESS", "MODEL", "ACTIVE", "ROUTER", "DIRECTORY")]
     rows += [(str(s.get("id")), str(s.get("kind")), str(s.get("state")), str(s.get("harness") or "-"),
-              str(s.get("model") or "-"), str(s["router"].get("name"))) for s in sessions]
+              str(s.get("model") or "-"), ago(s.get("lastActivity"), now), str((s.get("router") or {}).get("name")),
+              str(s.get("cwd") or "-")) for s in sessions]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1], flush=True)

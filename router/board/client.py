@@ -113,12 +113,22 @@ class Board:
         return out
 
     def holders(self, session: str) -> list[Reached]:
-        """The routers that list ``session`` (of a cluster's session, the
-        first: any router of the cluster delivers to its holder)."""
-        found = [router for router in self.reached if any(item.get("id") == session for item in router.sessions)]
-        clustered = all(item.get("clustered") for router in found for item in router.sessions
-                        if item.get("id") == session)
-        return found[:1] if found and clustered else found
+        """The routers that list ``session``, one per session: of a
+        cluster's session (every router of the cluster lists the one
+        session), the first router listing it, since any router of the
+        cluster delivers to its holder; and each router listing a session
+        of that id of its own."""
+        out, cluster_seen = [], False
+        for router in self.reached:
+            listed = [item for item in router.sessions if item.get("id") == session]
+            if not listed:
+                continue
+            if all(item.get("clustered") for item in listed):
+                if cluster_seen:
+                    continue
+                cluster_seen = True
+            out.append(router)
+        return out
 
 
 def router_sockets(directory: str) -> list[str]:

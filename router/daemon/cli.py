@@ -16,7 +16,9 @@ and serves until SIGTERM or SIGINT, which close every WebSocket with 1001 and
 every adapter session, then exit 0.
 
 ``--adapter`` is ``echo`` (built in), ``claude-code`` or ``codex`` (the CLI
-adapters), or ``package.module:attribute`` for an adapter of your own: an
+adapters), ``acp`` (an ACP agent: the command after ``--``, as in
+``router daemon --adapter acp -- COMMAND ARGS…``) or ``acp:NAME`` (the agent
+``options.harness.acp.agents.NAME`` of ``plugins.json``; docs/acp.md), or ``package.module:attribute`` for an adapter of your own: an
 object with ``info`` (a ``wire.container.AdapterInfo``) and ``open(context)``
 (see ``router.daemon.adapter``), or a callable taking no arguments that
 returns one. Exit status 2: the environment or the adapter is wrong, or the
@@ -170,9 +172,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--adapter",
         default="echo",
-        metavar="echo|claude-code|codex|MODULE:ATTR",
-        help="the agent to run (default: echo)",
+        metavar="echo|claude-code|codex|acp|acp:NAME|MODULE:ATTR",
+        help="the agent to run (default: echo); acp runs the ACP agent given after --",
     )
+    parser.add_argument("agent", nargs=argparse.REMAINDER, help="-- COMMAND ARGS…: the ACP agent (--adapter acp)")
     parser.add_argument(
         "--host", default="127.0.0.1",
         help="the address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0 for every IPv4 interface, "
@@ -197,8 +200,13 @@ def run(args: argparse.Namespace) -> int:
     # they start) must not see the secret.
     os.environ.pop(CONTAINER_ENV.token, None)
     try:
-        adapter = load_adapter(args.adapter)
-    except AdapterLoadError as exc:
+        if args.adapter == "acp" or args.adapter.startswith("acp:"):
+            from router.daemon.adapters.acp import from_cli
+
+            adapter = from_cli(args.adapter, list(args.agent or ()), dict(os.environ))
+        else:
+            adapter = load_adapter(args.adapter)
+    except Refusal as exc:
         print(f"router daemon: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(

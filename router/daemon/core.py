@@ -87,6 +87,7 @@ from wire.container import (
     Abort,
     Ack,
     AdapterInfo,
+    Answer,
     Configure,
     ContainerInput,
     ContainerSettings,
@@ -104,6 +105,7 @@ from wire.container import (
 from wire.json import MAX_DEPTH, JsonValue, dumps, exceeds_depth, is_json
 
 __all__ = [
+    "AnswerAsk",
     "AwaitTurn",
     "CancelTurn",
     "CloseConnection",
@@ -239,7 +241,18 @@ class ConfigureSession:
     settings: ContainerSettings
 
 
-Effect = Send | CloseConnection | StartTurn | CancelTurn | AwaitTurn | CloseSession | OpenSession | Steer | ConfigureSession
+@attrs.frozen(slots=True)
+class AnswerAsk:
+    """``session.answer(ask_id, decision)`` (an adapter that raises asks has
+    it); an ask the adapter does not know is logged."""
+
+    session: Any
+    ask_id: str
+    decision: str
+
+
+Effect = (Send | CloseConnection | StartTurn | CancelTurn | AwaitTurn | CloseSession | OpenSession | Steer
+          | ConfigureSession | AnswerAsk)
 
 
 # --------------------------------------------------------------------------- turn results
@@ -515,6 +528,9 @@ class SessionCore:
         elif kind is Configure:
             if self._opened is not None:
                 out.append(ConfigureSession(conn, self._opened.session, message.settings))
+        elif kind is Answer:
+            if self._opened is not None:
+                out.append(AnswerAsk(self._opened.session, message.ask_id, message.decision))
         else:  # pragma: no cover - parse_host_message returns only the above
             out.append(Send(conn, _error(f"unhandled message {type(message).__name__}")))
         return out

@@ -56,6 +56,7 @@ from router.daemon.core import (
     CancelTurn,
     CloseConnection,
     CloseSession,
+    AnswerAsk,
     ConfigureSession,
     Effect,
     OpenSession,
@@ -480,6 +481,14 @@ class SessionRunner:
             else:  # pragma: no cover - the core returns these only from handle/shutdown
                 raise AssertionError(f"{effect!r} cannot be performed here")
 
+    async def _configure(self, core: SessionCore, effect: ConfigureSession) -> None:
+        configure = getattr(effect.session, "configure", None)
+        if callable(configure):
+            try:
+                await _maybe_await(configure(effect.settings))
+            except Exception as exc:
+                self._apply(core.configure_failed(effect.conn, exc))
+
     async def _perform(self, effects: list[Effect]) -> None:
         """Perform effects in order, awaiting adapter calls and feeding their
         results back to the core."""
@@ -522,12 +531,9 @@ class SessionRunner:
                     more = core.steered(effect.turn, effect.operation_id, bool(took))  # truthy, as the reference
                 await self._perform(more)
             elif kind is ConfigureSession:
-                configure = getattr(effect.session, "configure", None)
-                if callable(configure):
-                    try:
-                        await _maybe_await(configure(effect.settings))
-                    except Exception as exc:
-                        self._apply(core.configure_failed(effect.conn, exc))
+                await self._configure(core, effect)
+            elif kind is AnswerAsk:
+                _answer_ask(core.session, effect)
             elif kind is AwaitTurn:
                 ended = self._turns.get(effect.turn)
                 if ended is not None:
@@ -633,3 +639,11 @@ class Daemon:
             log.warning("shutdown: adapter sessions still closing after %.0f s; cancelled", SHUTDOWN_GRACE)
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
+
+
+def _answer_ask(session: str, effect: AnswerAsk) -> None:
+    """A person's answer to the adapter's ask (an adapter without asks, or
+    an ask it no longer has, is logged: the answer came too late)."""
+    answer = getattr(effect.session, "answer", None)
+    if not (callable(answer) and answer(effect.ask_id, effect.decision)):
+        log.info("session %r: no ask %r waits for an answer", session, effect.ask_id)

@@ -1,13 +1,18 @@
 """``router prompt`` and ``router transcript``: the host from a shell.
 
 ``router prompt --daemon URL --token T --store PATH [--session S]
-[--when-busy steer|followUp] [--id KEY] TEXT`` submits ``TEXT`` through a
+[--when-busy steer|followUp] [--id KEY] TEXT`` (the daemon's token from
+``$ROUTER_DAEMON_TOKEN`` or ``--token-file FILE`` instead of ``--token``,
+which every local user can read in ``/proc``) submits ``TEXT`` through a
 host on the store at ``PATH`` (created if missing), waits for it to settle
 and prints ``{"status": "done", "text": ...}`` (exit 0) or ``{"status":
 "unanswered", "reason": ...}`` (exit 1). A usage or connection error prints
 ``router prompt: <code>: <message>`` on stderr and exits 2; the operation
 stays in the store, and running the same command with the same ``--id``
 picks it up where it was (the key makes the submission idempotent).
+
+``--store`` takes a data directory (its ``host.sqlite``, as ``router
+serve --data-dir`` keeps it) or a store file.
 
 ``router transcript --store PATH [--session S]`` prints the session's
 transcript since its last reset as one JSON array (exit 2 when the store or
@@ -38,8 +43,11 @@ PROMPT_CONNECT_TIMEOUT = 30.0
 
 def configure_prompt(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--daemon", required=True, metavar="URL", help="the daemon, ws://host:port")
-    parser.add_argument("--token", required=True, help="the daemon's CF_HARNESS_TOKEN")
-    parser.add_argument("--store", required=True, metavar="PATH", help="the host's SQLite store")
+    parser.add_argument("--token", help="the daemon's CF_HARNESS_TOKEN; every local user can read a command line: "
+                        "prefer $ROUTER_DAEMON_TOKEN or --token-file")
+    parser.add_argument("--token-file", metavar="FILE", help="a 0600 file holding the daemon's token")
+    parser.add_argument("--store", required=True, metavar="PATH", help="a data directory (its host.sqlite) or the "
+                        "host's SQLite store file")
     parser.add_argument("--session", default=ROOT_SESSION, help="the session (created if missing)")
     parser.add_argument(
         "--when-busy",
@@ -79,19 +87,40 @@ def _quiet_logs() -> None:
     )
 
 
+def store_file(path: str) -> str:
+    """``--store``'s file: a data directory (what ``router serve --data-dir``
+    and ``--store`` take) means its ``host.sqlite``; anything else is the
+    file itself."""
+    from pathlib import Path
+
+    from router.store.record import HOST_FILE
+
+    return str(Path(path) / HOST_FILE) if os.path.isdir(path) else path
+
+
 def _error(command: str, code: str, message: str) -> int:
     print(f"router {command}: {code}: {message}", file=sys.stderr)
     return 2
 
 
 def run_prompt(args: argparse.Namespace) -> int:
+    from router.errors import Refusal
+    from router.tokens import DAEMON_TOKEN_VARIABLE, secret_from
+
     _quiet_logs()
     try:
-        endpoint = DaemonEndpoint(args.daemon, args.token)
+        token = secret_from(flag=args.token, file=args.token_file, env=os.environ, variable=DAEMON_TOKEN_VARIABLE)
+    except Refusal as refused:
+        return _error("prompt", refused.code, refused.message)
+    if token is None:
+        return _error("prompt", "no-daemon-token", f"give the daemon's token: ${DAEMON_TOKEN_VARIABLE} or "
+                      "--token-file FILE (or --token)")
+    try:
+        endpoint = DaemonEndpoint(args.daemon, token)
     except EndpointError as error:
         return _error("prompt", error.code, error.message)
     try:
-        store = Store(args.store)
+        store = Store(store_file(args.store))
     except Refused as error:
         return _error("prompt", error.code, error.message)
     with store:
@@ -130,13 +159,14 @@ async def _prompt(args: argparse.Namespace, endpoint: DaemonEndpoint, store: Sto
 
 
 def configure_transcript(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", required=True, metavar="PATH", help="the host's SQLite store")
+    parser.add_argument("--store", required=True, metavar="PATH", help="a data directory (as `router serve "
+                        "--data-dir` takes) or the host's SQLite store file in one")
     parser.add_argument("--session", default=ROOT_SESSION, help="the session")
 
 
 def run_transcript(args: argparse.Namespace) -> int:
     try:
-        with Store(args.store, exclusive=False, create=False) as store:
+        with Store(store_file(args.store), exclusive=False, create=False) as store:
             messages = store.messages(args.session)
     except Refused as error:
         return _error("transcript", error.code, error.message)

@@ -75,6 +75,8 @@ class Requests:
     configure: bool = False
     #: Operations to abort in the daemon, in the order asked.
     aborts: tuple[str, ...] = ()
+    #: Answers to the adapter's asks: (ask id, "allow" | "deny"), in order.
+    answers: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.frozen
@@ -130,6 +132,9 @@ class LinkCore:
         self._deliver = False
         self._configure = False
         self._aborts: dict[str, None] = {}  # ordered, no repeats
+        #: Asks' answers not sent yet (kept across a reconnect: the daemon's
+        #: adapter still waits on its ask).
+        self._answers: dict[str, str] = {}
         self._redial = False
         self._dropped: LinkError | None = None
         self._hello = False
@@ -145,6 +150,7 @@ class LinkCore:
         """The requests not done yet, by name (``redial`` included)."""
         names = [name for name, on in (("deliver", self._deliver), ("configure", self._configure)) if on]
         names += [f"abort {operation_id}" for operation_id in self._aborts]
+        names += [f"answer {ask_id}" for ask_id in self._answers]
         if self._redial:
             names.append("redial")
         return tuple(names)
@@ -160,6 +166,9 @@ class LinkCore:
     def ask_abort(self, operation_ids: list[str] | tuple[str, ...]) -> None:
         for operation_id in operation_ids:
             self._aborts[operation_id] = None
+
+    def ask_answer(self, ask_id: str, decision: str) -> None:
+        self._answers.setdefault(ask_id, decision)
 
     def ask_redial(self) -> None:
         self._redial = True
@@ -218,11 +227,13 @@ class LinkCore:
     def take(self) -> Requests | None:
         """The requests asked since the reconcile (or the last take), each
         handed out once; None when there are none."""
-        if not (self._deliver or self._configure or self._aborts):
+        if not (self._deliver or self._configure or self._aborts or self._answers):
             return None
-        taken = Requests(deliver=self._deliver, configure=self._configure, aborts=tuple(self._aborts))
+        taken = Requests(deliver=self._deliver, configure=self._configure, aborts=tuple(self._aborts),
+                         answers=tuple(self._answers.items()))
         self._deliver = self._configure = False
         self._aborts.clear()
+        self._answers.clear()
         return taken
 
     def ended(self, error: LinkError | None, *, now: float, internal: bool = False) -> Decision:

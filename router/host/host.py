@@ -553,6 +553,16 @@ class HostSession:
             link.request_abort(delivered[::-1])
         return operation_id is None or bool(results)
 
+    def answer(self, ask_id: str, decision: str) -> None:
+        """Send a person's answer to an ask the session's adapter raised
+        (``allow`` or ``deny``; docs/container-protocol.md, "Asks"). Refused
+        (``no-link``) when the host drives no link for the session."""
+        link = self.host._links.get(self.id)
+        if link is None:
+            raise Refused("no-link", f"the host has no link to session {self.id!r}'s daemon; the ask cannot "
+                          "be answered from here")
+        link.request_answer(ask_id, decision)
+
     async def reset(self, handoff: str | None = None) -> int:
         """Start a new context: a new adapter session without the old
         history; ``handoff``, if given, goes in front of the next prompt.

@@ -81,7 +81,7 @@ from router.host.reconcile import ConnectionCore, Effects, UnreadableFrame, fram
 from router.host.settings import HostSettings
 from router.host.store import Store
 from router.host.websocket import ClientWebSocket, WebSocketClosed
-from wire.container import Abort, AdapterInfo, ErrorMessage, Hello, dump_message, parse_daemon_message
+from wire.container import Abort, AdapterInfo, Answer, ErrorMessage, Hello, dump_message, parse_daemon_message
 
 log = logging.getLogger(__name__)
 
@@ -325,6 +325,12 @@ class SessionLink:
             self.core.ask_abort(operation_ids)
             self._wake.set()
 
+    def request_answer(self, ask_id: str, decision: str) -> None:
+        """Send a person's answer to an ask the session's adapter raised
+        (on the live connection, or the next one)."""
+        self.core.ask_answer(ask_id, decision)
+        self._wake.set()
+
     def reconnect(self) -> None:
         """Drop the current connection (if any) and dial again at once: the
         next ``hello`` is reconciled against the record as it is now."""
@@ -531,7 +537,9 @@ class SessionLink:
 
     async def _run_requests(self, ws: ClientWebSocket, core: ConnectionCore, requests: Requests) -> None:
         store = self.store
-        effects = Effects(sends=tuple(Abort(operation_id=op) for op in requests.aborts))
+        effects = Effects(sends=tuple(Abort(operation_id=op) for op in requests.aborts)
+                          + tuple(Answer(ask_id=ask, decision=decision)  # type: ignore[arg-type]
+                                  for ask, decision in requests.answers))
         if requests.deliver:
             effects = effects + await store.transact(core.deliver, retry=False)
         if requests.configure:

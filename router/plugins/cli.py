@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from wire.json import JsonError, dumps, loads
@@ -92,7 +93,9 @@ def _turn_records(where: str | None) -> list[dict[str, Any]] | int:
     from router.errors import Refusal as StoreRefusal
 
     if where is None or not is_postgres_url(where):
-        return JsonlRecords(where or default_data_dir() / "usage.jsonl").read()
+        # A data directory (as `router serve --data-dir` takes) means its usage.jsonl.
+        path = Path(where) / "usage.jsonl" if where and Path(where).is_dir() else where
+        return JsonlRecords(path or default_data_dir() / "usage.jsonl").read()
     try:
         records = TableRecords(where)
     except StoreRefusal as refused:
@@ -293,8 +296,9 @@ def run_routes(args: argparse.Namespace, *, root: str | None = None) -> int:
 
 def configure_limits(parser: argparse.ArgumentParser) -> None:
     _common(parser, sub=False)
-    parser.add_argument("--records", metavar="FILE", default=None,
-                        help="the turn records (default <data dir>/usage.jsonl; postgresql://… reads those of "
+    parser.add_argument("--records", metavar="DIR|FILE", default=None,
+                        help="the turn records: a data directory (its usage.jsonl), a file (default <data "
+                        "dir>/usage.jsonl), or postgresql://… for those of "
                         "a router run with --store postgresql://…)")
     subparsers = parser.add_subparsers(dest="action")
     _set_parser(subparsers, "limits")

@@ -13,15 +13,21 @@ this user's routers (:func:`router.board.client.holder`: every router's
 private Unix socket is asked) and posts over that socket, which takes no
 token; ``--router NAME`` names the router instead (needed when several hold
 a session of that id). ``--url`` posts to a router's TCP API instead, with
-its access token: ``--token``, else the ``api-token`` file of the settings
-directory (``--settings``, else the default; :mod:`router.board.access`).
+its access token: ``$ROUTER_TOKEN`` or ``--token-file FILE`` (a 0600
+file; ``--token`` too, though a command line is readable by every local
+user), else the ``api-token`` file of the settings directory
+(``--settings``, else the default; :mod:`router.board.access`).
 
 **router send.** TEXT ``-``, or no TEXT, reads the message from stdin (one
 trailing newline stripped: what ``echo`` and a terminal's last Enter add).
 The post goes through the ``cli`` channel under an event id the command
 mints (or ``--event-id``), so a send that went unanswered can be sent again
-with the same id and is written once. By default it waits for a container
-session's reply; ``--no-wait`` answers once the message is in the session.
+with the same id and is written once. By default it waits for the session's reply: a
+container session's operation settling, or the end of the turn a Claude
+Code session's message starts or joins (the last assistant message then;
+the command watches the session's listing and transcript); ``--no-wait``
+answers once the message is in the session (``started as a prompt``,
+``written as a row`` ...).
 ``--card`` (a message that is not the person's own words) means something
 only to a Claude Code session, and is refused for a container session.
 
@@ -47,9 +53,10 @@ Exit status (``router send``):
   message names the recovery command).
 
 ``router abort``, ``router resume`` (a stopped session; a parked one
-resumes now) and ``router cancel-park`` exit 0 when done (``aborted:
-false``, ``resumed: false``, ``cancelled: false`` included), 1 when
-refused, 2 as ``send`` does.
+resumes now) and ``router cancel-park`` exit 0 when done (``resumed:
+false``, ``cancelled: false`` included), 1 when refused (``router abort
+SESSION OPERATION`` of an operation not open there: ``unknown-operation``),
+2 as ``send`` does. docs/cli.md tables every refusal.
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ from urllib.parse import quote
 import attrs
 
 __all__ = ["configure", "configure_abort", "configure_cancel_park", "configure_launch", "configure_resume",
-           "message_text", "run", "run_abort", "run_cancel_park", "run_launch", "run_resume", "summary"]
+           "exit_status", "message_text", "run", "run_abort", "run_cancel_park", "run_launch", "run_resume", "summary"]
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 #: ``router.plugins.channels.CLI_OFF_EXIT``, not imported: this command
@@ -75,7 +82,8 @@ CLI_OFF_EXIT = 3
 #: Exit statuses (see the module docstring).
 DONE, REFUSED, USAGE = 0, 1, 2
 #: Refusals that are the caller's to mend, not the router's "no": exit 2.
-USAGE_CODES = frozenset({"no-token", "bad-token", "bad-host", "no-token-file", "token-file-unsafe", "token-file-bad"})
+USAGE_CODES = frozenset({"no-token", "bad-token", "bad-host", "no-token-file", "token-file-unsafe", "token-file-bad",
+                         "token-twice"})
 #: Seconds between two progress updates on a terminal (ours).
 PROGRESS_INTERVAL = 1.0
 
@@ -84,8 +92,10 @@ def _add_reach(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help=f"a router's TCP API ({DEFAULT_URL} for `router serve`'s default port); "
                         "default: the router that holds SESSION, over its private socket")
     parser.add_argument("--router", metavar="NAME", help="the router to use, by the name `router sessions` shows")
-    parser.add_argument("--token", help="the TCP API's token (with --url; default: the api-token file of the "
-                        "settings directory)")
+    parser.add_argument("--token-file", metavar="FILE", help="a 0600 file holding the TCP API's token (with --url; "
+                        "or $ROUTER_TOKEN; default: the api-token file of the settings directory)")
+    parser.add_argument("--token", help="the TCP API's token; every local user can read a command line: prefer "
+                        "$ROUTER_TOKEN or --token-file")
     parser.add_argument("--settings", metavar="DIR", help="the settings directory whose api-token --url uses")
     parser.add_argument("--json", action="store_true", help="print the answer as one JSON line")
 
@@ -97,7 +107,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--event-id", help="the delivery's event id (default: a new one); resend with the same id")
     parser.add_argument("--card", action="store_true",
                         help="send it as a card, not as your own words (Claude Code sessions only)")
-    parser.add_argument("--no-wait", action="store_true", help="do not wait for a container session's reply")
+    parser.add_argument("--no-wait", action="store_true", help="do not wait for the session's reply: answer once "
+                        "the message is in the session")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait in all (default 300)")
 
 
@@ -142,17 +153,19 @@ def _print(body: Any) -> None:
 
 
 def _token(command: str, args: argparse.Namespace) -> str:
-    if args.token:
-        return str(args.token)
+    """The TCP API's token: ``--token``, ``--token-file``, ``$ROUTER_TOKEN``,
+    else the api-token file of the settings directory (router.tokens)."""
     from pathlib import Path
 
     from router.board.access import read_token, token_path
     from router.errors import Refusal
     from router.plugins.settings import default_settings_dir
+    from router.tokens import API_TOKEN_VARIABLE, secret_from
 
     settings = Path(args.settings) if args.settings else default_settings_dir(os.environ)
     try:
-        return read_token(token_path(settings))
+        given = secret_from(flag=args.token, file=args.token_file, env=os.environ, variable=API_TOKEN_VARIABLE)
+        return given if given is not None else read_token(token_path(settings))
     except Refusal as refused:
         _say(command, str(refused))
         raise Stop(USAGE) from None
@@ -270,7 +283,7 @@ def _ticker(command: str, what: str) -> Callable[[], Any]:
     return tick
 
 
-def _status_of(status: int, answer: Any) -> int:
+def exit_status(status: int, answer: Any) -> int:
     """A refusal's exit status (1, or 2 / 3 where the module docstring says)."""
     code = answer.get("error") if type(answer) is dict else None
     if code == "channel-off":
@@ -297,6 +310,8 @@ def summary(session: str, answer: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import time
+
     import trio
 
     if args.timeout <= 0:
@@ -307,17 +322,19 @@ def run(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"text": text, "eventId": event_id, "wait": not args.no_wait}
     if args.card:
         body["kind"] = "card"
+    deadline = time.monotonic() + args.timeout
     try:
-        target = _target("send", args)
-        if args.card and target.listing is None:  # --url: ask that router what the session is
-            target = attrs.evolve(target, listing=trio.run(_listing, target, args.session))
-        if args.card and (target.listing or {}).get("kind") == "container":
-            _say("send", f"card-meaningless: {args.session} is a container session, where a card is the same "
-                 "prompt as your own words; send it without --card")
-            return USAGE
+        target = _send_target(args)
+        # A Claude Code session's reply is the end of the turn the message
+        # starts (or joins): what its transcript holds before is the mark.
+        waits = (target.listing or {}).get("kind") == "claude-code" and not args.no_wait
+        before = trio.run(_messages, target, args.session) if waits else None
         progress = _ticker("send", f"waiting for {args.session}") if sys.stderr.isatty() else None
         status, answer = trio.run(partial(_post, "send", target, f"/sessions/{quote(args.session, safe='')}/messages",
                                           body, timeout=args.timeout, progress=progress))
+        if before is not None and _started_a_turn(status, answer):
+            answer["reply"] = trio.run(partial(_claude_reply, target, args.session, _drawn(before),
+                                               timeout=max(deadline - time.monotonic(), 0.001), progress=progress))
     except Stop as stop:
         return stop.status
     except trio.TooSlowError:
@@ -327,10 +344,103 @@ def run(args: argparse.Namespace) -> int:
     return _answered(args, status, answer)
 
 
+def _send_target(args: argparse.Namespace) -> Target:
+    """Where ``router send`` posts, with the session's listing (asked of
+    the router at ``--url`` when the board did not give it); raises
+    :class:`Stop` (``card-meaningless``: a card to a container session)."""
+    import trio
+
+    target = _target("send", args)
+    if (args.card or not args.no_wait) and target.listing is None:
+        target = attrs.evolve(target, listing=trio.run(_listing, target, args.session))
+    if args.card and (target.listing or {}).get("kind") == "container":
+        _say("send", f"card-meaningless: {args.session} is a container session, where a card is the same "
+             "prompt as your own words; send it without --card")
+        raise Stop(USAGE)
+    return target
+
+
+def _started_a_turn(status: int, answer: Any) -> bool:
+    """Whether a Claude Code session's answer is a message in it now (a
+    prompt it started, or a row in the running turn), not a resend answered
+    from the record."""
+    return (status == 200 and type(answer) is dict and answer.get("status") == "delivered"
+            and answer.get("as") in ("prompt", "row") and not answer.get("fromRecord"))
+
+
+#: Seconds between two looks at a Claude Code session while ``router send``
+#: waits for its turn to end (ours: a turn takes seconds; a look is two
+#: small local requests).
+CLAUDE_POLL = 0.2
+
+
+async def _get(target: Target, path: str, params: dict[str, str] | None = None) -> Any:
+    """``GET path`` at ``target``: its JSON, or None when it has none."""
+    import httpx
+
+    transport = None if target.socket is None else httpx.AsyncHTTPTransport(uds=target.socket)
+    try:
+        async with httpx.AsyncClient(transport=transport, timeout=30) as client:
+            response = await client.get(target.base + path, params=params,
+                                        headers={"x-router-channel": "cli", **target.headers})
+            return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+async def _messages(target: Target, session: str) -> list[Any]:
+    """``session``'s transcript at ``target`` ([] when it cannot say)."""
+    body = await _get(target, f"/sessions/{quote(session, safe='')}/messages")
+    listed = body.get("messages") if type(body) is dict else None
+    return listed if type(listed) is list else []
+
+
+def _drawn(messages: list[Any]) -> dict[str, str]:
+    """Each message's id and text: what a transcript held (a message may
+    be updated in place, and ``/clear`` empties the transcript, so a
+    count would not do)."""
+    return {str(m.get("id")): _text_of(m) for m in messages if type(m) is dict}
+
+
+def _text_of(message: Any) -> str:
+    parts = message.get("parts") if type(message) is dict else None
+    return "".join(part.get("text", "") for part in parts or [] if type(part) is dict and part.get("type") == "text")
+
+
+async def _claude_reply(target: Target, session: str, before: dict[str, str], *, timeout: float,
+                        progress: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Wait until the Claude Code session's turn ends with an answer it did
+    not hold when the message was sent (``before``: :func:`_drawn`), a new
+    assistant message or one whose text changed: ``{status: "done",
+    text}``, or ``{status: "unanswered", reason}`` when the session closes
+    or cannot be reached. ``trio.TooSlowError`` after ``timeout`` seconds."""
+    import trio
+
+    async with trio.open_nursery() as nursery:
+        if progress is not None:
+            nursery.start_soon(progress)
+        with trio.fail_after(timeout):
+            while True:
+                listing = await _listing(target, session)
+                state = (listing or {}).get("state")
+                if state in ("closed", "unreachable"):
+                    reply = {"status": "unanswered", "reason": f"the session is {state}"}
+                    break
+                messages = await _messages(target, session)
+                last = messages[-1] if messages and type(messages[-1]) is dict else {}
+                fresh = last.get("role") == "assistant" and before.get(str(last.get("id"))) != _text_of(last)
+                if listing is not None and not listing.get("busy") and state != "working" and fresh:
+                    reply = {"status": "done", "text": _text_of(last)}
+                    break
+                await trio.sleep(CLAUDE_POLL)
+        nursery.cancel_scope.cancel()
+    return reply
+
+
 def _answered(args: argparse.Namespace, status: int, answer: Any) -> int:
     if status != 200 or type(answer) is not dict:
         _refusal("send", args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
-        return _status_of(status, answer)
+        return exit_status(status, answer)
     if args.json:
         _print(answer)
     reply = answer.get("reply")
@@ -349,7 +459,8 @@ def _answered(args: argparse.Namespace, status: int, answer: Any) -> int:
                   "resets (router sessions shows when)", flush=True)
         return DONE
     if type(reply) is dict and reply.get("status") != "done":
-        _say("send", f"unanswered: {reply.get('reason')} (operation {reply.get('operationId')})")
+        operation = f" (operation {reply['operationId']})" if reply.get("operationId") else ""
+        _say("send", f"unanswered: {reply.get('reason')}{operation}")
         return REFUSED
     if not args.json:
         print(summary(args.session, answer), flush=True)
@@ -376,11 +487,15 @@ def run_abort(args: argparse.Namespace) -> int:
         # With no operation the host answers true whatever was open (as the reference).
         if not args.operation:
             return f"stopped every open operation of {args.session} (if any ran)"
-        if answer.get("aborted"):
-            return f"aborted operation {args.operation} in {args.session}"
-        return f"nothing to abort: operation {args.operation} is not open in {args.session}"
+        return f"aborted operation {args.operation} in {args.session}"
 
-    return _simple("abort", args, "abort", body, said)
+    def refused(answer: dict[str, Any]) -> dict[str, Any] | None:
+        if not args.operation or answer.get("aborted"):
+            return None
+        return {"error": "unknown-operation", "message": f"operation {args.operation} is not open in {args.session} "
+                "(it settled, or was never sent there); `router send --json` prints an operation's id"}
+
+    return _simple("abort", args, "abort", body, said, refused)
 
 
 def configure_resume(parser: argparse.ArgumentParser) -> None:
@@ -427,7 +542,8 @@ def run_cancel_park(args: argparse.Namespace) -> int:
 
 
 def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, Any],
-            said: Callable[[dict[str, Any]], str]) -> int:
+            said: Callable[[dict[str, Any]], str],
+            refused: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda answer: None) -> int:
     import trio
 
     if args.timeout <= 0:
@@ -444,7 +560,11 @@ def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, 
         return USAGE
     if status != 200 or type(answer) is not dict:
         _refusal(command, args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
-        return _status_of(status, answer)
+        return exit_status(status, answer)
+    said_no = refused(answer)
+    if said_no is not None:  # the router's answer is a "no" of ours (router abort: nothing of that id to stop)
+        _refusal(command, args, said_no)
+        return REFUSED
     if args.json:
         _print(answer)
     else:
@@ -528,7 +648,7 @@ def run_launch(args: argparse.Namespace) -> int:
         return USAGE
     if status not in (200, 201) or type(answer) is not dict:
         _refusal("launch", args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
-        return _status_of(status, answer)
+        return exit_status(status, answer)
     if args.json:
         _print(answer)
     else:

@@ -374,6 +374,10 @@ def check_delivery(delivery: Delivery) -> Refused | None:
             code="bad-delivery",
             message=f"text must be a non-empty string of valid Unicode, at most {MAX_TEXT_CHARS} characters",
         )
+    if not message.text.strip():
+        # Every surface (CLI, API, page, MCP) delivers through here, so each refuses it alike.
+        return Refused(code="empty-message", message="the message is only whitespace; write some text and send it "
+                       "again")
     return None
 
 

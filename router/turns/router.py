@@ -212,7 +212,8 @@ class TurnRouter:
         #: The host's container sessions (None: this router serves none).
         self.containers = None if host is None else ContainerSessions(
             host, deliveries=deliveries, instance=instance, harness=container_harness, via=container_via,
-            routes=self._routes, bracket_wait=bracket_wait,
+            routes=self._routes, bracket_wait=bracket_wait, env=self.env,
+            settings=getattr(layer, "settings", None),
         )
         self.delivered = 0
         #: The provider's usage limits: parks, kept work, resumes

@@ -22,7 +22,7 @@ ROUTER = [sys.executable, "-m", "router"]
 
 def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    for name in ("ROUTER_DATA_DIR", "ROUTER_SETTINGS_DIR", "ROUTER_DAEMON_TOKEN"):
+    for name in ("ROUTER_DATA_DIR", "ROUTER_SETTINGS_DIR", "ROUTER_DAEMON_TOKEN", "ROUTER_TOKEN"):
         env.pop(name, None)
     return {**env, **(extra or {})}
 
@@ -65,40 +65,43 @@ async def read_lines(stream: trio.abc.ReceiveStream, count: int) -> list[str]:
     return [line.decode() for line in data.split(b"\n")[:count]]
 
 
-def page_url(line: str) -> tuple[str, str] | None:
-    """``(base URL, token)`` from ``http://127.0.0.1:PORT/?token=TOKEN``
-    (``router serve``'s first line), or None when it is not that."""
-    from urllib.parse import parse_qs, urlsplit
+def page_url(line: str, settings: Path) -> tuple[str, str] | None:
+    """``(base URL, token)`` of the ``router serve`` whose first line is
+    ``line`` and whose settings directory is ``settings``
+    (:func:`tests.support.served.served_page`), or None when the line is
+    not a router's URL."""
+    from tests.support.served import served_page
 
-    parts = urlsplit(line.strip())
-    token = parse_qs(parts.query).get("token")
-    if parts.scheme != "http" or parts.hostname != "127.0.0.1" or parts.path != "/" or not token:
-        return None
-    return f"http://{parts.netloc}", token[0]
+    found = served_page(line, settings)
+    return None if found is None else (found.url, found.token)
 
 
 @asynccontextmanager
-async def serve(tmp: Path, *args: str, name: str = "serve") -> AsyncIterator[Served]:
-    """``router serve --port 0`` on ``tmp``'s data and settings, until the
-    block ends (then SIGTERM, and SIGKILL if it lingers)."""
-    stderr = tmp / f"{name}.stderr"
+async def serve(tmp: Path, *args: str, name: str = "serve", env: dict[str, str] | None = None) -> AsyncIterator[Served]:
+    """``router serve --port 0`` on ``tmp``'s data and settings (``env``
+    added to its environment: ``ROUTER_DAEMON_TOKEN`` with ``--daemon``),
+    until the block ends (then SIGTERM, and SIGKILL if it lingers)."""
+    from tests.support.served import served_page
+
+    stderr, settings = tmp / f"{name}.stderr", tmp / "settings"
     with open(stderr, "wb") as err:
         process = await trio.lowlevel.open_process(
-            [*ROUTER, "serve", "--port", "0", "--data-dir", str(tmp / "data"), "--settings", str(tmp / "settings"),
+            [*ROUTER, "serve", "--port", "0", "--data-dir", str(tmp / "data"), "--settings", str(settings),
              "--log-level", "info", *args],
-            stdout=subprocess.PIPE, stderr=err, env=environment(), cwd=REPO,
+            stdout=subprocess.PIPE, stderr=err, env=environment(env), cwd=REPO,
         )
     try:
         assert process.stdout is not None
         with trio.fail_after(60):
             lines = await read_lines(process.stdout, 2)
-        found = page_url(lines[0])
+        found = served_page(lines[0], settings)
         if found is None:
             await process.wait()
             raise AssertionError(f"router serve did not start ({process.returncode}): {lines} {stderr.read_text()}")
-        url, token = found
-        assert len(lines) == 2 and lines[1].startswith(f"router serve: listening on {url} "), lines
-        yield Served(process=process, url=url, token=token, page=lines[0], stderr=stderr, listening=lines[1])
+        assert lines[0] == f"{found.url}/", lines  # stdout is a pipe: no token on it
+        assert len(lines) == 2 and lines[1].startswith(f"router serve: listening on {found.url} "), lines
+        yield Served(process=process, url=found.url, token=found.token, page=found.page, stderr=stderr,
+                     listening=lines[1])
     finally:
         await stop(process)
 
@@ -115,13 +118,11 @@ async def stop(process: trio.Process, sig: int = signal.SIGTERM) -> int:
 
 
 async def send(url: str, *args: str, token: str | None = None) -> tuple[int, Any, str]:
-    """``router send --url URL --json [--token TOKEN] ARGS``: exit status,
-    stdout as JSON (or None), stderr."""
-    # One argument: a token may start with "-", which argparse would take for an option.
-    auth = [f"--token={token}"] if token is not None else []
+    """``router send --url URL --json ARGS`` with ``$ROUTER_TOKEN`` set to
+    ``token`` when given: exit status, stdout as JSON (or None), stderr."""
     done = await trio.run_process(
-        [*ROUTER, "send", "--url", url, "--json", *auth, *args], capture_stdout=True, capture_stderr=True,
-        check=False, env=environment(), cwd=REPO,
+        [*ROUTER, "send", "--url", url, "--json", *args], capture_stdout=True, capture_stderr=True,
+        check=False, env=environment({"ROUTER_TOKEN": token} if token is not None else None), cwd=REPO,
     )
     out = done.stdout.decode()
     return done.returncode, json.loads(out) if out.strip() else None, done.stderr.decode()

@@ -19,7 +19,7 @@ async def test_serve_keeps_its_record_in_postgresql(tmp_path: Path, postgres_url
     async with serve(tmp_path, "--store", postgres_url) as served:
         status, answer, _ = await send(served.url, "root", "hello", "--event-id", "e1", token=served.token)
         assert status == 0 and answer["reply"]["text"] == "echo: hello (turn 1)", answer
-        assert await stop(served.process, signal.SIGINT) == 0, served.log()
+        assert await stop(served.process, signal.SIGINT) == 130, served.log()  # SIGINT: 128 + 2
     with psycopg.connect(postgres_url) as db:
         assert db.execute("SELECT state FROM deliveries WHERE event_id = 'e1'").fetchone() == ("answered",)
         assert db.execute("SELECT status FROM operations WHERE id = 'e1'").fetchone() == ("done",)
@@ -30,7 +30,7 @@ async def test_serve_keeps_its_record_in_postgresql(tmp_path: Path, postgres_url
         assert status == 0 and again["fromRecord"] is True
         status, later, _ = await send(served.url, "root", "later", token=served.token)
         assert status == 0 and later["reply"]["text"] == "echo: later (turn 2)"  # the session's entries restored
-        assert await stop(served.process, signal.SIGINT) == 0, served.log()
+        assert await stop(served.process, signal.SIGINT) == 130, served.log()  # SIGINT: 128 + 2
     with Store(postgres_url) as store:
         texts = [message.get("text") or message.get("content") for message in store.messages("root")]
         assert len(texts) == 4, store.messages("root")

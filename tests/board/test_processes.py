@@ -62,7 +62,7 @@ async def test_the_tcp_api_takes_the_token_and_keeps_it(tmp_path: Path) -> None:
         token_file = tmp_path / "settings" / "api-token"
         assert os.stat(token_file).st_mode & 0o777 == 0o600
         assert token_file.read_text().strip() == served.token
-        assert served.page == f"{served.url}/?token={served.token}"
+        assert served.page == f"{served.url}/?token={served.token}"  # from the 0600 page-url file
         async with httpx.AsyncClient(base_url=served.url, timeout=30) as bare:
             for headers, status, code in [
                 ({}, 401, "no-token"),
@@ -261,7 +261,7 @@ async def test_send_and_abort_outputs_and_exit_statuses(tmp_path: Path) -> None:
         assert status == 1 and out == "" and "event-id-conflict" in err
         # router abort: nothing running, then a slow turn stopped.
         status, out, err = await router("abort", "root", "no-such-operation")
-        assert (status, out) == (0, "nothing to abort: operation no-such-operation is not open in root\n"), err
+        assert (status, out) == (1, "") and err.startswith("router abort: unknown-operation: "), err
         status, out, err = await router("send", "root", "slow 60000 long", "--no-wait", "--event-id", "s1")
         assert status == 0, err
         await wait_for_state(served, "root", "working")
@@ -284,23 +284,24 @@ async def test_send_and_abort_outputs_and_exit_statuses(tmp_path: Path) -> None:
 
 
 async def test_serve_checks_its_daemon_before_it_starts(tmp_path: Path) -> None:
-    async def serve_with(*args: str) -> subprocess.CompletedProcess[bytes]:
+    async def serve_with(*args: str, token: str = "t") -> subprocess.CompletedProcess[bytes]:
         return await trio.run_process(
             [*ROUTER, "serve", "--port", "0", "--data-dir", str(tmp_path / "data"), "--settings",
              str(tmp_path / "settings"), *args],
-            capture_stdout=True, capture_stderr=True, check=False, env=environment(), cwd=REPO,
+            capture_stdout=True, capture_stderr=True, check=False, env=environment({"ROUTER_DAEMON_TOKEN": token}),
+            cwd=REPO,
         )
 
-    nothing = await serve_with("--daemon", "ws://127.0.0.1:1", "--token", "t")
+    nothing = await serve_with("--daemon", "ws://127.0.0.1:1")
     assert nothing.returncode == 2 and nothing.stdout == b""
     assert b"daemon-check-failed" in nothing.stderr and b"daemon-unreachable" in nothing.stderr
-    bad_url = await serve_with("--daemon", "ftp://127.0.0.1:1", "--token", "t")
+    bad_url = await serve_with("--daemon", "ftp://127.0.0.1:1")
     assert bad_url.returncode == 2 and bad_url.stdout == b"" and b"bad-daemon-url" in bad_url.stderr
     async with spawn_daemon("ours", token="the-right-token") as daemon:
-        wrong = await serve_with("--daemon", daemon.url, "--token", "a-wrong-token")
+        wrong = await serve_with("--daemon", daemon.url, token="a-wrong-token")
         assert wrong.returncode == 2 and wrong.stdout == b""
         assert b"daemon-check-failed" in wrong.stderr and b"unauthorized" in wrong.stderr
-        async with serve(tmp_path, "--daemon", daemon.url, "--token", "the-right-token") as served:
+        async with serve(tmp_path, "--daemon", daemon.url, env={"ROUTER_DAEMON_TOKEN": "the-right-token"}) as served:
             status, out, err = await router("send", "root", "through the daemon")
             assert (status, out) == (0, "echo: through the daemon (turn 1)\n"), err
             assert "daemon ws://127.0.0.1:" in served.log() and "protocol 1" in served.log()

@@ -149,7 +149,7 @@ async def test_a_parked_session_shows_its_reset_and_the_park_can_be_cancelled(tm
     env = {"LIMIT_RESETS_AT": str(resets_at), "LIMIT_LOG": str(tmp_path / "provider.log")}
     async with spawn_daemon("ours", adapter="tests.limits.limit_adapter:adapter", env=env) as daemon:
         route_to_the_daemon(tmp_path / "settings", daemon.http_url, daemon.token)
-        async with serve(tmp_path, "--daemon", daemon.url, "--token", daemon.token) as served, chromium() as browser:
+        async with serve(tmp_path, "--daemon", daemon.url, env={"ROUTER_DAEMON_TOKEN": daemon.token}) as served, chromium() as browser:
             async with httpx.AsyncClient(base_url=served.url, headers=served.headers, timeout=60) as client:
                 assert (await client.post("/sessions", json={"id": "a"})).status_code == 201
                 sent = await client.post("/sessions/a/messages", json={"text": "first", "eventId": "e1", "wait": True})

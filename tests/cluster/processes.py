@@ -57,15 +57,15 @@ async def start_member(folder: Path, name: str, store: str, daemon_url: str, *,
     with open(stderr, "wb") as err:
         process = await trio.lowlevel.open_process(
             [*ROUTER, "serve", "--port", "0", "--data-dir", str(folder / "data"), "--settings",
-             str(folder / "settings"), "--store", store, "--daemon", daemon_url, "--token", TOKEN,
+             str(folder / "settings"), "--store", store, "--daemon", daemon_url,
              "--log-level", "info"],
             stdout=subprocess.PIPE, stderr=err, cwd=REPO,
-            env=environment({"ROUTER_CLUSTER_LEASE_TTL": str(lease_ttl), **(env or {})}),
+            env=environment({"ROUTER_CLUSTER_LEASE_TTL": str(lease_ttl), "ROUTER_DAEMON_TOKEN": TOKEN, **(env or {})}),
         )
     assert process.stdout is not None
     with trio.fail_after(90):
         lines = await read_lines(process.stdout, 2)
-    found = page_url(lines[0]) if lines else None
+    found = page_url(lines[0], folder / "settings") if lines else None
     if found is None:
         await stop(process)
         raise AssertionError(f"router serve {name} did not start: {lines} {stderr.read_text()}")

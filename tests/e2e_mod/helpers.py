@@ -280,11 +280,14 @@ class RouterApi:
                     return each
             await trio.sleep(0.1)
 
-    async def send(self, session_id: str, text: str, *, event_id: str, card: bool = False) -> tuple[int, dict[str, Any]]:
+    async def send(self, session_id: str, text: str, *, event_id: str, card: bool = False,
+                   wait: bool = False) -> tuple[int, dict[str, Any]]:
         """``router send SESSION TEXT --json --event-id ID``: an HTTP-like
-        status (200 answered; else the refusal's) and the answer's JSON."""
+        status (200 answered; else the refusal's) and the answer's JSON.
+        Without ``wait`` (``--no-wait``) it answers at the outcome (``as``:
+        row or prompt), not at the end of the turn."""
         code, out = await self._router("send", session_id, text, "--json", "--event-id", event_id,
-                                       *(["--card"] if card else []))
+                                       *(["--card"] if card else []), *([] if wait else ["--no-wait"]))
         body = json.loads(out) if out.strip() else {}
         return (200 if code == 0 else 400 + code), body
 

@@ -71,8 +71,10 @@ async def test_hello_idle_delivery_live_view_and_clear(
     await world.type("one", "/clear")
     before = len(fake_api.messages_requests())
     fake_api.script(text_reply("A fresh start."))
-    status, body = await router_api.send(session_id, "after the clear", event_id="ev-clear")
+    # `router send` waits for a Claude Code session's reply, as for a container's.
+    status, body = await router_api.send(session_id, "after the clear", event_id="ev-clear", wait=True)
     assert status == 200 and body["as"] == "prompt", body
+    assert body["reply"]["status"] == "done" and "A fresh start." in body["reply"]["text"], body
     with trio.fail_after(TURN):
         await until(lambda: any("after the clear" in last_user_text(r) for r in messages_after(fake_api, before)))
         await world.wait_screen("one", "A fresh start.")

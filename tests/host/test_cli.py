@@ -71,8 +71,8 @@ async def test_connection_and_usage_errors_exit_2_with_a_code(daemon: Daemon, tm
         "--connect-timeout", "0.5", "x",
     )  # fmt: skip
     assert code == 2 and err.startswith("router prompt: daemon-unreachable: ")
-    code, _, err = await router("prompt", "--daemon", daemon.url, "x")
-    assert code == 2 and "--token" in err  # argparse
+    code, _, err = await router("prompt", "--daemon", daemon.url, "--store", str(store), "x")
+    assert code == 2 and err.startswith("router prompt: no-daemon-token: ")
     code, _, err = await router("transcript", "--store", str(tmp_path / "none.db"))
     assert code == 2 and err.startswith("router transcript: no-store: ")
     code, _, err = await router("transcript", "--store", str(store), "--session", "nobody")

@@ -47,7 +47,7 @@ async def test_park_resume_and_cancel_from_the_command_line(tmp_path: Path) -> N
     env = {"LIMIT_RESETS_AT_FILE": str(reset_file), "LIMIT_LOG": str(log)}
     async with spawn_daemon("ours", adapter="tests.limits.limit_adapter:adapter", env=env) as daemon:
         route_to_the_daemon(tmp_path / "settings", daemon.http_url, daemon.token)
-        async with serve(tmp_path, "--daemon", daemon.url, "--token", daemon.token) as served:
+        async with serve(tmp_path, "--daemon", daemon.url, env={"ROUTER_DAEMON_TOKEN": daemon.token}) as served:
             # The reset is fixed only now that the daemon and the router
             # are up (their start under load once took the whole window).
             resets_at = int(time.time() * 1000) + RESET_AHEAD_MS

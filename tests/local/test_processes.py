@@ -10,6 +10,7 @@ or a socket behind."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -112,11 +113,17 @@ async def test_every_router_is_one_board(tmp_path: Path, nursery: trio.Nursery) 
         # `router mcp` keeps its echo root off the board (every router has one).
         assert sorted(board[names[embedded.pid]]) == [(CLAUDE, "claude-code", "idle")]
         status, table, _ = await router("sessions", raw=True)
-        lines = [line.split() for line in table.splitlines()]
-        assert status == 0 and lines[0] == ["SESSION", "KIND", "STATE", "HARNESS", "MODEL", "ROUTER"]
+        # Columns apart by two spaces or more ("5s ago" is one cell); the directory last.
+        lines = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines()]
+        assert status == 0 and lines[0] == ["SESSION", "KIND", "STATE", "HARNESS", "MODEL", "ACTIVE", "ROUTER",
+                                            "DIRECTORY"]
         model = next(item for item in listed if item["id"] == CLAUDE)["model"]  # as the mod (the simulator) said
-        assert [CLAUDE, "claude-code", "idle", "claude-code", model, names[embedded.pid]] in lines
-        assert ["alpha", "container", "idle", "echo", "echo", names[one.process.pid]] in lines
+        rows = {row[0]: row for row in lines[1:]}
+        assert rows[CLAUDE][:5] == [CLAUDE, "claude-code", "idle", "claude-code", model]
+        assert rows[CLAUDE][6] == names[embedded.pid]
+        assert rows["alpha"][:5] == ["alpha", "container", "idle", "echo", "echo"]
+        assert rows["alpha"][6] == names[one.process.pid]
+        assert all(re.fullmatch(r"\d+[smhd] ago|-", row[5]) for row in lines[1:])
         assert len(lines) == 1 + len(listed)
 
         # `router send` with no URL finds the router that holds the session.

@@ -109,9 +109,11 @@ async def spawn_daemon(
     adapter: str = "echo",
     env: dict[str, str] | None = None,
     ready_timeout: float = 30.0,
+    agent: tuple[str, ...] = (),
 ) -> AsyncIterator[Daemon]:
-    """Run a daemon until the block ends; yields it once it listens."""
-    command = daemon_command(kind, adapter)
+    """Run a daemon until the block ends; yields it once it listens.
+    ``agent``: the ACP agent's command (``--adapter acp -- AGENT…``)."""
+    command = daemon_command(kind, adapter) + (["--", *agent] if agent else [])
     environment = {
         **os.environ,
         "CF_HARNESS_TOKEN": token,

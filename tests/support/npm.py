@@ -80,6 +80,56 @@ def npm_package(spec: str, *, timeout: float = 600.0) -> Path:
     return package
 
 
+def npm_install(spec: str, *, timeout: float = 900.0) -> Path:
+    """Return the installed ``node_modules/<name>`` directory of ``spec``
+    (``name@exact-version``) with its dependencies (``npm install`` into a
+    cache directory of its own; for packages that need their dependencies
+    to run, such as ACP agents). Renamed into place when finished, as
+    :func:`npm_package` does."""
+    name, _, version = spec.rpartition("@")
+    if not name or not re.fullmatch(r"\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?", version):
+        raise ValueError(f"{spec!r} is not name@exact-version")
+    target = cache_root() / "npm-install" / f"{name.replace('/', '__')}-{version}"
+    installed = target / "node_modules" / name
+    if (installed / "package.json").is_file():
+        return installed
+    npm = shutil.which("npm")
+    if npm is None:
+        raise NpmUnavailable(f"npm is not on PATH, so {spec} cannot be installed")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".install-") as work:
+        try:
+            done = subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--ignore-scripts", "--prefix", work, spec],
+                cwd=work, capture_output=True, text=True, timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise NpmUnavailable(f"npm install {spec} took longer than {timeout:.0f} s") from exc
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+            raise NpmUnavailable(f"npm install {spec} failed: {' / '.join(tail)}")
+        try:
+            os.rename(work, target)
+        except OSError:
+            if not (installed / "package.json").is_file():
+                raise
+        else:
+            os.makedirs(work)  # for TemporaryDirectory's cleanup
+    return installed
+
+
+def require_npm_install(spec: str) -> Path:
+    """:func:`npm_install` for tests: skip when impossible (fail under CI)."""
+    import pytest
+
+    try:
+        return npm_install(spec)
+    except NpmUnavailable as exc:
+        if os.environ.get("ROUTER_REQUIRE_NPM") == "1":
+            pytest.fail(f"required npm package unavailable: {exc}")
+        pytest.skip(f"npm package unavailable: {exc}")
+
+
 def require_npm_package(spec: str) -> Path:
     """:func:`npm_package` for tests: skip when the fetch is impossible (fail under CI)."""
     import pytest
@@ -94,6 +144,10 @@ def require_npm_package(spec: str) -> Path:
 
 #: The reference implementation of the container protocol.
 AGENTS_SPEC = "agents@0.32.0"
+#: The ACP agent (with Claude Code's runtime inside) the ACP adapter is tested against.
+CLAUDE_CODE_ACP_SPEC = "@zed-industries/claude-code-acp@0.16.2"
+#: The Codex ACP agent, its linux x64 build (a native binary, no dependencies).
+CODEX_ACP_SPEC = "@zed-industries/codex-acp-linux-x64@0.16.0"
 #: The Codex CLI (a native build) the Codex preset is tested against.
 CODEX_SPEC = "@openai/codex@0.171.0-linux-x64"
 

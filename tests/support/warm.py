@@ -19,7 +19,7 @@ import time
 
 from tests.support.claude import claude_binary_path
 from tests.support.docker import DockerUnavailable, ensure_project_image
-from tests.support.npm import AGENTS_SPEC, CODEX_SPEC, NpmUnavailable, npm_package
+from tests.support.npm import AGENTS_SPEC, CLAUDE_CODE_ACP_SPEC, CODEX_ACP_SPEC, CODEX_SPEC, NpmUnavailable, npm_install, npm_package
 
 
 def main() -> int:
@@ -28,6 +28,9 @@ def main() -> int:
         (AGENTS_SPEC, lambda: npm_package(AGENTS_SPEC)),
         ("claude", claude_binary_path),
         (CODEX_SPEC, lambda: npm_package(CODEX_SPEC)),
+        (CLAUDE_CODE_ACP_SPEC, lambda: npm_install(CLAUDE_CODE_ACP_SPEC)),
+        (CODEX_ACP_SPEC, lambda: npm_package(CODEX_ACP_SPEC)),
+        ("@agentclientprotocol/sdk@2.4.0", lambda: npm_install("@agentclientprotocol/sdk@2.4.0")),
         ("docker images", ensure_project_image),
     ]
     for name, fetch in fetches:

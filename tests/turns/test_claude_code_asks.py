@@ -34,11 +34,19 @@ async def say_hello(client: httpx.AsyncClient, capabilities: list[str] | None) -
     assert (await client.post("/events", headers=HEADERS, json={"events": [hello, ASK]})).status_code == 200
 
 
+#: What the router asks of a mod that named no model at hello (the board's model column), beside the asks.
+MODEL_CALL = "session.model"
+
+
+def not_the_model(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [each for each in requests if each.get("call") != MODEL_CALL]
+
+
 async def next_requests(client: httpx.AsyncClient) -> list[dict[str, Any]]:
     while True:
         requests = (await client.post("/requests", headers=HEADERS, content=b"{}")).json()["requests"]
-        if requests:
-            return list(requests)
+        if not_the_model(requests):
+            return not_the_model(requests)
 
 
 async def test_the_first_answer_reaches_the_mod(make_rig: Any, env: dict[str, str]) -> None:
@@ -82,4 +90,4 @@ async def test_an_ask_of_a_session_that_ends_is_gone_and_unanswered(make_rig: An
         # Nothing is sent to the mod for an ask that is gone.
         with trio.move_on_after(1.5):
             requests = (await client.post("/requests", headers=HEADERS, content=b"{}")).json()["requests"]
-            assert requests == []
+            assert not_the_model(requests) == []

@@ -87,7 +87,7 @@ class Bench:
             assert process.stdout is not None
             with trio.fail_after(60):
                 lines = await read_lines(process.stdout, 2)
-            found = page_url(lines[0])
+            found = page_url(lines[0], Path(self.env["ROUTER_SETTINGS_DIR"]))  # the token: its 0600 page-url file
             assert found is not None, (lines, stderr.read_text())
             self.url, self.token = found
             yield self

@@ -69,6 +69,9 @@ log = logging.getLogger("router.asks")
 #: How long the answer to an ask may take to reach the mod (ours: a poll hold
 #: and a little; the mod hands the ask back to Claude Code if the link goes).
 ANSWER_CALL_DEADLINE = 15.0
+#: How long the mod may take to name the session's model (ours: one poll
+#: hold and a little, as an ask's answer).
+MODEL_CALL_DEADLINE = 15.0
 
 
 class ClaudeCodeTarget:
@@ -115,6 +118,9 @@ class ClaudeCodeTarget:
         #: Whether the mod told this turn's limit (its reset is exact; the
         #: answer's sentence is then not read).
         self._limit_told = False
+        #: The model the mod named when asked (``session.model``), until a
+        #: turn's steps or a model event name it (the link's state).
+        self._asked_model: str | None = None
 
     def __repr__(self) -> str:
         return f"<ClaudeCodeTarget {self.id!r} {self.link!r}>"
@@ -155,6 +161,8 @@ class ClaudeCodeTarget:
                             self._mod_knows_asks = event.capabilities is not ABSENT and (
                                 MOD_CAPABILITY_ASKS in event.capabilities
                             )
+                            if self.link.state.model is None and self._asks_nursery is not None:
+                                self._asks_nursery.start_soon(self._ask_model, name=f"model-{self.id}")
                         if isinstance(event, ModAskEvent):
                             self._ask_reported(event)
                         self._limit_of(event)
@@ -170,6 +178,18 @@ class ClaudeCodeTarget:
                     continue
             self._asks_gone()
             return  # the link stopped
+
+    async def _ask_model(self) -> None:
+        """Claude Code names its model in a turn's steps; before the first,
+        ask the mod (``session.model``) so the board shows it. A mod that
+        cannot say leaves it unknown (logged)."""
+        try:
+            value = await self.link.call("session.model", deadline=MODEL_CALL_DEADLINE)
+        except (ModCallError, ModCallTimeout, ModLinkClosed) as exc:
+            log.info("session %r: the mod did not name its model: %s", self.id, exc)
+            return
+        if type(value) is str and value:
+            self._asked_model = value
 
     # ------------------------------------------------------------------ the usage limit
 
@@ -366,7 +386,7 @@ class ClaudeCodeTarget:
             "busy": state.turn_running,
             "connected": state.hello_session_id is not None,
             "state": claude_code_state(link=state, stopped=False, closed=False, waiting=bool(waiting)),
-            **({"model": state.model} if state.model else {}),
+            **({"model": state.model or self._asked_model} if state.model or self._asked_model else {}),
         }
         if waiting:
             first = waiting[0]

@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable, Final
+import time
+from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
 
 import trio
 
+from router.asks import Ask, AskBook, AskPolicy, policy_from, rule_for, rule_text
 from router.board.state import container_state
 from router.errors import Refusal
 from router.host import AdapterEvent, EventsLagged, Host, HostEvent, LinkError, OperationEnded, OperationStarted
 from router.host import Refused as HostRefused
 from router.plugins.routing import LaunchRecord
+from router.plugins.settings import SettingsDir, default_settings_dir
 from router.turns.brackets import attached_launch
 from router.turns.core import ContainerReadiness, NoAnswer, Outcome, Queued, SubmitPrompt, WriteMessage
 from router.turns.delivery_log import DeliveryLog
@@ -72,8 +75,13 @@ class ContainerSessions:
         via: str,
         routes: Callable[[], Awaitable[object]],
         bracket_wait: float,
+        env: Mapping[str, str] | None = None,
+        settings: SettingsDir | None = None,
     ) -> None:
         self.host = host
+        #: Where asks.json is read (the rules that answer an adapter's asks):
+        #: the plug-in layer's settings, else the environment's default.
+        self.settings = settings if settings is not None else SettingsDir(default_settings_dir(env))
         self.deliveries = deliveries
         self.instance = instance
         self.harness = harness
@@ -169,9 +177,15 @@ class ContainerTarget:
         #: Told what the view sees of the provider's usage limit (the
         #: router's parking; None: nobody listens).
         self.on_limit: Callable[[Any], None] | None = None
+        #: The permission asks the session's adapter raised (the ACP
+        #: adapter's ``raw`` ``ask`` events; docs/container-protocol.md,
+        #: "Asks"), answered through the host's link.
+        self.asks = AskBook(session_id)
+        #: ask id -> the operation that raised it (its end ends the ask).
+        self._ask_operations: dict[str, str | None] = {}
 
     def __repr__(self) -> str:
-        return f"<ContainerTarget {self.id!r} metered={self.metered}>"
+        return f"<ContainerTarget {self.id!r} metered={self.metered} {self.asks!r}>"
 
     # ------------------------------------------------------------------ tasks
 
@@ -239,12 +253,103 @@ class ContainerTarget:
         async for batch in events:
             items = _items(batch)
             self.hub.publish(items, await self._durable_of(items))
+            for event in batch:
+                if type(event) is AdapterEvent and event.event["type"] == "raw":
+                    opened = self._ask_event(event.event.get("value"), event.operation_id)
+                    if opened is not None:
+                        await self._record_ask(opened)
+                        await self._by_rule(opened)
+                    await self._record_ended(event.event.get("value"))
+                elif type(event) is OperationEnded:
+                    for ask in self._asks_of_ended(event.result.operation_id):
+                        await self._record_ask(ask)
             if self.on_limit is not None:
                 for event in batch:
                     _limit_signal(self.on_limit, event)
             if brackets is not None:
                 for event in batch:
                     _bracket_host_event(brackets, event)
+
+    # ------------------------------------------------------------------ asks
+
+    def _ask_event(self, value: Any, operation_id: str | None) -> Ask | None:
+        """An ask the adapter raised (the ask, once kept), or its end (the
+        adapter's deadline, an abort): kept in the book as Claude Code's are
+        (router.asks)."""
+        if type(value) is not dict or type(value.get("askId")) is not str:
+            return None
+        now = time.time()
+        if value.get("type") == "ask":
+            self._ask_operations[value["askId"]] = operation_id
+            deadline = value.get("deadline")
+            wait = float(deadline) if type(deadline) in (int, float) else 0.0
+            summary, tool = value.get("summary"), value.get("tool")
+            try:
+                self.asks.open(Ask(
+                    id=value["askId"], session=self.id, tool=tool if type(tool) is str else "tool",
+                    input=value.get("input"), summary=summary if type(summary) is str else "",
+                    opened=now, deadline=now + wait,
+                    tool_use_id=value["toolCallId"] if type(value.get("toolCallId")) is str else None,
+                ))
+            except Refusal as refused:
+                log.warning("session %r: %s", self.id, refused)
+                return None
+            return self.asks.get(value["askId"])
+        elif value.get("type") == "ask-ended" and value.get("state") != "answered":
+            self.asks.close(value["askId"], now=now, state="expired" if value.get("state") == "expired" else "gone")
+        return None
+
+    async def _by_rule(self, ask: Ask) -> None:
+        """A rule of asks.json answers the ask at once, as it answers Claude
+        Code's (router.asks ``rule_for``); a broken asks.json answers nothing."""
+        document = await trio.to_thread.run_sync(self.sessions.settings.read, "asks.json")
+        policy = document if isinstance(document, Refusal) else policy_from(document.value)
+        if isinstance(policy, Refusal):
+            log.warning("asks.json cannot be used (%s); no rule answers asks", policy)
+            policy = AskPolicy()
+        rule = rule_for(policy.rules, ask.tool, ask.input)
+        if rule is not None and ask.state == "waiting":
+            try:
+                self.answer_ask(ask.id, rule.decision, by=f"rule:{rule_text(rule)}")
+            except Refusal as refused:
+                log.warning("session %r: the rule could not answer ask %s: %s", self.id, ask.id, refused)
+
+    def _asks_of_ended(self, operation_id: str) -> list[Ask]:
+        """An operation ended (its daemon may have died with its asks
+        waiting): its asks still waiting are ``gone`` (returned)."""
+        gone = []
+        for ask_id, of in list(self._ask_operations.items()):
+            if of == operation_id:
+                del self._ask_operations[ask_id]
+                closed = self.asks.close(ask_id, now=time.time(), state="gone")
+                if closed is not None:
+                    gone.append(closed)
+        return gone
+
+    async def _record_ended(self, value: Any) -> None:
+        """An ask's end as the adapter told it: its final state recorded."""
+        if type(value) is dict and value.get("type") == "ask-ended" and type(value.get("askId")) is str:
+            ask = self.asks.get(value["askId"])
+            if ask is not None:
+                await self._record_ask(ask)
+
+    async def _record_ask(self, ask: Ask) -> None:
+        """Keep the ask in the session's record (the delivery log's
+        ``asks``), as Claude Code's are; a failure never holds it up."""
+        deliveries = self.sessions.deliveries
+        try:
+            await deliveries.call(deliveries.put_ask, ask.to_json())
+        except Exception:  # noqa: BLE001 - the record failing never holds the ask up
+            log.exception("session %r: ask %s could not be recorded", self.id, ask.id)
+
+    def answer_ask(self, ask_id: str, decision: str, *, by: str) -> dict[str, Any]:
+        """A person's answer: the first wins, and goes to the daemon's
+        adapter through the host. Raises :class:`Refusal` (``unknown-ask``,
+        ``ask-answered``, ``ask-expired``, ``bad-decision``, ``no-link``)."""
+        ask = self.asks.get(ask_id)
+        if ask is not None and ask.state == "waiting" and decision in ("allow", "deny"):
+            self.host_session.answer(ask_id, decision)
+        return self.asks.answer(ask_id, decision, by=by, now=time.time()).to_json()
 
     async def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.sessions.host.store.call(fn, self.id, *args)

@@ -15,6 +15,10 @@ It is the lifecycle's fast double of the ``docker`` launcher (a process
 dies, is replaced, idles, in milliseconds) and useful on its own: agents on
 this machine, each in its own process, with nothing to install.
 
+``router serve`` sets the ``settings_dir`` option; the daemon gets it as
+``ROUTER_SETTINGS_DIR``, so ``--adapter acp:NAME`` finds the agents of the
+same ``plugins.json`` (docs/acp.md).
+
 Options (``options.launcher.process`` in ``plugins.json``): ``command``, a
 list of strings run instead of ``python -m router daemon`` (the adapter and
 host arguments are still appended; a test names a command that cannot
@@ -75,6 +79,11 @@ def _env(context):
     extra = context.get("env")
     if type(extra) is dict:
         env.update({key: value for key, value in extra.items() if type(key) is str and type(value) is str})
+    # The router's settings directory (``router serve`` sets the option), so
+    # ``--adapter acp:NAME`` reads the agents of the same plugins.json.
+    settings_dir = _options(context).get("settings_dir")
+    if type(settings_dir) is str and os.path.isabs(settings_dir):
+        env["ROUTER_SETTINGS_DIR"] = settings_dir
     env.update({TOKEN_ENV: context["token"], RUNTIME_ENV: context["runtime"], PORT_ENV: "0"})
     return env
 

@@ -1,0 +1,85 @@
+// An ACP client on the official SDK (npm @agentclientprotocol/sdk 2.4.0)
+// driving `router acp`, for tests/acp/test_router_acp.py.
+//
+//   node acp_client.mjs SDK_DIR SESSION DECISION -- COMMAND ARGS...
+//
+// Spawns COMMAND ARGS (the `router acp` process), then: initialize,
+// session/list, session/load SESSION, and three prompts: "hello" (answered),
+// "ask" (the permission request answered with DECISION: allow -> the
+// allow_once option, deny -> reject_once), "slow" (cancelled with
+// session/cancel once its first update came). Prints one JSON line: what
+// each step answered and the updates seen.
+import { spawn } from "node:child_process";
+import { Readable, Writable } from "node:stream";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [sdkDir, session, decision, dashes, ...command] = process.argv.slice(2);
+if (dashes !== "--" || command.length === 0) {
+  console.error("usage: acp_client.mjs SDK_DIR SESSION DECISION -- COMMAND ARGS...");
+  process.exit(2);
+}
+const acp = await import(pathToFileURL(path.join(sdkDir, "dist/v1/stable/acp.js")).href);
+
+const child = spawn(command[0], command.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
+const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+
+let updates = [];
+let onUpdate = () => {};
+const permissions = [];
+const app = acp
+  .client({ name: "router-test-client" })
+  .onNotification(acp.methods.client.session.update, ({ params }) => {
+    updates.push(params.update);
+    onUpdate(params.update);
+  })
+  .onRequest(acp.methods.client.session.requestPermission, ({ params }) => {
+    permissions.push(params);
+    const kind = decision === "allow" ? "allow_once" : "reject_once";
+    const option = params.options.find((o) => o.kind === kind);
+    return { outcome: { outcome: "selected", optionId: option.optionId } };
+  });
+
+const take = () => {
+  const taken = updates;
+  updates = [];
+  return taken;
+};
+
+const out = await app.connectWith(stream, async (ctx) => {
+  const result = {};
+  result.initialize = await ctx.request(acp.methods.agent.initialize, {
+    protocolVersion: acp.PROTOCOL_VERSION,
+    clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+  });
+  result.list = await ctx.request(acp.methods.agent.session.list, {});
+  result.load = await ctx.request(acp.methods.agent.session.load, { sessionId: session, cwd: "/", mcpServers: [] });
+  result.loadUpdates = take();
+  result.prompts = [];
+  for (const text of ["hello", "ask", "slow"]) {
+    let cancelled = false;
+    onUpdate = (update) => {
+      if (text === "slow" && !cancelled && update.sessionUpdate === "agent_message_chunk") {
+        cancelled = true;
+        ctx.notify(acp.methods.agent.session.cancel, { sessionId: session });
+      }
+    };
+    const answer = await ctx.request(acp.methods.agent.session.prompt, {
+      sessionId: session,
+      prompt: [{ type: "text", text }],
+    });
+    result.prompts.push({ text, stopReason: answer.stopReason, updates: take() });
+  }
+  result.permissions = permissions;
+  try {
+    await ctx.request(acp.methods.agent.session.load, { sessionId: "no-such-session", cwd: "/", mcpServers: [] });
+    result.unknown = null;
+  } catch (error) {
+    result.unknown = { code: error.code, message: error.message };
+  }
+  return result;
+});
+console.log(JSON.stringify(out));
+child.stdin.end();
+child.kill("SIGTERM");
+process.exit(0);
