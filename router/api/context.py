@@ -16,11 +16,12 @@ import attrs
 from quart import current_app
 from quart_trio import QuartTrio
 
+from router.api.streams import StreamSlots
 from router.board.service import LocalBoard
 from router.plugins.layer import PluginLayer
 from router.turns.router import TurnRouter
 
-__all__ = ["ApiConfig", "ApiContext", "KEY", "current"]
+__all__ = ["ApiConfig", "ApiContext", "KEY", "current", "of"]
 
 #: The key of the context in ``app.extensions``.
 KEY: Final = "router.api"
@@ -41,6 +42,9 @@ class ApiConfig:
     default_instance: str = "default"
     #: Seconds of quiet before the live stream's keep-alive comment.
     live_keepalive: float = 15.0
+    #: Live streams one credential may hold at once (:mod:`router.api.streams`;
+    #: ours: a page holds two, so this is a person's many tabs and tools).
+    max_streams: int = 32
 
 
 @attrs.frozen(kw_only=True)
@@ -60,6 +64,9 @@ class ApiContext:
     #: Sessions in git worktrees (``router.worktrees.Worktrees``; ``router
     #: serve`` only): :mod:`router.api.routes.places`.
     worktrees: Any = None
+    #: The live streams open, per credential.
+    streams: StreamSlots = attrs.field(default=attrs.Factory(lambda self: StreamSlots(self.config.max_streams),
+                                                              takes_self=True))
 
     def install(self, app: QuartTrio) -> None:
         app.extensions[KEY] = self
@@ -67,6 +74,11 @@ class ApiContext:
 
 def current() -> ApiContext:
     """The context of the app serving this request."""
-    context = current_app.extensions[KEY]
+    return of(current_app)
+
+
+def of(app: QuartTrio) -> ApiContext:
+    """The context kept on ``app`` (outside a request: a server's statistics)."""
+    context = app.extensions[KEY]
     assert isinstance(context, ApiContext)
     return context

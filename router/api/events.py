@@ -8,6 +8,7 @@ Each event is ``event: <type>`` (when it has one), ``id: <id>`` and one
 from __future__ import annotations
 
 import uuid
+from contextlib import aclosing
 from typing import Any, AsyncIterator, Final
 
 import trio
@@ -35,20 +36,26 @@ def sse(data: Any, event: str | None = None, id: str | None = None) -> bytes:
     return f"{head}data: {dumps(data)}\n\n".encode()
 
 
-async def board_events(board: LocalBoard, resumed: str | None) -> AsyncIterator[bytes]:
+async def board_events(board: LocalBoard, resumed: str | None, nursery: trio.Nursery) -> AsyncIterator[bytes]:
     """The board's live stream (``event:`` its type): ``snapshot`` first,
     then ``session-added``, ``session-changed``, ``session-removed`` and
     ``routers-skipped``. Every event has an id (``<stream>-<n>``), but the
     board is state, not history: this router keeps no past events, so a
     client that reconnects with ``Last-Event-ID`` gets ``reset`` and then a
-    fresh snapshot, which is everything it missed."""
+    fresh snapshot, which is everything it missed. Every stream shares the
+    board's one survey (:class:`router.board.feed.BoardFeed`, run in
+    ``nursery``); one that falls behind ends with ``lagged``."""
     stream = uuid.uuid4().hex[:8]
     if resumed is not None:
         yield f"id: {stream}-0\n".encode() + sse({"type": "reset", "lastEventId": resumed}, "reset")
     n = 0
-    async for event in board.watch():
-        n += 1
-        yield f"id: {stream}-{n}\n".encode() + sse(event, event["type"])
+    try:
+        async with aclosing(board.feed.events(nursery)) as events:
+            async for event in events:
+                n += 1
+                yield f"id: {stream}-{n}\n".encode() + sse(event, event["type"])
+    except Lagged as lagged:
+        yield sse({**lagged.to_json(), "type": "lagged"}, "lagged")
 
 
 async def live_events(

@@ -18,15 +18,14 @@ from quart import Response, request
 
 from router.api.context import current
 from router.api.dispatch import CHANNEL_HEADER
+from router.api.guards import credential
 from router.api.responses import json_response, status_of
+from router.api.streams import stream_response
 from router.board.service import FORWARDED_HEADER
 from router.errors import Refusal
 from wire.json import dumps
 
-__all__ = ["SSE_HEADERS", "elsewhere"]
-
-#: The headers of every server-sent events response.
-SSE_HEADERS: dict[str, str] = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+__all__ = ["elsewhere"]
 
 
 async def elsewhere(session: str, route: str, body: Mapping[str, Any] | None = None, *,
@@ -34,7 +33,8 @@ async def elsewhere(session: str, route: str, body: Mapping[str, Any] | None = N
     """The holder's answer when another local router holds ``session``
     (``POST`` with ``body``, else ``GET``; ``stream`` for a live view);
     None to serve it here."""
-    board = current().board
+    api = current()
+    board = api.board
     if board is None or request.headers.get(FORWARDED_HEADER):
         return None
     path = f"/sessions/{quote(session, safe='')}/{route}"
@@ -44,10 +44,13 @@ async def elsewhere(session: str, route: str, body: Mapping[str, Any] | None = N
             return None
         headers = {key: request.headers[key] for key in (CHANNEL_HEADER, "last-event-id") if key in request.headers}
         if stream:
-            status, kind, chunks = await board.forward_stream(reached, path, headers)
-            response = Response(chunks, status=status, content_type=kind, headers=SSE_HEADERS)
-            response.timeout = None
-            return response
+            slot = api.streams.take(credential())  # refused before the holder is asked
+            try:
+                status, kind, chunks = await board.forward_stream(reached, path, headers)
+            except BaseException:
+                slot.release()
+                raise
+            return stream_response(chunks, slot, status=status, content_type=kind)
         if body is None:
             status, content = await board.forward(reached, "GET", path, b"", headers)
         else:

@@ -33,7 +33,7 @@ from router.api.responses import refusal_response
 from router.board.access import check_bearer
 from router.errors import Refusal
 
-__all__ = ["MAX_BODY_BYTES", "OPEN_ROUTES", "door", "install"]
+__all__ = ["MAX_BODY_BYTES", "OPEN_ROUTES", "credential", "door", "install"]
 
 log = logging.getLogger("router.api")
 
@@ -43,6 +43,16 @@ MAX_BODY_BYTES: Final = 1024 * 1024
 OPEN_ROUTES: Final = frozenset({"/", "/healthz"})
 #: Where the door marks a request it refused (its body unread).
 _AT_THE_DOOR: Final = "router_refused_at_the_door"
+#: The credential id of a request that passed the door with the API's token,
+#: and of one on the private socket (no token: its 0700 directory is the check).
+TOKEN_CREDENTIAL: Final = "token"
+LOCAL_CREDENTIAL: Final = "local-socket"
+
+
+def credential() -> str:
+    """The id of the credential this request came in with (what per-credential
+    caps are counted by): never the secret itself."""
+    return TOKEN_CREDENTIAL if current().token is not None else LOCAL_CREDENTIAL
 
 
 def door() -> Refusal | None:

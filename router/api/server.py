@@ -19,7 +19,9 @@ unless a local proxy terminates it.
 
 Resource handling: :meth:`ApiServer.run` binds the port (``0`` picks one),
 serves until cancelled, and closes the socket on every exit. Cancelling it
-ends every open live stream. Error handling: a port that cannot be bound
+ends every open live stream. ``limits`` bound the connections
+(:class:`router._hypercorn.ConnectionLimits`: an idle one is closed after
+its timeout, one past the cap is refused 503). Error handling: a port that cannot be bound
 raises ``OSError`` before ``started``.
 """
 
@@ -32,8 +34,9 @@ from typing import Any
 
 import trio
 
-from router._hypercorn import serve_on_socket
+from router._hypercorn import ConnectionGate, ConnectionLimits, serve_on_socket
 from router.api.app import ApiConfig, make_app
+from router.api.context import of as current_of
 from router.board.service import LocalBoard
 from router.plugins.layer import PluginLayer
 from router.turns.router import TurnRouter
@@ -62,6 +65,7 @@ class ApiServer:
         board: LocalBoard | None = None,
         worktrees: Any = None,
         reach: Any = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.router = router
         self.layer = layer
@@ -69,6 +73,10 @@ class ApiServer:
         self.port: int | None = None
         self.token = token
         self._hosts: set[str] = set()
+        #: The loopback listener's connections against ``limits`` (docs/turns.md,
+        #: "Connections"); each ``--listen`` address has a gate of its own.
+        self.limits = limits
+        self.connections = ConnectionGate(limits)
         self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts, token=token, board=board,
                             worktrees=worktrees)
         self.reach = reach
@@ -99,7 +107,8 @@ class ApiServer:
             self.port = sock.getsockname()[1]
             self._hosts = {f"{LOOPBACK}:{self.port}", f"localhost:{self.port}"}
             async with trio.open_nursery() as nursery:
-                await nursery.start(partial(serve_on_socket, self._gated("loopback"), sock, logger="router.api.http"))
+                await nursery.start(partial(serve_on_socket, self._gated("loopback"), sock, logger="router.api.http",
+                                            gate=self.connections))
                 if self.reach is not None:
                     self.reach.loopback_port = self.port
                     await self._serve_listen(nursery)
@@ -131,11 +140,12 @@ class ApiServer:
             listen.listen(128)
             listen.setblocking(False)
             await nursery.start(partial(serve_on_socket, self._gated("remote"), listen, logger="router.api.http",
-                                        **tls))
+                                        gate=ConnectionGate(self.limits), **tls))
             log.info("API listening on %s://%s", "https" if tls else "http", each.hostport)
 
     def statistics(self) -> dict[str, Any]:
-        return {"url": self.url}
+        return {"url": self.url, "connections": self.connections.statistics(),
+                "streams": current_of(self.app).streams.statistics()}
 
 
 async def _close_when_cancelled(sock: socket.socket) -> None:

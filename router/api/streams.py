@@ -20,9 +20,14 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator
 
+from quart import Response
+
 from router.errors import Refusal
 
-__all__ = ["HeldStream", "StreamSlot", "StreamSlots"]
+__all__ = ["SSE_HEADERS", "HeldStream", "StreamSlot", "StreamSlots", "stream_response"]
+
+#: The headers of every server-sent events response.
+SSE_HEADERS: dict[str, str] = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class StreamSlot:
@@ -109,3 +114,12 @@ class HeldStream:
 
     def __del__(self) -> None:
         self._slot.release()
+
+
+def stream_response(body: AsyncIterator[bytes], slot: StreamSlot, *, status: int = 200,
+                    content_type: str = "text/event-stream") -> Response:
+    """A live stream's response: ``body`` holding ``slot``, no response
+    timeout, the SSE headers."""
+    response = Response(HeldStream(body, slot), status=status, content_type=content_type, headers=SSE_HEADERS)
+    response.timeout = None
+    return response

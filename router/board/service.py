@@ -42,7 +42,7 @@ from typing import Any, AsyncIterator, Callable, Final, Mapping
 
 import attrs
 
-from router.board.changes import board_changes, by_key
+from router.board.feed import BoardFeed
 from router.board.client import ANSWER_TIMEOUT, BASE_URL, Board, Reached, Skipped, holder, survey
 from router.errors import Refusal
 
@@ -180,6 +180,8 @@ class LocalBoard:
         self.info: dict[str, Any] | None = None
         self.socket: str | None = None
         self.activity = Activity()
+        #: The board's live changes, surveyed once for every viewer.
+        self.feed = BoardFeed(self, interval=BOARD_INTERVAL)
 
     def __repr__(self) -> str:
         return f"<LocalBoard {self.info['name'] if self.info else 'unnamed'} hidden={sorted(self.hidden)}>"
@@ -314,27 +316,6 @@ class LocalBoard:
                 await client.aclose()
 
         return response.status_code, response.headers.get("content-type", "application/json"), body()
-
-    async def watch(self, interval: float = BOARD_INTERVAL) -> AsyncIterator[dict[str, Any]]:
-        """The board's live events: ``snapshot`` (the whole listing), then
-        the changes (:func:`router.board.changes.board_changes`) of each
-        survey, ``interval`` seconds apart."""
-        import trio
-
-        listing = await self.listing()
-        yield {"type": "snapshot", **listing.to_json()}
-        before = by_key(listing.sessions)
-        skipped = {each.name for each in listing.skipped}
-        while True:
-            await trio.sleep(interval)
-            listing = await self.listing()
-            after = by_key(listing.sessions)
-            for event in board_changes(before, after):
-                yield event
-            now_skipped = {each.name for each in listing.skipped}
-            if now_skipped != skipped:
-                yield {"type": "routers-skipped", "skipped": listing.to_json().get("skipped", [])}
-            before, skipped = after, now_skipped
 
 
 def process_cwd() -> str | None:

@@ -32,6 +32,21 @@ of them on the wire, so the mod and every test see the same server:
   (``router/_hypercorn.py``'s check, the same rule);
 - ``Expect: 100-continue`` gets its ``100`` before the body is read.
 
+The body budget
+---------------
+
+A body is held whole until its route is done with it, and one may be 32 MiB:
+ten at once were 447 MB. Every server of the process shares one
+:class:`BodyBudget` (:data:`BODY_BUDGET_BYTES` in all; a link may be given
+its own): a body takes its declared ``Content-Length`` from the budget before
+a byte of it is read (a chunked one, each chunk as it comes), and gives it
+back once its answer is written. A declared body that does not fit waits for
+room up to :data:`BODY_BUDGET_WAIT` seconds, then is refused 503
+``link-busy`` (its bytes read and dropped, as any refused body's); a chunk
+of a chunked body that does not fit is refused at once. The mod sends it
+again.
+One body of the largest size always fits.
+
 Left out on purpose: HTTP/2 (Hypercorn spoke it, prior knowledge and
 ``h2c``; the mod speaks HTTP/1.1 through Node's ``http``), the ``date`` and
 ``server`` headers, and Hypercorn's close after 1,000 requests on one
@@ -56,11 +71,14 @@ import trio
 from wire.json import dumps
 
 __all__ = [
+    "BODY_BUDGET_BYTES",
+    "BODY_BUDGET_WAIT",
     "BODY_TIMEOUT",
     "HEAD_TIMEOUT",
     "KEEP_ALIVE_TIMEOUT",
     "MAX_BODY_BYTES",
     "Answer",
+    "BodyBudget",
     "Exchange",
     "PeerGone",
     "serve_connection",
@@ -86,6 +104,14 @@ HEAD_TIMEOUT: Final = 60.0
 #: Quart ``BODY_TIMEOUT`` (60 s).
 BODY_TIMEOUT: Final = 60.0
 
+#: The bytes of bodies every server of the process holds at once (ours: two
+#: bodies of the largest size, so one always fits while another is read).
+BODY_BUDGET_BYTES: Final = 2 * MAX_BODY_BYTES
+#: Seconds a body waits for room in the budget before it is refused 503
+#: ``link-busy`` (ours: a few of the link's small posts finish in that time;
+#: a mod that is refused sends again).
+BODY_BUDGET_WAIT: Final = 5.0
+
 _JSON: Final = b"application/json"
 #: Werkzeug's description of a 408, which the link answered (as its
 #: ``bad-request`` refusal) for a body slower than ``BODY_TIMEOUT``.
@@ -96,6 +122,65 @@ _SLOW_BODY: Final = (
 
 class PeerGone(Exception):
     """The peer closed (or broke) the connection: nothing is answered."""
+
+
+class BodyBudget:
+    """The bytes of request bodies held at once, bounded (see the module
+    docstring). :meth:`take` waits for room, :meth:`try_take` does not;
+    :meth:`give` hands bytes back and wakes the waiters."""
+
+    def __init__(self, total: int = BODY_BUDGET_BYTES, *, wait: float = BODY_BUDGET_WAIT) -> None:
+        if total < 1 or wait < 0:
+            raise ValueError("a body budget is a positive number of bytes and a wait of 0 s or more")
+        self.total = total
+        self.wait = wait
+        self.used = 0
+        self.peak = 0
+        self.refused = 0
+        #: Bodies waiting for room now.
+        self.waiting = 0
+        self._changed = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<BodyBudget {self.used}/{self.total} bytes, {self.refused} refused>"
+
+    def statistics(self) -> dict[str, int]:
+        return {"total": self.total, "used": self.used, "peak": self.peak, "refused": self.refused,
+                "waiting": self.waiting}
+
+    def try_take(self, size: int) -> bool:
+        if self.used + size > self.total:
+            return False
+        self.used += size
+        self.peak = max(self.peak, self.used)
+        return True
+
+    async def take(self, size: int) -> bool:
+        """Take ``size`` bytes, waiting up to :attr:`wait` seconds for room;
+        False (counted as refused) when there was none."""
+        self.waiting += 1
+        try:
+            with trio.move_on_after(self.wait):
+                while not self.try_take(size):
+                    if size > self.total:
+                        break
+                    await self._changed.wait()
+                else:
+                    return True
+        finally:
+            self.waiting -= 1
+        self.refused += 1
+        return False
+
+    def give(self, size: int) -> None:
+        if size:
+            self.used -= size
+            self._changed.set()
+            self._changed = trio.Event()
+
+
+#: The budget every server of this process shares unless given its own.
+SHARED_BODY_BUDGET: Final = BodyBudget()
 
 
 @attrs.frozen
@@ -152,17 +237,25 @@ _BAD_HOST: Final = refusal(400, "bad-host", "the Host header is not a host name"
 class Exchange:
     """One request on a connection, for the route that answers it."""
 
-    __slots__ = ("_conn", "_stream", "headers", "method", "path")
+    __slots__ = ("_budget", "_conn", "_stream", "headers", "method", "path", "reserved")
 
     def __init__(
         self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request, path: str,
-        headers: list[tuple[bytes, bytes]],
+        headers: list[tuple[bytes, bytes]], budget: BodyBudget | None = None,
     ) -> None:
         self._stream = stream
         self._conn = conn
+        self._budget = SHARED_BODY_BUDGET if budget is None else budget
+        #: Bytes of the budget this request holds (given back once answered).
+        self.reserved = 0
         self.method = request.method.decode("ascii").upper()
         self.path = path
         self.headers = headers
+
+    def release(self) -> None:
+        """Give the request's share of the body budget back."""
+        self._budget.give(self.reserved)
+        self.reserved = 0
 
     def header(self, name: bytes) -> str | None:
         """The first value of header ``name`` (lower case), as text."""
@@ -173,13 +266,18 @@ class Exchange:
 
     async def body(self) -> bytes | Answer:
         """The whole body, or the refusal to answer: 413 ``too-large`` past
-        ``MAX_BODY_BYTES`` (declared or read), 408 when it is slower than
+        ``MAX_BODY_BYTES`` (declared or read), 503 ``link-busy`` when the
+        body budget has no room for it, 408 when it is slower than
         ``BODY_TIMEOUT``. Raises :class:`PeerGone` when the peer ends the
         connection before the body does."""
         conn = self._conn
         declared = self.header(b"content-length")
         if declared is not None and int(declared) > MAX_BODY_BYTES:  # h11 checked it is digits
             return _TOO_LARGE
+        if declared is not None and int(declared):
+            if not await self._budget.take(int(declared)):
+                return _BUSY
+            self.reserved = int(declared)
         if conn.they_are_waiting_for_100_continue:
             await self._stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
         chunks: list[bytes] = []
@@ -191,6 +289,11 @@ class Exchange:
                 size += len(event.data)
                 if size > MAX_BODY_BYTES:
                     return _TOO_LARGE
+                if size > self.reserved:  # chunked: each chunk as it comes
+                    if not self._budget.try_take(size - self.reserved):
+                        self._budget.refused += 1
+                        return _BUSY
+                    self.reserved = size
                 chunks.append(event.data)
             elif type(event) is h11.EndOfMessage:
                 return b"".join(chunks)
@@ -229,6 +332,8 @@ class Exchange:
 
 
 _TOO_LARGE: Final = refusal(413, "too-large", f"the body is larger than {MAX_BODY_BYTES} bytes")
+_BUSY: Final = refusal(503, "link-busy", "the link is reading as many bodies as it holds at once; "
+                                         "send this again in a moment")
 
 
 async def _receive(stream: trio.SocketStream, conn: h11.Connection) -> None:
@@ -258,7 +363,8 @@ def _connection() -> h11.Connection:
     return h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
 
 
-async def serve_connection(stream: trio.SocketStream, route: Route, log: logging.Logger) -> None:
+async def serve_connection(stream: trio.SocketStream, route: Route, log: logging.Logger,
+                           budget: BodyBudget | None = None) -> None:
     """Serve HTTP/1.1 on ``stream`` with ``route`` until the peer closes,
     a request asks to close, or the idle wait ends (see the module
     docstring). Closes the stream on every exit.
@@ -268,11 +374,12 @@ async def serve_connection(stream: trio.SocketStream, route: Route, log: logging
     third of its cost, ``docs/bench.md``), so h11's connection, whose side
     of the exchange never saw the answer, is not carried to the next
     request: each request gets a fresh one (a few µs), fed what the last
-    one read past its request."""
+    one read past its request. ``budget`` bounds the bodies held at once
+    (default: the process's :data:`SHARED_BODY_BUDGET`)."""
     conn: h11.Connection | None = _connection()
     try:
         while conn is not None:
-            conn = await _serve_one(stream, conn, route)
+            conn = await _serve_one(stream, conn, route, budget)
     except (PeerGone, trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     except Exception:  # a bug of ours: this connection only
@@ -281,9 +388,22 @@ async def serve_connection(stream: trio.SocketStream, route: Route, log: logging
         await trio.aclose_forcefully(stream)
 
 
-async def _serve_one(stream: trio.SocketStream, conn: h11.Connection, route: Route) -> h11.Connection | None:
+async def _serve_one(stream: trio.SocketStream, conn: h11.Connection, route: Route,
+                     budget: BodyBudget | None) -> h11.Connection | None:
     """Read, answer and finish one request: the connection for the next
-    one, or None to close."""
+    one, or None to close. The request's share of the body budget is given
+    back on every exit, once it is answered."""
+    held: list[Exchange] = []
+    try:
+        return await _exchange(stream, conn, route, budget, held)
+    finally:
+        for exchange in held:
+            exchange.release()
+
+
+async def _exchange(stream: trio.SocketStream, conn: h11.Connection, route: Route, budget: BodyBudget | None,
+                    held: list[Exchange]) -> h11.Connection | None:
+    """:func:`_serve_one`'s work; the request's exchange goes in ``held``."""
     try:
         request = await _read_head(stream, conn)
         if request is None:
@@ -296,7 +416,11 @@ async def _serve_one(stream: trio.SocketStream, conn: h11.Connection, route: Rou
         if path is None or host == "twice" or _asks_websocket(headers):
             await stream.send_all(_BARE_400)
             return None
-        answer = _BAD_HOST if host else await route(Exchange(stream, conn, request, path, headers))
+        if host:
+            answer = _BAD_HOST
+        else:
+            held.append(Exchange(stream, conn, request, path, headers, budget))
+            answer = await route(held[0])
     except h11.RemoteProtocolError:
         # Hypercorn's answer to what h11 refuses: 400, no body, close.
         await stream.send_all(_BARE_400)

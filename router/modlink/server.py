@@ -52,7 +52,7 @@ import trio
 from router._unix import bind_private_socket, make_private_directory, remove_if_bound
 from router.modlink.core import DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCore, LinkState, SubscriberQueue
 from router.modlink.errors import ModCallTimeout, ModLinkClosed, ModLinkRefused, ModSubscriberOverflow
-from router.modlink.http import Answer, Exchange, PeerGone, refusal, serve_connection
+from router.modlink.http import SHARED_BODY_BUDGET, Answer, BodyBudget, Exchange, PeerGone, refusal, serve_connection
 from wire.json import JsonError, dumps, loads
 from wire.mod import (
     MOD_CAPABILITY_ASKS,
@@ -234,6 +234,7 @@ class ModLink:
         probe_timeout: float = PROBE_TIMEOUT,
         subscriber_capacity: int = DEFAULT_SUBSCRIBER_CAPACITY,
         core: LinkCore | None = None,
+        body_budget: BodyBudget | None = None,
     ) -> None:
         resolution = resolve_mod_socket_path(session_id, os.environ if env is None else env)
         if resolution.path is None:
@@ -244,6 +245,9 @@ class ModLink:
         self.hold = hold
         self.probe_timeout = probe_timeout
         self.subscriber_capacity = subscriber_capacity
+        #: The bytes of request bodies held at once: the process's budget, every
+        #: link's together, unless this link is given its own (docs/modlink.md).
+        self.body_budget = SHARED_BODY_BUDGET if body_budget is None else body_budget
         self._core = core or LinkCore()
         self._waiters: dict[str, _Waiter] = {}
         self._subscriptions: dict[SubscriberQueue, Subscription] = {}
@@ -358,7 +362,7 @@ class ModLink:
                 log.error("the mod link on %s cannot accept (%s); trying again", self.path, os.strerror(exc.errno))
                 await trio.sleep(_ACCEPT_SLEEP)
                 continue
-            connections.start_soon(serve_connection, stream, self._route, http_log)
+            connections.start_soon(serve_connection, stream, self._route, http_log, self.body_budget)
 
     async def _bind(self) -> socket.socket:
         directory = os.path.dirname(self.path)

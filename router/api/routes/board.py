@@ -3,11 +3,12 @@ server-sent events (:func:`router.api.events.board_events`)."""
 
 from __future__ import annotations
 
-from quart import Blueprint, Response, request
+from quart import Blueprint, Response, current_app, request
 
 from router.api.context import current
 from router.api.events import board_events
-from router.api.forward import SSE_HEADERS
+from router.api.guards import credential
+from router.api.streams import stream_response
 from router.errors import Refusal
 
 __all__ = ["blueprint"]
@@ -17,10 +18,10 @@ blueprint = Blueprint("board", __name__)
 
 @blueprint.get("/board/live")
 async def board_live() -> Response:
-    board = current().board
-    if board is None:
+    api = current()
+    if api.board is None:
         raise Refusal("not-found", "this router serves no board")
-    response = Response(board_events(board, request.headers.get("last-event-id")),
-                        content_type="text/event-stream", headers=SSE_HEADERS)
-    response.timeout = None
-    return response
+    slot = api.streams.take(credential())
+    # The board's one survey task runs in the app's nursery (Quart-Trio's,
+    # from its lifespan), started by the first viewer of any request.
+    return stream_response(board_events(api.board, request.headers.get("last-event-id"), current_app.nursery), slot)

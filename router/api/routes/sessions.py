@@ -24,8 +24,10 @@ from router.api.bodies import AbortBody, CreateSessionBody, EmptyBody, converter
 from router.api.context import current
 from router.api.dispatch import dispatch, respond
 from router.api.events import live_events
-from router.api.forward import SSE_HEADERS, elsewhere
+from router.api.forward import elsewhere
+from router.api.guards import credential
 from router.api.responses import json_response
+from router.api.streams import stream_response
 from router.errors import Refusal
 from router.turns.requests import send_request_from_body
 from router.worktrees import launch_harness_refusal, session_id_refusal
@@ -111,13 +113,9 @@ async def live(session: str) -> Response:
     if answer.live is None:
         return respond(answer)
     api = current()
-    response = Response(
-        live_events(api.router, session, request.headers.get("last-event-id"), api.config.live_keepalive),
-        content_type="text/event-stream",
-        headers=SSE_HEADERS,
-    )
-    response.timeout = None
-    return response
+    slot = api.streams.take(credential())
+    return stream_response(
+        live_events(api.router, session, request.headers.get("last-event-id"), api.config.live_keepalive), slot)
 
 
 @blueprint.post("/sessions/<path:session>/abort")

@@ -1,0 +1,144 @@
+"""One survey of the board for every stream that watches it.
+
+``GET /board/live`` streams the board's changes: each second, every router
+is asked for its sessions and the differences are sent. Surveying once per
+stream makes the cost grow with the viewers (a thousand idle streams: half
+a core, measured on the per-stream loop). :class:`BoardFeed` surveys once
+for all of them.
+
+Theory of operation
+-------------------
+
+One task per feed (one per router: the feed is the :class:`LocalBoard`'s)
+surveys every ``interval`` seconds and publishes each survey's changes as
+one batch on a :class:`router._fanout.FanOut`; it keeps the latest listing.
+A viewer subscribes and, in the same step (no checkpoint between), takes
+that listing as its snapshot: every batch published later is the change
+from it, so the snapshot and the changes agree, whenever the viewer came.
+
+The task starts with the first viewer (in the nursery that viewer names:
+the app's) and is cancelled when the last one leaves; a viewer that comes
+while none is running waits for the first survey. A viewer that falls
+``buffer`` surveys behind (a client that stopped reading) is dropped by
+the fan-out and its stream ends with ``lagged``: its memory is bounded.
+
+Error handling: a survey that raises is logged; every viewer is dropped
+(``lagged``, so each reconnects and takes a fresh snapshot), and the task
+ends; the next viewer starts another.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, AsyncIterator, Final, Protocol
+
+import trio
+
+from router._fanout import FanOut, Lagged
+from router.board.changes import board_changes, by_key
+
+__all__ = ["BOARD_BUFFER", "BoardFeed"]
+
+log = logging.getLogger("router.board")
+
+#: Surveys a viewer may fall behind before it is dropped (ours: a minute of
+#: one-second surveys; each batch is the changes of one survey, often none).
+BOARD_BUFFER: Final = 64
+
+
+class _Listing(Protocol):
+    sessions: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+class _Board(Protocol):
+    async def listing(self) -> Any: ...
+
+
+class BoardLagged(Lagged):
+    """A board viewer fell :data:`BOARD_BUFFER` surveys behind."""
+
+
+def _lagged() -> BoardLagged:
+    return BoardLagged("board-lagged", f"the board's stream fell over {BOARD_BUFFER} surveys behind and was "
+                                       "dropped; reconnect for a fresh snapshot")
+
+
+class BoardFeed:
+    """The board's changes, surveyed once for every viewer (see the module
+    docstring)."""
+
+    def __init__(self, board: _Board, *, interval: float, buffer: int = BOARD_BUFFER) -> None:
+        self.board = board
+        self.interval = interval
+        self._fanout: FanOut[list[dict[str, Any]]] = FanOut(buffer=buffer, lagged_error=_lagged)
+        self._viewers = 0
+        self._scope: trio.CancelScope | None = None
+        self._ready = trio.Event()
+        self._listing: Any = None
+        self.surveys = 0
+
+    def __repr__(self) -> str:
+        return f"<BoardFeed {self._viewers} viewers, {'running' if self._scope else 'stopped'}>"
+
+    def statistics(self) -> dict[str, Any]:
+        return {"viewers": self._viewers, "running": self._scope is not None, "surveys": self.surveys,
+                **{f"fanout_{key}": value for key, value in self._fanout.statistics().items()}}
+
+    async def events(self, nursery: trio.Nursery) -> AsyncIterator[dict[str, Any]]:
+        """The board's events for one viewer: ``snapshot`` (the whole
+        listing), then the changes of each survey (``session-added``,
+        ``session-changed``, ``session-removed``, ``routers-skipped``);
+        raises :class:`~router._fanout.Lagged` when it fell behind.
+        ``nursery`` runs the survey task if none is running."""
+        self._viewers += 1
+        try:
+            if self._scope is None:
+                self._ready = trio.Event()
+                self._scope = trio.CancelScope()
+                nursery.start_soon(self._run, self._scope, name="board feed")
+            await self._ready.wait()
+            with self._fanout.subscribe() as subscription:
+                listing = self._listing  # with the subscription, no checkpoint between
+                if listing is None:  # the survey failed: the subscription is dropped
+                    raise _lagged()
+                yield {"type": "snapshot", **listing.to_json()}
+                async for batch in subscription:
+                    for event in batch:
+                        yield event
+        finally:
+            self._viewers -= 1
+            if self._viewers == 0 and self._scope is not None:
+                self._scope.cancel()
+                self._scope = None
+
+    async def _run(self, scope: trio.CancelScope) -> None:
+        ready = self._ready
+        try:
+            with scope:
+                listing = await self.board.listing()
+                while scope is self._scope:
+                    self.surveys += 1
+                    self._listing = listing
+                    ready.set()
+                    await trio.sleep(self.interval)
+                    before, skipped = by_key(listing.sessions), {each.name for each in listing.skipped}
+                    listing = await self.board.listing()
+                    if scope is not self._scope:
+                        break
+                    batch = board_changes(before, by_key(listing.sessions))
+                    if {each.name for each in listing.skipped} != skipped:
+                        batch.append({"type": "routers-skipped", "skipped": listing.to_json().get("skipped", [])})
+                    if batch:
+                        self._fanout.publish(batch)
+        except Exception:
+            log.exception("the board's survey failed; its viewers reconnect")
+            if scope is self._scope:
+                self._scope = None
+                self._listing = None
+                self._fanout.reset()
+        finally:
+            if scope is self._scope:
+                self._listing = None
+            ready.set()
