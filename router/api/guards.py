@@ -51,7 +51,11 @@ LOCAL_CREDENTIAL: Final = "local-socket"
 
 def credential() -> str:
     """The id of the credential this request came in with (what per-credential
-    caps are counted by): never the secret itself."""
+    caps are counted by): never the secret itself. A paired device's is
+    ``device:<id>``, set by the remote gate (:mod:`router.remote.gate`)."""
+    device = request.scope.get("router.credential")
+    if isinstance(device, str):
+        return device
     return TOKEN_CREDENTIAL if current().token is not None else LOCAL_CREDENTIAL
 
 
