@@ -75,7 +75,7 @@ from werkzeug.exceptions import HTTPException
 
 from router import asks
 from router._fanout import Lagged
-from router.api.page import PAGE
+from router.api.shell import OPEN_ROUTES as SHELL_ROUTES, shell_blueprint
 from router.board.access import check_bearer
 from router.board.service import FORWARDED_HEADER, LocalBoard
 from router.errors import Refusal
@@ -241,7 +241,7 @@ def _is_str(value: Any) -> bool:
 
 
 #: The routes the TCP port serves without a token: they hold no data.
-OPEN_ROUTES: Final = frozenset({"/", "/healthz"})
+OPEN_ROUTES: Final = frozenset({"/healthz"}) | SHELL_ROUTES  # the page and its shell: router/api/shell.py
 
 
 def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_hosts: Callable[[], set[str]], *,
@@ -348,12 +348,7 @@ def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_
     async def healthz() -> Response:
         return _json({"ok": True})
 
-    @app.get("/")
-    async def page() -> Response:
-        return Response(PAGE, content_type="text/html; charset=utf-8", headers={
-            "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:",
-            "X-Content-Type-Options": "nosniff",
-        })
+    app.register_blueprint(shell_blueprint())  # GET / and the page's shell; POST /render
 
     @app.get("/sessions")
     async def list_sessions() -> Response:
