@@ -390,6 +390,7 @@ if (typeof document !== "undefined") {
         const response = await fetch("/board/live", { headers: headers({ accept: "text/event-stream" }) });
         if (response.ok) {
           pause = 500;
+          if (!current) connection("live");
           const parser = new SseParser((event) => {
             const data = JSON.parse(event.data);
             if (data.type === "routers-skipped") skipped = data.skipped || [];
@@ -542,7 +543,7 @@ if (typeof document !== "undefined") {
     const seen = new Set();
     for (const message of messages.values()) {
       seen.add(message.id);
-      const note = outcomes.get(message.id) || "";
+      const note = message.role !== "user" ? "" : outcomes.get(message.id) || outcomes.get(message.operationId) || "";
       const texts = (message.parts || []).filter((p) => p.type === "text").map((p) => rendered.has(p.text) ? 1 : 0).join("");
       let box = boxes.get(message.id);
       if (!box || box.message !== message || box.note !== note || box.texts !== texts) {
@@ -690,6 +691,8 @@ if (typeof document !== "undefined") {
         if (outcome.final) {
           outbox.settle(pending.eventId);
           outcomes.set(pending.eventId, outcome.text);
+          // A container session's user message is its operation's ("<operationId>:user").
+          if (typeof body.operationId === "string") outcomes.set(body.operationId, outcome.text);
           say(pending.text.slice(0, 40) + ": " + outcome.text);
         } else {
           outbox.tried(pending.eventId, outcome.text);
