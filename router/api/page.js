@@ -284,6 +284,9 @@ if (typeof document !== "undefined") {
     box.dataset.state = state;
     box.textContent = detail ? state + ": " + detail : state;
     box.title = box.textContent;
+    // The session view says it too when the link is not live (on a phone the board is out of sight).
+    $("link").hidden = state === "live" || state === "connecting";
+    $("link").textContent = state === "refused" ? "refused" : state;
   }
 
   // A missing or refused credential blocks the page with what to do (not an

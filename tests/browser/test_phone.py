@@ -56,6 +56,8 @@ async def open_root(page: Page, size: tuple[int, int, bool]) -> None:
     await page.wait_for("document.querySelector('#board li[data-session=\"root\"]') !== null")
     if size[2]:
         assert await page.evaluate("getComputedStyle(document.getElementById('session-view')).display") == "none"
+        await page.wait_for("document.getElementById('connection').dataset.state === 'live'")
+        await page.screenshot(artifact("phone-board.png"))
         await page.evaluate("document.querySelector('#board li[data-session=\"root\"] button').click()")
         assert await page.evaluate("getComputedStyle(document.getElementById('board-view')).display") == "none"
     await page.wait_for("document.getElementById('title').innerText === 'root'")
@@ -87,7 +89,12 @@ async def test_the_conversation_scrolls_in_its_own_panel_and_the_send_box_stays_
     async with serve(tmp_path) as served, chromium() as browser:
         page = await open_at(browser, served.page, size)
         await open_root(page, size)
-        await page.screenshot(artifact(f"{name(size)}-board.png"))
+        if not size[2]:
+            await page.screenshot(artifact("desktop-board.png"))
+        # The other engineers' routes are not on this router: their buttons are hidden.
+        await page.wait_for("document.getElementById('connection').dataset.state === 'live'")
+        assert await page.evaluate("['pair', 'devices', 'changes', 'end'].map((id) => document.getElementById(id).hidden)") == [
+            True, True, True, True]
         async with httpx.AsyncClient(base_url=served.url, headers=served.headers, timeout=60) as client:
             for n in range(15):
                 text = f"message {n}: " + "a longer line of words to fill the panel " * 3
@@ -145,6 +152,10 @@ async def test_a_send_is_answered_live_with_its_markdown_rendered_and_nothing_ru
         assert note.startswith("started as a prompt")
         assert await page.evaluate("document.getElementById('text').value") == ""
         await page.screenshot(artifact(f"{name(size)}-answered.png"))
+        # Dark by the system's setting.
+        await page.send("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        assert await page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(21, 23, 28)"
+        await page.screenshot(artifact(f"{name(size)}-answered-dark.png"))
         assert await transcript(served) == [("user", HOSTILE), ("assistant", f"echo: {HOSTILE} (turn 1)")]
         assert page.errors == []
 
