@@ -342,8 +342,8 @@ if (typeof document !== "undefined") {
     $("asks").replaceChildren(...ordered.filter((s) => s.ask).map((s) => askBox(s, s.ask, el("div", { class: "ask" }))));
     $("board").replaceChildren(...ordered.map((session) => {
       const state = stateOf(session);
-      const meta = [session.kind, session.harness, session.model, routerOf(session) && "held by " + routerOf(session), session.cwd]
-        .filter(Boolean).join(" · ");
+      const meta = [...new Set([session.kind, session.harness, session.model, routerOf(session) && "held by " + routerOf(session),
+        session.cwd].filter(Boolean))].join(" · ");
       const item = el("li", { class: isCurrent(session) ? "selected" : "" },
         el("button", { type: "button", onclick: () => select({ id: session.id, router: routerOf(session) }, true) },
           el("span", { class: "name", text: session.id }),
