@@ -412,7 +412,13 @@ def print_table(rows: list[list[str]]) -> None:
 
 
 def plot(results: dict[str, list[Level]], path: Path) -> None:
-    import matplotlib
+    """The rates and latencies as a PNG; a one-line note instead when
+    matplotlib (the ``bench`` extra) is not installed: the table is the result."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"(no plot: matplotlib is not installed; `pip install -e '.[bench]'` draws {path})")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -274,6 +274,12 @@ class Database:
     def set_schema_version(self, version: int) -> None:
         raise NotImplementedError
 
+    @contextlib.contextmanager
+    def migrating(self) -> Iterator[None]:
+        """Held around a whole migration: SQLite's file lock already makes
+        one process the migrator; PostgreSQL takes a lock (see there)."""
+        yield
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -411,6 +417,28 @@ class PgDatabase(Database):
         row = self.raw.execute("SELECT version FROM router_schema WHERE component = %s", (self.component,)).fetchone()
         return 0 if row is None else row[0]
 
+    @contextlib.contextmanager
+    def migrating(self) -> Iterator[None]:
+        """The record's migration lock, a session-level advisory lock taken
+        outside any transaction and held until the migration ends, so any
+        number of routers starting at once on a new database migrate one
+        after another. The per-transaction record lock alone is not enough:
+        a transaction that waited for it at ``BEGIN`` could still look the
+        schema table up in the catalog as it was before the other router's
+        migration committed (``to_regclass`` reads the catalog, not the
+        statement's snapshot), find no version, and create the tables
+        again (``relation "sessions" already exists``, two starts in three
+        seen). A migration that begins after this lock sees every one
+        committed before it."""
+        self._live()
+        key = _lock_key(f"migrate:{self.component}")
+        self.raw.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            yield
+        finally:
+            if not self.raw.broken:
+                self.raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
     def set_schema_version(self, version: int) -> None:
         # Two records migrating at once would race on creating the table
         # (CREATE TABLE IF NOT EXISTS is not safe against a concurrent one):
@@ -433,13 +461,14 @@ def migrate(db: Database, steps: Sequence[Sequence[str]], *, too_new: Callable[[
     transaction (under the record's lock, the version read again inside:
     another router may have migrated meanwhile) that also sets the version.
     A record newer than the steps raises ``too_new(version)``."""
-    while (version := db.schema_version()) < len(steps):
-        with db.transaction():
-            version = db.schema_version()
-            if version < len(steps):
-                for statement in steps[version]:
-                    db.execute(statement)
-                db.set_schema_version(version + 1)
+    with db.migrating():
+        while (version := db.schema_version()) < len(steps):
+            with db.transaction():
+                version = db.schema_version()
+                if version < len(steps):
+                    for statement in steps[version]:
+                        db.execute(statement)
+                    db.set_schema_version(version + 1)
     if version > len(steps):
         raise too_new(version)
 

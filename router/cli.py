@@ -53,6 +53,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.serve",
         "run the router: the store, a launcher for container sessions, the HTTP API and the page",
     ),
+    "service": (
+        "router.service",
+        "run `router serve` as a user service: install, uninstall, status (systemd --user, launchd)",
+    ),
     "sessions": (
         "router.board.cli",
         "list every session of every router of yours on this machine, with its kind and state",

@@ -111,6 +111,9 @@ class JobConfig:
     #: command (``serve``, ``mcp``); None serves none. With it, the API
     #: lists the whole local board and forwards to its holders.
     local: str | None = None
+    #: The router's name on the board (``--name``; None: from the data
+    #: directory, see ``router.board.local``).
+    name: str | None = None
     #: Sessions of this router the board does not list (``router mcp``:
     #: its echo ``root``; see ``router.board.service``).
     hidden: tuple[str, ...] = ()
@@ -395,7 +398,7 @@ class MainJob:
         assert self.config.local is not None
         self.local = LocalServer(self.router, self.layer, env=self.env, command=self.config.local,
                                  data_dir=self.config.data_dir, url=self.url, config=self._api_config(harness),
-                                 board=self.board)
+                                 board=self.board, name=self.config.name)
         try:
             self.socket = await self._start(nursery, "local", self.local.run)
         except errors.Refusal as refused:
@@ -518,6 +521,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "(a container per session); default: plugins.json's launcher, else in-process")
     parser.add_argument("--image", help="the image the docker launcher runs (default: its image option, else "
                         "router:latest, built from the repository's Dockerfile)")
+    parser.add_argument("--name", metavar="NAME", help="this router's name on the board, which `router sessions` "
+                        "shows and --router takes (default: serve-<6 hex> from the data directory, the same at "
+                        "every restart)")
     parser.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT, metavar="SECONDS",
                         help=f"stop a launched daemon idle this long; the next message starts it again "
                         f"(default {IDLE_TIMEOUT:g}; 0: never)")
@@ -549,9 +555,17 @@ def run(args: argparse.Namespace) -> int:
     if args.idle_timeout < 0:
         print("router serve: --idle-timeout is 0 (never) or a number of seconds", file=sys.stderr)
         return 2
+    if args.name is not None:
+        from router.board.local import check_name
+
+        try:
+            check_name(args.name)
+        except errors.Refusal as refused:
+            print(f"router serve: {refused}", file=sys.stderr)
+            return 2
     setup_logging(args.log_level, "router serve")
     config = job_config(args, os.environ, port=args.port, local="serve", store=args.store, launcher=args.launcher, image=args.image,
-                        idle_timeout=args.idle_timeout or None)
+                        idle_timeout=args.idle_timeout or None, name=args.name)
     try:
         return trio.run(_serve, config)
     except StartFailed as exc:

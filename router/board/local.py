@@ -16,17 +16,23 @@ that ``router sessions`` and ``router send`` find them all with no URL:
   is bound in it (``router._unix``, the check the mod link makes): a real
   directory, owned by this user, mode 0700, else ``unsafe-directory`` and
   nothing bound. The socket itself is 0600.
-- **Name.** ``<command>-<pid>-<4 hex>.sock`` (``serve-4242-a1b2.sock``):
-  the router's name, which ``router sessions`` shows. Unique among live
-  routers without asking anyone (the pid), and never the name of a dead
-  router's stale socket (the random part), so starting never has to remove
-  another's file.
-- **No half-born socket.** The socket is bound at ``<name>.binding``, made
-  listening, and only then renamed to ``<name>.sock`` (a Unix socket is
-  reached through its file's inode, which the rename keeps). A client that
+- **Name.** ``<name>.sock``: the router's name, which ``router sessions``
+  shows and ``--router`` takes. A ``router serve`` is named by ``--name``,
+  else ``serve-<6 hex>`` from a hash of its data directory, so its name
+  survives a restart (and a user service's restart, ``router service``);
+  two routers cannot share a data directory, so two defaults never
+  collide. A ``router mcp`` is ``mcp-<pid>-<4 hex>``: it lives and dies
+  with its Claude Code session. A stable name's socket may be left by a
+  router that died: :func:`claim_name` removes it only when
+  :func:`router._unix.listener_gone` proves nobody listens there, and
+  refuses (``router-name-taken``) while a live router holds the name.
+- **No half-born socket.** The socket is bound at ``<name>.<pid>.binding``, made
+  listening, and only then linked as ``<name>.sock`` (a Unix socket is
+  reached through its file's inode, which the link shares; a link, unlike a
+  rename, fails when the name exists). A client that
   finds a ``.sock`` whose connect is refused therefore knows nobody will
   ever listen there (the router died, SIGKILL included) and may remove it;
-  before the rename it would have raced a router between ``bind`` and
+  before the link it would have raced a router between ``bind`` and
   ``listen``. A SIGKILL between those two calls can leave a ``.binding``
   file; clients never read them.
 - **What it serves.** The API app of :mod:`router.api.app` (the same
@@ -44,26 +50,35 @@ exit, if it is still the one it bound (the mod link's rule).
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import logging
 import os
+import re
 import secrets
 from functools import partial
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Final, Mapping
 
 import attrs
 import trio
 from quart import Response
 
 from router._hypercorn import serve_on_socket
-from router._unix import MAX_SOCKET_PATH_BYTES, bind_private_socket, make_private_directory, remove_if_bound
+from router._unix import (
+    MAX_SOCKET_PATH_BYTES,
+    bind_private_socket,
+    listener_gone,
+    make_private_directory,
+    remove_if_bound,
+)
 from router.api.app import ApiConfig, make_app
 from router.board.service import process_cwd
 from router.board.paths import BINDING_SUFFIX, INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_directory, uses_runtime_dir
 from router.errors import Refusal
 from wire.json import dumps
 
-__all__ = ["LocalServer", "RouterInfo", "make_local_directory", "router_name"]
+__all__ = ["LocalServer", "RouterInfo", "check_name", "claim_name", "make_local_directory", "router_name", "stable_name"]
 
 log = logging.getLogger("router.board")
 
@@ -84,8 +99,42 @@ def make_local_directory(env: Mapping[str, str]) -> Path:
 
 
 def router_name(command: str) -> str:
-    """A new router's name: ``<command>-<pid>-<4 hex>``."""
+    """A name for a router that lives with its process: ``<command>-<pid>-<4 hex>``."""
     return f"{command}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+#: A name a person gives (``router serve --name``): a file name's safe
+#: letters, at most 64 (ours: it is a socket file's stem and a URL query value).
+NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def check_name(name: str) -> str:
+    """``name`` when it can name a router, else ``bad-router-name``."""
+    if NAME_PATTERN.fullmatch(name) is None or name.endswith((SOCKET_SUFFIX, BINDING_SUFFIX)):
+        raise Refusal("bad-router-name", f"{name!r} cannot name a router: use 1 to 64 letters, digits, '.', '_' "
+                      "or '-', starting with a letter or digit", name=name)
+    return name
+
+
+def stable_name(command: str, data_dir: Path) -> str:
+    """The name a router keeps across restarts: ``<command>-<6 hex>`` from
+    its data directory's resolved path."""
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(data_dir))).hexdigest()
+    return f"{command}-{digest[:6]}"
+
+
+def claim_name(path: str) -> None:
+    """Make ``path`` (a stable name's socket) free to take: absent, or a
+    dead router's socket, which is removed; ``router-name-taken`` while a
+    live router listens there."""
+    if not os.path.lexists(path):
+        return
+    if not listener_gone(path):
+        name = os.path.basename(path)[: -len(SOCKET_SUFFIX)]
+        raise Refusal("router-name-taken", f"a router named {name} is already running ({path}); stop it, or give "
+                      "this one another name with --name", path=path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 @attrs.frozen(kw_only=True)
@@ -134,10 +183,15 @@ class LocalServer:
         url: str | None = None,
         config: ApiConfig | None = None,
         board: Any = None,
+        name: str | None = None,
     ) -> None:
         self.env = env
         self.directory = local_directory(env)
-        self.name = router_name(command)
+        #: Stable (given, or from the data directory) unless this router
+        #: lives with its process (``router mcp``).
+        self.stable = command != "mcp"
+        self.name = check_name(name) if name is not None else (
+            stable_name(command, data_dir) if self.stable else router_name(command))
         self.path = str(self.directory / f"{self.name}{SOCKET_SUFFIX}")
         self.info = RouterInfo(name=self.name, command=command, pid=os.getpid(), socket=self.path,
                                data_dir=str(data_dir), url=url, cwd=process_cwd())
@@ -159,7 +213,7 @@ class LocalServer:
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Check the directory, bind, serve until cancelled;
         ``started(path)`` once the socket listens under its final name."""
-        binding = self.path[: -len(SOCKET_SUFFIX)] + BINDING_SUFFIX
+        binding = f"{self.path[: -len(SOCKET_SUFFIX)]}.{os.getpid()}{BINDING_SUFFIX}"
         if len(os.fsencode(binding)) > MAX_SOCKET_PATH_BYTES:
             raise Refusal(
                 "socket-path-too-long",
@@ -168,16 +222,22 @@ class LocalServer:
                 path=binding,
             )
         make_local_directory(self.env)
+        if self.stable:
+            claim_name(self.path)
         sock = bind_private_socket(binding)
         try:
-            os.rename(binding, self.path)
+            # A link, not a rename: it fails when the name was taken since
+            # the claim (two routers started with one name at once), where a
+            # rename would silently take a live router's socket.
+            os.link(binding, self.path)
             bound = os.stat(self.path)
         except OSError as exc:
             sock.close()
+            why = "another router took the name first" if exc.errno == errno.EEXIST else exc.strerror
+            raise Refusal("bind-failed", f"could not name the socket {self.path}: {why}", path=self.path) from exc
+        finally:
             with contextlib.suppress(OSError):
                 os.unlink(binding)
-            raise Refusal("bind-failed", f"could not name the socket {self.path}: {exc.strerror}",
-                          path=self.path) from exc
         self.serving = True
         try:
             async with trio.open_nursery() as nursery:

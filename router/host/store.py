@@ -926,16 +926,18 @@ class Store:
                 f"router's {SCHEMA_VERSION}; upgrade the router",
             )
         steps = PG_MIGRATIONS if self._db.dialect == "postgresql" else MIGRATIONS
-        while version < SCHEMA_VERSION:
-            with self.transaction():
-                # Re-read inside the write lock: another process may have
-                # migrated between the check and BEGIN IMMEDIATE.
-                version = self.schema_version()
-                if version >= SCHEMA_VERSION:
-                    break
-                steps[version](self._db)
-                self._db.set_schema_version(version + 1)
+        with self._db.migrating():  # routers starting at once on one new database: one migrates
             version = self.schema_version()
+            while version < SCHEMA_VERSION:
+                with self.transaction():
+                    # Re-read inside the write lock: another process may have
+                    # migrated between the check and BEGIN IMMEDIATE.
+                    version = self.schema_version()
+                    if version >= SCHEMA_VERSION:
+                        break
+                    steps[version](self._db)
+                    self._db.set_schema_version(version + 1)
+                version = self.schema_version()
 
     # ---------------------------------------------------------------- sessions
 
