@@ -5,7 +5,8 @@ Routes (JSON unless said otherwise; every refusal is ``{"error": code,
 
 =======================================  ==================================================
 ``GET /healthz``                         ``{"ok": true}``
-``GET /``                                the page: the live view and a send box (HTML)
+``GET /``                                the page: the board and a session's view (HTML;
+                                         served with its shell by router/api/shell.py)
 ``GET /sessions``                        the board: ``{"sessions": [{id, kind, state, harness,
                                          model?, cwd?, lastActivity, router, ...}], skipped?}``
                                          (``?scope=router``: this router's own only)
@@ -40,8 +41,9 @@ its recovery command. Creating and aborting are not channel operations.
 Guards, for a server on a loopback port that a browser can reach: the
 ``Host`` header must name the loopback address and port the server listens
 on (``bad-host``, 421: a DNS-rebinding page cannot read or write through
-it); on the TCP port every route but ``GET /`` and ``GET /healthz`` (which
-hold no data) takes ``Authorization: Bearer TOKEN`` (``no-token`` /
+it); on the TCP port every route but ``GET /healthz`` and the page's shell
+(``GET /``, its manifest, worker and icons: :data:`OPEN_ROUTES`; they hold
+no data) takes ``Authorization: Bearer TOKEN`` (``no-token`` /
 ``bad-token``, 401; :mod:`router.board.access`), checked after the
 ``Host``, so a token sent to another host's name is refused 421; and every ``POST`` must be ``Content-Type: application/json``
 (``bad-content-type``, 415: a cross-site form cannot post without a CORS
