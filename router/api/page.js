@@ -539,7 +539,7 @@ if (typeof document !== "undefined") {
   $("pill").addEventListener("click", stickToBottom);
 
   const boxes = new Map();  // message id -> {message, note, html, node}: a message is rebuilt only when it changed
-  let shownCount = 0;
+  let shownCount = 0, lastShown = null;
   function renderLog() {
     const wasFollowing = following;
     const nodes = [];
@@ -567,11 +567,19 @@ if (typeof document !== "undefined") {
         el("div", { class: "text", text: pending.text }),
         el("div", { class: "note", text: pending.note || "sending…" })));
     }
-    const grew = nodes.length > shownCount || (nodes.length && nodes[nodes.length - 1] !== log.lastElementChild);
+    // New: more messages, or the last one changed (a delta); a render of
+    // Markdown already shown is not news.
+    const last = [...messages.values()].pop() || null;
+    const grew = nodes.length > shownCount || last !== lastShown;
     shownCount = nodes.length;
+    lastShown = last;
+    const top = log.scrollTop;
     log.replaceChildren(...nodes);
     if (wasFollowing) log.scrollTop = log.scrollHeight;
-    else if (grew) $("pill").hidden = false;
+    else {
+      log.scrollTop = top;  // emptied for a moment, the panel would be back at the top
+      if (grew) $("pill").hidden = false;
+    }
   }
 
   function apply(item) {

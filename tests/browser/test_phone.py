@@ -112,13 +112,14 @@ async def test_the_conversation_scrolls_in_its_own_panel_and_the_send_box_stays_
             await page.screenshot(artifact(f"{name(size)}-conversation.png"))
 
             # Scrolled up, a new answer does not pull the person down: a pill says it came.
-            await page.evaluate("document.getElementById('log').scrollTop = 0")
+            await page.evaluate("document.getElementById('log').scrollTop = 300")
             await page.evaluate(FRAME)
+            assert (await page.evaluate(LAYOUT))["top"] == 300
             sent = await client.post("/sessions/root/messages", json={"text": "one more", "eventId": "m15"})
             assert sent.status_code == 200
             await page.wait_for(f"{ANSWERS}.length === 16", timeout=60)
             await page.wait_for("!document.getElementById('pill').hidden")
-            assert (await page.evaluate(LAYOUT))["top"] < 100
+            assert (await page.evaluate(LAYOUT))["top"] == 300  # where the person left it
             await page.screenshot(artifact(f"{name(size)}-pill.png"))
             await page.evaluate("document.getElementById('pill').click()")
             await page.wait_for(f"{LAYOUT}.below < 48 && document.getElementById('pill').hidden")
