@@ -359,7 +359,7 @@ if (typeof document !== "undefined") {
     $("empty").hidden = !boardLoaded || sessionsSeen.length > 0;
     $("empty").textContent = "No sessions yet: start one with “new session”.";
     $("skipped").textContent = skipped.length
-      ? "not on the board: " + skipped.map((r) => r.router + " (" + r.code + ")").join(", ") : "";
+      ? "not on the board: " + skipped.map((r) => r.router + " (" + (r.error || r.code) + ")").join(", ") : "";
   }
 
   function boardChanged() {
@@ -776,9 +776,12 @@ if (typeof document !== "undefined") {
         return response.status !== 404 && response.status !== 405;
       } catch (_) { return false; }
     };
-    [features.pair, features.devices, features.projects, features.diff, features.end] = await Promise.all([
-      has("OPTIONS", "/pairings"), has("OPTIONS", "/devices"), has("OPTIONS", "/projects"),
-      has("OPTIONS", "/sessions/probe/diff"), has("OPTIONS", "/sessions/probe/end")]);
+    // The devices list answers only where pairing is on and on this
+    // machine (a paired phone is refused `local-only`): it stands for both.
+    const ok = async (path) => { try { return (await fetch(path, { headers: headers() })).ok; } catch (_) { return false; } };
+    [features.devices, features.projects, features.diff, features.end] = await Promise.all([
+      ok("/devices"), ok("/projects"), has("OPTIONS", "/sessions/probe/diff"), has("OPTIONS", "/sessions/probe/end")]);
+    features.pair = features.devices;
     $("pair").hidden = !features.pair;
     $("devices").hidden = !features.devices;
     updateHeader();
@@ -796,7 +799,8 @@ if (typeof document !== "undefined") {
     if (status !== 200) { say(refusedText(status, body)); return; }
     const project = el("select", { name: "project" }, ...(body.projects || []).map((p) => el("option", { value: p.name, text: p.name + " · " + p.path })));
     const inputs = { name: el("input", { name: "name" }), branch: el("input", { name: "branch" }),
-      harness: el("input", { name: "harness" }), prompt: el("textarea", { name: "prompt", rows: "3" }) };
+      harness: el("input", { name: "harness" }), where: el("input", { name: "where", placeholder: "local" }),
+      prompt: el("textarea", { name: "prompt", rows: "3" }) };
     const create = el("button", { type: "button", class: "primary", text: "start", onclick: async () => {
       const request = { project: project.value };
       for (const [key, input] of Object.entries(inputs)) if (input.value.trim()) request[key] = input.value.trim();
@@ -804,11 +808,12 @@ if (typeof document !== "undefined") {
       if (answer.status !== 201) { result.textContent = refusedText(answer.status, answer.body); return; }
       $("sheet").close();
       await refreshBoard();
-      select({ id: answer.body.id, router: (answer.body.router && answer.body.router.name) || "" }, true);
+      select({ id: answer.body.session || answer.body.id, router: (answer.body.router && answer.body.router.name) || "" }, true);
     } });
     const result = el("div", { class: "note" });
     sheet("new session", field("project", project), field("name (optional)", inputs.name), field("branch (optional)", inputs.branch),
-      field("harness (optional)", inputs.harness), field("first message (optional)", inputs.prompt), create, result);
+      field("harness (optional)", inputs.harness), field("where: local or container (optional)", inputs.where),
+      field("first message (optional)", inputs.prompt), create, result);
   });
 
   $("pair").addEventListener("click", async () => {
@@ -863,7 +868,8 @@ if (typeof document !== "undefined") {
       }
       if (status !== 200) { result.textContent = refusedText(status, body); return; }
       $("sheet").close();
-      say(target.id + " ended");
+      say(target.id + " ended" + (body.worktreeRemoved ? "; its worktree removed" : "; its worktree kept") +
+        (body.branchRemoved ? "; its branch removed" : ""));
       refreshBoard();
     };
     sheet("end " + target.id,
@@ -881,13 +887,12 @@ if (typeof document !== "undefined") {
   if (!Array.isArray(sessionsSeen)) sessionsSeen = [];
   renderBoard();
   if ("serviceWorker" in navigator) navigator.serviceWorker.register("/sw.js").catch(() => { /* http on a LAN name: no worker */ });
-  if (!token) block("no-token");
+  // No token is no verdict: a paired device's credential is a cookie the
+  // page cannot see. The router's 401 decides (block()).
   if (current) select(current, true);
-  if (token) {
-    refreshBoard().then(() => { if (current && !streamAbort) select(current, true); });
-    followBoard();
-    probe();
-  }
+  refreshBoard().then(() => { if (current && !streamAbort) select(current, true); });
+  followBoard();
+  probe();
   setInterval(refreshBoard, 15000);  // a safety net beside the live board
   setInterval(() => { if (outbox.all().length) flush(); }, 2000);
   setInterval(renderBoard, 30000);  // "5 min ago" moves on

@@ -53,7 +53,7 @@ async def test_a_message_sent_from_the_page_is_answered_live(tmp_path: Path) -> 
         await page.wait_for("document.getElementById('outcome').innerText.includes('started as a prompt')")
         await page.screenshot(artifact("page-answered.png"))
         assert answer == "echo: hello from the page (turn 1)"
-        users = await page.evaluate("[...document.querySelectorAll('#log .user')].map(d => d.innerText)")
+        users = await page.evaluate("[...document.querySelectorAll('#log .user .text')].map(d => d.innerText)")
         assert users == ["hello from the page"]
         assert await page.evaluate("localStorage.getItem('router.outbox')") == "[]"
         assert page.errors == []
