@@ -149,6 +149,26 @@ async def test_a_daemon_that_exits_at_start_is_refused_with_its_words(
     assert labelled("container", docker_label) == []
 
 
+async def test_a_daemon_gone_before_its_port_is_asked_is_refused_with_its_words(
+    launcher: Any, docker_image: str, docker_label: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race at its worst, made certain: the container has exited before
+    # the launcher asks docker for its published port, which docker then
+    # answers with words of its own about a port.
+    asked = launcher._published_port
+
+    async def after_the_exit(client: Any, container: str) -> int:
+        await trio.to_thread.run_sync(lambda: docker("wait", container, timeout=60))
+        return await asked(client, container)
+
+    monkeypatch.setattr(launcher, "_published_port", after_the_exit)
+    context = launch_context(docker_label, docker_image, harness="no_such_module:adapter")
+    refused = await started_refusal(launcher, context)
+    assert refused["code"] == "start-failed", refused
+    assert "adapter-not-found" in refused["message"] and "no_such_module" in refused["message"], refused
+    assert labelled("container", docker_label) == []
+
+
 async def started_refusal(launcher: Any, context: dict[str, Any]) -> dict[str, Any]:
     with trio.fail_after(START_BOUND):
         refused = await launcher.start(context)

@@ -302,11 +302,37 @@ async def _await_health(client, container, port, timeout):
             nursery.start_soon(death, nursery.cancel_scope)
     if outcome.get("healthy"):
         return
-    _, logs_out, logs_err = await _docker(client, "logs", "--tail", "20", container, check=False)
-    log = _tail(logs_err + logs_out)
     if "exit" in outcome:
-        raise Refusal("start-failed", f"the daemon exited (status {outcome['exit'] or '?'}) before it was healthy: {log}")
+        raise await _exited(client, container, outcome["exit"])
+    log = await _log_tail(client, container)
     raise Refusal("unhealthy", f"the daemon did not answer {HEALTH_PATH} within {timeout:g} s: {log}")
+
+
+async def _log_tail(client, container):
+    _, logs_out, logs_err = await _docker(client, "logs", "--tail", "20", container, check=False)
+    return _tail(logs_err + logs_out)
+
+
+async def _exited(client, container, status):
+    """The refusal for a daemon that exited before it was healthy: its own
+    last words (the log's tail), not docker's."""
+    log = await _log_tail(client, container)
+    return Refusal("start-failed", f"the daemon exited (status {status or '?'}) before it was healthy: {log}")
+
+
+async def _port_or_exit(client, container):
+    """The published port; or, when the container already exited (a daemon
+    that fails at once can be gone before ``docker port`` asks, which then
+    answers with docker's words about a port), why it exited."""
+    try:
+        return await _published_port(client, container)
+    except Refusal:
+        found = await _inspect_json(client, container)
+        state = (found or {}).get("State") or {}
+        if found is not None and not state.get("Running"):
+            _, out, _ = await _docker(client, "wait", container, check=False)  # settled: returns at once
+            raise await _exited(client, container, out.strip() or str(state.get("ExitCode", ""))) from None
+        raise
 
 
 async def _remove_quietly(client, name):
@@ -364,7 +390,7 @@ async def _run(client, context, args, client_env, host_port, timeout):
     try:
         container = await _create(client, args, client_env)
         await _docker(client, "start", container)
-        port = host_port or await _published_port(client, container)
+        port = host_port or await _port_or_exit(client, container)
         await _await_health(client, container, port, timeout)
         done = True
         return {"url": f"ws://127.0.0.1:{port}", "container": container, "state": "running"}
