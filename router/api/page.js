@@ -479,6 +479,10 @@ if (typeof document !== "undefined") {
   }
   async function renderNow() {
     renderTimer = null;
+    // Only what is shown now: a streamed answer's earlier, shorter texts are not.
+    const shown = new Set();
+    for (const message of messages.values()) for (const part of message.parts || []) if (part.type === "text") shown.add(part.text);
+    for (const text of wantRender) if (!shown.has(text)) wantRender.delete(text);
     const texts = [...wantRender].slice(0, 64);
     if (!texts.length || blocked) return;
     rendering = true;
@@ -486,7 +490,7 @@ if (typeof document !== "undefined") {
       const { status, body } = await call("POST", "/render", { texts });
       if (status === 200 && Array.isArray(body.html)) {
         texts.forEach((text, i) => { rendered.set(text, body.html[i]); wantRender.delete(text); });
-        if (rendered.size > 2000) rendered.delete(rendered.keys().next().value);
+        while (rendered.size > 2000) rendered.delete(rendered.keys().next().value);
         renderLog();
       } else if (status === 404) {
         texts.forEach((text) => wantRender.delete(text));  // a router without the route: text as it is

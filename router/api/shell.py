@@ -49,6 +49,7 @@ from markdown_it import MarkdownIt
 from quart import Blueprint, Response, request
 
 from router.api.page import PAGE
+from router.errors import Refusal
 from wire.json import JsonError, loads
 
 __all__ = ["OPEN_ROUTES", "PAGE_CSP", "TAGS", "png_icon", "render_markdown", "shell_blueprint", "svg_icon"]
@@ -185,9 +186,22 @@ _MARKDOWN: Final = MarkdownIt("commonmark", {"html": False, "linkify": False, "t
 MAX_TEXTS: Final = 256
 
 
-@functools.lru_cache(maxsize=1024)
+#: Texts up to this many characters are kept rendered (512 of them at most:
+#: 8 MiB), as a page asks again for what it shows after a reconnection.
+CACHED_CHARS: Final = 16 * 1024
+
+
 def render_markdown(text: str) -> str:
     """``text`` (Markdown) as HTML that holds only :data:`TAGS`."""
+    return _render_kept(text) if len(text) <= CACHED_CHARS else _render(text)
+
+
+@functools.lru_cache(maxsize=512)
+def _render_kept(text: str) -> str:
+    return _render(text)
+
+
+def _render(text: str) -> str:
     html = _MARKDOWN.render(text)
     return nh3.clean(
         html,
@@ -316,8 +330,7 @@ def shell_blueprint() -> Blueprint:
         assert isinstance(raw, bytes)
         texts = _texts(raw)
         if isinstance(texts, str):
-            return Response(json.dumps({"error": "bad-body", "message": f"POST /render takes {{texts: [string]}}: {texts}"}),
-                            status=400, content_type="application/json")
+            raise Refusal("bad-body", f"POST /render takes {{texts: [string]}}: {texts}")  # the app answers it, 400
         async with _render_limiter:
             html = await trio.to_thread.run_sync(_render_all, texts)
         return Response(json.dumps({"html": html}), content_type="application/json")
