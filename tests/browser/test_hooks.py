@@ -24,7 +24,7 @@ import trio
 
 from tests.api.processes import serve
 from tests.browser.test_page import artifact
-from tests.browser.test_phone import PHONE, open_at, open_root
+from tests.browser.test_phone import PHONE, navigate, open_at, open_root
 from tests.support.chromium import Page, chromium
 
 QR = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 4 4" onload="window.__hit=1"><rect width="2" height="2"/></svg>'
@@ -98,7 +98,7 @@ async def test_the_features_of_other_routes_work_at_a_phones_size(tmp_path: Path
         page = await open_at(browser, "about:blank", PHONE)
         routes = Routes(page)
         nursery.start_soon(routes.run)
-        await page.goto(served.page)
+        await navigate(page, served.page)
         await page.wait_for("!document.getElementById('pair').hidden && !document.getElementById('devices').hidden")
 
         await page.evaluate("document.getElementById('pair').click()")

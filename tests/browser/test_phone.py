@@ -20,10 +20,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+import trio
 
 from tests.api.processes import serve
 from tests.browser.test_page import ANSWERS, artifact, free_port
-from tests.support.chromium import Browser, Page, chromium
+from tests.support.chromium import Browser, Page, ProtocolError, chromium
 
 PHONE = (390, 844, True)
 DESKTOP = (1280, 800, False)
@@ -46,8 +47,23 @@ async def open_at(browser: Browser, url: str, size: tuple[int, int, bool]) -> Pa
     page = await browser.open("about:blank")
     width, height, mobile = size
     await page.emulate(width, height, mobile=mobile)
-    await page.goto(url)
+    await navigate(page, url)
     return page
+
+
+async def navigate(page: Page, url: str) -> None:
+    """``url`` loaded: the new document's, not the old one's, readiness (an
+    evaluation while the navigation commits may find no context: asked again)."""
+    await page.send("Page.navigate", {"url": url})
+    origin = url.split("?")[0].split("#")[0]
+    with trio.fail_after(30):
+        while True:
+            try:
+                if await page.evaluate(f"location.href.startsWith({json.dumps(origin)}) && document.readyState === 'complete'"):
+                    return
+            except ProtocolError:
+                pass
+            await trio.sleep(0.05)
 
 
 async def open_root(page: Page, size: tuple[int, int, bool]) -> None:
@@ -68,12 +84,13 @@ async def send_from_the_page(page: Page, text: str, size: tuple[int, int, bool])
     """As a person would: the send button on a phone, Enter on a desktop."""
     await page.evaluate("document.getElementById('text').focus()")
     await page.send("Input.insertText", {"text": text})
+    key = {"key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "nativeVirtualKeyCode": 13}
+    await page.send("Input.dispatchKeyEvent", {"type": "keyDown", "text": "\r", **key})
+    await page.send("Input.dispatchKeyEvent", {"type": "keyUp", **key})
     if size[2]:
+        # On a touch screen Enter is a new line; the button sends.
+        assert await page.evaluate("document.getElementById('text').value") == text + "\n"
         await page.evaluate("document.getElementById('send-button').click()")
-    else:
-        key = {"key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "nativeVirtualKeyCode": 13}
-        await page.send("Input.dispatchKeyEvent", {"type": "rawKeyDown", **key})
-        await page.send("Input.dispatchKeyEvent", {"type": "keyUp", **key})
 
 
 async def transcript(served, session: str = "root") -> list[tuple[str, str]]:
@@ -168,7 +185,7 @@ async def test_a_refused_or_missing_credential_blocks_the_page_with_a_notice(tmp
         assert "refused this page's access key" in text and "bad-token" in text
         await page.screenshot(artifact("phone-refused.png"))
         await page.evaluate("localStorage.clear()")
-        await page.goto(f"{served.url}/")
+        await navigate(page, f"{served.url}/")
         text = await page.wait_for("!document.getElementById('blocked').hidden && document.getElementById('blocked').innerText")
         assert "no access key" in text and "router serve" in text
         assert page.errors == []
@@ -187,7 +204,7 @@ async def test_offline_the_page_opens_from_its_worker_and_a_message_is_sent_once
         await page.send("Network.enable")
         await page.send("Network.emulateNetworkConditions",
                         {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
-        await page.goto(f"http://127.0.0.1:{port}/?session=root")
+        await navigate(page, f"http://127.0.0.1:{port}/?session=root")
         await page.wait_for("document.getElementById('send') !== null && document.getElementById('title').innerText === 'root'")
         await page.wait_for("['offline', 'reconnecting', 'connecting'].includes(document.getElementById('connection').dataset.state)")
         await send_from_the_page(page, "typed offline", PHONE)
