@@ -51,5 +51,7 @@ ENV CF_HARNESS_PORT=8080 \
     HOME=/workspace/home
 WORKDIR /workspace
 EXPOSE 8080
-ENTRYPOINT ["router", "daemon"]
+# Every interface inside the container: the port is published on the
+# host's loopback only (the docker launcher's -p 127.0.0.1::8080).
+ENTRYPOINT ["router", "daemon", "--host", "0.0.0.0"]
 CMD ["--adapter", "echo"]

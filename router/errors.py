@@ -3,8 +3,8 @@
 Every "no" the router gives, whichever part gives it, is a :class:`Refusal`:
 the store's and the host's, the link's, the mod link's, the plug-in layer's,
 the user-turn router's, the API's. A caller that only reports a refusal reads
-:attr:`Refusal.code` and :attr:`Refusal.message` (and :meth:`Refusal.to_json`
-at an HTTP, SSE or MCP edge); a part subclasses it only where a caller
+:attr:`Refusal.code` and :attr:`Refusal.message` (and :meth:`Refusal.to_json`,
+``{"error": code, "message", ...data}``, at an HTTP, SSE or MCP edge); a part subclasses it only where a caller
 branches on the kind (a link failure that may heal, a call the mod timed
 out).
 
@@ -77,8 +77,12 @@ class Refusal(Exception):
         return (_rebuild, (type(self), self.code, self.message, self.data))
 
     def to_json(self) -> dict[str, Any]:
-        """The refusal at a JSON edge: ``{"code", "message", ...data}``."""
-        return {**self.data, "code": self.code, "message": self.message}
+        """The refusal at a JSON edge (HTTP, server-sent events, the board's
+        skipped routers): ``{"error": code, "message": sentence, ...data}``,
+        the one spelling of a refusal on every wire of ours (docs/turns.md,
+        "The HTTP API"). The plug-in modules' protocol is not ours to spell:
+        a module answers ``{"code", "message"}`` (docs/plugins.md)."""
+        return {**self.data, "error": self.code, "message": self.message}
 
 
 def _rebuild(cls: type[Refusal], code: str, message: str, data: dict[str, Any]) -> Refusal:

@@ -273,8 +273,12 @@ class MainJob:
                     harness, via = ("echo", "in-process") if launcher.name == IN_PROCESS else ("echo", "daemon")
                 else:
                     self.daemon_url = config.daemon_url
-                    endpoint = await _checked_daemon(config.daemon_url, config.daemon_token or "")
-                    harness, via = "container", "daemon"
+                    endpoint, adapter = await _checked_daemon(config.daemon_url, config.daemon_token or "")
+                    # An echo daemon runs the echo harness, as a launched one
+                    # does, so the default routes launch on it with no
+                    # settings changed (the cluster recipe); a route to the
+                    # `container` module reaches it too.
+                    harness, via = ("echo" if adapter == "echo" else "container"), "daemon"
                 self.launcher = launcher
                 # 4. The host, the registry, the router.
                 self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"), launcher=launcher,
@@ -338,7 +342,8 @@ class MainJob:
     def _api_config(self, harness: str) -> Any:
         from router.api.app import ApiConfig
 
-        return ApiConfig(harness=harness, launcher=None if self.launcher is None else self.launcher.name)
+        also = frozenset({"container"}) if self.config.daemon_url is not None else frozenset()
+        return ApiConfig(harness=harness, also=also, launcher=None if self.launcher is None else self.launcher.name)
 
     async def _launcher(self, nursery: trio.Nursery) -> tuple[Any, Any]:
         """The launcher in force (a :class:`router.host.Launcher`), and the
@@ -432,10 +437,10 @@ def _token(settings_dir: Path) -> str:
 PROBE_SESSION = "router-daemon-check"
 
 
-async def _checked_daemon(url: str, token: str) -> Any:
-    """The daemon's endpoint, once it passed its check (health, token,
-    protocol); ``StartFailed`` (``bad-daemon-url``, ``daemon-check-failed``)
-    saying what is wrong otherwise."""
+async def _checked_daemon(url: str, token: str) -> tuple[Any, str]:
+    """The daemon's endpoint and its adapter's id, once it passed its check
+    (health, token, protocol); ``StartFailed`` (``bad-daemon-url``,
+    ``daemon-check-failed``) saying what is wrong otherwise."""
     from router.host import DaemonEndpoint, EndpointError, LinkError, probe
 
     try:
@@ -447,7 +452,7 @@ async def _checked_daemon(url: str, token: str) -> Any:
     except LinkError as exc:
         raise StartFailed("daemon-check-failed", f"{exc.code}: {exc.message}", reason=exc.code) from None
     log.info("daemon %s: protocol %s, adapter %s %s", url, hello.protocol, hello.adapter.id, hello.adapter.version)
-    return endpoint
+    return endpoint, hello.adapter.id
 
 
 def _owner_id(data_dir: Path) -> str:

@@ -14,7 +14,7 @@ from router.errors import Refusal, code_of, is_code
 def test_a_refusal_has_a_code_a_message_and_data():
     refusal = Refusal("harness-off", "the harness is off; switch it on", harness="echo")
     assert str(refusal) == "harness-off: the harness is off; switch it on"
-    assert refusal.to_json() == {"code": "harness-off", "message": "the harness is off; switch it on", "harness": "echo"}
+    assert refusal.to_json() == {"error": "harness-off", "message": "the harness is off; switch it on", "harness": "echo"}
     assert refusal == Refusal("harness-off", "the harness is off; switch it on", harness="echo")
     assert refusal != Refusal("harness-off", "another sentence", harness="echo")
     assert pickle.loads(pickle.dumps(refusal)) == refusal

@@ -52,7 +52,7 @@ from router.api.page import PAGE
 from router.errors import Refusal
 from wire.json import JsonError, loads
 
-__all__ = ["OPEN_ROUTES", "PAGE_CSP", "TAGS", "png_icon", "render_markdown", "shell_blueprint", "svg_icon"]
+__all__ = ["OPEN_ROUTES", "PAGE_CSP", "TAGS", "blueprint", "png_icon", "render_markdown", "shell_blueprint", "svg_icon"]
 
 #: The page's Content-Security-Policy: its own script and style inline, the
 #: service worker, manifest and icons from this origin, images as ``data:``
@@ -352,3 +352,7 @@ def _texts(raw: bytes) -> list[str] | str:
     if len(texts) > MAX_TEXTS:
         return f"at most {MAX_TEXTS} texts at once"
     return texts
+
+
+#: The shell's routes, one Blueprint for :data:`router.api.routes.BLUEPRINTS`.
+blueprint: Final = shell_blueprint()

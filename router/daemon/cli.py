@@ -4,10 +4,13 @@ that runs inside the container.
 It reads the three variables the host starts the container with
 (``CF_HARNESS_TOKEN``, ``CF_HARNESS_RUNTIME_ID``, ``CF_HARNESS_PORT``; port 0
 picks a free one), removes the token from the environment before any adapter
-code is imported or run, listens on ``--host`` (all IPv4 interfaces by
-default, as the reference), prints one line once it accepts connections::
+code is imported or run, listens on ``--host`` (127.0.0.1 by default:
+only this machine reaches it; a container's daemon is told ``--host
+0.0.0.0`` by the image, so a port published on the host's loopback reaches
+it; the reference listens on every interface), prints one line once it
+accepts connections::
 
-    router daemon: echo on 0.0.0.0:8080 (runtime RUNTIME_ID)
+    router daemon: echo on 127.0.0.1:8080 (runtime RUNTIME_ID)
 
 and serves until SIGTERM or SIGINT, which close every WebSocket with 1001 and
 every adapter session, then exit 0.
@@ -171,7 +174,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the agent to run (default: echo)",
     )
     parser.add_argument(
-        "--host", default="0.0.0.0", help="the address to listen on (default: 0.0.0.0, every IPv4 interface)"
+        "--host", default="127.0.0.1",
+        help="the address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0 for every IPv4 interface, "
+        "as in a container whose port is published)"
     )
     parser.add_argument(
         "--log-level",

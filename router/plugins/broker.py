@@ -194,7 +194,7 @@ class Broker:
             module, "search", module_options, query, dict(deps or {}), crash_code="search-failed"
         )
         if isinstance(answer, Refusal):
-            self._log({"event": "search-refused", "module": module.name, **answer.to_json()})
+            self._log({"event": "search-refused", "module": module.name, **answer.data, "code": answer.code, "message": answer.message})
             return answer
         problem = check_search_answer(answer.value)
         if problem is not None:
@@ -203,7 +203,7 @@ class Broker:
                 message=f'the search-source module "{module.name}" answered in the wrong shape: '
                 f"{problem}",
             )
-            self._log({"event": "search-refused", "module": module.name, **refusal.to_json()})
+            self._log({"event": "search-refused", "module": module.name, **refusal.data, "code": refusal.code, "message": refusal.message})
             return refusal
         return answer.value
 

@@ -160,7 +160,7 @@ class PluginLayer:
             load_harness=self._load_harness, broker=self.broker, env=self._env, session=session,
         )
         if isinstance(record, Refusal):
-            self._log({"event": "launch-refused", "instance": instance, **record.to_json()})
+            self._log({"event": "launch-refused", "instance": instance, **record.data, "code": record.code, "message": record.message})
             return record
         limits = _value(limits_doc, "limits")
         limits = limits if type(limits) is dict else {}

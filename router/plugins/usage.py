@@ -627,7 +627,7 @@ class TurnMeter:
                                          crash_code="source-threw")
         if isinstance(answer, Refusal):
             self._log({"event": "usage-unknown", "source": module.name,
-                       "session": request.get("session"), **answer.to_json()})
+                       "session": request.get("session"), **answer.data, "code": answer.code, "message": answer.message})
             return None
         problem = check_turn_answer(answer.value, first=first)
         if problem is not None:

@@ -52,6 +52,7 @@ __all__ = [
     "rpc_refusal",
     "send_request_from_body",
     "send_request_from_tool",
+    "structuring_problem",
 ]
 
 #: How each edge says what it takes, at the head of its refusals.
@@ -137,9 +138,10 @@ def make_converter() -> cattrs.Converter:
 converter: Final = make_converter()
 
 
-def _problem(exc: BaseException, spell: Callable[[str], str]) -> str:
+def structuring_problem(exc: BaseException, spell: Callable[[str], str]) -> str:
     """The first failing key of a structuring error (spelled as its edge
-    spells it) and what is wrong."""
+    spells it) and what is wrong (the API's other bodies say it the same
+    way: :mod:`router.api.bodies`)."""
     key = ""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         if isinstance(exc, cattrs.ForbiddenExtraKeysError):
@@ -158,7 +160,7 @@ def _structure(value: object, cls: type, code: str, shape: str, spell: Callable[
     try:
         return converter.structure(value, cls)
     except Exception as exc:  # noqa: BLE001 - every structuring error refuses
-        return Refusal(code, f"{shape}: {_problem(exc, spell)}")
+        return Refusal(code, f"{shape}: {structuring_problem(exc, spell)}")
 
 
 def send_request_from_body(raw: bytes, session: str) -> SendRequest | Refusal:

@@ -1,7 +1,9 @@
 """An adapter for ``router daemon --adapter tests.limits.limit_adapter:adapter``
 in the process tests: each turn meets the provider's usage limit, as the
 ``claude-code`` adapter reports it, while ``$LIMIT_RESETS_AT`` (epoch ms) is
-ahead; after it, each turn answers ``got: <text>``. ``$LIMIT_LOG`` names a
+ahead (or the number in the file ``$LIMIT_RESETS_AT_FILE``, read at each
+turn, so a test can fix the reset once everything has started); after it,
+each turn answers ``got: <text>``. ``$LIMIT_LOG`` names a
 file that gets one line per turn that reached "the provider": ``<status>
 <text>``, so a test counts what was sent."""
 
@@ -28,7 +30,7 @@ class LimitSession:
 
     async def run(self, turn: AdapterTurn) -> ContainerOutcome:
         text = input_text(turn.input)
-        resets_at = int(os.environ.get("LIMIT_RESETS_AT", "0"))
+        resets_at = _resets_at()
         limited = time.time() * 1000 < resets_at
         with open(os.environ["LIMIT_LOG"], "a") as log:
             log.write(f"{'429' if limited else '200'} {text}\n")
@@ -41,6 +43,17 @@ class LimitSession:
 
     async def close(self) -> None:
         return None
+
+
+def _resets_at() -> int:
+    path = os.environ.get("LIMIT_RESETS_AT_FILE")
+    if path:
+        try:
+            with open(path) as file:
+                return int(file.read().strip() or "0")
+        except FileNotFoundError:
+            return 0
+    return int(os.environ.get("LIMIT_RESETS_AT", "0"))
 
 
 adapter = LimitAdapter()

@@ -122,6 +122,12 @@ async def _docker(client, *args, env=None, check=True):
     return done.returncode, out, err
 
 
+def _answer(refused):
+    """A refusal as the launcher protocol's answer: ``{"code", "message"}``
+    (docs/plugins.md), not the HTTP edge's spelling."""
+    return {"code": refused.code, "message": refused.message}
+
+
 def _tail(text, lines=8):
     return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:]) or "no output"
 
@@ -363,7 +369,7 @@ async def start(context):
             raise Refusal("docker-unavailable", f"the engine did not answer for the image {image}: {_tail(err or out)}")
         await _docker(client, "volume", "create", *_label_args(context.get("labels") or {}), context["workspace"])
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     return await _run(client, context, args, client_env, host_port, timeout)
 
 
@@ -395,7 +401,7 @@ async def _run(client, context, args, client_env, host_port, timeout):
         done = True
         return {"url": f"ws://127.0.0.1:{port}", "container": container, "state": "running"}
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     finally:
         if not done:  # refused, failed or cancelled: leave nothing behind
             await _remove_quietly(client, name)
@@ -457,7 +463,7 @@ async def inspect(context, container):
     try:
         client = await _client(_options(context))
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     return _describe(await _inspect_json(client, container), container)
 
 
@@ -465,7 +471,7 @@ async def wait(context, container):
     try:
         client = await _client(_options(context))
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     code, out, err = await _docker(client, "wait", container, check=False)
     found = await _inspect_json(client, container)
     if found is not None:
@@ -484,7 +490,7 @@ async def stop(context, container):
     try:
         client = await _client(options)
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     grace = options.get("stop_timeout", DEFAULT_STOP_TIMEOUT)
     grace = grace if type(grace) is int and grace >= 0 else DEFAULT_STOP_TIMEOUT
     # SIGTERM: the daemon closes its WebSockets with 1001 and exits 0.
@@ -497,7 +503,7 @@ async def remove_workspace(context):
     try:
         client = await _client(_options(context))
     except Refusal as refused:
-        return refused.to_json()
+        return _answer(refused)
     code, out, err = await _docker(client, "volume", "rm", context["workspace"], check=False)
     if code == 0 or "no such volume" in (err + out).lower():
         return None

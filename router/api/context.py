@@ -1,0 +1,69 @@
+"""What the API's routes share: one typed object kept on the app.
+
+:func:`router.api.app.make_app` builds one :class:`ApiContext` and keeps it
+in ``app.extensions`` under :data:`KEY`; a route reads it with
+:func:`current` (inside a request, or a streamed response's generator,
+which Quart runs in the request's app context). Nothing here is a global:
+two apps in one process (the TCP API and the private socket) each have
+their own.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Final
+
+import attrs
+from quart import current_app
+from quart_trio import QuartTrio
+
+from router.board.service import LocalBoard
+from router.plugins.layer import PluginLayer
+from router.turns.router import TurnRouter
+
+__all__ = ["ApiConfig", "ApiContext", "KEY", "current"]
+
+#: The key of the context in ``app.extensions``.
+KEY: Final = "router.api"
+
+
+@attrs.frozen(kw_only=True)
+class ApiConfig:
+    #: The harness a new session's launch must route to: the one that runs
+    #: on this router's host (``echo`` for the in-process daemon).
+    harness: str = "echo"
+    #: Other harnesses a launch may route to here: with ``--daemon``, the
+    #: ``container`` module (a daemon named by URL) beside the daemon's own.
+    also: frozenset[str] = frozenset()
+    #: The launcher in force (None: none; one daemon): with one, a launch
+    #: may route to any harness a daemon runs (not the mod link's).
+    launcher: str | None = None
+    #: The instance ``POST /sessions`` launches when the body names none.
+    default_instance: str = "default"
+    #: Seconds of quiet before the live stream's keep-alive comment.
+    live_keepalive: float = 15.0
+
+
+@attrs.frozen(kw_only=True)
+class ApiContext:
+    """The parts of the router the routes reach, and the door's settings."""
+
+    router: TurnRouter
+    layer: PluginLayer
+    config: ApiConfig
+    #: The ``Host`` values to accept (known once the port is bound).
+    allowed_hosts: Callable[[], set[str]]
+    #: The bearer token every route but the open ones takes (None: none, as
+    #: on the private socket, whose directory is the guard).
+    token: str | None = None
+    #: Every local router's sessions, and forwarding to their holders.
+    board: LocalBoard | None = None
+
+    def install(self, app: QuartTrio) -> None:
+        app.extensions[KEY] = self
+
+
+def current() -> ApiContext:
+    """The context of the app serving this request."""
+    context = current_app.extensions[KEY]
+    assert isinstance(context, ApiContext)
+    return context

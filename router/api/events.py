@@ -1,0 +1,92 @@
+"""The API's server-sent event streams: a session's live view and the board's.
+
+Each event is ``event: <type>`` (when it has one), ``id: <id>`` and one
+``data:`` line of JSON. A client that hangs up cancels the generator
+(Quart-Trio cancels the response), which ends its subscription.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, AsyncIterator, Final
+
+import trio
+
+from router._fanout import Lagged
+from router.board.service import LocalBoard
+from router.errors import Refusal
+from router.turns.router import TurnRouter
+from wire.json import dumps
+
+__all__ = ["KEEPALIVE", "KEEPALIVE_SECONDS", "board_events", "live_events", "sse"]
+
+#: Seconds of quiet after which the live stream sends a comment line, so a
+#: proxy or a client with an idle timeout keeps it open (ours: under the 30
+#: to 60 s idle timeouts proxies commonly default to).
+KEEPALIVE_SECONDS: Final = 15.0
+#: The comment line itself (an SSE line starting ``:`` is ignored by readers).
+KEEPALIVE: Final = b": keep-alive\n\n"
+
+
+def sse(data: Any, event: str | None = None, id: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    if id is not None:
+        head += f"id: {id}\n"
+    return f"{head}data: {dumps(data)}\n\n".encode()
+
+
+async def board_events(board: LocalBoard, resumed: str | None) -> AsyncIterator[bytes]:
+    """The board's live stream (``event:`` its type): ``snapshot`` first,
+    then ``session-added``, ``session-changed``, ``session-removed`` and
+    ``routers-skipped``. Every event has an id (``<stream>-<n>``), but the
+    board is state, not history: this router keeps no past events, so a
+    client that reconnects with ``Last-Event-ID`` gets ``reset`` and then a
+    fresh snapshot, which is everything it missed."""
+    stream = uuid.uuid4().hex[:8]
+    if resumed is not None:
+        yield f"id: {stream}-0\n".encode() + sse({"type": "reset", "lastEventId": resumed}, "reset")
+    n = 0
+    async for event in board.watch():
+        n += 1
+        yield f"id: {stream}-{n}\n".encode() + sse(event, event["type"])
+
+
+async def live_events(
+    router: TurnRouter, session: str, since: str | None = None, keepalive: float = KEEPALIVE_SECONDS
+) -> AsyncIterator[bytes]:
+    """The live view, each event with an ``id``.
+
+    A fresh stream: ``snapshot`` first, then one ``data:`` event per item.
+    A resumed one (``since``, the client's ``Last-Event-ID``, that the
+    view can resume from): the items the client missed, then the live ones,
+    nothing twice. An id the server cannot resume from: ``reset`` (with the
+    code ``stale-event-id`` or ``bad-event-id``), then the fresh stream.
+    ``lagged`` (then the end) when the stream fell behind, ``closed`` when
+    the session closed, ``error`` (a refusal) when it could not start; a
+    comment line after ``keepalive`` seconds of quiet."""
+    try:
+        async with router.live(session, since) as stream:
+            if stream.reset is not None:
+                yield sse({**stream.reset.to_json(), "type": "reset"}, "reset")
+            if stream.snapshot is not None:
+                yield sse({"type": "snapshot", **stream.snapshot}, "snapshot", stream.snapshot_id)
+            for id, item in stream.replay:
+                yield sse(item, id=id)
+            while True:
+                pairs: list[tuple[str, Any]] | None = None
+                quiet = True
+                with trio.move_on_after(keepalive):
+                    pairs = await stream.receive()  # cancel-safe: a batch is never half taken
+                    quiet = False
+                if quiet:
+                    yield KEEPALIVE
+                    continue
+                if pairs is None:
+                    break
+                for id, item in pairs:
+                    yield sse(item, id=id)
+        yield sse({"type": "closed", "session": session}, "closed")
+    except Lagged as lagged:
+        yield sse({**lagged.to_json(), "type": "lagged"}, "lagged")
+    except Refusal as refusal:
+        yield sse({**refusal.to_json(), "type": "error"}, "error")
