@@ -8,7 +8,8 @@ person scrolled up (then the new-messages pill); a send is answered live,
 its outcome told in words, its Markdown rendered and an agent's
 ``<script>`` / ``onerror`` inert; a refused credential blocks the page with
 a notice; offline, the page opens from its service worker and a message
-typed there is kept and sent exactly once when the router is back.
+typed there is kept and sent exactly once when the router is back; and
+Chromium finds the page installable (its manifest, icons and worker).
 
 Screenshots go to ``.artifacts/`` (``ROUTER_TEST_ARTIFACTS``).
 """
@@ -200,6 +201,10 @@ async def test_offline_the_page_opens_from_its_worker_and_a_message_is_sent_once
             # The worker runs this page and keeps the shell.
             await page.wait_for("navigator.serviceWorker.controller !== null", timeout=30)
             await page.wait_for("caches.keys().then((keys) => keys.length === 1 && caches.match('/').then(Boolean))")
+            # Installable: Chromium finds the manifest whole and has nothing against it.
+            manifest = await page.send("Page.getAppManifest")
+            assert manifest["errors"] == [] and manifest["url"].endswith("/manifest.webmanifest")
+            assert (await page.send("Page.getInstallabilityErrors"))["installabilityErrors"] == []
         # The router is gone and the network too: the page still opens.
         await page.send("Network.enable")
         await page.send("Network.emulateNetworkConditions",
