@@ -226,8 +226,7 @@ class LocalBoard:
         own = await self.own()
         others = board.sessions()
         if self.facts.cluster is not None:  # the cluster's sessions: listed once, by this router
-            shared = {item["id"] for item in own if item.get("kind") == "container"}
-            others = [item for item in others if item.get("id") not in shared]
+            others = [item for item in others if not _same_cluster_session(item, own)]
         return Listing(sessions=own + others, skipped=board.skipped)
 
     async def holder(self, session: str, *, named: str | None = None) -> Reached | None:
@@ -335,3 +334,17 @@ def process_cwd() -> str | None:
         return os.getcwd()
     except OSError:
         return None
+
+
+def _same_cluster_session(item: Mapping[str, Any], own: list[dict[str, Any]]) -> bool:
+    """Whether another router's ``item`` is one of this router's cluster's
+    sessions (which this router lists already): clustered, of the same id,
+    and held by the same router of the cluster. A session of the same id
+    on a router with a record of its own (SQLite), or in another cluster, is
+    another session and stays on the board."""
+    if not item.get("clustered"):
+        return False
+    for mine in own:
+        if mine.get("clustered") and mine.get("id") == item.get("id"):
+            return (mine.get("router") or {}).get("cluster") == (item.get("router") or {}).get("cluster")
+    return False
