@@ -229,6 +229,7 @@ if (typeof document !== "undefined") {
   // for it names that router, so a "root" of another router is not mixed up).
   let current = params.get("session") ? { id: params.get("session"), router: params.get("router") || "" } : null;
   let messages = new Map();
+  let liveBusy = null;           // the live view's busy, when it has said (null: ask the board)
   let streamAbort = null;
   let sessionsSeen = [];
   let skipped = [];
@@ -427,7 +428,9 @@ if (typeof document !== "undefined") {
   function updateHeader() {
     const session = sessionsSeen.find(isCurrent);
     $("title").textContent = current ? current.id + (current.router ? " · " + current.router : "") : "no session";
-    const state = session ? stateOf(session) : "";
+    let state = session ? stateOf(session) : "";
+    // The live view knows a turn's end before the board's next survey (about a second).
+    if (liveBusy !== null && (state === "working" || state === "idle")) state = liveBusy ? "working" : "idle";
     $("state").textContent = state;
     $("state").className = "state " + state;
     $("resume").hidden = state !== "stopped" && state !== "parked";
@@ -596,8 +599,8 @@ if (typeof document !== "undefined") {
       const last = parts[parts.length - 1];
       if (last && last.type === kind) last.text += item.delta; else parts.push({ type: kind, text: item.delta });
       messages.set(message.id, { ...message, parts });
-    } else if (item.type === "turn-start") $("working").hidden = false;
-    else if (item.type === "turn-end") $("working").hidden = true;
+    } else if (item.type === "turn-start") { $("working").hidden = false; liveBusy = true; updateHeader(); }
+    else if (item.type === "turn-end") { $("working").hidden = true; liveBusy = false; updateHeader(); }
     else if (item.type === "session-stopped") notice("stopped: " + item.reason);
     else if (item.type === "session-resumed") notice(null);
     // A launched daemon's step (starting, replacing, unreachable ...): shown until it runs again.
@@ -619,6 +622,7 @@ if (typeof document !== "undefined") {
     const abort = new AbortController();
     streamAbort = abort;
     messages = new Map();
+    liveBusy = null;
     notice(null);
     renderLog();
     let lastId = null, pause = 500;
@@ -643,6 +647,8 @@ if (typeof document !== "undefined") {
             if (event.event === "snapshot" || data.type === "snapshot") {
               messages = new Map(data.messages.map((m) => [m.id, m]));
               $("working").hidden = !data.busy;
+              liveBusy = !!data.busy;
+              updateHeader();
               notice(data.stopped ? "stopped: " + data.stopped.reason : data.parked ? parkedText(data.parked) : null);
             } else if (event.event === "lagged" || event.event === "reset") {
               lastId = null;
