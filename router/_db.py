@@ -53,6 +53,7 @@ from urllib.parse import urlsplit, urlunsplit
 import attrs
 
 from router._sqlite import connect_wal
+from router._transient import StoreUnavailable
 from router.errors import Refusal
 
 __all__ = [
@@ -195,14 +196,21 @@ def _psycopg() -> Any:
 
 
 def database_errors() -> tuple[type[BaseException], ...]:
-    """Every error class a database of this process may raise."""
+    """Every error class a database of this process may raise, and
+    :class:`router._transient.StoreUnavailable` (what the workers raise
+    when one failed transiently past its retries)."""
     psycopg = _psycopg()
-    return (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
+    if psycopg is None:
+        return (sqlite3.Error, StoreUnavailable)
+    return (sqlite3.Error, StoreUnavailable, psycopg.Error)
 
 
 def is_store_failure(error: BaseException) -> bool:
     """Whether ``error`` is the database failing (the disk, a lock, a
-    closed, lost or corrupt database), not the statement's data."""
+    closed, lost or corrupt database), not the statement's data; a
+    transient failure past its retries (``store-unavailable``) is one."""
+    if isinstance(error, StoreUnavailable):
+        return True
     if isinstance(error, (sqlite3.OperationalError, sqlite3.InternalError)):
         return True
     if type(error) is sqlite3.DatabaseError:
@@ -254,7 +262,27 @@ class Database:
             for fence in self.fences:
                 fence(self)
         except BaseException:
+            self.rollback()
+            raise
+
+    def rollback(self) -> None:
+        """``ROLLBACK`` the open transaction, if one is still open: SQLite
+        rolls a transaction back by itself on some errors (a full disk), and
+        a connection the server dropped has none left. Called while another
+        error is on its way out, it must not replace that error with its
+        own "no transaction is active"."""
+        if self.in_transaction:
             self.execute("ROLLBACK")
+
+    def commit(self) -> None:
+        """``COMMIT``; when it fails (a full disk, a lost connection), what
+        is left of the transaction is rolled back and the error raised:
+        nothing of it is kept, and the caller may run it again whole."""
+        try:
+            self.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.rollback()
             raise
 
     @contextlib.contextmanager
@@ -264,9 +292,9 @@ class Database:
         try:
             yield self
         except BaseException:
-            self.execute("ROLLBACK")
+            self.rollback()
             raise
-        self.execute("COMMIT")
+        self.commit()
 
     def schema_version(self) -> int:
         raise NotImplementedError
@@ -368,17 +396,27 @@ class PgDatabase(Database):
         self._began = False
         #: How many times a lost connection was opened again.
         self.reconnects = 0
+        #: Closed by its owner: never opened again.
+        self._shut = False
 
     def _live(self) -> None:
         """A connection the server dropped (a restart, a terminated backend,
         a network cut) is opened again before the next transaction or
         statement outside one: the one that met the loss raised (its
-        transaction is lost, and the caller's retry reads the record
-        again); the ones after it go on."""
-        if self.raw.broken and not self._began:
+        transaction is lost, and the caller's retry, :mod:`router._transient`,
+        runs it again whole); the ones after it go on. While the server is
+        away the reconnect raises ``OperationalError`` (transient too), and
+        the next statement tries again."""
+        if (self.raw.broken or self.raw.closed) and not self._began and not self._shut:
             self.raw.close()
             self.raw = connect_postgres(self.url, idle_limit=self.idle_limit)
             self.reconnects += 1
+
+    def rollback(self) -> None:
+        if self.raw.broken or self.raw.closed:  # the server ended the transaction with the connection
+            self._began = False
+            return
+        super().rollback()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         self._live()
@@ -405,7 +443,7 @@ class PgDatabase(Database):
         try:
             self.raw.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(self._lock)})")
         except BaseException:
-            if self.in_transaction and not self.raw.broken:
+            if not (self.raw.broken or self.raw.closed) and self.in_transaction:
                 self.raw.execute("ROLLBACK")
             raise
         self._began = True
@@ -452,6 +490,7 @@ class PgDatabase(Database):
         )
 
     def close(self) -> None:
+        self._shut = True
         self.raw.close()
 
 

@@ -10,6 +10,17 @@ Each caller is answered once its batch returned, that is, after the commit
 that holds its call: "answered" still means "on disk", and under load one
 thread hop and one commit serve many calls.
 
+**Transient failures** (:mod:`router._transient`): a call whose
+transaction met a full disk, a dropped connection or a restarting server
+is run again, whole, after a pause, while :data:`DEFAULT_POLICY` allows
+(the batch it was in failed whole: the other calls are tried again too,
+each on its own count); past the budget its caller gets
+``store-unavailable``. A call that failed on its own (its data, a bug, the
+fence) is answered with its error at once, as before. ``retry=False`` is
+for a caller whose function changes more than the record (the session
+link's cores): it gets ``store-unavailable`` at the first transient
+failure and starts over from the record itself.
+
 There is no writer task: the first caller to arrive runs the batch, and when
 it is done the first caller still waiting runs the next one. Waiting is
 shielded from cancellation: a cancelled caller still waits for its write to
@@ -19,10 +30,13 @@ would.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from typing import Any, Callable
 
 import trio
+
+from router._transient import DEFAULT_POLICY, NO_RETRY, RetryPolicy, is_transient, retrying
 
 __all__ = ["Call", "GroupCommit", "run_in_savepoints"]
 
@@ -72,6 +86,11 @@ def run_in_savepoints(db: sqlite3.Connection, batch: list[Call]) -> None:
         db.execute("SAVEPOINT call")
         if call.run():
             db.execute("RELEASE call")
+        elif is_transient(call.error):
+            # The database failed, not the call: the transaction may be
+            # gone with it (SQLite rolls back on a full disk), so no call of
+            # it is kept, and each is tried again whole.
+            raise call.error  # type: ignore[misc]
         else:
             db.execute("ROLLBACK TO call")
             db.execute("RELEASE call")
@@ -82,19 +101,51 @@ class GroupCommit:
     ``run_batch(calls)`` runs in the thread and must finish every call
     (:meth:`Call.run` or :meth:`Call.fail`)."""
 
-    def __init__(self, run_batch: Callable[[list[Call]], None], limiter: trio.CapacityLimiter) -> None:
+    def __init__(self, run_batch: Callable[[list[Call]], None], limiter: trio.CapacityLimiter, *,
+                 policy: RetryPolicy = DEFAULT_POLICY, what: str = "the store") -> None:
         self._run_batch = run_batch
         self._limiter = limiter
+        self._policy = policy
+        self._what = what
         self._queue: list[Call] = []
         self._running = False
         #: Calls made, and the thread hops (batches) that ran them.
         self.calls = 0
         self.batches = 0
+        #: Tries again after a transient failure, and calls refused past the budget.
+        self.retries = 0
+        self.unavailable = 0
 
     def __repr__(self) -> str:
-        return f"<GroupCommit calls={self.calls} batches={self.batches} waiting={len(self._queue)}>"
+        return (f"<GroupCommit calls={self.calls} batches={self.batches} waiting={len(self._queue)} "
+                f"retries={self.retries} unavailable={self.unavailable}>")
 
-    async def call(self, fn: Callable[[], Any]) -> Any:
+    def statistics(self) -> dict[str, int]:
+        return {"calls": self.calls, "batches": self.batches, "waiting": len(self._queue),
+                "retries": self.retries, "unavailable": self.unavailable}
+
+    async def call(self, fn: Callable[[], Any], *, retry: bool = True) -> Any:
+        """``fn()`` in the worker thread, in the next batch; run again whole
+        after a transient failure (``retry``), ``store-unavailable`` past
+        the budget."""
+        try:
+            return await self._once(fn)  # the path that succeeds: one try, nothing more made
+        except Exception as error:
+            if not self._policy.transient(error):
+                raise
+            first = error
+        try:
+            return await retrying(functools.partial(self._once, fn), policy=self._policy if retry else NO_RETRY,
+                                  what=self._what, on_retry=self._retried, failed=first)
+        except Exception as error:
+            if getattr(error, "code", None) == "store-unavailable":
+                self.unavailable += 1
+            raise
+
+    def _retried(self, error: BaseException) -> None:
+        self.retries += 1
+
+    async def _once(self, fn: Callable[[], Any]) -> Any:
         call = Call(fn)
         self.calls += 1
         self._queue.append(call)

@@ -93,6 +93,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.store.cli",
         "copy a SQLite data directory into a PostgreSQL database (router store copy --from DIR --to URL)",
     ),
+    # Sessions in git worktrees (router.worktrees, docs/sessions.md).
+    "projects": (
+        "router.worktrees.cli",
+        "list, add or remove the git repositories sessions may be started in",
+    ),
+    "new": (
+        "router.worktrees.cli",
+        "start a session in a new git worktree of a project (local in tmux, or in a container)",
+    ),
+    "end": (
+        "router.worktrees.cli",
+        "end a session and remove its worktree and branch when its work is saved",
+    ),
+    "attach": (
+        "router.worktrees.cli",
+        "attach this terminal to a local session's tmux session",
+    ),
+    "diff": (
+        "router.worktrees.cli",
+        "show a session's worktree changes and commits against its base",
+    ),
     "mcp": (
         "router.mcp",
         "serve MCP on stdio with the router inside (the board, send, read, abort, search, limits)",

@@ -178,6 +178,8 @@ class MainJob:
         self.socket: str | None = None
         #: The launcher in force (a ``router.host.Launcher``; None with ``--daemon``).
         self.launcher: Any = None
+        #: Sessions in git worktrees (``router.worktrees.Worktrees``; ``router serve`` only).
+        self.worktrees: Any = None
         #: This router's part in a cluster (``router.cluster.ClusterNode``)
         #: when the record is PostgreSQL.
         self.cluster: Any = None
@@ -306,12 +308,14 @@ class MainJob:
                 if config.local is not None:
                     from router.board.service import Facts, LocalBoard, process_cwd
 
-                    facts = Facts(store=store, deliveries=deliveries, harness=harness, cwd=process_cwd(), cluster=cluster)
+                    facts = Facts(store=store, deliveries=deliveries, harness=harness, cwd=process_cwd(), cluster=cluster,
+                                  places=self._places())
                     self.board = LocalBoard(self.router, env=self.env, facts=facts, hidden=frozenset(config.hidden))
+                    await self._start_worktrees(nursery)
                 if config.port is not None:
                     self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
                     self.api = ApiServer(self.router, self.layer, token=self.token, port=config.port,
-                                         config=self._api_config(harness), board=self.board)
+                                         config=self._api_config(harness), board=self.board, worktrees=self.worktrees)
                     self.url = await self._start(nursery, "api", self.api.run)
                 # 6. The private Unix socket: this user's other commands
                 # (`router sessions`, `router send`) reach the router there.
@@ -338,6 +342,28 @@ class MainJob:
         cluster.host, cluster.router, cluster.registry = self.host, self.router, registry
         await self._start(nursery, "cluster", cluster.run)
         self._stops[-1] = ("cluster", _then(cluster.aclose, self._stops[-1][1]))
+
+    def _places(self) -> Callable[[], Any]:
+        """Every live place ``router new`` made, by session id (what the
+        board shows of its project, branch and worktree): the record in
+        the data directory every router of the user shares."""
+        from router.worktrees import Places
+
+        return Places((self.config.records or self.config.data_dir / "usage.jsonl").parent).live
+
+    async def _start_worktrees(self, nursery: trio.Nursery) -> None:
+        """Sessions in git worktrees (``router new``, ``router end``), in
+        ``router serve`` only: the places an earlier run made are adopted
+        first."""
+        from router.worktrees import Worktrees
+
+        if self.config.local != "serve":
+            return
+
+        self.worktrees = Worktrees(router=self.router, layer=self.layer, board=self.board, host=self.host,
+                                   launcher=None if self.launcher is None else self.launcher.name,
+                                   settings_dir=self.config.settings_dir, data_dir=self.config.data_dir, env=self.env)
+        await self._start(nursery, "worktrees", self.worktrees.run)
 
     def _api_config(self, harness: str) -> Any:
         from router.api.app import ApiConfig
@@ -371,8 +397,16 @@ class MainJob:
             options.update(url=endpoint.url, token=endpoint.token, runtime=runtime)
             idle = None  # one daemon for every session: nothing to stop
         owner = await trio.to_thread.run_sync(_owner_id, config.data_dir)
+        from router.worktrees import Places
+
+        places = Places(config.data_dir)
+
+        def worktree(session: str) -> str | None:  # a container session `router new` made: its git worktree
+            place = places.all().get(session)
+            return place.worktree if place is not None and place.claude_session is None else None
+
         launcher = Launcher(name=module.name, module=module.module, owner=owner, options=options, labels=labels,
-                            idle_timeout=idle, max_failures=config.max_failures)
+                            idle_timeout=idle, max_failures=config.max_failures, worktree=worktree)
         log.info("launcher %s (owner %s)", module.name, owner)
         return launcher, endpoint
 
@@ -403,7 +437,7 @@ class MainJob:
         assert self.config.local is not None
         self.local = LocalServer(self.router, self.layer, env=self.env, command=self.config.local,
                                  data_dir=self.config.data_dir, url=self.url, config=self._api_config(harness),
-                                 board=self.board, name=self.config.name)
+                                 board=self.board, name=self.config.name, worktrees=self.worktrees)
         try:
             self.socket = await self._start(nursery, "local", self.local.run)
         except errors.Refusal as refused:

@@ -50,7 +50,7 @@ refusal otherwise.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from quart_trio import QuartTrio
 
@@ -67,17 +67,19 @@ __all__ = ["ApiConfig", "CHANNEL_HEADER", "DEFAULT_CHANNEL", "STATUS", "make_app
 
 
 def make_app(router: TurnRouter, layer: PluginLayer, config: ApiConfig, allowed_hosts: Callable[[], set[str]], *,
-             token: str | None = None, board: LocalBoard | None = None) -> QuartTrio:
+             token: str | None = None, board: LocalBoard | None = None, worktrees: Any = None) -> QuartTrio:
     """The app. ``allowed_hosts()`` names the ``Host`` values to accept
     (known once the port is bound); ``token``, when given, is required on
     every route but :data:`router.api.guards.OPEN_ROUTES`; ``board``, when
     given, lists every local router's sessions and forwards to their
-    holders."""
+    holders; ``worktrees`` (a :class:`router.worktrees.Worktrees`), when
+    given, starts and ends sessions in git worktrees
+    (:mod:`router.api.routes.places`)."""
     app = QuartTrio("router.api")
     app.config["RESPONSE_TIMEOUT"] = None
     app.config["BODY_TIMEOUT"] = 60
     ApiContext(router=router, layer=layer, config=config, allowed_hosts=allowed_hosts, token=token,
-               board=board).install(app)
+               board=board, worktrees=worktrees).install(app)
     guards.install(app)
     for blueprint in BLUEPRINTS:
         app.register_blueprint(blueprint)

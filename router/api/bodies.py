@@ -32,8 +32,8 @@ from router.turns.requests import structuring_problem
 from wire._convert import Builder, camel
 from wire.json import JsonError, loads
 
-__all__ = ["AbortBody", "AskAnswerBody", "CreateSessionBody", "EmptyBody", "converter", "make_converter",
-           "read_body", "shape_of"]
+__all__ = ["AbortBody", "AskAnswerBody", "CreateSessionBody", "EmptyBody", "EndBody", "NewSessionBody",
+           "converter", "make_converter", "read_body", "shape_of"]
 
 T = TypeVar("T")
 
@@ -59,6 +59,28 @@ class AbortBody:
 
 
 @attrs.frozen(kw_only=True)
+class NewSessionBody:
+    """``POST /sessions`` with ``project``: a session in a new git worktree
+    (:mod:`router.api.routes.places`)."""
+
+    project: str
+    name: str | None = None
+    branch: str | None = None
+    from_: str | None = None
+    harness: str | None = None
+    where: str | None = None
+    prompt: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class EndBody:
+    """``POST /sessions/<id>/end``; an empty body is ``{}``."""
+
+    keep_worktree: bool = False
+    force: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class EmptyBody:
     """``POST /sessions/<id>/resume`` and ``.../cancel-park``: ``{}`` or nothing."""
 
@@ -72,7 +94,8 @@ class AskAnswerBody:
 
 
 #: Whether an empty body (nothing but white space) is ``{}``.
-_EMPTY_OK: Final = {CreateSessionBody: True, AbortBody: True, EmptyBody: True, AskAnswerBody: False}
+_EMPTY_OK: Final = {CreateSessionBody: True, AbortBody: True, EmptyBody: True, AskAnswerBody: False,
+                    NewSessionBody: False, EndBody: True}
 
 
 def make_converter() -> cattrs.Converter:

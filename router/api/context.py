@@ -10,7 +10,7 @@ their own.
 
 from __future__ import annotations
 
-from typing import Callable, Final
+from typing import Any, Callable, Final
 
 import attrs
 from quart import current_app
@@ -57,6 +57,9 @@ class ApiContext:
     token: str | None = None
     #: Every local router's sessions, and forwarding to their holders.
     board: LocalBoard | None = None
+    #: Sessions in git worktrees (``router.worktrees.Worktrees``; ``router
+    #: serve`` only): :mod:`router.api.routes.places`.
+    worktrees: Any = None
 
     def install(self, app: QuartTrio) -> None:
         app.extensions[KEY] = self

@@ -70,7 +70,25 @@ STATUS: Final[Mapping[str, int]] = {
     "session-closed": 503,
     "inbox-full": 503,
     "host-not-running": 503,
+    # The store failed transiently past its retries (router/_transient.py).
+    "store-unavailable": 503,
     "mod-error": 502,
+    # Sessions in git worktrees (router.api.routes.places, docs/sessions.md);
+    # their other refusals (unsaved-work, branch-exists ...) answer 409.
+    "bad-session-id": 400,
+    "bad-name": 400,
+    "bad-where": 400,
+    "bad-branch": 400,
+    "unknown-ref": 400,
+    "unknown-harness": 400,
+    "not-a-repository": 400,
+    "unknown-project": 404,
+    "not-a-project": 404,
+    "unknown-place": 404,
+    "worktree-gone": 410,
+    "git-failed": 500,
+    "tmux-failed": 500,
+    "bad-projects": 500,
     # An answer to a permission ask (router.asks).
     **ASK_STATUS,
 }

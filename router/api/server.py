@@ -53,6 +53,7 @@ class ApiServer:
         port: int = DEFAULT_PORT,
         config: ApiConfig | None = None,
         board: LocalBoard | None = None,
+        worktrees: Any = None,
     ) -> None:
         self.router = router
         self.layer = layer
@@ -60,7 +61,8 @@ class ApiServer:
         self.port: int | None = None
         self.token = token
         self._hosts: set[str] = set()
-        self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts, token=token, board=board)
+        self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts, token=token, board=board,
+                            worktrees=worktrees)
 
     def __repr__(self) -> str:
         return f"<ApiServer {self.url or 'not bound'}>"

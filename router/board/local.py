@@ -184,6 +184,7 @@ class LocalServer:
         config: ApiConfig | None = None,
         board: Any = None,
         name: str | None = None,
+        worktrees: Any = None,
     ) -> None:
         self.env = env
         self.directory = local_directory(env)
@@ -198,7 +199,8 @@ class LocalServer:
         self.board = board
         if board is not None:
             board.info, board.socket = self.info.to_json(), self.path
-        self.app = make_app(router, layer, config or ApiConfig(), lambda: {LOCAL_HOST}, board=board)
+        self.app = make_app(router, layer, config or ApiConfig(), lambda: {LOCAL_HOST}, board=board,
+                            worktrees=worktrees)
         info = dumps(self.info.to_json())
 
         @self.app.get(INFO_ROUTE)

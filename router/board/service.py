@@ -98,6 +98,10 @@ class Facts:
     #: that holds its lease, and listed once however many routers of the
     #: cluster this machine has.
     cluster: Any = None
+    #: The places ``router new`` made (``router.worktrees.Places.live``):
+    #: session id -> its place, whose project, branch, base and worktree
+    #: the listing shows.
+    places: Any = None
 
 
 async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activity) -> list[dict[str, Any]]:
@@ -122,6 +126,11 @@ async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activi
                 item["cwd"] = facts.cwd
             item["lastActivity"] = activity.stamp(entry["id"], tuple(sorted(map(repr, entry.items()))))
         out.append(item)
+    if facts.places is not None:
+        import trio
+
+        places = await trio.to_thread.run_sync(facts.places)
+        out = [{**item, **places[item["id"]].board_fields()} if item.get("id") in places else item for item in out]
     return out
 
 

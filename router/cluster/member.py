@@ -224,7 +224,8 @@ class ClusterMember:
         held = {session: fencing for session in self.held.sessions()
                 if (fencing := self.held.fencing(session)) is not None}
         try:
-            done = await self.db.call(_round, self.id, held, self.settings, self.registration, self.taking)
+            done = await self.db.call(_round, self.id, held, self.settings, self.registration, self.taking,
+                                    retry=False)
         except Exception as exc:
             self.failed_rounds += 1
             log.warning("cluster %s: lease round failed (the leases run out unless one succeeds): %s", self.id, exc)

@@ -32,6 +32,7 @@ from typing import Any, Final, Mapping
 
 import trio
 
+from router._transient import DEFAULT_POLICY, is_transient
 from router.cluster import pg
 from router.cluster.lease import HOLD_MARGIN
 from router.cluster.member import ClusterMember, ClusterSettings
@@ -208,7 +209,21 @@ class ClusterNode:
         the turn router's record."""
         if self.host is None:
             return
-        pending = await self.host.session(session).pending()
+        pending = None
+        while pending is None:
+            try:
+                pending = await self.host.session(session).pending()
+            except Exception as error:
+                # The record blinked past its retries (router._transient), or
+                # the session is gone: this task ends, never the node. While
+                # the lease is held, a blink is waited out and read again.
+                if not is_transient(error):
+                    log.exception("cluster %s: cannot drive %s", self.id, session)
+                    return
+                if not self.holds(session):
+                    return
+                log.warning("cluster %s: reading %s's open work failed (%s); trying again", self.id, session, error)
+                await trio.sleep(DEFAULT_POLICY.most)
         if not pending:
             return
         self.takeovers += 1
@@ -220,14 +235,23 @@ class ClusterNode:
     async def _wait(self, session: str, operation_id: str) -> None:
         try:
             await self.host.session(session).wait(operation_id)
-        except Refusal as refused:  # not-holder (lost again meanwhile), host stopped, link gave up
+        except Refusal as refused:  # not-holder (lost again meanwhile), host stopped, link gave up, store-unavailable
             log.info("cluster %s: %s/%s: %s", self.id, session, operation_id, refused)
+        except Exception as error:  # the store blinking below its refusal: this wait ends, never the node
+            if not is_transient(error):
+                raise
+            log.warning("cluster %s: %s/%s: %s", self.id, session, operation_id, error)
 
     async def _release(self, session: str) -> None:
-        if self.registry is not None:
-            await self.registry.close(session)
-        if self.host is not None:
-            await self.host.close_session(session)
+        try:
+            if self.registry is not None:
+                await self.registry.close(session)
+            if self.host is not None:
+                await self.host.close_session(session)
+        except Exception as error:  # the store blinking: this task ends, never the node
+            if not is_transient(error):
+                raise
+            log.warning("cluster %s: releasing %s: %s", self.id, session, error)
 
     # ------------------------------------------------------------------ deliveries
 

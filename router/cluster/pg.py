@@ -37,12 +37,14 @@ notifications in Trio itself, on the connection's socket.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterable, Mapping, TypeVar
 
 import trio
 
+from router._transient import DEFAULT_POLICY, NO_RETRY, RetryPolicy, retrying
 from router.cluster.lease import Lease
 from router.errors import Refusal
 
@@ -490,20 +492,43 @@ class Database:
     transaction commits or rolls back before the cancelled task moves on);
     a connection that failed is closed and not reused; :meth:`close`
     closes the idle ones (call it once no call runs).
+
+    Error handling: a call that meets a transient failure (the server
+    restarting, a terminated backend: :mod:`router._transient`) is run
+    again whole on a new connection while the policy allows, then refused
+    ``store-unavailable``; ``retry=False`` (the lease rounds, which have
+    their own next round) refuses at the first one. Every function run here
+    is one statement or one transaction of its own.
     """
 
-    def __init__(self, url: str, *, size: int = 4, connect: Callable[[str], Any] | None = None) -> None:
+    def __init__(self, url: str, *, size: int = 4, connect: Callable[[str], Any] | None = None,
+                 policy: RetryPolicy = DEFAULT_POLICY) -> None:
         self.url = url
         self._limiter = trio.CapacityLimiter(size)
         self._idle: list[Any] = []
         self._connect = connect or _connect
+        self._policy = policy
         self.calls = 0
+        self.retries = 0
 
     def __repr__(self) -> str:
-        return f"<Database idle={len(self._idle)} busy={self._limiter.borrowed_tokens} calls={self.calls}>"
+        return (f"<Database idle={len(self._idle)} busy={self._limiter.borrowed_tokens} calls={self.calls} "
+                f"retries={self.retries}>")
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(connection, *args)`` on a worker thread."""
+    async def call(self, fn: Callable[..., T], *args: Any, retry: bool = True) -> T:
+        """``fn(connection, *args)`` on a worker thread; again after a
+        transient failure (see the class docstring)."""
+        return await retrying(functools.partial(self._once, fn, *args), policy=self._policy if retry else NO_RETRY,
+                              what="the cluster's database", on_retry=self._retried)
+
+    def _retried(self, error: BaseException) -> None:
+        self.retries += 1
+        # The pool's other connections most likely met the same restart.
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    async def _once(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._limiter:
             conn = self._idle.pop() if self._idle else None
             try:

@@ -70,6 +70,8 @@ REMOTE_WAIT_POLL: Final = 0.5
 
 #: The session a host always has (the reference's ``ROOT_SESSION``).
 ROOT_SESSION: Final = "root"
+#: The daemon state of a session :meth:`Host.end_session` ended.
+ENDED: Final = "ended"
 
 __all__ = [
     "DaemonEndpoint",
@@ -239,6 +241,36 @@ class Host:
         if link is not None:
             link.stop()
             await link.wait_closed()
+
+    async def end_session(self, id: str, *, reason: str = "ended") -> None:
+        """End a session for good: its open operations settle
+        ``unanswered``/``aborted``, its link closes, its launched daemon
+        stops and its workspace is removed (the launcher's
+        ``remove_workspace``), and its record is marked ``ended`` (the
+        daemon state), which keeps its transcript readable and keeps it
+        off the listings. Raises :class:`Refused` (``workspace-in-use`` and
+        the like) when the launcher cannot remove the workspace."""
+        store = self.store
+        await store.call(store.require_session, id)
+        await self.session(id).abort()
+        await self.close_session(id)
+        supervisor = self._supervisors.pop(id, None)
+        if supervisor is not None:
+            await supervisor.aclose()
+        if self.launcher is not None:
+            record = await store.call(store.require_session, id)
+            context = self.launcher.context(id, harness=record.daemon.harness or self.launcher.default_harness)
+            remove = getattr(self.launcher.module, "remove_workspace", None)
+            answer = await remove(context) if remove is not None else None
+            if type(answer) is dict and type(answer.get("code")) is str:
+                raise Refused(answer["code"], str(answer.get("message", "")))
+        await store.call(lambda: store.set_daemon(id, state=ENDED, reason=reason, url=None, token=None,
+                                                  container=None))
+
+    async def ended(self, id: str) -> bool:
+        """Whether session ``id`` was ended (:meth:`end_session`)."""
+        record = await self.store.call(self.store.session, id)
+        return record is not None and record.daemon.state == ENDED
 
     # ------------------------------------------------------------------ links
 
@@ -687,6 +719,8 @@ class HostSessions:
                     item["parent"] = record.parent
                 item["busy"] = record.id in busy
                 daemon = record.daemon
+                if daemon.state == ENDED:
+                    item["ended"] = True
                 if daemon.state is not None:
                     item["daemon"] = {"state": daemon.state, "reason": daemon.reason, "container": daemon.container,
                                       "runtime": daemon.runtime, "launcher": daemon.launcher,

@@ -486,9 +486,9 @@ class SessionLink:
     async def _connected(self, ws: ClientWebSocket, core: ConnectionCore, hello: Hello) -> None:
         self.core.reconciling()
         store = self.store
-        reconciled = await store.transact(core.hello, hello)
+        reconciled = await store.transact(core.hello, hello, retry=False)
         self._commit(reconciled)  # before the next checkpoint: settles are told
-        effects = reconciled + await store.transact(core.deliver)
+        effects = reconciled + await store.transact(core.deliver, retry=False)
         self.core.reconciled(hello.runtime_id, hello.adapter)
         self._moved()
         await self._send(ws, effects)
@@ -516,14 +516,15 @@ class SessionLink:
         messages = self._parse(batch)
         if messages:
             try:
-                effects = await self.store.transact(core.receive, messages)
+                effects = await self.store.transact(core.receive, messages, retry=False)
             except Exception as error:
                 if is_store_failure(error):
                     raise
                 # A frame that cannot be applied (or a bug): rolled back,
                 # the core unchanged. Again, one savepoint a frame, passing
                 # any frame that raises; what raises then is not a frame's.
-                effects = await self.store.transact(functools.partial(core.receive, careful=True), messages)
+                effects = await self.store.transact(functools.partial(core.receive, careful=True), messages,
+                                                    retry=False)
             self.frames_applied = core.frames_applied
             self._commit(effects)
             await self._send(ws, effects)
@@ -532,9 +533,9 @@ class SessionLink:
         store = self.store
         effects = Effects(sends=tuple(Abort(operation_id=op) for op in requests.aborts))
         if requests.deliver:
-            effects = effects + await store.transact(core.deliver)
+            effects = effects + await store.transact(core.deliver, retry=False)
         if requests.configure:
-            effects = effects + await store.transact(core.configure)
+            effects = effects + await store.transact(core.configure, retry=False)
         self._commit(effects)
         await self._send(ws, effects)
 

@@ -157,6 +157,7 @@ import trio
 from router._db import Database, PgDatabase, SqliteDatabase, Target, database_errors, is_postgres_url
 from router._group_commit import Call, GroupCommit, run_in_savepoints
 from router._sqlite import lock_file, release_lock
+from router._transient import is_transient
 from router.errors import Refusal
 from wire.json import JsonValue
 
@@ -757,16 +758,16 @@ class Store:
             self._db: Database = SqliteDatabase(self.path, "host", synchronous=synchronous)
         except BaseException as error:
             self._unlock()
-            if isinstance(error, sqlite3.Error):
-                raise self._bad_store(str(error)) from None
+            if isinstance(error, (sqlite3.Error, OSError)):
+                raise self._cannot_open(error) from None
             raise
         try:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
         except BaseException as error:
             self.close()  # the connection, and the file lock with it
-            if isinstance(error, sqlite3.DatabaseError):
-                raise self._bad_store(str(error)) from None
+            if isinstance(error, (sqlite3.DatabaseError, OSError)):
+                raise self._cannot_open(error) from None
             raise
 
     def _open_postgres(self, url: str, *, create: bool) -> None:
@@ -794,6 +795,15 @@ class Store:
         """The connection, for the fencing hook (``database.fences``) and
         the copy command; use it only from the store's worker thread."""
         return self._db
+
+    def _cannot_open(self, error: BaseException) -> Refused:
+        """The refusal of a file that cannot be opened: ``store-unavailable``
+        when the disk is full or failing (:mod:`router._transient`: free
+        space and start again), else ``bad-store``."""
+        if is_transient(error):
+            return Refused("store-unavailable", f"the store {self.location} cannot be opened or written now "
+                           f"({str(error).strip()}): its disk is full or failing; free space on it and start again")
+        return self._bad_store(str(error))
 
     def _bad_store(self, reason: str) -> Refused:
         return Refused(
@@ -829,16 +839,24 @@ class Store:
 
     # ---------------------------------------------------------------- threads
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def call(self, fn: Callable[..., T], *args: Any, retry: bool = True) -> T:
         """Run ``fn(*args)`` (a method of this store, or a function that uses
         it) in a worker thread, one at a time, in a group commit with the
-        calls waiting beside it. Not abandoned on cancellation."""
-        return await self._group.call(functools.partial(fn, *args))
+        calls waiting beside it. Not abandoned on cancellation. Run again
+        whole after a transient failure (:mod:`router._transient`);
+        ``store-unavailable`` past the budget. ``fn`` is then one
+        transaction (each method of the store is), or transactions each
+        safe to run again."""
+        return await self._group.call(functools.partial(fn, *args), retry=retry)
 
-    async def transact(self, fn: Callable[..., T], *args: Any) -> T:
+    async def transact(self, fn: Callable[..., T], *args: Any, retry: bool = True) -> T:
         """Run ``fn(self, *args)`` as one transaction in a worker thread (in
-        a group commit: a savepoint of the batch's transaction)."""
-        return await self._group.call(functools.partial(self._in_transaction, fn, args))
+        a group commit: a savepoint of the batch's transaction). With
+        ``retry`` (the default) run again whole after a transient failure:
+        ``fn`` must change nothing but the record; a function that changes
+        state of its own passes ``retry=False`` and hears
+        ``store-unavailable`` at once."""
+        return await self._group.call(functools.partial(self._in_transaction, fn, args), retry=retry)
 
     def _in_transaction(self, fn: Callable[..., T], args: tuple) -> T:
         with self.transaction():
@@ -884,9 +902,9 @@ class Store:
             try:
                 yield self
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.rollback()
                 raise
-            self._db.execute("COMMIT")
+            self._db.commit()
         finally:
             self._owner, self._depth = None, 0
             self._guard.release()
@@ -900,7 +918,9 @@ class Store:
         self._db.execute("SAVEPOINT part")
         try:
             yield self
-        except BaseException:
+        except BaseException as error:
+            if is_transient(error):  # the database failed, the transaction with it: no part to undo
+                raise
             self._db.execute("ROLLBACK TO part")
             self._db.execute("RELEASE part")
             raise

@@ -93,6 +93,10 @@ class Launcher:
     env: Mapping[str, str] = attrs.field(factory=dict, repr=False)
     labels: Mapping[str, str] = attrs.field(factory=dict)
     workspace: Callable[[str], str] | None = attrs.field(default=None, repr=False)
+    #: The session's git worktree, when ``router new`` made one
+    #: (``router.worktrees``): the context's ``worktree``, which a launcher
+    #: mounts at ``/workspace`` (docker) or runs the daemon in (process).
+    worktree: Callable[[str], str | None] | None = attrs.field(default=None, repr=False)
     default_harness: str = DEFAULT_HARNESS
     idle_timeout: float | None = None
     max_failures: int = MAX_FAILURES
@@ -104,7 +108,9 @@ class Launcher:
     def context(self, session: str, *, harness: str, runtime: str = "", token: str = "") -> dict[str, Any]:
         """The context every module call takes (docs/plugins.md)."""
         workspace = self.workspace(session) if self.workspace is not None else workspace_name(self.owner, session)
+        worktree = self.worktree(session) if self.worktree is not None else None
         return {
+            **({"worktree": worktree} if worktree else {}),
             "session": session,
             "runtime": runtime,
             "token": token,
@@ -163,6 +169,7 @@ class Supervisor:
         self._changed = trio.Event()
         self._watches: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
+        self._done = trio.Event()
 
     def __repr__(self) -> str:
         return f"<Supervisor {self.session!r} {self.launcher.name} {self.core!r}>"
@@ -179,6 +186,13 @@ class Supervisor:
     def check_idle(self) -> None:
         """An operation of the session settled: it may be idle now."""
         self._send.send_nowait(("check",))
+
+    async def aclose(self) -> None:
+        """Stop supervising: the daemon is stopped (as when the host
+        closes) and this returns once :meth:`run` has."""
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel(reason="the session ended")
+            await self._done.wait()
 
     async def endpoint(self) -> DaemonEndpoint:
         """The running daemon's endpoint; waits until one runs."""
@@ -214,6 +228,7 @@ class Supervisor:
                         await self._stop(effect.container, effect.why)
                 await self._record(Publish(self.core.state, self.core.reason, None))
             self._signal()
+            self._done.set()
 
     async def _loop(self) -> None:
         while True:

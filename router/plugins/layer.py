@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 
 import trio
 
+from router._transient import retrying
 from router.plugins.broker import Answer, Broker
 from router.plugins.defaults import PLUGINS
 from router.plugins.channels import Channels, CoreCaller
@@ -112,6 +113,11 @@ class PluginLayer:
         # A setting of the wrong shape: the loader refused the kind and kept
         # what it had, and what it kept stays on (limits fail closed).
         return [module.name for module in self.loader.modules(kind)]
+
+    def switched_on(self, kind: str) -> list[str]:
+        """The modules of ``kind`` that ``plugins.json`` switches on (as
+        last loaded)."""
+        return self._switched_on(kind)
 
     def _kind_options(self, kind: str) -> dict[str, Any]:
         value = self._options.get(kind)
@@ -219,16 +225,24 @@ class PluginLayer:
         turn's end). The record is appended before the checks count, as
         before: a check sees the turn that just ended."""
         record = await self._meter().close(bracket)
-        stop = await trio.to_thread.run_sync(
-            self._append_and_check, record, self._switched_on("limit-check"), self.loader.modules("limit-check"),
-            dict(bracket.subject),
+        appended: list[bool] = []
+        hop = functools.partial(
+            trio.to_thread.run_sync, self._append_and_check, record, appended, self._switched_on("limit-check"),
+            self.loader.modules("limit-check"), dict(bracket.subject),
         )
+        # The records' store blinking (a full disk, PostgreSQL restarting)
+        # is tried again (router._transient), the record appended once;
+        # past the budget, ``store-unavailable``: not a limit's "no".
+        stop = await retrying(hop, what="the turn records")
         return record, stop
 
-    def _append_and_check(self, record: dict[str, Any], switched_on: list[str], modules: Any,
+    def _append_and_check(self, record: dict[str, Any], appended: list[bool], switched_on: list[str], modules: Any,
                           subject: dict[str, Any]) -> Stop | None:
-        """In a worker thread: store the turn's record, then :meth:`_must_stop`."""
-        self.records.append(record)
+        """In a worker thread: store the turn's record (unless an earlier
+        try did: ``appended``), then :meth:`_must_stop`."""
+        if not appended:
+            self.records.append(record)
+            appended.append(True)
         return self._must_stop(switched_on, modules, subject)
 
     def _must_stop(self, switched_on: list[str], modules: Any, subject: dict[str, Any]) -> Stop | None:

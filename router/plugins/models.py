@@ -64,6 +64,8 @@ __all__ = [
     "ModelSetting",
     "PluginsDocument",
     "PluginsPatch",
+    "ProjectSetting",
+    "ProjectsDocument",
     "RoutesDocument",
     "RoutesPatch",
     "SettingsShapeError",
@@ -241,11 +243,27 @@ class AsksDocument:
     asks: AsksSetting = attrs.field(factory=AsksSetting)
 
 
+@attrs.frozen(kw_only=True)
+class ProjectSetting:
+    """One project of ``projects.json`` (:mod:`router.worktrees.projects`):
+    a git repository's top-level folder, an absolute path."""
+
+    path: NonEmpty
+
+
+@attrs.frozen(kw_only=True)
+class ProjectsDocument:
+    """``projects.json``: the repositories sessions may be started in, by
+    name."""
+
+    projects: Mapping[NonEmpty, ProjectSetting] = attrs.field(factory=dict)
+
+
 #: Patches refuse keys they do not take; documents keep them.
 PATCHES: Final = (FallbackSetting, InstanceSetting, ModelSetting, RoutesPatch, PluginsPatch,
                   LimitsPatch)
 DOCUMENTS: Final = (StoredRoute, StoredInstance, RoutesDocument, PluginsDocument, AskRuleSetting, AsksSetting,
-                    AsksDocument)
+                    AsksDocument, ProjectSetting, ProjectsDocument)
 
 
 # --------------------------------------------------------------------------- converter

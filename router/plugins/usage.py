@@ -29,8 +29,11 @@ postgresql://…``) or :class:`MemoryRecords`.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import copy
+import functools
 import datetime as dt
+import errno
 import os
 import threading
 from typing import Any, Callable, Final, Mapping, Protocol, Sequence
@@ -42,6 +45,7 @@ from wire.json import dumps, is_count, is_json, loads
 
 from router import errors
 from router._db import PgDatabase, open_migrated
+from router._transient import retrying
 from router.plugins.broker import Broker
 from router.plugins.loader import LoadedModule, Loader, Log, default_log
 from router.plugins.models import nests_deeper
@@ -405,7 +409,11 @@ class JsonlRecords(_IndexedRecords):
         line = (dumps(dict(record)) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, line)
+            written = os.write(fd, line)
+            if written < len(line):  # a disk that filled under the write: end the partial line (a bad line, skipped)
+                with contextlib.suppress(OSError):
+                    os.write(fd, b"\n")
+                raise OSError(errno.ENOSPC, "the turn record was written in part (the disk is full)", self.path)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -654,7 +662,9 @@ class TurnMeter:
     async def end(self, bracket: Bracket) -> dict[str, Any]:
         """Close the bracket, store the turn's record and return it."""
         record = await self.close(bracket)
-        await trio.to_thread.run_sync(self._records.append, record)
+        # One whole append, tried again when the store blinks (router._transient).
+        await retrying(functools.partial(trio.to_thread.run_sync, self._records.append, record),
+                       what="the turn records")
         return record
 
     async def close(self, bracket: Bracket) -> dict[str, Any]:

@@ -117,9 +117,10 @@ class StopInfo:
 @attrs.frozen(kw_only=True)
 class BeginFailed:
     """What a bracket holds when ``begin_turn`` raised: the stop its turn
-    ends in (see :func:`bracket_failure`)."""
+    ends in (see :func:`bracket_failure`), or None when it raised on the
+    store blinking (no limit said no: the turn ends without a record)."""
 
-    stop: StopInfo
+    stop: StopInfo | None
 
 
 @attrs.frozen(kw_only=True)

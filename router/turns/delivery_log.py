@@ -53,9 +53,11 @@ newer router wrote it) raises :class:`~router.errors.Refusal`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -67,6 +69,7 @@ import trio
 from router._db import Database, SqliteDatabase, Target, is_postgres_url, open_migrated
 from router._group_commit import Call, GroupCommit, run_in_savepoints
 from router._sqlite import lock_file, release_lock
+from router._transient import is_transient
 from router.errors import Refusal
 from router.limits import Park
 from router.plugins.routing import LaunchRecord
@@ -262,7 +265,7 @@ class DeliveryLog:
 
     def __init__(self, path: str | os.PathLike[str] | Target, *, clock: Callable[[], int] = _now_ms) -> None:
         self._clock = clock
-        self._group = GroupCommit(self._guarded, trio.CapacityLimiter(1))
+        self._group = GroupCommit(self._guarded, trio.CapacityLimiter(1), what="the delivery record")
         #: Held while a call runs in the worker thread, and by close():
         #: closing SQLite under a running statement crashes the interpreter.
         self._in_use = threading.Lock()
@@ -286,18 +289,28 @@ class DeliveryLog:
                 "deliveries-busy",
                 f"another router has the delivery record {self.path} open; stop it or use another data dir",
             )
+        db: Database | None = None
         try:
-            self._db: Database = SqliteDatabase(self.path, "turns")
+            db = self._db = SqliteDatabase(self.path, "turns")
             version = self._db.schema_version()
             if version > SCHEMA_VERSION:
-                self._db.close()
                 raise self._too_new(version)
-            self._db.execute(_SCHEMA)
-            for statement in (*_SCHEMA_2, _SCHEMA_3, *_SCHEMA_4):
-                self._db.execute(statement)
-            self._db.set_schema_version(SCHEMA_VERSION)
-        except BaseException:
+            if version < SCHEMA_VERSION:  # nothing written when it is up to date (a full disk still opens)
+                self._db.execute(_SCHEMA)
+                for statement in (*_SCHEMA_2, _SCHEMA_3, *_SCHEMA_4):
+                    self._db.execute(statement)
+                self._db.set_schema_version(SCHEMA_VERSION)
+        except BaseException as error:
+            if db is not None:
+                db.close()
             self._unlock()
+            if isinstance(error, (sqlite3.Error, OSError)):
+                if is_transient(error):
+                    raise Refusal("store-unavailable", f"the delivery record {self.path} cannot be opened or "
+                                  f"written now ({str(error).strip()}): its disk is full or failing; free space on "
+                                  "it and start again") from None
+                raise Refusal("bad-store", f"{self.path} cannot be used as a delivery record ({str(error).strip()}); "
+                              "check --data-dir") from None
             raise
 
     def _too_new(self, version: int) -> Refusal:
@@ -374,15 +387,20 @@ class DeliveryLog:
                 return
             try:
                 run_in_savepoints(self._db, batch)
-            except BaseException as exc:
-                self._db.execute("ROLLBACK")
+            except Exception as exc:  # the database failed (a full disk, a lost connection): nobody's write is kept
+                with contextlib.suppress(Exception):
+                    self._db.rollback()
                 for job in batch:
-                    job.fail(exc if isinstance(exc, Exception) else RuntimeError("the group commit was interrupted"))
+                    job.fail(exc)
+                return
+            except BaseException:
+                self._db.rollback()
+                for job in batch:
+                    job.fail(RuntimeError("the group commit was interrupted"))
                 raise
             try:
-                self._db.execute("COMMIT")
+                self._db.commit()  # rolled back when it fails
             except Exception as exc:  # the disk refused: nobody's write is kept
-                self._db.execute("ROLLBACK")
                 for job in batch:
                     job.fail(exc)
 
@@ -417,9 +435,9 @@ class DeliveryLog:
             if isinstance(admission, Proceed) and admission.new:
                 self.put(admission.entry)
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self._db.rollback()
             raise
-        self._db.execute("COMMIT")
+        self._db.commit()
         return admission
 
     def entries(self, session: str | None = None) -> list[DeliveryEntry]:

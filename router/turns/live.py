@@ -533,12 +533,12 @@ class LiveHub:
         if items:
             self._fanout.publish(self.history.publish(items, self.durable))
 
-    def reset(self, why: str) -> None:
+    def reset(self, why: str, *, level: int = logging.WARNING) -> None:
         """The events were interrupted (a subscription overflowed, the
         host's events ended): every subscriber is dropped as lagged, so
         each takes a fresh snapshot, and the view takes a new epoch, so no
         id from before resumes from memory across the gap."""
-        log.warning("live view reset: %s", why)
+        log.log(level, "live view reset: %s", why)
         self.history.restart()
         self._fanout.reset()
 

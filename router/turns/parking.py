@@ -65,6 +65,7 @@ import trio
 
 from router.limits import shared as shared_limits
 from router.plugins.watched import Watched
+from router._transient import DEFAULT_POLICY, StoreUnavailable
 from router.errors import Refusal
 from router.limits import LimitSeen, Park, ParkBook, Parked, ParkTimer, Resume, wall_ms
 from router.turns.core import Answered, Delivery, DeliveryEntry, Reply, State
@@ -272,7 +273,13 @@ class Parking:
         park = resume.park
         self._pending[park.session] = park
         try:
-            session = self.router.registry.get(park.session) or await self.router.session(park.session)
+            while True:
+                try:
+                    session = self.router.registry.get(park.session) or await self.router.session(park.session)
+                    break
+                except StoreUnavailable as refused:  # the record blinked past its retries: not "not open"
+                    log.warning("session %r: its park ends, but %s; trying again", park.session, refused.message)
+                    await trio.sleep(DEFAULT_POLICY.most)
         except Refusal:
             self._pending.pop(park.session, None)
             log.warning("session %r is not open here; its park stays recorded for the next start", park.session)

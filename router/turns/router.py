@@ -83,6 +83,7 @@ from typing import Any, AsyncIterator, Final, Mapping
 
 import trio
 
+from router._transient import StoreUnavailable, is_transient, unavailable
 from router.errors import Refusal
 from router.host import Host
 from router.modlink.server import DEFAULT_CALL_DEADLINE
@@ -429,21 +430,24 @@ class TurnRouter:
         refused = check_delivery(delivery)
         if refused is not None:
             return refused
-        if self._elsewhere(delivery.session):
-            return await self.remote.relay(delivery)
         try:
-            reply = await self._deliver_here(delivery)
-        except Exception as error:
-            # In a cluster, a write the fence refused (this router's lease
-            # moved under it) is the holder's to answer, not a failure.
-            reply = None if self.remote is None else await self.remote.refused(delivery, error)
-            if reply is None:
-                raise
-        if not isinstance(reply, Answered) and self._elsewhere(delivery.session):
-            # The lease moved while it was written here (the write was
-            # refused by its fencing number): the holder answers it.
-            return await self.remote.relay(delivery)
-        return reply
+            if self._elsewhere(delivery.session):
+                return await self.remote.relay(delivery)
+            try:
+                reply = await self._deliver_here(delivery)
+            except Exception as error:
+                # In a cluster, a write the fence refused (this router's lease
+                # moved under it) is the holder's to answer, not a failure.
+                reply = None if self.remote is None else await self.remote.refused(delivery, error)
+                if reply is None:
+                    raise
+            if not isinstance(reply, Answered) and self._elsewhere(delivery.session):
+                # The lease moved while it was written here (the write was
+                # refused by its fencing number): the holder answers it.
+                return await self.remote.relay(delivery)
+            return reply
+        except StoreUnavailable as refused:  # the store blinked past its retries: not done, resend
+            return Unanswered(event_id=delivery.event_id, code=refused.code, message=refused.message)
 
     async def deliver_here(self, delivery: Delivery) -> Reply:
         """Write one delivery into its session *here*, never relaying it:
@@ -467,9 +471,11 @@ class TurnRouter:
     async def _deliver_here(self, delivery: Delivery) -> Reply:
         try:
             session = await self.session(delivery.session)
+            admission = await self.deliveries.call(self.deliveries.admit, delivery)
         except Refusal as refusal:
+            if isinstance(refusal, StoreUnavailable):  # not done: resend with the same eventId
+                return Unanswered(event_id=delivery.event_id, code=refusal.code, message=refusal.message)
             return Refused(code=refusal.code, message=refusal.message)
-        admission = await self.deliveries.call(self.deliveries.admit, delivery)
         if not isinstance(admission, Proceed):
             return admission
         queued = QueuedDelivery(delivery)
@@ -542,7 +548,15 @@ class TurnRouter:
                 current = queued
                 try:
                     reply = await self._handle(session, queued.delivery)
-                except Exception:
+                except Exception as error:
+                    if is_transient(error):  # the store blinked past its retries: resend later
+                        refused = unavailable(error)
+                        log.warning("delivery %r to session %r: %s", queued.delivery.event_id, session.id, refused)
+                        reply = Unanswered(event_id=queued.delivery.event_id, code=refused.code,
+                                           message=refused.message)
+                        queued.answer(reply)
+                        current = None
+                        continue
                     log.exception("delivery %r to session %r failed", queued.delivery.event_id, session.id)
                     reply = Unanswered(
                         event_id=queued.delivery.event_id,

@@ -20,7 +20,11 @@ core to reach a state.
 
 Error handling: ``begin_turn``, ``end_turn`` and ``launch`` (the session's
 launch record) that raise are logged and fail closed (the core stops the
-session at the end of the turn, see :func:`~router.turns.brackets.bracket_failure`);
+session at the end of the turn, see :func:`~router.turns.brackets.bracket_failure`),
+except ``begin_turn`` or ``end_turn`` failing on the store blinking
+(:mod:`router._transient`: tried again within its budget, then
+``store-unavailable``), which is no limit's "no": logged, counted
+(``unchecked``), the session goes on;
 ``on_stop`` that raises is logged. Nothing but ``Cancelled`` leaves
 :meth:`run`, so a failing bracket never ends the session's nursery.
 
@@ -39,6 +43,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 import trio
 
+from router._transient import is_transient
 from router.plugins.limits import Stop
 from router.plugins.routing import LaunchRecord
 from router.plugins.usage import iso, utc_now
@@ -82,6 +87,9 @@ class SessionBrackets:
         #: The last turn record ``end_turn`` stored (for tests and statistics).
         self.last_turn_record: dict[str, Any] | None = None
         self.failures = 0
+        #: Turn ends whose record the store could not take within its
+        #: retries (transient failures): not stops.
+        self.unchecked = 0
         #: ``End`` and ``StopSession`` effects queued or being carried out.
         self._owed = 0
 
@@ -96,6 +104,7 @@ class SessionBrackets:
             "ended": self.core.ended_count,
             "dropped": self.core.dropped_count,
             "failures": self.failures,
+            "unchecked": self.unchecked,
             "stopped": None if self.core.stopped is None else self.core.stopped.to_json(),
         }
 
@@ -184,9 +193,15 @@ class SessionBrackets:
                 bracket: Any = await self._layer.begin_turn(launch)
             except Exception as exc:
                 self.failures += 1
-                log.exception("session %r: begin_turn failed; the session stops when the turn ends",
-                              self.session_id)
-                bracket = BeginFailed(stop=bracket_failure("begin_turn", exc, iso(self._now())))
+                if is_transient(exc):  # the store blinked past its retries: not a stop (see end_turn)
+                    self.unchecked += 1
+                    log.warning("session %r: the turn's bracket could not begin (%s); the session goes on",
+                                self.session_id, exc)
+                    bracket = BeginFailed(stop=None)
+                else:
+                    log.exception("session %r: begin_turn failed; the session stops when the turn ends",
+                                  self.session_id)
+                    bracket = BeginFailed(stop=bracket_failure("begin_turn", exc, iso(self._now())))
             self._apply(self.core.begun(bracket))
         elif isinstance(effect, End):
             stop: StopInfo | None
@@ -196,8 +211,17 @@ class SessionBrackets:
                 stop = None if answer is None else _info(answer, iso(self._now()))
             except Exception as exc:
                 self.failures += 1
-                log.exception("session %r: end_turn failed; the session stops", self.session_id)
-                stop = bracket_failure("end_turn", exc, iso(self._now()))
+                if is_transient(exc):
+                    # The store blinked past its retries (router._transient):
+                    # no limit said no, so the session goes on; its next
+                    # turn's end asks the checks again.
+                    self.unchecked += 1
+                    log.warning("session %r: the turn's record could not be stored or checked (%s); "
+                                "the session goes on", self.session_id, exc)
+                    stop = None
+                else:
+                    log.exception("session %r: end_turn failed; the session stops", self.session_id)
+                    stop = bracket_failure("end_turn", exc, iso(self._now()))
             self._apply(self.core.ended(stop))
         else:
             assert isinstance(effect, StopSession)

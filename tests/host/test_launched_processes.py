@@ -194,16 +194,12 @@ async def test_a_launcher_that_cannot_start_is_unreachable_with_the_reason_and_a
 async def test_the_in_process_launcher_refuses_another_harness(tmp_path: Path) -> None:
     async with serve(tmp_path) as served:
         # No URL: the one `router serve` of this user, over its private socket.
-        created = await launch(served, "x", "--harness", "claude-code", found=True)
-        assert (created["id"], created["kind"]) == ("x", "container")
-        with trio.fail_after(120):
-            status, answer, _ = await send(served.url, "x", "hi", "--event-id", "x1", token=served.token)
-        assert status == 1 and answer["reply"]["reason"] == "harness-unsupported"
+        # Refused at the launch (docs/sessions.md), not at the first message.
+        done = await trio.run_process([*ROUTER, "launch", "x", "--harness", "codex"], capture_stdout=True,
+                                      capture_stderr=True, check=False, env=environment(), cwd=REPO)
+        assert done.returncode == 1 and b"harness-unsupported" in done.stderr, done.stderr
         assert (await reply(served, "root", "hi", "r1"))["text"] == "echo: hi (turn 1)"  # the default goes on
-        async with httpx.AsyncClient(base_url=served.url, headers=served.headers) as client:
-            board = (await client.get("/sessions")).json()["sessions"]
-        assert {item["id"]: item["state"] for item in board if item["id"] in ("x", "root")} == {
-            "x": "unreachable", "root": "idle"}
+        assert "x" not in await listing(served)
 
 
 async def test_router_launch_says_which_harness_the_route_chose(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import itertools
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -106,7 +107,32 @@ class Cluster:
                                   "-E", "UTF8", "--locale=C", "--no-sync"]),
             check=True, capture_output=True,
         )
-        log = open(self.root / "server.log", "wb")
+        return self._serve()
+
+    def shut_down(self, mode: str = "fast") -> None:
+        """Stop the server, keeping its data: ``fast`` (SIGINT: every
+        backend ended, a clean checkpoint) or ``immediate`` (SIGQUIT: no
+        checkpoint; the next start recovers from the WAL)."""
+        assert self.proc is not None
+        self.proc.send_signal({"fast": signal.SIGINT, "immediate": signal.SIGQUIT}[mode])
+        self.proc.wait(timeout=30)
+
+    def restart(self) -> Cluster:
+        """Start the server again on its data after :meth:`shut_down`, on the same port."""
+        return self._serve()
+
+    def terminate_backends(self, database: str) -> int:
+        """``pg_terminate_backend`` every session of ``database``: how many."""
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as admin:
+            rows = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                                 "AND pid <> pg_backend_pid()", (database,)).fetchall()
+        return len(rows)
+
+    def _serve(self) -> Cluster:
+        data = self.root / "data"
+        log = open(self.root / "server.log", "ab")
         self.proc = subprocess.Popen(
             self._as_server_user([
                 str(bin_dir() / "postgres"), "-D", str(data), "-c", "listen_addresses=127.0.0.1",

@@ -9,6 +9,9 @@
 :mod:`.board`          ``GET /board/live``
 :mod:`.asks`           ``GET /asks``, ``POST /asks/<id>``,
                        ``POST /sessions/<id>/asks/<ask>``
+:mod:`.places`         ``GET /projects``, ``POST /sessions {project, ...}``,
+                       ``GET /sessions/<id>/diff``, ``POST /sessions/<id>/end``:
+                       sessions in git worktrees (docs/sessions.md)
 =====================  ==========================================================
 
 How to add a route
@@ -54,10 +57,10 @@ from typing import Final
 from quart import Blueprint
 
 from router.api import shell
-from router.api.routes import asks, board, health, sessions
+from router.api.routes import asks, board, health, places, sessions
 
 __all__ = ["BLUEPRINTS"]
 
 #: Every Blueprint of the API, registered by :func:`router.api.app.make_app`.
 BLUEPRINTS: Final[tuple[Blueprint, ...]] = (health.blueprint, shell.blueprint, sessions.blueprint, board.blueprint,
-                                            asks.blueprint)
+                                            asks.blueprint, places.blueprint)

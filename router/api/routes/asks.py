@@ -46,7 +46,7 @@ async def answer_ask(ask: str) -> Response:
     return _answered_here(ask, await _body())
 
 
-@blueprint.post("/sessions/<session>/asks/<ask>")
+@blueprint.post("/sessions/<path:session>/asks/<ask>")
 async def answer_session_ask(session: str, ask: str) -> Response:
     """An ask of ``session`` answered through any router of the board
     (forwarded to the router that holds the session, as a send is)."""

@@ -4,6 +4,13 @@ live view, abort, resume and cancel-park.
 A route for a session another local router holds is forwarded to it
 (:mod:`router.api.forward`); ``list``, ``send`` and ``read`` go through the
 plug-in layer's channel dispatch (:mod:`router.api.dispatch`).
+
+``<id>`` is any session id the board lists, URL-encoded (``/`` included:
+the routes take ``<path:session>``). ``POST /sessions`` refuses an id that
+cannot be one (``bad-session-id``: :func:`router.worktrees.session_id_refusal`)
+and a ``harness`` that is unknown, off, or not the launcher's at the launch,
+not at the first message; a body with ``project`` starts a session in a git
+worktree (:mod:`router.api.routes.places`).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from router.api.forward import SSE_HEADERS, elsewhere
 from router.api.responses import json_response
 from router.errors import Refusal
 from router.turns.requests import send_request_from_body
+from router.worktrees import launch_harness_refusal, session_id_refusal
+from wire.json import JsonError, loads
 
 __all__ = ["blueprint"]
 
@@ -38,9 +47,19 @@ async def list_sessions() -> Response:
 @blueprint.post("/sessions")
 async def create_session() -> Response:
     api = current()
-    body = read_body(await request.get_data(cache=False), CreateSessionBody, "POST /sessions")
+    raw = await request.get_data(cache=False)
+    if _names_a_project(raw):  # a session in a new git worktree (docs/sessions.md)
+        from router.api.routes.places import new_session
+
+        return await new_session(raw)
+    body = read_body(raw, CreateSessionBody, "POST /sessions")
     instance = body.instance if body.instance is not None else api.config.default_instance
-    session_id = body.id or str(uuid.uuid4())
+    session_id = body.id if body.id is not None else str(uuid.uuid4())  # an empty id is refused, not replaced
+    refused = session_id_refusal(session_id)
+    if refused is None and body.harness is not None:  # at launch, not at the first message
+        refused = launch_harness_refusal(api.layer, api.config.launcher, body.harness)
+    if refused is not None:
+        raise refused
     launch = await api.layer.launch(instance, session=session_id)
     if isinstance(launch, Refusal):
         raise launch
@@ -55,7 +74,16 @@ async def create_session() -> Response:
     return json_response({**created, "instance": instance, "harness": launch.harness}, 201)
 
 
-@blueprint.post("/sessions/<session>/messages")
+def _names_a_project(raw: bytes) -> bool:
+    """Whether a ``POST /sessions`` body is an object with ``project``."""
+    try:
+        value = loads(raw.decode("utf-8")) if raw.strip() else None
+    except (UnicodeDecodeError, JsonError, RecursionError):
+        return False
+    return type(value) is dict and "project" in value
+
+
+@blueprint.post("/sessions/<path:session>/messages")
 async def send(session: str) -> Response:
     send = send_request_from_body(await request.get_data(cache=False), session)
     if isinstance(send, Refusal):
@@ -66,7 +94,7 @@ async def send(session: str) -> Response:
     return respond(await dispatch("send", send.to_args()))
 
 
-@blueprint.get("/sessions/<session>/messages")
+@blueprint.get("/sessions/<path:session>/messages")
 async def read(session: str) -> Response:
     forwarded = await elsewhere(session, "messages")
     if forwarded is not None:
@@ -74,7 +102,7 @@ async def read(session: str) -> Response:
     return respond(await dispatch("read", {"session": session}))
 
 
-@blueprint.get("/sessions/<session>/live")
+@blueprint.get("/sessions/<path:session>/live")
 async def live(session: str) -> Response:
     forwarded = await elsewhere(session, "live", stream=True)  # the board's: another router's session
     if forwarded is not None:
@@ -92,7 +120,7 @@ async def live(session: str) -> Response:
     return response
 
 
-@blueprint.post("/sessions/<session>/abort")
+@blueprint.post("/sessions/<path:session>/abort")
 async def abort(session: str) -> Response:
     body = read_body(await request.get_data(cache=False), AbortBody, "POST /sessions/<id>/abort")
     forwarded = await elsewhere(session, "abort", converter.unstructure(body))
@@ -111,14 +139,14 @@ async def _session_action(session: str, route: str, act: Callable[[str], Awaitab
     return json_response(await act(session))
 
 
-@blueprint.post("/sessions/<session>/resume")
+@blueprint.post("/sessions/<path:session>/resume")
 async def resume(session: str) -> Response:
     """A session a limit stopped takes deliveries again:
     ``{session, resumed}``."""
     return await _session_action(session, "resume", current().router.resume)
 
 
-@blueprint.post("/sessions/<session>/cancel-park")
+@blueprint.post("/sessions/<path:session>/cancel-park")
 async def cancel_park(session: str) -> Response:
     """End the park the provider's usage limit put the session in
     (docs/limits.md): ``{session, cancelled[, dropped, was]}``."""

@@ -93,14 +93,22 @@ class ContainerSessions:
         return ContainerTarget(self, session_id, metered=metered)
 
     async def knows(self, session_id: str) -> bool:
+        """Whether the host has session ``session_id``; one that was ended
+        (``router end``) is refused ``session-ended``."""
         store = self.host.store
-        return await store.call(store.session, session_id) is not None
+        record = await store.call(store.session, session_id)
+        if record is not None and record.daemon.state == "ended":
+            raise Refusal("session-ended", f"session {session_id!r} was ended; its transcript stays readable "
+                          f"(`router transcript {session_id}`), start a new one with `router new` or `router launch`")
+        return record is not None
 
     async def list(self) -> list[dict[str, Any]]:
         """``{id, kind, busy, state[, parent]}`` of every container session,
         oldest first (``state`` before any stop: the router adds those)."""
         out: list[dict[str, Any]] = []
         for item in await self.host.sessions.list():
+            if item.get("ended"):
+                continue  # `router end` ended it: off the board, its record kept
             link = self.host.session(item["id"]).link
             daemon = item.get("daemon")
             entry = {
@@ -186,12 +194,18 @@ class ContainerTarget:
         assert self.hub is not None
         pause, cap = RESUBSCRIBE_PAUSE
         started = interrupted = False
+        #: The refusal met by the last try, while no subscription opened
+        #: since: the same one again changes nothing a viewer holds, so it
+        #: is neither a reset nor a line in the log (a router of a cluster
+        #: that does not hold the session meets ``not-holder`` at every try).
+        repeated: str | None = None
         while True:
             try:
                 # Read before subscribing: every change above it comes as
                 # an event (the view's durable position never runs ahead).
                 floor = await self._read(self.sessions.host.store.message_versions, ())
                 async with self.host_session.events(messages=False) as events:  # only "pending" is read
+                    repeated = None
                     if interrupted:
                         self.hub.reset("the view follows the host's events again")
                     self.hub.durable = (floor.generation, floor.version)
@@ -213,7 +227,10 @@ class ContainerTarget:
                 task_status.started()
                 started = True
             interrupted = True
-            self.hub.reset(why)
+            if why != repeated:
+                # Another router of the cluster drives it: expected, not a warning.
+                self.hub.reset(why, level=logging.INFO if "(not-holder)" in why else logging.WARNING)
+                repeated = why
             await trio.sleep(pause)  # a pause before trying again, not a condition
             pause = min(pause * 2, cap)
 

@@ -6,7 +6,9 @@ runtime id and port in ``CF_HARNESS_TOKEN``, ``CF_HARNESS_RUNTIME_ID`` and
 ``CF_HARNESS_PORT``, the session's workspace volume at ``/workspace`` (and
 ``HOME=/workspace/home``, so an agent's own state survives a replacement
 container), and every label of ``context["labels"]`` on the container and
-the volume. It answers once ``GET /healthz`` on the daemon answers 200.
+the volume; a session ``router new`` made (``context["worktree"]``, an
+absolute host path) has that git worktree bind-mounted at ``/workspace``
+instead and its volume at ``/home/router`` (its HOME). It answers once ``GET /healthz`` on the daemon answers 200.
 Everything goes through the ``docker`` command-line client (no SDK).
 
 Options (``plugins.json``, ``options.launcher.docker``)::
@@ -78,6 +80,8 @@ HEALTH_PATH = "/healthz"
 #: Where the session's workspace volume is mounted, and HOME inside it.
 WORKSPACE = "/workspace"
 HOME = "/workspace/home"
+#: HOME (the volume) when a git worktree is bind-mounted at /workspace.
+WORKTREE_HOME = "/home/router"
 #: The environment names of the container protocol (seeds/container-protocol.d.ts).
 TOKEN_ENV, RUNTIME_ENV, PORT_ENV = "CF_HARNESS_TOKEN", "CF_HARNESS_RUNTIME_ID", "CF_HARNESS_PORT"
 
@@ -248,15 +252,23 @@ def _run_args(context, options, name):
         raise Refusal("bad-launch", "options.image must name an image")
     harness = context.get("harness") or "echo"
     workspace = context["workspace"]
+    worktree = context.get("worktree")
+    if worktree is not None and (type(worktree) is not str or not os.path.isabs(worktree) or "," in worktree):
+        raise Refusal("bad-launch", f"the worktree {worktree!r} is not an absolute path docker can mount")
+    # A session `router new` made has its git worktree at /workspace (a bind
+    # mount) and its volume as HOME (the agent's own state, off the worktree).
+    home = WORKTREE_HOME if worktree else HOME
+    volume_target = WORKTREE_HOME if worktree else WORKSPACE
+    bind = ["--mount", f"type=bind,source={worktree},target={WORKSPACE}"] if worktree else []
     client_env = dict(os.environ)
     client_env[TOKEN_ENV] = context["token"]
     client_env[RUNTIME_ENV] = context["runtime"]
     host_port = _free_loopback_port() if network == "host" else None
     args = ["create", "--pull", "never", "--name", name, *_label_args(context.get("labels") or {}),
             "-e", TOKEN_ENV, "-e", RUNTIME_ENV,
-            "-e", f"{PORT_ENV}={host_port or CONTAINER_PORT}", "-e", f"HOME={HOME}",
+            "-e", f"{PORT_ENV}={host_port or CONTAINER_PORT}", "-e", f"HOME={home}",
             *_env_args(context, client_env),
-            "--mount", f"type=volume,source={workspace},target={WORKSPACE}",
+            "--mount", f"type=volume,source={workspace},target={volume_target}", *bind,
             *_mount_args(options.get("mounts")), *_memory_args(options.get("memory"))]
     if network == "host":
         args += ["--network", "host", image, "--adapter", harness, "--host", "127.0.0.1"]

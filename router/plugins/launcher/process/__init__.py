@@ -95,6 +95,9 @@ def _workspace_path(context):
 
 
 def _workspace(context):
+    worktree = context.get("worktree")
+    if type(worktree) is str and os.path.isabs(worktree) and os.path.isdir(worktree):
+        return worktree  # `router new`'s git worktree: the daemon works there
     path = _workspace_path(context)
     if path is not None:
         os.makedirs(path, mode=0o700, exist_ok=True)
