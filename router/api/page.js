@@ -343,7 +343,8 @@ if (typeof document !== "undefined") {
     $("asks").replaceChildren(...ordered.filter((s) => s.ask).map((s) => askBox(s, s.ask, el("div", { class: "ask" }))));
     $("board").replaceChildren(...ordered.map((session) => {
       const state = stateOf(session);
-      const meta = [...new Set([session.kind, session.harness, session.model, routerOf(session) && "held by " + routerOf(session),
+      const meta = [...new Set([session.project && session.project + (session.branch ? " @ " + session.branch : ""),
+        session.kind, session.harness, session.model, routerOf(session) && "held by " + routerOf(session),
         session.cwd].filter(Boolean))].join(" · ");
       const item = el("li", { class: isCurrent(session) ? "selected" : "" },
         el("button", { type: "button", onclick: () => select({ id: session.id, router: routerOf(session) }, true) },
@@ -440,8 +441,10 @@ if (typeof document !== "undefined") {
     const ask = session && session.ask ? session.ask : null;
     if (!ask) { $("ask").hidden = true; delete $("ask").dataset.ask; }
     else if ($("ask").dataset.ask !== ask.id) { askBox(session, ask, $("ask")); $("ask").hidden = false; }
-    $("changes").hidden = !(current && features.diff);
-    $("end").hidden = !(current && features.end);
+    // A session in a git worktree (its board entry names it) shows its changes and can be ended.
+    const placed = Boolean(session && session.worktree);
+    $("changes").hidden = !(placed && features.diff);
+    $("end").hidden = !(placed && features.end);
   }
 
   // An answer's Markdown: the sanitized HTML the server rendered, parsed in
@@ -867,12 +870,14 @@ if (typeof document !== "undefined") {
 
   $("end").addEventListener("click", () => {
     const target = current;
+    const place = sessionsSeen.find(isCurrent) || {};
     const keep = el("input", { type: "checkbox" });
     const result = el("div", { class: "note" });
     const end = async (force) => {
       const { status, body } = await call("POST", sessionPath(target, "end"), { keepWorktree: keep.checked, force });
       if (status === 409) {
-        result.replaceChildren(el("p", { text: "Ending it now would lose: " + (body.message || body.error) }),
+        // The router's sentence says what would be lost (uncommitted files, commits on no other branch).
+        result.replaceChildren(el("p", {}, el("strong", { text: "Not ended: " }), document.createTextNode(body.message || body.error)),
           el("button", { type: "button", class: "deny", text: "end anyway", onclick: () => end(true) }));
         return;
       }
@@ -883,8 +888,9 @@ if (typeof document !== "undefined") {
       refreshBoard();
     };
     sheet("end " + target.id,
-      el("p", { text: "Ending stops the session's agent and removes its worktree and its branch's checkout, " +
-        "unless you keep the worktree. Its transcript stays." }),
+      el("p", { text: "Ending stops the session's agent and removes its worktree" +
+        (place.worktree ? " (" + place.worktree + ")" : "") + (place.branch ? " and its branch " + place.branch : "") +
+        ", unless you keep the worktree. The router refuses when work would be lost, and says what. Its transcript stays." }),
       el("label", { class: "row" }, keep, document.createTextNode(" keep the worktree")),
       el("div", { class: "row" }, el("button", { type: "button", class: "deny", text: "end the session", onclick: () => end(false) })),
       result);

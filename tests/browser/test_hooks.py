@@ -1,16 +1,14 @@
-"""The page's side of routes other parts serve (pairing and devices:
-``router/remote/``; projects, a session's changes and its end:
-``router/worktrees/``), at a phone's size, in a real Chromium against a real
-``router serve``.
+"""The page's side of pairing and devices (``POST /pairings``, ``GET
+/devices``, ``POST /devices/<name>/revoke``: the ``reach`` branch's
+``router/remote/``, not on this branch yet), at a phone's size, in a real
+Chromium against a real ``router serve``.
 
-Those routes are tested against their servers where they are built; here
+Those routes are tested against their server where they are built; here
 the browser's requests to them are answered by the test over CDP
-(``Fetch.requestPaused`` → ``Fetch.fulfillRequest``) with the shapes their
-modules document, so that what the page does with each answer is checked
-on any router, with or without them: a button per feature shown, the QR
-code as an image that runs nothing, revoke, the changes, ending with the
-409 that says what would be lost and then ``force``, a new session in a
-project.
+(``Fetch.requestPaused`` → ``Fetch.fulfillRequest``) with the shapes that
+module documents: the buttons shown, the QR code as an image that runs
+nothing, revoke. Projects, changes and end run against the real routes:
+``tests/browser/test_worktrees_page.py``.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import trio
 
 from tests.api.processes import serve
 from tests.browser.test_page import artifact
-from tests.browser.test_phone import PHONE, navigate, open_at, open_root
+from tests.browser.test_phone import PHONE, navigate, open_at
 from tests.support.chromium import Page, chromium
 
 QR = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 4 4" onload="window.__hit=1"><rect width="2" height="2"/></svg>'
@@ -37,12 +35,8 @@ class Routes:
     def __init__(self, page: Page) -> None:
         self.page = page
         self.posted: list[tuple[str, Any]] = []
-        self.end_answers = [(409, {"error": "unsaved-work", "message": "2 commits not on main"}),
-                            (200, {"session": "root", "ended": True, "worktreeRemoved": True, "branchRemoved": False})]
 
     def answer(self, method: str, path: str, body: Any) -> tuple[int, Any] | None:
-        if method == "OPTIONS":
-            return 200, None
         if (method, path) == ("POST", "/pairings"):
             return 201, {"url": "https://router.test:8443/pair#ABCD-1234", "code": "ABCD-1234",
                          "expiresAt": 1796107200000, "qrSvg": QR}
@@ -50,21 +44,11 @@ class Routes:
             return 200, {"devices": [{"name": "phone", "firstUse": 1796100000000, "lastUse": 1796107000000}]}
         if (method, path) == ("POST", "/devices/phone/revoke"):
             return 200, {"device": {"name": "phone", "revoked": True}}
-        if (method, path) == ("GET", "/projects"):
-            return 200, {"projects": [{"name": "demo", "path": "/src/demo"}]}
-        if (method, path) == ("POST", "/sessions") and isinstance(body, dict) and "project" in body:
-            return 201, {"session": "root", "name": "x", "project": "demo", "branch": "x", "base": "main"}
-        if (method, path) == ("GET", "/sessions/root/diff"):
-            return 200, {"session": "root", "base": "main", "branch": "x",
-                         "commits": [{"sha": "0123456789abcdef", "subject": "add the thing"}],
-                         "files": [{"path": "thing.py", "added": 3, "removed": 1, "patch": "+a\n+b\n+c\n-d"}]}
-        if (method, path) == ("POST", "/sessions/root/end"):
-            return self.end_answers.pop(0)
         return None
 
     async def run(self) -> None:
         await self.page.send("Fetch.enable", {"patterns": [{"urlPattern": pattern} for pattern in (
-            "*/pairings*", "*/devices*", "*/projects*", "*/sessions", "*/sessions/*/diff*", "*/sessions/*/end*")]})
+            "*/pairings*", "*/devices*")]})
         seen = 0
         while True:
             events = self.page.browser.events
@@ -93,7 +77,7 @@ class Routes:
             "body": base64.b64encode(json.dumps(value).encode()).decode()})
 
 
-async def test_the_features_of_other_routes_work_at_a_phones_size(tmp_path: Path) -> None:
+async def test_pairing_and_devices_at_a_phones_size(tmp_path: Path) -> None:
     async with serve(tmp_path) as served, chromium() as browser, trio.open_nursery() as nursery:
         page = await open_at(browser, "about:blank", PHONE)
         routes = Routes(page)
@@ -115,29 +99,5 @@ async def test_the_features_of_other_routes_work_at_a_phones_size(tmp_path: Path
         await page.wait_for("document.getElementById('outcome').innerText === 'phone revoked'")
         await page.evaluate("document.getElementById('sheet').close()")
 
-        await page.evaluate("document.getElementById('new').click()")
-        await page.wait_for("document.querySelector('#sheet select') !== null")
-        await page.evaluate("document.querySelector('#sheet input[name=name]').value = 'x'")
-        await page.screenshot(artifact("phone-new-session.png"))
-        await page.evaluate("document.querySelector('#sheet button.primary').click()")
-        await page.wait_for("!document.getElementById('sheet').open && document.getElementById('title').innerText === 'root'")
-        assert ("/sessions", {"project": "demo", "name": "x"}) in routes.posted
-
-        await page.wait_for("!document.getElementById('changes').hidden && !document.getElementById('end').hidden")
-        await page.evaluate("document.getElementById('changes').click()")
-        text = await page.wait_for("document.getElementById('sheet').open && document.getElementById('sheet').innerText")
-        assert "add the thing" in text and "thing.py" in text and "01234567" in text
-        await page.evaluate("document.getElementById('sheet').close()")
-
-        await page.evaluate("document.getElementById('end').click()")
-        await page.wait_for("document.getElementById('sheet').open")
-        assert "removes its worktree" in await page.evaluate("document.getElementById('sheet').innerText")
-        await page.evaluate("document.querySelector('#sheet button.deny').click()")
-        await page.wait_for("document.getElementById('sheet').innerText.includes('2 commits not on main')")
-        await page.screenshot(artifact("phone-end-refused.png"))
-        await page.evaluate("[...document.querySelectorAll('#sheet button.deny')].find((b) => b.innerText === 'end anyway').click()")
-        await page.wait_for("document.getElementById('outcome').innerText === 'root ended; its worktree removed'")
-        ends = [body for path, body in routes.posted if path == "/sessions/root/end"]
-        assert ends == [{"keepWorktree": False, "force": False}, {"keepWorktree": False, "force": True}]
         assert page.errors == []
         nursery.cancel_scope.cancel()
