@@ -606,19 +606,26 @@ async def _cluster_faults(row: FaultRow, rng: Random, routers: _Routers, target:
         member = routers.members[name]
         kinds = ("kill", "stop", "daemon", "cut")
         kind = kinds[row.faults] if row.faults < len(kinds) else rng.choice(kinds)
-        before = row.faults
+
+        def count(happened: int = 1) -> None:
+            # Counted with its kind at once, before any await: the phase
+            # may end (cancel) during the recovery that follows a fault.
+            row.faults += happened
+            if happened:
+                row.kinds[kind] = row.kinds.get(kind, 0) + happened
+
         if kind == "cut":
-            await _cluster_cut(row, rng, routers.proxies[name])
+            count(await _cluster_cut(rng, routers.proxies[name]))
         elif kind == "daemon":
             runtime = routers.daemon.runtime
             routers.daemon.process.kill()
-            row.faults += 1
+            count()
             while routers.daemon.runtime == runtime:  # until it is back
                 await trio.sleep(0.1)
         elif kind == "kill":
             member.process.kill()
             await member.process.wait()
-            row.faults += 1
+            count()
             await routers.start(name)
         else:
             routers.paused.add(name)
@@ -626,22 +633,22 @@ async def _cluster_faults(row: FaultRow, rng: Random, routers: _Routers, target:
             await trio.sleep(CLUSTER_LEASE * rng.uniform(1.5, 2.5))  # past its lease: taken over
             member.process.send_signal(18)  # SIGCONT
             routers.paused.discard(name)
-            row.faults += 1
-        if row.faults > before:
-            row.kinds[kind] = row.kinds.get(kind, 0) + row.faults - before
+            count()
 
 
-async def _cluster_cut(row: FaultRow, rng: Random, proxy: Any) -> None:
+async def _cluster_cut(rng: Random, proxy: Any) -> int:
     """A TCP cut between a router and the daemon, mid-message, 1 to 5
-    messages on in the proxy's direction; counted once it happened (no
-    traffic through that router for a while: none, and the cue dropped)."""
+    messages on in the proxy's direction; how many happened (no traffic
+    through that router for a while: none, and the cue dropped)."""
     cuts, cue = proxy.cuts, proxy.messages + rng.randint(1, 5)
     proxy.cut_at.add(cue)
-    with trio.move_on_after(HANG):
-        while proxy.cuts == cuts:
-            await trio.sleep(0.05)
-    proxy.cut_at.discard(cue)
-    row.faults += proxy.cuts - cuts
+    try:
+        with trio.move_on_after(HANG):
+            while proxy.cuts == cuts:
+                await trio.sleep(0.05)
+    finally:
+        proxy.cut_at.discard(cue)
+    return proxy.cuts - cuts
 
 
 def judge_cluster(row: FaultRow, store: str, sessions: list[str], expected: dict[str, str],
