@@ -31,6 +31,7 @@ from werkzeug.exceptions import HTTPException
 from router.api.context import current
 from router.api.responses import refusal_response
 from router.board.access import check_bearer
+from router.api.shell import OPEN_ROUTES as SHELL_ROUTES
 from router.errors import Refusal
 
 __all__ = ["MAX_BODY_BYTES", "OPEN_ROUTES", "credential", "door", "install"]
@@ -40,7 +41,7 @@ log = logging.getLogger("router.api")
 #: The largest request body (ours: a message of ``MAX_TEXT_CHARS`` with room).
 MAX_BODY_BYTES: Final = 1024 * 1024
 #: The routes the TCP port serves without a token: they hold no data.
-OPEN_ROUTES: Final = frozenset({"/", "/healthz"})
+OPEN_ROUTES: Final = frozenset({"/healthz"}) | SHELL_ROUTES  # the page and its shell: router/api/shell.py
 #: Where the door marks a request it refused (its body unread).
 _AT_THE_DOOR: Final = "router_refused_at_the_door"
 #: The credential id of a request that passed the door with the API's token,

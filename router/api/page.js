@@ -1,95 +1,27 @@
-// The router's page: the board of every session, one session's live view, and
-// a send box whose messages are never lost.
+// The router's page, as a phone app: the board of every session (the asks
+// waiting on you first), one session's conversation, and a send box whose
+// messages are never lost.
 //
-// Served inline in page.html (router/api/page.py puts it there). The parts
-// that decide something are plain functions on plain values, exported for
-// node when there is no document (tests/api/test_page.py runs them):
+// Served inline in page.html (router/api/page.py puts it there; the shell
+// around it, the manifest, service worker and icons, is router/api/shell.py).
+// The parts that decide something are plain functions on plain values,
+// exported for node when there is no document (tests/api/test_page.py runs
+// them):
 //
-//   markdown(text)        -> a tree of {tag, text?, children?, lang?} nodes
 //   SseParser             -> server-sent events from text chunks, with ids
 //   Outbox                -> the pending sends, kept in a Storage object
 //   outcomeText(status, body) -> what became of one send, in words
+//   waitsOn(session, now) -> what a session waits on, in words
+//   boardOrder(sessions)  -> the board's order: the sessions waiting on you first
+//   ago(ms, now)          -> a last activity, in words
+//   blockedText(code)     -> what a refused credential means, and what to do
 //
-// Everything shown is set with textContent or built as elements: nothing the
-// server or a model sent is ever parsed as HTML.
+// Text from the server or a model is set with textContent, never parsed as
+// HTML, with one exception: an answer's Markdown, which the server renders
+// and sanitizes (POST /render: markdown-it-py, then nh3) and which the page
+// parses in an inert document and copies through the same allow-list
+// (sanitizedNodes), so an agent's <script> or onerror never runs.
 "use strict";
-
-// ------------------------------------------------------------------ markdown
-
-// A small Markdown subset, as models write it: fenced code blocks, headings,
-// lists (nested by indent is flattened), block quotes, paragraphs; inline
-// code, bold, italics and links. The result is a plain tree, turned into
-// elements by build() below.
-function markdown(text) {
-  const lines = String(text).replace(/\r\n?/g, "\n").split("\n");
-  const blocks = [];
-  let i = 0;
-  while (i < lines.length) {
-    const line = lines[i];
-    const fence = /^\s*(```+|~~~+)\s*([\w+-]*)\s*$/.exec(line);
-    if (fence) {
-      const body = [];
-      i++;
-      while (i < lines.length && !lines[i].trim().startsWith(fence[1])) body.push(lines[i++]);
-      i++; // the closing fence (or the end)
-      blocks.push({ tag: "pre", lang: fence[2] || "", text: body.join("\n") });
-      continue;
-    }
-    if (!line.trim()) { i++; continue; }
-    const heading = /^(#{1,6})\s+(.*)$/.exec(line);
-    if (heading) {
-      blocks.push({ tag: "h" + Math.min(heading[1].length + 2, 6), children: inline(heading[2]) });
-      i++;
-      continue;
-    }
-    const bullet = /^\s*([-*+]|\d+[.)])\s+/;
-    if (bullet.test(line)) {
-      const ordered = /^\s*\d/.test(line);
-      const items = [];
-      while (i < lines.length && bullet.test(lines[i]) && /^\s*\d/.test(lines[i]) === ordered) {
-        items.push({ tag: "li", children: inline(lines[i].replace(bullet, "")) });
-        i++;
-      }
-      blocks.push({ tag: ordered ? "ol" : "ul", children: items });
-      continue;
-    }
-    if (/^\s*>/.test(line)) {
-      const quoted = [];
-      while (i < lines.length && /^\s*>/.test(lines[i])) quoted.push(lines[i++].replace(/^\s*>\s?/, ""));
-      blocks.push({ tag: "blockquote", children: markdown(quoted.join("\n")) });
-      continue;
-    }
-    const para = [];
-    while (i < lines.length && lines[i].trim() && !bullet.test(lines[i]) && !/^(#{1,6})\s/.test(lines[i])
-           && !/^\s*(```|~~~)/.test(lines[i]) && !/^\s*>/.test(lines[i])) para.push(lines[i++]);
-    blocks.push({ tag: "p", children: inline(para.join("\n")) });
-  }
-  return blocks;
-}
-
-// Inline spans: `code` first (nothing inside it is markup), then links,
-// **bold** and *italic* / _italic_. Unmatched markers stay as text.
-function inline(text) {
-  const out = [];
-  const pattern = /`([^`]+)`|\[([^\]]+)\]\(([^)\s]+)\)|\*\*([^*]+)\*\*|\*([^*\s][^*]*)\*|\b_([^_]+)_\b/g;
-  let last = 0, match;
-  while ((match = pattern.exec(text)) !== null) {
-    if (match.index > last) out.push({ tag: "#text", text: text.slice(last, match.index) });
-    if (match[1] !== undefined) out.push({ tag: "code", text: match[1] });
-    else if (match[2] !== undefined) out.push({ tag: "a", text: match[2], href: safeHref(match[3]) });
-    else if (match[4] !== undefined) out.push({ tag: "strong", children: inline(match[4]) });
-    else out.push({ tag: "em", children: inline(match[5] !== undefined ? match[5] : match[6]) });
-    last = pattern.lastIndex;
-  }
-  if (last < text.length) out.push({ tag: "#text", text: text.slice(last) });
-  return out;
-}
-
-// Only http(s) links become links; anything else (javascript:, data:) is shown
-// as text.
-function safeHref(url) {
-  return /^https?:\/\//i.test(url) ? url : null;
-}
 
 // ------------------------------------------------------------------ server-sent events
 
@@ -230,9 +162,50 @@ function stateOf(session) {
   return session.busy ? "working" : "idle";
 }
 
+
+// What a session waits on, in words, from its board entry.
+function waitsOn(session, now) {
+  const state = stateOf(session);
+  if (session.ask) return "waiting on you: " + (session.ask.tool || "a tool") + (session.ask.summary ? " · " + session.ask.summary : "");
+  if (state === "waiting") return "waiting on you";
+  if (state === "working") return "working: the agent has the turn";
+  if (state === "parked" && session.parked) return "waits for the provider's limit to reset at " +
+    new Date(session.parked.resetsAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  if (state === "stopped") return "stopped" + (session.stopped && session.stopped.reason ? " (" + session.stopped.reason + ")" : "") + ": waits for a resume";
+  if (state === "unreachable") return "unreachable: waits for its agent to come back";
+  if (state === "closed") return "closed";
+  return "idle: waits for a message";
+}
+
+// The board's order: sessions with an ask waiting on the person first, then
+// the rest as the router listed them.
+function boardOrder(sessions) {
+  const waiting = (s) => (s.ask || stateOf(s) === "waiting" ? 0 : 1);
+  return sessions.map((s, i) => [waiting(s), i, s]).sort((a, b) => a[0] - b[0] || a[1] - b[1]).map((x) => x[2]);
+}
+
+// A time (ms since the epoch) as "now", "5 min ago", "3 h ago", or a date.
+function ago(ms, now) {
+  if (typeof ms !== "number") return "";
+  const seconds = Math.max(0, Math.round((now - ms) / 1000));
+  if (seconds < 45) return "now";
+  if (seconds < 3600) return Math.round(seconds / 60) + " min ago";
+  if (seconds < 86400) return Math.round(seconds / 3600) + " h ago";
+  return new Date(ms).toLocaleDateString();
+}
+
+// A 401 from the API (`no-token`, `bad-token`, or a revoked device's code)
+// in words, with what the person can do.
+function blockedText(code) {
+  if (code === "no-token") return "This page has no access key. Open the URL `router serve` printed (it carries the key), " +
+    "or pair this device from a page that is signed in.";
+  return "The router refused this page's access key (" + (code || "refused") + "): it was revoked or replaced. " +
+    "Open the URL `router serve` printed again, or pair this device again.";
+}
+
 if (typeof module !== "undefined") {
-  module.exports = { markdown, inline, safeHref, SseParser, Outbox, outcomeText, parkedText, stateOf, keyOf, applyBoard,
-    OUTBOX_KEY };
+  module.exports = { SseParser, Outbox, outcomeText, parkedText, stateOf, keyOf, applyBoard, waitsOn, boardOrder, ago,
+    blockedText, OUTBOX_KEY };
 }
 
 // ------------------------------------------------------------------ the page
@@ -240,22 +213,34 @@ if (typeof module !== "undefined") {
 if (typeof document !== "undefined") {
   const $ = (id) => document.getElementById(id);
   const params = new URLSearchParams(location.search);
-  // The access token: from the URL `router serve` printed, then kept for the
-  // tab, and taken off the address bar so it is not left in history.
+  // The access token: from the URL `router serve` printed (or a pairing's),
+  // then kept in this browser (an installed app opens at "/" without it),
+  // and taken off the address bar so it is not left in history.
+  const TOKEN_KEY = "router.token";
   if (params.get("token")) {
-    sessionStorage.setItem("router.token", params.get("token"));
+    localStorage.setItem(TOKEN_KEY, params.get("token"));
     params.delete("token");
     history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
   }
-  const token = sessionStorage.getItem("router.token");
+  const token = localStorage.getItem(TOKEN_KEY);
   const outbox = new Outbox(localStorage);
+  const BOARD_KEY = "router.board";
   // The session shown: its id and the router that holds it (every request
   // for it names that router, so a "root" of another router is not mixed up).
   let current = params.get("session") ? { id: params.get("session"), router: params.get("router") || "" } : null;
   let messages = new Map();
+  let liveBusy = null;           // the live view's busy, when it has said (null: ask the board)
   let streamAbort = null;
   let sessionsSeen = [];
   let skipped = [];
+  let blocked = false;
+  let boardLoaded = false;      // the router answered the board once
+  const features = {};           // the optional routes this router has (a 404 hides a feature)
+  const outcomes = new Map();    // eventId -> what became of that send, in words
+  const rendered = new Map();    // Markdown text -> sanitized HTML from POST /render
+  const wantRender = new Set();
+  const coarse = matchMedia("(pointer: coarse)");
+  const wide = matchMedia("(min-width: 760px)");
 
   const headers = (more) => ({ ...(token ? { authorization: "Bearer " + token } : {}), ...more });
   const isCurrent = (session) => current !== null && session.id === current.id && routerOf(session) === current.router;
@@ -269,7 +254,6 @@ if (typeof document !== "undefined") {
   // A session's route, naming its router when one is known.
   const sessionPath = (target, route) => "/sessions/" + encodeURIComponent(target.id) + "/" + route
     + (target.router ? "?router=" + encodeURIComponent(target.router) : "");
-  const TOKEN_HELP = "open the URL `router serve` printed (it carries the access token)";
   async function call(method, path, body) {
     const response = await fetch(path, {
       method,
@@ -278,9 +262,11 @@ if (typeof document !== "undefined") {
     });
     let json = {};
     try { json = await response.json(); } catch (_) { json = {}; }
-    if (response.status === 401) connection("refused", json.error + ": " + TOKEN_HELP);
+    if (response.status === 401) block(json.error || (token ? "bad-token" : "no-token"));
     return { status: response.status, body: json };
   }
+  const say = (text) => { $("outcome").textContent = text; };
+  const refusedText = (status, body) => (body.error || status) + ": " + (body.message || "");
 
   function el(tag, props, ...children) {
     const node = document.createElement(tag);
@@ -294,63 +280,105 @@ if (typeof document !== "undefined") {
     return node;
   }
 
-  function build(nodes, parent) {
-    for (const node of nodes) {
-      if (node.tag === "#text") { parent.appendChild(document.createTextNode(node.text)); continue; }
-      if (node.tag === "a" && !node.href) { parent.appendChild(document.createTextNode(node.text)); continue; }
-      const element = document.createElement(node.tag);
-      if (node.tag === "a") { element.href = node.href; element.rel = "noopener noreferrer"; element.target = "_blank"; }
-      if (node.tag === "pre") { element.appendChild(el("code", { text: node.text })); if (node.lang) element.dataset.lang = node.lang; }
-      else if (node.text !== undefined) element.textContent = node.text;
-      if (node.children) build(node.children, element);
-      parent.appendChild(element);
-    }
-    return parent;
-  }
-
   function connection(state, detail) {
     const box = $("connection");
     box.dataset.state = state;
     box.textContent = detail ? state + ": " + detail : state;
+    box.title = box.textContent;
+    // The session view says it too when the link is not live (on a phone the board is out of sight).
+    $("link").hidden = state === "live" || state === "connecting";
+    $("link").textContent = state === "refused" ? "refused" : state;
   }
+
+  // A missing or refused credential blocks the page with what to do (not an
+  // empty board that looks like "no sessions").
+  function block(code) {
+    blocked = true;
+    $("blocked-text").textContent = blockedText(code);
+    $("blocked-code").textContent = "the router answered 401 " + code;
+    $("blocked").hidden = false;
+    connection("refused", code);
+  }
+  $("blocked-retry").addEventListener("click", () => location.reload());
+
+  // ---------------------------------------------------------------- views
+
+  // On a phone one view at a time (the board, or a session); side by side
+  // when the window is wide. The phone's back button returns to the board.
+  function show(view) {
+    $("app").dataset.view = view;
+    if (view === "session") stickToBottom();
+  }
+  $("back").addEventListener("click", () => {
+    if (history.state && history.state.session) history.back(); else show("board");
+  });
+  window.addEventListener("popstate", () => show(history.state && history.state.session ? "session" : "board"));
 
   // ---------------------------------------------------------------- board
 
-  function renderBoard(list) {
-    const body = $("board");
-    body.replaceChildren();
-    for (const session of list) {
+  function askBox(session, ask, box) {
+    const target = { id: session.id, router: routerOf(session) };
+    const answer = (decision) => async (event) => {
+      event.stopPropagation();
+      for (const button of box.querySelectorAll("button")) button.disabled = true;
+      const { status, body } = await call("POST", sessionPath(target, "asks/" + encodeURIComponent(ask.id)), { decision });
+      say(status === 200 ? decision + ": " + (ask.tool || "the tool") : "answer refused: " + refusedText(status, body));
+      refreshBoard();
+    };
+    const since = ask.since ? new Date(ask.since * 1000).toLocaleTimeString() : "";
+    box.replaceChildren(
+      el("div", { class: "what" }, el("strong", { text: (ask.tool || "a tool") + " asks to run" }),
+        document.createTextNode(" in " + session.id + (since ? " · since " + since : ""))),
+      el("div", { class: "summary", text: ask.summary || "" }),
+      el("div", { class: "actions" },
+        el("button", { type: "button", class: "deny", text: "Deny", onclick: answer("deny") }),
+        el("button", { type: "button", class: "allow", text: "Allow", onclick: answer("allow") })));
+    box.dataset.ask = ask.id;
+    return box;
+  }
+
+  function renderBoard() {
+    const now = Date.now();
+    const ordered = boardOrder(sessionsSeen);
+    $("asks").replaceChildren(...ordered.filter((s) => s.ask).map((s) => askBox(s, s.ask, el("div", { class: "ask" }))));
+    $("board").replaceChildren(...ordered.map((session) => {
       const state = stateOf(session);
-      const row = el("tr", { class: isCurrent(session) ? "selected" : "",
-                             onclick: () => select({ id: session.id, router: routerOf(session) }) },
-        el("td", {}, document.createTextNode(session.id),
-          routerOf(session) ? el("div", { class: "note", text: routerOf(session) }) : null),
-        el("td", { text: session.kind || "" }),
-        el("td", {}, el("span", { class: "state " + state, text: state })),
-        el("td", { text: [session.harness, session.model].filter(Boolean).join(" · ") }),
-        el("td", { text: session.cwd || "" }),
-        el("td", { text: session.lastActivity ? new Date(session.lastActivity).toLocaleTimeString() : "" }));
-      row.dataset.session = session.id;
-      row.dataset.router = routerOf(session);
-      row.title = routerOf(session) ? "held by " + routerOf(session) : "";
-      body.appendChild(row);
-    }
+      const meta = [...new Set([session.project && session.project + (session.branch ? " @ " + session.branch : ""),
+        session.kind, session.harness, session.model, routerOf(session) && "held by " + routerOf(session),
+        session.cwd].filter(Boolean))].join(" · ");
+      const item = el("li", { class: isCurrent(session) ? "selected" : "" },
+        el("button", { type: "button", onclick: () => select({ id: session.id, router: routerOf(session) }, true) },
+          el("span", { class: "name", text: session.id }),
+          el("span", { class: "state " + state, text: state }),
+          el("span", { class: "waits", text: waitsOn(session, now) }),
+          el("span", { class: "meta", text: meta }),
+          el("span", { class: "when", text: ago(session.lastActivity, now) })));
+      item.dataset.session = session.id;
+      item.dataset.router = routerOf(session);
+      item.dataset.state = state;
+      return item;
+    }));
+    $("empty").hidden = !boardLoaded || sessionsSeen.length > 0;
+    $("empty").textContent = "No sessions yet: start one with “new session”.";
     $("skipped").textContent = skipped.length
-      ? "not on the board: " + skipped.map((r) => r.router + " (" + r.error + ")").join(", ") : "";
+      ? "not on the board: " + skipped.map((r) => r.router + " (" + (r.error || r.code) + ")").join(", ") : "";
   }
 
   function boardChanged() {
-    renderBoard(sessionsSeen);
-    if (!current && sessionsSeen.length) select({ id: sessionsSeen[0].id, router: routerOf(sessionsSeen[0]) });
+    try { localStorage.setItem(BOARD_KEY, JSON.stringify(sessionsSeen)); } catch (_) { /* full: the board is only a convenience */ }
+    renderBoard();
+    if (!current && sessionsSeen.length && wide.matches) select({ id: sessionsSeen[0].id, router: routerOf(sessionsSeen[0]) });
     else updateHeader();
   }
 
   async function refreshBoard() {
+    if (blocked) return;
     try {
       const { status, body } = await call("GET", "/sessions");
-      if (status !== 200) { if (status !== 401) connection("refused", body.error + ": " + body.message); return; }
+      if (status !== 200) { if (status !== 401) connection("refused", refusedText(status, body)); return; }
       sessionsSeen = body.sessions;
       skipped = body.skipped || [];
+      boardLoaded = true;
       boardChanged();
     } catch (_) {
       connection("offline", "the router does not answer; retrying");
@@ -362,15 +390,16 @@ if (typeof document !== "undefined") {
   // again, and its snapshot is the whole board again.
   async function followBoard() {
     let pause = 500;
-    for (;;) {
+    while (!blocked) {
       try {
         const response = await fetch("/board/live", { headers: headers({ accept: "text/event-stream" }) });
         if (response.ok) {
           pause = 500;
+          if (!current) connection("live");
           const parser = new SseParser((event) => {
             const data = JSON.parse(event.data);
             if (data.type === "routers-skipped") skipped = data.skipped || [];
-            else if (data.type === "snapshot") { sessionsSeen = applyBoard(sessionsSeen, data); skipped = data.skipped || []; }
+            else if (data.type === "snapshot") { sessionsSeen = applyBoard(sessionsSeen, data); skipped = data.skipped || []; boardLoaded = true; }
             else sessionsSeen = applyBoard(sessionsSeen, data);
             boardChanged();
           });
@@ -380,6 +409,9 @@ if (typeof document !== "undefined") {
             if (done) break;
             parser.feed(value);
           }
+        } else if (response.status === 401) {
+          block((await response.json().catch(() => ({}))).error || "bad-token");
+          return;
         } else if (response.status === 404) {
           return;  // a router without the board stream: the periodic list serves
         }
@@ -397,43 +429,88 @@ if (typeof document !== "undefined") {
   function updateHeader() {
     const session = sessionsSeen.find(isCurrent);
     $("title").textContent = current ? current.id + (current.router ? " · " + current.router : "") : "no session";
-    const state = session ? stateOf(session) : "";
+    let state = session ? stateOf(session) : "";
+    // The live view knows a turn's end before the board's next survey (about a second).
+    if (liveBusy !== null && (state === "working" || state === "idle")) state = liveBusy ? "working" : "idle";
     $("state").textContent = state;
     $("state").className = "state " + state;
     $("resume").hidden = state !== "stopped" && state !== "parked";
     $("resume").textContent = state === "parked" ? "resume now" : "resume";
     $("cancel-park").hidden = state !== "parked";
     if (state === "parked" && session.parked) notice(parkedText(session.parked));
-    renderAsk(session && session.ask ? session.ask : null);
+    const ask = session && session.ask ? session.ask : null;
+    if (!ask) { $("ask").hidden = true; delete $("ask").dataset.ask; }
+    else if ($("ask").dataset.ask !== ask.id) { askBox(session, ask, $("ask")); $("ask").hidden = false; }
+    // A session in a git worktree (its board entry names it) shows its changes and can be ended.
+    const placed = Boolean(session && session.worktree);
+    $("changes").hidden = !(placed && features.diff);
+    $("end").hidden = !(placed && features.end);
   }
 
-  // A permission ask the session waits on (its board entry's ``ask``), with
-  // Allow and Deny; the first answer anywhere wins, a late one is refused.
-  let askShown = null;
-  function renderAsk(ask) {
-    const box = $("ask");
-    if (!ask) { box.hidden = true; askShown = null; return; }
-    if (askShown === ask.id) return;
-    askShown = ask.id;
-    const since = ask.since ? new Date(ask.since * 1000).toLocaleTimeString() : "";
-    const answer = (decision) => async () => {
-      const { status, body } = await call("POST", sessionPath(current, "asks/" + encodeURIComponent(ask.id)), { decision });
-      $("outcome").textContent = status === 200 ? decision + ": " + ask.tool
-        : "answer refused: " + (body.error || status) + ": " + (body.message || "");
-      refreshBoard();
-    };
-    box.replaceChildren(
-      el("div", { class: "ask-text" },
-        el("strong", { text: "waiting on you: " + (ask.tool || "a tool") }),
-        el("div", { text: ask.summary || "" }),
-        el("div", { class: "note", text: since ? "since " + since : "" })),
-      el("button", { type: "button", class: "allow", text: "Allow", onclick: answer("allow") }),
-      el("button", { type: "button", class: "deny", text: "Deny", onclick: answer("deny") }));
-    box.hidden = false;
+  // An answer's Markdown: the sanitized HTML the server rendered, parsed in
+  // an inert document (no script runs, nothing loads) and copied element by
+  // element through an allow-list, attributes too. Until it is rendered (or
+  // when the router is away) the text is shown as it is.
+  const ALLOWED = new Set(["P", "BR", "HR", "H1", "H2", "H3", "H4", "H5", "H6", "STRONG", "EM", "DEL", "S", "CODE", "PRE",
+    "BLOCKQUOTE", "UL", "OL", "LI", "A", "TABLE", "THEAD", "TBODY", "TR", "TH", "TD"]);
+  function sanitizedNodes(source, parent) {
+    for (const node of source.childNodes) {
+      if (node.nodeType === Node.TEXT_NODE) { parent.appendChild(document.createTextNode(node.data)); continue; }
+      if (node.nodeType !== Node.ELEMENT_NODE) continue;
+      if (!ALLOWED.has(node.tagName)) { sanitizedNodes(node, parent); continue; }
+      const copy = document.createElement(node.tagName.toLowerCase());
+      if (node.tagName === "A" && /^(https?:|mailto:)/i.test(node.getAttribute("href") || "")) {
+        copy.href = node.getAttribute("href"); copy.rel = "noopener noreferrer"; copy.target = "_blank";
+      }
+      if (node.tagName === "OL" && /^\d+$/.test(node.getAttribute("start") || "")) copy.setAttribute("start", node.getAttribute("start"));
+      if (node.tagName === "CODE" && /^language-[\w+-]+$/.test(node.getAttribute("class") || "")) copy.className = node.getAttribute("class");
+      sanitizedNodes(node, copy);
+      parent.appendChild(copy);
+    }
+    return parent;
+  }
+  const parser = new DOMParser();
+  function markdownBox(text) {
+    const html = rendered.get(text);
+    if (html === undefined) {
+      wantRender.add(text);
+      scheduleRender();
+      return el("div", { class: "text", text });
+    }
+    return sanitizedNodes(parser.parseFromString(html, "text/html").body, el("div", { class: "text html" }));
+  }
+  let renderTimer = null, rendering = false;
+  function scheduleRender() {
+    if (renderTimer === null && !rendering) renderTimer = setTimeout(renderNow, 120);
+  }
+  async function renderNow() {
+    renderTimer = null;
+    // Only what is shown now: a streamed answer's earlier, shorter texts are not.
+    const shown = new Set();
+    for (const message of messages.values()) for (const part of message.parts || []) if (part.type === "text") shown.add(part.text);
+    for (const text of wantRender) if (!shown.has(text)) wantRender.delete(text);
+    const texts = [...wantRender].slice(0, 64);
+    if (!texts.length || blocked) return;
+    rendering = true;
+    try {
+      const { status, body } = await call("POST", "/render", { texts });
+      if (status === 200 && Array.isArray(body.html)) {
+        texts.forEach((text, i) => { rendered.set(text, body.html[i]); wantRender.delete(text); });
+        while (rendered.size > 2000) rendered.delete(rendered.keys().next().value);
+        renderLog();
+      } else if (status === 404) {
+        texts.forEach((text) => wantRender.delete(text));  // a router without the route: text as it is
+      }
+    } catch (_) {
+      // the router is away: the text stays as it is, and is asked again later
+    } finally {
+      rendering = false;
+      if (wantRender.size) renderTimer = setTimeout(renderNow, 1500);
+    }
   }
 
-  function renderPart(part) {
-    if (part.type === "text") return build(markdown(part.text), el("div", { class: "text" }));
+  function renderPart(part, role) {
+    if (part.type === "text") return role === "assistant" ? markdownBox(part.text) : el("div", { class: "text", text: part.text });
     if (part.type === "reasoning") {
       return el("details", { class: "reasoning" }, el("summary", { text: "reasoning" }), el("div", { text: part.text }));
     }
@@ -454,21 +531,65 @@ if (typeof document !== "undefined") {
     return el("div", { class: "note", text: "[" + part.type + "]" });
   }
 
+  // The conversation scrolls in its own panel and follows the newest
+  // message, unless the person scrolled up: then a pill says new messages
+  // came, and takes them down to them.
+  let following = true;
+  const log = $("log");
+  const nearBottom = () => log.scrollHeight - log.scrollTop - log.clientHeight < 48;
+  function stickToBottom() {
+    following = true;
+    $("pill").hidden = true;
+    log.scrollTop = log.scrollHeight;
+  }
+  log.addEventListener("scroll", () => {
+    following = nearBottom();
+    if (following) $("pill").hidden = true;
+  }, { passive: true });
+  $("pill").addEventListener("click", stickToBottom);
+
+  const boxes = new Map();  // message id -> {message, note, html, node}: a message is rebuilt only when it changed
+  let shownCount = 0, lastShown = null;
   function renderLog() {
-    const log = $("log");
-    const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
-    log.replaceChildren();
+    const wasFollowing = following;
+    const nodes = [];
+    const seen = new Set();
     for (const message of messages.values()) {
-      const box = el("div", { class: "msg " + message.role + (message.card ? " card" : "") });
-      for (const part of message.parts || []) box.appendChild(renderPart(part));
-      log.appendChild(box);
+      seen.add(message.id);
+      const note = message.role !== "user" ? "" : outcomes.get(message.id) || outcomes.get(message.operationId) || "";
+      const texts = (message.parts || []).filter((p) => p.type === "text").map((p) => rendered.has(p.text) ? 1 : 0).join("");
+      let box = boxes.get(message.id);
+      if (!box || box.message !== message || box.note !== note || box.texts !== texts) {
+        const node = el("div", { class: "msg " + message.role + (message.card ? " card" : "") });
+        node.dataset.id = message.id;
+        for (const part of message.parts || []) node.appendChild(renderPart(part, message.role));
+        if (note) node.appendChild(el("div", { class: "note", text: note }));
+        box = { message, note, texts, node };
+        boxes.set(message.id, box);
+      }
+      nodes.push(box.node);
     }
-    for (const pending of outbox.of(current ? current.id : null).filter((p) => (p.router || "") === (current ? current.router : ""))) {
-      log.appendChild(el("div", { class: "msg user pending" },
-        el("div", { text: pending.text }),
+    for (const id of boxes.keys()) if (!seen.has(id)) boxes.delete(id);
+    const mine = current ? outbox.of(current.id).filter((p) => (p.router || "") === current.router) : [];
+    for (const pending of mine) {
+      if (seen.has(pending.eventId)) continue;  // the router has it: its answer is on its way
+      nodes.push(el("div", { class: "msg user pending" },
+        el("div", { class: "text", text: pending.text }),
         el("div", { class: "note", text: pending.note || "sending…" })));
     }
-    if (atBottom) log.scrollTop = log.scrollHeight;
+    // New: more messages, or the last one changed (a delta); a render of
+    // Markdown already shown is not news.
+    const last = [...messages.values()].pop() || null;
+    const grew = nodes.length > shownCount || last !== lastShown;
+    shownCount = nodes.length;
+    lastShown = last;
+    const top = log.scrollTop;
+    log.replaceChildren(...nodes);
+    if (wasFollowing) log.scrollTop = log.scrollHeight;
+    else {
+      log.scrollTop = top;  // emptied for a moment, the panel would be back at the top
+      if (grew) $("pill").hidden = false;
+    }
   }
 
   function apply(item) {
@@ -481,8 +602,8 @@ if (typeof document !== "undefined") {
       const last = parts[parts.length - 1];
       if (last && last.type === kind) last.text += item.delta; else parts.push({ type: kind, text: item.delta });
       messages.set(message.id, { ...message, parts });
-    } else if (item.type === "turn-start") $("working").hidden = false;
-    else if (item.type === "turn-end") $("working").hidden = true;
+    } else if (item.type === "turn-start") { $("working").hidden = false; liveBusy = true; updateHeader(); }
+    else if (item.type === "turn-end") { $("working").hidden = true; liveBusy = false; updateHeader(); }
     else if (item.type === "session-stopped") notice("stopped: " + item.reason);
     else if (item.type === "session-resumed") notice(null);
     // A launched daemon's step (starting, replacing, unreachable ...): shown until it runs again.
@@ -504,10 +625,11 @@ if (typeof document !== "undefined") {
     const abort = new AbortController();
     streamAbort = abort;
     messages = new Map();
+    liveBusy = null;
     notice(null);
     renderLog();
     let lastId = null, pause = 500;
-    while (!abort.signal.aborted && current === target) {
+    while (!abort.signal.aborted && current === target && !blocked) {
       try {
         connection("connecting");
         const response = await fetch(sessionPath(target, "live"), {
@@ -516,17 +638,20 @@ if (typeof document !== "undefined") {
         });
         if (!response.ok) {
           const body = await response.json().catch(() => ({}));
-          connection("refused", (body.error || response.status) + ": " + (body.message || ""));
+          if (response.status === 401) { block(body.error || "bad-token"); return; }
+          connection("refused", refusedText(response.status, body));
           if (response.status === 404) return;
         } else {
           connection("live");
           pause = 500;
-          const parser = new SseParser((event) => {
+          const sse = new SseParser((event) => {
             lastId = event.id;
             const data = JSON.parse(event.data);
             if (event.event === "snapshot" || data.type === "snapshot") {
               messages = new Map(data.messages.map((m) => [m.id, m]));
               $("working").hidden = !data.busy;
+              liveBusy = !!data.busy;
+              updateHeader();
               notice(data.stopped ? "stopped: " + data.stopped.reason : data.parked ? parkedText(data.parked) : null);
             } else if (event.event === "lagged" || event.event === "reset") {
               lastId = null;
@@ -537,7 +662,7 @@ if (typeof document !== "undefined") {
           for (;;) {
             const { value, done } = await reader.read();
             if (done) break;
-            parser.feed(value);
+            sse.feed(value);
           }
         }
       } catch (error) {
@@ -549,22 +674,26 @@ if (typeof document !== "undefined") {
     }
   }
 
-  function select(target) {
+  function select(target, opened) {
+    const same = current && current.id === target.id && current.router === target.router && streamAbort;
     current = target;
     const url = new URL(location.href);
     url.searchParams.set("session", target.id);
     if (target.router) url.searchParams.set("router", target.router); else url.searchParams.delete("router");
-    history.replaceState(null, "", url.pathname + url.search);
-    renderBoard(sessionsSeen);
+    // On a phone, opening a session is a step the back button undoes.
+    if (opened && !wide.matches) history.pushState({ session: target.id }, "", url.pathname + url.search);
+    else history.replaceState(history.state, "", url.pathname + url.search);
+    if (opened) show("session");
+    renderBoard();
     updateHeader();
-    follow(target);
+    if (!same) { following = true; $("pill").hidden = true; shownCount = 0; follow(target); }
   }
 
   // ---------------------------------------------------------------- sending
 
   let flushing = false;
   async function flush() {
-    if (flushing) return;
+    if (flushing || blocked) return;
     flushing = true;
     try {
       for (const pending of outbox.all()) {
@@ -575,6 +704,7 @@ if (typeof document !== "undefined") {
         } catch (_) {
           status = 0;
         }
+        if (status === 401) break;
         if (status === 404 && body.error === "unknown-router" && pending.router) {
           // The router that held it restarted under a new name: ask without
           // the name (its session is found by id), under the same event id.
@@ -584,7 +714,10 @@ if (typeof document !== "undefined") {
         const outcome = outcomeText(status, body);
         if (outcome.final) {
           outbox.settle(pending.eventId);
-          $("outcome").textContent = pending.text.slice(0, 40) + ": " + outcome.text;
+          outcomes.set(pending.eventId, outcome.text);
+          // A container session's user message is its operation's ("<operationId>:user").
+          if (typeof body.operationId === "string") outcomes.set(body.operationId, outcome.text);
+          say(pending.text.slice(0, 40) + ": " + outcome.text);
         } else {
           outbox.tried(pending.eventId, outcome.text);
           if (status === 0) { connection("offline", "the router does not answer; your messages are kept"); break; }
@@ -596,43 +729,189 @@ if (typeof document !== "undefined") {
     }
   }
 
-  $("send").addEventListener("submit", (event) => {
-    event.preventDefault();
+  function submit() {
     const text = $("text").value.replace(/\s+$/, "");
     if (!text || !current) return;
     $("text").value = "";
+    grow();
     outbox.add(current.id, text, crypto.randomUUID(), Date.now(), current.router);
+    stickToBottom();
     renderLog();
     flush();
+  }
+  $("send").addEventListener("submit", (event) => { event.preventDefault(); submit(); });
+  // Enter sends on a keyboard; on a touch screen Enter is a new line and the
+  // send button sends. Shift+Enter is always a new line.
+  $("text").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing && !coarse.matches) { event.preventDefault(); submit(); }
   });
+  function grow() {
+    const box = $("text");
+    box.style.height = "auto";
+    box.style.height = Math.min(box.scrollHeight + 2, innerHeight * 0.38) + "px";
+  }
+  $("text").addEventListener("input", grow);
+
   $("stop").addEventListener("click", async () => {
     if (!current) return;
     const { status, body } = await call("POST", sessionPath(current, "abort"), {});
-    $("outcome").textContent = status === 200 ? (body.aborted ? "stopped" : "nothing was running") : "stop refused: " + body.error + ": " + body.message;
+    say(status === 200 ? (body.aborted ? "stopped" : "nothing was running") : "stop refused: " + refusedText(status, body));
   });
   $("resume").addEventListener("click", async () => {
     const { status, body } = await call("POST", sessionPath(current, "resume"), {});
-    if (status !== 200) $("outcome").textContent = body.error + ": " + body.message;
-    else if (body.was && body.was.parked) { $("outcome").textContent = "resumed: its kept messages go in now"; refreshBoard(); }
+    if (status !== 200) say(refusedText(status, body));
+    else if (body.was && body.was.parked) { say("resumed: its kept messages go in now"); refreshBoard(); }
   });
   $("cancel-park").addEventListener("click", async () => {
     const { status, body } = await call("POST", sessionPath(current, "cancel-park"), {});
-    $("outcome").textContent = status !== 200 ? body.error + ": " + body.message
+    say(status !== 200 ? refusedText(status, body)
       : body.cancelled ? "the park is cancelled; " + (body.dropped || []).length + " kept message(s) dropped: resend them"
-      : "it was not parked";
+      : "it was not parked");
     refreshBoard();
   });
+
+  // ---------------------------------------------------------------- other engineers' routes, when present
+
+  // A sheet (a modal dialog) with a title and what to show.
+  function sheet(title, ...children) {
+    $("sheet-title").textContent = title;
+    $("sheet-body").replaceChildren(...children);
+    if (!$("sheet").open) $("sheet").showModal();
+  }
+  $("sheet-close").addEventListener("click", () => $("sheet").close());
+  const field = (label, input) => el("label", {}, document.createTextNode(label), input);
+
+  // Which optional routes answer: a 404 (no such route) hides the feature.
+  async function probe() {
+    const has = async (method, path) => {
+      try {
+        const response = await fetch(path, { method, headers: headers() });
+        return response.status !== 404 && response.status !== 405;
+      } catch (_) { return false; }
+    };
+    // The devices list answers only where pairing is on and on this
+    // machine (a paired phone is refused `local-only`): it stands for both.
+    const ok = async (path) => { try { return (await fetch(path, { headers: headers() })).ok; } catch (_) { return false; } };
+    [features.devices, features.projects, features.diff, features.end] = await Promise.all([
+      ok("/devices"), ok("/projects"), has("OPTIONS", "/sessions/probe/diff"), has("OPTIONS", "/sessions/probe/end")]);
+    features.pair = features.devices;
+    $("pair").hidden = !features.pair;
+    $("devices").hidden = !features.devices;
+    updateHeader();
+  }
+
   $("new").addEventListener("click", async () => {
-    const { status, body } = await call("POST", "/sessions", {});
-    if (status !== 201) { $("outcome").textContent = body.error + ": " + body.message; return; }
-    await refreshBoard();
-    select({ id: body.id, router: (body.router && body.router.name) || "" });
+    if (!features.projects) {
+      const { status, body } = await call("POST", "/sessions", {});
+      if (status !== 201) { say(refusedText(status, body)); return; }
+      await refreshBoard();
+      select({ id: body.id, router: (body.router && body.router.name) || "" }, true);
+      return;
+    }
+    const { status, body } = await call("GET", "/projects");
+    if (status !== 200) { say(refusedText(status, body)); return; }
+    const project = el("select", { name: "project" }, ...(body.projects || []).map((p) => el("option", { value: p.name, text: p.name + " · " + p.path })));
+    const inputs = { name: el("input", { name: "name" }), branch: el("input", { name: "branch" }),
+      harness: el("input", { name: "harness" }), where: el("input", { name: "where", placeholder: "local" }),
+      prompt: el("textarea", { name: "prompt", rows: "3" }) };
+    const create = el("button", { type: "button", class: "primary", text: "start", onclick: async () => {
+      const request = { project: project.value };
+      for (const [key, input] of Object.entries(inputs)) if (input.value.trim()) request[key] = input.value.trim();
+      const answer = await call("POST", "/sessions", request);
+      if (answer.status !== 201) { result.textContent = refusedText(answer.status, answer.body); return; }
+      $("sheet").close();
+      await refreshBoard();
+      select({ id: answer.body.session || answer.body.id, router: (answer.body.router && answer.body.router.name) || "" }, true);
+    } });
+    const result = el("div", { class: "note" });
+    sheet("new session", field("project", project), field("name (optional)", inputs.name), field("branch (optional)", inputs.branch),
+      field("harness (optional)", inputs.harness), field("where: local or container (optional)", inputs.where),
+      field("first message (optional)", inputs.prompt), create, result);
   });
 
-  refreshBoard().then(() => { if (current && !streamAbort) select(current); });
+  $("pair").addEventListener("click", async () => {
+    const { status, body } = await call("POST", "/pairings", {});
+    if (status !== 200 && status !== 201) { say("pairing refused: " + refusedText(status, body)); return; }
+    const expires = body.expiresAt ? new Date(body.expiresAt).toLocaleTimeString() : "";
+    sheet("pair a phone",
+      el("p", { text: "Scan this with the phone's camera, or open the address on it" + (expires ? "; it works until " + expires : "") + "." }),
+      // The QR code as an image: an SVG in an <img> runs nothing.
+      typeof body.qrSvg === "string" ? el("img", { class: "qr", alt: "QR code of the pairing address",
+        src: "data:image/svg+xml;charset=utf-8," + encodeURIComponent(body.qrSvg) }) : null,
+      el("div", { class: "row" }, el("code", { class: "grow", text: body.url || "" })),
+      body.code ? el("p", {}, document.createTextNode("code: "), el("strong", { text: body.code })) : null);
+  });
+
+  async function showDevices() {
+    const { status, body } = await call("GET", "/devices");
+    if (status !== 200) { say(refusedText(status, body)); return; }
+    const when = (ms) => (ms ? new Date(ms).toLocaleString() : "never");
+    const rows = (body.devices || []).map((device) => el("div", { class: "row" },
+      el("div", { class: "grow" }, el("strong", { text: device.name }),
+        el("div", { class: "note", text: "first used " + when(device.firstUse) + " · last used " + when(device.lastUse) })),
+      el("button", { type: "button", class: "deny", text: "revoke", onclick: async () => {
+        const answer = await call("POST", "/devices/" + encodeURIComponent(device.name) + "/revoke", {});
+        say(answer.status === 200 ? device.name + " revoked" : "revoke refused: " + refusedText(answer.status, answer.body));
+        showDevices();
+      } })));
+    sheet("devices", ...(rows.length ? rows : [el("p", { class: "note", text: "No paired devices." })]));
+  }
+  $("devices").addEventListener("click", showDevices);
+
+  $("changes").addEventListener("click", async () => {
+    const { status, body } = await call("GET", sessionPath(current, "diff"));
+    if (status !== 200) { say(refusedText(status, body)); return; }
+    sheet("changes on " + (body.branch || "its branch"),
+      el("div", { class: "note", text: "since " + (body.base || "its base") }),
+      ...(body.commits || []).map((c) => el("div", {}, el("code", { text: String(c.sha).slice(0, 8) }), document.createTextNode(" " + c.subject))),
+      ...(body.files || []).map((f) => el("details", {},
+        el("summary", { text: f.path + "  +" + f.added + " −" + f.removed }), el("pre", { text: f.patch || "" }))));
+  });
+
+  $("end").addEventListener("click", () => {
+    const target = current;
+    const place = sessionsSeen.find(isCurrent) || {};
+    const keep = el("input", { type: "checkbox" });
+    const result = el("div", { class: "note" });
+    const end = async (force) => {
+      const { status, body } = await call("POST", sessionPath(target, "end"), { keepWorktree: keep.checked, force });
+      if (status === 409) {
+        // The router's sentence says what would be lost (uncommitted files, commits on no other branch).
+        result.replaceChildren(el("p", {}, el("strong", { text: "Not ended: " }), document.createTextNode(body.message || body.error)),
+          el("button", { type: "button", class: "deny", text: "end anyway", onclick: () => end(true) }));
+        return;
+      }
+      if (status !== 200) { result.textContent = refusedText(status, body); return; }
+      $("sheet").close();
+      say(target.id + " ended" + (body.worktreeRemoved ? "; its worktree removed" : "; its worktree kept") +
+        (body.branchRemoved ? "; its branch removed" : ""));
+      refreshBoard();
+    };
+    sheet("end " + target.id,
+      el("p", { text: "Ending stops the session's agent and removes its worktree" +
+        (place.worktree ? " (" + place.worktree + ")" : "") + (place.branch ? " and its branch " + place.branch : "") +
+        ", unless you keep the worktree. The router refuses when work would be lost, and says what. Its transcript stays." }),
+      el("label", { class: "row" }, keep, document.createTextNode(" keep the worktree")),
+      el("div", { class: "row" }, el("button", { type: "button", class: "deny", text: "end the session", onclick: () => end(false) })),
+      result);
+  });
+
+  // ---------------------------------------------------------------- start
+
+  // The last board seen, while the router has not answered yet (offline).
+  try { sessionsSeen = JSON.parse(localStorage.getItem(BOARD_KEY) || "[]"); } catch (_) { sessionsSeen = []; }
+  if (!Array.isArray(sessionsSeen)) sessionsSeen = [];
+  renderBoard();
+  if ("serviceWorker" in navigator) navigator.serviceWorker.register("/sw.js").catch(() => { /* http on a LAN name: no worker */ });
+  // No token is no verdict: a paired device's credential is a cookie the
+  // page cannot see. The router's 401 decides (block()).
+  if (current) select(current, true);
+  refreshBoard().then(() => { if (current && !streamAbort) select(current, true); });
   followBoard();
+  probe();
   setInterval(refreshBoard, 15000);  // a safety net beside the live board
   setInterval(() => { if (outbox.all().length) flush(); }, 2000);
+  setInterval(renderBoard, 30000);  // "5 min ago" moves on
   window.addEventListener("online", flush);
   flush();
 }

@@ -1,7 +1,9 @@
 """The page at ``/``: its script parses (``node --check``), it sets text and
-never HTML, and its deciding parts (``page.js``: the Markdown subset, the
-server-sent events parser, the outbox of pending sends, what an answer
-means) do what they say, run in node. The whole page in a browser is
+never HTML (an answer's Markdown comes rendered and sanitized by the server,
+``tests/api/test_shell.py``, and is copied through an allow-list), and its
+deciding parts (``page.js``: the server-sent events parser, the outbox of
+pending sends, what an answer means, what a session waits on, the board's
+order) do what they say, run in node. The whole page in a browser is
 ``tests/browser/``."""
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from router.api.page import PAGE, SCRIPT
 from tests.support.npm import node_binary
@@ -49,29 +49,38 @@ def test_the_page_never_parses_what_it_shows() -> None:
     assert "innerHTML" not in PAGE and "insertAdjacentHTML" not in PAGE and "document.write" not in PAGE
     assert "outerHTML" not in PAGE and "eval(" not in SCRIPT and "new Function" not in SCRIPT
     assert "textContent" in PAGE
+    # The one parse: the server's sanitized Markdown, in an inert document,
+    # copied through the allow-list.
+    assert SCRIPT.count("parseFromString(") == 1 and "sanitizedNodes(parser.parseFromString(" in SCRIPT
 
 
-def test_markdown_makes_code_blocks_lists_and_inline_spans() -> None:
-    text = "# Title\n\nSome **bold** and `code` and *it*.\n\n```py\nprint('<b>')\n```\n\n- one\n- two\n\n1. first\n> quoted"
-    tree = node(f"out(page.markdown({json.dumps(text)}));")
-    assert [block["tag"] for block in tree] == ["h3", "p", "pre", "ul", "ol", "blockquote"]
-    assert tree[2] == {"tag": "pre", "lang": "py", "text": "print('<b>')"}
-    assert [item["children"][0]["text"] for item in tree[3]["children"]] == ["one", "two"]
-    spans = [(span["tag"], span.get("text")) for span in tree[1]["children"]]
-    assert ("code", "code") in spans and ("strong", None) in spans and ("em", None) in spans
+def test_what_a_session_waits_on_in_words() -> None:
+    got = node(
+        "const now = 1796107200000;\n"
+        "out([{state: 'waiting', ask: {tool: 'Bash', summary: 'rm -r x'}}, {state: 'working'}, {state: 'idle'},"
+        " {state: 'stopped', stopped: {reason: 'tokens'}}, {state: 'unreachable'}].map((s) => page.waitsOn(s, now)));"
+    )
+    assert got == ["waiting on you: Bash · rm -r x", "working: the agent has the turn", "idle: waits for a message",
+                   "stopped (tokens): waits for a resume", "unreachable: waits for its agent to come back"]
 
 
-def test_only_web_links_become_links() -> None:
-    spans = node('out(page.inline("[a](https://x.test/p) [b](javascript:alert(1)) [c](data:text/html,x)"));')
-    links = [span for span in spans if span["tag"] == "a"]
-    assert [link["href"] for link in links] == ["https://x.test/p", None, None]
+def test_the_board_puts_the_asks_waiting_on_you_first() -> None:
+    got = node(
+        "out(page.boardOrder([{id: 'a', state: 'idle'}, {id: 'b', state: 'waiting', ask: {id: '1'}},"
+        " {id: 'c', state: 'working'}, {id: 'd', state: 'waiting'}]).map((s) => s.id));"
+    )
+    assert got == ["b", "d", "a", "c"]
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.text(alphabet=st.sampled_from("#*_`[]()>-1. \nab<>&\"'"), max_size=200))
-def test_markdown_keeps_every_character_of_code_and_never_throws(text: str) -> None:
-    tree = node(f"out(page.markdown({json.dumps(text)}));")
-    assert isinstance(tree, list)
+def test_last_activity_in_words_and_the_blocked_notice() -> None:
+    got = node(
+        "const now = 1796107200000;\n"
+        "out({times: [now - 10000, now - 300000, now - 7200000, undefined].map((t) => page.ago(t, now)),"
+        " none: page.blockedText('no-token'), bad: page.blockedText('bad-token')});"
+    )
+    assert got["times"] == ["now", "5 min ago", "2 h ago", ""]
+    assert "no access key" in got["none"] and "router serve" in got["none"]
+    assert "revoked" in got["bad"] and "bad-token" in got["bad"]
 
 
 def test_the_sse_parser_follows_the_rules_across_any_chunking() -> None:

@@ -40,7 +40,7 @@ async def type_and_send(page: Page, text: str) -> None:
 
 async def open_root(page_url: str, browser) -> Page:
     page = await browser.open(page_url)
-    await page.wait_for("document.querySelector('#board tr[data-session=\"root\"]') !== null")
+    await page.wait_for("document.querySelector('#board li[data-session=\"root\"]') !== null")
     await page.wait_for("document.getElementById('connection').dataset.state === 'live'")
     return page
 
@@ -53,7 +53,7 @@ async def test_a_message_sent_from_the_page_is_answered_live(tmp_path: Path) -> 
         await page.wait_for("document.getElementById('outcome').innerText.includes('started as a prompt')")
         await page.screenshot(artifact("page-answered.png"))
         assert answer == "echo: hello from the page (turn 1)"
-        users = await page.evaluate("[...document.querySelectorAll('#log .user')].map(d => d.innerText)")
+        users = await page.evaluate("[...document.querySelectorAll('#log .user .text')].map(d => d.innerText)")
         assert users == ["hello from the page"]
         assert await page.evaluate("localStorage.getItem('router.outbox')") == "[]"
         assert page.errors == []
@@ -103,7 +103,7 @@ async def test_the_stop_button_aborts_a_slow_turn(tmp_path: Path) -> None:
         assert page.errors == []
 
 
-BOARD_ROWS = ("[...document.querySelectorAll('#board tr')].map(r => "
+BOARD_ROWS = ("[...document.querySelectorAll('#board li')].map(r => "
               "[r.dataset.session, r.dataset.router, r.querySelector('.state').innerText])")
 
 
@@ -155,8 +155,8 @@ async def test_a_parked_session_shows_its_reset_and_the_park_can_be_cancelled(tm
                 sent = await client.post("/sessions/a/messages", json={"text": "first", "eventId": "e1", "wait": True})
                 assert sent.json()["reply"]["kept"] is True
             page = await browser.open(served.page)
-            await page.wait_for("document.querySelector('#board tr[data-session=\"a\"]') !== null")
-            await page.evaluate("document.querySelector('#board tr[data-session=\"a\"]').click()")
+            await page.wait_for("document.querySelector('#board li[data-session=\"a\"]') !== null")
+            await page.evaluate("document.querySelector('#board li[data-session=\"a\"] button').click()")
             await page.wait_for("document.getElementById('state').innerText === 'parked'", timeout=30)
             notice = await page.wait_for(
                 "(() => { const n = document.getElementById('notice'); return !n.hidden && "

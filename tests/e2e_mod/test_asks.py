@@ -230,7 +230,21 @@ async def test_a_person_answers_the_ask_from_the_page(
         shown = await page.evaluate("document.getElementById('ask').innerText")
         assert "Bash" in shown and COMMAND in shown
         await page.screenshot(artifact("page-ask.png"))
-        await page.evaluate("document.querySelector('#ask button.allow').click()")
+        # On a phone (390x844): Allow and Deny are thumb-sized, in the
+        # session's view and first on the board, where the answer is given.
+        await page.emulate(390, 844, mobile=True)
+        sizes = ("[...document.querySelectorAll(SELECTOR)].map((b) => { const r = b.getBoundingClientRect();"
+                 " return [b.className, r.width, r.height]; })")
+        for selector in ("#ask button", "#asks .ask button"):
+            if selector == "#asks .ask button":
+                await page.evaluate("document.getElementById('back').click()")
+                await page.wait_for("getComputedStyle(document.getElementById('board-view')).display !== 'none'")
+                assert await page.evaluate("document.getElementById('board').firstElementChild.dataset.state") == "waiting"
+            shown = await page.evaluate(sizes.replace("SELECTOR", repr(selector)))
+            assert sorted(kind for kind, _, _ in shown) == ["allow", "deny"]
+            assert all(width >= 44 and height >= 44 for _, width, height in shown), shown
+        await page.screenshot(artifact("phone-board-ask.png"))
+        await page.evaluate("document.querySelector('#asks .ask button.allow').click()")
         await page.wait_for("document.getElementById('outcome').innerText === 'allow: Bash'", timeout=TURN)
         with trio.fail_after(TURN):
             await until(lambda: tool_result(fake_api) is not None)

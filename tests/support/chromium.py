@@ -127,6 +127,13 @@ class Page:
         await self.send("Page.navigate", {"url": url})
         await self.wait_for("document.readyState === 'complete'")
 
+    async def emulate(self, width: int, height: int, *, mobile: bool) -> None:
+        """The viewport of a device: a phone (``mobile``: a scale factor of
+        3, touch) or a desktop window (CDP ``Emulation`` domain)."""
+        await self.send("Emulation.setDeviceMetricsOverride", {
+            "width": width, "height": height, "deviceScaleFactor": 3 if mobile else 1, "mobile": mobile})
+        await self.send("Emulation.setTouchEmulationEnabled", {"enabled": mobile, "maxTouchPoints": 5 if mobile else 1})
+
     async def evaluate(self, expression: str) -> Any:
         """The value of ``expression`` in the page (awaited if a promise)."""
         answer = await self.send(

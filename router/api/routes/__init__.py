@@ -1,7 +1,9 @@
 """The API's routes: one Quart Blueprint per area, each a module here.
 
 =====================  ==========================================================
-:mod:`.health`         ``GET /healthz``, ``GET /`` (the page)
+:mod:`.health`         ``GET /healthz``
+:mod:`router.api.shell` ``GET /`` (the page), its manifest, worker and icons;
+                       ``POST /render``
 :mod:`.sessions`       ``GET|POST /sessions``, a session's messages, live view,
                        abort, resume, cancel-park
 :mod:`.board`          ``GET /board/live``
@@ -54,10 +56,11 @@ from typing import Final
 
 from quart import Blueprint
 
+from router.api import shell
 from router.api.routes import asks, board, health, places, sessions
 
 __all__ = ["BLUEPRINTS"]
 
 #: Every Blueprint of the API, registered by :func:`router.api.app.make_app`.
-BLUEPRINTS: Final[tuple[Blueprint, ...]] = (health.blueprint, sessions.blueprint, board.blueprint, asks.blueprint,
-                                             places.blueprint)
+BLUEPRINTS: Final[tuple[Blueprint, ...]] = (health.blueprint, shell.blueprint, sessions.blueprint, board.blueprint,
+                                            asks.blueprint, places.blueprint)
