@@ -1,4 +1,4 @@
-"""The fault campaign (issue 12): faults and hostile input against real
+"""The fault campaign (docs/reliability.md): faults and hostile input against real
 processes on loopback. Prints two tables.
 
     .venv/bin/python bench/faults.py [--seed N] [--faults N] [--inputs N] [--short] [--only cluster]

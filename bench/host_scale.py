@@ -19,7 +19,7 @@ adapter) and one host in this process, on a fresh store:
    every 50 ms (the figure is within that of the truth), and then until one
    more prompt to every session has settled.
 
-The target (issue 16): under 50 KiB per idle session, and all 1,000
+The target (docs/bench.md): under 50 KiB per idle session, and all 1,000
 reconciled and caught up within 10 s of the restart.
 """
 

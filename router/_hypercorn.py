@@ -14,7 +14,7 @@ connection (a ``hypercorn.trio.tcp_server.TCPServer``) in one nursery with
 the listener, so an exception that escapes one connection ends the server
 and every other connection with it.
 Hostile HTTP does make one escape (Hypercorn 0.18, h11 0.16; upstream
-pgjones/hypercorn issue 203, "H11 Got data when expected EOF", open). It is
+https://github.com/pgjones/hypercorn/issues/203, "H11 Got data when expected EOF", open). It is
 a race on one connection: the request head is complete, so the app answers
 at once, and its task closes the connection (``TCPServer._close`` sends EOF,
 outside the connection's send lock) while the reading task meets the bad

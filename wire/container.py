@@ -7,15 +7,15 @@ answers with ``open`` when the daemon does not hold the session's generation,
 then ``replay``, then delivers ``prompt``s. Everything the daemon produces for a
 session is a numbered ``frame``, kept until the host acknowledges it.
 
-Spec: ``container-protocol.d.ts`` (the seed) and, where it is silent, the
-reference parsers of npm ``agents@0.32.0`` (``dist/protocol-*.js``). A test runs
+Spec: ``protocol.d.ts`` of npm ``agents@0.32.0`` and, where it is silent, the
+reference parsers of the same package (``dist/protocol-*.js``). A test runs
 those reference parsers on a generated corpus and compares every answer with
 ours (``tests/wire/test_container_parity.py``).
 
 Theory of operation
 -------------------
 
-Every type of the seed is a frozen, slotted attrs class with snake_case
+Every type of ``protocol.d.ts`` is a frozen, slotted attrs class with snake_case
 attributes; :data:`converter` maps them to and from the wire's camelCase JSON.
 Unions are tagged on ``type`` (messages and events), ``kind`` (frames) or
 ``status`` (outcomes and operations); the tag is not an attribute, the class
@@ -52,8 +52,8 @@ from wire._convert import Builder, Count, Json, Number, camel, identity
 from wire.json import ABSENT, MAX_SAFE_INTEGER, Absent, JsonError, JsonValue, dumps, is_json, js_length, loads
 
 # --------------------------------------------------------------------------- constants
-# Values from the seed (container-protocol.d.ts) and the reference
-# (protocol-*.js in npm agents@0.32.0), under the seed's names.
+# Values from ``protocol.d.ts`` and the reference (``protocol-*.js``) of npm
+# ``agents@0.32.0``, under their names there.
 
 #: Bumped on any incompatible change.
 CONTAINER_PROTOCOL_VERSION: Final = 1
@@ -85,7 +85,7 @@ class ContainerEnv:
     port: str = "CF_HARNESS_PORT"
 
 
-#: The seed's ``CONTAINER_ENV``.
+#: ``CONTAINER_ENV`` of ``protocol.d.ts``.
 CONTAINER_ENV: Final = ContainerEnv()
 
 # --------------------------------------------------------------------------- field types
@@ -659,7 +659,7 @@ def _plain_frame(value: object) -> FrameMessage | None:
     unknown field, built directly; None for anything else, which the
     converter then reads. The same object the converter would build (the
     same checks: a count, a string or null, ``isEvent``), at a fraction of
-    the cost (cattrs' union and class hooks are ~4 µs a frame; issue 16)."""
+    the cost (cattrs' union and class hooks are ~4 µs a frame)."""
     if type(value) is not dict or len(value) != 3 or value.get("type") != "frame":
         return None
     seq = value.get("seq")

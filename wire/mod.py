@@ -1,14 +1,14 @@
 """The mod link's wire: where the socket lives, what crosses it, and nothing else.
 
-The spec is ``hooks/mod-protocol.ts`` of claude-envoy 1.19.0 (below: "the seed"). The Claude
+The spec is ``hooks/mod-protocol.ts`` of claude-envoy 1.19.0. The Claude
 Code mod (a TypeScript module running inside Claude Code) long-polls a small
 HTTP server on a private Unix socket; this module holds everything both ends
 must agree on, as pure values and pure functions. Names and values carry over
-from the seed under snake_case; the code is ours.
+from it under snake_case; the code is ours.
 
 What is here:
 
-- the seed's constants, same names, same values;
+- its constants, same names, same values;
 - :func:`resolve_mod_socket_path` / :func:`mod_socket_path`: the socket's path
   for a session id, or why there is none;
 - :func:`mod_version_at_least`: the Claude Code version gate;
@@ -26,7 +26,7 @@ it raises :class:`ModWireError` (a ``ValueError``) with a sentence naming the
 failing path, and nothing else, whatever the input. ``converter.structure``
 itself raises either :class:`ModWireError` or a ``cattrs`` validation group.
 
-Optional fields: a field the seed marks optional (``name?: string``) defaults
+Optional fields: a field ``mod-protocol.ts`` marks optional (``name?: string``) defaults
 to :data:`wire.json.ABSENT` and is left out of the wire object when absent. A
 ``null`` is a value, never "absent": ``stopReason: null`` ("no response
 arrived") and a missing ``stopReason`` are different events, so both are kept.
@@ -126,77 +126,77 @@ __all__ = [
 ]
 
 # =========================================================================== constants
-# Every value below is the seed's, under the seed's name.
+# Every value below is ``mod-protocol.ts``'s, under its name there.
 
 #: The body ``GET /healthz`` answers: ``{"link": MOD_HEALTH_MARKER}``. A socket
-#: answering it has a live server behind it (seed, ``MOD_HEALTH_MARKER``).
+#: answering it has a live server behind it (``mod-protocol.ts``, ``MOD_HEALTH_MARKER``).
 MOD_HEALTH_MARKER: Final = "claude-envoy-mod"
 
 #: How long the server holds a ``POST /requests`` open before answering an
-#: empty list, in milliseconds (seed, ``MOD_POLL_HOLD_MS``).
+#: empty list, in milliseconds (``mod-protocol.ts``, ``MOD_POLL_HOLD_MS``).
 MOD_POLL_HOLD_MS: Final = 5_000
 
 #: The Claude Code release the mod needs; below it the mod never connects
-#: (seed, ``MOD_MIN_CLAUDE_VERSION``: the release the link was measured on).
+#: (``mod-protocol.ts``, ``MOD_MIN_CLAUDE_VERSION``: the release the link was measured on).
 MOD_MIN_CLAUDE_VERSION: Final = "2.1.310"
 
 #: The URL every request of the mod's goes to; over a Unix socket the host is
-#: nothing but the ``Host`` header (seed, ``MOD_URL_BASE``).
+#: nothing but the ``Host`` header (``mod-protocol.ts``, ``MOD_URL_BASE``).
 MOD_URL_BASE: Final = "http://claude-envoy"
 
-#: ``GET``: the liveness probe (seed).
+#: ``GET``: the liveness probe (``mod-protocol.ts``).
 MOD_ROUTE_HEALTH: Final = "/healthz"
-#: ``POST {events}``: the mod's events, fire and forget (seed).
+#: ``POST {events}``: the mod's events, fire and forget (``mod-protocol.ts``).
 MOD_ROUTE_EVENTS: Final = "/events"
-#: ``POST {results}``: the mod's answers to the server's requests (seed).
+#: ``POST {results}``: the mod's answers to the server's requests (``mod-protocol.ts``).
 MOD_ROUTE_RESULTS: Final = "/results"
-#: ``POST``: the mod's poll for work, held up to ``MOD_POLL_HOLD_MS`` (seed).
+#: ``POST``: the mod's poll for work, held up to ``MOD_POLL_HOLD_MS`` (``mod-protocol.ts``).
 MOD_ROUTE_REQUESTS: Final = "/requests"
 
 #: The longest socket path either side uses, in UTF-8 bytes: Claude Code's
 #: ``HttpInit.socketPath`` says "near 100 B at most", tighter than Linux's
-#: 108-byte ``sun_path`` (seed, ``MOD_SOCKET_PATH_MAX_BYTES``).
+#: 108-byte ``sun_path`` (``mod-protocol.ts``, ``MOD_SOCKET_PATH_MAX_BYTES``).
 MOD_SOCKET_PATH_MAX_BYTES: Final = 100
 
-#: The status of a post when another mod instance holds the link (seed,
+#: The status of a post when another mod instance holds the link (``mod-protocol.ts``,
 #: ``MOD_STATUS_TAKEN``). The refused mod stops rather than retrying.
 MOD_STATUS_TAKEN: Final = 409
 
-#: The header naming the mod instance that sent a post (seed,
+#: The header naming the mod instance that sent a post (``mod-protocol.ts``,
 #: ``MOD_INSTANCE_HEADER``).
 MOD_INSTANCE_HEADER: Final = "x-claude-envoy-mod"
 
-#: Not the seed's: the capability a server names in ``GET /healthz``
+#: Not ``mod-protocol.ts``'s: the capability a server names in ``GET /healthz``
 #: (``capabilities``) and a mod in ``hello`` when it knows the asks (an
 #: ``ask`` event, the ``ask.answer`` call). Either end that does not name it
-#: is spoken to in the seed's wire only (ours, docs/modlink.md).
+#: is spoken to in ``mod-protocol.ts``'s wire only (ours, docs/modlink.md).
 MOD_CAPABILITY_ASKS: Final = "asks"
 
 #: The plugin's own name, as its manifest spells it and as Claude Code stamps
-#: it on the plugin's rows (seed, ``MOD_PLUGIN_NAME``).
+#: it on the plugin's rows (``mod-protocol.ts``, ``MOD_PLUGIN_NAME``).
 MOD_PLUGIN_NAME: Final = "claude-envoy"
 
 #: Which door a row of the conversation came in by, of those the mod watches
-#: (seed, ``ModAppendDoor``).
+#: (``mod-protocol.ts``, ``ModAppendDoor``).
 ModAppendDoor: TypeAlias = Literal[
     "prompt", "command", "response", "tool-result", "tool-message", "delivery", "note", "notice"
 ]
 
-#: Every door the mod watches, in the seed's order (seed, ``MOD_APPEND_DOORS``).
+#: Every door the mod watches, in ``mod-protocol.ts``'s order (``MOD_APPEND_DOORS``).
 MOD_APPEND_DOORS: Final[tuple[str, ...]] = typing.get_args(ModAppendDoor)
 
 # The three variables a socket's base comes from, in the order tried, and the
-# configuration directory inside a home (seed, ``MOD_SOCKET_*``). TMPDIR and
+# configuration directory inside a home (``mod-protocol.ts``, ``MOD_SOCKET_*``). TMPDIR and
 # /tmp are never a base: other local users can write there.
 _RUNTIME_VARIABLE: Final = "XDG_RUNTIME_DIR"
 _CONFIG_VARIABLE: Final = "CLAUDE_CONFIG_DIR"
 _HOME_VARIABLE: Final = "HOME"
 _HOME_CONFIG: Final = "/.claude"
-# The directory under the base that holds this user's sockets (seed,
+# The directory under the base that holds this user's sockets (``mod-protocol.ts``,
 # ``MOD_SOCKET_DIRECTORY``: the plugin's name).
 _SOCKET_DIRECTORY: Final = MOD_PLUGIN_NAME
 
-# FNV-1a, 32 bits: the prime (16777619) and the two offset bases the seed's
+# FNV-1a, 32 bits: the prime (16777619) and the two offset bases ``mod-protocol.ts``'s
 # ``hashedSessionId`` starts its two passes from.
 _FNV_PRIME: Final = 0x01000193
 _FNV_BASES: Final = (0x811C9DC5, 0xCBF29CE4)
@@ -225,7 +225,7 @@ def _utf16_units(value: str) -> list[int]:
 
 
 def _utf8_length(value: str) -> int:
-    """The UTF-8 byte count the seed's ``utf8Length`` gives: it walks the
+    """The UTF-8 byte count ``mod-protocol.ts``'s ``utf8Length`` gives: it walks the
     string by code point as JavaScript iterates it, so a surrogate pair is one
     four-byte character and a lone surrogate counts three bytes."""
     units = _utf16_units(value)
@@ -248,7 +248,7 @@ def _utf8_length(value: str) -> int:
 
 def _fnv1a32(units: list[int], basis: int) -> int:
     """FNV-1a from ``basis`` over UTF-16 code units (not UTF-8 bytes: both
-    sides name the socket with the seed's function, which walks units)."""
+    sides name the socket with ``mod-protocol.ts``'s function, which walks units)."""
     value = basis
     for unit in units:
         value = ((value ^ unit) * _FNV_PRIME) & 0xFFFFFFFF
@@ -256,7 +256,7 @@ def _fnv1a32(units: list[int], basis: int) -> int:
 
 
 def _hashed_session_id(session_id: str) -> str:
-    """Sixteen hex digits: two FNV-1a passes from the seed's two bases."""
+    """Sixteen hex digits: two FNV-1a passes from ``mod-protocol.ts``'s two bases."""
     units = _utf16_units(session_id)
     return "".join(f"{_fnv1a32(units, basis):08x}" for basis in _FNV_BASES)
 
@@ -354,7 +354,7 @@ def _version_parts(version: str) -> list[float]:
     """The numeric core of a version: the dotted numbers it opens with, up to
     the first part that is not one; ``310-dev`` ends the core at 310.
 
-    Numbers are doubles, as the seed's ``Number(...)`` makes them, so two
+    Numbers are doubles, as ``mod-protocol.ts``'s ``Number(...)`` makes them, so two
     different 21-digit parts compare equal here exactly where they do in the
     mod. Digits are ASCII only (JavaScript's ``\\d``).
     """
@@ -392,11 +392,11 @@ def mod_version_at_least(version: str, minimum: str) -> bool:
 
 # =========================================================================== types
 
-#: How hard a request asks the model to think (seed, ``ModEffort``): a named
+#: How hard a request asks the model to think (``mod-protocol.ts``, ``ModEffort``): a named
 #: level or a number.
 ModEffortLevel: TypeAlias = Literal["low", "medium", "high", "xhigh", "max"]
 ModEffort: TypeAlias = Union[ModEffortLevel, int, float]
-#: Why the model stopped (seed, ``ModStopReason``); ``None`` when no response came.
+#: Why the model stopped (``mod-protocol.ts``, ``ModStopReason``); ``None`` when no response came.
 ModStopReason: TypeAlias = Union[
     Literal[
         "end_turn",
@@ -410,14 +410,14 @@ ModStopReason: TypeAlias = Union[
     ],
     None,
 ]
-#: Why a turn ended (seed, ``ModTurnReason``).
+#: Why a turn ended (``mod-protocol.ts``, ``ModTurnReason``).
 ModTurnReason: TypeAlias = Literal["answer", "aborted", "refusal", "error"]
-#: Why the session ended (seed, ``ModSessionEndReason``).
+#: Why the session ended (``mod-protocol.ts``, ``ModSessionEndReason``).
 ModSessionEndReason: TypeAlias = Literal["clear", "resume", "logout", "prompt_input_exit", "other"]
-#: A ``/config`` row's value (seed, ``ModConfigValue``): kept as the JSON it is
+#: A ``/config`` row's value (``mod-protocol.ts``, ``ModConfigValue``): kept as the JSON it is
 #: (a bool, a string, a finite number or a list of strings).
 ModConfigValue: TypeAlias = Union[bool, str, int, float, list[str]]
-#: One content block (seed, ``ModContentBlock``): a JSON object with a string
+#: One content block (``mod-protocol.ts``, ``ModContentBlock``): a JSON object with a string
 #: ``type``, relayed whole and never read.
 ModContentBlock: TypeAlias = dict[str, JsonValue]
 
@@ -432,7 +432,7 @@ class ModWireError(ValueError):
 
 @attrs.frozen(kw_only=True)
 class ModAppendMessage:
-    """One row of the conversation (seed, ``ModAppendMessage``)."""
+    """One row of the conversation (``mod-protocol.ts``, ``ModAppendMessage``)."""
 
     type: Literal["user", "assistant", "attachment", "system"]
     content: tuple[ModContentBlock, ...]
@@ -443,7 +443,7 @@ class ModAppendMessage:
 
 @attrs.frozen(kw_only=True)
 class ModAppendOrigin:
-    """Who caused a row (seed, ``ModAppendOrigin``). ``kind`` is an open list,
+    """Who caused a row (``mod-protocol.ts``, ``ModAppendOrigin``). ``kind`` is an open list,
     kept as the string it is; fields this version does not know are kept in
     ``extra`` and written back on the wire as they came."""
 
@@ -470,7 +470,7 @@ class ModStepReasoning:
 @attrs.frozen(kw_only=True)
 class ModStepToolCall:
     """A tool call the model began: ``args`` is JSON *text*, partial while the
-    block streams (seed, ``ModStepPart``)."""
+    block streams (``mod-protocol.ts``, ``ModStepPart``)."""
 
     id: str
     name: str
@@ -482,13 +482,13 @@ ModStepPart: TypeAlias = Union[ModStepText, ModStepReasoning, ModStepToolCall]
 
 @attrs.frozen(kw_only=True)
 class ModHelloEvent:
-    """The mod reached the server; once per process (seed, ``hello``).
+    """The mod reached the server; once per process (``mod-protocol.ts``, ``hello``).
     ``session_id`` is the id the socket is named for."""
 
     session_id: str
     claude_version: str
     interactive: bool
-    #: Not the seed's: what this mod knows beyond it (``MOD_CAPABILITY_ASKS``).
+    #: Not ``mod-protocol.ts``'s: what this mod knows beyond it (``MOD_CAPABILITY_ASKS``).
     capabilities: tuple[str, ...] | Absent = ABSENT
 
 
@@ -512,7 +512,7 @@ class ModTurnStartEvent:
 @attrs.frozen(kw_only=True)
 class ModStepEvent:
     """One snapshot of a streaming step: ``parts`` is the whole step so far.
-    At most ten a second, and once more with ``done`` (seed, ``step``)."""
+    At most ten a second, and once more with ``done`` (``mod-protocol.ts``, ``step``)."""
 
     turn_id: str
     index: int
@@ -533,7 +533,7 @@ class ModTurnCompleteEvent:
 class ModAppendEvent:
     """One row of the conversation. ``wrote`` is the mod's stamp on the rows it
     wrote itself: ``message`` for the row a message became, ``pointer`` for
-    the prompt at the messages a turn never read (seed, ``append``)."""
+    the prompt at the messages a turn never read (``mod-protocol.ts``, ``append``)."""
 
     uuid: str
     door: ModAppendDoor
@@ -551,7 +551,7 @@ class ModModelEvent:
 
 @attrs.frozen(kw_only=True)
 class ModAskEvent:
-    """Not the seed's (kind ``ask``): Claude Code is about to ask the person
+    """Not ``mod-protocol.ts``'s (kind ``ask``): Claude Code is about to ask the person
     whether a tool call may run, and the mod waits for ``ask.answer`` with
     ``ask_id``. ``input`` is the tool's arguments as the permission decision
     reads them; ``summary`` a sentence a person can read; ``reason`` Claude
@@ -574,7 +574,7 @@ class ModUnknownEvent:
     raw: dict[str, JsonValue]
 
 
-#: Something that happened in the session (seed, ``ModEvent``).
+#: Something that happened in the session (``mod-protocol.ts``, ``ModEvent``).
 ModEvent: TypeAlias = Union[
     ModHelloEvent,
     ModSessionIdEvent,
@@ -612,7 +612,7 @@ class ModConfigProvider:
 
 @attrs.frozen(kw_only=True)
 class ModConfigRow:
-    """One ``/config`` row (seed, ``ModConfigRow``)."""
+    """One ``/config`` row (``mod-protocol.ts``, ``ModConfigRow``)."""
 
     key: str
     label: str
@@ -626,7 +626,7 @@ class ModConfigRow:
 
 @attrs.frozen(kw_only=True)
 class ModCommandInfo:
-    """One slash command (seed, ``ModCommandInfo``)."""
+    """One slash command (``mod-protocol.ts``, ``ModCommandInfo``)."""
 
     name: str
     description: str
@@ -696,7 +696,7 @@ class ModSetEffortArgs:
 
 @attrs.frozen(kw_only=True)
 class ModAskAnswerArgs:
-    """Not the seed's (``ask.answer``, sent only to a mod whose ``hello``
+    """Not ``mod-protocol.ts``'s (``ask.answer``, sent only to a mod whose ``hello``
     names ``MOD_CAPABILITY_ASKS``): the answer to the ask ``ask_id``.
     ``allow`` runs the tool, ``deny`` refuses it (``reason`` is what the model
     reads), ``ask`` hands the decision back to Claude Code's own prompt."""
@@ -719,7 +719,7 @@ class ModRowWritten:
 @attrs.frozen(kw_only=True)
 class ModPromptTaken:
     """``session.message`` became a prompt the idle session took. It carries
-    no row and is never a refusal (seed, ``ModCallResults``)."""
+    no row and is never a refusal (``mod-protocol.ts``, ``ModCallResults``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -791,7 +791,7 @@ ModCallName: TypeAlias = Literal[
     "ask.answer",
 ]
 
-#: Each call's argument type; ``None`` for a call that takes none (the seed's
+#: Each call's argument type; ``None`` for a call that takes none (``mod-protocol.ts``'s
 #: ``undefined``, which ``JSON.stringify`` leaves out of the request).
 CALL_ARGUMENTS: Final[dict[str, Any]] = {
     "session.message": ModSessionMessageArgs,
@@ -864,7 +864,7 @@ ModResult: TypeAlias = Union[ModResultOk, ModResultError]
 @attrs.frozen(kw_only=True)
 class ModHealthBody:
     link: str
-    #: Not the seed's: what this server knows beyond it (``MOD_CAPABILITY_ASKS``).
+    #: Not ``mod-protocol.ts``'s: what this server knows beyond it (``MOD_CAPABILITY_ASKS``).
     capabilities: tuple[str, ...] | Absent = ABSENT
 
 
@@ -932,7 +932,7 @@ _CLASSES: Final[tuple[type, ...]] = (
 def make_converter() -> cattrs.Converter:
     """The mod link's converter: strict primitives, camelCase on the wire,
     tagged unions on ``kind`` / ``type`` / ``ok`` / ``isAnswered``, JSON
-    passed through where the seed relays it unread.
+    passed through where ``mod-protocol.ts`` relays it unread.
 
     The shared rules come from :class:`wire._convert.Builder`; the hooks here
     are the mod wire's own.
@@ -1090,7 +1090,7 @@ def make_converter() -> cattrs.Converter:
         expected = CALL_ARGUMENTS[call]
         args = value.get("args")  # type: ignore[union-attr]
         if expected is None:
-            # The seed's ``args: undefined`` leaves the key out of the JSON;
+            # ``mod-protocol.ts``'s ``args: undefined`` leaves the key out of the JSON;
             # a null is taken as the same nothing.
             if args is not None:
                 raise ModWireError(f"the call {call} takes no argument")
@@ -1224,7 +1224,7 @@ def read_results(body: object) -> tuple[list[ModResult], dict[str, str], list[st
 
 # =========================================================================== the unread-row prompt
 
-# Eight characters of [0-9a-z] (seed, ``PROMPT_FENCE_CHARS``): 36**8 ≈ 2.8e12
+# Eight characters of [0-9a-z] (``mod-protocol.ts``, ``PROMPT_FENCE_CHARS``): 36**8 ≈ 2.8e12
 # marks, drawn with ``secrets`` so the writer of a message cannot know it.
 _FENCE_CHARS: Final = 8
 _FENCE_ALPHABET: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -1267,7 +1267,7 @@ def unread_row_prompt(unread: typing.Sequence[ModUnreadMessage]) -> str:
     for message in messages:
         if not isinstance(message, (ModUnreadPerson, ModUnreadCard)):
             raise TypeError(f"an unread message is a ModUnreadPerson or ModUnreadCard, not {type(message).__name__}")
-    # Message ids are checked too: the seed checks texts only, but an id is
+    # Message ids are checked too: ``mod-protocol.ts`` checks texts only, but an id is
     # quoted inside the label, and a mark it held would be a mark it chose.
     fence = _draw_fence(
         [message.text for message in messages]

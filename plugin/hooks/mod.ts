@@ -25,8 +25,8 @@
  * last step are unread at its end, and get one pointer prompt (`unreadRowPrompt`). A write is
  * recorded in `$.store` under its `eventId`, so a resend is answered from the record.
  *
- * Asks (ours, beyond the seed): when Claude Code is about to ask the person whether a tool call
- * may run, the `tool.check` hook reports an `ask` event and waits for the server's `ask.answer`
+ * Asks (ours, beyond claude-envoy 1.19.0 `hooks/mod-protocol.ts`): when Claude Code is about to ask
+ * the person whether a tool call may run, the `tool.check` hook reports an `ask` event and waits for the server's `ask.answer`
  * call; `allow` and `deny` are returned as the hook's verdict, anything else (`ask`, no answer
  * because the link went, the person interrupted) hands the verdict beneath back, so Claude Code's
  * own prompt comes up. It raises one only at a server whose `/healthz` names the asks, and only

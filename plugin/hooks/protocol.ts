@@ -2,24 +2,24 @@
  * The mod link's wire, as the mod sees it: the constants, where the socket is, the version gate
  * and the prompt at the messages a turn never read.
  *
- * The contract is the router's `wire/mod.py`, which states the seed (claude-envoy 1.19.0
- * `hooks/mod-protocol.ts`) in Python; a parity test (`tests/e2e_mod/test_parity.py`) runs this
+ * The contract is the router's `wire/mod.py`, which states claude-envoy 1.19.0
+ * `hooks/mod-protocol.ts` in Python; a parity test (`tests/e2e_mod/test_parity.py`) runs this
  * file under `claude plugin test` against `wire.mod` on thousands of generated cases.
  *
  * This module imports nothing and reads no global but `Math.random` (the fence only): a mod runs
  * in a worker of its own with no Node, and `./mod.ts` imports it as a plain sibling.
  */
 
-/** `GET /healthz` answers `{ link: MOD_HEALTH_MARKER }`: the mark of a live server (seed). */
+/** `GET /healthz` answers `{ link: MOD_HEALTH_MARKER }`: the mark of a live server (`mod-protocol.ts`). */
 export const MOD_HEALTH_MARKER = "claude-envoy-mod"
 
-/** How long the server holds `POST /requests` open while it has no work, in ms (seed). */
+/** How long the server holds `POST /requests` open while it has no work, in ms (`mod-protocol.ts`). */
 export const MOD_POLL_HOLD_MS = 5_000
 
-/** The Claude Code release the mod needs; below it the mod never connects (seed). */
+/** The Claude Code release the mod needs; below it the mod never connects (`mod-protocol.ts`). */
 export const MOD_MIN_CLAUDE_VERSION = "2.1.310"
 
-/** The URL every request goes to; over a Unix socket the host is only the `Host` header (seed). */
+/** The URL every request goes to; over a Unix socket the host is only the `Host` header (`mod-protocol.ts`). */
 export const MOD_URL_BASE = "http://claude-envoy"
 
 export const MOD_ROUTE_HEALTH = "/healthz"
@@ -28,16 +28,16 @@ export const MOD_ROUTE_RESULTS = "/results"
 export const MOD_ROUTE_REQUESTS = "/requests"
 
 /** The longest socket path, in UTF-8 bytes: `HttpInit.socketPath` says "near 100 B at most" in
- * Claude Code's declarations, tighter than Linux's 108-byte `sun_path` (seed). */
+ * Claude Code's declarations, tighter than Linux's 108-byte `sun_path` (`mod-protocol.ts`). */
 export const MOD_SOCKET_PATH_MAX_BYTES = 100
 
-/** The status of a post when another mod instance holds the link; the refused mod stops (seed). */
+/** The status of a post when another mod instance holds the link; the refused mod stops (`mod-protocol.ts`). */
 export const MOD_STATUS_TAKEN = 409
 
-/** The header naming the mod instance that sent a post (seed). */
+/** The header naming the mod instance that sent a post (`mod-protocol.ts`). */
 export const MOD_INSTANCE_HEADER = "x-claude-envoy-mod"
 
-/** Not the seed's: the capability a server names in `/healthz` (`capabilities`) and a mod in
+/** Not `mod-protocol.ts`'s: the capability a server names in `/healthz` (`capabilities`) and a mod in
  * `hello` when it knows the asks (`wire.mod.MOD_CAPABILITY_ASKS`). */
 export const MOD_CAPABILITY_ASKS = "asks"
 
@@ -50,14 +50,14 @@ export const ASK_MODES: readonly string[] = ["default", "acceptEdits", "plan"]
  * declarations' `ToolCheckResult.decision`), so no ask is raised for them. */
 export const ASK_PERSON_ONLY_TOOLS: readonly string[] = ["AskUserQuestion", "ExitPlanMode"]
 
-/** The seed's plugin name, which names the sockets' directory (`wire.mod.MOD_PLUGIN_NAME`). This
+/** `mod-protocol.ts`'s plugin name, which names the sockets' directory (`wire.mod.MOD_PLUGIN_NAME`). This
  * plug-in's own name is `PLUGIN_NAME`: Claude Code stamps that one on the rows this plug-in wrote. */
 export const MOD_PLUGIN_NAME = "claude-envoy"
 
 /** This plug-in's name, as `.claude-plugin/plugin.json` spells it. */
 export const PLUGIN_NAME = "router"
 
-/** Every door the mod reports a row of (seed, `MOD_APPEND_DOORS`). */
+/** Every door the mod reports a row of (`mod-protocol.ts`, `MOD_APPEND_DOORS`). */
 export const MOD_APPEND_DOORS = [
   "prompt",
   "command",
@@ -75,14 +75,14 @@ export type SocketResolution =
   | { readonly path?: undefined; readonly refusal: string }
 
 /** The three variables a base comes from, in the order tried. TMPDIR and /tmp are never one: other
- * local users can write there (seed). */
+ * local users can write there (`mod-protocol.ts`). */
 export type SocketEnv = {
   readonly XDG_RUNTIME_DIR?: string
   readonly CLAUDE_CONFIG_DIR?: string
   readonly HOME?: string
 }
 
-/** FNV-1a, 32 bits: the prime 16777619 in two 16-bit halves, and the two offset bases the seed's
+/** FNV-1a, 32 bits: the prime 16777619 in two 16-bit halves, and the two offset bases `mod-protocol.ts`'s
  * two passes start from. */
 const FNV_PRIME_HIGH = 0x0100
 const FNV_PRIME_LOW = 0x0193
@@ -198,7 +198,7 @@ export type UnreadMessage =
   | { readonly kind: "person"; readonly text: string; readonly messageId: string }
   | { readonly kind: "card"; readonly text: string }
 
-/** Eight characters of [0-9a-z] (seed, `PROMPT_FENCE_CHARS`). */
+/** Eight characters of [0-9a-z] (`mod-protocol.ts`, `PROMPT_FENCE_CHARS`). */
 const FENCE_CHARS = 8
 const FENCE_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 

@@ -29,7 +29,8 @@ export class LinkServer {
   /** What each route answers; a test sets `alive = false` for no server, `taken = true` for 409. */
   alive = true
   taken = false
-  /** Whether `/healthz` names the asks, as the router's server does (a seed-only server does not). */
+  /** Whether `/healthz` names the asks, as the router's server does (a server that knows only
+   * `mod-protocol.ts` does not). */
   asks = true
   private queue: Any[] = []
   private wake: (() => void) | undefined

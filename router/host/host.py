@@ -623,7 +623,7 @@ class HostSession:
     async def snapshot(self, *, messages: bool = True) -> dict:
         """``{session, messages, pending, busy}`` as the store has it now;
         with ``messages=False`` without ``messages`` (the whole transcript,
-        which costs what the session's history holds: issue 16)."""
+        which costs what the session's history holds)."""
         store = self.host.store
 
         def read(store: Store) -> dict:

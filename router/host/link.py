@@ -380,7 +380,7 @@ async def probe(endpoint: DaemonEndpoint, session: str) -> Hello:
 
 #: The jitter's source for every :class:`Backoff` not given its own: one
 #: Mersenne Twister per process, not one per session (its state is 2.5 KiB,
-#: which was the largest single item of an idle session's heap; issue 16).
+#: which was the largest single item of an idle session's heap).
 #: The jitter needs no independence between sessions, only spread.
 SHARED_RNG: Final = random.Random()
 

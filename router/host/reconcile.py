@@ -66,8 +66,8 @@ cursor at its ``lastSeq`` and acks it (its frames so far are of the
 earlier hold, never applied).
 
 A runtime whose ``hello.lastSeq`` is below the stored cursor's seq for the
-same runtime id is a new container that reused the id (the seed says runtime
-ids name containers; this is the defensive reading): it is treated exactly
+same runtime id is a new container that reused the id (npm ``agents@0.32.0`` ``protocol.d.ts`` says
+runtime ids name containers; this is the defensive reading): it is treated exactly
 as a new runtime, or its frames would be skipped as already applied.
 
 **Deliver** (:meth:`ConnectionCore.deliver`): every open operation not

@@ -143,7 +143,7 @@ def _events_lagged(session: str) -> Callable[[], EventsLagged]:
 class _Inbox:
     """The daemon's messages between a connection's reader and its driver:
     a deque and, only while it is full, one event (a memory channel was
-    two objects and a state per connection; issue 16). The reader puts and
+    two objects and a state per connection). The reader puts and
     wakes the driver (the link's ``_wake``); the driver takes batches."""
 
     __slots__ = ("_queue", "_drained", "ended", "closed")
@@ -377,7 +377,7 @@ class SessionLink:
                     self._scope.cancel(reason="the session was closed")
                 task_status.started(self)
                 # The connect loop runs in this task (no nursery of its
-                # own: one task fewer per idle link, issue 16).
+                # own: one task fewer per idle link).
                 await self._connect_loop()
         finally:
             self.core.closed()
@@ -607,7 +607,7 @@ class SessionLink:
         full: a slow store stops the reader, and the reader stops reading
         the socket), and ping the daemon every ``ping_interval``.
 
-        The heartbeat lives in this task (issue 16: fewer tasks per idle
+        The heartbeat lives in this task (fewer tasks per idle
         link): the receive runs in a cancel scope whose deadline is the next
         ping's time, or, while a ping is unanswered, its pong's due time.
         A ping unanswered for ``ping_timeout`` drops the connection (a

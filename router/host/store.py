@@ -131,7 +131,7 @@ JavaScript peer survives the UTF-8 database).
     :mod:`router.host.lifecycle`, and why). Read as
     :attr:`SessionRecord.daemon`; written with :meth:`Store.set_daemon`.
 History indexes (schema version 8)
-    so that no read of a turn costs more as history grows (issue 16):
+    so that no read of a turn costs more as history grows:
     ``operations_session_open``, a partial index of each session's open
     operations (:meth:`Store.operations` writes its term), and
     ``usage_session``, the usage after a mark (:meth:`Store.usage_after`;
@@ -482,7 +482,7 @@ def _migrate_to_6(db: sqlite3.Connection) -> None:
 
 
 def _migrate_to_7(db: Any) -> None:
-    # One host drives a daemon per session (issue 15): each session's
+    # One host drives a daemon per session: each session's
     # endpoint and its launcher's view of it. NULL everywhere for the
     # sessions of older files: they keep the host's default endpoint. The
     # same statements serve PostgreSQL (its twin below).
@@ -499,7 +499,7 @@ _OPEN_TERM: Final = "status IN ('queued', 'running')"
 
 
 def _migrate_to_8(db: Any) -> None:
-    # Nothing a delivery reads may cost more as history grows (issue 16).
+    # Nothing a delivery reads may cost more as history grows.
     # A session's open operations were found by walking every operation it
     # ever had (``operations_order``, status filtered row by row): this
     # partial index holds only the open ones. And the ``frames`` usage

@@ -1,7 +1,7 @@
 """The host's end of a session socket: a WebSocket client without a task.
 
 trio-websocket gives every connection a reader task and a message channel
-(about 8–10 KiB of an idle session's heap, issue 16) and wakes a task per
+(about 8–10 KiB of an idle session's heap) and wakes a task per
 message. Here the reading is done by whoever calls :meth:`receive` (the
 session link's reader), every complete message a read of the socket brings
 at once, and the sending by whoever calls :meth:`send_messages` (the

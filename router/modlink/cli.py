@@ -39,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--hold-ms",
         type=int,
         default=MOD_POLL_HOLD_MS,
-        help=f"how long a poll is held while nothing is queued (default {MOD_POLL_HOLD_MS}, the seed's)",
+        help=f"how long a poll is held while nothing is queued (default {MOD_POLL_HOLD_MS},"
+        " as in claude-envoy 1.19.0 hooks/mod-protocol.ts)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level on stderr")
 

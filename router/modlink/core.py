@@ -11,7 +11,7 @@ things, each changed only by a plain method call that returns at once:
   instance (``MOD_INSTANCE_HEADER``) claims the link for the core's life; a
   post naming another instance is refused (the server answers
   ``MOD_STATUS_TAKEN``); a post naming none is served and claims nothing
-  (seed, ``MOD_INSTANCE_HEADER``); a post refused as malformed claims nothing.
+  (claude-envoy 1.19.0 ``hooks/mod-protocol.ts``, ``MOD_INSTANCE_HEADER``); a post refused as malformed claims nothing.
 
 - **The request queue and the pending-call table.** :meth:`start_call` makes a
   request, queues it and records it as pending. :meth:`take_requests` hands
@@ -79,7 +79,7 @@ __all__ = ["CallOutcome", "LinkCore", "LinkState", "SubscriberQueue"]
 log = logging.getLogger("router.modlink")
 
 #: How many events a subscriber's queue holds by default before it sheds
-#: snapshots. A step streams at most ten snapshots a second (seed, ``step``),
+#: snapshots. A step streams at most ten snapshots a second (``mod-protocol.ts``, ``step``),
 #: so this is well over ten seconds of one step for a reader that stalls.
 DEFAULT_SUBSCRIBER_CAPACITY = 256
 

@@ -84,7 +84,7 @@ __all__ = [
     "serve_connection",
 ]
 
-#: The largest body a post may have. The seed sets none; a row with a picture
+#: The largest body a post may have. claude-envoy 1.19.0 ``hooks/mod-protocol.ts`` sets none; a row with a picture
 #: in it is the biggest thing the mod posts, and Claude Code caps a picture
 #: well below this (our choice).
 MAX_BODY_BYTES: Final = 32 * 1024 * 1024

@@ -14,7 +14,7 @@ nursery::
         async for event in events:
             ...
 
-Routes (seed): ``GET /healthz`` answers ``{"link": MOD_HEALTH_MARKER}``;
+Routes (claude-envoy 1.19.0 ``hooks/mod-protocol.ts``): ``GET /healthz`` answers ``{"link": MOD_HEALTH_MARKER}``;
 ``POST /events {events}`` and ``POST /results {results}`` answer
 ``{"ok": true}``; ``POST /requests`` answers ``{requests}``, held while
 nothing is queued for up to ``MOD_POLL_HOLD_MS`` and answered the moment work
@@ -95,7 +95,7 @@ _ACCEPT_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.EN
 #: How long the listener waits then (trio's ``serve_listeners``: 100 ms).
 _ACCEPT_SLEEP: Final = 0.1
 
-#: ``GET /healthz``'s answer. ``capabilities`` is ours, not the seed's: a
+#: ``GET /healthz``'s answer. ``capabilities`` is ours, not ``mod-protocol.ts``'s: a
 #: mod that knows the asks raises one only at a server that names them.
 _HEALTH: Final = Answer(200, dumps({"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]}).encode())
 _OK: Final = Answer(200, b'{"ok":true}')
@@ -529,7 +529,7 @@ class ModLink:
         if refused is not None:
             return refused
         if type(body) is not dict:
-            # The seed gives the poll no body; we take none or an object.
+            # ``mod-protocol.ts`` gives the poll no body; we take none or an object.
             return refusal(400, "bad-body", f"POST {MOD_ROUTE_REQUESTS} takes no body or a JSON object")
         if (refused := self._claim(instance)) is not None:
             return refused

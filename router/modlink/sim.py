@@ -1,6 +1,6 @@
 """A simulator of the Claude Code mod, for tests and benchmarks.
 
-It behaves as the seed (``hooks/mod-protocol.ts`` of claude-envoy 1.19.0) describes the mod,
+It behaves as ``hooks/mod-protocol.ts`` of claude-envoy 1.19.0 describes the mod,
 over the real Unix socket (httpx with a Unix-socket transport, which runs on
 Trio through anyio):
 
@@ -32,7 +32,7 @@ holds the simulator to those recordings):
 - a row the mod appends mid-turn comes back as stored: ``role: "user"``,
   ``isMeta: true``;
 - a prompt the plug-in submits comes back by the ``prompt`` door under the
-  plug-in's name (:data:`PLUGIN_NAME`, the manifest's, not the seed's);
+  plug-in's name (:data:`PLUGIN_NAME`, the manifest's, not ``mod-protocol.ts``'s);
   not as the person's words, it is framed (:func:`framed_prompt`);
 - ``/clear`` (:meth:`ModSimulator.clear`, or ``command.run`` of ``clear``)
   sends ``session-end``, ``session-id`` and its three ``command`` rows, and no
@@ -41,7 +41,7 @@ holds the simulator to those recordings):
   engine's ``$.prompt.submit`` fails: "no session is bound in this process"),
   while the pointer prompt submitted at a turn's end is taken.
 
-The rest, as the seed describes the mod:
+The rest, as ``mod-protocol.ts`` describes the mod:
 
 - ``session.message`` is written as a row of the running turn (an ``append``
   by the ``note`` door, stamped ``wrote: "message"``) or, when idle, as a
@@ -162,7 +162,7 @@ def framed_prompt(text: str) -> str:
         "submits between turns — it starts this turn in the user's place. Address the message above."
     )
 
-#: The seed's rate for ``step`` snapshots: at most ten a second.
+#: ``mod-protocol.ts``'s rate for ``step`` snapshots: at most ten a second.
 SNAPSHOT_INTERVAL = 0.1
 
 
@@ -685,7 +685,7 @@ class ModSimulator:
     def _snapshot(
         self, turn_id: str, index: int, parts: Sequence[ModStepPart], effort: Any, *, done: bool, stop_reason: Any = ABSENT
     ) -> ModStepEvent:
-        # The whole step so far, not a delta (seed, ``step``).
+        # The whole step so far, not a delta (``mod-protocol.ts``, ``step``).
         return ModStepEvent(
             turn_id=turn_id,
             index=index,

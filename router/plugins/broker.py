@@ -45,8 +45,8 @@ from router.plugins.refusal import Refusal, code_of
 
 __all__ = ["Answer", "Broker", "DEFAULT_DEADLINES", "check_search_answer"]
 
-#: Seconds each async function gets by default (the broker's own choice: the
-#: seed sets none). A search over the network is the slowest honest call; a
+#: Seconds each async function gets by default (the broker's own choice: the Mosaic
+#: plug-in layer's README sets none). A search over the network is the slowest honest call; a
 #: usage read is a bounded file or store read; preflight and version may run
 #: a subprocess. ``None``: no deadline (a channel's dispatch carries the
 #: person's operation, whose own deadline belongs to the core).

@@ -57,9 +57,9 @@ __all__ = [
 
 #: The session operations a channel carries.
 SESSION_OPERATIONS: Final = ("list", "send", "read")
-#: Exit status of a command whose channel is off (the seed's).
+#: Exit status of a command whose channel is off (the Mosaic plug-in layer's README).
 CLI_OFF_EXIT: Final = 3
-#: HTTP status of a web request whose channel is off (the seed's).
+#: HTTP status of a web request whose channel is off (the Mosaic plug-in layer's README).
 WEB_OFF_STATUS: Final = 503
 
 #: The core's caller: ``await core(operation, args)`` answers the operation.

@@ -208,7 +208,7 @@ class UsageLedger(Protocol):
         """The events of ``session`` after ``mark`` (a mark this ledger
         answered), summed, and the mark after them; ``mark`` None: the
         current mark alone. A read costs the events since the mark, not the
-        session's history (issue 16: a turn's two reads must not grow)."""
+        session's history (a turn's two reads must not grow)."""
         ...
 
 

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The plug-in layer meters a turn with two calls (``PluginLayer.begin_turn``
 before it, ``end_turn`` after its result has landed) and answers, at the
-end, whether the session must stop (seed, "Limit checks": "a stop lets the
+end, whether the session must stop (the Mosaic plug-in layer's README, "Limit checks": "a stop lets the
 turn's result land, then stops the session"). This module decides *when*
 to make those calls for one session, from the turn events the session's
 view task sees, and what a stop means for the session; the Trio layer

@@ -49,7 +49,7 @@ Exit status (``router send``):
 - 2: a usage or connection error (``no-router``, ``unknown-router``,
   ``unsafe-directory``, ``cannot-connect``, ``no-token-file``,
   ``token-file-unsafe``, ``bad-token``, ``card-meaningless`` ...);
-- 3: the ``cli`` channel is switched off (the seed's ``CLI_OFF_EXIT``; the
+- 3: the ``cli`` channel is switched off (``CLI_OFF_EXIT`` of the Mosaic plug-in layer's README; the
   message names the recovery command).
 
 ``router abort``, ``router resume`` (a stopped session; a parked one

@@ -38,8 +38,8 @@ The Trio layer drives a delivery through four plain functions:
 **A Claude Code session** (through the mod's ``session.message``). The mod
 writes a row into the running turn, or the prompt of a new turn when idle,
 and is idempotent by the event id: it answers a replay from its own record
-and writes nothing (seed ``mod-protocol.ts``, ``ModCallArguments``). Its
-answer decides (seed, ``ModCallResults``):
+and writes nothing (claude-envoy 1.19.0 ``hooks/mod-protocol.ts``, ``ModCallArguments``). Its
+answer decides (``mod-protocol.ts``, ``ModCallResults``):
 
 - a row (with its uuid) or a prompt the engine took: answered;
 - a prompt the session dropped (``deny`` with ``as: "prompt"``): answered,
@@ -50,7 +50,7 @@ answer decides (seed, ``ModCallResults``):
   failed the call): unanswered.
 
 The Dispatch attempt of a person's message is *spent by the first write*
-(seed, ``eventId``: "it is spent by the first frame"): every later attempt
+(``mod-protocol.ts``, ``eventId``: "it is spent by the first frame"): every later attempt
 under the same event id goes as a card. So a late answer (the mod wrote the
 person's words, but its answer missed the deadline) turns the person's
 message into a card under the same event id, and the mod answers that card

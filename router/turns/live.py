@@ -30,7 +30,7 @@ fan-out is :class:`LiveHub`, on :mod:`router._fanout`.
 
 Theory of operation (the mod's events)
 --------------------------------------
-- A ``step`` snapshot carries the whole step so far (seed, ``step``). Its
+- A ``step`` snapshot carries the whole step so far (claude-envoy 1.19.0 ``hooks/mod-protocol.ts``, ``step``). Its
   message is ``<turnId>:<index>``, role ``assistant``: the first snapshot
   draws it; a later one that only grew the last text (or reasoning) part is
   sent as a delta; any other change redraws the message; the ``done``
@@ -45,7 +45,7 @@ Theory of operation (the mod's events)
   Code writes a step's rows, one per block, before the step's ``done``
   snapshot, which draws the step whole); a ``tool_result`` block completes its ``tool`` part;
   other user and assistant rows (a prompt typed at the terminal, say) are
-  drawn as they are, meta rows and attachments are not. The seed says the
+  drawn as they are, meta rows and attachments are not. ``mod-protocol.ts`` says the
   stamp, never the words, tells a card from a pointer; so does this.
 - ``turn-start`` / ``turn-complete`` become ``turn-start`` / ``turn-end``.
   Other kinds (``hello``, ``model``, ``session-id`` ...) draw nothing.

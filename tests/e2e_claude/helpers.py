@@ -46,7 +46,7 @@ def claude_environment(base_url: str, bin_dir: Path) -> dict[str, str]:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
         "ANTHROPIC_BASE_URL": base_url,
         "ANTHROPIC_API_KEY": "sk-ant-test-not-a-real-key",
-        # Only the fake API is ever reached (issue 7).
+        # Only the fake API is ever reached.
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         # Claude Code retries a failed request up to 10 times with backoff
         # (about three minutes for a 529, seen with 2.1.332); an error test

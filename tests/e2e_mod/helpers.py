@@ -103,7 +103,7 @@ class ModWorld:
             "LANG": "C.UTF-8",
             "ANTHROPIC_BASE_URL": api_url,
             **({"CLAUDE_CODE_OAUTH_TOKEN": OAUTH_TOKEN} if oauth else {"ANTHROPIC_API_KEY": API_KEY}),
-            # Only the fake API is reached (issue 7); one answer per request.
+            # Only the fake API is reached; one answer per request.
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",
             "CLAUDE_CODE_MAX_RETRIES": "0",

@@ -1,9 +1,9 @@
 """The fault campaign's short, seeded run (``bench/faults.py --short``):
 a few dozen faults and a few thousand hostile inputs against real
-processes, asserting the zeros issue 12 asks for.
+processes, asserting the zeros docs/reliability.md asks for.
 
 The campaign runs once per module (it is the slow part); each test reads
-one row of its tables. Every row must show zeros: issue 12's defects
+one row of its tables. Every row must show zeros: the defects docs/reliability.md lists
 (deep nesting, a daemon connection dropped on it, hostile HTTP ending a
 server, a poisoned frame stalling a host session, a cut turn lost by a
 restart of ``router serve``) each failed a row here before its fix. The

@@ -1,5 +1,5 @@
 """What the host's store asks its database: the statements a piece of work
-runs, for tests that explain them (issue 16: no read of a turn may walk the
+runs, for tests that explain them (no read of a turn may walk the
 history)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``router serve --launcher process``: a ``router daemon`` per session, as
-real processes (issue 15's lifecycle without Docker).
+real processes (the docker launcher's lifecycle without Docker).
 
 Three sessions get three daemons; SIGKILL of one in the middle of a slow
 turn gives a new daemon (a new runtime), the cut operation re-run by the

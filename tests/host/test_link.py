@@ -264,7 +264,7 @@ def _find_task(name: str) -> trio.lowlevel.Task | None:
     return None
 
 
-#: Tasks an idle live link may hold, its own included (issue 16: the link's
+#: Tasks an idle live link may hold, its own included (the link's
 #: task is its connect loop and driver; the connection's reader pings too,
 #: and the WebSocket has no task of its own).
 IDLE_LINK_TASKS = 2

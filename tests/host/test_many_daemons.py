@@ -1,4 +1,4 @@
-"""One host, a daemon per session (issue 15): each session's endpoint is in
+"""One host, a daemon per session: each session's endpoint is in
 its record, each link dials its own, and one session's dead daemon never
 delays another's. Real daemons (ours and the reference), real sockets."""
 

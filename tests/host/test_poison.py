@@ -1,4 +1,4 @@
-"""One poisoned frame must not stall a session (issue 12): a daemon that
+"""One poisoned frame must not stall a session (docs/reliability.md): a daemon that
 keeps a frame the host cannot parse, or cannot apply, replays it on every
 connection until it is acknowledged. The host passes it (recorded as
 skipped, told to subscribers, acked) and the session goes on. Also: a
@@ -28,7 +28,7 @@ from tests.host.fake_daemon import HELLO, FakeConnection, FakeDaemon
 from tests.support.polling import until
 from wire.container import parse_daemon_message
 
-#: Deeper than ``wire``'s parser could structure before issue 12's fix
+#: Deeper than ``wire``'s parser could structure before its fix
 #: (``RecursionError`` near 340 levels), shallow enough for ``json.loads``.
 DEEP = 600
 

@@ -1,4 +1,4 @@
-"""A restart of ``router serve`` must not lose the turn it cut (issue 12).
+"""A restart of ``router serve`` must not lose the turn it cut (docs/reliability.md).
 
 Its in-process echo daemon dies with it, so the operation running at the
 kill is lost with its container. The echo adapter declares ``rerun`` and

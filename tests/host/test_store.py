@@ -378,7 +378,7 @@ def test_a_savepoint_undoes_its_part_alone(store: Store) -> None:
             pass  # outside a transaction
 
 
-# --------------------------------------------------------------------------- history (issue 16)
+# --------------------------------------------------------------------------- history (schema 8)
 
 def _plans(store: Store, work) -> dict[str, list[str]]:
     """Each statement ``work(store)`` ran and its query plan."""

@@ -1,5 +1,6 @@
 """Fixtures for the mod link's tests: a private run directory per test (short,
-so socket paths stay under the seed's 100 bytes), a started link, and a raw
+so socket paths stay under the 100 bytes of claude-envoy
+1.19.0 ``hooks/mod-protocol.ts``), a started link, and a raw
 HTTP client over its socket."""
 
 from __future__ import annotations

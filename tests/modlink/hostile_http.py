@@ -121,7 +121,8 @@ def hostile_request(r: random.Random) -> Case:
 
 
 #: Cases that once ended a server (found by this fuzzer; Hypercorn 0.18,
-#: h11 0.16, pgjones/hypercorn issue 203): the head is complete, so the app
+#: h11 0.16,
+#: https://github.com/pgjones/hypercorn/issues/203): the head is complete, so the app
 #: answers at once while the reader meets the bad rest.
 KILLERS: list[Case] = [
     Case(data=b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nA", cuts=(), ending="close"),

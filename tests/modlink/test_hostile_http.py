@@ -4,7 +4,7 @@ connection, and a good client is served after the storm.
 
 The inputs in ``KILLERS`` ended ``router modlink`` (and ``router serve``)
 before ``router/_hypercorn.py`` closed Hypercorn's send race
-(pgjones/hypercorn issue 203): an h11 ``RemoteProtocolError``, then
+(https://github.com/pgjones/hypercorn/issues/203): an h11 ``RemoteProtocolError``, then
 ``trio.BusyResourceError``, escaped into ``ModLink.run`` and the socket was
 removed.
 """

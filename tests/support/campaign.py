@@ -1,4 +1,4 @@
-"""The fault campaign of issue 12, written once for ``bench/faults.py`` (the
+"""The fault campaign of docs/reliability.md, written once for ``bench/faults.py`` (the
 full run) and ``tests/faults`` (a short, seeded one that asserts the zeros).
 
 Two halves:
@@ -52,7 +52,7 @@ from tests.support.daemons import REPO, KINDS, Daemon, Kind, daemon_command, spa
 from tests.support.host_worker import worker_text
 from tests.support.hostile import Hostile, as_bytes, parsers
 
-#: "No answer within 10 s" is a hang (issue 12).
+#: "No answer within 10 s" is a hang (docs/reliability.md).
 HANG = 10.0
 #: Reconnect quickly (tests/host/conftest.py's FAST): every peer is local.
 FAST = dict(reconnect_base=0.02, reconnect_cap=0.25)
@@ -63,7 +63,7 @@ PHASE_DEADLINE = 120.0
 #: is a host, a store and a daemon of its own, and each stall costs the
 #: full :data:`HANG`.
 FRAME_SHARE = 50
-#: Every this many inputs of the host-frames storm is issue 12's own
+#: Every this many inputs of the host-frames storm is the original
 #: poisoned frame (the rest are generated).
 PINNED_EVERY = 10
 
@@ -418,7 +418,7 @@ async def phase_serve_kill(target: int, seed: int, work: Path) -> FaultRow:
                         if rounds % 2:
                             # Aimed: mid-turn, once the running delivery's
                             # user message is in the transcript and its
-                            # answer is not (the cut turn issue 12 names).
+                            # answer is not (the cut turn docs/reliability.md names).
                             with trio.move_on_after(HANG):
                                 await _turn_running(client, expected, answers)
                         else:
@@ -917,7 +917,7 @@ def http_request(rng: Random, hostile: Hostile, paths: list[bytes], headers: lis
     if rng.random() < 0.08:
         return rng.randbytes(rng.choice([1, 16, 300, 5000]))
     if rng.random() < 0.015:
-        # Issue 12's reproduction: a complete head the app answers at once,
+        # The original reproduction: a complete head the app answers at once,
         # a body shorter than its length, then the close.
         return b"\r\n".join([b"GET " + rng.choice(paths) + b" HTTP/1.1", *headers, b"Content-Length: 2",
                               b"Connection: close", b"", b"x"])
@@ -1462,7 +1462,7 @@ async def storm_host_frames(count: int, seed: int, work: Path) -> InputRow:
             for index in range(count):
                 kind, data = hostile.next()
                 if index % PINNED_EVERY == 0:
-                    # Issue 12's poisoned frame: an event whose raw value
+                    # The original poisoned frame: an event whose raw value
                     # nests 400 deep, which the host's parser raised on.
                     data = json.dumps({"kind": "event", "operationId": None, "event": {"type": "raw", "value": 0}})
                     data = data.replace('"value": 0', '"value": ' + "[" * 400 + "]" * 400)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tests.support.npm import NpmUnavailable, npm_package
 
-#: The pinned Claude Code build (issue 7).
+#: The pinned Claude Code build.
 CLAUDE_CODE_VERSION = "2.1.332"
 
 #: Environment override: a ``claude`` binary to use instead of the fetched one.

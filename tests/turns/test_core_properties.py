@@ -52,7 +52,8 @@ BEHAVIOURS = st.sampled_from(
 
 @attrs.define
 class Mod:
-    """A mod, idempotent by event id as the seed's: a replay is answered
+    """A mod, idempotent by event id as the one in claude-envoy 1.19.0
+    ``hooks/mod-protocol.ts``: a replay is answered
     from its record and writes nothing; a refusal is not recorded."""
 
     record: dict[str, Any] = attrs.field(factory=dict)

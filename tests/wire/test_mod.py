@@ -1,7 +1,7 @@
 """wire.mod: constants, socket paths, the version gate, the unread-row prompt.
 
-The socket-path and version vectors were computed by running the seed's own
-functions (``shared/seeds/mod-protocol.ts``) under Node, once, by hand; they
+The socket-path and version vectors were computed by running the functions of
+claude-envoy 1.19.0 ``hooks/mod-protocol.ts`` under Node, once, by hand; they
 are written out here so the test needs no Node. Converter round-trips and
 hostile bodies are in ``test_mod_converter.py``.
 """

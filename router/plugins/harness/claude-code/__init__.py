@@ -5,7 +5,7 @@ The session is reached at the mod link's Unix socket for its session id
 (``wire.mod.resolve_mod_socket_path`` over the environment); the router serves
 the link and the mod inside Claude Code dials it. The route's thinking level
 is Claude Code's effort (``--effort``): ``low``, ``medium``, ``high``,
-``xhigh`` or ``max`` (the seed's ``ModEffortLevel``). Launches spend the
+``xhigh`` or ``max`` (``ModEffortLevel`` of claude-envoy 1.19.0 ``hooks/mod-protocol.ts``). Launches spend the
 instance's account (``counts_account``), so daily quotas cover them.
 
 Preflight, in order:
@@ -37,7 +37,7 @@ from router.plugins.refusal import PluginError
 
 INTERFACE_VERSION = 1
 
-#: Claude Code's effort levels (seeds/mod-protocol.ts, ``ModEffortLevel``).
+#: Claude Code's effort levels (``mod-protocol.ts``, ``ModEffortLevel``).
 LEVELS = ("low", "medium", "high", "xhigh", "max")
 
 _VERSION = re.compile(rb"\b(\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?)")

@@ -24,7 +24,7 @@ import httpx
 
 INTERFACE_VERSION = 1
 
-#: The container protocol version and health path (seeds/container-protocol.d.ts:
+#: The container protocol version and health path (npm agents@0.32.0 protocol.d.ts:
 #: CONTAINER_PROTOCOL_VERSION, CONTAINER_HEALTH_PATH).
 PROTOCOL_VERSION = 1
 HEALTH_PATH = "/healthz"

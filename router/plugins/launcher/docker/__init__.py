@@ -74,7 +74,7 @@ INTERFACE_VERSION = 1
 #: The daemon's port inside the container in bridge mode (the image's
 #: ``CF_HARNESS_PORT`` default; the Dockerfile's EXPOSE).
 CONTAINER_PORT = 8080
-#: The container protocol's health path (seeds/container-protocol.d.ts:
+#: The container protocol's health path (npm agents@0.32.0 protocol.d.ts:
 #: CONTAINER_HEALTH_PATH).
 HEALTH_PATH = "/healthz"
 #: Where the session's workspace volume is mounted, and HOME inside it.
@@ -82,7 +82,7 @@ WORKSPACE = "/workspace"
 HOME = "/workspace/home"
 #: HOME (the volume) when a git worktree is bind-mounted at /workspace.
 WORKTREE_HOME = "/home/router"
-#: The environment names of the container protocol (seeds/container-protocol.d.ts).
+#: The environment names of the container protocol (npm agents@0.32.0 protocol.d.ts).
 TOKEN_ENV, RUNTIME_ENV, PORT_ENV = "CF_HARNESS_TOKEN", "CF_HARNESS_RUNTIME_ID", "CF_HARNESS_PORT"
 
 DEFAULT_IMAGE = "router:latest"

@@ -72,7 +72,7 @@ STOP_GRACE = 5.0
 #: The daemon's first stdout line (``router.daemon.cli``): "router daemon:
 #: echo on 127.0.0.1:PORT (runtime ID)".
 LISTENING = re.compile(rb" on [^ ]*:(\d+) \(runtime ")
-#: The environment the daemon reads (the seed's ``CONTAINER_ENV``).
+#: The environment the daemon reads (``CONTAINER_ENV`` of npm ``agents@0.32.0`` ``protocol.d.ts``).
 TOKEN_ENV, RUNTIME_ENV, PORT_ENV = "CF_HARNESS_TOKEN", "CF_HARNESS_RUNTIME_ID", "CF_HARNESS_PORT"
 
 #: The variable naming the router a daemon was started for (its owner id:
