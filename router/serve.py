@@ -40,9 +40,11 @@ On one machine with nothing else installed it starts, in this order:
 It then writes the page's URL with the token,
 ``http://127.0.0.1:PORT/?token=TOKEN``, to ``page-url`` beside the token
 file (0600 whatever the umask; :data:`PAGE_URL_FILE`) and prints it as its
-first stdout line when stdout is a terminal; otherwise (a pipe, a file
-that may be readable by others) the first line is the URL without the
-token, ``http://127.0.0.1:PORT/``. Then ``router serve: listening on <url>
+first stdout line when only this user can read stdout (a terminal, a pipe
+to the process that started it, a file no one else may read:
+:func:`stdout_is_private`); otherwise (a file made under a umask that lets
+others read it) the first line is the URL without the token,
+``http://127.0.0.1:PORT/``. Then ``router serve: listening on <url>
 (..., local <socket>); the page's URL with its token is in <file> (0600)``,
 and it serves until SIGINT or SIGTERM, when it stops in the
 reverse order: the private socket (its file removed), the API (no new
@@ -65,6 +67,7 @@ import logging
 import os
 import secrets
 import signal
+import stat
 import sys
 import uuid
 from functools import partial
@@ -688,7 +691,7 @@ def run(args: argparse.Namespace) -> int:
                         launcher=args.launcher, image=args.image, idle_timeout=args.idle_timeout or None,
                         name=args.name, reach=reach)
     try:
-        return trio.run(partial(_serve, config, terminal=sys.stdout.isatty()))
+        return trio.run(partial(_serve, config, private=stdout_is_private()))
     except StartFailed as exc:
         print(f"router serve: {exc}", file=sys.stderr)
         return 2
@@ -725,7 +728,27 @@ def _reach_config(args: argparse.Namespace) -> Any:
     return config
 
 
-async def _serve(config: JobConfig, *, terminal: bool = False) -> int:
+def stdout_is_private() -> bool:
+    """Whether no other user can read what goes to stdout: a terminal; a
+    pipe or a socket (another user can reach neither: the process at the
+    other end, or ``/proc/PID/fd``, which only this user may open); a
+    regular file or a named pipe of this user's that grants nothing to group
+    or others. ``/dev/null`` and anything else: no."""
+    try:
+        fd = sys.stdout.fileno()
+        info = os.fstat(fd)
+    except (OSError, ValueError, AttributeError):
+        return False
+    if os.isatty(fd):
+        return True
+    if stat.S_ISSOCK(info.st_mode):
+        return True
+    if stat.S_ISFIFO(info.st_mode) or stat.S_ISREG(info.st_mode):
+        return info.st_uid == os.getuid() and info.st_mode & 0o077 == 0
+    return False
+
+
+async def _serve(config: JobConfig, *, private: bool = False) -> int:
     from router.tokens import write_private
 
     received: int | None = None
@@ -739,10 +762,10 @@ async def _serve(config: JobConfig, *, terminal: bool = False) -> int:
                     await trio.to_thread.run_sync(write_private, url_file, f"{page}\n")
                 except OSError as exc:
                     raise StartFailed("cannot-write-url", f"could not write {url_file}: {exc.strerror or exc}") from None
-                # The first line: the URL with its token only where no one
-                # else can read it (a terminal); a file it is redirected to
-                # would be as readable as the umask makes it.
-                print(page if terminal else f"{job.url}/", flush=True)
+                # The first line (DESIGN.md's fixed one): the URL with its
+                # token only where no one else can read it; a file it is
+                # redirected to is as readable as the umask made it.
+                print(page if private else f"{job.url}/", flush=True)
                 print(
                     f"router serve: listening on {job.url} (data {config.data_dir}, settings {config.settings_dir}, "
                     f"local {job.socket}); the page's URL with its token is in {url_file} (0600)",

@@ -98,7 +98,7 @@ async def serve(tmp: Path, *args: str, name: str = "serve", env: dict[str, str] 
         if found is None:
             await process.wait()
             raise AssertionError(f"router serve did not start ({process.returncode}): {lines} {stderr.read_text()}")
-        assert lines[0] == f"{found.url}/", lines  # stdout is a pipe: no token on it
+        assert lines[0] == found.page, lines  # stdout is a pipe only this process reads: the token on it
         assert len(lines) == 2 and lines[1].startswith(f"router serve: listening on {found.url} "), lines
         yield Served(process=process, url=found.url, token=found.token, page=found.page, stderr=stderr,
                      listening=lines[1])

@@ -1,5 +1,6 @@
 """Where a test finds ``router serve``'s URL and token: its first stdout
-line names the URL (without the token unless stdout is a terminal), and
+line names the URL (with the token only where no one else can read
+stdout: a terminal, a pipe, a private file), and
 the page's URL with the token is in ``page-url`` (0600) beside the
 ``api-token`` file of its settings directory (``router.serve``,
 docs/cli.md "Tokens"). Every helper that starts ``router serve`` reads
@@ -37,6 +38,8 @@ def served_page(first_line: str, settings: Path) -> ServedPage | None:
     same address as the line (it is written before the line is printed)."""
     parts = urlsplit(first_line.strip())
     if parts.scheme != "http" or parts.hostname != "127.0.0.1" or parts.path != "/":
+        return None
+    if parts.query and not parse_qs(parts.query).get("token"):
         return None
     path = page_url_file(settings)
     info = os.stat(path)
