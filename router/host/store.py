@@ -728,6 +728,8 @@ class Store:
         self._owner: int | None = None
         self._depth = 0
         self._closed = False
+        #: The schema version when the store opened (``__repr__`` reads it; no query).
+        self._opened_version = 0
         #: Held by the thread in a transaction, and by close().
         self._guard = threading.Lock()
         self._group = GroupCommit(self._run_batch, trio.CapacityLimiter(1))
@@ -835,7 +837,9 @@ class Store:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<Store {self.location!r} v{self.schema_version()}>"
+        # No I/O here: the version is the one this store migrated to (or
+        # found) when it opened; `schema_version()` asks the database.
+        return f"<Store {self.location!r} v{self._opened_version}>"
 
     # ---------------------------------------------------------------- threads
 
@@ -958,6 +962,7 @@ class Store:
                     steps[version](self._db)
                     self._db.set_schema_version(version + 1)
                 version = self.schema_version()
+        self._opened_version = version
 
     # ---------------------------------------------------------------- sessions
 

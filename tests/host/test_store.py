@@ -461,3 +461,11 @@ def test_a_v7_store_gains_the_history_indexes(tmp_path: Path) -> None:
         indexes = {row[0] for row in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert {"operations_session_open", "usage_session"} <= indexes
         check_v7_migrated(store)
+
+
+def test_repr_runs_no_query(tmp_path: Path) -> None:
+    with Store(tmp_path / "repr.db") as store:
+        executed: list[str] = []
+        store.database.raw.set_trace_callback(executed.append)
+        assert repr(store) == f"<Store {str(tmp_path / 'repr.db')!r} v{SCHEMA_VERSION}>"
+        assert executed == []
