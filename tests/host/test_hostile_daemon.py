@@ -91,4 +91,8 @@ async def test_a_message_the_host_refuses_is_logged_as_the_hosts_close(
     with trio.fail_after(60):
         await until(lambda: daemon.connections >= 2)
     lines = [r.getMessage() for r in caplog.records if "session socket" in r.getMessage()]
-    assert lines and all("the host closed the session socket" in line and "1009" in line for line in lines), lines
+    # Every close is the host's; the first is its 1009. A later connection
+    # may end while the host's close is still under way (1006 then, seen
+    # once in a full run): the side it names is still the host.
+    assert lines and all("the host closed the session socket" in line for line in lines), lines
+    assert "1009" in lines[0], lines
