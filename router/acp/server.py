@@ -17,7 +17,9 @@ does (router/board/client.py finds the router holding a session).
   :data:`ASK_POLL` seconds): each new one goes to the client as
   ``session/request_permission``, and the option chosen is answered
   through the API (``POST /sessions/<id>/asks/<ask>``); every other surface
-  sees the ask at the same time, and the first answer wins.
+  sees the ask at the same time, and the first answer wins. An ask that
+  leaves the list before the client chose (another surface answered, or it
+  expired) withdraws the client's request (``$/cancel_request``).
 - ``session/prompt``: a delivery with a new event id
   (``POST /sessions/<id>/messages``, ``wait``), exactly once: the router is
   idempotent on the id. The reply's outcome is the stop reason (``done`` ->
@@ -80,6 +82,9 @@ class _Attached:
         return scope
     ended: dict[str, trio.Event] = attrs.field(factory=dict)
     asked: set[str] = attrs.field(factory=set)
+    #: The asks whose ``session/request_permission`` waits on the client:
+    #: the scope of each (cancelled when another surface answers first).
+    pending: dict[str, trio.CancelScope] = attrs.field(factory=dict)
     cancelled: bool = False
 
 
@@ -285,13 +290,21 @@ class AcpServer:
                         try:
                             response = await client.get("/asks")
                             waiting = response.json().get("asks", []) if response.status_code == 200 else []
+                            listed = response.status_code == 200
                         except (httpx.HTTPError, ValueError, AttributeError):
-                            waiting = []
+                            waiting, listed = [], False
+                        ids = set()
                         for ask in waiting:
                             if type(ask) is dict and ask.get("session") == attached.session \
-                                    and type(ask.get("id")) is str and ask["id"] not in attached.asked:
-                                attached.asked.add(ask["id"])
-                                nursery.start_soon(self._ask, attached, ask)
+                                    and type(ask.get("id")) is str:
+                                ids.add(ask["id"])
+                                if ask["id"] not in attached.asked:
+                                    attached.asked.add(ask["id"])
+                                    attached.pending[ask["id"]] = trio.CancelScope()
+                                    nursery.start_soon(self._ask, attached, ask)
+                        if listed:  # answered elsewhere (or expired): the client's request is withdrawn
+                            for id in set(attached.pending) - ids:
+                                attached.pending.pop(id).cancel()
                         await trio.sleep(ASK_POLL)
 
     async def _ask(self, attached: _Attached, ask: dict[str, Any]) -> None:
@@ -299,13 +312,27 @@ class AcpServer:
         first answer of any surface wins: a later one is refused there)."""
         tool_call = {"toolCallId": ask.get("toolUseId") or ask["id"], "title": ask.get("summary") or ask.get("tool"),
                      "rawInput": ask.get("input"), "status": "pending"}
+        scope = attached.pending.get(ask["id"]) or trio.CancelScope()
+        answer = None
         try:
-            answer = await self.peer.call("session/request_permission", {
+            pending = await self.peer.start("session/request_permission", {
                 "sessionId": attached.session, "toolCall": tool_call,
                 "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
                             {"optionId": "deny", "name": "Deny", "kind": "reject_once"}]})
+            with scope:
+                answer = await pending.wait()
         except (RpcError, PeerClosed) as exc:
             log.info("session %s: the client did not answer ask %s: %s", attached.session, ask["id"], exc)
+            return
+        finally:
+            attached.pending.pop(ask["id"], None)
+        if scope.cancelled_caught:
+            # Another surface answered first: the client's request is withdrawn.
+            self.peer.forget(pending)
+            try:
+                await self.peer.notify("$/cancel_request", {"requestId": pending.id})
+            except PeerClosed:
+                pass
             return
         outcome = answer.get("outcome") if type(answer) is dict else None
         if type(outcome) is not dict or outcome.get("outcome") != "selected" \

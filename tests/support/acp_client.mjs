@@ -9,6 +9,19 @@
 // allow_once option, deny -> reject_once), "slow" (cancelled with
 // session/cancel once its first update came). Prints one JSON line: what
 // each step answered and the updates seen.
+//
+//   node acp_client.mjs SDK_DIR SESSION withdrawn -- COMMAND ARGS...
+//
+// (tests/acp/test_router_acp_claude.py) initialize, session/load SESSION,
+// then leave the first permission request unanswered: it prints
+// {"permission": PARAMS} as soon as it comes, and waits for the agent to
+// withdraw it ($/cancel_request: another surface answered) and for the
+// tool's call to end in a session/update (completed or failed); then one
+// JSON line as above (loadUpdates, permissions, withdrawn, updates).
+//
+//   node acp_client.mjs SDK_DIR SESSION resume -- COMMAND ARGS...
+//
+// initialize, session/load SESSION; one JSON line with loadUpdates.
 import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 import path from "node:path";
@@ -39,6 +52,61 @@ const app = acp
     const option = params.options.find((o) => o.kind === kind);
     return { outcome: { outcome: "selected", optionId: option.optionId } };
   });
+
+let onWithdrawn = () => {};
+const withdrawn = [];
+const modeApp = acp
+  .client({ name: "router-test-client" })
+  .onNotification(acp.methods.client.session.update, ({ params }) => {
+    updates.push(params.update);
+    onUpdate(params.update);
+  })
+  .onRequest(acp.methods.client.session.requestPermission, ({ params, signal }) => {
+    permissions.push(params);
+    console.log(JSON.stringify({ permission: params }));
+    return new Promise((resolve) => {
+      const gone = () => {
+        withdrawn.push(params.toolCall.toolCallId);
+        onWithdrawn();
+        resolve({ outcome: { outcome: "cancelled" } });
+      };
+      if (signal.aborted) gone();
+      else signal.addEventListener("abort", gone);
+    });
+  });
+
+if (decision === "withdrawn" || decision === "resume") {
+  const out = await modeApp.connectWith(stream, async (ctx) => {
+    const result = {};
+    result.initialize = await ctx.request(acp.methods.agent.initialize, {
+      protocolVersion: acp.PROTOCOL_VERSION,
+      clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+    });
+    result.load = await ctx.request(acp.methods.agent.session.load, { sessionId: session, cwd: "/", mcpServers: [] });
+    result.loadUpdates = updates.slice();
+    if (decision === "withdrawn") {
+      const ended = (u) =>
+        (u.sessionUpdate === "tool_call" || u.sessionUpdate === "tool_call_update") &&
+        (u.status === "completed" || u.status === "failed");
+      await new Promise((resolve) => {
+        const check = () => {
+          if (withdrawn.length > 0 && updates.some(ended)) resolve();
+        };
+        onUpdate = check;
+        onWithdrawn = check;
+        check();
+      });
+      result.permissions = permissions;
+      result.withdrawn = withdrawn;
+      result.updates = updates;
+    }
+    return result;
+  });
+  console.log(JSON.stringify(out));
+  child.stdin.end();
+  child.kill("SIGTERM");
+  process.exit(0);
+}
 
 const take = () => {
   const taken = updates;
