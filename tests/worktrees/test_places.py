@@ -188,3 +188,44 @@ async def test_refusals_each_with_its_code(bench: Bench) -> None:
         code, out, err = await bench.router("end", odd)
         assert code == 0, err
         assert odd not in await bench.listed()
+
+
+async def test_attach_puts_this_terminal_on_the_sessions_tmux(bench: Bench) -> None:
+    """`router attach` in a terminal (a pane of another tmux server, as a
+    person's terminal) becomes a client of the session's tmux session: what
+    runs there shows in that terminal."""
+    import shlex
+
+    from tests.api.processes import REPO, ROUTER
+
+    await bench.router("projects", "add", str(bench.repo), "--name", "proj")
+    async with bench.serve():
+        code, _, err = await bench.router_json("new", "proj", "--name", "one", "--harness", "echo", "--json")
+        assert code == 0, err
+        command = f"cd {shlex.quote(str(REPO))} && {shlex.join([*ROUTER, 'attach', 'one'])}"
+        outer = ["tmux", "-L", "outer"]
+        try:
+            await trio.run_process([*outer, "new-session", "-d", "-s", "person", "-x", "160", "-y", "40", command],
+                                   env=bench.env)
+
+            async def clients() -> str:
+                done = await trio.run_process(["tmux", "-L", "router", "list-clients", "-t", "=one"], env=bench.env,
+                                              capture_stdout=True, check=False)
+                return done.stdout.decode()
+
+            async def screen() -> str:
+                done = await trio.run_process([*outer, "capture-pane", "-p", "-t", "person"], env=bench.env,
+                                              capture_stdout=True, check=False)
+                return done.stdout.decode()
+
+            with trio.fail_after(60):  # another process's terminal: asked again until it shows
+                while not (await clients()).strip():
+                    await trio.sleep(0.1)
+                await trio.run_process(["tmux", "-L", "router", "send-keys", "-t", "=one:", "echo attached-$((6*7))",
+                                        "Enter"], env=bench.env)
+                while "attached-42" not in await screen():
+                    await trio.sleep(0.1)
+        finally:
+            await trio.run_process([*outer, "kill-server"], env=bench.env, check=False, capture_stderr=True)
+        code, _, err = await bench.router("attach", "nobody")
+        assert code != 0 and "unknown" in err, err
