@@ -376,6 +376,7 @@ if (typeof document !== "undefined") {
     try {
       const { status, body } = await call("GET", "/sessions");
       if (status !== 200) { if (status !== 401) connection("refused", refusedText(status, body)); return; }
+      if ($("connection").dataset.state === "offline") connection("live");
       sessionsSeen = body.sessions;
       skipped = body.skipped || [];
       boardLoaded = true;
@@ -711,6 +712,8 @@ if (typeof document !== "undefined") {
           outbox.save(outbox.all().map((p) => (p.eventId === pending.eventId ? { ...p, router: "" } : p)));
           continue;
         }
+        // The router answered: a link marked offline by an earlier try is live again.
+        if (status !== 0 && $("connection").dataset.state === "offline") connection("live");
         const outcome = outcomeText(status, body);
         if (outcome.final) {
           outbox.settle(pending.eventId);

@@ -137,6 +137,9 @@ async def test_a_phone_on_another_network_stops_a_slow_turn_and_sends_once_after
                 assert answer.startswith("echo: typed offline")
                 await phone.wait_for("document.querySelector('#log .pending') === null", timeout=30)
                 assert json.loads(await phone.evaluate("localStorage.getItem('router.outbox')")) == []
+                # The router answered the resend: the page no longer says offline.
+                await phone.wait_for("document.getElementById('connection').dataset.state !== 'offline'",
+                                     timeout=30)
                 kept = texts(await messages(router))
                 # Exactly once, whatever the number of tries.
                 assert [text for role, text in kept if role == "user"].count("typed offline") == 1
