@@ -1,5 +1,6 @@
 """``router acp``: the router as an ACP agent on stdio, so any ACP client
-attaches to any session on the board (docs/acp.md).
+attaches to any session on the board, or starts one in a worktree of a
+listed project (docs/acp.md).
 
 Theory of operation
 -------------------
@@ -28,7 +29,15 @@ does (router/board/client.py finds the router holding a session).
   waits (at most :data:`TURN_END_WAIT` s) for the live view's ``turn-end``
   of the operation, so the client has every update first.
 - ``session/cancel``: ``POST /sessions/<id>/abort``.
-- ``session/new``: refused (``-32601``): attach to a board session.
+- ``session/new``: a session in its own git worktree, started by the one
+  ``router serve`` of this user (``POST /sessions``, docs/sessions.md):
+  ``cwd`` must be a listed project's folder (else the router's refusal,
+  ``not-a-project``, is the error answer); ``_meta`` may name its
+  ``harness`` (else the router's default), ``name``, ``branch`` and
+  ``where``. The answer is ``{sessionId}`` (the session's board id, with
+  ``_meta.router``: its name, project, branch, worktree, harness, where),
+  and the session is attached as by ``session/load``: ``session/prompt``
+  it as any other.
 
 Error handling: a router that cannot be reached or refuses is an error
 answer with its code and sentence; the stdio connection lives on.
@@ -63,6 +72,8 @@ PROTOCOL_VERSION: Final = 1
 ASK_POLL: Final = 0.5
 #: Seconds a prompt's answer waits for the live view's ``turn-end`` (ours).
 TURN_END_WAIT: Final = 5.0
+#: The keys of ``session/new``'s ``_meta`` handed to ``POST /sessions``.
+NEW_META: Final = ("harness", "name", "branch", "where")
 #: The router's error code for a refusal (JSON-RPC's implementation-defined range).
 REFUSED: Final = -32000
 
@@ -135,8 +146,7 @@ class AcpServer:
         if request.method == "session/prompt":
             return await self._prompt(self._session_id(params), params.get("prompt"))
         if request.method == "session/new":
-            raise RpcError(METHOD_NOT_FOUND, "router acp attaches to sessions on the board: list them with "
-                                             "session/list and attach with session/load")
+            return await self._new(params)
         raise RpcError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
 
     @staticmethod
@@ -172,14 +182,67 @@ class AcpServer:
             raise RpcError(REFUSED, f"{refused.code}: {refused.message}") from None
         return found.socket
 
+    # ------------------------------------------------------------------ a new session
+
+    async def _serve_socket(self) -> str:
+        """The socket of the one ``router serve`` of this user (the router
+        that starts sessions in worktrees), as ``router new`` finds it."""
+        try:
+            board = await survey(self.env)
+        except Refusal as refused:
+            raise RpcError(REFUSED, f"{refused.code}: {refused.message}") from None
+        serving = [each for each in board.reached if each.info.get("command") == "serve"]
+        if len(serving) != 1:
+            names = ", ".join(each.name for each in serving)
+            raise RpcError(REFUSED, "no-router: no `router serve` of yours is running; start one" if not serving
+                           else f"ambiguous-router: {len(serving)} `router serve` run ({names})")
+        return serving[0].socket
+
+    async def _new(self, params: dict[str, Any]) -> Any:
+        """``session/new``: a session in a new worktree of the listed project
+        whose folder ``cwd`` is (``POST /sessions``), attached as by
+        ``session/load``."""
+        cwd = params.get("cwd")
+        if type(cwd) is not str or not os.path.isabs(cwd):
+            raise RpcError(INVALID_PARAMS, "cwd is an absolute path: a listed project's folder")
+        meta = params.get("_meta") if type(params.get("_meta")) is dict else {}
+        body: dict[str, Any] = {"project": cwd}
+        for key in NEW_META:
+            value = meta.get(key)
+            if value is not None:
+                if type(value) is not str or not value:
+                    raise RpcError(INVALID_PARAMS, f"_meta.{key} is a non-empty string")
+                body[key] = value
+        socket = await self._serve_socket()
+        try:
+            async with _client(socket) as client:
+                response = await client.post("/sessions", json=body)
+        except httpx.HTTPError as exc:
+            raise RpcError(REFUSED, f"cannot-connect: {socket}: {exc}") from None
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        made = response.status_code in (200, 201) and type(answer) is dict and type(answer.get("session")) is str
+        if not made:
+            raise _refused(answer, response.status_code)
+        session = answer["session"]
+        await self._attach(session, socket)
+        return {"sessionId": session, "_meta": {"router": {key: answer.get(key) for key in
+                                                           ("name", "project", "branch", "worktree", "harness",
+                                                            "where")}}}
+
     # ------------------------------------------------------------------ attaching
 
     async def _load(self, session: str) -> Any:
+        return await self._attach(session, await self._holder(session))
+
+    async def _attach(self, session: str, socket: str) -> Any:
         attached = self.attached.get(session)
         if attached is not None:
             for scope in attached.scopes:
                 scope.cancel()
-        attached = _Attached(session, await self._holder(session))
+        attached = _Attached(session, socket)
         assert self._nursery is not None
         try:
             await self._nursery.start(self._live, attached)

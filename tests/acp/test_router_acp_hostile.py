@@ -1,7 +1,8 @@
 """``router acp`` given bad input by its client: each line is answered as
 JSON-RPC says (a parse error, an invalid request, method not found, a
 refusal with the router's code) and the connection goes on; with no router
-running, ``session/list`` is empty and ``session/load`` refused ``no-router``."""
+running, ``session/list`` is empty and ``session/load`` and ``session/new``
+refused ``no-router``."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ async def test_bad_lines_are_answered_and_the_connection_goes_on() -> None:
     assert sorted(nulls) == [-32700, -32600]
     assert by_id[1]["error"]["code"] == -32601
     assert 99 not in by_id
-    assert by_id[2]["error"]["code"] == -32601 and "session/load" in by_id[2]["error"]["message"]
+    assert by_id[2]["error"]["code"] == -32000 and "no-router" in by_id[2]["error"]["message"]  # no router serve
     assert by_id[3]["error"]["code"] == -32602
     assert by_id[4]["result"] == {"sessions": []}
     assert by_id[5]["error"]["code"] == -32000 and "no-router" in by_id[5]["error"]["message"]

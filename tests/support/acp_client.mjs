@@ -22,6 +22,14 @@
 //   node acp_client.mjs SDK_DIR SESSION resume -- COMMAND ARGS...
 //
 // initialize, session/load SESSION; one JSON line with loadUpdates.
+//
+//   node acp_client.mjs SDK_DIR CWD new -- COMMAND ARGS...
+//
+// (tests/acp/test_router_acp_new.py) initialize, session/new {cwd: CWD,
+// _meta: {harness: "echo"}}, a prompt "hello" to the session it answered,
+// then session/new with the folder above CWD (no project: its error
+// caught), then session/list; one JSON line with each (new, prompt with its
+// updates, refused: {code, message}, list).
 import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 import path from "node:path";
@@ -100,6 +108,36 @@ if (decision === "withdrawn" || decision === "resume") {
       result.withdrawn = withdrawn;
       result.updates = updates;
     }
+    return result;
+  });
+  console.log(JSON.stringify(out));
+  child.stdin.end();
+  child.kill("SIGTERM");
+  process.exit(0);
+}
+
+if (decision === "new") {
+  const out = await modeApp.connectWith(stream, async (ctx) => {
+    const result = {};
+    result.initialize = await ctx.request(acp.methods.agent.initialize, {
+      protocolVersion: acp.PROTOCOL_VERSION,
+      clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+    });
+    result.new = await ctx.request(acp.methods.agent.session.new, {
+      cwd: session, mcpServers: [], _meta: { harness: "echo" },
+    });
+    updates = [];
+    const answer = await ctx.request(acp.methods.agent.session.prompt, {
+      sessionId: result.new.sessionId,
+      prompt: [{ type: "text", text: "hello" }],
+    });
+    result.prompt = { stopReason: answer.stopReason, updates: updates.slice() };
+    try {
+      result.refused = await ctx.request(acp.methods.agent.session.new, { cwd: path.dirname(session), mcpServers: [] });
+    } catch (error) {
+      result.refused = { code: error.code, message: error.message };
+    }
+    result.list = await ctx.request(acp.methods.agent.session.list, {});
     return result;
   });
   console.log(JSON.stringify(out));
