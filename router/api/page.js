@@ -368,7 +368,14 @@ if (typeof document !== "undefined") {
     try { localStorage.setItem(BOARD_KEY, JSON.stringify(sessionsSeen)); } catch (_) { /* full: the board is only a convenience */ }
     renderBoard();
     if (!current && sessionsSeen.length && wide.matches) select({ id: sessionsSeen[0].id, router: routerOf(sessionsSeen[0]) });
-    else updateHeader();
+    else if (current && !sessionsSeen.some(isCurrent)) {
+      // The open session is listed under another router than the one the
+      // view names (a session just made here, then held by its own
+      // router: a Claude Code session's `router mcp`): follow it there.
+      const listed = sessionsSeen.filter((session) => session.id === current.id);
+      if (listed.length === 1) select({ id: current.id, router: routerOf(listed[0]) });
+      else updateHeader();
+    } else updateHeader();
   }
 
   async function refreshBoard() {
@@ -640,8 +647,9 @@ if (typeof document !== "undefined") {
         if (!response.ok) {
           const body = await response.json().catch(() => ({}));
           if (response.status === 401) { block(body.error || "bad-token"); return; }
+          // A 404 is followed again too, after the pause: a session just
+          // made (a Claude Code one) is on the board once its agent joins.
           connection("refused", refusedText(response.status, body));
-          if (response.status === 404) return;
         } else {
           connection("live");
           pause = 500;
