@@ -156,7 +156,20 @@ async def test_the_daemon_runs_the_agent_and_a_restore_resumes_its_conversation(
                 outcome = await client.settled("op-1")
             assert outcome == {"status": "done", "text": "I will remember tangerine."}
             persisted = client.persisted()
-    assert [e["kind"] for e in persisted] == ["acp-session"]
+            assert [e["kind"] for e in persisted] == ["acp-session"]
+            # The agent writes its session's transcript after it answers; a
+            # daemon stopped before that write would leave nothing to load
+            # (seen in a full run). A person's daemon lives on; here the
+            # condition is awaited before the stop.
+            home = Path(agent_env["HOME"])
+            written = f"{persisted[0]['sessionId']}.jsonl"
+
+            def transcript_written() -> bool:
+                return any("I will remember tangerine." in path.read_text(errors="replace")
+                           for path in home.glob(f".claude/projects/*/{written}"))
+
+            with trio.fail_after(60):
+                await until(transcript_written, step=0.05)
     # A new daemon: the session comes back from its entries and loads.
     fake_api.script(text_reply("The word was tangerine."))
     async with spawn_daemon("ours", adapter="acp", agent=tuple(agent_command), env=env) as daemon:
