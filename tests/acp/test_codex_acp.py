@@ -104,3 +104,63 @@ async def test_codex_acp_answers_shows_tools_asks_and_loads_its_session(codex_ac
         assert "Remember fig." in texts
     finally:
         await restored.close()
+
+
+async def test_codex_acp_abort_mid_turn_and_killed_mid_turn(codex_acp, fake_openai, tmp_path: Path):
+    """Mid-turn is a turn waiting on its permission request: an abort there
+    cancels it and the agent lives on; a kill there settles the turn
+    unanswered with how it ended, and the next turn starts the agent again
+    on its session (the model sees the earlier turn)."""
+    import os
+    import signal
+
+    from wire.container import Unanswered
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    env = codex_env(tmp_path, str(fake_openai.url))
+    record = Recorder()
+    session = await AcpAdapter([codex_acp], env=env, cwd=str(workspace)).open(record.context)
+
+    def asks_to_touch(file: str) -> ResponsesReply:
+        return ResponsesReply(call=("exec_command", {"cmd": f"touch {file}", "sandbox_permissions": "require_escalated",
+                                                     "justification": "make the file"}))
+
+    try:
+        fake_openai.script(ResponsesReply(text="Noted: plum."))
+        outcome = await run_turn(session, "op1", "Remember plum.")
+        assert isinstance(outcome, Done) and outcome.text.endswith("Noted: plum.")
+        # Abort while the turn waits on its ask.
+        fake_openai.script(asks_to_touch("aborted.txt"))
+        with trio.move_on_after(120) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run_turn, session, "op2", "make the file")
+                with trio.fail_after(60):
+                    await until(lambda: len(record.asks()) == 1)
+                scope.cancel()
+        assert scope.cancelled_caught and not (workspace / "aborted.txt").exists()
+        assert session.process is not None and session.process.returncode is None  # it lives on
+        pid = session.process.pid
+        # Killed while the turn waits on its ask.
+        fake_openai.script(asks_to_touch("killed.txt"))
+        outcomes: list[Any] = []
+        async with trio.open_nursery() as nursery:
+            async def go() -> None:
+                outcomes.append(await run_turn(session, "op3", "make the other file"))
+
+            nursery.start_soon(go)
+            with trio.fail_after(60):
+                await until(lambda: len(record.asks()) == 2)
+            os.killpg(pid, signal.SIGKILL)
+        assert isinstance(outcomes[0], Unanswered) and "SIGKILL" in outcomes[0].reason, outcomes
+        assert not (workspace / "killed.txt").exists()
+        # The next turn starts it again and loads the same session.
+        fake_openai.script(ResponsesReply(text="It was plum."))
+        outcome = await run_turn(session, "op4", "Which fruit?")
+        assert isinstance(outcome, Done) and outcome.text.endswith("It was plum.")
+        assert session.statistics()["starts"] == 2
+        texts = [part.get("text") for item in fake_openai.requests[-1].json["input"] if item.get("type") == "message"
+                 for part in item.get("content", [])]
+        assert "Remember plum." in texts
+    finally:
+        await session.close()
