@@ -77,11 +77,17 @@ class Served:
 
 
 @asynccontextmanager
-async def served(tmp_path: Path, pair: NetnsPair) -> AsyncIterator[Served]:
-    runtime = tmp_path / "run"
-    runtime.mkdir(mode=0o700)
-    env = {**os.environ, "ROUTER_DATA_DIR": str(tmp_path / "data"), "ROUTER_SETTINGS_DIR": str(tmp_path / "settings"),
-           "XDG_RUNTIME_DIR": str(runtime)}
+async def served(tmp_path: Path, pair: NetnsPair, world: dict[str, str] | None = None) -> AsyncIterator[Served]:
+    """``router serve --listen`` in the router's namespace, with data and
+    settings of its own (the router's CA is made there); its run directory
+    its own, or ``world``'s environment (another board's run directory and
+    home) laid over this process's."""
+    env = {**os.environ, **(world or {}), "ROUTER_DATA_DIR": str(tmp_path / "data"),
+           "ROUTER_SETTINGS_DIR": str(tmp_path / "settings")}
+    if world is None:
+        runtime = tmp_path / "run"
+        runtime.mkdir(mode=0o700)
+        env["XDG_RUNTIME_DIR"] = str(runtime)
     stderr = tmp_path / "serve.err"
     with stderr.open("wb") as err:
         process = await trio.lowlevel.open_process(

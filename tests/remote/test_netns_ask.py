@@ -13,12 +13,8 @@ tool runs once.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 import trio
@@ -28,41 +24,9 @@ from tests.e2e_mod.helpers import ModWorld, RouterApi
 from tests.e2e_mod.test_asks import COMMAND, FILE, TURN, asked, tool_result
 from tests.fakes.anthropic import FakeAnthropic
 from tests.remote.phone import emulate_phone, phone_chromium, trust_ca
-from tests.remote.test_netns import PORT, ROUTER, Served, decode_qr
-from tests.support.netns import NetnsPair, netns_pair
+from tests.remote.test_netns import decode_qr, served
+from tests.support.netns import netns_pair
 from tests.support.polling import until
-
-
-@asynccontextmanager
-async def served_in_world(tmp_path: Path, pair: NetnsPair, world: ModWorld) -> AsyncIterator[Served]:
-    """``router serve --listen`` in the router's namespace, on the world's
-    board: its run directory and home; data and settings of its own (the
-    router's CA is made there)."""
-    env = {**os.environ, **world.env, "ROUTER_DATA_DIR": str(tmp_path / "data"),
-           "ROUTER_SETTINGS_DIR": str(tmp_path / "settings")}
-    stderr = tmp_path / "serve.err"
-    with stderr.open("wb") as err:
-        process = await trio.lowlevel.open_process(
-            [*pair.exec(pair.router_ns), ROUTER, "serve", "--port", "0", "--listen", f"{pair.router_ip}:{PORT}",
-             "--log-level", "info"], env=env, stdout=subprocess.PIPE, stderr=err)
-    try:
-        assert process.stdout is not None
-        out = b""
-        with trio.fail_after(60):
-            while b"reachable at" not in out:
-                chunk = await process.stdout.receive_some(4096)
-                assert chunk, f"router serve ended: {stderr.read_text()}"
-                out += chunk
-        socket = out.decode().split("local ", 1)[1].split(")", 1)[0]
-        yield Served(pair=pair, env=env, settings=tmp_path / "settings", socket=socket, stderr=stderr)
-    finally:
-        with trio.CancelScope(shield=True):
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(20):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
 
 
 def tool_results(fake: FakeAnthropic) -> list[dict[str, Any]]:
@@ -94,7 +58,7 @@ async def test_a_phone_on_another_network_allows_a_real_ask(
     session_id, ask = await asked(world, router_api, fake_api, deadline=300)
     assert ask["tool"] == "Bash" and ask["input"]["command"] == COMMAND
     with netns_pair() as pair:
-        async with served_in_world(tmp_path, pair, world) as router:
+        async with served(tmp_path, pair, world.env) as router:
             qr = tmp_path / "pair.png"
             paired = json.loads((await router.cli("pair", "--json", "--png", str(qr))).stdout)
             url = decode_qr(qr)
