@@ -35,11 +35,11 @@ import hmac
 import os
 import re
 import secrets
-import stat
 from pathlib import Path
 from typing import Final, Mapping
 
 from router.errors import Refusal
+from router.tokens import check_private
 
 __all__ = ["TOKEN_FILE", "check_bearer", "load_or_create_token", "read_token", "token_path"]
 
@@ -81,25 +81,13 @@ def read_token(path: Path) -> str:
                       "a regular file, not a symbolic link", path=str(path)) from None
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(file.fileno())
-        _check_private(path, info)
+        check_private(path, info)
         raw = file.read(1024)
     text = raw.decode("ascii", errors="replace").strip()
     if not _TOKEN.fullmatch(text):
         raise Refusal("token-file-bad", f"the token file {path} holds no token; remove it and start `router serve` "
                       "again to make a new one", path=str(path))
     return text
-
-
-def _check_private(path: Path, info: os.stat_result) -> None:
-    if not stat.S_ISREG(info.st_mode):
-        raise Refusal("token-file-unsafe", f"the token file {path} is not a regular file", path=str(path))
-    if info.st_uid != os.geteuid():
-        raise Refusal("token-file-unsafe", f"the token file {path} is owned by uid {info.st_uid}, not by this user "
-                      f"(uid {os.geteuid()})", path=str(path))
-    mode = stat.S_IMODE(info.st_mode)
-    if mode != 0o600:
-        raise Refusal("token-file-unsafe", f"the token file {path} has mode {mode:04o}; it must be 0600, so that "
-                      f"only you can read it (chmod 600 {path})", path=str(path), mode=f"{mode:04o}")
 
 
 def load_or_create_token(settings_dir: Path) -> str:
