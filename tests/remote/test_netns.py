@@ -125,6 +125,26 @@ def decode_qr(png: Path) -> str:
     return done.stdout.decode().strip()
 
 
+@asynccontextmanager
+async def paired_phone(router: Served, pair: NetnsPair, tmp_path: Path) -> AsyncIterator[Any]:
+    """A phone in the pair's other namespace (Chromium at 390×844 with the
+    router's CA), paired from the QR code ``router pair`` made (decoded with
+    zbarimg), on the page's board: its page."""
+    qr = tmp_path / "pair.png"
+    paired = json.loads((await router.cli("pair", "--json", "--png", str(qr))).stdout)
+    url = decode_qr(qr)
+    assert url == paired["url"] and url.startswith(f"{router.origin}/pair#")
+    home = tmp_path / "phone-home"
+    trust_ca(home, router.ca)
+    async with phone_chromium(pair.exec(pair.phone_ns), home) as browser:
+        phone = await browser.open("about:blank")
+        await emulate_phone(phone)
+        await phone.send("Page.navigate", {"url": url})
+        await phone.wait_for(f"location.origin === {json.dumps(router.origin)} && location.pathname "
+                             "=== '/' && document.readyState === 'complete'", timeout=60)
+        yield phone
+
+
 EVIL_FETCH = """<!doctype html><title>evil</title><script>
 const target = %(origin)s;
 window.results = {};

@@ -23,8 +23,7 @@ from tests.e2e_mod.conftest import claude_binary, fake_api, router_api, world  #
 from tests.e2e_mod.helpers import ModWorld, RouterApi
 from tests.e2e_mod.test_asks import COMMAND, FILE, TURN, asked, tool_result
 from tests.fakes.anthropic import FakeAnthropic
-from tests.remote.phone import emulate_phone, phone_chromium, trust_ca
-from tests.remote.test_netns import decode_qr, served
+from tests.remote.test_netns import paired_phone, served
 from tests.support.netns import netns_pair
 from tests.support.polling import until
 
@@ -59,18 +58,7 @@ async def test_a_phone_on_another_network_allows_a_real_ask(
     assert ask["tool"] == "Bash" and ask["input"]["command"] == COMMAND
     with netns_pair() as pair:
         async with served(tmp_path, pair, world.env) as router:
-            qr = tmp_path / "pair.png"
-            paired = json.loads((await router.cli("pair", "--json", "--png", str(qr))).stdout)
-            url = decode_qr(qr)
-            assert url == paired["url"] and url.startswith(f"{router.origin}/pair#")
-            home = tmp_path / "phone-home"
-            trust_ca(home, router.ca)
-            async with phone_chromium(pair.exec(pair.phone_ns), home) as browser:
-                phone = await browser.open("about:blank")
-                await emulate_phone(phone)
-                await phone.send("Page.navigate", {"url": url})
-                await phone.wait_for(f"location.origin === {json.dumps(router.origin)} && location.pathname "
-                                     "=== '/' && document.readyState === 'complete'", timeout=60)
+            async with paired_phone(router, pair, tmp_path) as phone:
                 # The board, first: the ask with Allow and Deny, and the session waiting at the top.
                 await phone.wait_for(f"document.querySelector('#asks .ask[data-ask={json.dumps(ask['id'])}]')"
                                      " !== null", timeout=TURN)

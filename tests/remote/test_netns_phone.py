@@ -22,8 +22,7 @@ import httpx
 import pytest
 import trio
 
-from tests.remote.phone import emulate_phone, phone_chromium, trust_ca
-from tests.remote.test_netns import Served, decode_qr, served
+from tests.remote.test_netns import Served, paired_phone, served
 from tests.remote.test_netns_ask import tap
 from tests.support.netns import NetnsPair, netns_pair
 
@@ -79,18 +78,7 @@ async def type_and_tap_send(phone: Any, text: str) -> None:
 async def test_a_phone_on_another_network_stops_a_slow_turn_and_sends_once_after_offline(tmp_path: Path) -> None:
     with netns_pair() as pair:
         async with served(tmp_path, pair) as router:
-            qr = tmp_path / "pair.png"
-            paired = json.loads((await router.cli("pair", "--json", "--png", str(qr))).stdout)
-            url = decode_qr(qr)
-            assert url == paired["url"] and url.startswith(f"{router.origin}/pair#")
-            home = tmp_path / "phone-home"
-            trust_ca(home, router.ca)
-            async with phone_chromium(pair.exec(pair.phone_ns), home) as browser:
-                phone = await browser.open("about:blank")
-                await emulate_phone(phone)
-                await phone.send("Page.navigate", {"url": url})
-                await phone.wait_for(f"location.origin === {json.dumps(router.origin)} && location.pathname "
-                                     "=== '/' && document.readyState === 'complete'", timeout=60)
+            async with paired_phone(router, pair, tmp_path) as phone:
                 await phone.wait_for(f"document.querySelector({json.dumps(ROW)}) !== null", timeout=60)
                 await phone.wait_for("document.getElementById('connection').dataset.state === 'live'", timeout=60)
                 await tap(phone, f"{ROW} button")
