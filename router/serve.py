@@ -471,7 +471,7 @@ class MainJob:
         return DaemonEndpoint(self.daemon_url, token), runtime
 
     async def _start_local(self, nursery: trio.Nursery, harness: str) -> None:
-        from router.board.local import LocalServer
+        from router.api.server import LocalServer
 
         assert self.config.local is not None
         self.local = LocalServer(self.router, self.layer, env=self.env, command=self.config.local,

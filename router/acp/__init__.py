@@ -12,59 +12,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from acp.meta import PROTOCOL_VERSION
-from acp.schema import RequestPermissionRequest
-from pydantic import ValidationError
+from router._face import face, names
 
-from router.acp.jsonrpc import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
-    ErrorResponse,
-    JsonRpcConnection,
-    LocalProtocolError,
-    Malformed,
-    Notification,
-    Request,
-    Response,
-)
-from router.acp.peer import PeerClosed, PendingCall, RpcError, RpcPeer
-from router.acp.projection import STOP_REASONS, TurnProjection, outcome_of, parse_update, usage_of
-from wire.json import is_json
+#: Where each public name lives; each is imported on first use (router._face).
+_FACE = {
+    "acp.meta": "PROTOCOL_VERSION",
+    "router.acp.jsonrpc": (
+        "INTERNAL_ERROR INVALID_PARAMS INVALID_REQUEST METHOD_NOT_FOUND PARSE_ERROR ErrorResponse "
+        "JsonRpcConnection LocalProtocolError Malformed Notification Request Response"
+    ),
+    "router.acp.peer": "PeerClosed PendingCall RpcError RpcPeer",
+    "router.acp.projection": "STOP_REASONS TurnProjection outcome_of parse_update usage_of",
+}
 
-__all__ = [
-    "INTERNAL_ERROR",
-    "INVALID_PARAMS",
-    "INVALID_REQUEST",
-    "METHOD_NOT_FOUND",
-    "PARSE_ERROR",
-    "PROTOCOL_VERSION",
-    "STOP_REASONS",
-    "ErrorResponse",
-    "JsonRpcConnection",
-    "LocalProtocolError",
-    "Malformed",
-    "Notification",
-    "PeerClosed",
-    "PendingCall",
-    "Request",
-    "Response",
-    "RpcError",
-    "RpcPeer",
-    "TurnProjection",
-    "outcome_of",
-    "parse_update",
-    "permission_request",
-    "usage_of",
-]
+__all__ = sorted([*names(_FACE), "permission_request"])
+__getattr__, __dir__ = face(__name__, _FACE)
 
 
 def permission_request(params: Any) -> dict[str, Any] | str:
     """``session/request_permission``'s params, checked against the schema:
     ``{"sessionId", "tool": {"toolCallId", "title", "input"}, "options":
     [{"optionId", "name", "kind"}]}``, or the reason they are not valid."""
+    from acp.schema import RequestPermissionRequest
+    from pydantic import ValidationError
+
+    from wire.json import is_json
+
     try:
         request = RequestPermissionRequest.model_validate(params)
     except ValidationError as exc:

@@ -1,10 +1,14 @@
-"""The HTTP API server: Hypercorn serving the Quart-Trio app on 127.0.0.1.
+"""The HTTP API served: Hypercorn serving the Quart-Trio app on 127.0.0.1
+(:class:`ApiServer`) and on the router's private Unix socket
+(:class:`LocalServer`); one app builder for both (:func:`build_app`).
 
-Usage (a component of the main job)::
+Usage (components of the main job)::
 
     api = ApiServer(router, layer, port=8765, token=token)
     url = await nursery.start(api.run)   # "http://127.0.0.1:8765"
     api.page_url                         # "http://127.0.0.1:8765/?token=..."
+    local = LocalServer(router, layer, env=os.environ, command="serve", data_dir=data)
+    path = await nursery.start(local.run)
 
 Every route but ``GET /`` and ``GET /healthz`` takes ``Authorization:
 Bearer <token>`` (:mod:`router.board.access`); ``board`` makes
@@ -17,31 +21,55 @@ the gate also takes a local proxy's headers and a paired device's
 credential, and each listen address is bound and served too, over TLS
 unless a local proxy terminates it.
 
+The private socket (where, who may, its name: :mod:`router.board.local`)
+serves the same routes, guards and channels as the TCP port, built for
+``Host: localhost`` (what a client names a Unix socket by), with no token
+(the private directory is the access check), plus ``GET /router``: who
+this router is (:class:`router.board.local.RouterInfo`). With a ``board``
+(:class:`router.board.service.LocalBoard`, shared with the TCP port) it
+lists the whole board and forwards as the TCP port does, and the board
+learns this router's name and socket.
+
 Resource handling: :meth:`ApiServer.run` binds the port (``0`` picks one),
 serves until cancelled, and closes the socket on every exit. Cancelling it
 ends every open live stream. ``limits`` bound the connections
 (:class:`router._hypercorn.ConnectionLimits`: an idle one is closed after
 its timeout, one past the cap is refused 503). Error handling: a port that cannot be bound
-raises ``OSError`` before ``started``.
+raises ``OSError`` before ``started``. :meth:`LocalServer.run` removes the
+socket file on every exit, if it is still the one it bound (the mod link's
+rule); it raises a :class:`~router.errors.Refusal` before ``started``
+(``unsafe-directory``, ``socket-path-too-long``, ``bind-failed``) and binds
+nothing then.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import os
 import socket
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import trio
+from quart import Response
+from quart_trio import QuartTrio
 
 from router._hypercorn import ConnectionGate, ConnectionLimits, serve_on_socket
+from router._unix import MAX_SOCKET_PATH_BYTES, bind_private_socket, remove_if_bound
 from router.api.app import ApiConfig, make_app
 from router.api.context import of as current_of
-from router.board.service import LocalBoard
+from router.board.local import RouterInfo, check_name, claim_name, make_local_directory, router_name, stable_name
+from router.board.paths import BINDING_SUFFIX, INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_directory
+from router.board.service import LocalBoard, process_cwd
+from router.errors import Refusal
 from router.plugins.layer import PluginLayer
 from router.turns.router import TurnRouter
+from wire.json import dumps
 
-__all__ = ["ApiServer", "DEFAULT_PORT", "LOOPBACK"]
+__all__ = ["ApiServer", "DEFAULT_PORT", "LOOPBACK", "LocalServer", "build_app"]
 
 log = logging.getLogger("router.api")
 
@@ -49,6 +77,19 @@ log = logging.getLogger("router.api")
 DEFAULT_PORT = 8765
 #: The API listens on loopback only: it is the person's own machine's door.
 LOOPBACK = "127.0.0.1"
+
+
+def build_app(router: Any, layer: Any, config: ApiConfig | None, allowed_hosts: Callable[[], set[str]], *,
+              reach: Callable[[], Any], token: str | None = None, board: LocalBoard | None = None,
+              worktrees: Any = None) -> QuartTrio:
+    """The app both doors serve: :func:`router.api.app.make_app` with the
+    pairing and device routes (:mod:`router.remote`; ``reach()`` is the
+    router's :class:`router.remote.Reach`, or None)."""
+    from router.remote import make_blueprint
+
+    app = make_app(router, layer, config or ApiConfig(), allowed_hosts, token=token, board=board, worktrees=worktrees)
+    app.register_blueprint(make_blueprint(reach))
+    return app
 
 
 class ApiServer:
@@ -77,12 +118,9 @@ class ApiServer:
         #: "Connections"); each ``--listen`` address has a gate of its own.
         self.limits = limits
         self.connections = ConnectionGate(limits)
-        self.app = make_app(router, layer, config or ApiConfig(), lambda: self._hosts, token=token, board=board,
-                            worktrees=worktrees)
         self.reach = reach
-        from router.remote import make_blueprint
-
-        self.app.register_blueprint(make_blueprint(lambda: self.reach))
+        self.app = build_app(router, layer, config, lambda: self._hosts, reach=lambda: self.reach, token=token,
+                             board=board, worktrees=worktrees)
 
     def __repr__(self) -> str:
         return f"<ApiServer {self.url or 'not bound'}>"
@@ -147,6 +185,103 @@ class ApiServer:
         return {"url": self.url, "connections": self.connections.statistics(),
                 "streams": current_of(self.app).streams.statistics()}
 
+
+
+class LocalServer:
+    """A router's private socket (:mod:`router.board.local`; see the module docstring)::
+
+        local = LocalServer(router, layer, env=os.environ, command="serve", data_dir=data)
+        path = await nursery.start(local.run)
+
+    Error handling: :meth:`run` raises a :class:`~router.errors.Refusal`
+    before ``started`` (``unsafe-directory``, ``socket-path-too-long``,
+    ``bind-failed``) and binds nothing then.
+    """
+
+    def __init__(
+        self,
+        router: Any,
+        layer: Any,
+        *,
+        env: Mapping[str, str],
+        command: str,
+        data_dir: Path,
+        url: str | None = None,
+        config: ApiConfig | None = None,
+        board: Any = None,
+        name: str | None = None,
+        worktrees: Any = None,
+        reach: Any = None,
+    ) -> None:
+        self.env = env
+        self.directory = local_directory(env)
+        #: Stable (given, or from the data directory) unless this router
+        #: lives with its process (``router mcp``).
+        self.stable = command != "mcp"
+        self.name = check_name(name) if name is not None else (
+            stable_name(command, data_dir) if self.stable else router_name(command))
+        self.path = str(self.directory / f"{self.name}{SOCKET_SUFFIX}")
+        self.info = RouterInfo(name=self.name, command=command, pid=os.getpid(), socket=self.path,
+                               data_dir=str(data_dir), url=url, cwd=process_cwd())
+        self.board = board
+        if board is not None:
+            board.info, board.socket = self.info.to_json(), self.path
+        # Pairing and devices (router.remote): `router pair` and `router devices` ask here.
+        self.reach = reach
+        self.app = build_app(router, layer, config, lambda: {LOCAL_HOST}, reach=lambda: self.reach, board=board,
+                             worktrees=worktrees)
+        info = dumps(self.info.to_json())
+
+        @self.app.get(INFO_ROUTE)
+        async def who() -> Response:
+            return Response(info, content_type="application/json")
+
+        self.serving = False
+
+    def __repr__(self) -> str:
+        return f"<LocalServer {self.path} {'serving' if self.serving else 'not serving'}>"
+
+    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """Check the directory, bind, serve until cancelled;
+        ``started(path)`` once the socket listens under its final name."""
+        binding = f"{self.path[: -len(SOCKET_SUFFIX)]}.{os.getpid()}{BINDING_SUFFIX}"
+        if len(os.fsencode(binding)) > MAX_SOCKET_PATH_BYTES:
+            raise Refusal(
+                "socket-path-too-long",
+                f"{binding} is longer than a Unix socket path may be ({MAX_SOCKET_PATH_BYTES} bytes); "
+                "set XDG_RUNTIME_DIR (or ROUTER_DATA_DIR) to a shorter directory",
+                path=binding,
+            )
+        make_local_directory(self.env)
+        if self.stable:
+            claim_name(self.path)
+        sock = bind_private_socket(binding)
+        try:
+            # A link, not a rename: it fails when the name was taken since
+            # the claim (two routers started with one name at once), where a
+            # rename would silently take a live router's socket.
+            os.link(binding, self.path)
+            bound = os.stat(self.path)
+        except OSError as exc:
+            sock.close()
+            why = "another router took the name first" if exc.errno == errno.EEXIST else exc.strerror
+            raise Refusal("bind-failed", f"could not name the socket {self.path}: {why}", path=self.path) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(binding)
+        self.serving = True
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(partial(serve_on_socket, self.app, sock, logger="router.board.http"))
+                logging.getLogger("router.board").info("local socket %s", self.path)
+                task_status.started(self.path)
+        finally:
+            self.serving = False
+            sock.close()
+            remove_if_bound(self.path, bound)
+
+    def statistics(self) -> dict[str, Any]:
+        return {"path": self.path, "serving": self.serving}
 
 async def _close_when_cancelled(sock: socket.socket) -> None:
     """Own a listen socket: closed when the server's nursery ends."""

@@ -5,18 +5,15 @@ of asks, the rules of ``asks.json``.
 (:mod:`router.turns.targets.claude_code`).
 """
 
-from router.asks import core, registry
-from router.asks.core import (
-    DEADLINE_MAX,
-    DEADLINE_MIN,
-    Ask,
-    AskBook,
-    AskPolicy,
-    policy_from,
-    rule_for,
-    rule_subject,
-    rule_text,
-)
-from router.asks.registry import ASK_STATUS, answer_ask, list_asks
+from router._face import face, names
 
-__all__ = [*core.__all__, *registry.__all__]
+#: Where each public name lives; each is imported on first use (router._face).
+_FACE = {
+    "router.asks.core": (
+        "DEADLINE_MAX DEADLINE_MIN Ask AskBook AskPolicy policy_from rule_for rule_subject rule_text"
+    ),
+    "router.asks.registry": "ASK_STATUS answer_ask list_asks",
+}
+
+__all__ = names(_FACE)
+__getattr__, __dir__ = face(__name__, _FACE)

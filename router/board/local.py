@@ -35,52 +35,32 @@ that ``router sessions`` and ``router send`` find them all with no URL:
   before the link it would have raced a router between ``bind`` and
   ``listen``. A SIGKILL between those two calls can leave a ``.binding``
   file; clients never read them.
-- **What it serves.** The API app of :mod:`router.api.app` (the same
-  routes, guards and channels as the TCP port), built for ``Host:
-  localhost`` (what a client names a Unix socket by), with no token (the
-  directory is the access check), plus ``GET /router``: who this router is
-  (:class:`RouterInfo`). With a ``board`` (:class:`router.board.service.LocalBoard`,
-  shared with the TCP port) it lists the whole board and forwards as the TCP
-  port does, and the board learns this router's name and socket.
+- **What it serves.** The API app (:class:`router.api.server.LocalServer`
+  binds the socket with the names and the directory made here and serves
+  the app on it, as :class:`router.api.server.ApiServer` serves it on TCP),
+  plus ``GET /router``: who this router is (:class:`RouterInfo`).
 
-Resource handling: :meth:`LocalServer.run` removes the socket file on every
-exit, if it is still the one it bound (the mod link's rule).
+This module names and places the socket only; it imports nothing of the
+API, so the board's package stays below it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
-import logging
 import os
 import re
 import secrets
-from functools import partial
 from pathlib import Path
 from typing import Any, Final, Mapping
 
 import attrs
-import trio
-from quart import Response
 
-from router._hypercorn import serve_on_socket
-from router._unix import (
-    MAX_SOCKET_PATH_BYTES,
-    bind_private_socket,
-    listener_gone,
-    make_private_directory,
-    remove_if_bound,
-)
-from router.api.app import ApiConfig, make_app
-from router.board.service import process_cwd
-from router.board.paths import BINDING_SUFFIX, INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_directory, uses_runtime_dir
+from router._unix import listener_gone, make_private_directory
+from router.board.paths import BINDING_SUFFIX, SOCKET_SUFFIX, local_directory, uses_runtime_dir
 from router.errors import Refusal
-from wire.json import dumps
 
-__all__ = ["LocalServer", "RouterInfo", "check_name", "claim_name", "make_local_directory", "router_name", "stable_name"]
-
-log = logging.getLogger("router.board")
+__all__ = ["RouterInfo", "check_name", "claim_name", "make_local_directory", "router_name", "stable_name"]
 
 def make_local_directory(env: Mapping[str, str]) -> Path:
     """:func:`local_directory`, created (0700) when missing and checked:
@@ -159,103 +139,3 @@ class RouterInfo:
         if self.cwd is not None:
             out["cwd"] = self.cwd
         return out
-
-
-class LocalServer:
-    """A router's private socket (see the module docstring)::
-
-        local = LocalServer(router, layer, env=os.environ, command="serve", data_dir=data)
-        path = await nursery.start(local.run)
-
-    Error handling: :meth:`run` raises a :class:`~router.errors.Refusal`
-    before ``started`` (``unsafe-directory``, ``socket-path-too-long``,
-    ``bind-failed``) and binds nothing then.
-    """
-
-    def __init__(
-        self,
-        router: Any,
-        layer: Any,
-        *,
-        env: Mapping[str, str],
-        command: str,
-        data_dir: Path,
-        url: str | None = None,
-        config: ApiConfig | None = None,
-        board: Any = None,
-        name: str | None = None,
-        worktrees: Any = None,
-        reach: Any = None,
-    ) -> None:
-        self.env = env
-        self.directory = local_directory(env)
-        #: Stable (given, or from the data directory) unless this router
-        #: lives with its process (``router mcp``).
-        self.stable = command != "mcp"
-        self.name = check_name(name) if name is not None else (
-            stable_name(command, data_dir) if self.stable else router_name(command))
-        self.path = str(self.directory / f"{self.name}{SOCKET_SUFFIX}")
-        self.info = RouterInfo(name=self.name, command=command, pid=os.getpid(), socket=self.path,
-                               data_dir=str(data_dir), url=url, cwd=process_cwd())
-        self.board = board
-        if board is not None:
-            board.info, board.socket = self.info.to_json(), self.path
-        self.app = make_app(router, layer, config or ApiConfig(), lambda: {LOCAL_HOST}, board=board,
-                            worktrees=worktrees)
-        # Pairing and devices (router.remote): `router pair` and `router devices` ask here.
-        self.reach = reach
-        from router.remote import make_blueprint
-
-        self.app.register_blueprint(make_blueprint(lambda: self.reach))
-        info = dumps(self.info.to_json())
-
-        @self.app.get(INFO_ROUTE)
-        async def who() -> Response:
-            return Response(info, content_type="application/json")
-
-        self.serving = False
-
-    def __repr__(self) -> str:
-        return f"<LocalServer {self.path} {'serving' if self.serving else 'not serving'}>"
-
-    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        """Check the directory, bind, serve until cancelled;
-        ``started(path)`` once the socket listens under its final name."""
-        binding = f"{self.path[: -len(SOCKET_SUFFIX)]}.{os.getpid()}{BINDING_SUFFIX}"
-        if len(os.fsencode(binding)) > MAX_SOCKET_PATH_BYTES:
-            raise Refusal(
-                "socket-path-too-long",
-                f"{binding} is longer than a Unix socket path may be ({MAX_SOCKET_PATH_BYTES} bytes); "
-                "set XDG_RUNTIME_DIR (or ROUTER_DATA_DIR) to a shorter directory",
-                path=binding,
-            )
-        make_local_directory(self.env)
-        if self.stable:
-            claim_name(self.path)
-        sock = bind_private_socket(binding)
-        try:
-            # A link, not a rename: it fails when the name was taken since
-            # the claim (two routers started with one name at once), where a
-            # rename would silently take a live router's socket.
-            os.link(binding, self.path)
-            bound = os.stat(self.path)
-        except OSError as exc:
-            sock.close()
-            why = "another router took the name first" if exc.errno == errno.EEXIST else exc.strerror
-            raise Refusal("bind-failed", f"could not name the socket {self.path}: {why}", path=self.path) from exc
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(binding)
-        self.serving = True
-        try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(partial(serve_on_socket, self.app, sock, logger="router.board.http"))
-                log.info("local socket %s", self.path)
-                task_status.started(self.path)
-        finally:
-            self.serving = False
-            sock.close()
-            remove_if_bound(self.path, bound)
-
-    def statistics(self) -> dict[str, Any]:
-        return {"path": self.path, "serving": self.serving}

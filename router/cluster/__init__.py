@@ -11,34 +11,19 @@ driven by exactly one of them (see ``docs/cluster.md``).
   lease rounds, and the inbox it serves.
 """
 
-from router.cluster.lease import (
-    HOLD_MARGIN,
-    HeldLeases,
-    Lease,
-    LeaseBook,
-    Plan,
-    fair_share,
-    hysteresis,
-    plan,
-    preference,
-)
-from router.cluster.member import ClusterMember, ClusterSettings
-from router.cluster.node import TRUST_BELIEF_ENV, ClusterNode, delivery_json, open_node
+from __future__ import annotations
 
-__all__ = [
-    "ClusterMember",
-    "ClusterNode",
-    "ClusterSettings",
-    "open_node",
-    "delivery_json",
-    "TRUST_BELIEF_ENV",
-    "HOLD_MARGIN",
-    "HeldLeases",
-    "Lease",
-    "LeaseBook",
-    "Plan",
-    "fair_share",
-    "hysteresis",
-    "plan",
-    "preference",
-]
+from router._face import face, names
+
+#: Where each public name lives; each is imported on first use (router._face).
+_FACE = {
+    "router.cluster.lease": (
+        "HOLD_MARGIN HeldLeases Lease LeaseBook Plan fair_share hysteresis "
+        "plan preference"
+    ),
+    "router.cluster.member": "ClusterMember ClusterSettings",
+    "router.cluster.node": "TRUST_BELIEF_ENV ClusterNode delivery_json open_node",
+}
+
+__all__ = names(_FACE)
+__getattr__, __dir__ = face(__name__, _FACE)

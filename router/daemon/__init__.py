@@ -26,25 +26,19 @@ The modules inside:
 ``cli``        ``router daemon``
 """
 
-from router.daemon.adapter import (
-    Adapter,
-    AdapterContext,
-    AdapterSession,
-    AdapterTurn,
-    ConfigurableSession,
-    SteeringSession,
-)
-from router.daemon.runner import Daemon, DaemonClosed
-from router.daemon.transport import DaemonServer
+from __future__ import annotations
 
-__all__ = [
-    "Adapter",
-    "AdapterContext",
-    "AdapterSession",
-    "AdapterTurn",
-    "ConfigurableSession",
-    "Daemon",
-    "DaemonClosed",
-    "DaemonServer",
-    "SteeringSession",
-]
+from router._face import face, names
+
+#: Where each public name lives; each is imported on first use (router._face).
+_FACE = {
+    "router.daemon.adapter": (
+        "Adapter AdapterContext AdapterSession AdapterTurn "
+        "ConfigurableSession SteeringSession"
+    ),
+    "router.daemon.runner": "Daemon DaemonClosed",
+    "router.daemon.transport": "DaemonServer",
+}
+
+__all__ = names(_FACE)
+__getattr__, __dir__ = face(__name__, _FACE)

@@ -35,65 +35,25 @@ The modules inside:
 ``cli``           ``router prompt``, ``router transcript``
 """
 
-from router.host.events import (
-    AdapterEvent,
-    ContainerLost,
-    DaemonChanged,
-    FrameSkipped,
-    HostEvent,
-    MessageStored,
-    OperationEnded,
-    OperationStarted,
-    event_json,
-)
-from router.host.host import (
-    ROOT_SESSION,
-    EventStream,
-    EventsLagged,
-    Host,
-    HostSession,
-    HostSessions,
-    HostSettings,
-    OperationResult,
-    Receipt,
-)
-from router.host.lifecycle import LifecycleCore
-from router.host.link import DaemonEndpoint, EndpointError, LinkError, LinkRefused, probe
-from router.host.store import DaemonRecord, Refused, SessionRecord, SkippedFrame, Store, StoreMisuse
-from router.host.supervisor import Launcher, Supervisor, workspace_name
+from __future__ import annotations
 
-__all__ = [
-    "AdapterEvent",
-    "ContainerLost",
-    "DaemonChanged",
-    "DaemonEndpoint",
-    "DaemonRecord",
-    "EndpointError",
-    "EventStream",
-    "EventsLagged",
-    "FrameSkipped",
-    "Host",
-    "HostEvent",
-    "HostSession",
-    "HostSessions",
-    "HostSettings",
-    "Launcher",
-    "LifecycleCore",
-    "LinkError",
-    "LinkRefused",
-    "MessageStored",
-    "OperationEnded",
-    "OperationResult",
-    "OperationStarted",
-    "ROOT_SESSION",
-    "Receipt",
-    "Refused",
-    "SessionRecord",
-    "SkippedFrame",
-    "Store",
-    "StoreMisuse",
-    "Supervisor",
-    "event_json",
-    "probe",
-    "workspace_name",
-]
+from router._face import face, names
+
+#: Where each public name lives; each is imported on first use (router._face).
+_FACE = {
+    "router.host.events": (
+        "AdapterEvent ContainerLost DaemonChanged FrameSkipped HostEvent "
+        "MessageStored OperationEnded OperationStarted event_json"
+    ),
+    "router.host.host": (
+        "ROOT_SESSION EventStream EventsLagged Host HostSession HostSessions "
+        "HostSettings OperationResult Receipt"
+    ),
+    "router.host.lifecycle": "LifecycleCore",
+    "router.host.link": "DaemonEndpoint EndpointError LinkError LinkRefused probe",
+    "router.host.store": "DaemonRecord Refused SessionRecord SkippedFrame Store StoreMisuse",
+    "router.host.supervisor": "Launcher Supervisor workspace_name",
+}
+
+__all__ = names(_FACE)
+__getattr__, __dir__ = face(__name__, _FACE)

@@ -58,12 +58,14 @@ unchanged while no attempt gets one. When the scope fires,
 from __future__ import annotations
 
 import math
-from typing import Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import attrs
 
-from router.host.link import Backoff, LinkError, LinkUnreachable
 from wire.container import AdapterInfo
+
+if TYPE_CHECKING:  # types only: the link (Trio) is loaded by whoever dials
+    from router.host.link import Backoff, LinkError
 
 __all__ = ["GiveUp", "HEALTHY_AFTER", "LinkCore", "LinkState", "Pause", "REDIAL", "Redial", "Requests"]
 
@@ -288,6 +290,8 @@ class LinkCore:
 
     def gave_up(self) -> LinkError:
         """The give-up scope fired: the failure, built from the last error."""
+        from router.host.link import LinkUnreachable
+
         assert self.give_up_after is not None
         last = self.last_error or LinkUnreachable("daemon-unreachable", "no daemon answered")
         decision = self._fail(

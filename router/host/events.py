@@ -34,11 +34,12 @@ Kinds:
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
-from router.host.store import OperationRecord
+if TYPE_CHECKING:  # a type only: the core loads no store (sqlite3, trio)
+    from router.host.store import OperationRecord
 
 __all__ = [
     "AdapterEvent",

@@ -6,31 +6,19 @@ Spec: ``hooks/mod-protocol.ts`` of claude-envoy 1.19.0; the wire itself is :mod:
 the mod simulator, ``cli`` the ``router modlink`` command.
 """
 
-from router.modlink.core import CallOutcome, LinkCore, LinkState, SubscriberQueue
-from router.modlink.errors import (
-    ModBadResult,
-    ModCallError,
-    ModCallTimeout,
-    ModLinkClosed,
-    ModLinkError,
-    ModLinkRefused,
-    ModSubscriberOverflow,
-)
-from router.modlink.server import ModLink, Subscription, probe_health
+from __future__ import annotations
 
-__all__ = [
-    "CallOutcome",
-    "LinkCore",
-    "LinkState",
-    "ModBadResult",
-    "ModCallError",
-    "ModCallTimeout",
-    "ModLink",
-    "ModLinkClosed",
-    "ModLinkError",
-    "ModLinkRefused",
-    "ModSubscriberOverflow",
-    "SubscriberQueue",
-    "Subscription",
-    "probe_health",
-]
+from router._face import face, names
+
+#: Where each public name lives; each is imported on first use (router._face).
+_FACE = {
+    "router.modlink.core": "CallOutcome LinkCore LinkState SubscriberQueue",
+    "router.modlink.errors": (
+        "ModBadResult ModCallError ModCallTimeout ModLinkClosed "
+        "ModLinkError ModLinkRefused ModSubscriberOverflow"
+    ),
+    "router.modlink.server": "ModLink Subscription probe_health",
+}
+
+__all__ = names(_FACE)
+__getattr__, __dir__ = face(__name__, _FACE)

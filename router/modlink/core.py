@@ -54,7 +54,6 @@ from typing import Any, Callable, Iterable
 
 import attrs
 
-from router.modlink.errors import ModBadResult, ModCallError
 from wire.mod import (
     MOD_MIN_CLAUDE_VERSION,
     ModEvent,
@@ -271,6 +270,8 @@ class LinkCore:
         id of a result that named an id but was malformed to why; its call
         fails with :class:`ModBadResult`. Results for ids not pending are
         dropped."""
+        from router.modlink.errors import ModBadResult  # the errors carry trio's TooSlowError: loaded on use
+
         outcomes = []
         answers: list[tuple[str, Callable[[_Pending], CallOutcome]]] = []
         for result in results:
@@ -297,6 +298,8 @@ class LinkCore:
 
     @staticmethod
     def _settle(pending: _Pending, result: ModResult) -> CallOutcome:
+        from router.modlink.errors import ModBadResult, ModCallError
+
         call = pending.request.call
         if isinstance(result, ModResultError):
             return CallOutcome(result.id, error=ModCallError(call, result.error))

@@ -14,35 +14,22 @@ kept while its files keep their identity), ``layer`` (the object the main
 job holds) and ``cli`` (``router plugins|routes|limits``).
 """
 
-from router.plugins.broker import Answer, Broker
-from router.plugins.kinds import KINDS, Kind
-from router.plugins.layer import PluginLayer
-from router.plugins.limits import Limits, Stop
-from router.plugins.loader import LoadedModule, Loader, LoadResult, PluginRefusal
-from router.plugins.refusal import PluginError, Refusal
-from router.plugins.routing import LaunchRecord
-from router.plugins.settings import SettingsDir
-from router.plugins.usage import JsonlRecords, MemoryLedger, MemoryRecords, StoreLedger, UsageLedger
+from __future__ import annotations
 
-__all__ = [
-    "KINDS",
-    "Answer",
-    "Broker",
-    "JsonlRecords",
-    "Kind",
-    "LaunchRecord",
-    "Limits",
-    "LoadResult",
-    "LoadedModule",
-    "Loader",
-    "MemoryLedger",
-    "MemoryRecords",
-    "PluginError",
-    "PluginLayer",
-    "PluginRefusal",
-    "Refusal",
-    "SettingsDir",
-    "Stop",
-    "StoreLedger",
-    "UsageLedger",
-]
+from router._face import face, names
+
+#: Where each public name lives; each is imported on first use (router._face).
+_FACE = {
+    "router.plugins.broker": "Answer Broker",
+    "router.plugins.kinds": "KINDS Kind",
+    "router.plugins.layer": "PluginLayer",
+    "router.plugins.limits": "Limits Stop",
+    "router.plugins.loader": "LoadedModule Loader LoadResult PluginRefusal",
+    "router.plugins.refusal": "PluginError Refusal",
+    "router.plugins.routing": "LaunchRecord",
+    "router.plugins.settings": "SettingsDir",
+    "router.plugins.usage": "JsonlRecords MemoryLedger MemoryRecords StoreLedger UsageLedger",
+}
+
+__all__ = names(_FACE)
+__getattr__, __dir__ = face(__name__, _FACE)

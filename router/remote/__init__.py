@@ -13,13 +13,19 @@
 - :mod:`.cli`: ``router pair``, ``router devices``.
 """
 
-from router.remote.devices import Device, DeviceStore, StreamBook, credential_id
-from router.remote.gate import COOKIE, OPEN_PATHS, REMOTE_STATUS, Gate, GateInfo, LoopbackOrigins
-from router.remote.pairing import PairingBook
-from router.remote.reach import Listen, Reach, ReachConfig, check_config, parse_listen
-from router.remote.routes import make_blueprint
-from router.remote.tls import Certificates, own_certificates, person_certificates
+from __future__ import annotations
 
-__all__ = ["COOKIE", "Certificates", "Device", "DeviceStore", "Gate", "GateInfo", "Listen", "LoopbackOrigins", "OPEN_PATHS",
-           "PairingBook", "REMOTE_STATUS", "Reach", "ReachConfig", "StreamBook", "check_config", "credential_id", "make_blueprint",
-           "own_certificates", "parse_listen", "person_certificates"]
+from router._face import face, names
+
+#: Where each public name lives; each is imported on first use (router._face).
+_FACE = {
+    "router.remote.devices": "Device DeviceStore StreamBook credential_id",
+    "router.remote.gate": "COOKIE OPEN_PATHS REMOTE_STATUS Gate GateInfo LoopbackOrigins",
+    "router.remote.pairing": "PairingBook",
+    "router.remote.reach": "Listen Reach ReachConfig check_config parse_listen",
+    "router.remote.routes": "make_blueprint",
+    "router.remote.tls": "Certificates own_certificates person_certificates",
+}
+
+__all__ = names(_FACE)
+__getattr__, __dir__ = face(__name__, _FACE)

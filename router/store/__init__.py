@@ -18,8 +18,14 @@ docs/store.md says how it is built and what it costs.
 
 from __future__ import annotations
 
-from router._db import Target, parse_target, redact
-from router.store.copy import copy_record
-from router.store.record import Record, open_record
+from router._face import face, names
 
-__all__ = ["Record", "Target", "copy_record", "open_record", "parse_target", "redact"]
+#: Where each public name lives; each is imported on first use (router._face).
+_FACE = {
+    "router._db": "Target parse_target redact",
+    "router.store.copy": "copy_record",
+    "router.store.record": "Record open_record",
+}
+
+__all__ = names(_FACE)
+__getattr__, __dir__ = face(__name__, _FACE)

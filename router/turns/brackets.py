@@ -65,11 +65,12 @@ limit and its stop.
 from __future__ import annotations
 
 import enum
-from typing import Any, Final, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Final, Iterable, Mapping, Union
 
 import attrs
 
-from router.plugins.routing import LaunchRecord
+if TYPE_CHECKING:  # the record is built where needed: the routing module loads the broker (Trio)
+    from router.plugins.routing import LaunchRecord
 
 __all__ = [
     "ATTACHED_ROUTE",
@@ -345,6 +346,8 @@ def attached_launch(
     ``harness`` (model, thinking, the account when the harness spends one),
     the provider of the model (``model`` given wins over the route's: the
     session's own, as its mod reports it)."""
+    from router.plugins.routing import LaunchRecord
+
     routes = routes if type(routes) is dict else {}
     instances = routes.get("instances") if type(routes.get("instances")) is dict else {}
     route = instances.get(instance)
@@ -392,6 +395,8 @@ def launch_to_json(record: LaunchRecord) -> dict[str, Any]:
 
 def launch_of_json(value: object) -> LaunchRecord | None:
     """A record :func:`launch_to_json` wrote, or None when it is not one."""
+    from router.plugins.routing import LaunchRecord
+
     if type(value) is not dict or type(value.get("instance")) is not str or type(value.get("reach")) is not dict:
         return None
     try:

@@ -12,8 +12,16 @@
 See docs/sessions.md.
 """
 
-from router.worktrees.core import session_id_refusal
-from router.worktrees.records import Place, Places
-from router.worktrees.service import NewRequest, Worktrees, launch_harness_refusal
+from __future__ import annotations
 
-__all__ = ["NewRequest", "Place", "Places", "Worktrees", "launch_harness_refusal", "session_id_refusal"]
+from router._face import face, names
+
+#: Where each public name lives; each is imported on first use (router._face).
+_FACE = {
+    "router.worktrees.core": "session_id_refusal",
+    "router.worktrees.records": "Place Places",
+    "router.worktrees.service": "NewRequest Worktrees launch_harness_refusal",
+}
+
+__all__ = names(_FACE)
+__getattr__, __dir__ = face(__name__, _FACE)

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from router._unix import check_private_directory, listener_gone
 from router.board.client import Reached, Skipped, holder, read_answer, reached, router_sockets, survey
-from router.board.local import LocalServer, make_local_directory
+from router.api.server import LocalServer
+from router.board.local import make_local_directory
 from router.board.paths import local_directory
 from router.errors import Refusal
 from tests.api.conftest import Api, api  # noqa: F401  (the fixture)
