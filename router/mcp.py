@@ -445,7 +445,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from router.plugins.settings import default_data_dir
+    from router.dirs import default_data_dir
 
     wire_in, wire_out = take_stdio()  # before anything can print
     setup_logging(args.log_level, "router mcp")

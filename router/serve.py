@@ -569,7 +569,7 @@ def _then(first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[N
 
 
 def _dirs(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Path, Path]:
-    from router.plugins.settings import default_data_dir, default_settings_dir
+    from router.dirs import default_data_dir, default_settings_dir
 
     data = Path(args.data_dir) if args.data_dir else default_data_dir(env)
     settings = Path(args.settings) if args.settings else default_settings_dir(env)

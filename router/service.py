@@ -93,7 +93,7 @@ def service_spec(serve_args: Sequence[str], env: Mapping[str, str], *, name: str
     """The service for ``router serve SERVE_ARGS`` as this user would run it
     from this environment; refuses a secret on the command line."""
     from router.board.local import check_name, stable_name
-    from router.plugins.settings import default_data_dir
+    from router.dirs import default_data_dir
 
     for arg in serve_args:
         option = arg.split("=", 1)[0]

@@ -5,20 +5,32 @@
   ``router`` (checked in a fresh interpreter, as trio's export test does).
 - ``router.daemon`` and ``router.host`` are two programs, the two ends of the
   container protocol: neither imports the other.
-- Code outside a package imports it through its ``__init__`` (its public
-  face), never a module inside it; ``router.daemon.adapters`` is public, as
+- Every package of ``router`` has a face: its ``__init__`` (whose names load
+  on first use, :mod:`router._face`) and the inner modules :data:`FACES`
+  names public. Code outside a package imports it through that face, never
+  another module inside it; ``router.daemon.adapters`` is public, as
   adapters are named by module.
-- No import cycle among our modules, ``TYPE_CHECKING`` imports included.
+- No import cycle among our modules, ``TYPE_CHECKING`` imports included,
+  and none among the packages: read as one node each, the packages import
+  one way. A command's module inside a package (``router.host.cli`` ...,
+  what :data:`router.cli.COMMANDS` names) is the top of the stack, not part
+  of its package's layer: nothing imports it, and it may use any package.
+- Every sans-IO core (:data:`SANS_IO`) imports, in a fresh interpreter,
+  with a finder that refuses trio, sqlite3, sockets and TLS: inputs in,
+  effects out, no I/O loaded to get there. The cores of
+  ``docs/architecture.md``'s table are all here, or in :data:`NOT_SANS_IO`
+  with what keeps them from it.
 - No module reaches another module's private attributes (a name starting with
   one underscore that the module itself does not define).
 
-The last three are read from the source with :mod:`ast`, so they see imports
+The import rules are read from the source with :mod:`ast`, so they see imports
 inside functions too.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -43,12 +55,64 @@ NOT_IN_WIRE = (
     "h11",
     "wsproto",
 )
-#: Packages whose modules only the package itself imports, and the
-#: submodules that are public all the same.
+#: Every package of ``router``: its ``__init__`` is its face, with the inner
+#: modules other packages may import all the same (a package whose
+#: ``__init__`` names nothing offers only these).
 FACES: dict[str, tuple[str, ...]] = {
+    "router.acp": (),
+    "router.api": ("router.api.app", "router.api.server"),
+    "router.asks": ("router.asks.remote",),
+    "router.board": ("router.board.access", "router.board.client", "router.board.local", "router.board.paths",
+                     "router.board.service", "router.board.state"),
+    "router.cluster": (),
     "router.daemon": ("router.daemon.adapters",),
     "router.host": (),
+    "router.limits": ("router.limits.shared",),
+    "router.modlink": ("router.modlink.errors", "router.modlink.server"),
+    "router.plugins": ("router.plugins.broker", "router.plugins.channels", "router.plugins.layer",
+                       "router.plugins.limits", "router.plugins.models", "router.plugins.refusal",
+                       "router.plugins.routing", "router.plugins.settings", "router.plugins.usage",
+                       "router.plugins.watched"),
+    "router.remote": (),
+    "router.store": ("router.store.record",),
+    "router.turns": ("router.turns.core", "router.turns.delivery_log", "router.turns.registry",
+                     "router.turns.requests", "router.turns.router"),
+    "router.worktrees": (),
 }
+#: The sans-IO cores: importing one loads none of :data:`NOT_IN_CORES`.
+SANS_IO = (
+    "router.acp.jsonrpc",
+    "router.acp.updates",
+    "router.asks.core",
+    "router.board.changes",
+    "router.board.state",
+    "router.cluster.lease",
+    "router.daemon.core",
+    "router.host.connection",
+    "router.host.events",
+    "router.host.lifecycle",
+    "router.limits.detect",
+    "router.limits.schedule",
+    "router.modlink.core",
+    "router.remote.pairing",
+    "router.turns.brackets",
+    "router.turns.core",
+    "router.turns.requests",
+    "router.worktrees.core",
+)
+#: Decisions docs/architecture.md names as cores whose module loads I/O
+#: all the same, and why.
+NOT_SANS_IO: dict[str, str] = {
+    "router.host.reconcile": "it makes the host store's calls itself (router.host.store: sqlite3, its worker thread)",
+    "router.remote.devices": "StreamBook shares its module with the devices' record (router._db: sqlite3)",
+    "router.plugins.routing": "its decisions share the module with the plug-in calls through the broker (Trio)",
+    "router.plugins.limits": "its composition shares the module with the checks' calls through the broker (Trio)",
+    "router.plugins.settings": "it reads and writes the settings files under a lock, and loads the usage records",
+    "router.acp.projection": "its schema's package, agent-client-protocol 0.12.1, loads its asyncio transport",
+}
+#: What a sans-IO core may never load.
+NOT_IN_CORES = ("trio", "anyio", "asyncio", "sqlite3", "_sqlite3", "socket", "ssl", "_ssl", "selectors", "httpx",
+                "hypercorn", "quart", "quart_trio")
 #: Private attributes reached across a module boundary on purpose, each with
 #: its reason. The daemon batches its writes through trio-websocket 0.12's
 #: internals (pinned below 0.13 in pyproject.toml; the fallback is tested).
@@ -95,6 +159,17 @@ def _imports(name: str) -> set[str]:
         elif isinstance(node, ast.Import):
             out |= {alias.name for alias in node.names}
     return {module for module in out if module in MODULES and module != name}
+
+
+def _commands() -> set[str]:
+    """The modules :data:`router.cli.COMMANDS` names (read from the source)."""
+    for node in ast.walk(TREES["router.cli"]):
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "COMMANDS":
+            return {module for module, _ in ast.literal_eval(node.value).values()}
+    raise AssertionError("router.cli defines no COMMANDS")
+
+
+COMMANDS = _commands()
 
 
 def _package(name: str) -> str | None:
@@ -149,6 +224,116 @@ def test_no_import_cycles():
         if name not in state:
             visit(name)
     assert cycles == []
+
+
+def test_every_package_has_a_face():
+    packages = {f"router.{path.parent.name}" for path in (ROOT / "router").glob("*/__init__.py")}
+    assert sorted(packages ^ set(FACES)) == []
+    named = {public for publics in FACES.values() for public in publics}
+    assert sorted(public for public in named if public not in MODULES) == [], "a face names a module that is gone"
+
+
+def test_a_packaged_command_is_imported_by_no_module():
+    inner = {command for command in COMMANDS if _package(command) is not None}
+    importers = [f"{name} imports {target}" for name in MODULES for target in _imports(name) if target in inner]
+    assert importers == []
+
+
+def _layer(name: str) -> str:
+    """A module's node in the package graph: its package, or itself (a
+    top-level module, a command)."""
+    if name in COMMANDS:
+        return name
+    return _package(name) or name
+
+
+def test_no_package_cycles():
+    graph: dict[str, set[str]] = defaultdict(set)
+    why: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for name in MODULES:
+        for target in _imports(name):
+            source, sink = _layer(name), _layer(target)
+            if source != sink:
+                graph[source].add(sink)
+                why[source, sink].append(f"{name} -> {target}")
+    # Tarjan's strongly connected components: a component of two or more
+    # nodes is a cycle of packages.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    edges = [f"{a} -> {b}: {why[a, b][:3]}" for cycle in cycles for a in cycle for b in cycle if (a, b) in why]
+    assert cycles == [], "\n".join(edges)
+
+
+#: Installed in the probe's interpreter before the core is imported.
+_REFUSER = """
+import importlib.abc, sys
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in BANNED:
+            raise ImportError(f'a sans-IO core loaded {name}')
+        return None
+BANNED = set(sys.argv[2:])
+already = sorted(m for m in sys.modules if m.split('.')[0] in BANNED)
+assert not already, already
+sys.meta_path.insert(0, Refuse())
+import importlib
+importlib.import_module(sys.argv[1])
+print('ok')
+"""
+
+
+@pytest.mark.parametrize("module", SANS_IO)
+def test_a_sans_io_core_loads_no_io(module):
+    done = subprocess.run([sys.executable, "-c", _REFUSER, module, *NOT_IN_CORES], capture_output=True, text=True,
+                          check=False, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def _cores_on_the_map() -> set[str]:
+    """The modules the first column of docs/architecture.md's table of cores
+    names (a bare file name is in the directory of the one before it)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    start = text.index("| core (sans-IO) |")
+    rows = text[start:].split("\n\n", 1)[0].splitlines()[2:]
+    found: set[str] = set()
+    for row in rows:
+        directory = ""
+        for path in re.findall(r"`([a-z_/]+\.py)`", row.split("|")[1]):
+            directory = path.rpartition("/")[0] if "/" in path else directory
+            found.add("router." + f"{directory}/{path.rpartition('/')[2]}"[:-3].replace("/", "."))
+    return found
+
+
+def test_every_core_on_the_map_is_sans_io_or_says_why_not():
+    cores = _cores_on_the_map()
+    assert len(cores) >= 10
+    assert sorted(cores - set(SANS_IO) - set(NOT_SANS_IO)) == []
+    assert sorted(set(SANS_IO) & set(NOT_SANS_IO)) == []
 
 
 def _defined_private(tree: ast.AST) -> set[str]:

@@ -25,7 +25,7 @@ def local_directory(env: Mapping[str, str]) -> Path:
     ``$XDG_RUNTIME_DIR/router`` when ``XDG_RUNTIME_DIR`` is absolute, else
     ``run`` in the data directory the environment names (never
     ``--data-dir``: every router of the user meets in the same one)."""
-    from router.plugins.settings import default_data_dir
+    from router.dirs import default_data_dir
 
     runtime = env.get("XDG_RUNTIME_DIR") or ""
     if os.path.isabs(runtime):

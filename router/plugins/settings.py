@@ -64,6 +64,7 @@ import attrs
 
 from wire.json import JsonError, dumps, loads
 
+from router.dirs import default_data_dir, default_settings_dir  # re-exported: their names here stay
 from router.plugins.defaults import DOCUMENTS
 from router.plugins.kinds import KINDS, check_kind_setting, is_name, names_of
 from router.plugins.models import MAX_DEPTH, MAX_SETTINGS_BYTES, LimitsPatch, PluginsDocument, PluginsPatch, RoutesPatch, nests_deeper, read_capped, structure
@@ -88,26 +89,6 @@ CHANGES_NAME = "changes.jsonl"
 
 #: Option keys whose values are never shown or logged.
 SECRET_WORDS = ("token", "secret", "password", "api_key", "apikey")
-
-
-def default_settings_dir(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get("ROUTER_SETTINGS_DIR"):
-        return Path(env["ROUTER_SETTINGS_DIR"])
-    if env.get("XDG_CONFIG_HOME"):
-        return Path(env["XDG_CONFIG_HOME"]) / "router"
-    return Path(env.get("HOME") or os.path.expanduser("~")) / ".config" / "router"
-
-
-def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
-    """Where turn records (``usage.jsonl``) live: ``$ROUTER_DATA_DIR``, else
-    ``$XDG_DATA_HOME/router``, else ``~/.local/share/router``."""
-    env = os.environ if env is None else env
-    if env.get("ROUTER_DATA_DIR"):
-        return Path(env["ROUTER_DATA_DIR"])
-    if env.get("XDG_DATA_HOME"):
-        return Path(env["XDG_DATA_HOME"]) / "router"
-    return Path(env.get("HOME") or os.path.expanduser("~")) / ".local" / "share" / "router"
 
 
 def revision_of(data: bytes) -> str:

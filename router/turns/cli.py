@@ -159,7 +159,7 @@ def _token(command: str, args: argparse.Namespace) -> str:
 
     from router.board.access import read_token, token_path
     from router.errors import Refusal
-    from router.plugins.settings import default_settings_dir
+    from router.dirs import default_settings_dir
     from router.tokens import API_TOKEN_VARIABLE, secret_from
 
     settings = Path(args.settings) if args.settings else default_settings_dir(os.environ)

@@ -50,7 +50,7 @@ def _say(command: str, text: str) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Path:
-    from router.plugins.settings import default_settings_dir
+    from router.dirs import default_settings_dir
 
     return Path(args.settings) if args.settings else default_settings_dir(os.environ)
 

@@ -540,7 +540,7 @@ def from_cli(spec: str, argv: Sequence[str], environ: dict[str, str]) -> AcpAdap
     ``--adapter acp:NAME`` asks for. Raises :class:`Refusal`
     ``acp-agent-missing`` (no command after ``--``), ``acp-agent-unknown``."""
     from router.errors import Refusal
-    from router.plugins.settings import default_settings_dir
+    from router.dirs import default_settings_dir
 
     command = list(argv[1:] if argv[:1] == ["--"] else argv)
     if spec == "acp":
