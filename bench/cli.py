@@ -9,9 +9,10 @@ Prints a table.
    then the next round, so a load that comes and goes on the machine falls
    on all of them alike): median and p90, and the median's ratio to the
    baseline measured in the same run, ``python -c pass`` (a bare interpreter
-   start). Beside it the floors: ``python -c "import trio"`` and
-   ``python -c "import trio, httpx"`` (what a command that asks a router
-   over its socket cannot avoid loading).
+   start). Beside it the floors: ``python -c "import trio"``, and trio with
+   an httpx client on a Unix socket's transport (what a command that asks a
+   router over its socket cannot avoid loading: httpx loads httpcore, h11
+   and h2 when its first client is made).
 
    - ``router sessions``, ``router asks``: against one running ``router
      serve`` (its echo ``root`` session; no ask waiting);
@@ -24,7 +25,11 @@ Prints a table.
    after ``initialize``, ``tools/list`` and one tool call (``list_sessions``),
    with 1 and with ``--sessions`` servers running on the machine at once
    (each as Claude Code starts it: its own data directory, its own socket in
-   the one local directory), median and max over the servers.
+   the one local directory), median and max over the servers. Beside it the
+   floors: the resident memory of an interpreter that has only imported
+   trio; trio and the MCP SDK's server (``mcp.server.stdio``,
+   ``mcp.server.lowlevel``); and those with Quart-Trio and Hypercorn (the
+   API each router serves on its private socket).
 
 ``--against CHECKOUT`` runs every command of this tree and of ``CHECKOUT``
 (an export of another revision: ``git worktree add /tmp/router-main main``;
@@ -213,6 +218,20 @@ def _memory(tree: Tree, count: int) -> tuple[float, float, float]:
 
 
 COMMANDS = ("router sessions", "router send", "router asks", "router mcp")
+CLIENT_FLOOR = "import trio, httpx; httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds='x'))"
+#: What ``router mcp``'s memory cannot go below while it imports these.
+MEMORY_FLOORS = {
+    "python -c pass": "pass",
+    "import trio": "import trio",
+    "trio + the MCP SDK's server": "import trio, mcp.server.stdio, mcp.server.lowlevel",
+    "... + Quart-Trio, Hypercorn": "import trio, mcp.server.stdio, mcp.server.lowlevel, quart_trio, hypercorn.trio",
+}
+_RSS = "import re; print(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
+
+
+def _rss_floor(code: str) -> float:
+    done = subprocess.run([sys.executable, "-c", f"{code}\n{_RSS}"], capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1]) / 1024
 
 
 def main() -> None:
@@ -227,7 +246,7 @@ def main() -> None:
         trees.append(Tree(str(args.against), args.against.resolve(), root / "against"))
     floors = {"python -c pass": [sys.executable, "-c", "pass"],
               'python -c "import trio"': [sys.executable, "-c", "import trio"],
-              'python -c "import trio, httpx"': [sys.executable, "-c", "import trio, httpx"]}
+              "trio + an httpx client": [sys.executable, "-c", CLIENT_FLOOR]}
     times: dict[tuple[str, str], list[float]] = {}
     try:
         for tree in trees:
@@ -240,6 +259,7 @@ def main() -> None:
                 for what in COMMANDS:
                     times.setdefault((tree.label, what), []).append(tree.timed(what, run))
         memory = {(tree.label, count): _memory(tree, count) for tree in trees for count in (1, args.sessions)}
+        floors_rss = {name: _rss_floor(code) for name, code in MEMORY_FLOORS.items()}
     finally:
         for tree in trees:
             tree.stop()
@@ -257,6 +277,9 @@ def main() -> None:
     print(f"|{'-' * 24}|{'-' * 17}|{'-' * 14}|{'-' * 11}|{'-' * 11}|")
     for (label, count), (median, top, hwm) in memory.items():
         print(f"| {label:<22} | {count:>15} | {median:12.1f} | {top:9.1f} | {hwm:9.1f} |")
+    print("\nresident memory of an interpreter after these imports alone (MiB)\n")
+    for name, rss in floors_rss.items():
+        print(f"| {name:<32} | {rss:6.1f} |")
 
 
 if __name__ == "__main__":
