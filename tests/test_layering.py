@@ -233,6 +233,21 @@ def test_every_package_has_a_face():
     assert sorted(public for public in named if public not in MODULES) == [], "a face names a module that is gone"
 
 
+@pytest.mark.parametrize("package", sorted(FACES))
+def test_a_face_loads_nothing_until_a_name_is_used(package):
+    probe = (
+        f"import sys, importlib\n"
+        f"face = importlib.import_module({package!r})\n"
+        f"loaded = sorted(m for m in sys.modules if m.startswith({package + '.'!r}))\n"
+        "print(','.join(loaded))\n"
+        "for name in getattr(face, '__all__', ()):\n"
+        "    getattr(face, name)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]  # and every name of __all__ is found where its face says
+    assert done.stdout.strip() == "", f"importing {package} loaded {done.stdout.strip()}"
+
+
 def test_a_packaged_command_is_imported_by_no_module():
     inner = {command for command in COMMANDS if _package(command) is not None}
     importers = [f"{name} imports {target}" for name in MODULES for target in _imports(name) if target in inner]
