@@ -108,11 +108,11 @@ class Tree:
                 self.serve.kill()
                 self.serve.wait()
 
-    def timed(self, what: str, run: int) -> float:
+    def timed(self, what: str, run: int) -> tuple[float, float]:
         if what == "router mcp":
             process = Mcp(self, f"t{run}")
             try:
-                return process.first_answer
+                return process.first_answer, process.first_answer_cpu
             finally:
                 process.close()
         args = {"router sessions": ("sessions",), "router asks": ("asks",),
@@ -120,13 +120,25 @@ class Tree:
         return _wall(self.command(*args), self.env, self.tree)
 
 
-def _wall(argv: Sequence[str], env: dict[str, str], cwd: Path) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd, check=False)
-    took = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.decode(errors='replace')}")
-    return took
+def _wall(argv: Sequence[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run of ``argv``; CPU is the process's own
+    user + system time (``wait4``), which a loaded machine does not stretch."""
+    with tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=cwd)
+        _, status, usage = os.wait4(process.pid, 0)
+        took = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(argv)} exited {process.returncode}: {err.read().decode(errors='replace')}")
+    return took, usage.ru_utime + usage.ru_stime
+
+
+def _cpu_of(pid: int) -> float:
+    """User + system seconds a live process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Mcp:
@@ -144,6 +156,7 @@ class Mcp:
         self.call("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                  "clientInfo": {"name": "bench", "version": "0"}})
         self.first_answer = time.perf_counter() - started
+        self.first_answer_cpu = _cpu_of(self.process.pid)
         self.notify("notifications/initialized")
 
     def notify(self, method: str) -> None:
@@ -194,7 +207,7 @@ class Mcp:
             self.process.wait()
 
 
-def _floor(argv: Sequence[str]) -> float:
+def _floor(argv: Sequence[str]) -> tuple[float, float]:
     return _wall(argv, {**os.environ}, HERE)
 
 
@@ -247,7 +260,7 @@ def main() -> None:
     floors = {"python -c pass": [sys.executable, "-c", "pass"],
               'python -c "import trio"': [sys.executable, "-c", "import trio"],
               "trio + an httpx client": [sys.executable, "-c", CLIENT_FLOOR]}
-    times: dict[tuple[str, str], list[float]] = {}
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     try:
         for tree in trees:
             tree.tmp.mkdir(parents=True, exist_ok=True)
@@ -264,14 +277,18 @@ def main() -> None:
         for tree in trees:
             tree.stop()
         shutil.rmtree(root, ignore_errors=True)
-    base = statistics.median(times[("", "python -c pass")])
-    print(f"wall time, {args.runs} runs each, interleaved (ms; ratio: median / python -c pass's median)\n")
-    print(f"| {'tree':<22} | {'command':<30} | {'median':>7} | {'p90':>7} | {'ratio':>6} |")
-    print(f"|{'-' * 24}|{'-' * 32}|{'-' * 9}|{'-' * 9}|{'-' * 8}|")
+    base = statistics.median(wall for wall, _ in times[("", "python -c pass")])
+    base_cpu = statistics.median(cpu for _, cpu in times[("", "python -c pass")])
+    print(f"{args.runs} runs each, interleaved (ms; ratio: median / python -c pass's median in the same run; "
+          "CPU: the process's user + system time)\n")
+    print(f"| {'tree':<22} | {'command':<30} | {'wall median':>11} | {'wall p90':>8} | {'ratio':>6} | "
+          f"{'CPU median':>10} | {'CPU ratio':>9} |")
+    print(f"|{'-' * 24}|{'-' * 32}|{'-' * 13}|{'-' * 10}|{'-' * 8}|{'-' * 12}|{'-' * 11}|")
     for (label, what), values in times.items():
-        median, p90 = _stats(values)
-        print(f"| {label or 'baseline / floor':<22} | {what:<30} | {median * 1000:7.0f} | {p90 * 1000:7.0f} | "
-              f"{median / base:5.1f}x |")
+        median, p90 = _stats([wall for wall, _ in values])
+        cpu = statistics.median(cpu for _, cpu in values)
+        print(f"| {label or 'baseline / floor':<22} | {what:<30} | {median * 1000:11.0f} | {p90 * 1000:8.0f} | "
+              f"{median / base:5.1f}x | {cpu * 1000:10.0f} | {cpu / base_cpu:8.1f}x |")
     print("\nrouter mcp memory after initialize, tools/list and one tool call (MiB)\n")
     print(f"| {'tree':<22} | {'servers at once':>15} | {'VmRSS median':>12} | {'VmRSS max':>9} | {'VmHWM max':>9} |")
     print(f"|{'-' * 24}|{'-' * 17}|{'-' * 14}|{'-' * 11}|{'-' * 11}|")
