@@ -256,7 +256,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="router-bench-cli-"))
     trees = [Tree("this tree", HERE, root / "this")]
     if args.against is not None:
-        trees.append(Tree(str(args.against), args.against.resolve(), root / "against"))
+        trees.append(Tree(f"against {args.against.name}", args.against.resolve(), root / "against"))
     floors = {"python -c pass": [sys.executable, "-c", "pass"],
               'python -c "import trio"': [sys.executable, "-c", "import trio"],
               "trio + an httpx client": [sys.executable, "-c", CLIENT_FLOOR]}
