@@ -42,6 +42,7 @@ from typing import Any, AsyncIterator, Callable, Final, Mapping
 
 import attrs
 
+from router._httpx import unix_transport
 from router.board.feed import BoardFeed
 from router.board.client import ANSWER_TIMEOUT, BASE_URL, Board, Reached, Skipped, holder, survey
 from router.errors import Refusal
@@ -116,10 +117,13 @@ async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activi
     records: dict[str, Any] = {}
     if facts.store is not None:
         records = {record.id: record for record in await facts.store.call(facts.store.sessions)}
+    launches: dict[str, Any] = {}
+    if facts.deliveries is not None and any(entry.get("kind") == "container" for entry in entries):
+        launches = await facts.deliveries.call(facts.deliveries.launches)
     out = []
     for entry in entries:
         if entry.get("kind") == "container":
-            item = await _container(entry, records.get(entry["id"]), facts)
+            item = _container(entry, records.get(entry["id"]), launches.get(entry["id"]), facts)
         else:
             item = {**entry, "harness": "claude-code"}  # its ``model`` is in the entry, as its mod said
             if facts.cwd is not None:
@@ -134,10 +138,7 @@ async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activi
     return out
 
 
-async def _container(entry: dict[str, Any], record: Any, facts: Facts) -> dict[str, Any]:
-    launch = None
-    if facts.deliveries is not None:
-        launch = await facts.deliveries.call(facts.deliveries.launch_of, entry["id"])
+def _container(entry: dict[str, Any], record: Any, launch: Any, facts: Facts) -> dict[str, Any]:
     item = {**entry, "harness": launch.harness if launch is not None else facts.harness}
     model = record.settings.get("model") if record is not None else None
     model = model or (launch.model if launch is not None else None)
@@ -274,7 +275,7 @@ class LocalBoard:
         import httpx
 
         try:
-            async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=reached.socket), base_url=BASE_URL,
+            async with httpx.AsyncClient(transport=unix_transport(reached.socket), base_url=BASE_URL,
                                          timeout=httpx.Timeout(None, connect=self.timeout)) as client:
                 response = await client.request(method, path, content=body,
                                                 headers={**headers, FORWARDED_HEADER: "1"})
@@ -293,7 +294,7 @@ class LocalBoard:
         ``holder-unreachable`` as :meth:`forward` does."""
         import httpx
 
-        client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=reached.socket), base_url=BASE_URL,
+        client = httpx.AsyncClient(transport=unix_transport(reached.socket), base_url=BASE_URL,
                                    timeout=httpx.Timeout(None, connect=self.timeout))
         try:
             response = await client.send(client.build_request("GET", path, headers={**headers, FORWARDED_HEADER: "1"}),
