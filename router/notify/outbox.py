@@ -169,7 +169,7 @@ class Notifications:
             self._plugins_mark = mark
         return list(self._loader.modules("notifier"))
 
-    async def _read_settings(self) -> NotifySettings:
+    async def read_settings(self) -> NotifySettings:
         return await trio.to_thread.run_sync(load_settings, self.settings_dir)
 
     def _context(self, module: Any, settings: NotifySettings, subs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -192,7 +192,7 @@ class Notifications:
         return out
 
     async def handle(self, event: Event) -> None:
-        settings = await self._read_settings()
+        settings = await self.read_settings()
         destinations = await self.destinations(settings)
         facts = await self._facts(event, settings)
         final = await self._db(record.final_receipts, event.id)
@@ -266,7 +266,7 @@ class Notifications:
     async def problems(self) -> list[dict[str, Any]]:
         """Every configuration error now: the settings file's, each
         notifier's own checks, a notifier the loader refused."""
-        settings = await self._read_settings()
+        settings = await self.read_settings()
         out: list[dict[str, Any]] = []
         if settings.error is not None:
             out.append({"notifier": None, "code": settings.error.code, "message": settings.error.message})
@@ -286,7 +286,7 @@ class Notifications:
 
     async def view(self) -> dict[str, Any]:
         """``GET /notifications/settings``: nothing secret in it."""
-        settings = await self._read_settings()
+        settings = await self.read_settings()
         pairs = await self.destinations(settings)
         on = [m.name for m in await self.notifiers()]
         return {
@@ -306,7 +306,7 @@ class Notifications:
         import attrs
 
         async with self._settings_lock:
-            settings = await self._read_settings()
+            settings = await self.read_settings()
             if settings.error is not None:
                 raise settings.error
             new = change(settings.setting(session))

@@ -19,7 +19,8 @@ transaction of each change (``DeliveryLog.on_change``): it turns the change
 into an :class:`~router.notify.core.Event` and inserts it, keyed so that a
 change written twice (an ask kept again on a restart) makes one event.
 
-- ``notify_events``: one row per event, ``done`` once every destination has
+- ``notify_events``: one row per event, in the order written (``seq``, the
+  next number taken under the record's write lock), ``done`` once every destination has
   a final receipt. ``claimant``/``claimed_until``: the router that sends it
   (the one that wrote it, which holds the session) and until when; another
   router of a cluster takes an event over only once that claim expired.
@@ -52,6 +53,7 @@ STEPS: Final = (
     (
         """CREATE TABLE IF NOT EXISTS notify_events (
             id TEXT PRIMARY KEY,
+            seq BIGINT NOT NULL,
             dedup TEXT NOT NULL UNIQUE,
             session TEXT NOT NULL,
             kind TEXT NOT NULL,
@@ -61,8 +63,9 @@ STEPS: Final = (
             claimed_until BIGINT NOT NULL,
             done INTEGER NOT NULL DEFAULT 0
         )""",
-        "CREATE INDEX IF NOT EXISTS notify_events_open ON notify_events (done, at)",
-        "CREATE INDEX IF NOT EXISTS notify_events_session ON notify_events (session, at)",
+        "CREATE INDEX IF NOT EXISTS notify_events_open ON notify_events (done, seq)",
+        "CREATE INDEX IF NOT EXISTS notify_events_seq ON notify_events (seq)",
+        "CREATE INDEX IF NOT EXISTS notify_events_session ON notify_events (session, seq)",
         """CREATE TABLE IF NOT EXISTS notify_receipts (
             event TEXT NOT NULL,
             destination TEXT NOT NULL,
@@ -177,8 +180,9 @@ class Notices:
 def add_event(db: Any, event: Event, *, dedup: str, claimant: str, until: int) -> bool:
     """Insert ``event`` (nothing when ``dedup`` was written before)."""
     return db.execute(
-        "INSERT INTO notify_events (id, dedup, session, kind, record, at, claimant, claimed_until) "
-        "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (dedup) DO NOTHING",
+        "INSERT INTO notify_events (id, seq, dedup, session, kind, record, at, claimant, claimed_until) "
+        "VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM notify_events), ?,?,?,?,?,?,?) "
+        "ON CONFLICT (dedup) DO NOTHING",
         (event.id, dedup, event.session, event.kind, json.dumps(event.to_json()), event.at, claimant, until),
     ).rowcount > 0
 
@@ -190,7 +194,7 @@ def claim(db: Any, claimant: str, now: int, *, limit: int = 32) -> list[Event]:
     with atomic(db):
         db.execute("UPDATE notify_events SET claimant = ?, claimed_until = ? WHERE done = 0 AND "
                    "(claimant = ? OR claimed_until < ?)", (claimant, until, claimant, now))
-        rows = db.execute("SELECT record FROM notify_events WHERE done = 0 AND claimant = ? ORDER BY at, id LIMIT ?",
+        rows = db.execute("SELECT record FROM notify_events WHERE done = 0 AND claimant = ? ORDER BY seq LIMIT ?",
                           (claimant, limit)).fetchall()
     return [Event.from_json(json.loads(row[0])) for row in rows]
 
@@ -224,9 +228,9 @@ def ask_state(db: Any, ask: str) -> str | None:
 def events(db: Any, *, session: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """The newest events (of ``session``), each with its receipts, newest first."""
     if session is None:
-        rows = db.execute("SELECT record FROM notify_events ORDER BY at DESC, id DESC LIMIT ?", (limit,)).fetchall()
+        rows = db.execute("SELECT record FROM notify_events ORDER BY seq DESC LIMIT ?", (limit,)).fetchall()
     else:
-        rows = db.execute("SELECT record FROM notify_events WHERE session = ? ORDER BY at DESC, id DESC LIMIT ?",
+        rows = db.execute("SELECT record FROM notify_events WHERE session = ? ORDER BY seq DESC LIMIT ?",
                           (session, limit)).fetchall()
     out = [json.loads(row[0]) for row in rows]
     if not out:

@@ -84,7 +84,7 @@ async def vapid() -> Response:
 @blueprint.post("/notifications/subscriptions")
 async def subscribe() -> Response:
     service = _service()
-    options = (await service._read_settings()).notifiers.get("web-push", {})
+    options = (await service.read_settings()).notifiers.get("web-push", {})
     subscription = parse_subscription(await _body("bad-subscription"),
                                       allow_http=options.get("loopback_http") is True)
     device, name = _device()

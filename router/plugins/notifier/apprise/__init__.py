@@ -71,7 +71,7 @@ def _notify(url, title, body):
 
     sender = apprise.Apprise()
     sender.add(url)
-    with apprise.LogCapture(level=logging.INFO) as captured:
+    with apprise.LogCapture(level=logging.WARNING, fmt="%(message)s") as captured:
         ok = sender.notify(body=body, title=title)
         words = captured.getvalue()
     lines = [line.strip() for line in words.splitlines() if line.strip()]
