@@ -154,7 +154,7 @@ def payload(event: Event, *, base: str = "/") -> dict[str, Any]:
            "body": event.body, "url": f"{base}?session={quote(event.session, safe='')}",
            "ask": None if event.ask is None else dict(event.ask), "at": event.at}
     while len(dumps(out).encode()) > MAX_PAYLOAD and out["body"]:
-        out["body"] = _clip(out["body"], max(1, len(out["body"]) // 2))
+        out["body"] = _clip(out["body"], len(out["body"]) // 2) if len(out["body"]) > 2 else ""
     return out
 
 
