@@ -319,7 +319,7 @@ class MainJob:
                 )
                 # Notifications (router.notify): their tables and the record's
                 # hook before anything is written, then the outbox's worker.
-                await self._start_notifications(nursery, deliveries, settings)
+                await self._start_notifications(nursery, deliveries, store, settings)
                 # The provider's usage limits: parks reloaded, resumed at their resets.
                 await self._start(nursery, "parking", self.router.parking.run)
                 await self._join_cluster(nursery, registry)
@@ -357,13 +357,14 @@ class MainJob:
             self._stopped.set()
 
 
-    async def _start_notifications(self, nursery: trio.Nursery, deliveries: Any, settings: Any) -> None:
+    async def _start_notifications(self, nursery: trio.Nursery, deliveries: Any, store: Any, settings: Any) -> None:
         from router.notify.outbox import Notifications
 
         config = self.config
         owner = await trio.to_thread.run_sync(_owner_id, config.data_dir)
-        self.notifications = Notifications(deliveries=deliveries, settings=settings, settings_dir=config.settings_dir,
-                                           data_dir=config.data_dir, claimant=owner, loader_root=config.plugins_root)
+        self.notifications = Notifications(deliveries=deliveries, host_store=store, settings=settings,
+                                           settings_dir=config.settings_dir, data_dir=config.data_dir, claimant=owner,
+                                           loader_root=config.plugins_root)
         await self.notifications.attach()
         self.router.notifications = self.notifications
         await self._start(nursery, "notifications", self.notifications.run)

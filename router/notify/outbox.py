@@ -81,9 +81,16 @@ class Notifications:
     which notifiers are on); ``claimant`` this router's id."""
 
     def __init__(self, *, deliveries: Any, settings: Any, settings_dir: Path, data_dir: Path, claimant: str,
-                 loader_root: str | None = None, page_url: Callable[[], str | None] = lambda: None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 host_store: Any = None, loader_root: str | None = None,
+                 page_url: Callable[[], str | None] = lambda: None, clock: Callable[[], float] = time.time) -> None:
         self.deliveries = deliveries
+        #: The host's store (:class:`router.host.store.Store`): its turns'
+        #: ends and its daemons' unreachability are events too.
+        self.host_store = host_store
+        #: Where events are read from: the delivery record, and the host's
+        #: store when it is a database of its own (a SQLite file; with
+        #: PostgreSQL both write the one table).
+        self.sources: list[Any] = [deliveries]
         self.settings = settings
         self.settings_dir = Path(settings_dir)
         self.data_dir = Path(data_dir)
@@ -96,7 +103,9 @@ class Notifications:
         self._token: trio.lowlevel.TrioToken | None = None
         self._wakeup = trio.Event()
         self._settings_lock = trio.Lock()
-        self.notices = record.Notices(claimant, wake=self.wake)
+        self._settings = NotifySettings()
+        self.notices = record.Notices(claimant, wake=self.wake,
+                                      turn_ended=lambda session: self._settings.setting(session).turn_ended)
         self.sent = self.suppressed = self.failed = 0
         #: destination id -> the last failure's sentence (shown with the settings).
         self.last_error: dict[str, dict[str, Any]] = {}
@@ -113,8 +122,15 @@ class Notifications:
 
     async def attach(self) -> None:
         """Install the tables and hook the record (before anything writes)."""
+        self._settings = await self.read_settings()
         await self.deliveries.call(record.install, self.deliveries.database)
         self.deliveries.on_change = self.notices
+        host = self.host_store
+        if host is not None:
+            await host.call(record.install, host.database)
+            host.on_change = self.notices
+            if host.database.dialect == "sqlite":
+                self.sources.append(host)
 
     def wake(self) -> None:
         """Tell the worker there is work; safe from any thread."""
@@ -138,22 +154,26 @@ class Notifications:
             with trio.move_on_after(POLL):
                 await self._wakeup.wait()
 
-    async def _db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        db = self.deliveries.database
-        return await self.deliveries.call(lambda: fn(db, *args, **kwargs))
+    async def _db(self, fn: Callable[..., Any], *args: Any, source: Any = None, **kwargs: Any) -> Any:
+        """``fn(database, ...)`` on ``source``'s worker thread (default: the delivery record)."""
+        owner = self.deliveries if source is None else source
+        db = owner.database
+        return await owner.call(lambda: fn(db, *args, **kwargs))
 
     # ------------------------------------------------------------------ the worker
 
     async def drain(self) -> int:
         """Send every open event this router holds; how many were handled."""
         handled = 0
-        while True:
-            events = await self._db(record.claim, self.claimant, _ms())
-            if not events:
-                return handled
-            for event in events:
-                await self.handle(event)
-                handled += 1
+        for source in self.sources:
+            while True:
+                events = await self._db(record.claim, self.claimant, _ms(), source=source)
+                if not events:
+                    break
+                for event in events:
+                    await self.handle(event, source)
+                    handled += 1
+        return handled
 
     async def notifiers(self) -> list[Any]:
         """The notifier modules ``plugins.json`` switches on, in order
@@ -170,7 +190,8 @@ class Notifications:
         return list(self._loader.modules("notifier"))
 
     async def read_settings(self) -> NotifySettings:
-        return await trio.to_thread.run_sync(load_settings, self.settings_dir)
+        self._settings = await trio.to_thread.run_sync(load_settings, self.settings_dir)
+        return self._settings
 
     def _context(self, module: Any, settings: NotifySettings, subs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"options": dict(settings.notifiers.get(module.name, {})),
@@ -191,11 +212,11 @@ class Notifications:
                 log.warning("notifier %s: destinations failed: %s: %s", module.name, type(error).__name__, error)
         return out
 
-    async def handle(self, event: Event) -> None:
+    async def handle(self, event: Event, source: Any = None) -> None:
         settings = await self.read_settings()
         destinations = await self.destinations(settings)
         facts = await self._facts(event, settings)
-        final = await self._db(record.final_receipts, event.id)
+        final = await self._db(record.final_receipts, event.id, source=source)
         modules = {d.id: m for m, d in destinations}
         for decision in route(event, [d for _, d in destinations], facts, final):
             destination = decision.destination
@@ -206,11 +227,11 @@ class Notifications:
                     decision = route(event, [destination], facts)[0]
             if not decision.send:
                 await self._db(record.put_receipt, event.id, destination.id, destination.label, "suppressed",
-                               code=decision.code, detail=decision.detail)
+                               code=decision.code, detail=decision.detail, source=source)
                 self.suppressed += 1
                 continue
-            await self._send(event, modules[destination.id], destination, settings)
-        await self._db(record.finish, event.id)
+            await self._send(event, modules[destination.id], destination, settings, source)
+        await self._db(record.finish, event.id, source=source)
 
     async def _facts(self, event: Event, settings: NotifySettings) -> RoutingFacts:
         now = self._clock()
@@ -220,9 +241,10 @@ class Notifications:
         return RoutingFacts(now=now, watching=self.presence.watching(event.session, now),
                             setting=settings.setting(event.session), quiet=settings.quiet, ask_state=ask_state)
 
-    async def _send(self, event: Event, module: Any, destination: Destination, settings: NotifySettings) -> None:
+    async def _send(self, event: Event, module: Any, destination: Destination, settings: NotifySettings,
+                    source: Any) -> None:
         await self._db(record.put_receipt, event.id, destination.id, destination.label, "pending",
-                       detail="sending")
+                       detail="sending", source=source)
         subs = [s for s in await self._db(record.subscriptions) if destination.device is not None
                 and s["device"] == destination.device]
         context = {**self._context(module, settings, subs), "page_url": self.page_url()}
@@ -247,7 +269,7 @@ class Notifications:
         status = answer.get("status") if type(answer.get("status")) is int else None
         detail = str(answer.get("detail") or answer["outcome"])
         await self._db(record.put_receipt, event.id, destination.id, destination.label, answer["outcome"],
-                       detail=detail, status=status)
+                       detail=detail, status=status, source=source)
         for gone in answer.get("gone") or ():
             await self._db(record.drop_subscription, str(gone))
         if answer["outcome"] == "sent":
@@ -261,7 +283,12 @@ class Notifications:
     # ------------------------------------------------------------------ what the routes and the CLI read
 
     async def events(self, *, session: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        return await self._db(record.events, session=session, limit=limit)
+        """The newest events of every source, newest first."""
+        found: list[dict[str, Any]] = []
+        for source in self.sources:
+            found += await self._db(record.events, session=session, limit=limit, source=source)
+        found.sort(key=lambda event: event["at"], reverse=True)
+        return found[:limit]
 
     async def problems(self) -> list[dict[str, Any]]:
         """Every configuration error now: the settings file's, each
@@ -312,6 +339,7 @@ class Notifications:
             new = change(settings.setting(session))
             updated = attrs.evolve(settings, sessions={**settings.sessions, session: new})
             await trio.to_thread.run_sync(save_settings, self.settings_dir, updated)
+            self._settings = updated
         return new
 
     async def public_key(self) -> str | None:

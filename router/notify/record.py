@@ -5,9 +5,12 @@ Theory of operation
 -------------------
 
 An event must be written in the *same transaction* as the state change that
-made it (an ask that waits, a stop, a park, a resume), so it lives where
-those changes live: the delivery record's database (``turns.sqlite`` in a
-SQLite data directory, or the PostgreSQL database routers share). Its
+made it, so it lives where that change lives: an ask, a stop, a park and
+their ends in the delivery record's database (``turns.sqlite`` in a SQLite
+data directory), a container turn that ended and a daemon that became
+unreachable in the host's (``host.sqlite``); with PostgreSQL both are the
+one database routers share, and so is the table. Subscriptions live in the
+delivery record's only; an event's receipts beside the event. Its
 tables are this module's own schema component, ``notify``: :data:`STEPS`
 (one list for both dialects: the SQL is portable), its version kept in a
 ``router_schema`` row named ``notify`` (the table PostgreSQL's records
@@ -41,7 +44,8 @@ import json
 import time
 from typing import Any, Callable, Final, Iterator, Mapping
 
-from router.notify.core import Event, SessionSetting, Subscription, ask_event, park_event, resumed_event, stop_event
+from router.notify.core import (Event, SessionSetting, Subscription, ask_event, park_event, resumed_event, stop_event,
+                                turn_ended_event, unreachable_event)
 
 __all__ = ["COMPONENT", "Notices", "STEPS", "install"]
 
@@ -140,9 +144,11 @@ class Notices:
     work; ``setting(session)`` is the session's notification setting."""
 
     def __init__(self, claimant: str, *, wake: Callable[[], None] = lambda: None,
-                 clock: Callable[[], int] = _ms) -> None:
+                 turn_ended: Callable[[str], bool] = lambda session: False, clock: Callable[[], int] = _ms) -> None:
         self.claimant = claimant
         self.wake = wake
+        #: Whether the person asked for "turn ended" notifications of a session.
+        self.turn_ended = turn_ended
         self._clock = clock
         self.written = 0
 
@@ -151,6 +157,8 @@ class Notices:
 
     def __call__(self, db: Any, what: str, record: Mapping[str, Any]) -> None:
         now = self._clock()
+        if what == "turn-ended" and not self.turn_ended(str(record.get("session", ""))):
+            return
         made = self._event(what, record, now)
         if made is None:
             return
@@ -172,6 +180,11 @@ class Notices:
                     park_event(session, int(record.get("resets_at") or 0), now, str(record.get("limit_kind") or "")))
         if what == "stop-cleared":
             return f"resumed:{session}:{now}", resumed_event(session, "resumed: it takes messages again", now)
+        if what == "turn-ended":
+            return (f"turn:{session}:{record.get('operation')}",
+                    turn_ended_event(session, str(record.get("text", "")), now))
+        if what == "unreachable":
+            return f"unreachable:{session}:{now}", unreachable_event(session, str(record.get("reason", "")), now)
         if what == "park-ended":
             return f"resumed:{session}:{now}", resumed_event(session, "its park ended; its kept work goes on", now)
         return None

@@ -186,3 +186,37 @@ def test_bad_quiet_hours_are_a_clear_error(tmp_path: Any, bad: dict[str, str]) -
     loaded = load_settings(tmp_path)
     assert loaded.error is not None and loaded.error.code == "bad-notify-settings"
     assert loaded.quiet is None
+
+
+async def test_a_container_turn_that_ended_and_an_unreachable_daemon_are_events(tmp_path: Any,
+                                                                                 nursery: trio.Nursery) -> None:
+    """The host's store writes them in the transaction of the settle and of
+    the daemon's state; "turn ended" only for a session that opted in."""
+    from router.host.store import Store
+
+    log = DeliveryLog(tmp_path / "turns.sqlite")
+    store = Store(tmp_path / "host.sqlite")
+    try:
+        rig = Rig(tmp_path, log)
+        rig.service.host_store = store
+        write_settings(rig.settings_dir, notifiers=["web-push"])
+        await rig.service.attach()
+        await nursery.start(rig.service.run)
+        await rig.service.set_session("s-on", lambda current: attrs.evolve(current, turn_ended=True))
+        for session in ("s-on", "s-off"):
+            await store.call(store.create_session, session)
+            await store.call(store.enqueue, session, "op-1", "hello")
+            await store.call(store.settle, session, "op-1", {"status": "done", "text": "\nAll done.\nmore"})
+        await store.call(lambda: store.set_daemon("s-off", state="unreachable", reason="image-missing: no image"))
+        with PushService() as service:
+            await _phone(rig, service)
+            with trio.fail_after(20):
+                while len(service.received) < 2:
+                    await trio.sleep(0.01)
+        events = await rig.events()
+        assert [(e["kind"], e["session"]) for e in events] == [("unreachable", "s-off"), ("turn-ended", "s-on")]
+        assert events[1]["body"] == "s-on: All done." and "image-missing" in events[0]["body"]
+    finally:
+        nursery.cancel_scope.cancel()
+        log.close()
+        store.close()
