@@ -167,7 +167,10 @@ class Notifications:
         handled = 0
         for source in self.sources:
             while True:
-                events = await self._db(record.claim, self.claimant, _ms(), source=source)
+                # One at a time: each claim renews this router's claims, so a
+                # slow send never lets another router of a cluster take over
+                # an event this one is still working on.
+                events = await self._db(record.claim, self.claimant, _ms(), limit=1, source=source)
                 if not events:
                     break
                 for event in events:
@@ -243,6 +246,7 @@ class Notifications:
 
     async def _send(self, event: Event, module: Any, destination: Destination, settings: NotifySettings,
                     source: Any) -> None:
+        await self._db(record.renew, self.claimant, _ms(), source=source)
         await self._db(record.put_receipt, event.id, destination.id, destination.label, "pending",
                        detail="sending", source=source)
         subs = [s for s in await self._db(record.subscriptions) if destination.device is not None
