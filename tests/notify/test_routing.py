@@ -220,3 +220,39 @@ async def test_a_container_turn_that_ended_and_an_unreachable_daemon_are_events(
         nursery.cancel_scope.cancel()
         log.close()
         store.close()
+
+
+async def test_in_a_cluster_the_writer_sends_and_another_takes_over_only_a_lapsed_claim(
+        tmp_path: Any, store_url: str, nursery: trio.Nursery) -> None:
+    if not store_url.startswith("postgresql"):
+        pytest.skip("a cluster shares a PostgreSQL record")
+    logs = [DeliveryLog(store_url), DeliveryLog(store_url)]
+    try:
+        rigs = [Rig(tmp_path / name, log) for name, log in zip(("a", "b"), logs)]
+        for rig, claimant in zip(rigs, ("r1", "r2")):
+            rig.service.claimant = rig.service.notices.claimant = claimant
+            write_settings(rig.settings_dir, notifiers=["web-push"])
+            await rig.service.attach()
+            await nursery.start(rig.service.run)
+        with PushService() as service:
+            await _phone(rigs[0], service)
+            await rigs[0].log.call(rigs[0].log.put_ask, waiting_ask("ask-c", "s-c"))  # written by r1
+            with trio.fail_after(20):
+                while len(service.received) < 1:
+                    await trio.sleep(0.01)
+            await rigs[1].service.drain()
+            assert len(service.received) == 1
+        assert (rigs[0].service.sent, rigs[1].service.sent) == (1, 0)
+        # r1 is gone with an event open: r2 takes it only once r1's claim lapsed.
+        await rigs[0].log.call(lambda: record.add_event(
+            rigs[0].log.database, Event(id="ntf-left", kind="resumed", session="s-c", title="t", body="b", at=1),
+            dedup="left", claimant="r-gone", until=int(time.time() * 1000) + 60_000))
+        db = rigs[1].log.database
+        now = int(time.time() * 1000)
+        assert await rigs[1].log.call(lambda: record.claim(db, "r2-probe", now)) == []
+        taken = await rigs[1].log.call(lambda: record.claim(db, "r2-probe", now + 61_000))
+        assert [event.id for event in taken] == ["ntf-left"]
+    finally:
+        nursery.cancel_scope.cancel()
+        for log in logs:
+            log.close()
