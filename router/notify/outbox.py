@@ -206,7 +206,10 @@ class Notifications:
         out = []
         for module in await self.notifiers():
             try:
-                listed = module.function("destinations")(self._context(module, settings, subs))
+                # Plain functions, run off the loop: apprise parses URLs (and
+                # imports its many services the first time) as it answers.
+                listed = await trio.to_thread.run_sync(module.function("destinations"),
+                                                       self._context(module, settings, subs))
                 for item in listed:
                     out.append((module, Destination(id=str(item["id"]), notifier=module.name,
                                                     label=str(item.get("label") or item["id"]),
@@ -225,9 +228,8 @@ class Notifications:
             destination = decision.destination
             if decision.send and event.kind == "ask":
                 state = await self._db(record.ask_state, event.ask["id"]) if event.ask else None
-                if state not in (None, "waiting"):
-                    facts = RoutingFacts(now=self._clock(), ask_state=state)
-                    decision = route(event, [destination], facts)[0]
+                if state not in (None, "waiting"):  # answered while the destinations before it were sent to
+                    decision = route(event, [destination], RoutingFacts(now=self._clock(), ask_state=state))[0]
             if not decision.send:
                 await self._db(record.put_receipt, event.id, destination.id, destination.label, "suppressed",
                                code=decision.code, detail=decision.detail, source=source)
@@ -307,7 +309,7 @@ class Notifications:
             out.append({"notifier": refused.name, "code": refused.code, "message": refused.message})
         for module in modules:
             try:
-                found = module.function("check")(self._context(module, settings, []))
+                found = await trio.to_thread.run_sync(module.function("check"), self._context(module, settings, []))
                 out += [{"notifier": module.name, "code": str(p["code"]), "message": str(p["message"])}
                         for p in found]
             except Exception as error:  # noqa: BLE001
