@@ -236,6 +236,13 @@ class Notifications:
                 self.suppressed += 1
                 continue
             await self._send(event, modules[destination.id], destination, settings, source)
+        # A send cut short (the router stopped) to a destination that is no
+        # longer one: its receipt says so rather than stay pending.
+        for gone, label in await self._db(record.pending_receipts, event.id, source=source):
+            if gone not in modules:
+                await self._db(record.put_receipt, event.id, gone, label, "failed", source=source,
+                               detail="no longer a destination (its notifier is off, or its subscription or URL "
+                                      "is gone) when the send could be tried again")
         await self._db(record.finish, event.id, source=source)
 
     async def _facts(self, event: Event, settings: NotifySettings) -> RoutingFacts:

@@ -227,6 +227,12 @@ def final_receipts(db: Any, event: str) -> set[str]:
         "SELECT destination FROM notify_receipts WHERE event = ? AND outcome != 'pending'", (event,)).fetchall()}
 
 
+def pending_receipts(db: Any, event: str) -> list[tuple[str, str]]:
+    """``(destination, label)`` of each receipt still ``pending``."""
+    return [tuple(row) for row in db.execute(
+        "SELECT destination, label FROM notify_receipts WHERE event = ? AND outcome = 'pending'", (event,)).fetchall()]
+
+
 def put_receipt(db: Any, event: str, destination: str, label: str, outcome: str, *, detail: str,
                 code: str | None = None, status: int | None = None, at: int | None = None) -> bool:
     """Write a receipt; a final one is never replaced. Whether it was written."""

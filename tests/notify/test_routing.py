@@ -256,3 +256,24 @@ async def test_in_a_cluster_the_writer_sends_and_another_takes_over_only_a_lapse
         nursery.cancel_scope.cancel()
         for log in logs:
             log.close()
+
+
+async def test_a_send_cut_short_to_a_destination_now_gone_fails_its_receipt(rig: Rig) -> None:
+    """A router stopped mid-send, restarted with that destination gone (its
+    notifier switched off): the receipt says so instead of staying pending."""
+    event = Event(id="ntf-cut", kind="resumed", session="s-1", title="t", body="b", at=1)
+
+    def cut() -> None:
+        record.add_event(rig.log.database, event, dedup="cut", claimant="r1", until=0)
+        record.put_receipt(rig.log.database, event.id, "web-push:dev-x", "web-push: Old Phone", "pending",
+                           detail="sending")
+
+    await rig.log.call(cut)
+    rig.service.wake()
+    with trio.fail_after(20):
+        while True:
+            (listed,) = await rig.events()
+            if listed["receipts"][0]["outcome"] != "pending":
+                break
+            await trio.sleep(0.01)
+    assert listed["receipts"][0]["outcome"] == "failed" and "no longer a destination" in listed["receipts"][0]["detail"]
