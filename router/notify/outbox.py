@@ -104,6 +104,7 @@ class Notifications:
         self._wakeup = trio.Event()
         self._settings_lock = trio.Lock()
         self._settings = NotifySettings()
+        self._vapid: str | None = None
         self.notices = record.Notices(claimant, wake=self.wake,
                                       turn_ended=lambda session: self._settings.setting(session).turn_ended)
         self.sent = self.suppressed = self.failed = 0
@@ -263,11 +264,7 @@ class Notifications:
         context = {**self._context(module, settings, subs), "page_url": self.page_url()}
         if destination.device is not None:
             context["subscriptions"] = [{"id": s["id"], "info": s["subscription"].info()} for s in subs]
-            try:
-                context["vapid_key"] = str((await trio.to_thread.run_sync(vapid_key, self.data_dir))[0])
-            except Exception as error:  # noqa: BLE001 - told in the receipt
-                context["vapid_key"] = None
-                log.warning("notifications: the VAPID key cannot be used: %s", error)
+            context["vapid_key"] = await self._vapid_path()
         request = {"event": event.id, "destination": destination.id, "payload": payload(event)}
         answer: Any = None
         with trio.move_on_after(SEND_DEADLINE) as scope:
@@ -354,6 +351,16 @@ class Notifications:
             await trio.to_thread.run_sync(save_settings, self.settings_dir, updated)
             self._settings = updated
         return new
+
+    async def _vapid_path(self) -> str | None:
+        """The VAPID key file, made (and checked) once per run; None when it
+        cannot be used (the send then fails, saying why)."""
+        if self._vapid is None:
+            try:
+                self._vapid = str((await trio.to_thread.run_sync(vapid_key, self.data_dir))[0])
+            except Exception as error:  # noqa: BLE001 - told in the receipt and the log
+                log.warning("notifications: the VAPID key cannot be used: %s", error)
+        return self._vapid
 
     async def public_key(self) -> str | None:
         """The VAPID public key, or None while ``web-push`` is off."""
