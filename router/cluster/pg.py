@@ -551,7 +551,7 @@ class Database:
 
 
 def _connect(url: str) -> Any:
-    from router._db import connect_postgres
+    from router.store.db import connect_postgres
 
     return connect_postgres(url)
 

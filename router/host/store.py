@@ -28,7 +28,7 @@ its own, and :meth:`Store.transact` runs a whole function (one applied frame,
 or a batch of them, with the cursor) as one transaction. A worker-thread call
 is not abandoned on cancellation: a Trio task that is cancelled while its
 transaction runs waits for it to commit or roll back, so nothing is left
-half-written. **Group commit** (:mod:`router._group_commit`): the calls and
+half-written. **Group commit** (:mod:`router.store.worker`): the calls and
 transactions that wait while one runs go together in the next worker-thread
 hop, one ``BEGIN IMMEDIATE`` … ``COMMIT`` with each in a savepoint of its own
 (one that raises undoes only its own writes, and raises to its own caller);
@@ -49,13 +49,13 @@ open it with ``exclusive=False``. SQLite's own locks are POSIX ``fcntl``
 locks, which Linux keeps apart from ``flock``.
 
 **PostgreSQL** (docs/store.md). The same methods, SQL and threads over
-:mod:`router._db`: the connection is psycopg 3's sync one, used from the
+:mod:`router.store.db`: the connection is psycopg 3's sync one, used from the
 worker thread as the SQLite one is; ``BEGIN IMMEDIATE`` becomes ``BEGIN``
 plus this record's advisory lock, so this record's transactions go one at
 a time across every router on the database, as SQLite's writers do on a
 file; ``exclusive`` and ``synchronous`` mean nothing there (no file lock:
 routers share the database by design; the server's settings make a commit
-durable). Every transaction begins in :meth:`router._db.Database.begin`,
+durable). Every transaction begins in :meth:`router.store.db.Database.begin`,
 which runs the fencing hook (``store.database.fences``).
 
 Schema
@@ -154,9 +154,9 @@ from typing import Any, Callable, Final, Iterator, Literal, Sequence, TypeVar
 import attrs
 import trio
 
-from router._db import Database, PgDatabase, SqliteDatabase, Target, database_errors, is_postgres_url
-from router._group_commit import Call, GroupCommit, run_in_savepoints
-from router._sqlite import lock_file, release_lock
+from router.store.db import Database, PgDatabase, SqliteDatabase, Target, database_errors, is_postgres_url
+from router.store.worker import Call, GroupCommit, run_in_savepoints
+from router.store.sqlite import lock_file, release_lock
 from router._transient import is_transient
 from router.errors import Refusal
 from wire.json import JsonValue
@@ -513,7 +513,7 @@ def _migrate_to_8(db: Any) -> None:
 
 #: Schema steps: ``MIGRATIONS[n]`` takes a file at version ``n`` to ``n + 1``
 #: (each is given anything with ``execute``: a ``sqlite3`` connection or
-#: the store's :class:`~router._db.Database`).
+#: the store's :class:`~router.store.db.Database`).
 MIGRATIONS: Final[tuple[Callable[[Any], None], ...]] = (
     _migrate_to_1,
     _migrate_to_2,

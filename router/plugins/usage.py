@@ -44,7 +44,7 @@ import trio
 from wire.json import dumps, is_count, is_json, loads
 
 from router import errors
-from router._db import PgDatabase, open_migrated
+from router.store.db import PgDatabase, open_migrated
 from router._transient import retrying
 from router.plugins.broker import Broker
 from router.plugins.loader import LoadedModule, Loader, Log, default_log

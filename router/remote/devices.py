@@ -11,7 +11,7 @@ names its device by that hash; a revoked device's hash finds nothing usable.
 
 - **The record** is its own component, ``devices``, with its schema steps
   (:data:`STEPS`, one list for both dialects: the SQL is portable) taken by
-  :func:`router._db.migrate`: a ``devices.sqlite`` file in the SQLite data
+  :func:`router.store.db.migrate`: a ``devices.sqlite`` file in the SQLite data
   directory, or the ``devices`` table of the PostgreSQL database, which
   routers sharing that database share, devices and revocations included.
 - **Names.** A device is named from its browser's user agent
@@ -47,7 +47,7 @@ from typing import Any, Final, Hashable, Iterable
 
 import attrs
 
-from router._db import Database, SqliteDatabase, Target, migrate, open_migrated
+from router.store.db import Database, SqliteDatabase, Target, migrate, open_migrated
 from router.errors import Refusal
 
 __all__ = ["Device", "DeviceStore", "StreamBook", "credential_id", "hash_secret", "name_from_agent"]

@@ -1,6 +1,6 @@
 """The deliveries' durable record: one SQLite file of its own in the data dir,
 or tables of a PostgreSQL database (``DeliveryLog("postgresql://…")``, the
-same methods over :mod:`router._db`: ``BEGIN IMMEDIATE`` is ``BEGIN`` plus
+same methods over :mod:`router.store.db`: ``BEGIN IMMEDIATE`` is ``BEGIN`` plus
 this record's advisory lock, the schema is :data:`PG_MIGRATIONS`, no file
 lock; docs/store.md).
 
@@ -32,7 +32,7 @@ a cancelled task waits for its write to commit or roll back. :meth:`admit`
 reads and inserts in one ``BEGIN IMMEDIATE`` transaction, so two concurrent
 resends of a new event id make one record.
 
-**Group commit** (:mod:`router._group_commit`). Calls that arrive while one
+**Group commit** (:mod:`router.store.worker`). Calls that arrive while one
 is in the thread wait, and go together in the next hop: one ``BEGIN
 IMMEDIATE`` … ``COMMIT`` around them all, each call in a savepoint of its own
 (a call that raises rolls back only its own writes and raises to its own
@@ -66,9 +66,9 @@ from typing import Any, Callable, Final, TypeVar
 import attrs
 import trio
 
-from router._db import Database, SqliteDatabase, Target, is_postgres_url, open_migrated
-from router._group_commit import Call, GroupCommit, run_in_savepoints
-from router._sqlite import lock_file, release_lock
+from router.store.db import Database, SqliteDatabase, Target, is_postgres_url, open_migrated
+from router.store.worker import Call, GroupCommit, run_in_savepoints
+from router.store.sqlite import lock_file, release_lock
 from router._transient import is_transient
 from router.errors import Refusal
 from router.limits import Park

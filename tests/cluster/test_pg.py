@@ -237,5 +237,5 @@ def test_a_router_stopped_inside_a_transaction_loses_it_and_the_lease_moves(conn
                         time.sleep(0.1)
                     assert taken == {"s": 2}
                 stalled.execute("SELECT 1")  # it wakes: the transaction is gone
-        assert stalled.broken  # and the connection: the store dials again (router/_db.py)
+        assert stalled.broken  # and the connection: the store dials again (router/store/db.py)
     assert conn.execute("SELECT cursor FROM sessions").fetchall() == [(0,)]

@@ -52,7 +52,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
-from router._sqlite import connect_wal
+from router.store.sqlite import connect_wal
 from router._transient import StoreUnavailable
 from router.errors import Refusal
 
