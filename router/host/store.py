@@ -4,7 +4,8 @@ PostgreSQL database (``Store("postgresql://…")``) that many routers share.
 The host owns everything a session is (the daemon in the container is
 disposable): the sessions, their operations, the transcript, the adapter's
 persisted entries, the replay cursor and the generation. This module keeps
-them in SQLite and nothing else; the rules that decide *what* to write live in
+them in the record (SQLite or PostgreSQL, :mod:`router.store.db`) and
+nothing else; the rules that decide *what* to write live in
 :mod:`router.host.reconcile`, and the Trio code that moves bytes lives in
 :mod:`router.host.session_link`.
 
@@ -12,14 +13,14 @@ Theory of operation
 -------------------
 
 **One connection, one thread at a time.** A :class:`Store` owns one
-``sqlite3`` connection, opened with ``check_same_thread=False``. Trio code
-never calls its methods on the event loop: it goes through :meth:`Store.call`
-or :meth:`Store.transact`, which run the work in a worker thread under the
-store's own ``CapacityLimiter(1)``, so the loop never waits on the disk and
-two threads never share the connection. A sync method entered from a second
-thread while another thread is inside the store raises
-:class:`StoreMisuse` instead of silently interleaving (trio's
-``ConflictDetector`` idea).
+connection (SQLite's opened with ``check_same_thread=False``) and one
+:class:`router.store.worker.Worker`. Trio code never calls its methods on
+the event loop: it goes through :meth:`Store.call` or :meth:`Store.transact`,
+which run the work in the worker's thread (one ``CapacityLimiter(1)``
+hop per batch), so the loop never waits on the disk and two threads never
+share the connection. A sync method entered from a second thread while
+another thread is inside the store raises :class:`StoreMisuse` instead of
+silently interleaving (trio's ``ConflictDetector`` idea).
 
 **Transactions.** :meth:`Store.transaction` is ``BEGIN IMMEDIATE`` …
 ``COMMIT`` (``ROLLBACK`` on any exception); nested use joins the outer
@@ -28,7 +29,7 @@ its own, and :meth:`Store.transact` runs a whole function (one applied frame,
 or a batch of them, with the cursor) as one transaction. A worker-thread call
 is not abandoned on cancellation: a Trio task that is cancelled while its
 transaction runs waits for it to commit or roll back, so nothing is left
-half-written. **Group commit** (:mod:`router.store.worker`): the calls and
+half-written. **Group commit** (the worker, :mod:`router.store.worker`): the calls and
 transactions that wait while one runs go together in the next worker-thread
 hop, one ``BEGIN IMMEDIATE`` … ``COMMIT`` with each in a savepoint of its own
 (one that raises undoes only its own writes, and raises to its own caller);
@@ -62,10 +63,9 @@ Schema
 ------
 
 Versioned with ``PRAGMA user_version`` (PostgreSQL: the ``host`` row of
-``router_schema``); :data:`MIGRATIONS` lists the steps (:data:`PG_MIGRATIONS`
-their PostgreSQL twins),
-each run in its own transaction that also sets the new version. A file newer
-than this code is refused (``store-too-new``); a path that cannot be opened,
+``router_schema``); :data:`router.host.schema.STEPS` lists the steps, each
+step's SQLite and PostgreSQL statements side by side, each run in its own
+transaction that also sets the new version. A file newer than this code is refused (``store-too-new``); a path that cannot be opened,
 or a file that is not SQLite, is refused (``bad-store``) with nothing left
 open or locked. Times are milliseconds since the epoch (the wire's
 ``createdAt`` unit). JSON columns hold what the wire holds
@@ -141,7 +141,6 @@ History indexes (schema version 8)
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import os
@@ -152,10 +151,10 @@ from pathlib import Path
 from typing import Any, Callable, Final, Iterator, Literal, Sequence, TypeVar
 
 import attrs
-import trio
 
 from router.store.db import Database, PgDatabase, SqliteDatabase, Target, database_errors, is_postgres_url
-from router.store.worker import Call, GroupCommit, run_in_savepoints
+from router.store.worker import Worker
+from router.host.schema import MIGRATIONS, OPEN_TERM, PG_MIGRATIONS, SCHEMA_VERSION, STEPS  # noqa: F401 (the steps, re-exported)
 from router.store.sqlite import lock_file, release_lock
 from router._transient import is_transient
 from router.errors import Refusal
@@ -326,376 +325,6 @@ class SkippedFrame:
     at: int
 
 
-# --------------------------------------------------------------------------- schema
-
-def _migrate_to_1(db: sqlite3.Connection) -> None:
-    db.execute(
-        """CREATE TABLE sessions (
-            id TEXT PRIMARY KEY,
-            parent TEXT,
-            ordinal INTEGER NOT NULL,
-            generation INTEGER NOT NULL DEFAULT 1,
-            cursor_runtime TEXT,
-            cursor_seq INTEGER NOT NULL DEFAULT 0,
-            settings TEXT NOT NULL DEFAULT '{}',
-            handoff TEXT,
-            open_runtime TEXT,
-            open_seq INTEGER NOT NULL DEFAULT 0,
-            created_at INTEGER NOT NULL,
-            updated_at INTEGER NOT NULL
-        )"""
-    )
-    db.execute(
-        """CREATE TABLE operations (
-            session TEXT NOT NULL REFERENCES sessions(id),
-            id TEXT NOT NULL,
-            ordinal INTEGER NOT NULL,
-            generation INTEGER NOT NULL,
-            input TEXT NOT NULL,
-            when_busy TEXT NOT NULL CHECK (when_busy IN ('followUp', 'steer')),
-            status TEXT NOT NULL
-                CHECK (status IN ('queued', 'running', 'done', 'unanswered')),
-            outcome TEXT,
-            delivered TEXT,
-            handoff TEXT,
-            created_at INTEGER NOT NULL,
-            started_at INTEGER,
-            settled_at INTEGER,
-            PRIMARY KEY (session, id)
-        )"""
-    )
-    db.execute("CREATE INDEX operations_open ON operations (status, session, ordinal)")
-    db.execute("CREATE INDEX operations_order ON operations (session, ordinal)")
-    db.execute(
-        """CREATE TABLE messages (
-            session TEXT NOT NULL,
-            generation INTEGER NOT NULL,
-            id TEXT NOT NULL,
-            position INTEGER NOT NULL,
-            operation_id TEXT,
-            data TEXT NOT NULL,
-            created_at INTEGER NOT NULL,
-            updated_at INTEGER NOT NULL,
-            PRIMARY KEY (session, generation, id)
-        )"""
-    )
-    db.execute("CREATE UNIQUE INDEX messages_order ON messages (session, generation, position)")
-    db.execute(
-        """CREATE TABLE entries (
-            session TEXT NOT NULL,
-            generation INTEGER NOT NULL,
-            position INTEGER NOT NULL,
-            data TEXT NOT NULL,
-            PRIMARY KEY (session, generation, position)
-        )"""
-    )
-
-
-def _migrate_to_2(db: sqlite3.Connection) -> None:
-    # Usage figures came after the first schema; the step is kept separate so
-    # the migration path is exercised by the tests (tests/host/test_store.py).
-    db.execute(
-        """CREATE TABLE usage (
-            session TEXT NOT NULL,
-            runtime TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            operation_id TEXT,
-            input_tokens REAL,
-            output_tokens REAL,
-            cost_usd REAL,
-            raw TEXT NOT NULL,
-            at INTEGER NOT NULL,
-            PRIMARY KEY (session, runtime, seq)
-        )"""
-    )
-    db.execute("CREATE INDEX usage_at ON usage (at)")
-    db.execute("CREATE INDEX usage_operation ON usage (session, operation_id)")
-
-
-def _migrate_to_3(db: sqlite3.Connection) -> None:
-    # Submission order is global (``ordinal``); without this index every
-    # submit found the next ordinal by scanning the whole operations table.
-    db.execute("CREATE INDEX operations_ordinal ON operations (ordinal)")
-
-
-def _migrate_to_4(db: sqlite3.Connection) -> None:
-    # ``(session, runtime, seq)`` was the usage key, so the usage of a new
-    # container that reused a runtime id (frames numbered from 1 again) was
-    # dropped as a duplicate. The cursor already applies each frame once;
-    # the table is rebuilt without the key (SQLite cannot drop a key).
-    db.execute("ALTER TABLE usage RENAME TO usage_v3")
-    db.execute(
-        """CREATE TABLE usage (
-            session TEXT NOT NULL,
-            runtime TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            operation_id TEXT,
-            input_tokens REAL,
-            output_tokens REAL,
-            cost_usd REAL,
-            raw TEXT NOT NULL,
-            at INTEGER NOT NULL
-        )"""
-    )
-    columns = "session, runtime, seq, operation_id, input_tokens, output_tokens, cost_usd, raw, at"
-    db.execute(f"INSERT INTO usage ({columns}) SELECT {columns} FROM usage_v3 ORDER BY rowid")
-    db.execute("DROP TABLE usage_v3")  # its indexes go with it
-    db.execute("CREATE INDEX usage_at ON usage (at)")
-    db.execute("CREATE INDEX usage_operation ON usage (session, operation_id)")
-
-
-def _migrate_to_5(db: sqlite3.Connection) -> None:
-    # Frames the host could not parse or apply, passed so the session goes
-    # on (a daemon replays a kept frame on every connection until it is
-    # acknowledged): the record says which, and why.
-    db.execute(
-        """CREATE TABLE skipped_frames (
-            session TEXT NOT NULL,
-            runtime TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            reason TEXT NOT NULL,
-            text TEXT NOT NULL,
-            at INTEGER NOT NULL
-        )"""
-    )
-    db.execute("CREATE INDEX skipped_frames_session ON skipped_frames (session)")
-
-
-def _migrate_to_6(db: sqlite3.Connection) -> None:
-    # The live view resumes a container session across a restart from the
-    # last change a reader saw: each message carries the session's change
-    # counter as of its last change (backfilled in insertion order, which
-    # rowid keeps). Triggers keep it, so every writer of ``messages`` keeps
-    # it without knowing.
-    db.execute("ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
-    db.execute("UPDATE messages SET version = rowid")
-    db.execute("CREATE INDEX messages_version ON messages (session, version)")
-    bump = (
-        "UPDATE messages SET version = (SELECT MAX(version) + 1 FROM messages WHERE session = NEW.session)"
-        " WHERE rowid = NEW.rowid"
-    )
-    db.execute(f"CREATE TRIGGER messages_version_insert AFTER INSERT ON messages BEGIN {bump}; END")
-    db.execute(
-        "CREATE TRIGGER messages_version_update AFTER UPDATE OF data ON messages"
-        f" WHEN OLD.data IS NOT NEW.data BEGIN {bump}; END"
-    )
-
-
-def _migrate_to_7(db: Any) -> None:
-    # One host drives a daemon per session: each session's
-    # endpoint and its launcher's view of it. NULL everywhere for the
-    # sessions of older files: they keep the host's default endpoint. The
-    # same statements serve PostgreSQL (its twin below).
-    for column in ("daemon_url", "daemon_token", "daemon_runtime", "daemon_container", "launcher", "harness",
-                   "launcher_state", "launcher_reason"):
-        db.execute(f"ALTER TABLE sessions ADD COLUMN {column} TEXT")
-
-
-#: The partial index of a session's open operations (schema v8), as both
-#: dialects write it. A query uses it only when its ``WHERE`` holds this very
-#: term, literals and all (SQLite's rule for a partial index; PostgreSQL's
-#: planner proves the same): :meth:`Store.operations` writes it so.
-_OPEN_TERM: Final = "status IN ('queued', 'running')"
-
-
-def _migrate_to_8(db: Any) -> None:
-    # Nothing a delivery reads may cost more as history grows.
-    # A session's open operations were found by walking every operation it
-    # ever had (``operations_order``, status filtered row by row): this
-    # partial index holds only the open ones. And the ``frames`` usage
-    # source reads the usage recorded after a mark, its rowid
-    # (:meth:`Store.usage_after`): an index on ``session`` (SQLite appends
-    # the rowid to every index) answers that from the mark on, where
-    # ``usage_operation`` made it sum every event the session ever had.
-    db.execute(f"CREATE INDEX operations_session_open ON operations (session, ordinal) WHERE {_OPEN_TERM}")
-    db.execute("CREATE INDEX usage_session ON usage (session)")
-
-
-#: Schema steps: ``MIGRATIONS[n]`` takes a file at version ``n`` to ``n + 1``
-#: (each is given anything with ``execute``: a ``sqlite3`` connection or
-#: the store's :class:`~router.store.db.Database`).
-MIGRATIONS: Final[tuple[Callable[[Any], None], ...]] = (
-    _migrate_to_1,
-    _migrate_to_2,
-    _migrate_to_3,
-    _migrate_to_4,
-    _migrate_to_5,
-    _migrate_to_6,
-    _migrate_to_7,
-    _migrate_to_8,
-)
-#: The version this code writes.
-SCHEMA_VERSION: Final = len(MIGRATIONS)
-
-
-# --------------------------------------------------------------------------- the PostgreSQL schema
-#
-# The same tables, step for step (``PG_MIGRATIONS[n]`` takes a database at
-# version ``n`` to ``n + 1``, and a step added to MIGRATIONS gets its twin
-# here), in PostgreSQL's types: times and counters are ``BIGINT`` (ms since
-# the epoch do not fit an ``INTEGER``), figures ``DOUBLE PRECISION``
-# (SQLite's ``REAL`` is 8 bytes; PostgreSQL's is 4). Where SQLite reads its
-# implicit ``rowid`` (insertion order), the table has a ``rowid`` identity
-# column. Keys compared as ordered text (session and operation ids) are
-# ``COLLATE "C"``: byte order, as SQLite orders them, whatever the
-# database's locale.
-
-def _pg_to_1(db: Database) -> None:
-    db.execute(
-        """CREATE TABLE sessions (
-            id TEXT COLLATE "C" PRIMARY KEY,
-            parent TEXT,
-            ordinal BIGINT NOT NULL,
-            generation BIGINT NOT NULL DEFAULT 1,
-            cursor_runtime TEXT,
-            cursor_seq BIGINT NOT NULL DEFAULT 0,
-            settings TEXT NOT NULL DEFAULT '{}',
-            handoff TEXT,
-            open_runtime TEXT,
-            open_seq BIGINT NOT NULL DEFAULT 0,
-            created_at BIGINT NOT NULL,
-            updated_at BIGINT NOT NULL
-        )"""
-    )
-    db.execute(
-        """CREATE TABLE operations (
-            session TEXT COLLATE "C" NOT NULL REFERENCES sessions(id),
-            id TEXT COLLATE "C" NOT NULL,
-            ordinal BIGINT NOT NULL,
-            generation BIGINT NOT NULL,
-            input TEXT NOT NULL,
-            when_busy TEXT NOT NULL CHECK (when_busy IN ('followUp', 'steer')),
-            status TEXT NOT NULL
-                CHECK (status IN ('queued', 'running', 'done', 'unanswered')),
-            outcome TEXT,
-            delivered TEXT,
-            handoff TEXT,
-            created_at BIGINT NOT NULL,
-            started_at BIGINT,
-            settled_at BIGINT,
-            PRIMARY KEY (session, id)
-        )"""
-    )
-    db.execute("CREATE INDEX operations_open ON operations (status, session, ordinal)")
-    db.execute("CREATE INDEX operations_order ON operations (session, ordinal)")
-    db.execute(
-        """CREATE TABLE messages (
-            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
-            session TEXT COLLATE "C" NOT NULL,
-            generation BIGINT NOT NULL,
-            id TEXT COLLATE "C" NOT NULL,
-            position BIGINT NOT NULL,
-            operation_id TEXT,
-            data TEXT NOT NULL,
-            created_at BIGINT NOT NULL,
-            updated_at BIGINT NOT NULL,
-            PRIMARY KEY (session, generation, id)
-        )"""
-    )
-    db.execute("CREATE UNIQUE INDEX messages_order ON messages (session, generation, position)")
-    db.execute(
-        """CREATE TABLE entries (
-            session TEXT COLLATE "C" NOT NULL,
-            generation BIGINT NOT NULL,
-            position BIGINT NOT NULL,
-            data TEXT NOT NULL,
-            PRIMARY KEY (session, generation, position)
-        )"""
-    )
-
-
-def _pg_to_2(db: Database) -> None:
-    db.execute(
-        """CREATE TABLE usage (
-            session TEXT COLLATE "C" NOT NULL,
-            runtime TEXT NOT NULL,
-            seq BIGINT NOT NULL,
-            operation_id TEXT COLLATE "C",
-            input_tokens DOUBLE PRECISION,
-            output_tokens DOUBLE PRECISION,
-            cost_usd DOUBLE PRECISION,
-            raw TEXT NOT NULL,
-            at BIGINT NOT NULL,
-            PRIMARY KEY (session, runtime, seq)
-        )"""
-    )
-    db.execute("CREATE INDEX usage_at ON usage (at)")
-    db.execute("CREATE INDEX usage_operation ON usage (session, operation_id)")
-
-
-def _pg_to_3(db: Database) -> None:
-    db.execute("CREATE INDEX operations_ordinal ON operations (ordinal)")
-
-
-def _pg_to_4(db: Database) -> None:
-    # See _migrate_to_4; PostgreSQL drops a key in place.
-    db.execute("ALTER TABLE usage DROP CONSTRAINT usage_pkey")
-
-
-def _pg_to_5(db: Database) -> None:
-    db.execute(
-        """CREATE TABLE skipped_frames (
-            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
-            session TEXT COLLATE "C" NOT NULL,
-            runtime TEXT NOT NULL,
-            seq BIGINT NOT NULL,
-            reason TEXT NOT NULL,
-            text TEXT NOT NULL,
-            at BIGINT NOT NULL
-        )"""
-    )
-    db.execute("CREATE INDEX skipped_frames_session ON skipped_frames (session)")
-
-
-def _pg_to_6(db: Database) -> None:
-    # See _migrate_to_6. A row trigger that runs BEFORE the write sets the
-    # version on the row itself; it sees the rows an INSERT ... SELECT wrote
-    # before this one, so a fork numbers its copies one after another, as
-    # SQLite's AFTER trigger does.
-    db.execute("ALTER TABLE messages ADD COLUMN version BIGINT NOT NULL DEFAULT 0")
-    db.execute("UPDATE messages SET version = rowid")
-    db.execute("CREATE INDEX messages_version ON messages (session, version)")
-    db.execute(
-        """CREATE FUNCTION messages_version_bump() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            NEW.version := (SELECT COALESCE(MAX(version), 0) + 1 FROM messages WHERE session = NEW.session);
-            RETURN NEW;
-        END $$"""
-    )
-    db.execute(
-        "CREATE TRIGGER messages_version_insert BEFORE INSERT ON messages"
-        " FOR EACH ROW EXECUTE FUNCTION messages_version_bump()"
-    )
-    db.execute(
-        "CREATE TRIGGER messages_version_update BEFORE UPDATE OF data ON messages"
-        " FOR EACH ROW WHEN (OLD.data IS DISTINCT FROM NEW.data) EXECUTE FUNCTION messages_version_bump()"
-    )
-
-
-def _pg_to_8(db: Database) -> None:
-    # See _migrate_to_8. PostgreSQL's usage rows have no rowid: an identity
-    # column numbers them (the existing ones in an arbitrary order, which no
-    # mark can name: a mark lives for one turn, in memory). Appends hold the
-    # record's lock, so rows commit in rowid order.
-    db.execute(f"CREATE INDEX operations_session_open ON operations (session, ordinal) WHERE {_OPEN_TERM}")
-    db.execute("ALTER TABLE usage ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY")
-    db.execute("CREATE INDEX usage_session ON usage (session, rowid)")
-
-
-#: The PostgreSQL twins of :data:`MIGRATIONS`, one for one.
-PG_MIGRATIONS: Final[tuple[Callable[[Database], None], ...]] = (
-    _pg_to_1,
-    _pg_to_2,
-    _pg_to_3,
-    _pg_to_4,
-    _pg_to_5,
-    _pg_to_6,
-    _migrate_to_7,  # portable: ALTER TABLE ... ADD COLUMN ... TEXT
-    _pg_to_8,
-)
-assert len(PG_MIGRATIONS) == len(MIGRATIONS), "every schema step has its PostgreSQL twin"
-
-
 # --------------------------------------------------------------------------- the store
 
 class Store:
@@ -732,7 +361,7 @@ class Store:
         self._opened_version = 0
         #: Held by the thread in a transaction, and by close().
         self._guard = threading.Lock()
-        self._group = GroupCommit(self._run_batch, trio.CapacityLimiter(1))
+        self._worker: Worker | None = None
         target = path if isinstance(path, Target) else None
         if target is None and isinstance(path, str) and is_postgres_url(path):
             target = Target("postgresql", path)
@@ -763,6 +392,7 @@ class Store:
             if isinstance(error, (sqlite3.Error, OSError)):
                 raise self._cannot_open(error) from None
             raise
+        self._start_worker()
         try:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
@@ -777,6 +407,7 @@ class Store:
         the database by design; the cluster's leases say who drives which
         session), foreign keys always on, the same migrations."""
         self._db = PgDatabase(url, "host")  # a server it cannot reach: bad-store
+        self._start_worker()
         try:
             if not create and self._db.schema_version() == 0:
                 raise Refused("no-store", f"there is no store in {self.location}; check --store")
@@ -786,6 +417,15 @@ class Store:
             if isinstance(error, database_errors()):
                 raise self._bad_store(str(error).strip()) from None
             raise
+
+    def _start_worker(self) -> None:
+        """The store's worker (:mod:`router.store.worker`), from here on the
+        owner of the connection and the file lock. A batch of several calls
+        runs in :meth:`transaction` (which the calls' own transactions
+        join); a lone call runs its own transactions."""
+        self._worker = Worker("the store", db=self._db, lock_fd=self._lock_fd, transaction=self.transaction,
+                              alone=lambda: True)
+        self._lock_fd = None
 
     @property
     def dialect(self) -> str:
@@ -819,12 +459,14 @@ class Store:
         thread is running to end first: closing SQLite under a running
         statement crashes the interpreter. A transaction begun after the
         close is refused (:class:`StoreMisuse`). Closing twice is harmless."""
-        with self._guard:
+        if self._worker is None:  # not opened: only the file lock to drop
+            self._unlock()
+            return
+        with self._worker.held(), self._guard:
             if self._closed:
                 return
             self._closed = True
-            self._db.close()
-            self._unlock()
+            self._worker.close_held()
 
     def _unlock(self) -> None:
         release_lock(self._lock_fd)
@@ -851,7 +493,8 @@ class Store:
         ``store-unavailable`` past the budget. ``fn`` is then one
         transaction (each method of the store is), or transactions each
         safe to run again."""
-        return await self._group.call(functools.partial(fn, *args), retry=retry)
+        assert self._worker is not None
+        return await self._worker.call(fn, *args, retry=retry)
 
     async def transact(self, fn: Callable[..., T], *args: Any, retry: bool = True) -> T:
         """Run ``fn(self, *args)`` as one transaction in a worker thread (in
@@ -860,29 +503,20 @@ class Store:
         ``fn`` must change nothing but the record; a function that changes
         state of its own passes ``retry=False`` and hears
         ``store-unavailable`` at once."""
-        return await self._group.call(functools.partial(self._in_transaction, fn, args), retry=retry)
+        assert self._worker is not None
+        return await self._worker.call(self._in_transaction, fn, args, retry=retry)
 
     def _in_transaction(self, fn: Callable[..., T], args: tuple) -> T:
         with self.transaction():
             return fn(self, *args)
 
-    def _run_batch(self, batch: list[Call]) -> None:
-        """In the worker thread: one group commit (see the module docstring)."""
-        if len(batch) == 1:  # nothing to group: the call's own transactions
-            batch[0].run()
-            return
-        try:
-            with self.transaction():
-                run_in_savepoints(self._db, batch)
-        except Exception as exc:  # no COMMIT: no call of the batch is kept
-            for call in batch:
-                call.fail(exc)
-
     @property
     def group_commits(self) -> tuple[int, int]:
         """Calls made through :meth:`call` and :meth:`transact`, and the
         batches (thread hops and commits) that ran them."""
-        return self._group.calls, self._group.batches
+        assert self._worker is not None
+        stats = self._worker.statistics()
+        return stats.calls, stats.batches
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Store]:
@@ -949,7 +583,6 @@ class Store:
                 f"the store {self.location} has schema version {version}, newer than this "
                 f"router's {SCHEMA_VERSION}; upgrade the router",
             )
-        steps = PG_MIGRATIONS if self._db.dialect == "postgresql" else MIGRATIONS
         with self._db.migrating():  # routers starting at once on one new database: one migrates
             version = self.schema_version()
             while version < SCHEMA_VERSION:
@@ -959,7 +592,7 @@ class Store:
                     version = self.schema_version()
                     if version >= SCHEMA_VERSION:
                         break
-                    steps[version](self._db)
+                    STEPS[version].run(self._db)
                     self._db.set_schema_version(version + 1)
                 version = self.schema_version()
         self._opened_version = version
@@ -1207,7 +840,7 @@ class Store:
             if not statuses:
                 return []
             if set(statuses) == set(OPEN_STATUSES):
-                where.append(_OPEN_TERM)  # the partial index's own term: it reads only open operations
+                where.append(OPEN_TERM)  # the partial index's own term: it reads only open operations
             else:
                 where.append(f"status IN ({', '.join('?' for _ in statuses)})")
                 params.extend(statuses)

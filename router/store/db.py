@@ -61,6 +61,7 @@ __all__ = [
     "IDLE_IN_TRANSACTION_LIMIT",
     "PgDatabase",
     "SqliteDatabase",
+    "Step",
     "Target",
     "connect_postgres",
     "database_errors",
@@ -494,25 +495,68 @@ class PgDatabase(Database):
         self.raw.close()
 
 
-def migrate(db: Database, steps: Sequence[Sequence[str]], *, too_new: Callable[[int], Exception]) -> None:
-    """Take ``db``'s record to version ``len(steps)``: ``steps[n]`` is the
-    statements that take version ``n`` to ``n + 1``, each step one
-    transaction (under the record's lock, the version read again inside:
-    another router may have migrated meanwhile) that also sets the version.
-    A record newer than the steps raises ``too_new(version)``."""
+#: One dialect's half of a schema step: its statements, in order, or a
+#: function of the database that runs them (for a step that reads as it goes).
+StepPart = Sequence[str] | Callable[["Database"], None]
+
+
+@attrs.frozen
+class Step:
+    """One schema step of a record, both dialects side by side: what takes
+    a SQLite file and what takes a PostgreSQL database from version ``n``
+    to ``n + 1`` (``steps[n]``). ``sqlite`` None: the record has no SQLite
+    form (the turn records are a JSON-lines file there)."""
+
+    sqlite: StepPart | None
+    postgresql: StepPart
+
+    @classmethod
+    def portable(cls, *statements: str) -> Step:
+        """A step whose statements are the same on both dialects."""
+        return cls(sqlite=statements, postgresql=statements)
+
+    def part(self, dialect: str) -> StepPart:
+        part = self.postgresql if dialect == "postgresql" else self.sqlite
+        if part is None:
+            raise ValueError(f"this schema step has no {dialect} form")
+        return part
+
+    def run(self, db: Database) -> None:
+        """Run this step's half for ``db``'s dialect (inside the caller's
+        transaction)."""
+        part = self.part(db.dialect)
+        if callable(part):
+            part(db)
+            return
+        for statement in part:
+            db.execute(statement)
+
+
+def _as_step(step: Step | Sequence[str]) -> Step:
+    """A step as given: a :class:`Step`, or the statements of a portable one
+    (a component's steps may be written either way)."""
+    return step if isinstance(step, Step) else Step.portable(*step)
+
+
+def migrate(db: Database, steps: Sequence[Step | Sequence[str]], *, too_new: Callable[[int], Exception]) -> None:
+    """Take ``db``'s record to version ``len(steps)``: ``steps[n]`` takes
+    version ``n`` to ``n + 1`` (a :class:`Step`, or statements the same on
+    both dialects), each step one transaction (under the record's lock, the
+    version read again inside: another router may have migrated meanwhile)
+    that also sets the version. Nothing is written when the record is up to
+    date. A record newer than the steps raises ``too_new(version)``."""
     with db.migrating():
         while (version := db.schema_version()) < len(steps):
             with db.transaction():
                 version = db.schema_version()
                 if version < len(steps):
-                    for statement in steps[version]:
-                        db.execute(statement)
+                    _as_step(steps[version]).run(db)
                     db.set_schema_version(version + 1)
     if version > len(steps):
         raise too_new(version)
 
 
-def open_migrated(url: str, component: str, steps: Sequence[Sequence[str]], *,
+def open_migrated(url: str, component: str, steps: Sequence[Step | Sequence[str]], *,
                   too_new: Callable[[int], Exception]) -> PgDatabase:
     """A connection to ``component``'s record in the PostgreSQL database
     ``url``, its schema taken to ``len(steps)`` (:func:`migrate`); nothing
