@@ -12,6 +12,13 @@ nothing else; the rules that decide *what* to write live in
 Theory of operation
 -------------------
 
+**One repository per table** (:mod:`router.host.record`): the sessions,
+operations, messages, entries, usage and skipped frames each have a module
+of their own holding that table's SQL. :class:`Store` holds what they share
+(the connection, the worker, the transactions, the schema, the file lock)
+and answers every repository method under its name (``store.enqueue`` is
+``store.tables.operations.enqueue``), so callers hold one object.
+
 **One connection, one thread at a time.** A :class:`Store` owns one
 connection (SQLite's opened with ``check_same_thread=False``) and one
 :class:`router.store.worker.Worker`. Trio code never calls its methods on
@@ -141,54 +148,26 @@ History indexes (schema version 8)
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Final, Iterator, Literal, Sequence, TypeVar
-
-import attrs
+from typing import Any, Callable, Final, Iterable, Iterator, Literal, Sequence, TypeVar
 
 from router.store.db import Database, PgDatabase, SqliteDatabase, Target, database_errors, is_postgres_url
 from router.store.worker import Worker
+from router.host.record import Tables
+from router.host.record.base import (  # noqa: F401 (the record's types, re-exported: callers import them from here)
+    DAEMON_COLUMNS, OPEN_STATUSES, SETTLED_STATUSES, SKIPPED_TEXT_CHARS, DaemonRecord, MessageLog, OperationRecord,
+    OperationStatus, Refused, SessionRecord, SkippedFrame, UsageAfter, UsageRecord, WhenBusy,
+)
 from router.host.schema import MIGRATIONS, OPEN_TERM, PG_MIGRATIONS, SCHEMA_VERSION, STEPS  # noqa: F401 (the steps, re-exported)
 from router.store.sqlite import lock_file, release_lock
 from router._transient import is_transient
-from router.errors import Refusal
 from wire.json import JsonValue
 
 T = TypeVar("T")
-
-OperationStatus = Literal["queued", "running", "done", "unanswered"]
-WhenBusy = Literal["followUp", "steer"]
-
-#: Statuses of an operation that has not settled.
-OPEN_STATUSES: Final = ("queued", "running")
-#: Statuses of a settled operation.
-SETTLED_STATUSES: Final = ("done", "unanswered")
-#: How much of a skipped frame's text the record keeps: enough to see what
-#: it was, not a copy of a 64 MiB message.
-SKIPPED_TEXT_CHARS: Final = 2000
-
-
-@attrs.frozen(kw_only=True)
-class MessageLog:
-    """A session's transcript changes as :meth:`Store.message_log` reads
-    them: the current ``generation``, the session's highest message
-    ``version``, and ``messages`` as ``(version, message)`` pairs."""
-
-    generation: int
-    version: int
-    messages: list[tuple[int, dict]]
-
-
-class Refused(Refusal):
-    """A refusal of the store or of the host's API: ``code`` (kebab-case),
-    ``message`` (a sentence a person can act on), ``data``; see
-    :class:`router.errors.Refusal`."""
 
 
 class StoreMisuse(RuntimeError):
@@ -197,132 +176,6 @@ class StoreMisuse(RuntimeError):
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _dump(value: JsonValue) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
-
-
-def _load(text: str | None) -> JsonValue:
-    return None if text is None else json.loads(text)
-
-
-def _storable(text: str) -> str:
-    """``text`` as SQLite can hold it: a lone surrogate (which JSON from a
-    JavaScript peer may carry) becomes ``?``."""
-    return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def _figure(value: object) -> float | None:
-    """A usage figure, or None when the adapter sent no finite number."""
-    if type(value) in (int, float) and math.isfinite(value):  # type: ignore[arg-type]
-        return value  # type: ignore[return-value]
-    return None
-
-
-# --------------------------------------------------------------------------- records
-
-#: The daemon columns of ``sessions`` (schema v7), as :class:`DaemonRecord` names them.
-DAEMON_COLUMNS: Final = ("url", "token", "runtime", "container", "launcher", "harness", "state", "reason")
-
-
-@attrs.frozen(kw_only=True)
-class DaemonRecord:
-    """A session's own daemon, as the record has it (every field may be
-    None: a session on the host's default endpoint has none set)."""
-
-    url: str | None = None
-    token: str | None = attrs.field(default=None, repr=False)
-    runtime: str | None = None
-    container: str | None = None
-    launcher: str | None = None
-    harness: str | None = None
-    state: str | None = None
-    reason: str | None = None
-
-
-@attrs.frozen(kw_only=True)
-class SessionRecord:
-    id: str
-    parent: str | None
-    generation: int
-    cursor_runtime: str | None
-    cursor_seq: int
-    #: The wire's ``ContainerSettings`` object.
-    settings: dict
-    handoff: str | None
-    open_runtime: str | None
-    open_seq: int
-    created_at: int
-    updated_at: int
-    daemon: DaemonRecord = attrs.field(factory=DaemonRecord)
-
-
-@attrs.frozen(kw_only=True)
-class OperationRecord:
-    session: str
-    id: str
-    ordinal: int
-    generation: int
-    #: The wire's ``ContainerInput``: a string or a list of parts.
-    input: JsonValue
-    when_busy: WhenBusy
-    status: OperationStatus
-    #: ``{"status": "done", "text": ...}`` or ``{"status": "unanswered", "reason": ...}``.
-    outcome: dict | None
-    delivered: str | None
-    handoff: str | None
-    created_at: int
-    started_at: int | None
-    settled_at: int | None
-
-    @property
-    def settled(self) -> bool:
-        return self.status in SETTLED_STATUSES
-
-
-@attrs.frozen(kw_only=True)
-class UsageRecord:
-    """Usage figures of one operation (or of a session's events between
-    turns, with ``operation_id`` None), summed over its ``usage`` events."""
-
-    session: str
-    operation_id: str | None
-    #: Sums; None when no event of the group reported the figure.
-    input_tokens: float | None
-    output_tokens: float | None
-    cost_usd: float | None
-    #: How many ``usage`` events were summed.
-    events: int
-    #: The first and last event's time, ms since the epoch.
-    first_at: int
-    last_at: int
-
-
-@attrs.frozen(kw_only=True)
-class UsageAfter:
-    """A session's ``usage`` events after a mark (:meth:`Store.usage_after`):
-    the new ``mark`` (the last event's rowid; the mark asked for when there
-    is none after it, 0 when the session has none), how many ``events``,
-    and their sums (None when no event reported the figure)."""
-
-    mark: int
-    events: int
-    input_tokens: float | None
-    output_tokens: float | None
-
-
-@attrs.frozen(kw_only=True)
-class SkippedFrame:
-    """A frame the host passed without applying (it could not parse or
-    apply it): where it came from, why, and the start of its text."""
-
-    session: str
-    runtime: str
-    seq: int
-    reason: str
-    text: str
-    at: int
 
 
 # --------------------------------------------------------------------------- the store
@@ -351,6 +204,8 @@ class Store:
         clock: Callable[[], int] = _now_ms,
     ) -> None:
         self._clock = clock
+        #: The repositories, one per table (:mod:`router.host.record`).
+        self.tables = Tables.over(self)
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
         self._lock_fd: int | None = None
@@ -564,8 +419,13 @@ class Store:
             raise
         self._db.execute("RELEASE part")
 
-    def _q(self, sql: str, params: Sequence[Any] = ()) -> Any:
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """One statement on the connection (inside a transaction of this
+        thread: the repositories' way to the database)."""
         return self._db.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self._db.executemany(sql, rows)
 
     def now(self) -> int:
         return self._clock()
@@ -597,552 +457,197 @@ class Store:
                 version = self.schema_version()
         self._opened_version = version
 
-    # ---------------------------------------------------------------- sessions
 
-    _SESSION_COLUMNS = (
-        "id, parent, generation, cursor_runtime, cursor_seq, settings, handoff, "
-        "open_runtime, open_seq, created_at, updated_at, daemon_url, daemon_token, daemon_runtime, "
-        "daemon_container, launcher, harness, launcher_state, launcher_reason"
-    )
-    #: :data:`DAEMON_COLUMNS` -> its column in ``sessions``.
-    _DAEMON_COLUMN = {
-        "url": "daemon_url", "token": "daemon_token", "runtime": "daemon_runtime", "container": "daemon_container",
-        "launcher": "launcher", "harness": "harness", "state": "launcher_state", "reason": "launcher_reason",
-    }
 
-    @staticmethod
-    def _session_of(row: tuple) -> SessionRecord:
-        return SessionRecord(
-            id=row[0],
-            parent=row[1],
-            generation=row[2],
-            cursor_runtime=row[3],
-            cursor_seq=row[4],
-            settings=json.loads(row[5]),
-            handoff=row[6],
-            open_runtime=row[7],
-            open_seq=row[8],
-            created_at=row[9],
-            updated_at=row[10],
-            daemon=DaemonRecord(**dict(zip(DAEMON_COLUMNS, row[11:19]))),
-        )
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+    # ---------------------------------------------------------------- sessions (Sessions, router/host/record/sessions.py)
 
     def session(self, id: str) -> SessionRecord | None:
-        with self.transaction():
-            row = self._q(f"SELECT {self._SESSION_COLUMNS} FROM sessions WHERE id = ?", (id,)).fetchone()
-        return None if row is None else self._session_of(row)
+        """See :meth:`router.host.record.Sessions.session`."""
+        return self.tables.sessions.session(id)
 
     def require_session(self, id: str) -> SessionRecord:
-        record = self.session(id)
-        if record is None:
-            raise Refused(
-                "unknown-session", f"there is no container session {id!r}; create it first"
-            )
-        return record
+        """See :meth:`router.host.record.Sessions.require_session`."""
+        return self.tables.sessions.require_session(id)
 
     def sessions(self) -> list[SessionRecord]:
-        """Every session, oldest first."""
-        with self.transaction():
-            rows = self._q(f"SELECT {self._SESSION_COLUMNS} FROM sessions ORDER BY ordinal").fetchall()
-        return [self._session_of(row) for row in rows]
+        """See :meth:`router.host.record.Sessions.sessions`."""
+        return self.tables.sessions.sessions()
 
     def create_session(
         self, id: str, *, settings: dict | None = None, parent: str | None = None
     ) -> tuple[SessionRecord, bool]:
-        """Create a session, or return the one with this id unchanged.
-        Returns the record and whether this call created it."""
-        if type(id) is not str or not id:
-            raise Refused(
-                "bad-session-id",
-                f"a session id must be a non-empty string, not {id!r}; a daemon refuses an empty one",
-            )
-        with self.transaction():
-            existing = self.session(id)
-            if existing is not None:
-                return existing, False
-            now = self.now()
-            (ordinal,) = self._q("SELECT COALESCE(MAX(ordinal), 0) + 1 FROM sessions").fetchone()
-            self._q(
-                "INSERT INTO sessions (id, parent, ordinal, settings, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (id, parent, ordinal, _dump(settings or {}), now, now),
-            )
-            return self.require_session(id), True
+        """See :meth:`router.host.record.Sessions.create_session`."""
+        return self.tables.sessions.create_session(id, settings=settings, parent=parent)
 
     def fork_session(self, id: str, parent: str) -> SessionRecord:
-        """A new session ``id`` that continues ``parent``'s current
-        generation: its messages and persisted entries, copied, and its
-        settings. The fork starts at generation 1 with no cursor."""
-        with self.transaction():
-            source = self.require_session(parent)
-            if self.session(id) is not None:
-                raise Refused(
-                    "session-exists", f"a container session {id!r} exists; fork into a new id"
-                )
-            record, _ = self.create_session(id, settings=source.settings, parent=parent)
-            self._q(
-                "INSERT INTO messages (session, generation, id, position, operation_id, data,"
-                " created_at, updated_at)"
-                " SELECT ?, 1, id, position, operation_id, data, created_at, updated_at"
-                " FROM messages WHERE session = ? AND generation = ?",
-                (id, parent, source.generation),
-            )
-            self._q(
-                "INSERT INTO entries (session, generation, position, data)"
-                " SELECT ?, 1, position, data FROM entries WHERE session = ? AND generation = ?",
-                (id, parent, source.generation),
-            )
-            return record
-
-    def _touch(self, id: str, assignments: str, params: Sequence[Any]) -> None:
-        self._q(
-            f"UPDATE sessions SET {assignments}, updated_at = ? WHERE id = ?",
-            (*params, self.now(), id),
-        )
+        """See :meth:`router.host.record.Sessions.fork_session`."""
+        return self.tables.sessions.fork_session(id, parent)
 
     def set_cursor(self, id: str, runtime: str, seq: int) -> None:
-        with self.transaction():
-            self._touch(id, "cursor_runtime = ?, cursor_seq = ?", (runtime, seq))
+        """See :meth:`router.host.record.Sessions.set_cursor`."""
+        return self.tables.sessions.set_cursor(id, runtime, seq)
 
     def set_open_mark(self, id: str, runtime: str, seq: int) -> None:
-        """Record that ``open`` for the current generation went to
-        ``runtime`` when its newest frame was ``seq``."""
-        with self.transaction():
-            self._touch(id, "open_runtime = ?, open_seq = ?", (runtime, seq))
+        """See :meth:`router.host.record.Sessions.set_open_mark`."""
+        return self.tables.sessions.set_open_mark(id, runtime, seq)
 
     def set_daemon(self, id: str, **fields: str | None) -> DaemonRecord:
-        """Set some of a session's daemon fields (:data:`DAEMON_COLUMNS`;
-        None clears one); the others stay. Returns the daemon record."""
-        unknown = set(fields) - set(DAEMON_COLUMNS)
-        if unknown:
-            raise ValueError(f"not daemon fields: {sorted(unknown)}")
-        with self.transaction():
-            self.require_session(id)
-            if fields:
-                names = list(fields)
-                self._touch(id, ", ".join(f"{self._DAEMON_COLUMN[name]} = ?" for name in names),
-                            [fields[name] for name in names])
-            return self.require_session(id).daemon
+        """See :meth:`router.host.record.Sessions.set_daemon`."""
+        return self.tables.sessions.set_daemon(id, **fields)
 
     def set_settings(self, id: str, settings: dict) -> None:
-        with self.transaction():
-            self.require_session(id)
-            self._touch(id, "settings = ?", (_dump(settings),))
+        """See :meth:`router.host.record.Sessions.set_settings`."""
+        return self.tables.sessions.set_settings(id, settings)
 
     def take_handoff(self, id: str) -> str | None:
-        """The pending handoff note, removed from the session."""
-        with self.transaction():
-            record = self.require_session(id)
-            if record.handoff is not None:
-                self._touch(id, "handoff = NULL", ())
-            return record.handoff
+        """See :meth:`router.host.record.Sessions.take_handoff`."""
+        return self.tables.sessions.take_handoff(id)
 
     def reset_session(self, id: str, handoff: str | None) -> int:
-        """Start a new generation (no entries, an empty transcript) with an
-        optional handoff note. Refused while the session has open
-        operations. Returns the new generation."""
-        with self.transaction():
-            record = self.require_session(id)
-            if self.operations(session=id, statuses=OPEN_STATUSES):
-                raise Refused(
-                    "session-busy",
-                    f"container session {id!r} has operations queued or running; "
-                    "wait for them or abort them before a reset",
-                )
-            generation = record.generation + 1
-            self._touch(id, "generation = ?, handoff = ?", (generation, handoff))
-            return generation
+        """See :meth:`router.host.record.Sessions.reset_session`."""
+        return self.tables.sessions.reset_session(id, handoff)
 
     def reopen_session(self, id: str) -> int:
-        """Move the current generation, as it stands, to a new number: its
-        transcript, persisted entries and operations are relabelled (nothing
-        copied, nothing dropped), so a daemon that holds the old number open
-        from an earlier hold is sent ``restore`` and ``open`` for the new one
-        and rebuilds its adapter session from the record (the reconcile's
-        stale daemon: :mod:`router.host.reconcile`). Returns the new
-        generation."""
-        with self.transaction():
-            record = self.require_session(id)
-            old, new = record.generation, record.generation + 1
-            for table in ("messages", "entries", "operations"):
-                self._q(
-                    f"UPDATE {table} SET generation = ? WHERE session = ? AND generation = ?",
-                    (new, id, old),
-                )
-            self._touch(id, "generation = ?", (new,))
-            return new
+        """See :meth:`router.host.record.Sessions.reopen_session`."""
+        return self.tables.sessions.reopen_session(id)
 
-    # ---------------------------------------------------------------- operations
-
-    _OPERATION_COLUMNS = (
-        "session, id, ordinal, generation, input, when_busy, status, outcome, delivered, "
-        "handoff, created_at, started_at, settled_at"
-    )
-
-    @staticmethod
-    def _operation_of(row: tuple) -> OperationRecord:
-        return OperationRecord(
-            session=row[0],
-            id=row[1],
-            ordinal=row[2],
-            generation=row[3],
-            input=json.loads(row[4]),
-            when_busy=row[5],
-            status=row[6],
-            outcome=_load(row[7]),
-            delivered=row[8],
-            handoff=row[9],
-            created_at=row[10],
-            started_at=row[11],
-            settled_at=row[12],
-        )
+    # ---------------------------------------------------------------- operations (Operations, router/host/record/operations.py)
 
     def enqueue(
         self, session: str, id: str, input: JsonValue, when_busy: WhenBusy = "followUp"
     ) -> tuple[OperationRecord, bool]:
-        """Durably queue an operation. Idempotent on ``(session, id)``: a
-        second call stores nothing and returns the first record. Returns the
-        record and whether this call created it."""
-        if when_busy not in ("followUp", "steer"):
-            raise Refused("bad-when-busy", f"whenBusy is 'followUp' or 'steer', not {when_busy!r}")
-        with self.transaction():
-            existing = self.operation(session, id)
-            if existing is not None:
-                return existing, False
-            record = self.require_session(session)
-            (ordinal,) = self._q("SELECT COALESCE(MAX(ordinal), 0) + 1 FROM operations").fetchone()
-            self._q(
-                "INSERT INTO operations (session, id, ordinal, generation, input, when_busy,"
-                " status, created_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
-                (session, id, ordinal, record.generation, _dump(input), when_busy, self.now()),
-            )
-            created = self.operation(session, id)
-            assert created is not None
-            return created, True
+        """See :meth:`router.host.record.Operations.enqueue`."""
+        return self.tables.operations.enqueue(session, id, input, when_busy)
 
     def operation(self, session: str, id: str) -> OperationRecord | None:
-        with self.transaction():
-            row = self._q(
-                f"SELECT {self._OPERATION_COLUMNS} FROM operations WHERE session = ? AND id = ?",
-                (session, id),
-            ).fetchone()
-        return None if row is None else self._operation_of(row)
+        """See :meth:`router.host.record.Operations.operation`."""
+        return self.tables.operations.operation(session, id)
 
     def operations(
         self, *, session: str | None = None, statuses: Sequence[str] | None = None
     ) -> list[OperationRecord]:
-        """Operations in submission order, narrowed to a session and statuses."""
-        where, params = [], []
-        if session is not None:
-            where.append("session = ?")
-            params.append(session)
-        if statuses is not None:
-            if not statuses:
-                return []
-            if set(statuses) == set(OPEN_STATUSES):
-                where.append(OPEN_TERM)  # the partial index's own term: it reads only open operations
-            else:
-                where.append(f"status IN ({', '.join('?' for _ in statuses)})")
-                params.extend(statuses)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        with self.transaction():
-            rows = self._q(
-                f"SELECT {self._OPERATION_COLUMNS} FROM operations {clause} ORDER BY ordinal", params
-            ).fetchall()
-        return [self._operation_of(row) for row in rows]
+        """See :meth:`router.host.record.Operations.operations`."""
+        return self.tables.operations.operations(session=session, statuses=statuses)
 
     def open_sessions(self) -> list[str]:
-        """Ids of sessions with queued or running operations, oldest first."""
-        with self.transaction():
-            rows = self._q(
-                "SELECT s.id FROM sessions s WHERE EXISTS (SELECT 1 FROM operations o"
-                " WHERE o.session = s.id AND o.status IN ('queued', 'running')) ORDER BY s.ordinal"
-            ).fetchall()
-        return [row[0] for row in rows]
+        """See :meth:`router.host.record.Operations.open_sessions`."""
+        return self.tables.operations.open_sessions()
 
     def start(self, session: str, id: str) -> bool:
-        """``queued`` → ``running``. False when it was not queued."""
-        with self.transaction():
-            return (
-                self._q(
-                    "UPDATE operations SET status = 'running', started_at = ?"
-                    " WHERE session = ? AND id = ? AND status = 'queued'",
-                    (self.now(), session, id),
-                ).rowcount
-                > 0
-            )
+        """See :meth:`router.host.record.Operations.start`."""
+        return self.tables.operations.start(session, id)
 
     def requeue(self, session: str, id: str) -> bool:
-        """``running`` → ``queued``, undelivered, to run again."""
-        with self.transaction():
-            return (
-                self._q(
-                    "UPDATE operations SET status = 'queued', delivered = NULL, started_at = NULL"
-                    " WHERE session = ? AND id = ? AND status = 'running'",
-                    (session, id),
-                ).rowcount
-                > 0
-            )
+        """See :meth:`router.host.record.Operations.requeue`."""
+        return self.tables.operations.requeue(session, id)
 
     def settle(self, session: str, id: str, outcome: dict) -> bool:
-        """Settle a queued or running operation with a wire outcome
-        (``{"status": "done", "text"}`` or ``{"status": "unanswered",
-        "reason"}``). False when it had settled already or does not exist."""
-        status = outcome.get("status")
-        if status not in SETTLED_STATUSES:
-            raise ValueError(f"not an outcome: {outcome!r}")
-        with self.transaction():
-            return (
-                self._q(
-                    "UPDATE operations SET status = ?, outcome = ?, settled_at = ?"
-                    " WHERE session = ? AND id = ? AND status IN ('queued', 'running')",
-                    (status, _dump(outcome), self.now(), session, id),
-                ).rowcount
-                > 0
-            )
+        """See :meth:`router.host.record.Operations.settle`."""
+        return self.tables.operations.settle(session, id, outcome)
 
     def set_delivered(
         self, session: str, id: str, runtime: str | None, *, handoff: str | None = None
     ) -> None:
-        """Record the runtime an operation was handed to (None: not handed
-        to any live one). ``handoff``, when given, is attached to it."""
-        with self.transaction():
-            if handoff is None:
-                self._q(
-                    "UPDATE operations SET delivered = ? WHERE session = ? AND id = ?",
-                    (runtime, session, id),
-                )
-            else:
-                self._q(
-                    "UPDATE operations SET delivered = ?, handoff = ? WHERE session = ? AND id = ?",
-                    (runtime, handoff, session, id),
-                )
+        """See :meth:`router.host.record.Operations.set_delivered`."""
+        return self.tables.operations.set_delivered(session, id, runtime, handoff=handoff)
 
-    # ---------------------------------------------------------------- transcript
+    # ---------------------------------------------------------------- messages (Messages, router/host/record/messages.py)
 
     def put_message(
         self, session: str, generation: int, message: dict, operation_id: str | None = None
     ) -> None:
-        """Store a transcript message; one with the same id in the same
-        generation is replaced in place (its position kept)."""
-        now = self.now()
-        with self.transaction():
-            self._q(
-                "INSERT INTO messages (session, generation, id, position, operation_id, data,"
-                " created_at, updated_at) VALUES (?, ?, ?,"
-                " (SELECT COALESCE(MAX(position), 0) + 1 FROM messages"
-                "  WHERE session = ? AND generation = ?), ?, ?, ?, ?)"
-                " ON CONFLICT (session, generation, id) DO UPDATE SET"
-                " data = excluded.data, operation_id = excluded.operation_id,"
-                " updated_at = excluded.updated_at",
-                (session, generation, message["id"], session, generation, operation_id,
-                 _dump(message), now, now),
-            )  # fmt: skip
+        """See :meth:`router.host.record.Messages.put_message`."""
+        return self.tables.messages.put_message(session, generation, message, operation_id)
 
     def message_owner(self, session: str, generation: int, id: str) -> tuple[str | None, dict] | None:
-        """The stored message ``id`` of ``generation`` as ``(operation id,
-        message)``; None when there is none."""
-        with self.transaction():
-            row = self._q(
-                "SELECT operation_id, data FROM messages WHERE session = ? AND generation = ? AND id = ?",
-                (session, generation, id),
-            ).fetchone()
-        return None if row is None else (row[0], json.loads(row[1]))
+        """See :meth:`router.host.record.Messages.message_owner`."""
+        return self.tables.messages.message_owner(session, generation, id)
 
     def messages(self, session: str, generation: int | None = None) -> list[dict]:
-        """The transcript of ``generation`` (default: the current one, that
-        is, since the last reset), in order of first appearance."""
-        with self.transaction():
-            if generation is None:
-                generation = self.require_session(session).generation
-            rows = self._q(
-                "SELECT data FROM messages WHERE session = ? AND generation = ? ORDER BY position",
-                (session, generation),
-            ).fetchall()
-        return [json.loads(row[0]) for row in rows]
-
-    def _message_version(self, session: str) -> int:
-        (version,) = self._q("SELECT COALESCE(MAX(version), 0) FROM messages WHERE session = ?", (session,)).fetchone()
-        return version
+        """See :meth:`router.host.record.Messages.messages`."""
+        return self.tables.messages.messages(session, generation)
 
     def message_log(self, session: str, since: int | None = None) -> MessageLog:
-        """The current generation's messages changed after version
-        ``since``, oldest change first; with ``since`` None, every message
-        in transcript order. One transaction, so ``version`` is exactly what
-        the messages read reflect."""
-        with self.transaction():
-            generation = self.require_session(session).generation
-            version = self._message_version(session)
-            if since is None:
-                sql = "SELECT version, data FROM messages WHERE session = ? AND generation = ? ORDER BY position"
-                params: tuple = (session, generation)
-            else:
-                sql = (
-                    "SELECT version, data FROM messages WHERE session = ? AND generation = ? AND version > ?"
-                    " ORDER BY version"
-                )
-                params = (session, generation, since)
-            rows = self._q(sql, params).fetchall()
-        return MessageLog(
-            generation=generation, version=version, messages=[(row[0], json.loads(row[1])) for row in rows]
-        )
+        """See :meth:`router.host.record.Messages.message_log`."""
+        return self.tables.messages.message_log(session, since)
 
     def message_versions(self, session: str, ids: Sequence[str]) -> MessageLog:
-        """The current generation, the session's highest message version,
-        and the ``(version, message)`` now of each of ``ids`` stored in
-        the generation (in the order asked, each once)."""
-        with self.transaction():
-            generation = self.require_session(session).generation
-            version = self._message_version(session)
-            found: list[tuple[int, dict]] = []
-            for mid in dict.fromkeys(ids):
-                row = self._q(
-                    "SELECT version, data FROM messages WHERE session = ? AND generation = ? AND id = ?",
-                    (session, generation, mid),
-                ).fetchone()
-                if row is not None:
-                    found.append((row[0], json.loads(row[1])))
-        return MessageLog(generation=generation, version=version, messages=found)
+        """See :meth:`router.host.record.Messages.message_versions`."""
+        return self.tables.messages.message_versions(session, ids)
 
-    # ---------------------------------------------------------------- entries
+    # ---------------------------------------------------------------- entries (Entries, router/host/record/entries.py)
 
     def append_entries(self, session: str, generation: int, entries: Sequence[JsonValue]) -> None:
-        if not entries:
-            return
-        with self.transaction():
-            (end,) = self._q(
-                "SELECT COALESCE(MAX(position), 0) FROM entries WHERE session = ? AND generation = ?",
-                (session, generation),
-            ).fetchone()
-            self._db.executemany(
-                "INSERT INTO entries (session, generation, position, data) VALUES (?, ?, ?, ?)",
-                [(session, generation, end + i, _dump(e)) for i, e in enumerate(entries, 1)],
-            )
+        """See :meth:`router.host.record.Entries.append_entries`."""
+        return self.tables.entries.append_entries(session, generation, entries)
 
     def entries(self, session: str, generation: int | None = None) -> list[JsonValue]:
-        """The adapter's persisted entries of ``generation`` (default: the
-        current one), in order."""
-        with self.transaction():
-            if generation is None:
-                generation = self.require_session(session).generation
-            rows = self._q(
-                "SELECT data FROM entries WHERE session = ? AND generation = ? ORDER BY position",
-                (session, generation),
-            ).fetchall()
-        return [json.loads(row[0]) for row in rows]
+        """See :meth:`router.host.record.Entries.entries`."""
+        return self.tables.entries.entries(session, generation)
 
-    # ---------------------------------------------------------------- skipped frames
-
-    def skip_frame(self, session: str, runtime: str, seq: int, reason: str, text: str) -> None:
-        """Keep the note of a frame passed without applying it: its runtime
-        and seq, why, and the start of its text (at most
-        :data:`SKIPPED_TEXT_CHARS` characters)."""
-        with self.transaction():
-            self._q(
-                "INSERT INTO skipped_frames (session, runtime, seq, reason, text, at) VALUES (?, ?, ?, ?, ?, ?)",
-                (session, runtime, seq, reason, _storable(text[:SKIPPED_TEXT_CHARS]), self.now()),
-            )
-
-    def skipped_frames(self, session: str) -> list[SkippedFrame]:
-        """The frames of ``session`` the host passed without applying, oldest first."""
-        with self.transaction():
-            rows = self._q(
-                "SELECT session, runtime, seq, reason, text, at FROM skipped_frames"
-                " WHERE session = ? ORDER BY rowid",
-                (session,),
-            ).fetchall()
-        return [
-            SkippedFrame(session=row[0], runtime=row[1], seq=row[2], reason=row[3], text=row[4], at=row[5])
-            for row in rows
-        ]
-
-    # ---------------------------------------------------------------- usage
+    # ---------------------------------------------------------------- usage (Usage, router/host/record/usage.py)
 
     def record_usage(
         self, session: str, operation_id: str | None, runtime: str, seq: int, event: dict
     ) -> None:
-        """Keep one ``usage`` event, which came in frame ``runtime``/``seq``.
-        Called once per frame: the apply core's cursor skips replays."""
-        with self.transaction():
-            self._q(
-                "INSERT INTO usage (session, runtime, seq, operation_id,"
-                " input_tokens, output_tokens, cost_usd, raw, at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    session,
-                    runtime,
-                    seq,
-                    operation_id,
-                    _figure(event.get("inputTokens")),
-                    _figure(event.get("outputTokens")),
-                    _figure(event.get("costUsd")),
-                    _dump(event),
-                    self.now(),
-                ),
-            )
+        """See :meth:`router.host.record.Usage.record_usage`."""
+        return self.tables.usage.record_usage(session, operation_id, runtime, seq, event)
 
     def usage_records(
         self, session_id: str | None = None, since: int | None = None
     ) -> list[UsageRecord]:
-        """Usage figures per operation, for the plug-in layer's limits.
-
-        One :class:`UsageRecord` per ``(session, operation)`` that reported
-        usage, summing its ``usage`` events; events between turns (no
-        operation) form one record per session with ``operation_id`` None.
-        ``session_id`` narrows to one session; ``since`` (ms since the epoch)
-        counts only events recorded at or after it. Ordered by the last
-        event's time, oldest first. From Trio code:
-        ``await store.call(store.usage_records, session_id, since)``.
-        """
-        where, params = [], []
-        if session_id is not None:
-            where.append("session = ?")
-            params.append(session_id)
-        if since is not None:
-            where.append("at >= ?")
-            params.append(since)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        with self.transaction():
-            rows = self._q(
-                "SELECT session, operation_id, SUM(input_tokens), SUM(output_tokens),"
-                " SUM(cost_usd), COUNT(*), MIN(at), MAX(at) FROM usage"
-                f" {clause} GROUP BY session, operation_id ORDER BY MAX(at), session, operation_id NULLS FIRST",
-                params,
-            ).fetchall()
-        return [
-            UsageRecord(
-                session=row[0],
-                operation_id=row[1],
-                input_tokens=row[2],
-                output_tokens=row[3],
-                cost_usd=row[4],
-                events=row[5],
-                first_at=row[6],
-                last_at=row[7],
-            )
-            for row in rows
-        ]
+        """See :meth:`router.host.record.Usage.usage_records`."""
+        return self.tables.usage.usage_records(session_id, since)
 
     def usage_after(self, session: str, mark: int | None = None) -> UsageAfter:
-        """The ``usage`` events of ``session`` recorded after ``mark``
-        (a :attr:`UsageAfter.mark` this method answered before), summed,
-        and the new mark: the session's last event so far. ``mark`` None
-        asks for the mark alone (nothing is summed). What the ``frames``
-        usage source brackets a turn with: each read costs the events since
-        the mark (the ``usage_session`` index), however long the session's
-        history. From Trio code: ``await store.call(store.usage_after, session, mark)``.
-        """
-        with self.transaction():
-            if mark is None:
-                (last,) = self._q("SELECT MAX(rowid) FROM usage WHERE session = ?", (session,)).fetchone()
-                return UsageAfter(mark=last or 0, events=0, input_tokens=None, output_tokens=None)
-            last, events, input_tokens, output_tokens = self._q(
-                "SELECT MAX(rowid), COUNT(*), SUM(input_tokens), SUM(output_tokens) FROM usage"
-                " WHERE session = ? AND rowid > ?",
-                (session, mark),
-            ).fetchone()
-        return UsageAfter(mark=mark if last is None else last, events=events,
-                          input_tokens=input_tokens, output_tokens=output_tokens)
+        """See :meth:`router.host.record.Usage.usage_after`."""
+        return self.tables.usage.usage_after(session, mark)
+
+    # ---------------------------------------------------------------- skipped frames (SkippedFrames, router/host/record/skipped_frames.py)
+
+    def skip_frame(self, session: str, runtime: str, seq: int, reason: str, text: str) -> None:
+        """See :meth:`router.host.record.SkippedFrames.skip_frame`."""
+        return self.tables.skipped_frames.skip_frame(session, runtime, seq, reason, text)
+
+    def skipped_frames(self, session: str) -> list[SkippedFrame]:
+        """See :meth:`router.host.record.SkippedFrames.skipped_frames`."""
+        return self.tables.skipped_frames.skipped_frames(session)
 
     # ---------------------------------------------------------------- inspection
 
@@ -1153,7 +658,7 @@ class Store:
         out: dict[str, list[tuple]] = {}
         with self.transaction():
             for table in self.TABLES:
-                cursor = self._q(f"SELECT * FROM {table}")
+                cursor = self.execute(f"SELECT * FROM {table}")
                 names = [d[0] for d in cursor.description]
                 # PostgreSQL's tables carry SQLite's ``rowid`` as a column.
                 keep = [i for i, n in enumerate(names) if (timestamps or n not in stamp) and n != "rowid"]
