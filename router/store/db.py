@@ -2,8 +2,9 @@
 one small connection face.
 
 The host's store (:mod:`router.host.store`), the delivery record
-(:mod:`router.turns.delivery_log`) and the turn records
-(:mod:`router.plugins.usage`) write SQL that is portable but for a few
+(:mod:`router.turns.delivery_log`), the turn records
+(:mod:`router.plugins.usage`) and the paired devices
+(:mod:`router.remote.devices`) write SQL that is portable but for a few
 spots; :class:`Database` is what they hold instead of a ``sqlite3``
 connection, and it takes care of those spots:
 
@@ -32,11 +33,17 @@ connection, and it takes care of those spots:
   SQLite; a row of the ``router_schema`` table on PostgreSQL, one per record
   (``component``), since the records share one database there.
 
+- :class:`Step` and :func:`migrate`: a record's schema as steps, each
+  holding its SQLite and its PostgreSQL statements side by side (or one
+  portable list); a record of its own (a *component*: ``host``, ``turns``,
+  ``records``, ``devices`` …) is a name and such a list, handed to
+  :func:`migrate` (a SQLite file) or :func:`open_migrated` (PostgreSQL).
+
 Connections are autocommit (transactions begun by hand, as the SQLite ones
 are opened with ``isolation_level=None``) and used from the one worker
-thread their owner serialises calls on. psycopg's async API runs under
-asyncio only, so from Trio the sync API runs in worker threads, as SQLite
-does.
+thread their owner's :class:`router.store.worker.Worker` runs calls on.
+psycopg's async API runs under asyncio only, so from Trio the sync API runs
+in worker threads, as SQLite does.
 """
 
 from __future__ import annotations
