@@ -55,6 +55,7 @@ newer router wrote it) raises :class:`~router.errors.Refusal`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
