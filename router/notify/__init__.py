@@ -15,12 +15,16 @@ receipt of what happened to each notification (docs/notifications.md).
 :mod:`.cli`                 ``router notifications [--json]``
 ==========================  =====================================================
 
-This face imports the core only: the API's status table reads
-:data:`NOTIFY_STATUS` without loading the worker.
+This face loads the core when a name is first used: the API's status
+table reads :data:`NOTIFY_STATUS` without loading the worker.
 """
 
 from __future__ import annotations
 
-from router.notify.core import KINDS, NOTIFY_STATUS, Event, Presence, route
+from router._face import face, names
 
-__all__ = ["Event", "KINDS", "NOTIFY_STATUS", "Presence", "route"]
+#: Where each public name lives; each is imported on first use (router._face).
+_FACE = {"router.notify.core": "KINDS NOTIFY_STATUS Event Presence route"}
+
+__all__ = names(_FACE)
+__getattr__, __dir__ = face(__name__, _FACE)
