@@ -249,10 +249,14 @@ VERSION: Final = hashlib.sha256((PAGE + _MANIFEST + svg_icon()).encode()).hexdig
 #: What the worker keeps on install.
 SHELL: Final = ("/", "/manifest.webmanifest", "/icons/icon.svg", "/icons/icon-192.png")
 
-SERVICE_WORKER: Final = """// router's service worker: keeps the page's shell so it opens offline.
+SERVICE_WORKER: Final = """// router's service worker: keeps the page's shell so it opens offline, and
+// shows the router's Web Push notifications (docs/notifications.md, "On the phone").
 // API requests pass through untouched; the page's outbox keeps what is typed.
 "use strict";
 const CACHE = "router-shell-" + VERSION;
+// The loopback token the page gave (a page opened from `router serve`'s URL),
+// kept apart from the shell: a paired device has none, its cookie goes instead.
+const CREDENTIAL = "router-credential", TOKEN_KEY = "/.router-token";
 self.addEventListener("install", (event) => {
   event.waitUntil(caches.open(CACHE).then((cache) => cache.addAll(SHELL)).then(() => self.skipWaiting()));
 });
@@ -275,6 +279,76 @@ self.addEventListener("fetch", (event) => {
   } else if (SHELL.includes(url.pathname)) {
     event.respondWith(caches.match(url.pathname).then((kept) => kept || fetch(event.request)));
   }
+});
+self.addEventListener("message", (event) => {
+  const data = event.data || {};
+  if (data.type !== "token" || (event.origin && event.origin !== self.location.origin)) return;
+  event.waitUntil(caches.open(CREDENTIAL).then((kept) => typeof data.token === "string" && data.token
+    ? kept.put(TOKEN_KEY, new Response(data.token)) : kept.delete(TOKEN_KEY)));
+});
+// A push: the router's payload {id, kind, session, title, body, url, ask, at}
+// shown as one notification per event (its tag), Allow and Deny on an ask.
+self.addEventListener("push", (event) => {
+  let payload = null;
+  try { payload = event.data ? event.data.json() : null; } catch (_) { payload = null; }
+  if (!payload || typeof payload !== "object") payload = { title: "router", body: event.data ? event.data.text() : "" };
+  const asks = payload.kind === "ask" && payload.ask && typeof payload.ask.id === "string";
+  event.waitUntil(self.registration.showNotification(String(payload.title || "router"), {
+    tag: String(payload.id || "router"), body: String(payload.body || ""), data: payload,
+    icon: "/icons/icon-192.png", timestamp: typeof payload.at === "number" ? payload.at : Date.now(),
+    requireInteraction: asks,
+    actions: asks ? [{ action: "allow", title: "Allow" }, { action: "deny", title: "Deny" }] : [],
+  }));
+});
+// Where a notification leads: its url when it is this router's page, else the session.
+function target(payload) {
+  const fallback = "/" + (payload.session ? "?session=" + encodeURIComponent(payload.session) : "");
+  try {
+    const url = new URL(payload.url || fallback, self.location.origin);
+    return url.origin === self.location.origin && url.pathname === "/" ? url : new URL(fallback, self.location.origin);
+  } catch (_) { return new URL(fallback, self.location.origin); }
+}
+// An action answers the ask with this device's credential (its cookie, or the
+// page's token); the first answer wins, so a 409 says someone else answered.
+async function answer(payload, decision) {
+  const ask = payload.ask, session = ask.session || payload.session || "";
+  const kept = await caches.open(CREDENTIAL).then((c) => c.match(TOKEN_KEY)).catch(() => undefined);
+  const token = kept ? await kept.text() : "";
+  try {
+    const response = await fetch("/sessions/" + encodeURIComponent(session) + "/asks/" + encodeURIComponent(ask.id), {
+      method: "POST", credentials: "same-origin",
+      headers: { "content-type": "application/json", ...(token ? { authorization: "Bearer " + token } : {}) },
+      body: JSON.stringify({ decision, by: "push" }),
+    });
+    const body = await response.json().catch(() => ({}));
+    if (response.ok) return { ok: true, text: decision + ": " + (ask.tool || "the tool") + " (from the notification)" };
+    if (response.status === 409) return { ok: true, text: "already settled elsewhere: " + (body.message || body.error) };
+    return { ok: false, text: "the answer was refused: " + (body.error || response.status) + ": " + (body.message || "") };
+  } catch (_) {
+    return { ok: false, text: "the router did not answer: answer the ask on the page" };
+  }
+}
+self.addEventListener("notificationclick", (event) => {
+  const payload = event.notification.data || {};
+  event.notification.close();
+  event.waitUntil((async () => {
+    const decision = event.action === "allow" || event.action === "deny" ? event.action : null;
+    const said = decision && payload.ask && payload.ask.id ? await answer(payload, decision) : null;
+    if (said && !said.ok) {
+      // Said where it is seen even if no page opens: the notification again, with why.
+      await self.registration.showNotification(String(payload.title || "router"), {
+        tag: String(payload.id || "router"), body: said.text, data: { ...payload, ask: null }, icon: "/icons/icon-192.png" });
+    }
+    const url = target(payload);
+    const open = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
+    const page = open.find((client) => { const at = new URL(client.url); return at.origin === self.location.origin && at.pathname === "/"; });
+    if (page) {
+      page.postMessage({ type: "open", url: url.pathname + url.search, said: said ? said.text : null });
+      await page.focus().catch(() => null);
+    } else {
+      await self.clients.openWindow(url.href).catch(() => null);
+    }
+  })());
 });
 """.replace('"router-shell-" + VERSION', json.dumps("router-shell-" + VERSION)).replace(
     "SHELL.includes", json.dumps(list(SHELL)) + ".includes"
