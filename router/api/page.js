@@ -971,6 +971,7 @@ if (typeof document !== "undefined") {
   // phone"): asked for only when the person taps the control; the router's
   // VAPID key, the browser's subscription, then POST /notifications/subscriptions.
   const PUSH_KEY = "router.push";  // {id, endpoint, device}: the subscription as the router knows it
+  const SUBSCRIBE_SECONDS = 10;
   const worker = "serviceWorker" in navigator
     ? navigator.serviceWorker.register("/sw.js").catch(() => null)  // http on a LAN name: no worker
     : Promise.resolve(null);
@@ -1029,7 +1030,10 @@ if (typeof document !== "undefined") {
     const same = (a) => a && a.byteLength === key.length && new Uint8Array(a).every((byte, i) => byte === key[i]);
     if (subscription && !same(subscription.options.applicationServerKey)) { await subscription.unsubscribe().catch(() => null); subscription = null; }
     try {
-      subscription = subscription || await registration.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key });
+      // A browser without a push service may never settle (headless Chromium): a bound on the wait.
+      subscription = subscription || await Promise.race([
+        registration.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key }),
+        new Promise((_, fail) => setTimeout(() => fail(new Error("its push service did not answer in " + SUBSCRIBE_SECONDS + " s")), SUBSCRIBE_SECONDS * 1000))]);
     } catch (error) {
       showPush({ state: "no-push-service", detail: String(error.message || error) });
       return;
