@@ -9,6 +9,8 @@
 :mod:`.board`          ``GET /board/live``
 :mod:`.asks`           ``GET /asks``, ``POST /asks/<id>``,
                        ``POST /sessions/<id>/asks/<ask>``
+:mod:`router.notify.routes` ``/notifications``, ``/presence``,
+                       ``POST /sessions/<id>/notify`` (docs/notifications.md)
 :mod:`.places`         ``GET /projects``, ``POST /sessions {project, ...}``,
                        ``GET /sessions/<id>/diff``, ``POST /sessions/<id>/end``:
                        sessions in git worktrees (docs/sessions.md)
@@ -58,9 +60,10 @@ from quart import Blueprint
 
 from router.api import shell
 from router.api.routes import asks, board, health, places, sessions
+from router.notify.routes import blueprint as notify_blueprint
 
 __all__ = ["BLUEPRINTS"]
 
 #: Every Blueprint of the API, registered by :func:`router.api.app.make_app`.
 BLUEPRINTS: Final[tuple[Blueprint, ...]] = (health.blueprint, shell.blueprint, sessions.blueprint, board.blueprint,
-                                            asks.blueprint, places.blueprint)
+                                            asks.blueprint, places.blueprint, notify_blueprint)
