@@ -230,7 +230,8 @@ function pushText(push) {
 // One receipt of GET /notifications: where, what became of it, and why.
 function receiptText(receipt) {
   const r = receipt || {};
-  return (r.destination || "?") + ": " + (r.outcome || "?") + (r.detail ? " (" + r.detail + ")" : "");
+  const why = [r.outcome === "sent" && r.status ? String(r.status) : "", r.detail || r.code || ""].filter(Boolean).join(", ");
+  return (r.destination || "?") + ": " + (r.outcome || "?") + (why ? " (" + why + ")" : "");
 }
 
 // A VAPID public key (base64url, no padding) as the bytes the Push API takes.
@@ -240,17 +241,14 @@ function keyBytes(text) {
   return Uint8Array.from(binary, (c) => c.charCodeAt(0));
 }
 
-// A session's notification setting, from GET /notifications/settings or a
-// POST /sessions/<id>/notify answer: {muted, turnEnded}.
+// A session's notification setting: {muted, turnEnded}, from GET
+// /notifications/settings ({turn_ended, sessions: {id: {muted, turn_ended}}})
+// or a POST /sessions/<id>/notify answer ({session, muted, turn_ended}).
 function sessionNotify(settings, id) {
   const s = settings || {};
-  const own = (s.sessions && !Array.isArray(s.sessions) && s.sessions[id]) || (s.session === id ? s : null);
-  const listed = (key) => Array.isArray(s[key]) && s[key].includes(id);
-  const flag = (value) => value === true;
-  return {
-    muted: own ? flag(own.muted) : listed("muted_sessions") || listed("muted"),
-    turnEnded: own ? flag(own.turn_ended) : listed("turn_ended_sessions") || listed("turn_ended") || s.turn_ended_all === true,
-  };
+  const own = s.session === id ? s : (s.sessions && typeof s.sessions === "object" && s.sessions[id]) || null;
+  return own ? { muted: own.muted === true, turnEnded: own.turn_ended === true }
+    : { muted: false, turnEnded: s.turn_ended === true };
 }
 
 if (typeof module !== "undefined") {
@@ -1100,7 +1098,7 @@ if (typeof document !== "undefined") {
     const now = Date.now();
     $("alerts-list").replaceChildren(...(notifications.length ? notifications.map((n) => el("div", { class: "alert" },
       el("div", {}, el("strong", { text: n.title || n.kind }), document.createTextNode(" "),
-        el("span", { class: "note", text: n.kind + " · " + ago(typeof n.at === "number" && n.at < 1e11 ? n.at * 1000 : n.at, now) })),
+        el("span", { class: "note", text: n.kind + " · " + ago(n.at, now) })),
       el("div", { class: "note", text: (n.receipts || []).map(receiptText).join(" · ") || "no destination yet" })))
       : [el("div", { class: "note", text: list.status === 200 ? "No notifications for this session yet." : refusedText(list.status, list.body) })]));
     alertsOf = { id: target.id, count: notifications.length };
@@ -1120,7 +1118,7 @@ if (typeof document !== "undefined") {
   const sessionToggle = (id, key) => $(id).addEventListener("change", async () => {
     if (!current) return;
     const { status, body } = await call("POST", sessionPath(current, "notify"), { [key]: $(id).checked });
-    if (status === 200) showSessionNotify(sessionNotify({ ...body, session: current.id }, current.id));
+    if (status === 200) showSessionNotify(sessionNotify(body, current.id));
     else { $(id).checked = !$(id).checked; say(refusedText(status, body)); }
   });
   sessionToggle("mute", "muted");
