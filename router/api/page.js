@@ -1031,7 +1031,7 @@ if (typeof document !== "undefined") {
       // A browser without a push service may never settle (headless Chromium): a bound on the wait.
       subscription = subscription || await Promise.race([
         registration.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key }),
-        new Promise((_, fail) => setTimeout(() => fail(new Error("its push service did not answer in " + SUBSCRIBE_SECONDS + " s")), SUBSCRIBE_SECONDS * 1000))]);
+        new Promise((_, fail) => setTimeout(() => fail(new Error("no answer from it in " + SUBSCRIBE_SECONDS + " s")), SUBSCRIBE_SECONDS * 1000))]);
     } catch (error) {
       showPush({ state: "no-push-service", detail: String(error.message || error) });
       return;
