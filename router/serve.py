@@ -364,10 +364,20 @@ class MainJob:
         owner = await trio.to_thread.run_sync(_owner_id, config.data_dir)
         self.notifications = Notifications(deliveries=deliveries, host_store=store, settings=settings,
                                            settings_dir=config.settings_dir, data_dir=config.data_dir, claimant=owner,
-                                           loader_root=config.plugins_root)
+                                           loader_root=config.plugins_root, page_url=self._phone_url)
         await self.notifications.attach()
         self.router.notifications = self.notifications
         await self._start(nursery, "notifications", self.notifications.run)
+
+    def _phone_url(self) -> str | None:
+        """The page's address as a phone reaches it (a notification's link),
+        or None without --listen or --behind-proxy."""
+        if self.reach is None:
+            return None
+        try:
+            return self.reach.pairing_base()
+        except errors.Refusal:
+            return None
 
     async def _start_reach(self, nursery: trio.Nursery, target: Any) -> None:
         """Pairing, devices and the certificates, with ``--listen`` or

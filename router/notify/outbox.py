@@ -104,6 +104,7 @@ class Notifications:
         self._wakeup = trio.Event()
         self._settings_lock = trio.Lock()
         self._settings = NotifySettings()
+        self._vapid: str | None = None
         self.notices = record.Notices(claimant, wake=self.wake,
                                       turn_ended=lambda session: self._settings.setting(session).turn_ended)
         self.sent = self.suppressed = self.failed = 0
@@ -167,7 +168,10 @@ class Notifications:
         handled = 0
         for source in self.sources:
             while True:
-                events = await self._db(record.claim, self.claimant, _ms(), source=source)
+                # One at a time: each claim renews this router's claims, so a
+                # slow send never lets another router of a cluster take over
+                # an event this one is still working on.
+                events = await self._db(record.claim, self.claimant, _ms(), limit=1, source=source)
                 if not events:
                     break
                 for event in events:
@@ -203,7 +207,10 @@ class Notifications:
         out = []
         for module in await self.notifiers():
             try:
-                listed = module.function("destinations")(self._context(module, settings, subs))
+                # Plain functions, run off the loop: apprise parses URLs (and
+                # imports its many services the first time) as it answers.
+                listed = await trio.to_thread.run_sync(module.function("destinations"),
+                                                       self._context(module, settings, subs))
                 for item in listed:
                     out.append((module, Destination(id=str(item["id"]), notifier=module.name,
                                                     label=str(item.get("label") or item["id"]),
@@ -222,15 +229,21 @@ class Notifications:
             destination = decision.destination
             if decision.send and event.kind == "ask":
                 state = await self._db(record.ask_state, event.ask["id"]) if event.ask else None
-                if state not in (None, "waiting"):
-                    facts = RoutingFacts(now=self._clock(), ask_state=state)
-                    decision = route(event, [destination], facts)[0]
+                if state not in (None, "waiting"):  # answered while the destinations before it were sent to
+                    decision = route(event, [destination], RoutingFacts(now=self._clock(), ask_state=state))[0]
             if not decision.send:
                 await self._db(record.put_receipt, event.id, destination.id, destination.label, "suppressed",
                                code=decision.code, detail=decision.detail, source=source)
                 self.suppressed += 1
                 continue
             await self._send(event, modules[destination.id], destination, settings, source)
+        # A send cut short (the router stopped) to a destination that is no
+        # longer one: its receipt says so rather than stay pending.
+        for gone, label in await self._db(record.pending_receipts, event.id, source=source):
+            if gone not in modules:
+                await self._db(record.put_receipt, event.id, gone, label, "failed", source=source,
+                               detail="no longer a destination (its notifier is off, or its subscription or URL "
+                                      "is gone) when the send could be tried again")
         await self._db(record.finish, event.id, source=source)
 
     async def _facts(self, event: Event, settings: NotifySettings) -> RoutingFacts:
@@ -243,6 +256,7 @@ class Notifications:
 
     async def _send(self, event: Event, module: Any, destination: Destination, settings: NotifySettings,
                     source: Any) -> None:
+        await self._db(record.renew, self.claimant, _ms(), source=source)
         await self._db(record.put_receipt, event.id, destination.id, destination.label, "pending",
                        detail="sending", source=source)
         subs = [s for s in await self._db(record.subscriptions) if destination.device is not None
@@ -250,11 +264,7 @@ class Notifications:
         context = {**self._context(module, settings, subs), "page_url": self.page_url()}
         if destination.device is not None:
             context["subscriptions"] = [{"id": s["id"], "info": s["subscription"].info()} for s in subs]
-            try:
-                context["vapid_key"] = str((await trio.to_thread.run_sync(vapid_key, self.data_dir))[0])
-            except Exception as error:  # noqa: BLE001 - told in the receipt
-                context["vapid_key"] = None
-                log.warning("notifications: the VAPID key cannot be used: %s", error)
+            context["vapid_key"] = await self._vapid_path()
         request = {"event": event.id, "destination": destination.id, "payload": payload(event)}
         answer: Any = None
         with trio.move_on_after(SEND_DEADLINE) as scope:
@@ -303,7 +313,7 @@ class Notifications:
             out.append({"notifier": refused.name, "code": refused.code, "message": refused.message})
         for module in modules:
             try:
-                found = module.function("check")(self._context(module, settings, []))
+                found = await trio.to_thread.run_sync(module.function("check"), self._context(module, settings, []))
                 out += [{"notifier": module.name, "code": str(p["code"]), "message": str(p["message"])}
                         for p in found]
             except Exception as error:  # noqa: BLE001
@@ -341,6 +351,16 @@ class Notifications:
             await trio.to_thread.run_sync(save_settings, self.settings_dir, updated)
             self._settings = updated
         return new
+
+    async def _vapid_path(self) -> str | None:
+        """The VAPID key file, made (and checked) once per run; None when it
+        cannot be used (the send then fails, saying why)."""
+        if self._vapid is None:
+            try:
+                self._vapid = str((await trio.to_thread.run_sync(vapid_key, self.data_dir))[0])
+            except Exception as error:  # noqa: BLE001 - told in the receipt and the log
+                log.warning("notifications: the VAPID key cannot be used: %s", error)
+        return self._vapid
 
     async def public_key(self) -> str | None:
         """The VAPID public key, or None while ``web-push`` is off."""

@@ -212,6 +212,12 @@ def claim(db: Any, claimant: str, now: int, *, limit: int = 32) -> list[Event]:
     return [Event.from_json(json.loads(row[0])) for row in rows]
 
 
+def renew(db: Any, claimant: str, now: int) -> None:
+    """Renew this router's claims on its open events (before each send)."""
+    db.execute("UPDATE notify_events SET claimed_until = ? WHERE done = 0 AND claimant = ?",
+               (now + int(CLAIM * 1000), claimant))
+
+
 def finish(db: Any, event: str) -> None:
     db.execute("UPDATE notify_events SET done = 1 WHERE id = ?", (event,))
 
@@ -219,6 +225,12 @@ def finish(db: Any, event: str) -> None:
 def final_receipts(db: Any, event: str) -> set[str]:
     return {row[0] for row in db.execute(
         "SELECT destination FROM notify_receipts WHERE event = ? AND outcome != 'pending'", (event,)).fetchall()}
+
+
+def pending_receipts(db: Any, event: str) -> list[tuple[str, str]]:
+    """``(destination, label)`` of each receipt still ``pending``."""
+    return [tuple(row) for row in db.execute(
+        "SELECT destination, label FROM notify_receipts WHERE event = ? AND outcome = 'pending'", (event,)).fetchall()]
 
 
 def put_receipt(db: Any, event: str, destination: str, label: str, outcome: str, *, detail: str,

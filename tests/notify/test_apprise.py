@@ -74,6 +74,7 @@ async def test_mail_and_json_arrive_once_each(rig: Rig, smtp: Any, receiver: Any
     urls = [f"mailto://127.0.0.1:{smtp_port}?to=me@example.org&from=router@example.org",
             f"json://127.0.0.1:{http_port}/hook", "notaservice://secret-token@example.org/x"]
     write_settings(rig.settings_dir, notifiers=["apprise"], notify={"notifiers": {"apprise": {"urls": urls}}})
+    rig.service.page_url = lambda: "https://box.example/router/"  # as a phone reaches the page
     await rig.log.call(rig.log.put_ask, waiting_ask("ask-9", "s-9"))
     with trio.fail_after(30):
         while True:
@@ -85,6 +86,7 @@ async def test_mail_and_json_arrive_once_each(rig: Rig, smtp: Any, receiver: Any
     assert len(mails) == 1 and mails[0].rcpt_tos == ["me@example.org"]
     assert "Bash" in mails[0].content.decode(errors="replace")
     assert len(posts) == 1 and "Bash" in posts[0]["title"] and "ls" in posts[0]["message"]
+    assert "https://box.example/router/?session=s-9" in posts[0]["message"]
     # Receipts name destinations by a masked label, never the URL.
     text = json.dumps(events)
     assert f"{smtp_port}?to" not in text and "hook" not in text

@@ -203,13 +203,13 @@ async def test_a_container_turn_that_ended_and_an_unreachable_daemon_are_events(
         await rig.service.attach()
         await nursery.start(rig.service.run)
         await rig.service.set_session("s-on", lambda current: attrs.evolve(current, turn_ended=True))
-        for session in ("s-on", "s-off"):
-            await store.call(store.create_session, session)
-            await store.call(store.enqueue, session, "op-1", "hello")
-            await store.call(store.settle, session, "op-1", {"status": "done", "text": "\nAll done.\nmore"})
-        await store.call(lambda: store.set_daemon("s-off", state="unreachable", reason="image-missing: no image"))
         with PushService() as service:
-            await _phone(rig, service)
+            await _phone(rig, service)  # before the events: a destination to send them to
+            for session in ("s-on", "s-off"):
+                await store.call(store.create_session, session)
+                await store.call(store.enqueue, session, "op-1", "hello")
+                await store.call(store.settle, session, "op-1", {"status": "done", "text": "\nAll done.\nmore"})
+            await store.call(lambda: store.set_daemon("s-off", state="unreachable", reason="image-missing: no image"))
             with trio.fail_after(20):
                 while len(service.received) < 2:
                     await trio.sleep(0.01)
@@ -220,3 +220,60 @@ async def test_a_container_turn_that_ended_and_an_unreachable_daemon_are_events(
         nursery.cancel_scope.cancel()
         log.close()
         store.close()
+
+
+async def test_in_a_cluster_the_writer_sends_and_another_takes_over_only_a_lapsed_claim(
+        tmp_path: Any, store_url: str, nursery: trio.Nursery) -> None:
+    if not store_url.startswith("postgresql"):
+        pytest.skip("a cluster shares a PostgreSQL record")
+    logs = [DeliveryLog(store_url), DeliveryLog(store_url)]
+    try:
+        rigs = [Rig(tmp_path / name, log) for name, log in zip(("a", "b"), logs)]
+        for rig, claimant in zip(rigs, ("r1", "r2")):
+            rig.service.claimant = rig.service.notices.claimant = claimant
+            write_settings(rig.settings_dir, notifiers=["web-push"])
+            await rig.service.attach()
+            await nursery.start(rig.service.run)
+        with PushService() as service:
+            await _phone(rigs[0], service)
+            await rigs[0].log.call(rigs[0].log.put_ask, waiting_ask("ask-c", "s-c"))  # written by r1
+            with trio.fail_after(20):
+                while len(service.received) < 1:
+                    await trio.sleep(0.01)
+            await rigs[1].service.drain()
+            assert len(service.received) == 1
+        assert (rigs[0].service.sent, rigs[1].service.sent) == (1, 0)
+        # r1 is gone with an event open: r2 takes it only once r1's claim lapsed.
+        await rigs[0].log.call(lambda: record.add_event(
+            rigs[0].log.database, Event(id="ntf-left", kind="resumed", session="s-c", title="t", body="b", at=1),
+            dedup="left", claimant="r-gone", until=int(time.time() * 1000) + 60_000))
+        db = rigs[1].log.database
+        now = int(time.time() * 1000)
+        assert await rigs[1].log.call(lambda: record.claim(db, "r2-probe", now)) == []
+        taken = await rigs[1].log.call(lambda: record.claim(db, "r2-probe", now + 61_000))
+        assert [event.id for event in taken] == ["ntf-left"]
+    finally:
+        nursery.cancel_scope.cancel()
+        for log in logs:
+            log.close()
+
+
+async def test_a_send_cut_short_to_a_destination_now_gone_fails_its_receipt(rig: Rig) -> None:
+    """A router stopped mid-send, restarted with that destination gone (its
+    notifier switched off): the receipt says so instead of staying pending."""
+    event = Event(id="ntf-cut", kind="resumed", session="s-1", title="t", body="b", at=1)
+
+    def cut() -> None:
+        record.add_event(rig.log.database, event, dedup="cut", claimant="r1", until=0)
+        record.put_receipt(rig.log.database, event.id, "web-push:dev-x", "web-push: Old Phone", "pending",
+                           detail="sending")
+
+    await rig.log.call(cut)
+    rig.service.wake()
+    with trio.fail_after(20):
+        while True:
+            (listed,) = await rig.events()
+            if listed["receipts"][0]["outcome"] != "pending":
+                break
+            await trio.sleep(0.01)
+    assert listed["receipts"][0]["outcome"] == "failed" and "no longer a destination" in listed["receipts"][0]["detail"]

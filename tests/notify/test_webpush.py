@@ -79,3 +79,25 @@ async def test_a_410_removes_the_subscription_and_fails_the_receipt(rig: Rig) ->
 async def test_the_vapid_key_is_refused_while_web_push_is_off(rig: Rig) -> None:
     write_settings(rig.settings_dir, notifiers=[])
     assert await rig.service.public_key() is None
+
+
+async def test_an_unreachable_push_service_is_a_failed_receipt_and_a_shown_error(rig: Rig) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    write_settings(rig.settings_dir, notifiers=["web-push"])
+    browser = Browser(f"http://127.0.0.1:{port}/push/nobody")
+    await _subscribe(rig, browser, "dev-3", "Linux Firefox")
+    await rig.log.call(rig.log.put_ask, waiting_ask("ask-3"))
+    with trio.fail_after(20):
+        while not any(r["outcome"] == "failed" for r in await _receipts(rig)):
+            await trio.sleep(0.01)
+    (receipt,) = await _receipts(rig)
+    assert "ConnectError" in receipt["detail"]
+    view = await rig.service.view()
+    (destination,) = view["destinations"]
+    assert destination["label"] == "web-push: Linux Firefox" and "ConnectError" in destination["last_error"]["message"]
+    # The subscription stays: a push service that is down now may answer later.
+    assert len(await rig.db(record.subscriptions)) == 1
