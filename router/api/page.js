@@ -1,6 +1,9 @@
 // The router's page, as a phone app: the board of every session (the asks
 // waiting on you first), one session's conversation, and a send box whose
-// messages are never lost.
+// messages are never lost. Where the router sends notifications, the page
+// subscribes this device to Web Push on request, reports whether it is seen
+// (POST /presence), and shows a session's notifications with their receipts
+// (docs/notifications.md, "On the phone").
 //
 // Served inline in page.html (router/api/page.py puts it there; the shell
 // around it, the manifest, service worker and icons, is router/api/shell.py).

@@ -20,6 +20,14 @@ Theory of operation:
   is fresh whenever the router answers. API requests are never touched:
   the page's outbox (``localStorage``) keeps what is typed offline and
   sends it, with its event id, when the router answers again.
+- **Notifications** (docs/notifications.md, "On the phone"): the worker
+  shows each Web Push payload as one notification tagged with its event id
+  (Allow and Deny on an ask); an action answers the ask itself
+  (``POST /sessions/<id>/asks/<ask>`` ``{decision, by: "push"}``, the
+  device's cookie, or the loopback token the page handed it, kept in the
+  ``router-credential`` cache), a 409 meaning someone answered first, then
+  focuses the open page (told to open the session) or opens the session's
+  URL. A refused answer shows the notification again with why.
 - **The icons** are drawn here by code: an SVG, and PNGs rasterized from
   the same shapes (signed distances, one pixel of anti-aliasing) by
   :func:`png_icon`, with a plain PNG encoder (zlib and CRC from the
