@@ -11,7 +11,8 @@ presence (``POST /presence``, answered 204) so an event of the session it
 shows is suppressed as visible; away from it, the router's real encrypted
 push reaches the test's push service, and that payload, delivered to the
 page's worker, is shown; the session's notifications with their receipts
-and its mute toggle are on the page.
+and its mute toggle are on the page; stopped, the router forgets the
+subscription.
 
 Screenshots go to ``.artifacts/`` (``ROUTER_TEST_ARTIFACTS``).
 """
@@ -174,6 +175,13 @@ async def test_the_phone_subscribes_reports_presence_and_shows_the_routers_push(
             # Delivered again (a push service may repeat): still one.
             await deliver(page, served.url, payload)
             assert len(await page.evaluate(SHOWN)) == 1
+
+            # Stopped: the router forgets this device's subscription, and the control says it is off.
+            await page.evaluate("document.getElementById('notify-toggle').click()")
+            await page.wait_for(f"{STATE} === 'off'")
+            assert await page.evaluate("localStorage.getItem('router.push')") is None
+            async with served.client() as client:
+                assert (await client.get("/notifications/settings")).json()["destinations"] == []
             assert page.errors == []
 
 

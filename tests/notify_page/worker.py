@@ -63,9 +63,18 @@ async def grant_notifications(browser: Browser, origin: str) -> None:
     await browser.send("Browser.grantPermissions", {"origin": origin, "permissions": ["notifications"]})
 
 
+#: Each tab's registration id, found once: ``ServiceWorker.enable`` sent
+#: again on a tab made Chromium 156 drop a push delivered next, and close the
+#: notifications shown (observed), so the domain is switched on once per tab.
+_REGISTRATIONS: dict[tuple[str, str], str] = {}
+
+
 async def registration_id(page: Page, origin: str) -> str:
     """The id of the page's service worker registration (CDP ``ServiceWorker``
-    domain's ``workerRegistrationUpdated``)."""
+    domain's ``workerRegistrationUpdated``), asked once per tab."""
+    known = _REGISTRATIONS.get((page.session, origin))
+    if known is not None:
+        return known
     await page.send("ServiceWorker.enable")
     scope = origin.rstrip("/") + "/"
     with trio.fail_after(30):
@@ -74,6 +83,7 @@ async def registration_id(page: Page, origin: str) -> str:
                 if event.get("method") == "ServiceWorker.workerRegistrationUpdated":
                     for each in event["params"]["registrations"]:
                         if each["scopeURL"] == scope and not each["isDeleted"]:
+                            _REGISTRATIONS[(page.session, origin)] = str(each["registrationId"])
                             return str(each["registrationId"])
             await trio.sleep(0.05)
 
