@@ -9,12 +9,14 @@
 :mod:`.board`          ``GET /board/live``
 :mod:`.asks`           ``GET /asks``, ``POST /asks/<id>``,
                        ``POST /sessions/<id>/asks/<ask>``
-:mod:`router.notify.routes` ``/notifications``, ``/presence``,
-                       ``POST /sessions/<id>/notify`` (docs/notifications.md)
 :mod:`.places`         ``GET /projects``, ``POST /sessions {project, ...}``,
                        ``GET /sessions/<id>/diff``, ``POST /sessions/<id>/end``:
                        sessions in git worktrees (docs/sessions.md)
 =====================  ==========================================================
+
+The notification routes (``/notifications``, ``/presence``, ``POST
+/sessions/<id>/notify``) are :mod:`router.notify.routes`'s Blueprint,
+named in :data:`BLUEPRINTS` too (docs/notifications.md, "HTTP").
 
 How to add a route
 ------------------
