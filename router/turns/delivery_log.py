@@ -257,6 +257,14 @@ _COLUMNS: Final = (
 )
 
 
+def _launch(record: str) -> LaunchRecord | None:
+    """A stored launch, or None for one this version cannot read."""
+    try:
+        return launch_of_json(json.loads(record))
+    except ValueError:
+        return None
+
+
 class DeliveryLog:
     """The durable record of deliveries (see the module docstring)."""
 
@@ -528,12 +536,13 @@ class DeliveryLog:
 
     def launch_of(self, session: str) -> LaunchRecord | None:
         row = self._db.execute("SELECT record FROM launches WHERE session = ?", (session,)).fetchone()
-        if row is None:
-            return None
-        try:
-            return launch_of_json(json.loads(row[0]))
-        except ValueError:
-            return None
+        return None if row is None else _launch(row[0])
+
+    def launches(self) -> dict[str, LaunchRecord]:
+        """Every session's launch, in one query (the board describes every
+        session at once: one query, not one per session)."""
+        rows = self._db.execute("SELECT session, record FROM launches").fetchall()
+        return {session: launch for session, record in rows if (launch := _launch(record)) is not None}
 
     # ----------------------------------------------------------------- parks (schema 4)
 
