@@ -336,6 +336,8 @@ class MainJob:
                 if config.port is not None:
                     self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
                     await self._start_reach(nursery, target)
+                    if self.reach is not None and self.notifications is not None:
+                        self.notifications.revoked_devices = self.reach.revoked_among
                     self.api = ApiServer(self.router, self.layer, token=self.token, port=config.port,
                                          config=self._api_config(harness), board=self.board, worktrees=self.worktrees,
                                          reach=self.reach)
