@@ -272,6 +272,11 @@ class Exchange:
                 return value.decode("latin-1")
         return None
 
+    def rest(self) -> bytes:
+        """What h11 holds past the head of a request it paused at (an
+        upgrade's: the peer's first bytes of the new protocol)."""
+        return self._conn.trailing_data[0]
+
     def keep_alive(self) -> bool:
         """h11's rule: HTTP/1.1, and no ``close`` among the ``Connection``
         tokens."""

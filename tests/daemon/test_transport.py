@@ -188,13 +188,6 @@ def test_text_frames_are_the_bytes_wsproto_writes(length, char):
     assert text_frame(text) == Connection(ConnectionType.SERVER).send(TextMessage(data=text))
 
 
-def test_batching_falls_back_to_one_message_at_a_time_without_trio_websocket_internals():
-    from router.daemon.transport import _batching
-
-    plain = object()
-    assert _batching(plain) is plain
-
-
 async def test_a_handshake_that_finishes_during_shutdown_is_closed_1001(server, nursery):
     await server.daemon.aclose()
     ws = await websocket(server, nursery, "/sessions/late")

@@ -1,4 +1,4 @@
-"""The host's WebSocket client (router/host/websocket.py) against wsproto's
+"""The host's WebSocket client (router/_websocket.py) against wsproto's
 server side over an in-memory stream pair: the frames it writes by hand,
 what it does with the daemon's pings, closes, fragments and sizes."""
 
@@ -22,10 +22,10 @@ from wsproto.events import (
     TextMessage,
 )
 
-from router.host.websocket import (
+from router._websocket import (
     ABNORMAL_CLOSURE,
     MESSAGE_TOO_BIG,
-    ClientWebSocket,
+    WebSocket,
     HandshakeFailed,
     WebSocketClosed,
     client_text_frame,
@@ -87,11 +87,11 @@ class Server:
                 return events
 
 
-async def _pair(nursery: trio.Nursery, max_message_size: int = 1 << 20) -> tuple[ClientWebSocket, Server]:
+async def _pair(nursery: trio.Nursery, max_message_size: int = 1 << 20) -> tuple[WebSocket, Server]:
     client_stream, server_stream = trio.testing.memory_stream_pair()
     server = Server(server_stream)
     nursery.start_soon(server.accept)
-    ws = await ClientWebSocket.connect(client_stream, "h", "/s", max_message_size=max_message_size)
+    ws = await WebSocket.connect(client_stream, "h", "/s", max_message_size=max_message_size)
     return ws, server
 
 
@@ -195,7 +195,7 @@ async def test_a_refused_upgrade_is_a_handshake_failure() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(refuse)
         with pytest.raises(HandshakeFailed):
-            await ClientWebSocket.connect(client_stream, "h", "/s", max_message_size=100)
+            await WebSocket.connect(client_stream, "h", "/s", max_message_size=100)
 
 
 async def test_our_close_leaves_the_answer_to_the_reader_task(nursery: trio.Nursery) -> None:

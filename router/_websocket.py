@@ -1,18 +1,30 @@
-"""The host's end of a session socket: a WebSocket client without a task.
+"""One WebSocket for both ends of the container protocol, without a task.
 
-trio-websocket gives every connection a reader task and a message channel
-(about 8–10 KiB of an idle session's heap) and wakes a task per
-message. Here the reading is done by whoever calls :meth:`receive` (the
-session link's reader), every complete message a read of the socket brings
-at once, and the sending by whoever calls :meth:`send_messages` (the
-link's driver), every message of a batch framed into one ``send_all``.
+The host dials (:meth:`WebSocket.connect`), the daemon's front accepts
+(:meth:`WebSocket.accept`, from the request head its HTTP loop already
+read); from then on both ends are the same object. trio-websocket gives
+every connection a reader task and a message channel (about 8–10 KiB of an
+idle session's heap) and wakes a task per message. Here the reading is done
+by whoever calls :meth:`receive` (the session link's reader, the daemon's
+connection task), every complete message a read of the socket brings at
+once, and the sending by whoever calls :meth:`send_messages` (the link's
+driver, the daemon's outbox writer), every message of a batch framed into
+one ``send_all``. Why wsproto under our own class and not trio-websocket's
+public API: ``docs/bench.md``, "One WebSocket".
 
-wsproto (the dependency the daemon shares) does the opening handshake
-(RFC 6455 §4.1), parses what the daemon sends (§5.2, fragments, control
-frames, UTF-8) and frames the control frames we send (pong, ping, close);
-the text frames we send are framed here (§5.2, masked as a client's must
-be, §5.3: a fresh key from ``os.urandom`` per frame), since wsproto
+wsproto does the opening handshake (RFC 6455 §4.1), parses what the peer
+sends (§5.2, fragments, control frames, UTF-8; a frame that breaks the RFC
+fails the connection, §7.1.7) and frames the control frames we send (pong,
+ping, close); the text frames we send are framed here (§5.2; a client's
+masked, §5.3: a fresh key from ``os.urandom`` per frame; a server's not),
+the same bytes wsproto writes (tests hold them to it), since wsproto
 builds one bytes object per frame through several layers of Python.
+
+A message larger than ``max_message_size`` closes the connection with 1009
+as it arrives. The client counts what the joined text will take in memory
+(characters times the widest, ``wide``); the daemon counts characters,
+never more than the UTF-8 bytes the reference (npm ``agents@0.32.0``)
+counts, so everything the reference accepts is accepted.
 
 Every send goes through one lock (a pong and a batch must not interleave
 on the stream). A send that does not finish (cancelled, or the stream
@@ -23,6 +35,7 @@ connection ends rather than write garbage after it.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from typing import Final, Sequence
@@ -44,7 +57,7 @@ from wsproto.events import (
 from wsproto.handshake import H11Handshake
 from wsproto.utilities import ProtocolError
 
-__all__ = ["ClientWebSocket", "HandshakeFailed", "WebSocketClosed", "client_text_frame"]
+__all__ = ["HandshakeFailed", "WebSocket", "WebSocketClosed", "client_text_frame", "text_frame"]
 
 #: Bytes asked of the socket per read: trio-websocket's ``receive_buffer_size``
 #: as the host used it (64 KiB).
@@ -66,15 +79,16 @@ _MASKED: Final = 0x80
 
 
 class WebSocketClosed(Exception):
-    """The WebSocket closed: the daemon's close ``code`` and ``reason``, or
+    """The WebSocket closed: the peer's close ``code`` and ``reason``, or
     :data:`ABNORMAL_CLOSURE` when the connection ended without one."""
 
-    def __init__(self, code: int | None, reason: str | None = None, *, side: str = "daemon") -> None:
+    def __init__(self, code: int | None, reason: str | None = None, *, side: str = "peer") -> None:
         super().__init__(code, reason)
         self.code = code
         self.reason = reason
-        #: Who ended it: ``daemon`` (its close frame), ``host`` (ours: a
-        #: message over the limit), ``network`` (no close frame).
+        #: Who ended it: ``peer`` (its close frame), ``ours`` (a message
+        #: over the limit, or a send after we began closing), ``network``
+        #: (no close frame).
         self.side = side
 
     def __str__(self) -> str:
@@ -82,7 +96,22 @@ class WebSocketClosed(Exception):
 
 
 class HandshakeFailed(Exception):
-    """The daemon did not accept the upgrade (a status, or bad HTTP)."""
+    """The upgrade did not happen: the daemon did not accept it (a status,
+    or bad HTTP), or a request the server cannot accept."""
+
+
+def text_frame(text: str) -> bytes:
+    """One unfragmented text frame as a server sends it (RFC 6455 §5.2:
+    FIN, opcode 1, no mask; lengths over 125 in 16 or 64 bits). What
+    wsproto writes for ``TextMessage`` on a connection without extensions,
+    at a tenth of the cost."""
+    payload = text.encode("utf-8")
+    size = len(payload)
+    if size < 126:
+        return _HEADER_SHORT.pack(_FIN_TEXT, size) + payload
+    if size < 65536:
+        return _HEADER_16.pack(_FIN_TEXT, 126, size) + payload
+    return _HEADER_64.pack(_FIN_TEXT, 127, size) + payload
 
 
 def client_text_frame(text: str, key: bytes) -> bytes:
@@ -103,21 +132,26 @@ def client_text_frame(text: str, key: bytes) -> bytes:
     return header + key + masked
 
 
-class ClientWebSocket:
-    """One open client WebSocket over ``stream`` (after :meth:`connect`).
+class WebSocket:
+    """One open WebSocket over ``stream`` (after :meth:`connect` or
+    :meth:`accept`). ``client``: our frames are masked.
 
-    ``receive`` is for one task at a time (the reader), ``send_messages``
-    and ``ping`` for any (they take the send lock)."""
+    ``receive`` is for one task at a time (the reader), ``send_messages``,
+    ``ping`` and ``aclose`` for any (they take the send lock)."""
 
     __slots__ = (
-        "_stream", "_conn", "_lock", "_backlog", "_parts", "_size", "_width", "_max_size",
+        "_stream", "_conn", "_lock", "_backlog", "_parts", "_size", "_width", "_max_size", "_client", "_wide",
         "_broken", "_closed", "_peer_closed", "_reading", "reader_task", "awaiting_pong",
     )
 
-    def __init__(self, stream: trio.abc.Stream, conn: Connection, *, max_message_size: int) -> None:
+    def __init__(self, stream: trio.abc.Stream, conn: Connection, *, max_message_size: int, client: bool = True,
+                 wide: bool = True) -> None:
         self._stream = stream
         self._conn = conn
         self._lock = trio.Lock()
+        self._client = client
+        #: Count a text's size as characters times the widest (else characters).
+        self._wide = wide
         #: Messages received and not yet handed out (see :meth:`unread`).
         self._backlog: list[str | bytes] = []
         #: The fragments of a message being received, and their size.
@@ -129,18 +163,22 @@ class ClientWebSocket:
         self._broken = False
         #: How it closed, once it did (every later call raises it).
         self._closed: WebSocketClosed | None = None
-        #: Set when the daemon's close arrived (a close we started waits on it).
+        #: Set when the peer's close arrived (a close we started waits on it).
         self._peer_closed: trio.Event | None = None
         #: A task waits in :meth:`receive` (trio refuses a second reader of
         #: the stream; a close we start then lets that one read the answer).
         self._reading = False
-        #: A task of its own reads this socket (the link's reader): a close
-        #: we start leaves the reading of the answer to it, even while it
-        #: is elsewhere (sending a ping, waiting for room), since trio
-        #: refuses two readers of one stream.
+        #: A task of its own reads this socket (the link's reader, the
+        #: daemon's connection task): a close we start leaves the reading
+        #: of the answer to it, even while it is elsewhere (sending a ping,
+        #: waiting for room), since trio refuses two readers of one stream.
         self.reader_task = False
         #: A ping of ours is unanswered.
         self.awaiting_pong = False
+
+    def __repr__(self) -> str:
+        role = "client" if self._client else "server"
+        return f"<WebSocket {role} {self._conn.state.name}{' broken' if self._broken else ''}>"
 
     @classmethod
     async def connect(
@@ -151,9 +189,10 @@ class ClientWebSocket:
         *,
         extra_headers: Sequence[tuple[bytes, bytes]] = (),
         max_message_size: int,
-    ) -> ClientWebSocket:
-        """The opening handshake on ``stream``; raises :class:`HandshakeFailed`
-        when the daemon does not switch protocols, and the stream's errors."""
+    ) -> WebSocket:
+        """The opening handshake on ``stream``, as the client; raises
+        :class:`HandshakeFailed` when the daemon does not switch protocols,
+        and the stream's errors."""
         handshake = H11Handshake(ConnectionType.CLIENT)
         await stream.send_all(handshake.send(Request(host=host, target=target, extra_headers=list(extra_headers))))
         while True:
@@ -172,6 +211,38 @@ class ClientWebSocket:
                     status = getattr(event, "status_code", None)
                     raise HandshakeFailed(f"the daemon refused the upgrade (status {status})")
 
+    @classmethod
+    async def accept(cls, stream: trio.abc.Stream, head: bytes, rest: bytes = b"", *,
+                     max_message_size: int) -> WebSocket:
+        """The opening handshake as the server, from a request ``head``
+        already read off ``stream`` (``rest``: bytes that followed it, the
+        peer's first frames): the 101 is written, and the connection is
+        open. Raises :class:`HandshakeFailed` for a head wsproto does not
+        take as an upgrade, and the stream's errors."""
+        handshake = H11Handshake(ConnectionType.SERVER)
+        try:
+            handshake.receive_data(head)
+            request = next((event for event in handshake.events() if isinstance(event, Request)), None)
+        except ProtocolError as error:
+            raise HandshakeFailed(f"the upgrade request is not one: {error}") from None
+        if request is None:
+            raise HandshakeFailed("the upgrade request is not complete")
+        await stream.send_all(handshake.send(AcceptConnection()))
+        assert handshake.connection is not None
+        ws = cls(stream, handshake.connection, max_message_size=max_message_size, client=False, wide=False)
+        if rest:
+            handshake.connection.receive_data(rest)
+        return ws
+
+    @property
+    def remote(self) -> str:
+        """The peer's address, for names in logs."""
+        sock = getattr(self._stream, "socket", None)
+        try:
+            return str(sock.getpeername()) if sock is not None else "a stream"
+        except OSError:
+            return "a closed socket"
+
     @property
     def closed(self) -> WebSocketClosed | None:
         return self._closed
@@ -189,9 +260,9 @@ class ClientWebSocket:
 
     async def receive(self) -> list[str | bytes]:
         """The next complete messages: every one that the next read of the
-        socket completes (at least one). Answers the daemon's pings, and
+        socket completes (at least one). Answers the peer's pings, and
         notes the pongs of ours. Raises :class:`WebSocketClosed` when the
-        WebSocket closes (the daemon's close is answered first)."""
+        WebSocket closes (the peer's close is answered first)."""
         if self._backlog:
             messages, self._backlog = self._backlog, []
             return messages
@@ -210,7 +281,7 @@ class ClientWebSocket:
             finally:
                 self._reading = False
             if not data:
-                self._lost("the daemon closed the connection without a close frame")
+                self._lost("the peer closed the connection without a close frame")
                 continue
             self._conn.receive_data(data)
 
@@ -225,7 +296,7 @@ class ClientWebSocket:
                 # widest character so far (1, 2 or 4 bytes: what the joined
                 # ``str`` will take), or bytes.
                 self._size += len(data)
-                if kind is TextMessage and data and not data.isascii():
+                if self._wide and kind is TextMessage and data and not data.isascii():
                     widest = ord(max(data))
                     self._width = max(self._width, 1 if widest < 0x100 else 2 if widest < 0x10000 else 4)
                 if self._size * self._width > self._max_size:
@@ -241,7 +312,8 @@ class ClientWebSocket:
                     messages.append("".join(parts) if kind is TextMessage else b"".join(parts))  # type: ignore[arg-type]
                     del parts
             elif kind is Ping:
-                await self._send_all(self._conn.send(event.response()))  # type: ignore[union-attr]
+                if self._conn.state is ConnectionState.OPEN:  # else we are closing: no pong
+                    await self._send_all(self._conn.send(event.response()))  # type: ignore[union-attr]
             elif kind is Pong:
                 self.awaiting_pong = False
             elif kind is CloseConnection:
@@ -264,13 +336,14 @@ class ClientWebSocket:
         # (the link keeps its last error, and its traceback these frames),
         # and it must not keep what was received of the message.
         self._parts, self._size, self._width, self._backlog = [], 0, 1, []
-        reason = f"a message over {self._max_size} bytes"
+        # The server's reason is the reference daemon's (npm agents@0.32.0).
+        reason = f"a message over {self._max_size} bytes" if self._client else "message too big"
         if self._conn.state is ConnectionState.OPEN:
             try:
                 await self._send_all(self._conn.send(CloseConnection(code=MESSAGE_TOO_BIG, reason=reason)))
             except WebSocketClosed:
                 pass
-        self._closed = WebSocketClosed(MESSAGE_TOO_BIG, reason, side="host")
+        self._closed = WebSocketClosed(MESSAGE_TOO_BIG, reason, side="ours")
         raise self._closed
 
     def _lost(self, reason: str) -> None:
@@ -303,9 +376,12 @@ class ClientWebSocket:
         if self._closed is not None:
             raise self._closed
         if self._conn.state is not ConnectionState.OPEN:
-            raise WebSocketClosed(ABNORMAL_CLOSURE, "the WebSocket is closing", side="host")
-        keys = os.urandom(4 * len(texts))
-        frames = [client_text_frame(text, keys[4 * n: 4 * n + 4]) for n, text in enumerate(texts)]
+            raise WebSocketClosed(ABNORMAL_CLOSURE, "the WebSocket is closing", side="ours")
+        if self._client:
+            keys = os.urandom(4 * len(texts))
+            frames = [client_text_frame(text, keys[4 * n: 4 * n + 4]) for n, text in enumerate(texts)]
+        else:
+            frames = [text_frame(text) for text in texts]
         await self._send_all(frames[0] if len(frames) == 1 else b"".join(frames))
 
     async def send_message(self, text: str) -> None:
@@ -319,15 +395,16 @@ class ClientWebSocket:
         self.awaiting_pong = True
         await self._send_all(self._conn.send(Ping(payload=PING_PAYLOAD)))
 
-    async def aclose(self, *, timeout: float) -> None:
-        """The close handshake (1000), waiting up to ``timeout`` for the
-        daemon's answer (read by a task in :meth:`receive`, if one is; else
-        here), then the stream closed. At once when the caller is cancelled."""
+    async def aclose(self, code: int = 1000, reason: str | None = None, *, timeout: float = math.inf) -> None:
+        """The close handshake (``code``, ``reason``), waiting up to
+        ``timeout`` for the peer's answer (read by a task in :meth:`receive`,
+        if one is; else here), then the stream closed. At once when the
+        caller is cancelled."""
         try:
             with trio.move_on_after(timeout):
                 if self._closed is None and self._conn.state is ConnectionState.OPEN:
                     self._peer_closed = trio.Event()
-                    await self._send_all(self._conn.send(CloseConnection(code=1000)))
+                    await self._send_all(self._conn.send(CloseConnection(code=code, reason=reason)))
                     if self._reading or self.reader_task:
                         await self._peer_closed.wait()
                     else:
