@@ -79,10 +79,10 @@ __all__ = ["DaemonServer", "MAX_MESSAGE_SIZE", "decode_session_id", "text_frame"
 log = logging.getLogger("router.daemon")
 
 #: Largest message accepted. The reference's ``MAX_MESSAGE_BYTES`` (64 MiB,
-#: runtime ``websocket.ts``) counts UTF-8 bytes; trio-websocket counts the
-#: decoded text's characters, never more than its bytes, so everything the
-#: reference accepts is accepted here. Larger: closed with 1009, as there.
-#: Counted in characters, as trio-websocket did (``router/_websocket.py``).
+#: runtime ``websocket.ts``) counts UTF-8 bytes; the server's WebSocket
+#: (``router/_websocket.py``) counts the decoded text's characters, never
+#: more than its bytes, so everything the reference accepts is accepted
+#: here. Larger: closed with 1009, as there.
 MAX_MESSAGE_SIZE: Final = 64 * 1024 * 1024
 #: Largest HTTP request head. Node's default ``--max-http-header-size``
 #: (16 KiB), which the reference runs with.
