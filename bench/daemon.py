@@ -94,7 +94,7 @@ async def server(command: list[str], env: dict[str, str] | None = None) -> Async
     process = await trio.lowlevel.open_process(command, env=environment, stdout=subprocess.PIPE)
     try:
         data = b""
-        with trio.fail_after(60):
+        with trio.fail_after(600 if command[0] == "valgrind" else 60):  # valgrind starts Python slowly
             while b"\n" not in data:
                 chunk = await process.stdout.receive_some()
                 if not chunk:

@@ -62,6 +62,12 @@ __all__ = ["HandshakeFailed", "WebSocket", "WebSocketClosed", "client_text_frame
 #: Bytes asked of the socket per read: trio-websocket's ``receive_buffer_size``
 #: as the host used it (64 KiB).
 RECEIVE_SIZE: Final = 65536
+#: The largest frame read here rather than by wsproto (``WebSocket._split``):
+#: one read's worth. A larger one is handed to wsproto as it arrives, so a
+#: message over the limit is refused before it is all held.
+PLAIN_FRAME_MAX: Final = RECEIVE_SIZE
+#: The largest answer head to an upgrade (h11's default for an incomplete event).
+MAX_ANSWER_HEAD: Final = 16 * 1024
 #: The close code of a connection that ended without a close frame
 #: (RFC 6455 §7.4.1: "abnormal closure", never sent on the wire).
 ABNORMAL_CLOSURE: Final = 1006
@@ -141,7 +147,8 @@ class WebSocket:
 
     __slots__ = (
         "_stream", "_conn", "_lock", "_backlog", "_parts", "_size", "_width", "_max_size", "_client", "_wide",
-        "_broken", "_closed", "_peer_closed", "_reading", "reader_task", "awaiting_pong",
+        "_broken", "_closed", "_peer_closed", "_reading", "reader_task", "awaiting_pong", "_buffer", "_owed",
+        "_fragmented", "_pending",
     )
 
     def __init__(self, stream: trio.abc.Stream, conn: Connection, *, max_message_size: int, client: bool = True,
@@ -175,6 +182,14 @@ class WebSocket:
         self.reader_task = False
         #: A ping of ours is unanswered.
         self.awaiting_pong = False
+        #: Received bytes not yet split into frames (``_split``), the bytes
+        #: of the current frame still owed to wsproto, whether wsproto is
+        #: inside a fragmented message, and bytes that came with the
+        #: handshake.
+        self._buffer = bytearray()
+        self._owed = 0
+        self._fragmented = False
+        self._pending = b""
 
     def __repr__(self) -> str:
         role = "client" if self._client else "server"
@@ -195,18 +210,30 @@ class WebSocket:
         and the stream's errors."""
         handshake = H11Handshake(ConnectionType.CLIENT)
         await stream.send_all(handshake.send(Request(host=host, target=target, extra_headers=list(extra_headers))))
+        buffer = b""
         while True:
-            data = await stream.receive_some(RECEIVE_SIZE)
-            if not data:
-                raise HandshakeFailed("the daemon closed the socket during the upgrade")
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buffer) > MAX_ANSWER_HEAD:
+                    raise HandshakeFailed("the upgrade's answer has no end")
+                data = await stream.receive_some(RECEIVE_SIZE)
+                if not data:
+                    raise HandshakeFailed("the daemon closed the socket during the upgrade")
+                buffer += data
+                continue
+            # Only the head goes to wsproto: the frames after it are read
+            # by our reader (``_split``), from their first byte.
+            head, buffer = buffer[: end + 4], buffer[end + 4:]
             try:
-                handshake.receive_data(data)
+                handshake.receive_data(head)
             except ProtocolError as error:
                 raise HandshakeFailed(f"the upgrade's answer is not HTTP: {error}") from None
             for event in handshake.events():
                 if isinstance(event, AcceptConnection):
                     assert handshake.connection is not None
-                    return cls(stream, handshake.connection, max_message_size=max_message_size)
+                    ws = cls(stream, handshake.connection, max_message_size=max_message_size)
+                    ws._pending = buffer
+                    return ws
                 if isinstance(event, (RejectConnection, RejectData)):
                     status = getattr(event, "status_code", None)
                     raise HandshakeFailed(f"the daemon refused the upgrade (status {status})")
@@ -230,8 +257,7 @@ class WebSocket:
         await stream.send_all(handshake.send(AcceptConnection()))
         assert handshake.connection is not None
         ws = cls(stream, handshake.connection, max_message_size=max_message_size, client=False, wide=False)
-        if rest:
-            handshake.connection.receive_data(rest)
+        ws._pending = rest
         return ws
 
     @property
@@ -267,23 +293,122 @@ class WebSocket:
             messages, self._backlog = self._backlog, []
             return messages
         while True:
-            messages = await self._handle_events()
-            if messages:
-                return messages
             if self._closed is not None:
                 raise self._closed
-            self._reading = True
-            try:
-                data = await self._stream.receive_some(RECEIVE_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
-                self._lost(f"the connection broke: {error}")
+            if self._pending:
+                data, self._pending = self._pending, b""
+            else:
+                self._reading = True
+                try:
+                    data = await self._stream.receive_some(RECEIVE_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
+                    self._lost(f"the connection broke: {error}")
+                    continue
+                finally:
+                    self._reading = False
+                if not data:
+                    self._lost("the peer closed the connection without a close frame")
+                    continue
+            messages = await self._take(data)
+            if messages:
+                return messages
+
+    async def _take(self, data: bytes) -> list[str | bytes]:
+        """The messages ``data`` completes, in order: plain frames read
+        here, the rest through wsproto (see :meth:`_split`)."""
+        messages: list[str | bytes] = []
+        for plain, item in self._split(data):
+            if self._closed is not None:
+                break  # nothing after a close
+            if plain:
+                if self._too_large(item):
+                    del item, messages  # not kept by the traceback
+                    await self._too_big()
+                messages.append(item)
+            else:
+                self._conn.receive_data(item)  # type: ignore[arg-type]
+                messages += await self._handle_events()
+        return messages
+
+    def _split(self, data: bytes) -> list[tuple[bool, str | bytes]]:
+        """``data`` cut at frame boundaries: ``(True, message)`` for a
+        plain frame read here (final, no reserved bits, text or binary,
+        masked as the peer must, the shortest length encoding, at most
+        :data:`PLAIN_FRAME_MAX` bytes, text that is UTF-8, outside a
+        fragmented message), ``(False, bytes)`` for the bytes of any other
+        frame, which wsproto reads (control frames, fragments, large frames
+        as they arrive, and everything RFC 6455 refuses, which wsproto
+        fails). wsproto is only ever given whole frames from their first
+        byte, or the rest of the one it was given the start of, so its
+        buffer is empty whenever a frame is read here."""
+        buffer = self._buffer
+        buffer += data
+        out: list[tuple[bool, str | bytes]] = []
+        pos, end = 0, len(buffer)
+        want_mask = 0 if self._client else 0x80
+        while pos < end:
+            if self._owed:
+                take = min(self._owed, end - pos)
+                out.append((False, bytes(buffer[pos: pos + take])))
+                pos += take
+                self._owed -= take
                 continue
-            finally:
-                self._reading = False
-            if not data:
-                self._lost("the peer closed the connection without a close frame")
-                continue
-            self._conn.receive_data(data)
+            if end - pos < 2:
+                break
+            first, second = buffer[pos], buffer[pos + 1]
+            length, start = second & 0x7F, pos + 2
+            shortest = True
+            if length == 126:
+                if end - pos < 4:
+                    break
+                length, start = int.from_bytes(buffer[pos + 2: pos + 4], "big"), pos + 4
+                shortest = length >= 126
+            elif length == 127:
+                if end - pos < 10:
+                    break
+                length, start = int.from_bytes(buffer[pos + 2: pos + 10], "big"), pos + 10
+                shortest = 65536 <= length < 1 << 63
+            masked = second & 0x80
+            if masked:
+                start += 4
+            opcode = first & 0x0F
+            if (
+                (first & 0xF0) == 0x80 and (opcode == 1 or opcode == 2) and masked == want_mask and shortest
+                and length <= PLAIN_FRAME_MAX and not self._fragmented
+            ):
+                if end - start < length:
+                    break  # the rest of a plain frame is still to come
+                payload = bytes(buffer[start: start + length])
+                if masked and length:
+                    key = bytes(buffer[start - 4: start])
+                    mask = (key * (length // 4 + 1))[:length]
+                    payload = (int.from_bytes(payload, "big") ^ int.from_bytes(mask, "big")).to_bytes(length, "big")
+                if opcode == 2:
+                    out.append((True, payload))
+                    pos = start + length
+                    continue
+                try:
+                    out.append((True, payload.decode("utf-8")))
+                    pos = start + length
+                    continue
+                except UnicodeDecodeError:
+                    pass  # wsproto fails it (1007)
+            if opcode in (1, 2):
+                self._fragmented = not first & 0x80
+            elif opcode == 0 and first & 0x80:
+                self._fragmented = False
+            self._owed = start - pos + length
+        del buffer[:pos]
+        return out
+
+    def _too_large(self, message: str | bytes) -> bool:
+        """Whether a whole message read here is over the size limit,
+        counted as the pieces wsproto hands over are (:meth:`_handle_events`)."""
+        size = len(message)
+        if self._wide and type(message) is str and not message.isascii():
+            widest = ord(max(message))
+            size *= 1 if widest < 0x100 else 2 if widest < 0x10000 else 4
+        return size > self._max_size
 
     async def _handle_events(self) -> list[str | bytes]:
         messages: list[str | bytes] = []
