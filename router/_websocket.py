@@ -138,6 +138,41 @@ def client_text_frame(text: str, key: bytes) -> bytes:
     return header + key + masked
 
 
+def _frame_head(buffer: bytearray, pos: int, end: int) -> tuple[int, int, int, int] | None:
+    """The frame at ``pos``: its first byte, its mask bit, where its payload
+    starts and the payload's length (RFC 6455 §5.2); None until the whole
+    header is in."""
+    if end - pos < 2:
+        return None
+    first, second = buffer[pos], buffer[pos + 1]
+    length, start = second & 0x7F, pos + 2
+    if length == 126:
+        if end - pos < 4:
+            return None
+        length, start = int.from_bytes(buffer[pos + 2: pos + 4], "big"), pos + 4
+    elif length == 127:
+        if end - pos < 10:
+            return None
+        length, start = int.from_bytes(buffer[pos + 2: pos + 10], "big"), pos + 10
+    masked = second & 0x80
+    return first, masked, start + (4 if masked else 0), length
+
+
+def _plain_message(buffer: bytearray, opcode: int, masked: int, start: int, length: int) -> str | bytes | None:
+    """A plain frame's message: its payload unmasked (§5.3, one integer
+    XOR), decoded when text; None for text that is not UTF-8."""
+    payload = bytes(buffer[start: start + length])
+    if masked and length:
+        mask = (bytes(buffer[start - 4: start]) * (length // 4 + 1))[:length]
+        payload = (int.from_bytes(payload, "big") ^ int.from_bytes(mask, "big")).to_bytes(length, "big")
+    if opcode == 2:
+        return payload
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # wsproto fails it (1007)
+
+
 class WebSocket:
     """One open WebSocket over ``stream`` (after :meth:`connect` or
     :meth:`accept`). ``client``: our frames are masked.
@@ -345,7 +380,6 @@ class WebSocket:
         buffer += data
         out: list[tuple[bool, str | bytes]] = []
         pos, end = 0, len(buffer)
-        want_mask = 0 if self._client else 0x80
         while pos < end:
             if self._owed:
                 take = min(self._owed, end - pos)
@@ -353,53 +387,40 @@ class WebSocket:
                 pos += take
                 self._owed -= take
                 continue
-            if end - pos < 2:
-                break
-            first, second = buffer[pos], buffer[pos + 1]
-            length, start = second & 0x7F, pos + 2
-            shortest = True
-            if length == 126:
-                if end - pos < 4:
-                    break
-                length, start = int.from_bytes(buffer[pos + 2: pos + 4], "big"), pos + 4
-                shortest = length >= 126
-            elif length == 127:
-                if end - pos < 10:
-                    break
-                length, start = int.from_bytes(buffer[pos + 2: pos + 10], "big"), pos + 10
-                shortest = 65536 <= length < 1 << 63
-            masked = second & 0x80
-            if masked:
-                start += 4
-            opcode = first & 0x0F
-            if (
-                (first & 0xF0) == 0x80 and (opcode == 1 or opcode == 2) and masked == want_mask and shortest
-                and length <= PLAIN_FRAME_MAX and not self._fragmented
-            ):
+            head = _frame_head(buffer, pos, end)
+            if head is None:
+                break  # the rest of a header is still to come
+            first, masked, start, length = head
+            if self._plain(first, masked, start - pos, length):
                 if end - start < length:
                     break  # the rest of a plain frame is still to come
-                payload = bytes(buffer[start: start + length])
-                if masked and length:
-                    key = bytes(buffer[start - 4: start])
-                    mask = (key * (length // 4 + 1))[:length]
-                    payload = (int.from_bytes(payload, "big") ^ int.from_bytes(mask, "big")).to_bytes(length, "big")
-                if opcode == 2:
-                    out.append((True, payload))
+                message = _plain_message(buffer, first & 0x0F, masked, start, length)
+                if message is not None:
+                    out.append((True, message))
                     pos = start + length
                     continue
-                try:
-                    out.append((True, payload.decode("utf-8")))
-                    pos = start + length
-                    continue
-                except UnicodeDecodeError:
-                    pass  # wsproto fails it (1007)
-            if opcode in (1, 2):
-                self._fragmented = not first & 0x80
-            elif opcode == 0 and first & 0x80:
-                self._fragmented = False
+            self._note_fragment(first)
             self._owed = start - pos + length
         del buffer[:pos]
         return out
+
+    def _plain(self, first: int, masked: int, head: int, length: int) -> bool:
+        """Whether a frame is read here (see :meth:`_split`): ``head`` is
+        its header's size, which is the shortest for ``length`` or not."""
+        shortest = head - (4 if masked else 0) == (2 if length < 126 else 4 if length < 65536 else 10)
+        return (
+            (first & 0xF0) == 0x80 and (first & 0x0F) in (1, 2) and masked == (0 if self._client else 0x80)
+            and shortest and length <= PLAIN_FRAME_MAX and not self._fragmented
+        )
+
+    def _note_fragment(self, first: int) -> None:
+        """Whether wsproto is now inside a fragmented message, after the
+        frame whose first byte is ``first``."""
+        opcode, final = first & 0x0F, first & 0x80
+        if opcode in (1, 2):
+            self._fragmented = not final
+        elif opcode == 0 and final:
+            self._fragmented = False
 
     def _too_large(self, message: str | bytes) -> bool:
         """Whether a whole message read here is over the size limit,
