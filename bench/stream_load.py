@@ -3,7 +3,7 @@ a live viewer on each, beside a bare client of the same daemon. Prints a table.
 
     .venv/bin/python bench/stream_load.py --sessions 10,100 --duration 20
                                           [--modes pace,full] [--turns 3] [--pace 1]
-                                          [--against CHECKOUT] [--py-spy PATH]
+                                          [--against CHECKOUT] [--profile PATH]
 
 For each number of sessions it starts one ``router daemon --adapter replay``
 (a real process, this tree's: the replay adapter plays the committed
@@ -47,8 +47,9 @@ end), p50/p90/p99 latency (ms), router CPU per event (µs: the router
 process's user + system time from ``/proc/PID/stat`` over the window /
 events), the daemon's CPU per event, this process's (the readers') CPU per
 event, lost / reordered / doubled, and the rate as a ratio of the bare
-client's in the same run. ``--py-spy PATH`` runs each router under
-``py-spy record --gil`` (raw collapsed stacks to ``PATH.<sessions>-<mode>``).
+client's in the same run. ``--profile PATH`` runs our router under
+``cProfile`` (its stats to ``PATH.<sessions>-<mode>``; py-spy cannot read
+processes on the machine this was written on).
 Everything is on this machine's loopback; the readers share one process,
 so their CPU is printed too: a row whose reader CPU per event nears the
 budget of a core measured the client.
@@ -89,6 +90,16 @@ SETTLE = '"kind":"settle"'
 ACK_EVERY = 32
 #: The first line ``router serve`` prints: the page's URL with the token.
 PAGE = re.compile(r"(http://[^\s/]+)/\?token=(\S+)")
+#: ``--profile``: ``router`` run under cProfile with the main thread's CPU
+#: time as its clock (wall time would count the waits of a shared machine).
+PROFILED = (
+    "import cProfile, runpy, sys, time\n"
+    "path = sys.argv.pop(1); sys.argv[0] = 'router'\n"
+    "profile = cProfile.Profile(time.thread_time)\n"
+    "try:\n    profile.runcall(runpy.run_module, 'router', run_name='__main__')\n"
+    "except SystemExit:\n    pass\n"
+    "finally:\n    profile.dump_stats(path)\n"
+)
 #: Seconds an operation may take to end after the window before its
 #: session's stamps are counted lost.
 GRACE = 60.0
@@ -197,20 +208,19 @@ class RouterProcess:
         self.settings()
         env = {**os.environ, "XDG_CONFIG_HOME": str(self.root / "config"), "XDG_RUNTIME_DIR": str(self.root / "run"),
                "ROUTER_DAEMON_TOKEN": self.daemon.token, "PYTHONPATH": str(self.repo)}
-        prefix = [] if not self.profile else [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw",
-                                              "--rate", "200", "--gil", "-o", self.profile, "--"]
+        # cProfile on the main thread's CPU time (py-spy cannot read this
+        # machine's processes: "Failed to find python version from target process").
+        profile = [] if not self.profile else ["-c", PROFILED, self.profile]
         # A viewer per session, all on the API's one token: the cap on one
         # credential's live streams (32 by default) is raised to fit them.
         streams = ["--max-streams", str(self.sessions + 8)] if self.sessions + 8 > 32 else []
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "router", "serve", "--port", "0", "--data-dir", str(self.root / "data"),
+            [sys.executable, *(profile or ["-m", "router"]), "serve", "--port", "0", "--data-dir", str(self.root / "data"),
              "--settings", str(self.root / "settings"), "--daemon", self.daemon.url, *streams],
             cwd=self.repo, env=env, stdout=subprocess.PIPE, text=True,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        while line and (line.startswith("py-spy>") or not line.strip()):
-            line = self.proc.stdout.readline()
         found = PAGE.search(line)
         if found is None:
             self.stop()
@@ -221,10 +231,6 @@ class RouterProcess:
 
     def pid(self) -> int:
         assert self.proc is not None
-        if self.profile:  # py-spy's child
-            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
-            if children:
-                return int(children[0])
         return self.proc.pid
 
     def cpu(self) -> float:
@@ -578,7 +584,7 @@ async def main(args: argparse.Namespace) -> int:
                     await run_bare(daemon, bare, args)
                     phases = [bare]
                     for label, repo in trees:
-                        profile = f"{args.py_spy}.{sessions}-{mode}" if args.py_spy and repo == REPO else None
+                        profile = f"{args.profile}.{sessions}-{mode}" if args.profile and repo == REPO else None
                         router = RouterProcess(repo, Path(tmp) / uuid.uuid4().hex[:8], daemon, sessions, profile)
                         router.start()
                         try:
@@ -606,7 +612,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--turns", type=int, default=3, help="recorded turns one operation plays")
     parser.add_argument("--pace", type=float, default=1.0, help="pace mode's factor (1: as recorded)")
     parser.add_argument("--against", metavar="CHECKOUT", help="also measure another checkout's router (after ours)")
-    parser.add_argument("--py-spy", metavar="PATH", help="profile our router with py-spy (raw stacks to PATH.*)")
+    parser.add_argument("--profile", metavar="PATH", help="profile our router with cProfile (pstats to PATH.<n>-<mode>)")
     args = parser.parse_args(argv)
     args.sessions = [int(part) for part in args.sessions.split(",")]
     args.modes = [part for part in args.modes.split(",") if part]
