@@ -307,6 +307,16 @@ class HttpClient:
         self.buffer = b""
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """POST ``body``; once more on a new connection when the server
+        had closed an idle one (its keep-alive timeout: a send's ``eventId``
+        makes the second a resend, never a second message)."""
+        try:
+            return await self._post(path, body)
+        except (ConnectionError, trio.BrokenResourceError):
+            await self.aclose()
+            return await self._post(path, body)
+
+    async def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
         if self.stream is None:
             self.stream = await trio.open_tcp_stream(self.router.host, self.router.port)
         head = (f"POST {path} HTTP/1.1\r\nHost: {self.router.host}:{self.router.port}\r\n"
@@ -334,6 +344,7 @@ class HttpClient:
     async def aclose(self) -> None:
         if self.stream is not None:
             await self.stream.aclose()
+        self.stream, self.buffer = None, b""
 
 
 async def viewer(router: RouterProcess, session: str, tally: Tally, ready: trio.Event) -> None:
