@@ -606,6 +606,7 @@ async def main(args: argparse.Namespace) -> int:
                             router.stop()
                     for phase in phases:
                         rows.append(_row(phase, bare))
+                        print("  ".join(rows[-1]), flush=True)  # progress; the table follows at the end
                         for why in sorted(set(phase.broken()))[:3]:
                             print(f"  {phase.label}, {sessions} sessions, {mode}: {why}", file=sys.stderr)
                         failed |= bool(phase.broken())
