@@ -536,7 +536,7 @@ async def _measure(phase: Phase, ready: list[int], go: trio.Event, window: list[
     async with trio.open_nursery() as nursery:
         for index in range(phase.sessions):
             nursery.start_soon(one, index)
-        with trio.fail_after(120):
+        with trio.fail_after(120 + 2 * phase.sessions):  # every session linked and warmed up
             while len(ready) < phase.sessions:
                 await trio.sleep(0.05)
         window.append(trio.current_time() + args.duration)
