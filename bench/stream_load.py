@@ -18,7 +18,10 @@ binary against the fake Messages API) and, for each mode:
   checkout's router too, after ours) with ``N`` container sessions on the
   same daemon, each with a live viewer over the stream the page reads
   (``GET /sessions/<id>/live``, server-sent events, the API's token) and a
-  sender (``POST /sessions/<id>/messages``, one keep-alive connection).
+  sender (``POST /sessions/<id>/messages``, one keep-alive connection; when
+  a viewer and a sender per session would pass the API's 256 connections
+  on one listener, the senders share 8). More than about 240 sessions do
+  not fit: each viewer holds a connection.
 
 Every session, bare or routed, runs a closed loop for ``--duration``
 seconds: send ``replay T pace P stamped`` (``T`` = ``--turns``, every recorded
@@ -88,6 +91,11 @@ TURN_END = re.compile(rb'"type":"turn-end"')
 SETTLE = '"kind":"settle"'
 #: Frames between two acks of the bare client (bench/daemon.py's client's).
 ACK_EVERY = 32
+#: Connections the API takes on one listener (router/_hypercorn.py
+#: ``ConnectionLimits.max_connections``), and the senders' shared
+#: connections when a viewer and a sender per session would pass it.
+MAX_CONNECTIONS = 256
+SHARED_SENDERS = 8
 #: The first line ``router serve`` prints: the page's URL with the token.
 PAGE = re.compile(r"(http://[^\s/]+)/\?token=(\S+)")
 #: ``--profile``: ``router`` run under cProfile with the main thread's CPU
@@ -502,15 +510,31 @@ async def run_router(router: RouterProcess, daemon: DaemonProcess, phase: Phase,
         names.append(name)
     await setup.aclose()
 
+    # A sender's connection per session while the viewers' and senders'
+    # connections fit under the API's cap on one listener (256,
+    # router/_hypercorn.py ConnectionLimits); past it, the senders share
+    # SHARED_SENDERS connections.
+    pool: trio.MemorySendChannel[HttpClient] | None = None
+    take: trio.MemoryReceiveChannel[HttpClient] | None = None
+    if 2 * phase.sessions + 8 > MAX_CONNECTIONS:
+        pool, take = trio.open_memory_channel[HttpClient](SHARED_SENDERS)
+        for _ in range(SHARED_SENDERS):
+            pool.send_nowait(HttpClient(router))
+
     async def one(index: int) -> None:
         tally = Tally()
         phase.tallies.append(tally)
-        client = HttpClient(router)
+        own = HttpClient(router)
         path = f"/sessions/{quote(names[index], safe='')}/messages"
 
         async def send(text: str = prompt) -> None:
             body = ('{"text":"%s","eventId":"%s"}' % (text, uuid.uuid4().hex)).encode()
-            status, answer = await client.post(path, body)
+            client = own if take is None else await take.receive()
+            try:
+                status, answer = await client.post(path, body)
+            finally:
+                if pool is not None:
+                    pool.send_nowait(client)
             if status != 200:
                 tally.broken = f"POST messages answered {status}: {answer[:200]!r}"
                 tally.ended_event.set()
@@ -526,7 +550,7 @@ async def run_router(router: RouterProcess, daemon: DaemonProcess, phase: Phase,
             tally.counting = True
             await _loop(tally, send, window[0])
             nursery.cancel_scope.cancel()
-        await client.aclose()
+        await own.aclose()
 
     await _measure(phase, ready, go, window, args, one, cpu=router, daemon=daemon)
 
