@@ -8,11 +8,15 @@ of ``router prompt``, of a host in its own process, of ``router serve``, of
 our daemon and the reference daemon; TCP cuts through the cutting proxy;
 a Docker container where an engine runs; three ``router serve`` on one
 private PostgreSQL, each SIGKILLed, stopped past its lease, and their
-shared daemon SIGKILLed); ``--inputs`` the number of
-generated inputs per parser, a tenth of it per live endpoint. ``--short``
-is the test suite's size (tests/faults); ``--only cluster`` runs that
-phase alone (with ``--faults`` its share, 2 %, of them). The same seed draws the same
-inputs and the same fault plan. The phases and the checks are in
+shared daemon SIGKILLed; PostgreSQL restarted fast and immediate and its
+backends terminated under three routers, in both cluster modes; a full
+and a slow disk; hostile daemons and HTTP peers; a second local user);
+``--inputs`` the number of generated inputs per parser, a tenth of it per
+live endpoint. ``--short`` is the test suite's size (tests/faults);
+``--only NAME`` runs that group of phases alone (``cluster``,
+``postgres``, ``disk``, ``hostile``, ``user``; with ``--faults`` their
+share of them). The same seed draws the same inputs and the same fault
+plan. The phases and the checks are in
 ``tests/support/campaign.py``; docs/reliability.md has the figures.
 """
 
@@ -82,8 +86,13 @@ async def main(args: argparse.Namespace) -> None:
     print(f"seed {args.seed}, faults {args.faults}, inputs {args.inputs} per parser, "
           f"{args.inputs // 10} per endpoint; work in {work}", flush=True)
     if not args.no_faults:
-        fault_rows, docker = await run_faults(args.faults, args.seed, work / "faults", only=args.only,
-                                              report=lambda row: print("  done:", fault_line(row), flush=True))
+        last = [time.monotonic()]
+
+        def done(row: FaultRow) -> None:
+            print("  done:", fault_line(row), f"({time.monotonic() - last[0]:.0f} s)", flush=True)
+            last[0] = time.monotonic()
+
+        fault_rows, docker = await run_faults(args.faults, args.seed, work / "faults", only=args.only, report=done)
         print("\nFaults\n")
         print("| phase | faults | operations | lost | duplicated | wrong | router exits | sessions stopped |\n"
               "|---|---:|---:|---:|---:|---:|---:|---:|")
