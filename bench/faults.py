@@ -78,6 +78,26 @@ def notes(rows: list) -> list[str]:
     return out
 
 
+def print_faults(fault_rows: list[FaultRow], docker: str) -> None:
+    print("\nFaults\n")
+    print("| phase | faults | operations | lost | duplicated | wrong | router exits | sessions stopped |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|")
+    for row in fault_rows:
+        print(fault_line(row))
+    print(fault_line(total_row(fault_rows)))
+    print(f"| Docker container killed | {docker} | | | | | | |")
+    for row in fault_rows:
+        if row.kinds:
+            print(f"\n{row.phase}, faults by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(row.kinds.items())))
+        if row.refusals:
+            print(f"\n{row.phase}, answers other than 200 (each resent): "
+                  + ", ".join(f"{k} {n}" for k, n in sorted(row.refusals.items())))
+    cases = [case for row in fault_rows for case in row.cases]
+    if cases:
+        print("\nHostile cases\n\n| case | outcome |\n|---|---|")
+        print("\n".join(f"| {name} | {outcome} |" for name, outcome in cases))
+
+
 async def main(args: argparse.Namespace) -> None:
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="faults-"))
@@ -93,23 +113,7 @@ async def main(args: argparse.Namespace) -> None:
             last[0] = time.monotonic()
 
         fault_rows, docker = await run_faults(args.faults, args.seed, work / "faults", only=args.only, report=done)
-        print("\nFaults\n")
-        print("| phase | faults | operations | lost | duplicated | wrong | router exits | sessions stopped |\n"
-              "|---|---:|---:|---:|---:|---:|---:|---:|")
-        for row in fault_rows:
-            print(fault_line(row))
-        print(fault_line(total_row(fault_rows)))
-        print(f"| Docker container killed | {docker} | | | | | | |")
-        for row in fault_rows:
-            if row.kinds:
-                print(f"\n{row.phase}, faults by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(row.kinds.items())))
-            if row.refusals:
-                print(f"\n{row.phase}, answers other than 200 (each resent): "
-                      + ", ".join(f"{k} {n}" for k, n in sorted(row.refusals.items())))
-        cases = [case for row in fault_rows for case in row.cases]
-        if cases:
-            print("\nHostile cases\n\n| case | outcome |\n|---|---|")
-            print("\n".join(f"| {name} | {outcome} |" for name, outcome in cases))
+        print_faults(fault_rows, docker)
     if not args.no_inputs:
         input_rows = await run_inputs(args.inputs, args.inputs // 10, args.seed, work / "inputs",
                                       report=lambda row: print("  done:", input_line(row), flush=True))

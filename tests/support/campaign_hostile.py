@@ -316,18 +316,22 @@ def _daemon_outcomes(row: FaultRow, outcomes: dict[str, Any], transcripts: dict[
         if case == "hangup":
             dials = sum(daemons.connections.get(s, 0) for s in mine)
             said = f"no answer (none possible), the router redialled {dials} times in all, backing off"
-        elif case == "flood":
-            said += f"; the router's longest log line {longest:,} characters"
-        elif case == "huge":
-            said += f"; the router's peak memory grew {grown:.0f} MiB"
         elif case == "rewrite":
-            kept = all("words the person never said" not in json.dumps(t) and "a rewritten answer" not in json.dumps(t)
-                       for t in transcripts.values())
-            said += "; the transcript kept its words" if kept else "; THE TRANSCRIPT WAS REWRITTEN"
-            if not kept:
-                row.wrong += 1
+            said += _rewritten(row, transcripts)
+        else:
+            said += {"flood": f"; the router's longest log line {longest:,} characters",
+                     "huge": f"; the router's peak memory grew {grown:.0f} MiB"}.get(case, "")
         row.case(f"daemon: {what}", said)
     row.case("daemon: the router's log", f"{tracebacks} tracebacks, longest line {longest:,} characters")
+
+
+def _rewritten(row: FaultRow, transcripts: dict[str, Any]) -> str:
+    """Whether any rewrite session's transcript shows the forged words
+    (counted wrong)."""
+    forged = ("words the person never said", "a rewritten answer")
+    kept = all(not any(word in json.dumps(t) for word in forged) for t in transcripts.values())
+    row.wrong += not kept
+    return "; the transcript kept its words" if kept else "; THE TRANSCRIPT WAS REWRITTEN"
 
 
 # =========================================================================== hostile HTTP peers

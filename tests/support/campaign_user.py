@@ -90,6 +90,20 @@ def _why_not() -> str | None:
     return None
 
 
+async def _rounds(row: FaultRow, target: int, uid: int, args: tuple[str, ...], token: str) -> dict[str, set[str]]:
+    """Rounds of attempts until ``target`` were made: each attempt's outcomes."""
+    outcomes: dict[str, set[str]] = {}
+    while row.faults < target or not outcomes:
+        seen = await trio.to_thread.run_sync(_as_other, uid, *args)
+        lines = seen.pop("cmdlines")
+        seen["a token on any /proc/*/cmdline"] = (
+            "found" if any(token in line for line in lines) else f"none in {len(lines)}")
+        for name, outcome in seen.items():
+            row.faults += 1
+            outcomes.setdefault(name, set()).add(outcome)
+    return outcomes
+
+
 async def phase_second_user(target: int, seed: int, work: Path) -> FaultRow:
     """Rounds of the module docstring's attempts (``target`` attempts in
     all, at least one round) against one ``router serve``; each attempt's
@@ -122,15 +136,7 @@ async def phase_second_user(target: int, seed: int, work: Path) -> FaultRow:
                 stop = trio.Event()
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(good.run, stop)
-                    outcomes: dict[str, set[str]] = {}
-                    while row.faults < target or not outcomes:
-                        seen = await trio.to_thread.run_sync(_as_other, uid, *args)
-                        lines = seen.pop("cmdlines")
-                        seen["a token on any /proc/*/cmdline"] = (
-                            "found" if any(served.token in line for line in lines) else f"none in {len(lines)}")
-                        for name, outcome in seen.items():
-                            row.faults += 1
-                            outcomes.setdefault(name, set()).add(outcome)
+                    outcomes = await _rounds(row, target, uid, args, served.token)
                     stop.set()
             if served.process.returncode is not None:
                 row.exits += 1
