@@ -27,6 +27,10 @@ from tests.support.campaign import FRAME_SHARE, FaultRow, InputRow, run_faults, 
 from tests.support.daemons import KINDS
 from tests.support.postgres import missing, required
 
+#: The campaign runs in the first test's setup: about two minutes on a quiet
+#: machine, several times that on a loaded one (the suite's 300 s is per test).
+pytestmark = pytest.mark.timeout(1200)
+
 #: The campaign's seed and size here (bench/faults.py's ``--short``).
 SEED = 12
 FAULTS = 40

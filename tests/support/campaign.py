@@ -845,8 +845,8 @@ async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[Fau
     for number, mode in enumerate(MODES):
         # At least three, so a short run has a restart of each kind and a stop.
         await phase(lambda d, m=mode: phase_postgres(m, max(3, share("postgres")), seed, d), f"postgres-{number}")
-    await phase(lambda d: phase_disk_full(max(3, share("disk")), seed, d), "disk-full")
-    await phase(lambda d: phase_disk_slow(max(3, share("disk")), seed, d), "disk-slow")
+    await phase(lambda d: phase_disk_full(max(2, share("disk")), seed, d), "disk-full")
+    await phase(lambda d: phase_disk_slow(max(2, share("disk")), seed, d), "disk-slow")
     await phase(lambda d: phase_hostile_daemons(share("daemons"), seed, d), "hostile-daemons")
     await phase(lambda d: phase_hostile_http(share("http"), seed, d), "hostile-http")
     await phase(lambda d: phase_second_user(share("user"), seed, d), "user")
