@@ -115,11 +115,13 @@ class _Members:
                 await self.clients[name].aclose()
 
 
-async def _faults(server: Any, database: str, row: FaultRow, rng: Random, routers: _Members, target: int) -> None:
+async def _faults(server: Any, database: str, row: FaultRow, rng: Random, routers: _Members, target: int,
+                  until: float) -> None:
     """One fault at a time (the module docstring's kinds). The server is
     stopped and started on this thread: its parent-death signal follows
-    the thread that started it (tests/support/postgres.py)."""
-    while row.faults < target:
+    the thread that started it (tests/support/postgres.py). None begun
+    after ``until``."""
+    while row.faults < target and trio.current_time() < until:
         await trio.sleep(rng.uniform(0.5, 2.0))
         await routers.exited(row)
         kind = KINDS[row.faults] if row.faults < len(KINDS) else rng.choice(KINDS)
@@ -173,8 +175,8 @@ async def phase_postgres(mode: str, target: int, seed: int, work: Path) -> Fault
                     for i in range(3):
                         starting.start_soon(routers.start, f"r{i}")
 
-                async def inject(row: FaultRow, rng: Random, routers: _Members, target: int) -> None:
-                    await _faults(server, database, row, rng, routers, target)
+                async def inject(row: FaultRow, rng: Random, routers: _Members, target: int, until: float) -> None:
+                    await _faults(server, database, row, rng, routers, target, until)
 
                 await _cluster_run(row, rng, routers, target, sessions, expected, answers, inject, LEASE * 2)
                 await routers.exited(row)
