@@ -102,6 +102,8 @@ class _Members:
             if not member.alive and name not in self.paused:
                 row.exits = (row.exits or 0) + 1
                 row.notes.append(f"{name} exited ({member.process.returncode}): {member.log()[-400:]}")
+                # Kept beside the next start's log (which starts afresh).
+                member.stderr.rename(member.stderr.with_name(f"serve-exited-{row.exits}.stderr"))
                 await self.start(name)
 
     async def aclose(self) -> None:
