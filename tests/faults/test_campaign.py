@@ -29,7 +29,7 @@ from tests.support.postgres import missing, required
 
 #: The campaign runs in the first test's setup: about two minutes on a quiet
 #: machine, several times that on a loaded one (the suite's 300 s is per test).
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = pytest.mark.timeout(2400)
 
 #: The campaign's seed and size here (bench/faults.py's ``--short``).
 SEED = 12
