@@ -670,23 +670,7 @@ class SessionCore:
         with the error's text. (The reference's ``#run``.)
         """
         out = self._out = []
-        kind = type(result)
-        if (kind is Done and type(result.text) is not str) or (kind is Unanswered and type(result.reason) is not str):
-            kind = None  # attrs does not check types: not an outcome the wire can carry
-        if kind is Done:
-            outcome = _ABORTED if turn.aborted else {"status": "done", "text": result.text, **result.extra}
-        elif kind is Unanswered:
-            outcome = {"status": "unanswered", "reason": result.reason, **result.extra}
-        elif kind is TurnFailed:
-            outcome = _ABORTED if turn.aborted else {"status": "unanswered", "reason": result.text}
-        elif kind is TurnCancelled:
-            outcome = _ABORTED
-        else:
-            reason = f"the adapter's run returned {type(result).__name__}, not an outcome (Done or Unanswered)"
-            outcome = _ABORTED if turn.aborted else {"status": "unanswered", "reason": reason}
-        if len(outcome) > 2 and not is_json(outcome):
-            # ``extra`` fields an adapter put on its outcome must be JSON too.
-            outcome = {"status": "unanswered", "reason": "the adapter's outcome is not JSON"}
+        outcome = _outcome(turn, result)
         if self._running is turn:
             self._running = None
         self._settle(turn.operation, outcome)
@@ -808,6 +792,29 @@ def _preview(value: object) -> str:
     or size is shown in bounded time and stack."""
     return reprlib.repr(value)
 
+
+
+def _outcome(turn: Turn, result: TurnResult) -> dict[str, Any]:
+    """The wire outcome a turn's result settles its operations with (see
+    :meth:`SessionCore.turn_finished`)."""
+    kind = type(result)
+    if (kind is Done and type(result.text) is not str) or (kind is Unanswered and type(result.reason) is not str):
+        kind = None  # attrs does not check types: not an outcome the wire can carry
+    if kind is Done:
+        outcome = _ABORTED if turn.aborted else {"status": "done", "text": result.text, **result.extra}
+    elif kind is Unanswered:
+        outcome = {"status": "unanswered", "reason": result.reason, **result.extra}
+    elif kind is TurnFailed:
+        outcome = _ABORTED if turn.aborted else {"status": "unanswered", "reason": result.text}
+    elif kind is TurnCancelled:
+        outcome = _ABORTED
+    else:
+        reason = f"the adapter's run returned {type(result).__name__}, not an outcome (Done or Unanswered)"
+        outcome = _ABORTED if turn.aborted else {"status": "unanswered", "reason": reason}
+    if len(outcome) > 2 and not is_json(outcome):
+        # ``extra`` fields an adapter put on its outcome must be JSON too.
+        outcome = {"status": "unanswered", "reason": "the adapter's outcome is not JSON"}
+    return outcome
 
 def _error(message: str) -> str:
     return dumps({"type": "error", "message": message})

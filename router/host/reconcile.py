@@ -540,44 +540,55 @@ class ConnectionCore:
         operation it knows cannot be handed to it again (it takes an
         operation id once), so it settles as lost; the others are handed
         over afresh."""
-        runtime = hello.runtime_id
         known = {operation.operation_id: operation for operation in hello.operations}
-        if stale:
-            lost_any = False
-            for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
-                if operation.id in known or operation.status == "running":
-                    lost_any = True
-                    self._lose(store, operation.id, operation.id not in known and self._rerun(hello), reconcile)
-                elif operation.delivered is not None:
-                    store.set_delivered(self.session, operation.id, None)
-            if lost_any:
-                reconcile.events.insert(0, ContainerLost())
-            return
-        rerun = self._rerun(hello)
         lost_any = False
         for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
-            there = known.get(operation.id)
-            if type(there) is SettledOperation:
-                reconcile.settled_there.append((operation.id, converter.unstructure(there.outcome)))
-                continue
-            if there is not None:
-                continue
-            lost = operation.status == "running" and (operation.delivered != runtime or regressed)
-            if not lost:
-                if operation.delivered == runtime and not regressed:
-                    # Handed to this very runtime, which does not list it:
-                    # it never arrived, or it settled and the daemon forgot
-                    # it (beyond 1,000 settled) while its frames are still
-                    # kept. Decide at ``caught-up``, once the kept frames
-                    # are in, so a kept settle wins over a second run.
-                    reconcile.deferred.append(operation.id)
-                elif operation.delivered is not None:
-                    store.set_delivered(self.session, operation.id, None)
-                continue
-            lost_any = True
-            self._lose(store, operation.id, rerun, reconcile)
+            if stale:
+                lost_any |= self._stale_operation(store, hello, known, operation, reconcile)
+            else:
+                lost_any |= self._open_operation(store, hello, regressed, known, operation, reconcile)
         if lost_any:
             reconcile.events.insert(0, ContainerLost())
+
+    def _stale_operation(
+        self, store: Store, hello: Hello, known: dict[str, Any], operation: Any, reconcile: _Reconcile
+    ) -> bool:
+        """One open operation against a stale daemon's report; True when it
+        is lost."""
+        if operation.id in known or operation.status == "running":
+            self._lose(store, operation.id, operation.id not in known and self._rerun(hello), reconcile)
+            return True
+        if operation.delivered is not None:
+            store.set_delivered(self.session, operation.id, None)
+        return False
+
+    def _open_operation(
+        self, store: Store, hello: Hello, regressed: bool, known: dict[str, Any], operation: Any,
+        reconcile: _Reconcile,
+    ) -> bool:
+        """One open operation against a current daemon's report; True when
+        it is lost."""
+        runtime = hello.runtime_id
+        there = known.get(operation.id)
+        if type(there) is SettledOperation:
+            reconcile.settled_there.append((operation.id, converter.unstructure(there.outcome)))
+            return False
+        if there is not None:
+            return False
+        lost = operation.status == "running" and (operation.delivered != runtime or regressed)
+        if not lost:
+            if operation.delivered == runtime and not regressed:
+                # Handed to this very runtime, which does not list it:
+                # it never arrived, or it settled and the daemon forgot
+                # it (beyond 1,000 settled) while its frames are still
+                # kept. Decide at ``caught-up``, once the kept frames
+                # are in, so a kept settle wins over a second run.
+                reconcile.deferred.append(operation.id)
+            elif operation.delivered is not None:
+                store.set_delivered(self.session, operation.id, None)
+            return False
+        self._lose(store, operation.id, self._rerun(hello), reconcile)
+        return True
 
     def _rerun(self, hello: Hello) -> bool:
         """Whether an operation lost with its container runs again (the
@@ -825,11 +836,14 @@ class ConnectionCore:
             return f"message {message['id']!r} is the person's own message, which only the host writes"
         if operation is not None and operation.settled:
             return f"message {message['id']!r} belongs to operation {operation_id!r}, settled {operation.status}"
-        if owner_id is not None and owner_id != operation_id:
-            owner = store.operation(self.session, owner_id)
-            if owner is None or owner.settled:
-                return f"message {message['id']!r} belongs to settled operation {owner_id!r}"
+        if owner_id is not None and owner_id != operation_id and self._settled_or_gone(store, owner_id):
+            return f"message {message['id']!r} belongs to settled operation {owner_id!r}"
         return None
+
+    def _settled_or_gone(self, store: Store, operation_id: str) -> bool:
+        """Whether the operation is settled, or not in the record at all."""
+        owner = store.operation(self.session, operation_id)
+        return owner is None or owner.settled
 
     def _pass(self, store: Store, runtime: str, seq: int, reason: str, text: str, batch: _Batch) -> None:
         """Pass a frame without applying it: recorded, told, and acked at

@@ -512,35 +512,39 @@ class ModSimulator:
         text = "\n".join(
             block["text"] for block in args.content if block.get("type") == "text" and type(block.get("text")) is str
         ) or args.message.text
-        result: JsonValue
-        if as_ == "row":
-            # As stored: the text blocks, a user-side row the person does not see as typed.
-            row_uuid = self._emit_row(
-                door="note",
-                origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME),
-                content=[block for block in args.content if block.get("type") == "text"] or None,
-                text=text,
-                wrote="message",
-                is_meta=True,
-            )
-            self.rows.append(Row(uuid=row_uuid, event_id=event_id, message=args.message))
-            self._unread.append(args.message)
-            result = {"as": "row", "uuid": row_uuid}
-        else:
-            as_user = isinstance(args.message, ModUnreadPerson)
-            self.prompts.append(Prompt(text=text, as_user=as_user, wrote="message"))
-            self._emit_row(
-                door="prompt",
-                origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME, as_user=True if as_user else ABSENT),
-                content=args.content if as_user else None,
-                text=framed_prompt(text),
-                wrote="message",
-            )
-            self._submit(text, None)
-            result = {"as": "prompt"}
+        result = self._message_row(args, text, event_id) if as_ == "row" else self._message_prompt(args, text)
         if event_id is not None:
             self._record[event_id] = result
         return result
+
+    def _message_row(self, args: ModSessionMessageArgs, text: str, event_id: str | None) -> JsonValue:
+        """A message while busy: as stored, the text blocks, a user-side row
+        the person does not see as typed."""
+        row_uuid = self._emit_row(
+            door="note",
+            origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME),
+            content=[block for block in args.content if block.get("type") == "text"] or None,
+            text=text,
+            wrote="message",
+            is_meta=True,
+        )
+        self.rows.append(Row(uuid=row_uuid, event_id=event_id, message=args.message))
+        self._unread.append(args.message)
+        return {"as": "row", "uuid": row_uuid}
+
+    def _message_prompt(self, args: ModSessionMessageArgs, text: str) -> JsonValue:
+        """A message while idle: a prompt, submitted."""
+        as_user = isinstance(args.message, ModUnreadPerson)
+        self.prompts.append(Prompt(text=text, as_user=as_user, wrote="message"))
+        self._emit_row(
+            door="prompt",
+            origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME, as_user=True if as_user else ABSENT),
+            content=args.content if as_user else None,
+            text=framed_prompt(text),
+            wrote="message",
+        )
+        self._submit(text, None)
+        return {"as": "prompt"}
 
     def _config_set(self, args: ModConfigSetArgs) -> JsonValue:
         row = self._config.get(args.key)

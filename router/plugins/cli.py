@@ -159,19 +159,7 @@ def configure_plugins(parser: argparse.ArgumentParser) -> None:
 def run_plugins(args: argparse.Namespace, *, root: str | None = None) -> int:
     settings = _settings(args)
     if getattr(args, "action", None) == "set":
-        patch = _read_patch("plugins set", args.file)
-        if isinstance(patch, int):
-            return patch
-        parsed = parse_patch(patch, "plugins")
-        if isinstance(parsed, Refusal):
-            return _refused("plugins set", parsed)
-        return _apply(
-            "plugins set", settings, "plugins.json", patch, args.actor,
-            lambda current: apply_plugins_patch(
-                current, patch, module_exists=lambda kind, name: check_paths(kind, name, root=root)
-            ),
-            as_json=args.json,
-        )
+        return _set_plugins(args, settings, root=root)
     document = _read("plugins", settings, "plugins.json")
     if isinstance(document, int):
         return document
@@ -181,6 +169,29 @@ def run_plugins(args: argparse.Namespace, *, root: str | None = None) -> int:
     if args.json:
         _print_json({"revision": document.revision, "plugins": plugins, "options": redact(options)})
         return 0
+    _print_plugins(settings, document, plugins, options)
+    return 0
+
+
+def _set_plugins(args: argparse.Namespace, settings: Any, *, root: str | None) -> int:
+    """``router plugins set``: the patch read, checked and applied."""
+    patch = _read_patch("plugins set", args.file)
+    if isinstance(patch, int):
+        return patch
+    parsed = parse_patch(patch, "plugins")
+    if isinstance(parsed, Refusal):
+        return _refused("plugins set", parsed)
+    return _apply(
+        "plugins set", settings, "plugins.json", patch, args.actor,
+        lambda current: apply_plugins_patch(
+            current, patch, module_exists=lambda kind, name: check_paths(kind, name, root=root)
+        ),
+        as_json=args.json,
+    )
+
+
+def _print_plugins(settings: Any, document: Any, plugins: dict[str, Any], options: dict[str, Any]) -> None:
+    """``router plugins`` for a person: each kind, then each module's options."""
     source = "" if document.exists else " (defaults: the file does not exist yet)"
     print(f"{settings.path / 'plugins.json'} revision {document.revision}{source}")
     width = max(len(k) for k in KINDS)
@@ -193,7 +204,6 @@ def run_plugins(args: argparse.Namespace, *, root: str | None = None) -> int:
         if type(per_module) is dict:
             for name, opts in per_module.items():
                 print(f"  options {kind}/{name}: {dumps(redact(opts))}")
-    return 0
 
 
 # --------------------------------------------------------------------------- routes
@@ -345,6 +355,28 @@ def _checked_limits_patch(
     return {**current, "limits": new_limits}, changes
 
 
+def _change_limits(args: argparse.Namespace, settings: Any, action: str, checks: Any) -> int:
+    """``router limits set`` (a patch) or ``router limits reset`` (paths)."""
+    command = f"limits {action}"
+    if action == "set":
+        patch = _read_patch(command, args.file)
+        if isinstance(patch, int):
+            return patch
+        parsed = parse_patch(patch, "limits")
+        if isinstance(parsed, Refusal):
+            return _refused(command, parsed)
+        limits_patch, reset = patch.get("limits"), patch.get("reset")
+    else:
+        current = _read(command, settings, "limits.json")
+        if isinstance(current, int):
+            return current
+        patch = {"revision": args.revision or current.revision}
+        limits_patch, reset = None, [p.split(".") for p in args.paths]
+    return _apply(command, settings, "limits.json", patch, args.actor,
+                  lambda current: _checked_limits_patch(current, limits_patch, reset, checks),
+                  as_json=args.json)
+
+
 def run_limits(args: argparse.Namespace, *, root: str | None = None) -> int:
     settings = _settings(args)
     checks = _limit_checks(settings, root=root)
@@ -352,24 +384,7 @@ def run_limits(args: argparse.Namespace, *, root: str | None = None) -> int:
         return _refused("limits", checks)
     action = getattr(args, "action", None)
     if action in ("set", "reset"):
-        command = f"limits {action}"
-        if action == "set":
-            patch = _read_patch(command, args.file)
-            if isinstance(patch, int):
-                return patch
-            parsed = parse_patch(patch, "limits")
-            if isinstance(parsed, Refusal):
-                return _refused(command, parsed)
-            limits_patch, reset = patch.get("limits"), patch.get("reset")
-        else:
-            current = _read(command, settings, "limits.json")
-            if isinstance(current, int):
-                return current
-            patch = {"revision": args.revision or current.revision}
-            limits_patch, reset = None, [p.split(".") for p in args.paths]
-        return _apply(command, settings, "limits.json", patch, args.actor,
-                      lambda current: _checked_limits_patch(current, limits_patch, reset, checks),
-                      as_json=args.json)
+        return _change_limits(args, settings, action, checks)
     document = _read("limits", settings, "limits.json")
     if isinstance(document, int):
         return document

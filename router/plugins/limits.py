@@ -176,29 +176,44 @@ def _check_report(value: object, limits: object) -> str | None:
     if type(value) is not list:
         return "report is not a list"
     for index, entry in enumerate(value):
-        if type(entry) is not dict:
-            return f"entry {index} is not an object"
-        keys = set(entry)
-        if "not_enforced" in entry:
-            if keys != {"path", "limit", "since", "not_enforced"} or type(entry["not_enforced"]) is not str:
-                return f"entry {index}: a not-enforced entry is path, limit, since, not_enforced"
-        else:
-            if keys - {"note"} != {"path", "limit", "since", "count", "kinds", "unknown_turns"}:
-                return f"entry {index}: a counted entry is path, limit, since, count, kinds, unknown_turns"
-            if not is_count_like(entry["count"]) or not is_count_like(entry["unknown_turns"]):
-                return f"entry {index}: count or unknown_turns is not a count"
-            kinds = entry["kinds"]
-            if type(kinds) is not dict or set(kinds) != set(TOKEN_KINDS) or not all(
-                is_count_like(kinds[k]) for k in TOKEN_KINDS
-            ):
-                return f"entry {index}: kinds is not the four token kinds with counts"
-            if "note" in entry and type(entry["note"]) is not str:
-                return f"entry {index}: note is not a string"
-        if entry["since"] is not None and type(entry["since"]) is not str:
-            return f"entry {index}: since is not a time or null"
-        problem = _check_path(entry["path"], limits, entry["limit"])
+        problem = _check_report_entry(entry, limits)
         if problem is not None:
-            return f"entry {index}: {problem}"
+            return f"entry {index}{problem}"
+    return None
+
+
+def _check_report_entry(entry: object, limits: object) -> str | None:
+    """What is wrong with one report entry, as the rest of a sentence that
+    begins with "entry N" (None when nothing is)."""
+    if type(entry) is not dict:
+        return " is not an object"
+    problem = _check_not_enforced(entry) if "not_enforced" in entry else _check_counted(entry)
+    if problem is not None:
+        return f": {problem}"
+    if entry["since"] is not None and type(entry["since"]) is not str:
+        return ": since is not a time or null"
+    problem = _check_path(entry["path"], limits, entry["limit"])
+    return None if problem is None else f": {problem}"
+
+
+def _check_not_enforced(entry: dict[str, Any]) -> str | None:
+    if set(entry) != {"path", "limit", "since", "not_enforced"} or type(entry["not_enforced"]) is not str:
+        return "a not-enforced entry is path, limit, since, not_enforced"
+    return None
+
+
+def _check_counted(entry: dict[str, Any]) -> str | None:
+    if set(entry) - {"note"} != {"path", "limit", "since", "count", "kinds", "unknown_turns"}:
+        return "a counted entry is path, limit, since, count, kinds, unknown_turns"
+    if not is_count_like(entry["count"]) or not is_count_like(entry["unknown_turns"]):
+        return "count or unknown_turns is not a count"
+    kinds = entry["kinds"]
+    if type(kinds) is not dict or set(kinds) != set(TOKEN_KINDS) or not all(
+        is_count_like(kinds[k]) for k in TOKEN_KINDS
+    ):
+        return "kinds is not the four token kinds with counts"
+    if "note" in entry and type(entry["note"]) is not str:
+        return "note is not a string"
     return None
 
 

@@ -452,13 +452,22 @@ def _answered(args: argparse.Namespace, status: int, answer: Any) -> int:
     if answer.get("status") != "delivered":
         _say("send", f"dropped: {answer.get('reason') or answer.get('message') or 'the session dropped it'}")
         return REFUSED
-    if type(reply) is dict and reply.get("kept") is True:
+    if type(reply) is dict:
+        return _replied(args, answer, reply)
+    if not args.json:
+        print(summary(args.session, answer), flush=True)
+    return DONE
+
+
+def _replied(args: argparse.Namespace, answer: dict[str, Any], reply: dict[str, Any]) -> int:
+    """The exit status of a delivered message the session replied to."""
+    if reply.get("kept") is True:
         # The provider's usage limit ended the turn: kept, it runs again at the reset.
         if not args.json:
             print(f"kept: {reply.get('reason')}; {args.session} is parked and runs it again once the limit "
                   "resets (router sessions shows when)", flush=True)
         return DONE
-    if type(reply) is dict and reply.get("status") != "done":
+    if reply.get("status") != "done":
         operation = f" (operation {reply['operationId']})" if reply.get("operationId") else ""
         _say("send", f"unanswered: {reply.get('reason')}{operation}")
         return REFUSED
