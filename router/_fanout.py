@@ -25,7 +25,7 @@ import trio
 
 from router.errors import Refusal
 
-__all__ = ["FanOut", "Lagged", "Subscription"]
+__all__ = ["FanOut", "FanOutSubscription", "Lagged"]
 
 T = TypeVar("T")
 
@@ -36,7 +36,7 @@ class Lagged(Refusal):
     (``events-lagged``, ``live-lagged``)."""
 
 
-class Subscription(Generic[T]):
+class FanOutSubscription(Generic[T]):
     """The receiving side of one subscriber: ``async for batch in it`` until
     the fan-out closes; raises :class:`Lagged` when it was dropped."""
 
@@ -52,7 +52,7 @@ class Subscription(Generic[T]):
         """Whether this subscriber was dropped for falling behind."""
         return self._lagged
 
-    def __aiter__(self) -> Subscription[T]:
+    def __aiter__(self) -> FanOutSubscription[T]:
         return self
 
     async def __anext__(self) -> T:
@@ -74,7 +74,7 @@ class FanOut(Generic[T]):
     def __init__(self, *, buffer: int, lagged_error: Callable[[], Lagged]) -> None:
         self.buffer = buffer
         self.lagged_error = lagged_error
-        self._subscribers: dict[trio.MemorySendChannel[T], Subscription[T]] = {}
+        self._subscribers: dict[trio.MemorySendChannel[T], FanOutSubscription[T]] = {}
         self.closed = False
         self.published = 0
         self.dropped = 0
@@ -118,9 +118,9 @@ class FanOut(Generic[T]):
         self._subscribers.clear()
 
     @contextlib.contextmanager
-    def subscribe(self) -> Iterator[Subscription[T]]:
+    def subscribe(self) -> Iterator[FanOutSubscription[T]]:
         send, receive = trio.open_memory_channel[T](self.buffer)
-        subscription = Subscription(self, receive)
+        subscription = FanOutSubscription(self, receive)
         if self.closed:
             send.close()
         else:
@@ -132,7 +132,7 @@ class FanOut(Generic[T]):
             send.close()
             receive.close()
 
-    def _drop(self, send: trio.MemorySendChannel[T], subscription: Subscription[T]) -> None:
+    def _drop(self, send: trio.MemorySendChannel[T], subscription: FanOutSubscription[T]) -> None:
         subscription._lagged = True
         self.dropped += 1
         del self._subscribers[send]

@@ -191,7 +191,7 @@ class ReadMessages:
 
 
 @attrs.frozen(kw_only=True)
-class Abort:
+class AbortArguments:
     session: str = attrs.field(validator=_non_empty)
     operation_id: str | None = attrs.field(default=None, validator=attrs.validators.optional(_non_empty))
     router: str | None = attrs.field(default=None, validator=attrs.validators.optional(_non_empty))
@@ -203,7 +203,7 @@ class WebSearch:
 
 
 @attrs.frozen(kw_only=True)
-class AnswerAsk:
+class AnswerAskArguments:
     ask: str = attrs.field(validator=_non_empty)
     decision: Literal["allow", "deny"]
 
@@ -212,11 +212,11 @@ class AnswerAsk:
 TOOL_CLASSES: Final[dict[str, type]] = {
     "list_sessions": NoArguments,
     "read_messages": ReadMessages,
-    "abort": Abort,
+    "abort": AbortArguments,
     "web_search": WebSearch,
     "limits_report": NoArguments,
     "list_asks": NoArguments,
-    "answer_ask": AnswerAsk,
+    "answer_ask": AnswerAskArguments,
 }
 
 

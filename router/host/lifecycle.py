@@ -68,9 +68,9 @@ __all__ = [
     "LifecycleState",
     "MAX_FAILURES",
     "Publish",
-    "Redial",
+    "RedialLink",
     "Start",
-    "Stop",
+    "StopContainer",
     "Watch",
 ]
 
@@ -114,7 +114,7 @@ class Watch:
 
 
 @attrs.frozen
-class Stop:
+class StopContainer:
     """Stop (and remove) this container; ``why`` for the log."""
 
     container: str
@@ -122,7 +122,7 @@ class Stop:
 
 
 @attrs.frozen
-class Redial:
+class RedialLink:
     """Tell the session's link to drop its connection and dial again."""
 
 
@@ -143,7 +143,7 @@ class FailOpen:
     message: str
 
 
-Effect: TypeAlias = Start | Watch | Stop | Redial | Publish | FailOpen
+Effect: TypeAlias = Start | Watch | StopContainer | RedialLink | Publish | FailOpen
 
 
 class LifecycleCore:
@@ -269,7 +269,7 @@ class LifecycleCore:
         self.losses += 1
         self.daemon = None
         self.idle_deadline = math.inf
-        effects: list[Effect] = [Stop(container, f"lost: {reason}"), Redial()]
+        effects: list[Effect] = [StopContainer(container, f"lost: {reason}"), RedialLink()]
         if self.wanted:
             return effects + self._start("replacing", f"lost: {reason}; replacing it")
         self.state, self.reason = "stopped", f"lost: {reason}; the next delivery starts a new one"
@@ -283,7 +283,7 @@ class LifecycleCore:
         self.daemon = None
         self.idle_deadline = math.inf
         self.state, self.reason = "idle-stopped", f"idle for {self.idle_timeout:g} s"
-        return [Stop(container, self.reason), Publish("idle-stopped", self.reason, None)]
+        return [StopContainer(container, self.reason), Publish("idle-stopped", self.reason, None)]
 
     def close(self) -> list[Effect]:
         """The host stops: stop the daemon."""
@@ -293,7 +293,7 @@ class LifecycleCore:
             return []
         container, self.daemon = self.daemon.container, None
         self.state, self.reason = "stopped", "the router stopped"
-        return [Stop(container, "the router stops")]
+        return [StopContainer(container, "the router stops")]
 
     # ------------------------------------------------------------------ inside
 

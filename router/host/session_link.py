@@ -1,4 +1,4 @@
-"""One session's link task: the Trio layer over :class:`LinkCore` (the
+"""One session's link task: the Trio layer over :class:`HostLinkCore` (the
 link's state across connections, :mod:`router.host.connection`) and
 :class:`ConnectionCore` (one connection's reconcile and apply,
 :mod:`router.host.reconcile`).
@@ -62,9 +62,9 @@ from typing import Any, Awaitable, Callable, Final, Iterator, Protocol, Sequence
 import trio
 
 from router._db import database_errors
-from router._fanout import FanOut, Lagged, Subscription
+from router._fanout import FanOut, FanOutSubscription, Lagged
 from router._peerlog import cut
-from router.host.connection import GiveUp, LinkCore, LinkState, Pause, Redial, Requests
+from router.host.connection import GiveUp, HostLinkCore, LinkState, Pause, Redial, Requests
 from router.host.events import HostEvent, OperationResult
 from router.host.link import (
     Backoff,
@@ -203,7 +203,7 @@ class SessionLink:
         self._endpoint_of = endpoint_of
         self.settings = settings
         self._health_wait = health_wait
-        self.core = LinkCore(backoff=owner.backoff(), give_up_after=settings.give_up_after)
+        self.core = HostLinkCore(backoff=owner.backoff(), give_up_after=settings.give_up_after)
         self._state_changed = trio.Event()
         self._subscribers: FanOut[list[HostEvent]] = FanOut(
             buffer=SUBSCRIBER_BUFFER, lagged_error=_events_lagged(session)
@@ -347,7 +347,7 @@ class SessionLink:
             self._subscribers.publish(list(events))
 
     @contextlib.contextmanager
-    def subscribe(self) -> Iterator[Subscription[list[HostEvent]]]:
+    def subscribe(self) -> Iterator[FanOutSubscription[list[HostEvent]]]:
         """A live subscription to the session's event batches (see
         :class:`router._fanout.FanOut`)."""
         with self._subscribers.subscribe() as subscription:
@@ -432,7 +432,7 @@ class SessionLink:
 
     def _short_lived(self, decision: GiveUp | Pause | Redial) -> GiveUp | Pause | Redial:
         """Say so when a reconciled connection ended before it counted as
-        healthy: the backoff keeps growing (``LinkCore``), and the line
+        healthy: the backoff keeps growing (``HostLinkCore``), and the line
         names the side that failed (the error's own words say which: the
         daemon closed, the host closed, the network lost it)."""
         core = self.core

@@ -45,9 +45,9 @@ from router.host.lifecycle import (
     LifecycleCore,
     MAX_FAILURES,
     Publish,
-    Redial,
+    RedialLink,
     Start,
-    Stop,
+    StopContainer,
     Watch,
 )
 from router.host.link import DaemonEndpoint, EndpointError, LinkError, check_health
@@ -225,7 +225,7 @@ class Supervisor:
             self._nursery = None
             with trio.CancelScope(shield=True):
                 for effect in self.core.close():
-                    if type(effect) is Stop:
+                    if type(effect) is StopContainer:
                         await self._stop(effect.container, effect.why)
                 await self._record(Publish(self.core.state, self.core.reason, None))
             self._signal()
@@ -297,9 +297,9 @@ class Supervisor:
             elif kind is Watch:
                 assert self._nursery is not None
                 self._nursery.start_soon(self._watch, effect.container, name=f"watch {effect.container}")
-            elif kind is Stop:
+            elif kind is StopContainer:
                 await self._stop(effect.container, effect.why)
-            elif kind is Redial:
+            elif kind is RedialLink:
                 self.owner.redial(self.session)
             elif kind is Publish:
                 await self._record(effect)

@@ -111,7 +111,7 @@ from wire.mod import (
     unread_row_prompt,
 )
 
-__all__ = ["PLUGIN_NAME", "ModSimulator", "Prompt", "Row", "Step", "ToolCall", "framed_prompt"]
+__all__ = ["PLUGIN_NAME", "ModSimulator", "Row", "Step", "TakenPrompt", "ToolCall", "framed_prompt"]
 
 log = logging.getLogger("router.modlink.sim")
 
@@ -167,7 +167,7 @@ SNAPSHOT_INTERVAL = 0.1
 
 
 @attrs.frozen(kw_only=True)
-class Prompt:
+class TakenPrompt:
     """A prompt the simulated session took: its text, whether it is the
     person's own words, and the mod's stamp (``None`` for one typed at the
     terminal)."""
@@ -229,7 +229,7 @@ class ModSimulator:
         self.effort: Any = None
         self.stopped: str | None = None
         # What the simulated session did, for tests to read.
-        self.prompts: list[Prompt] = []
+        self.prompts: list[TakenPrompt] = []
         self.rows: list[Row] = []
         self.requests_seen: list[ModRequest] = []
         self.turns_completed = 0
@@ -300,7 +300,7 @@ class ModSimulator:
     def type_prompt(self, text: str, steps: Sequence[Step] | None = None) -> None:
         """The person types ``text`` at the terminal; the turn runs ``steps``
         (or the default reply)."""
-        self.prompts.append(Prompt(text=text, as_user=True, wrote=None))
+        self.prompts.append(TakenPrompt(text=text, as_user=True, wrote=None))
         self._emit_row(
             door="prompt",
             origin=ModAppendOrigin(kind="composer" if self.interactive else "unclassified"),
@@ -535,7 +535,7 @@ class ModSimulator:
     def _message_prompt(self, args: ModSessionMessageArgs, text: str) -> JsonValue:
         """A message while idle: a prompt, submitted."""
         as_user = isinstance(args.message, ModUnreadPerson)
-        self.prompts.append(Prompt(text=text, as_user=as_user, wrote="message"))
+        self.prompts.append(TakenPrompt(text=text, as_user=as_user, wrote="message"))
         self._emit_row(
             door="prompt",
             origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME, as_user=True if as_user else ABSENT),
@@ -623,7 +623,7 @@ class ModSimulator:
                 if self._unread:
                     pointer = unread_row_prompt(self._unread)
                     self._unread = []
-                    self.prompts.append(Prompt(text=pointer, as_user=False, wrote="pointer"))
+                    self.prompts.append(TakenPrompt(text=pointer, as_user=False, wrote="pointer"))
                     self._emit_row(
                         door="prompt",
                         origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME),

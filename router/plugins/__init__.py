@@ -14,10 +14,10 @@ kept while its files keep their identity), ``layer`` (the object the main
 job holds) and ``cli`` (``router plugins|routes|limits``).
 """
 
-from router.plugins.broker import Answer, Broker
+from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.kinds import KINDS, Kind
 from router.plugins.layer import PluginLayer
-from router.plugins.limits import Limits, Stop
+from router.plugins.limit_checks import Limits, MustStop
 from router.plugins.loader import LoadedModule, Loader, LoadResult, PluginRefusal
 from router.plugins.refusal import PluginError, Refusal
 from router.plugins.routing import LaunchRecord
@@ -25,10 +25,9 @@ from router.plugins.settings import SettingsDir
 from router.plugins.usage import JsonlRecords, MemoryLedger, MemoryRecords, StoreLedger, UsageLedger
 
 __all__ = [
-    "KINDS",
-    "Answer",
     "Broker",
     "JsonlRecords",
+    "KINDS",
     "Kind",
     "LaunchRecord",
     "Limits",
@@ -37,12 +36,13 @@ __all__ = [
     "Loader",
     "MemoryLedger",
     "MemoryRecords",
+    "ModuleAnswer",
+    "MustStop",
     "PluginError",
     "PluginLayer",
     "PluginRefusal",
     "Refusal",
     "SettingsDir",
-    "Stop",
     "StoreLedger",
     "UsageLedger",
 ]

@@ -38,7 +38,7 @@ from typing import Any, Awaitable, Callable, Final, Mapping
 
 import trio
 
-from router.plugins.broker import Answer, Broker
+from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule, Loader
 from router.plugins.refusal import PluginError, Refusal
@@ -140,7 +140,7 @@ class Channels:
 
     async def dispatch(
         self, channel: str, operation: str, args: Mapping[str, Any], core: CoreCaller
-    ) -> Answer | Refusal:
+    ) -> ModuleAnswer | Refusal:
         captured = await self._modules()
         module = next((m for m in captured if m.name == channel), None)
         if module is None:

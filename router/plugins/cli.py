@@ -28,7 +28,7 @@ from wire.json import JsonError, dumps, loads
 
 from router.plugins.broker import Broker
 from router.plugins.kinds import KINDS
-from router.plugins.limits import Limits, apply_limits_patch, format_path
+from router.plugins.limit_checks import Limits, apply_limits_patch, format_path
 from router.plugins.loader import LoadedModule, Loader, check_paths
 from router.plugins.models import MAX_SETTINGS_BYTES, read_capped
 from router.plugins.refusal import Refusal

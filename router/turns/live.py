@@ -62,7 +62,7 @@ import logging
 import time
 from typing import Any, Callable, Final, Iterator, Mapping
 
-from router._fanout import FanOut, Lagged, Subscription
+from router._fanout import FanOut, FanOutSubscription, Lagged
 from router.host import (
     AdapterEvent, DaemonChanged, FrameSkipped, HostEvent, MessageStored, OperationEnded, OperationStarted,
 )
@@ -447,7 +447,7 @@ class LiveSubscription:
     def __init__(
         self,
         snapshot: dict[str, Any],
-        items: Subscription[LiveBatch],
+        items: FanOutSubscription[LiveBatch],
         *,
         replay: list[LiveBatch] | None = None,
         epoch: str = "",

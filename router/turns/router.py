@@ -60,8 +60,8 @@ or launching it again with :meth:`TurnRouter.create`), which the limit
 checks must allow.
 
 Error handling: every refusal of a delivery is a reply with a kebab-case
-code, never an exception: :class:`~router.turns.core.Refused` (bad target,
-a reused event id), :class:`~router.turns.core.Unanswered` (resend later).
+code, never an exception: :class:`~router.turns.core.DeliveryRefused` (bad target,
+a reused event id), :class:`~router.turns.core.DeliveryUnanswered` (resend later).
 A bug while handling one delivery answers it ``internal`` and the inbox
 goes on. The session operations (list, create, read, live, abort, resume)
 raise :class:`~router.errors.Refusal`.
@@ -98,11 +98,11 @@ from router.turns.core import (
     Outcome,
     Person,
     Proceed,
-    Refused,
+    DeliveryRefused,
     Reply,
     State,
     SubmitPrompt,
-    Unanswered,
+    DeliveryUnanswered,
     WriteMessage,
     after_write,
     before_write,
@@ -448,7 +448,7 @@ class TurnRouter:
                 return await self.remote.relay(delivery)
             return reply
         except StoreUnavailable as refused:  # the store blinked past its retries: not done, resend
-            return Unanswered(event_id=delivery.event_id, code=refused.code, message=refused.message)
+            return DeliveryUnanswered(event_id=delivery.event_id, code=refused.code, message=refused.message)
 
     async def deliver_here(self, delivery: Delivery) -> Reply:
         """Write one delivery into its session *here*, never relaying it:
@@ -475,15 +475,15 @@ class TurnRouter:
             admission = await self.deliveries.call(self.deliveries.admit, delivery)
         except Refusal as refusal:
             if isinstance(refusal, StoreUnavailable):  # not done: resend with the same eventId
-                return Unanswered(event_id=delivery.event_id, code=refusal.code, message=refusal.message)
-            return Refused(code=refusal.code, message=refusal.message)
+                return DeliveryUnanswered(event_id=delivery.event_id, code=refusal.code, message=refusal.message)
+            return DeliveryRefused(code=refusal.code, message=refusal.message)
         if not isinstance(admission, Proceed):
             return admission
         queued = QueuedDelivery(delivery)
         try:
             session.inbox.send_nowait(queued)
         except trio.WouldBlock:
-            return Unanswered(
+            return DeliveryUnanswered(
                 event_id=delivery.event_id,
                 code="inbox-full",
                 message=f"session {delivery.session!r} has {self.inbox_size} deliveries waiting; "
@@ -526,7 +526,7 @@ class TurnRouter:
                     if park is not None:
                         result["parked"] = park.to_json()
             return reply, body
-        if isinstance(reply, Unanswered):
+        if isinstance(reply, DeliveryUnanswered):
             return reply, {"error": reply.code, "message": reply.message, "eventId": reply.event_id}
         return reply, {"error": reply.code, "message": reply.message}
 
@@ -553,13 +553,13 @@ class TurnRouter:
                     if is_transient(error):  # the store blinked past its retries: resend later
                         refused = unavailable(error)
                         log.warning("delivery %r to session %r: %s", queued.delivery.event_id, session.id, refused)
-                        reply = Unanswered(event_id=queued.delivery.event_id, code=refused.code,
+                        reply = DeliveryUnanswered(event_id=queued.delivery.event_id, code=refused.code,
                                            message=refused.message)
                         queued.answer(reply)
                         current = None
                         continue
                     log.exception("delivery %r to session %r failed", queued.delivery.event_id, session.id)
-                    reply = Unanswered(
+                    reply = DeliveryUnanswered(
                         event_id=queued.delivery.event_id,
                         code="internal",
                         message="the router failed on this delivery (it was logged); resend with the same eventId",
@@ -663,8 +663,8 @@ class TurnRouter:
         return after_write(outcome, self._stop_reason(session))
 
 
-def _closed(delivery: Delivery) -> Unanswered:
-    return Unanswered(
+def _closed(delivery: Delivery) -> DeliveryUnanswered:
+    return DeliveryUnanswered(
         event_id=delivery.event_id,
         code="session-closed",
         message=f"session {delivery.session!r} closed before this delivery was answered; "

@@ -21,9 +21,9 @@ from router.host.lifecycle import (
     FailOpen,
     LifecycleCore,
     Publish,
-    Redial,
+    RedialLink,
     Start,
-    Stop,
+    StopContainer,
     Watch,
 )
 
@@ -55,7 +55,7 @@ def test_a_lost_daemon_with_work_is_replaced_and_a_stale_loss_changes_nothing() 
     core.started(daemon(1), now=0.0)
     assert core.lost("c0", "killed") == []  # not the one it holds
     effects = core.lost("c1", "killed by SIGKILL")
-    assert effects == [Stop("c1", "lost: killed by SIGKILL"), Redial(),
+    assert effects == [StopContainer("c1", "lost: killed by SIGKILL"), RedialLink(),
                        Publish("replacing", "lost: killed by SIGKILL; replacing it", None), Start(0.0)]
     assert core.state == "replacing" and core.daemon is None and core.starting
     assert core.lost("c1", "again") == []
@@ -69,7 +69,7 @@ def test_a_lost_idle_daemon_waits_for_the_next_delivery() -> None:
     core.started(daemon(1), now=0.0)
     core.work_done(1.0)
     effects = core.lost("c1", "exited with status 0")
-    assert kinds(effects) == ["Stop", "Redial", "Publish"] and core.state == "stopped"
+    assert kinds(effects) == ["StopContainer", "RedialLink", "Publish"] and core.state == "stopped"
     assert kinds(core.demand()) == ["Publish", "Start"]
 
 
@@ -81,7 +81,7 @@ def test_idle_stop_at_the_deadline_and_start_again_on_demand() -> None:
     assert core.idle_deadline == 130.0
     assert core.idle_expired(129.0) == []  # early: a deadline that fired before its time
     effects = core.idle_expired(130.0)
-    assert effects == [Stop("c1", "idle for 30 s"), Publish("idle-stopped", "idle for 30 s", None)]
+    assert effects == [StopContainer("c1", "idle for 30 s"), Publish("idle-stopped", "idle for 30 s", None)]
     assert core.state == "idle-stopped" and core.daemon is None and core.idle_deadline == math.inf
     assert core.lost("c1", "stopped") == []  # its own stop, reported by the watch
     assert kinds(core.demand()) == ["Publish", "Start"]
@@ -138,7 +138,7 @@ def test_close_stops_the_running_daemon_only() -> None:
     assert core.close() == []
     core.demand()
     core.started(daemon(1), now=0.0)
-    assert core.close() == [Stop("c1", "the router stops")]
+    assert core.close() == [StopContainer("c1", "the router stops")]
     assert core.daemon is None
 
 
@@ -196,7 +196,7 @@ def test_any_inputs_keep_the_invariants(steps: list[tuple]) -> None:
             elif type(effect) is Watch:
                 assert effect.container in started
                 watched.add(effect.container)
-            elif type(effect) is Stop:
+            elif type(effect) is StopContainer:
                 assert effect.container in started
                 watched.discard(effect.container)
         assert in_flight in (0, 1) and in_flight == core.starting

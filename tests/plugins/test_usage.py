@@ -272,7 +272,7 @@ async def test_turn_usage_lands_then_the_limit_stops_the_session(settings_dir: P
     settings.ensure("plugins.json")
     settings.ensure("routes.json")
     revision = settings.read("limits.json").revision
-    from router.plugins.limits import apply_limits_patch
+    from router.plugins.limit_checks import apply_limits_patch
 
     def add_limit(current):
         limits, changes = apply_limits_patch(

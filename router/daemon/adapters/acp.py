@@ -81,7 +81,7 @@ from router.acp import (
 )
 from router.acp import METHOD_NOT_FOUND
 from router.daemon.adapter import AdapterContext, AdapterTurn
-from router.daemon.adapters.cli import CWD_ENV
+from router.daemon.adapters.process_per_turn import CWD_ENV
 from wire.container import AdapterInfo, ContainerOutcome, ContainerSettings, Unanswered, input_text
 
 __all__ = ["ASK_DEADLINE", "AcpAdapter", "AcpSession", "START_DEADLINE", "agent_from_settings", "from_cli",

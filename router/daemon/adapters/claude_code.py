@@ -2,7 +2,7 @@
 process per turn, resuming its own session by id.
 
 ``router daemon --adapter claude-code`` runs :data:`adapter`, a
-:class:`~router.daemon.adapters.cli.CliAdapter` **object** (not a factory;
+:class:`~router.daemon.adapters.process_per_turn.CliAdapter` **object** (not a factory;
 the same convention as ``router.daemon.adapters.echo:adapter``). It finds
 ``claude`` on ``PATH``; session homes go under ``$ROUTER_CLI_HOMES`` (default
 ``~/.harness/sessions``) and the working directory is ``$ROUTER_CLI_CWD``
@@ -89,7 +89,15 @@ import os
 import time
 from typing import Any, Callable, Final
 
-from router.daemon.adapters.cli import CliAdapter, CliCommand, CliExit, CliPreset, CliTurn, CliUpdate, usage_event
+from router.daemon.adapters.process_per_turn import (
+    CliAdapter,
+    CliCommand,
+    CliExit,
+    CliPreset,
+    CliTurn,
+    CliUpdate,
+    usage_event,
+)
 from wire.container import ContainerOutcome, Done, Unanswered
 from wire.json import JsonValue, dumps, is_json, js_number, loads
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.daemon.adapters.claude_code import RESUME_PROMPT, ClaudeCodeParser, command as claude_command, prompt_digest
-from router.daemon.adapters.cli import CliExit, CliTurn, CliUpdate, LineSplitter, fold_state
+from router.daemon.adapters.process_per_turn import CliExit, CliTurn, CliUpdate, LineSplitter, fold_state
 from router.daemon.adapters.codex import CodexParser, command as codex_command
 from tests.daemon.adapters.helpers import FIXTURES
 from wire.container import ContainerSettings, Done, Unanswered, is_event

@@ -1,6 +1,6 @@
-"""The CLI adapter: any agent CLI that runs one turn per process and prints
-JSON lines (Claude Code's ``claude -p --output-format stream-json``, Codex's
-``codex exec --json``, or your own).
+"""The process-per-turn adapter (the "CLI adapter"): any agent CLI that runs
+one turn per process and prints JSON lines (Claude Code's ``claude -p
+--output-format stream-json``, Codex's ``codex exec --json``, or your own).
 
 This is the Trio form of the reference's ``cliAdapter`` (npm
 ``agents@0.32.0``, ``dist/harness/container/runtime/index.js``). A CLI is

@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from router.plugins.broker import Answer, Broker
+from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.loader import LoadedModule, Log, default_log
 from router.plugins.models import Json, LimitTree, NonEmpty, nests_deeper, structure
 from router.plugins.refusal import Refusal
@@ -54,7 +54,7 @@ __all__ = [
     "CheckFailure",
     "counting_window",
     "Limits",
-    "Stop",
+    "MustStop",
     "apply_limits_patch",
     "format_path",
     "is_count_like",
@@ -130,7 +130,7 @@ class CheckFailure:
 
 
 @attrs.frozen(kw_only=True)
-class Stop:
+class MustStop:
     """A session must stop at the end of its turn."""
 
     check: str
@@ -246,7 +246,7 @@ class Limits:
     def _ask(
         self, name: str, modules: Iterable[LoadedModule], function: str, args: Mapping[str, Any],
         check: Callable[[object], str | None],
-    ) -> Answer | CheckFailure:
+    ) -> ModuleAnswer | CheckFailure:
         module = next((m for m in modules if m.name == name), None)
         if module is None:
             return CheckFailure(
@@ -324,7 +324,7 @@ class Limits:
         subject: Mapping[str, Any],
         records: Sequence[Mapping[str, Any]],
         now: dt.datetime,
-    ) -> Stop | None:
+    ) -> MustStop | None:
         """``None`` when the session may go on after this turn."""
         args = {"limits": limits, "subject": subject, "records": records, "now": iso(now)}
         decided = self._first_refusal("must_stop", "stop", switched_on, modules, args)
@@ -332,12 +332,12 @@ class Limits:
             return None
         name, why = decided
         if isinstance(why, CheckFailure):
-            stop = Stop(check=name, reason=f"limit-check-failed: {name} check failed: {why.code}",
+            stop = MustStop(check=name, reason=f"limit-check-failed: {name} check failed: {why.code}",
                         failure=why)
             self._log({"event": "session-stop", "check": name, "code": why.code,
                        "reason": stop.reason, "subject": dict(subject)})
         else:
-            stop = Stop(check=name, reason=stop_reason(name, why), hit=why)
+            stop = MustStop(check=name, reason=stop_reason(name, why), hit=why)
             self._log({"event": "session-stop", "check": name, "hit": why,
                        "reason": stop.reason, "subject": dict(subject)})
         return stop

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from router.plugins.broker import Broker
-from router.plugins.limits import Limits, apply_limits_patch, limit_paths
+from router.plugins.limit_checks import Limits, apply_limits_patch, limit_paths
 from router.plugins.loader import Loader
 
 from .conftest import write_module
