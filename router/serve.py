@@ -425,8 +425,8 @@ class MainJob:
         """The launcher in force (a :class:`router.host.Launcher`), and the
         host's default endpoint: the in-process daemon's, which this starts
         when that launcher is in force, else None."""
-        from router.host import DaemonEndpoint, Launcher
-        from router.plugins.refusal import Refusal
+        from router.host import Launcher
+        from router.errors import Refusal
 
         config = self.config
         loaded = await self.layer.load_launcher(config.launcher)
@@ -497,7 +497,7 @@ class MainJob:
 async def _ensure_settings(settings_dir: Path) -> Any:
     """The settings directory, each file written from the safe defaults
     where it is missing (a file that cannot be is logged)."""
-    from router.plugins.refusal import Refusal
+    from router.errors import Refusal
     from router.plugins.settings import SettingsDir
 
     settings = SettingsDir(settings_dir)

@@ -60,6 +60,8 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
+from router.errors import Refusal
+
 __all__ = [
     "DaemonInfo",
     "Effect",
@@ -137,10 +139,10 @@ class Publish:
 
 @attrs.frozen
 class FailOpen:
-    """Settle the session's open operations ``unanswered`` with ``code``."""
+    """Settle the session's open operations ``unanswered`` with the
+    refusal's code and sentence."""
 
-    code: str
-    message: str
+    refusal: Refusal
 
 
 Effect: TypeAlias = Start | Watch | StopContainer | RedialLink | Publish | FailOpen
@@ -256,7 +258,7 @@ class LifecycleCore:
             self.state, self.reason = "unreachable", reason
             tries = f"{self.failures} start{'s' if self.failures > 1 else ''} failed in a row"
             return [Publish("unreachable", f"{reason} ({tries})", None),
-                    FailOpen(code, f"{message} ({tries}); send again to try again")]
+                    FailOpen(Refusal(code, f"{message} ({tries}); send again to try again"))]
         delay = min(self.retry_cap, self.retry_base * 2 ** (self.failures - 1))
         self.reason = f"start {self.failures} of {self.max_failures} failed: {reason}"
         self.starting = True

@@ -38,6 +38,7 @@ import attrs
 import trio
 
 from router._db import is_store_failure
+from router.errors import is_code
 from router.host.lifecycle import (
     DaemonInfo,
     Effect,
@@ -140,7 +141,9 @@ class SupervisorOwner(Protocol):
 
 
 def _refusal(answer: object) -> tuple[str, str] | None:
-    if type(answer) is dict and type(answer.get("code")) is str and type(answer.get("message")) is str:
+    """A launcher's refusal, ``{"code", "message"}`` with a kebab-case code;
+    None for anything else (an answer that is not a refusal)."""
+    if type(answer) is dict and is_code(answer.get("code")) and type(answer.get("message")) is str:
         return answer["code"], answer["message"]
     return None
 
@@ -305,7 +308,7 @@ class Supervisor:
                 await self._record(effect)
                 self.owner.published(self.session, effect)
             elif kind is FailOpen:
-                await self.owner.fail_open(self.session, effect.code, effect.message)
+                await self.owner.fail_open(self.session, effect.refusal.code, effect.refusal.message)
             self._signal()
 
     def _signal(self) -> None:

@@ -8,7 +8,7 @@ through the loader (``router.plugins.loader``) and the broker
 
 Layout: ``kinds`` (the registry), ``loader``, ``broker`` (deadlines and
 search), ``settings`` (files, revisions, patches), ``routing`` (harness
-routes and the launcher's checks), ``limits`` (fail-closed composition),
+routes and the launcher's checks), ``limit_checks`` (fail-closed composition),
 ``usage`` (turn brackets and records), ``channels``, ``watched`` (a value
 kept while its files keep their identity), ``layer`` (the object the main
 job holds) and ``cli`` (``router plugins|routes|limits``).
@@ -18,8 +18,8 @@ from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.kinds import KINDS, Kind
 from router.plugins.layer import PluginLayer
 from router.plugins.limit_checks import Limits, MustStop
-from router.plugins.loader import LoadedModule, Loader, LoadResult, PluginRefusal
-from router.plugins.refusal import PluginError, Refusal
+from router.plugins.loader import LoadedModule, Loader, LoadResult, RefusedPlugin
+from router.errors import Refusal
 from router.plugins.routing import LaunchRecord
 from router.plugins.settings import SettingsDir
 from router.plugins.usage import JsonlRecords, MemoryLedger, MemoryRecords, StoreLedger, UsageLedger
@@ -38,10 +38,9 @@ __all__ = [
     "MemoryRecords",
     "ModuleAnswer",
     "MustStop",
-    "PluginError",
     "PluginLayer",
-    "PluginRefusal",
     "Refusal",
+    "RefusedPlugin",
     "SettingsDir",
     "StoreLedger",
     "UsageLedger",

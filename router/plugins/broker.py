@@ -13,7 +13,7 @@ broker makes each call one that cannot hurt the caller:
   functions are the kinds whose calls are pure decisions over data); an
   awaitable answer from one is ``malformed-answer``, and the coroutine is
   closed so it never runs;
-- an exception with a code of the refusal shape (``PluginError``, or any
+- an exception with a code of the refusal shape (``Refusal``, or any
   exception with such a ``code``) becomes a refusal with that code; any other
   exception becomes the refusal code the caller names (``check-threw``,
   ``search-failed`` ...), with the exception's type and text. ``Cancelled``
@@ -41,7 +41,7 @@ import attrs
 import trio
 
 from router.plugins.loader import LoadedModule, Log, Loader, default_log
-from router.plugins.refusal import Refusal, code_of
+from router.errors import Refusal, code_of
 
 __all__ = ["Broker", "DEFAULT_DEADLINES", "ModuleAnswer", "check_search_answer"]
 

@@ -41,7 +41,7 @@ import trio
 from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule, Loader
-from router.plugins.refusal import PluginError, Refusal
+from router.errors import Refusal
 from router.plugins.settings import SettingsDir, plugins_value
 from router.plugins.watched import Watched
 
@@ -71,7 +71,7 @@ async def pass_through(channel: str, request: object, core: CoreCaller) -> Any:
     a channel carries, and answer what the core answers, unchanged."""
     if type(request) is not dict or request.get("operation") not in SESSION_OPERATIONS:
         operation = request.get("operation") if type(request) is dict else None
-        raise PluginError(
+        raise Refusal(
             "unknown-operation",
             f"the {channel} channel carries {', '.join(SESSION_OPERATIONS)}, not {operation!r}",
         )

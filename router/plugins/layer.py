@@ -39,7 +39,7 @@ from router.plugins.defaults import PLUGINS
 from router.plugins.channels import Channels, CoreCaller
 from router.plugins.limit_checks import CheckFailure, Limits, MustStop, counting_window
 from router.plugins.loader import LoadedModule, Loader, LoadResult, Log, default_log
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 from router.plugins.routing import LaunchRecord, plan_launch
 from router.plugins.settings import Document, SettingsDir, plugins_value, redact
 from router.plugins.usage import Bracket, RecordStore, TurnMeter, utc_now
@@ -148,7 +148,7 @@ class PluginLayer:
         fresh = Loader(root=self.loader.root, log=self._log)
         result = await fresh.load_async({"harness": [name]}, only=["harness"])
         if result.refused:
-            return result.refused[0].refusal()
+            return result.refused[0].refusal
         return fresh.modules("harness")[0]
 
     async def launch(self, instance: str, *, session: str | None = None) -> LaunchRecord | Refusal:
@@ -198,7 +198,7 @@ class PluginLayer:
         fresh = Loader(root=self.loader.root, log=self._log)
         result = await fresh.load_async({"launcher": name}, only=["launcher"])
         if result.refused:
-            return result.refused[0].refusal()
+            return result.refused[0].refusal
         options = _value(document, "options")
         kind_options = options.get("launcher") if type(options) is dict else None
         mine = kind_options.get(name) if type(kind_options) is dict else None
@@ -252,7 +252,7 @@ class PluginLayer:
         if isinstance(document, Refusal) and switched_on:
             # Fail closed, as launch does: limits that cannot be read cannot
             # be known to hold, so the session stops once its turn has landed.
-            failure = CheckFailure(check="limits.json", code=document.code, message=document.message)
+            failure = CheckFailure(check="limits.json", refusal=Refusal(document.code, document.message))
             stop = MustStop(check="limits.json", failure=failure,
                         reason=f"limit-check-failed: limits.json cannot be read ({document.code})")
             self._log({"event": "session-stop", "check": "limits.json", "code": document.code,

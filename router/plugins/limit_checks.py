@@ -47,7 +47,7 @@ import attrs
 from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.loader import LoadedModule, Log, default_log
 from router.plugins.models import Json, LimitTree, NonEmpty, nests_deeper, structure
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 from router.plugins.usage import TOKEN_KINDS, copy_json, iso, parse_time
 
 __all__ = [
@@ -122,11 +122,18 @@ def stop_reason(check: str, hit: Mapping[str, Any]) -> str:
 
 @attrs.frozen(kw_only=True)
 class CheckFailure:
-    """A limit check that could not give an answer."""
+    """A limit check that could not give an answer, and the refusal that says why."""
 
     check: str
-    code: str
-    message: str
+    refusal: Refusal
+
+    @property
+    def code(self) -> str:
+        return self.refusal.code
+
+    @property
+    def message(self) -> str:
+        return self.refusal.message
 
 
 @attrs.frozen(kw_only=True)
@@ -249,21 +256,21 @@ class Limits:
     ) -> ModuleAnswer | CheckFailure:
         module = next((m for m in modules if m.name == name), None)
         if module is None:
-            return CheckFailure(
-                check=name, code="not-loaded",
-                message=f'the limit check "{name}" is switched on but not loaded; see the '
+            return CheckFailure(check=name, refusal=Refusal(
+                "not-loaded",
+                f'the limit check "{name}" is switched on but not loaded; see the '
                 "plugin-refused log entry, or run `router plugins` to check the setting",
-            )
+            ))
         answer = self._broker.call_sync(module, function, _copy_args(args),
                                         crash_code="check-threw")
         if isinstance(answer, Refusal):
-            return CheckFailure(check=name, code=answer.code, message=answer.message)
+            return CheckFailure(check=name, refusal=Refusal(answer.code, answer.message))
         problem = check(answer.value)
         if problem is not None:
-            return CheckFailure(
-                check=name, code="malformed-answer",
-                message=f'{function} of the limit check "{name}" answered in the wrong shape: {problem}',
-            )
+            return CheckFailure(check=name, refusal=Refusal(
+                "malformed-answer",
+                f'{function} of the limit check "{name}" answered in the wrong shape: {problem}',
+            ))
         return answer
 
     def _first_refusal(

@@ -52,7 +52,7 @@ from wire.json import dumps, is_json
 from router.plugins.broker import Broker
 from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule
-from router.plugins.refusal import Refusal, is_code
+from router.errors import Refusal, is_code
 from router.plugins.models import InstanceSetting, RoutesDocument, StoredInstance, StoredRoute, structure
 from router.plugins.settings import parse_change
 

@@ -87,7 +87,6 @@ from router._transient import StoreUnavailable, is_transient, unavailable
 from router.errors import Refusal
 from router.host import Host
 from router.modlink.server import DEFAULT_CALL_DEADLINE
-from router.plugins.refusal import Refusal as PluginRefusal
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import StopInfo
 from router.turns.core import (
@@ -269,7 +268,7 @@ class TurnRouter:
 
     async def _routes(self) -> object:
         document = await trio.to_thread.run_sync(self.layer.settings.read, "routes.json")
-        return None if isinstance(document, PluginRefusal) else document.value
+        return None if isinstance(document, Refusal) else document.value
 
     async def _stopped(self, session: Session, stop: StopInfo) -> None:
         """A turn's end stopped ``session``: record it, tell its viewers,

@@ -15,6 +15,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from router.errors import Refusal
 from router.host import Host, HostSettings, Launcher, Store
 from router.host.lifecycle import (
     DaemonInfo,
@@ -115,7 +116,7 @@ def test_failed_starts_retry_then_unreachable_with_the_reason_and_a_later_delive
     last = core.start_failed("image-missing", "no image router:nope")
     assert last == [
         Publish("unreachable", "image-missing: no image router:nope (3 starts failed in a row)", None),
-        FailOpen("image-missing", "no image router:nope (3 starts failed in a row); send again to try again"),
+        FailOpen(Refusal("image-missing", "no image router:nope (3 starts failed in a row); send again to try again")),
     ]
     assert core.state == "unreachable" and not core.starting and not core.wanted
     assert core.reason == "image-missing: no image router:nope"

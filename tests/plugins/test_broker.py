@@ -15,7 +15,7 @@ from hypercorn.trio import serve
 
 from router.plugins.broker import Broker, check_search_answer
 from router.plugins.loader import Loader
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 
 from .conftest import write_module
 
@@ -57,10 +57,10 @@ SEARCH_FIXTURES = {
             raise ExceptionGroup("two failures", [ValueError("a"), KeyError("b")])
     """,
     "refuses": """
-        from router.plugins.refusal import PluginError
+        from router.errors import Refusal
         INTERFACE_VERSION = 1
         async def search(options, query, deps):
-            raise PluginError("quota-exhausted", "the search quota is used up for today")
+            raise Refusal("quota-exhausted", "the search quota is used up for today")
     """,
     "crashes": """
         INTERFACE_VERSION = 1

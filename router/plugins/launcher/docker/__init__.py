@@ -67,7 +67,7 @@ import subprocess
 import httpx
 import trio
 
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 
 INTERFACE_VERSION = 1
 

@@ -40,7 +40,7 @@ import re
 
 import trio
 
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 
 INTERFACE_VERSION = 1
 
@@ -82,7 +82,7 @@ def _config_dir(options, env):
 def _find(session, options, env):
     """The transcript's path, or None when there is none (yet)."""
     if type(session) is not str or not _SESSION.fullmatch(session):
-        raise PluginError("bad-session", f"{session!r} is not a Claude Code session id")
+        raise Refusal("bad-session", f"{session!r} is not a Claude Code session id")
     config = _config_dir(options, env)
     if config is None:
         return None
@@ -218,7 +218,7 @@ async def read_turn(request, deps):
         transcript = None
     if mark is not None:
         if type(mark) is not dict or type(mark.get("offset")) is not int:
-            raise PluginError("bad-mark", "the claude-transcript mark is not one it made")
+            raise Refusal("bad-mark", "the claude-transcript mark is not one it made")
         transcript = transcript or mark.get("path")
 
     def work():

@@ -23,7 +23,7 @@ report usage (the echo adapter) makes every turn unknown, never zero.
 
 import math
 
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 
 INTERFACE_VERSION = 1
 
@@ -41,14 +41,14 @@ async def read_turn(request, deps):
         return None
     ledger = deps.get("ledger")
     if ledger is None:
-        raise PluginError(
+        raise Refusal(
             "no-usage-ledger",
             "the router gave the frames source no usage ledger; container usage is unknown "
             "until the host's store is wired in",
         )
     mark = request["mark"]
     if mark is not None and not _is_mark(mark):
-        raise PluginError("bad-mark", "the frames mark is not one this source made")
+        raise Refusal("bad-mark", "the frames mark is not one this source made")
     read = await ledger.usage_after(request["session"], None if mark is None else mark["after"])
     now = {"after": read.mark}
     if mark is None:
