@@ -72,7 +72,7 @@ import sys
 import uuid
 from functools import partial
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 import attrs
 import trio
@@ -81,6 +81,18 @@ from router import errors
 from router._trio import sole_error
 
 __all__ = ["JobConfig", "MainJob", "configure", "run"]
+
+
+if TYPE_CHECKING:  # the parts' classes, for their types: imported when they start
+    from router.api.server import ApiServer
+    from router.board.local import LocalServer
+    from router.board.service import LocalBoard
+    from router.cluster import ClusterNode
+    from router.host import Host, Launcher
+    from router.plugins.layer import PluginLayer
+    from router.remote import Reach
+    from router.turns.router import TurnRouter
+    from router.worktrees import Worktrees
 
 log = logging.getLogger("router.serve")
 
@@ -179,26 +191,25 @@ class MainJob:
         self.config = config
         self.env = dict(os.environ if env is None else env)
         self.url: str | None = None
-        self.router: Any = None
-        self.host: Any = None
-        self.layer: Any = None
-        self.api: Any = None
+        self.router: TurnRouter | None = None
+        self.host: Host | None = None
+        self.layer: PluginLayer | None = None
+        self.api: ApiServer | None = None
         #: The API's access token, and the board, while it runs.
         self.token: str | None = None
-        self.board: Any = None
+        self.board: LocalBoard | None = None
         self.daemon_url: str | None = None
         #: The private Unix socket's server and path, when it serves one.
-        self.local: Any = None
+        self.local: LocalServer | None = None
         self.socket: str | None = None
-        #: The launcher in force (a ``router.host.Launcher``; None with ``--daemon``).
-        self.launcher: Any = None
-        #: Pairing and devices (``router.remote.Reach``) with ``--listen`` or ``--behind-proxy``.
-        self.reach: Any = None
-        #: Sessions in git worktrees (``router.worktrees.Worktrees``; ``router serve`` only).
-        self.worktrees: Any = None
-        #: This router's part in a cluster (``router.cluster.ClusterNode``)
-        #: when the record is PostgreSQL.
-        self.cluster: Any = None
+        #: The launcher in force (None with ``--daemon``).
+        self.launcher: Launcher | None = None
+        #: Pairing and devices with ``--listen`` or ``--behind-proxy``.
+        self.reach: Reach | None = None
+        #: Sessions in git worktrees (``router serve`` only).
+        self.worktrees: Worktrees | None = None
+        #: This router's part in a cluster when the record is PostgreSQL.
+        self.cluster: ClusterNode | None = None
         self._stops: list[tuple[str, Callable[[], Awaitable[None]]]] = []
         self._stop = trio.Event()
         self._stopped = trio.Event()

@@ -114,6 +114,7 @@ from router.limits import ParkBook, is_limit_reason
 from router.turns.delivery_log import DeliveryLog
 from router.turns.parking import Parking, ResumeMarker
 from router.turns.registry import Session, SessionRegistry, Starter
+from router.turns.seams import Remote, TurnLayer
 from router.turns.session_brackets import SessionBrackets
 from router.turns.targets import ClaudeCodeTarget, ContainerSessions, ContainerTarget, LiveStream, Target
 
@@ -183,7 +184,7 @@ class TurnRouter:
         message_deadline: float = DEFAULT_CALL_DEADLINE,
         inbox_size: int = INBOX_SIZE,
         link_options: Mapping[str, Any] | None = None,
-        layer: Any = None,
+        layer: TurnLayer | None = None,
         instance: str = "default",
         container_harness: str = "echo",
         container_via: str = "in-process",
@@ -191,7 +192,7 @@ class TurnRouter:
         bracket_wait: float = MEASURE_WAIT,
         park_book: ParkBook | None = None,
         shared_limits: Path | None = None,
-        remote: Any = None,
+        remote: Remote | None = None,
     ) -> None:
         self.deliveries = deliveries
         #: The cluster (``router.cluster.ClusterNode``; None: this router

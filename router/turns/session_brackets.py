@@ -48,6 +48,7 @@ from router.plugins.limit_checks import MustStop
 from router.plugins.routing import LaunchRecord
 from router.plugins.usage import iso, utc_now
 from router.turns.brackets import Begin, BeginFailed, BracketCore, Effect, End, StopInfo, StopSession, bracket_failure
+from router.turns.seams import TurnLayer
 
 __all__ = ["SessionBrackets"]
 
@@ -66,7 +67,7 @@ class SessionBrackets:
         self,
         session_id: str,
         *,
-        layer: Any,
+        layer: TurnLayer,
         launch: Callable[[], Awaitable[LaunchRecord]],
         on_stop: Callable[[StopInfo], Awaitable[None]],
         one_turn: bool = False,
