@@ -1,9 +1,14 @@
-"""The host's reconcile, deliver and apply cores: sans-IO.
+"""The host's reconcile, deliver and apply rules, run inside a store
+transaction.
 
-One :class:`ConnectionCore` per WebSocket connection of a session (the
+Not sans-IO: the rules read and write the record as they decide (an
+operation's status, the cursor, the frames kept), so they run where the
+record is, on the store's worker thread, inside one transaction. What they
+never do is touch a socket or await.
+
+One :class:`ConnectionRules` per WebSocket connection of a session (the
 reference's ``attached`` record, ``ContainerHarness`` in npm
-``agents@0.32.0``, ``dist/harness/container/index.js``). It never touches a
-socket and never awaits: each method takes the :class:`~router.host.store.Store`,
+``agents@0.32.0``, ``dist/harness/container/index.js``). Each method takes the :class:`~router.host.store.Store`,
 runs inside one store transaction (the caller's ``Store.transact``), writes
 what the rule says, and returns :class:`Effects`: the host messages to send,
 the session events to hand to live subscribers, and the operations it
@@ -20,7 +25,7 @@ container process), keeps it until acknowledged and replays kept frames
 after a cursor. The host stores a cursor ``(runtime id, seq)``: the last frame
 it applied. The record is the truth; the daemon is disposable.
 
-**Reconcile** (:meth:`ConnectionCore.hello`), on every ``hello``, before
+**Reconcile** (:meth:`ConnectionRules.hello`), on every ``hello``, before
 anything is delivered, in this order (as the reference's ``#reconcile``):
 
 1. *Open.* If ``hello.open`` is not the stored generation, send the
@@ -70,7 +75,7 @@ same runtime id is a new container that reused the id (npm ``agents@0.32.0`` ``p
 runtime ids name containers; this is the defensive reading): it is treated exactly
 as a new runtime, or its frames would be skipped as already applied.
 
-**Deliver** (:meth:`ConnectionCore.deliver`): every open operation not
+**Deliver** (:meth:`ConnectionRules.deliver`): every open operation not
 delivered to this runtime goes out as ``prompt``, in submission order, and is
 marked delivered to it; operations after one deferred to ``caught-up`` wait
 with it, so the daemon still receives them in submission order. The first
@@ -79,7 +84,7 @@ the operation, so a redelivery carries it too. A connection whose generation
 a ``reset`` has left behind delivers nothing (its daemon still has the old
 adapter session open; the link redials and the next connection delivers).
 
-**Apply** (:meth:`ConnectionCore.receive`): frames and ``caught-up`` in
+**Apply** (:meth:`ConnectionRules.receive`): frames and ``caught-up`` in
 order. A frame at or below the cursor of the same runtime is skipped;
 ``start`` moves the operation to running and records the user's message
 (id ``<operationId>:user``, its parts from the input, ``createdAt`` the
@@ -410,7 +415,7 @@ def end_event(result: OperationResult) -> OperationEnded:
     return OperationEnded(result=result)
 
 
-class ConnectionCore:
+class ConnectionRules:
     """The host's side of one connection of one session. See the module
     docstring; each public method runs inside one store transaction.
 
@@ -458,7 +463,7 @@ class ConnectionCore:
     def __repr__(self) -> str:
         phase = "ready" if self.ready else "awaiting hello"
         return (
-            f"<ConnectionCore {self.session!r} {phase} runtime={self.runtime_id!r} "
+            f"<ConnectionRules {self.session!r} {phase} runtime={self.runtime_id!r} "
             f"applied={self.frames_applied} skipped={self.frames_skipped} "
             f"since_ack={self.since_ack} early={len(self.early)}>"
         )
@@ -911,7 +916,7 @@ class ConnectionCore:
 __all__ = [
     "ACK_EVERY",
     "CONTAINER_LOST",
-    "ConnectionCore",
+    "ConnectionRules",
     "HISTORY_SETTLED",
     "Effects",
     "LOST_POLICIES",

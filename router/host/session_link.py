@@ -1,6 +1,6 @@
 """One session's link task: the Trio layer over :class:`HostLinkCore` (the
 link's state across connections, :mod:`router.host.connection`) and
-:class:`ConnectionCore` (one connection's reconcile and apply,
+:class:`ConnectionRules` (one connection's reconcile and apply,
 :mod:`router.host.reconcile`).
 
 A :class:`SessionLink` is started by its owner (the
@@ -78,7 +78,7 @@ from router.host.link import (
     read_hello,
     wait_healthy,
 )
-from router.host.reconcile import ConnectionCore, Effects, UnreadableFrame, frame_seq, is_store_failure
+from router.host.reconcile import ConnectionRules, Effects, UnreadableFrame, frame_seq, is_store_failure
 from router.host.settings import HostSettings
 from router.host.store import Store
 from router.host.websocket import ClientWebSocket, WebSocketClosed
@@ -471,7 +471,7 @@ class SessionLink:
                 self._moved()
                 inbox = _Inbox()
                 nursery.start_soon(self._reader, socket.ws, inbox, name=f"session {self.session!r} reader")
-                core = ConnectionCore(
+                core = ConnectionRules(
                     self.session, on_container_lost=settings.on_container_lost, ack_every=settings.ack_every
                 )
                 await self._connected(socket.ws, core, hello)
@@ -506,7 +506,7 @@ class SessionLink:
         if scope.cancelled_caught:
             raise _Redial()
 
-    async def _connected(self, ws: ClientWebSocket, core: ConnectionCore, hello: Hello) -> None:
+    async def _connected(self, ws: ClientWebSocket, core: ConnectionRules, hello: Hello) -> None:
         self.core.reconciling()
         store = self.store
         reconciled = await store.transact(core.hello, hello, retry=False)
@@ -516,7 +516,7 @@ class SessionLink:
         self._moved()
         await self._send(ws, effects)
 
-    async def _drive(self, ws: ClientWebSocket, core: ConnectionCore, inbox: _Inbox) -> None:
+    async def _drive(self, ws: ClientWebSocket, core: ConnectionRules, inbox: _Inbox) -> None:
         while True:
             self._wake = trio.Event()
             interrupt = self.core.interrupt()
@@ -535,7 +535,7 @@ class SessionLink:
             if not batch and requests is None:
                 await self._wake.wait()
 
-    async def _apply(self, ws: ClientWebSocket, core: ConnectionCore, batch: list[Any]) -> None:
+    async def _apply(self, ws: ClientWebSocket, core: ConnectionRules, batch: list[Any]) -> None:
         messages = self._parse(batch)
         if messages:
             try:
@@ -552,7 +552,7 @@ class SessionLink:
             self._commit(effects)
             await self._send(ws, effects)
 
-    async def _run_requests(self, ws: ClientWebSocket, core: ConnectionCore, requests: Requests) -> None:
+    async def _run_requests(self, ws: ClientWebSocket, core: ConnectionRules, requests: Requests) -> None:
         store = self.store
         effects = Effects(sends=tuple(Abort(operation_id=op) for op in requests.aborts)
                           + tuple(Answer(ask_id=ask, decision=decision)  # type: ignore[arg-type]
