@@ -21,13 +21,25 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Generic, Iterator, TypeVar
 
+import attrs
 import trio
 
 from router.errors import Refusal
 
-__all__ = ["FanOut", "FanOutSubscription", "Lagged"]
+__all__ = ["FanOut", "FanOutStatistics", "FanOutSubscription", "Lagged"]
 
 T = TypeVar("T")
+
+
+@attrs.frozen(kw_only=True)
+class FanOutStatistics:
+    """What :meth:`FanOut.statistics` answers: subscribers now, batches
+    published, subscribers dropped for lagging, and whether it is closed."""
+
+    subscribers: int
+    published: int
+    dropped: int
+    closed: bool
 
 
 class Lagged(Refusal):
@@ -86,13 +98,13 @@ class FanOut(Generic[T]):
     def __len__(self) -> int:
         return len(self._subscribers)
 
-    def statistics(self) -> dict[str, int | bool]:
-        return {
-            "subscribers": len(self._subscribers),
-            "published": self.published,
-            "dropped": self.dropped,
-            "closed": self.closed,
-        }
+    def statistics(self) -> FanOutStatistics:
+        return FanOutStatistics(
+            subscribers=len(self._subscribers),
+            published=self.published,
+            dropped=self.dropped,
+            closed=self.closed,
+        )
 
     def publish(self, batch: T) -> None:
         """Hand ``batch`` to every subscriber, dropping those that are full."""

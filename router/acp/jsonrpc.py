@@ -54,6 +54,7 @@ __all__ = [
     "ErrorResponse",
     "Event",
     "JsonRpcConnection",
+    "JsonRpcStatistics",
     "LocalProtocolError",
     "Malformed",
     "Notification",
@@ -150,6 +151,21 @@ def _no_constants(name: str) -> Any:
 _DECODER: Final = json.JSONDecoder(parse_constant=_no_constants)
 
 
+@attrs.frozen(kw_only=True)
+class JsonRpcStatistics:
+    """What :meth:`JsonRpcConnection.statistics` answers."""
+
+    #: Messages received, sent, and lines that were no message.
+    received: int
+    sent: int
+    malformed: int
+    #: Requests sent and not answered; requests received and not answered.
+    pending: int
+    unanswered: int
+    #: Bytes of a line not complete yet.
+    buffered: int
+
+
 class JsonRpcConnection:
     """One JSON-RPC 2.0 peer over newline-delimited JSON (see the module
     docstring)."""
@@ -171,9 +187,9 @@ class JsonRpcConnection:
             f"received={self._stats['received']} malformed={self._stats['malformed']}>"
         )
 
-    def statistics(self) -> dict[str, int]:
-        return {**self._stats, "pending": len(self._pending), "unanswered": len(self._unanswered),
-                "buffered": self._lines.buffered}
+    def statistics(self) -> JsonRpcStatistics:
+        return JsonRpcStatistics(**self._stats, pending=len(self._pending), unanswered=len(self._unanswered),
+                                 buffered=self._lines.buffered)
 
     @property
     def pending(self) -> dict[RequestId, str]:

@@ -43,7 +43,7 @@ import trio
 from router.plugins.loader import LoadedModule, Log, Loader, default_log
 from router.errors import Refusal, code_of
 
-__all__ = ["Broker", "DEFAULT_DEADLINES", "ModuleAnswer", "check_search_answer"]
+__all__ = ["Broker", "BrokerStatistics", "DEFAULT_DEADLINES", "ModuleAnswer", "check_search_answer"]
 
 #: Seconds each async function gets by default (the broker's own choice: the Mosaic
 #: plug-in layer's README sets none). A search over the network is the slowest honest call; a
@@ -57,6 +57,15 @@ DEFAULT_DEADLINES: Mapping[str, float | None] = {
     "version": 10.0,
     "dispatch": None,
 }
+
+
+@attrs.frozen(kw_only=True)
+class BrokerStatistics:
+    """What :meth:`Broker.statistics` answers: the calls made, and how many
+    ended in a refusal."""
+
+    calls: int
+    refusals: int
 
 
 @attrs.frozen
@@ -96,8 +105,8 @@ class Broker:
     def __repr__(self) -> str:
         return f"<Broker calls={self._calls} refusals={self._refusals}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"calls": self._calls, "refusals": self._refusals}
+    def statistics(self) -> BrokerStatistics:
+        return BrokerStatistics(calls=self._calls, refusals=self._refusals)
 
     def call_sync(
         self, module: LoadedModule, function: str, *args: Any, crash_code: str = "plugin-threw"

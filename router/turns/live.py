@@ -62,7 +62,7 @@ import logging
 import time
 from typing import Any, Callable, Final, Iterator, Mapping
 
-from router._fanout import FanOut, FanOutSubscription, Lagged
+from router._fanout import FanOut, FanOutStatistics, FanOutSubscription, Lagged
 from router.host import (
     AdapterEvent, DaemonChanged, FrameSkipped, HostEvent, MessageStored, OperationEnded, OperationStarted,
 )
@@ -515,7 +515,7 @@ class LiveHub:
     def closed(self) -> bool:
         return self._fanout.closed
 
-    def statistics(self) -> dict[str, int | bool]:
+    def statistics(self) -> FanOutStatistics:
         """The fan-out's figures: ``subscribers``, ``published``, ``dropped``, ``closed``."""
         return self._fanout.statistics()
 

@@ -13,7 +13,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from router.plugins.broker import Broker, check_search_answer
+from router.plugins.broker import Broker, BrokerStatistics, check_search_answer
 from router.plugins.loader import Loader
 from router.errors import Refusal
 
@@ -106,7 +106,7 @@ async def test_a_hanging_module_is_cancelled_at_the_deadline(loader_for, autojum
     assert "within 5 s" in answer.message
     assert events == ["started", "cancelled"]  # it saw the cancellation, and stopped
     assert trio.current_time() - start == pytest.approx(5)
-    assert broker.statistics() == {"calls": 1, "refusals": 1}
+    assert broker.statistics() == BrokerStatistics(calls=1, refusals=1)
 
 
 async def test_a_module_that_answers_after_its_deadline_is_refused(loader_for, autojump_clock) -> None:
