@@ -118,6 +118,7 @@ __all__ = [
     "SETTLED_KEPT",
     "Send",
     "SessionCore",
+    "SessionStatistics",
     "StartTurn",
     "Steer",
     "Turn",
@@ -348,6 +349,22 @@ class KeptFrame(tuple):
         return self[2]
 
 
+@attrs.frozen(kw_only=True)
+class SessionStatistics:
+    """What :meth:`SessionCore.statistics` answers: the last frame's number,
+    frames kept, operations known and queued, the running one's id, the open
+    generation, and whether a connection is attached (and live)."""
+
+    seq: int
+    kept: int
+    operations: int
+    queued: int
+    running: str | None
+    open: int | None
+    connected: bool
+    live: bool
+
+
 class SessionCore:
     """The daemon's state for one session. See the module docstring.
 
@@ -449,24 +466,24 @@ class SessionCore:
             "operations": self.operations(),
         }
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "kept": len(self._kept),
-            "operations": len(self._operations),
-            "queued": sum(1 for op in self._queue if op.state == _QUEUED),
-            "running": None if self._running is None else self._running.operation_id,
-            "open": self.open_generation,
-            "connected": self._conn is not None,
-            "live": self._live,
-        }
+    def statistics(self) -> SessionStatistics:
+        return SessionStatistics(
+            seq=self.seq,
+            kept=len(self._kept),
+            operations=len(self._operations),
+            queued=sum(1 for op in self._queue if op.state == _QUEUED),
+            running=None if self._running is None else self._running.operation_id,
+            open=self.open_generation,
+            connected=self._conn is not None,
+            live=self._live,
+        )
 
     def __repr__(self) -> str:
         s = self.statistics()
         return (
-            f"<SessionCore {self.session!r} seq={s['seq']} kept={s['kept']} "
-            f"operations={s['operations']} queued={s['queued']} running={s['running']!r} "
-            f"open={s['open']} {'live' if s['live'] else 'connected' if s['connected'] else 'detached'}>"
+            f"<SessionCore {self.session!r} seq={s.seq} kept={s.kept} "
+            f"operations={s.operations} queued={s.queued} running={s.running!r} "
+            f"open={s.open} {'live' if s.live else 'connected' if s.connected else 'detached'}>"
         )
 
     # ------------------------------------------------------------------ connections
