@@ -67,6 +67,7 @@ __all__ = [
     "Effect",
     "FailOpen",
     "LifecycleCore",
+    "LifecycleStatistics",
     "LifecycleState",
     "MAX_FAILURES",
     "Publish",
@@ -148,6 +149,25 @@ class FailOpen:
 Effect: TypeAlias = Start | Watch | StopContainer | RedialLink | Publish | FailOpen
 
 
+@attrs.frozen(kw_only=True)
+class LifecycleStatistics:
+    """What :meth:`LifecycleCore.statistics` answers: the state and why, the
+    daemon's container and runtime, whether one is wanted or starting, the
+    counts of failures, starts, losses and adoptions, and the idle deadline."""
+
+    state: str
+    reason: str | None
+    container: str | None
+    runtime: str | None
+    wanted: bool
+    starting: bool
+    failures: int
+    starts: int
+    losses: int
+    adoptions: int
+    idle_deadline: float
+
+
 class LifecycleCore:
     """One launched session's daemon lifecycle; see the module docstring."""
 
@@ -190,20 +210,20 @@ class LifecycleCore:
             f"failures={self.failures} starts={self.starts} losses={self.losses}>"
         )
 
-    def statistics(self) -> dict[str, object]:
-        return {
-            "state": self.state,
-            "reason": self.reason,
-            "container": None if self.daemon is None else self.daemon.container,
-            "runtime": None if self.daemon is None else self.daemon.runtime,
-            "wanted": self.wanted,
-            "starting": self.starting,
-            "failures": self.failures,
-            "starts": self.starts,
-            "losses": self.losses,
-            "adoptions": self.adoptions,
-            "idle_deadline": self.idle_deadline,
-        }
+    def statistics(self) -> LifecycleStatistics:
+        return LifecycleStatistics(
+            state=self.state,
+            reason=self.reason,
+            container=None if self.daemon is None else self.daemon.container,
+            runtime=None if self.daemon is None else self.daemon.runtime,
+            wanted=self.wanted,
+            starting=self.starting,
+            failures=self.failures,
+            starts=self.starts,
+            losses=self.losses,
+            adoptions=self.adoptions,
+            idle_deadline=self.idle_deadline,
+        )
 
     # ------------------------------------------------------------------ inputs
 

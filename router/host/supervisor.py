@@ -178,7 +178,7 @@ class Supervisor:
         return f"<Supervisor {self.session!r} {self.launcher.name} {self.core!r}>"
 
     def statistics(self) -> dict[str, Any]:
-        return {**self.core.statistics(), "launcher": self.launcher.name, "watches": len(self._watches)}
+        return {**attrs.asdict(self.core.statistics()), "launcher": self.launcher.name, "watches": len(self._watches)}
 
     # ------------------------------------------------------------------ inputs (from the host)
 
