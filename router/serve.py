@@ -89,6 +89,7 @@ if TYPE_CHECKING:  # the parts' classes, for their types: imported when they sta
     from router.board.service import LocalBoard
     from router.cluster import ClusterNode
     from router.host import Host, Launcher
+    from router.notify.outbox import Notifications
     from router.plugins.layer import PluginLayer
     from router.remote import Reach
     from router.turns.router import TurnRouter
@@ -195,6 +196,8 @@ class MainJob:
         self.host: Host | None = None
         self.layer: PluginLayer | None = None
         self.api: ApiServer | None = None
+        #: The notifications (router.notify), while it runs.
+        self.notifications: Notifications | None = None
         #: The API's access token, and the board, while it runs.
         self.token: str | None = None
         self.board: LocalBoard | None = None
@@ -271,7 +274,7 @@ class MainJob:
                 # 3. The launcher, or one daemon named by URL.
                 endpoint, harness, via = await self._daemon_or_launcher(nursery)
                 # 4. The host, the registry, the router.
-                registry = await self._start_sessions(nursery, record, endpoint, harness, via)
+                registry = await self._start_sessions(nursery, record, settings, endpoint, harness, via)
                 await self._join_cluster(nursery, registry)
                 for session_id in config.claude_sessions:
                     await self.router.open_claude_code(session_id)
@@ -328,9 +331,11 @@ class MainJob:
         # `container` module reaches it too.
         return endpoint, ("echo" if adapter == "echo" else "container"), "daemon"
 
-    async def _start_sessions(self, nursery: trio.Nursery, record: Any, endpoint: Any, harness: str, via: str) -> Any:
-        """The host, the session registry and the user-turn router with its
-        parking; returns the registry."""
+    async def _start_sessions(
+        self, nursery: trio.Nursery, record: Any, settings: Any, endpoint: Any, harness: str, via: str
+    ) -> Any:
+        """The host, the session registry, the user-turn router, the
+        notifications and the router's parking; returns the registry."""
         from router.host import Host, HostSettings
         from router.turns.registry import SessionRegistry
         from router.turns.router import TurnRouter
@@ -351,6 +356,9 @@ class MainJob:
             shared_limits=(config.records or config.data_dir / "usage.jsonl").with_name("account-limits.json"),
             remote=self.cluster, **options,
         )
+        # Notifications (router.notify): their tables and the record's
+        # hook before anything is written, then the outbox's worker.
+        await self._start_notifications(nursery, record.deliveries, record.store, settings)
         # The provider's usage limits: parks reloaded, resumed at their resets.
         await self._start(nursery, "parking", self.router.parking.run)
         return registry
@@ -375,6 +383,28 @@ class MainJob:
                                  config=self._api_config(harness), board=self.board, worktrees=self.worktrees,
                                  reach=self.reach)
             self.url = await self._start(nursery, "api", self.api.run)
+
+    async def _start_notifications(self, nursery: trio.Nursery, deliveries: Any, store: Any, settings: Any) -> None:
+        from router.notify.outbox import Notifications
+
+        config = self.config
+        owner = await trio.to_thread.run_sync(_owner_id, config.data_dir)
+        self.notifications = Notifications(deliveries=deliveries, host_store=store, settings=settings,
+                                           settings_dir=config.settings_dir, data_dir=config.data_dir, claimant=owner,
+                                           loader_root=config.plugins_root, page_url=self._phone_url)
+        await self.notifications.attach()
+        self.router.notifications = self.notifications
+        await self._start(nursery, "notifications", self.notifications.run)
+
+    def _phone_url(self) -> str | None:
+        """The page's address as a phone reaches it (a notification's link),
+        or None without --listen or --behind-proxy."""
+        if self.reach is None:
+            return None
+        try:
+            return self.reach.pairing_base()
+        except errors.Refusal:
+            return None
 
     async def _start_reach(self, nursery: trio.Nursery, target: Any) -> None:
         """Pairing, devices and the certificates, with ``--listen`` or

@@ -56,6 +56,7 @@ import attrs
 import httpx
 import trio
 
+from router._httpx import unix_transport
 from router.acp.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, Notification, Request
 from router.acp.peer import PeerClosed, RpcError, RpcPeer
 from router.acp.updates import UpdateConverter
@@ -100,7 +101,7 @@ class _Attached:
 
 
 def _client(socket: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=socket), base_url=BASE_URL,
+    return httpx.AsyncClient(transport=unix_transport(socket), base_url=BASE_URL,
                              headers=CLI_CHANNEL, timeout=None)
 
 

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 import httpx
 import trio
 
+from router._httpx import unix_transport
 from router.board.client import ANSWER_TIMEOUT, BASE_URL, CLI_CHANNEL, read_answer, survey
 from router.errors import Refusal
 
@@ -19,7 +20,7 @@ __all__ = ["answer_anywhere", "survey_asks"]
 
 async def _asks_of(path: str, timeout: float, every: bool) -> list[dict[str, Any]]:
     with trio.fail_after(timeout):
-        async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=path), base_url=BASE_URL,
+        async with httpx.AsyncClient(transport=unix_transport(path), base_url=BASE_URL,
                                      headers=CLI_CHANNEL, timeout=None) as client:
             response = await client.get("/asks", params={"all": "1"} if every else {})
     body = read_answer(os.path.basename(path), "/asks", response.status_code, response.content)
@@ -55,7 +56,7 @@ async def answer_anywhere(env: Mapping[str, str], ask_id: str, decision: str, *,
         return 1, {"error": "unknown-ask", "message": f"no router of yours has an ask {ask_id!r}; "
                    "`router asks` lists the waiting ones"}
     with trio.fail_after(timeout):
-        async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=holders[0]), base_url=BASE_URL,
+        async with httpx.AsyncClient(transport=unix_transport(holders[0]), base_url=BASE_URL,
                                      headers=CLI_CHANNEL, timeout=None) as client:
             response = await client.post(f"/asks/{ask_id}", json={"decision": decision, "by": by})
     return (0 if response.status_code == 200 else 1), response.json()

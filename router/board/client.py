@@ -33,6 +33,7 @@ from typing import Any, Final, Mapping
 import attrs
 import trio
 
+from router._httpx import unix_transport
 from router._unix import check_private_directory, listener_gone, remove_if_bound
 from router.board.paths import INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_directory
 from router.errors import Refusal, is_code
@@ -193,7 +194,7 @@ async def _ask(path: str, timeout: float) -> Reached | Skipped | None:
     name = os.path.basename(path)[: -len(SOCKET_SUFFIX)]
     with trio.move_on_after(timeout):
         try:
-            async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=path), base_url=BASE_URL,
+            async with httpx.AsyncClient(transport=unix_transport(path), base_url=BASE_URL,
                                          headers=CLI_CHANNEL, timeout=None) as client:
                 info = await _get(client, INFO_ROUTE, name)
                 sessions = await _get(client, OWN_SESSIONS_ROUTE, name)

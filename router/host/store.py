@@ -722,6 +722,10 @@ class Store:
         clock: Callable[[], int] = _now_ms,
     ) -> None:
         self._clock = clock
+        #: Told of a change a notification is made of (a turn that ended, a
+        #: daemon that became unreachable), inside the transaction that
+        #: writes it: ``(database, what, record)`` (:class:`router.notify.record.Notices`).
+        self.on_change: Callable[[Database, str, dict[str, Any]], None] | None = None
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
         self._lock_fd: int | None = None
@@ -1089,6 +1093,8 @@ class Store:
                 names = list(fields)
                 self._touch(id, ", ".join(f"{self._DAEMON_COLUMN[name]} = ?" for name in names),
                             [fields[name] for name in names])
+            if fields.get("state") == "unreachable" and self.on_change is not None:
+                self.on_change(self._db, "unreachable", {"session": id, "reason": fields.get("reason") or ""})
             return self.require_session(id).daemon
 
     def set_settings(self, id: str, settings: dict) -> None:
@@ -1259,7 +1265,7 @@ class Store:
         if status not in SETTLED_STATUSES:
             raise ValueError(f"not an outcome: {outcome!r}")
         with self.transaction():
-            return (
+            settled = (
                 self._q(
                     "UPDATE operations SET status = ?, outcome = ?, settled_at = ?"
                     " WHERE session = ? AND id = ? AND status IN ('queued', 'running')",
@@ -1267,6 +1273,10 @@ class Store:
                 ).rowcount
                 > 0
             )
+            if settled and status == "done" and self.on_change is not None:
+                self.on_change(self._db, "turn-ended", {"session": session, "operation": id,
+                                                        "text": str(outcome.get("text") or "")})
+            return settled
 
     def set_delivered(
         self, session: str, id: str, runtime: str | None, *, handoff: str | None = None

@@ -57,6 +57,7 @@ The rest, as ``mod-protocol.ts`` describes the mod:
 
 from __future__ import annotations
 
+from router._httpx import unix_transport
 import logging
 import math
 import os
@@ -363,7 +364,7 @@ class ModSimulator:
             self.stopped = "no-socket-path"
             task_status.started()
             return
-        transport = httpx.AsyncHTTPTransport(uds=path)
+        transport = unix_transport(path)
         timeout = httpx.Timeout(10.0, read=MOD_POLL_HOLD_MS / 1000 + 30.0)
         started = False
         try:

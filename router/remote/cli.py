@@ -20,6 +20,7 @@ by the router (the refusal printed), 2 usage or no such router.
 
 from __future__ import annotations
 
+from router._httpx import unix_transport
 import argparse
 import datetime
 import json
@@ -63,7 +64,7 @@ async def _ask(method: str, path: str, body: Any = None) -> Any:
     for path_ in router_sockets(directory):
         with trio.move_on_after(TIMEOUT):
             try:
-                async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=path_), base_url=BASE_URL,
+                async with httpx.AsyncClient(transport=unix_transport(path_), base_url=BASE_URL,
                                              headers=CLI_CHANNEL, timeout=None) as client:
                     response = await client.request(method, path, json=body) if body is not None else \
                         await client.request(method, path)

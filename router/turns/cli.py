@@ -61,6 +61,7 @@ SESSION OPERATION`` of an operation not open there: ``unknown-operation``),
 
 from __future__ import annotations
 
+from router._httpx import unix_transport
 import argparse
 import json
 import os
@@ -218,7 +219,7 @@ async def _post(command: str, target: CommandTarget, path: str, body: Any, *, ti
     import trio
 
     headers = {"content-type": "application/json", "x-router-channel": "cli", **target.headers}
-    transport = None if target.socket is None else httpx.AsyncHTTPTransport(uds=target.socket)
+    transport = None if target.socket is None else unix_transport(target.socket)
     failed: Exception | None = None
     # The progress ticker runs beside the request; nothing is raised inside
     # the nursery (it would come out as a group), the failure is kept.
@@ -251,7 +252,7 @@ async def _listing(target: CommandTarget, session: str) -> dict[str, Any] | None
     not, or cannot say: the post that follows reports why)."""
     import httpx
 
-    transport = None if target.socket is None else httpx.AsyncHTTPTransport(uds=target.socket)
+    transport = None if target.socket is None else unix_transport(target.socket)
     try:
         async with httpx.AsyncClient(transport=transport, timeout=30) as client:
             response = await client.get(target.base + "/sessions", params={"scope": "router"},
@@ -378,7 +379,7 @@ async def _get(target: CommandTarget, path: str, params: dict[str, str] | None =
     """``GET path`` at ``target``: its JSON, or None when it has none."""
     import httpx
 
-    transport = None if target.socket is None else httpx.AsyncHTTPTransport(uds=target.socket)
+    transport = None if target.socket is None else unix_transport(target.socket)
     try:
         async with httpx.AsyncClient(transport=transport, timeout=30) as client:
             response = await client.get(target.base + path, params=params,

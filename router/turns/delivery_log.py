@@ -257,6 +257,14 @@ _COLUMNS: Final = (
 )
 
 
+def _launch(record: str) -> LaunchRecord | None:
+    """A stored launch, or None for one this version cannot read."""
+    try:
+        return launch_of_json(json.loads(record))
+    except ValueError:
+        return None
+
+
 class DeliveryLog:
     """The durable record of deliveries (see the module docstring)."""
 
@@ -271,6 +279,10 @@ class DeliveryLog:
         self._in_use = threading.Lock()
         self._closed = False
         self._lock_fd: int | None = None
+        #: Told of each change a notification is made of (an ask kept, a
+        #: stop, a park, their end), inside the transaction that writes it:
+        #: ``(database, what, record)`` (:class:`router.notify.record.Notices`).
+        self.on_change: Callable[[Database, str, dict[str, Any]], None] | None = None
         url = path.location if isinstance(path, Target) and path.kind == "postgresql" else None
         if url is None and isinstance(path, str) and is_postgres_url(path):
             url = path
@@ -406,6 +418,24 @@ class DeliveryLog:
 
     # ----------------------------------------------------------------- sync (worker thread)
 
+    @contextlib.contextmanager
+    def _changing(self, what: str, record: dict[str, Any]) -> Any:
+        """The block's writes and :attr:`on_change`'s in one transaction
+        (the group commit's, when the call is in one). ``record`` may be
+        filled in by the block; set ``record["skip"]`` to tell nothing."""
+        if self.on_change is None:
+            yield
+            return
+        if self._db.in_transaction:
+            yield
+            if not record.pop("skip", False):
+                self.on_change(self._db, what, record)
+            return
+        with self._db.transaction():
+            yield
+            if not record.pop("skip", False):
+                self.on_change(self._db, what, record)
+
     def get(self, event_id: str) -> DeliveryEntry | None:
         row = self._db.execute(f"SELECT {_COLUMNS} FROM deliveries WHERE event_id = ?", (event_id,)).fetchone()
         return None if row is None else _entry_of(row)
@@ -453,6 +483,10 @@ class DeliveryLog:
     # ----------------------------------------------------------------- stops and launches
 
     def put_stop(self, session: str, stop: StopInfo) -> None:
+        with self._changing("stop", {"session": session, **stop.to_json()}):
+            self._put_stop(session, stop)
+
+    def _put_stop(self, session: str, stop: StopInfo) -> None:
         self._db.execute(
             "INSERT INTO stops (session, reason, check_name, at) VALUES (?,?,?,?) ON CONFLICT (session) "
             "DO UPDATE SET reason = excluded.reason, check_name = excluded.check_name, at = excluded.at",
@@ -461,7 +495,11 @@ class DeliveryLog:
 
     def clear_stop(self, session: str) -> bool:
         """Forget the session's stop; whether it had one."""
-        return self._db.execute("DELETE FROM stops WHERE session = ?", (session,)).rowcount > 0
+        change: dict[str, Any] = {"session": session}
+        with self._changing("stop-cleared", change):
+            had = self._db.execute("DELETE FROM stops WHERE session = ?", (session,)).rowcount > 0
+            change["skip"] = not had
+        return had
 
     def stop_of(self, session: str) -> StopInfo | None:
         row = self._db.execute("SELECT reason, check_name, at FROM stops WHERE session = ?", (session,)).fetchone()
@@ -474,6 +512,10 @@ class DeliveryLog:
     def put_ask(self, ask: dict[str, Any]) -> None:
         """Keep an ask as :meth:`router.asks.Ask.to_json` writes it (its
         ``id``, ``session`` and ``state`` are also columns)."""
+        with self._changing("ask", dict(ask)):
+            self._put_ask(ask)
+
+    def _put_ask(self, ask: dict[str, Any]) -> None:
         self._db.execute(
             "INSERT INTO asks (ask_id, session, state, record, updated_at) VALUES (?,?,?,?,?) ON CONFLICT (ask_id) "
             "DO UPDATE SET state = excluded.state, record = excluded.record, updated_at = excluded.updated_at",
@@ -494,17 +536,22 @@ class DeliveryLog:
 
     def launch_of(self, session: str) -> LaunchRecord | None:
         row = self._db.execute("SELECT record FROM launches WHERE session = ?", (session,)).fetchone()
-        if row is None:
-            return None
-        try:
-            return launch_of_json(json.loads(row[0]))
-        except ValueError:
-            return None
+        return None if row is None else _launch(row[0])
+
+    def launches(self) -> dict[str, LaunchRecord]:
+        """Every session's launch, in one query (the board describes every
+        session at once: one query, not one per session)."""
+        rows = self._db.execute("SELECT session, record FROM launches").fetchall()
+        return {session: launch for session, record in rows if (launch := _launch(record)) is not None}
 
     # ----------------------------------------------------------------- parks (schema 4)
 
     def put_park(self, park: Park) -> None:
         """Keep ``park`` (a new one, or one moved to a later reset)."""
+        with self._changing("park", attrs.asdict(park)):
+            self._put_park(park)
+
+    def _put_park(self, park: Park) -> None:
         self._db.execute(
             "INSERT INTO parks (session, record, updated_at) VALUES (?,?,?) ON CONFLICT (session) "
             "DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
@@ -514,8 +561,10 @@ class DeliveryLog:
     def drop_park(self, session: str) -> None:
         """Forget the session's park and its kept work (it ran, or a person
         cancelled it)."""
-        self._db.execute("DELETE FROM parks WHERE session = ?", (session,))
-        self._db.execute("DELETE FROM park_work WHERE session = ?", (session,))
+        change: dict[str, Any] = {"session": session}
+        with self._changing("park-ended", change):
+            change["skip"] = self._db.execute("DELETE FROM parks WHERE session = ?", (session,)).rowcount == 0
+            self._db.execute("DELETE FROM park_work WHERE session = ?", (session,))
 
     def parks(self) -> list[Park]:
         out = []

@@ -24,6 +24,7 @@ CODE: sentence``); 2 a usage or connection error (no ``router serve``).
 
 from __future__ import annotations
 
+from router._httpx import unix_transport
 import argparse
 import json
 import os
@@ -140,7 +141,7 @@ async def _call(command: str, args: argparse.Namespace, method: str, path: str,
     socket = await _serve_socket(command, args.router)
     try:
         with trio.fail_after(args.timeout):
-            async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=socket), timeout=None) as client:
+            async with httpx.AsyncClient(transport=unix_transport(socket), timeout=None) as client:
                 response = await client.request(method, BASE_URL + path, headers={"x-router-channel": "cli",
                                                                                   "content-type": "application/json"},
                                                 content=None if body is None else json.dumps(body).encode())

@@ -39,10 +39,12 @@ class _Store:
 class _Deliveries(_Store):
     def __init__(self, launches: dict[str, _Launch]) -> None:
         super().__init__([])
-        self.launches = launches
+        self.known = launches
+        self.asked = 0
 
-    def launch_of(self, session: str) -> _Launch | None:
-        return self.launches.get(session)
+    def launches(self) -> dict[str, _Launch]:
+        self.asked += 1
+        return dict(self.known)
 
 
 async def test_container_and_claude_code_sessions_are_described() -> None:
@@ -67,6 +69,7 @@ async def test_container_and_claude_code_sessions_are_described() -> None:
     assert described["cc"] == {**entries[3], "harness": "claude-code", "cwd": "/work/project",
                                "lastActivity": 999}
     assert "model" not in described["other"] and described["other"]["cwd"] == "/work/project"
+    assert facts.deliveries.asked == 1  # every session's launch read at once, not one query per session
 
 
 async def test_nothing_known_besides_the_listing() -> None:
