@@ -39,8 +39,6 @@ ALLOWED: dict[str, str] = {
     # storage layer (owner: store): the constructor is being split with the
     # host's record into one repository per table.
     "router/host/store.py:Store.__init__": "store",
-    # storage layer (owner: store): the delivery log moves into router/store/.
-    "router/turns/delivery_log.py:DeliveryLog.__init__": "store",
     # network edge (owner: net): the h11 loop is being rewritten as one server.
     "router/modlink/http.py:Exchange.body": "net",
     # network edge (owner: net): one WebSocket for both ends of the container link.

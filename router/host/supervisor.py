@@ -37,8 +37,8 @@ from typing import Any, Callable, Final, Mapping, Protocol
 import attrs
 import trio
 
-from router._db import is_store_failure
 from router.errors import is_code
+from router.store.db import is_store_failure
 from router.host.lifecycle import (
     DaemonInfo,
     Effect,
