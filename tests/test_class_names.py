@@ -36,6 +36,10 @@ PENDING: dict[str, str] = {
     # net: router/modlink/http.py's HTTP response, beside wire/container.py's
     # `answer` message (a wire name, kept).
     "Answer": "net",
+    # net: router/_http11.py's server limits, beside router/plugins/limit_checks.py's
+    # `Limits` (our limit checks); one to be named for what it is
+    # (e.g. HttpLimits).
+    "Limits": "net",
     # notify: router/notify/core.py's Web Push subscription, beside
     # router/modlink/server.py's subscriber view (net's); one of them is to
     # be named for what it is (e.g. PushSubscription).
