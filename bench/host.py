@@ -49,7 +49,7 @@ from trio_websocket import open_websocket_url  # noqa: E402
 
 from router.host.host import Host, HostSettings  # noqa: E402
 from router.host.link import DaemonEndpoint  # noqa: E402
-from router.host.reconcile import ConnectionCore  # noqa: E402
+from router.host.reconcile import ConnectionRules  # noqa: E402
 from router.host.store import Store  # noqa: E402
 from tests.support.daemons import spawn_daemon  # noqa: E402
 from wire.container import CONTAINER_TOKEN_HEADER, FrameMessage, Hello, converter  # noqa: E402
@@ -109,14 +109,14 @@ def hello(session: str, runtime: str = "bench") -> Hello:
     )  # fmt: skip
 
 
-def prepared(store: Store, session: str, operations: int) -> tuple[ConnectionCore, list[FrameMessage]]:
+def prepared(store: Store, session: str, operations: int) -> tuple[ConnectionRules, list[FrameMessage]]:
     ids = [f"{session}-op{i}" for i in range(operations)]
     with store.transaction():
         store.create_session(session)
         for op in ids:
             store.enqueue(session, op, f"a prompt for {op}")
             store.set_delivered(session, op, "bench")
-    core = ConnectionCore(session)
+    core = ConnectionRules(session)
     with store.transaction():
         core.hello(store, hello(session))
     return core, echo_frames(ids)
@@ -149,7 +149,7 @@ async def bench_apply_many(directory: Path, frames: int, sessions: int, batch: i
         work = [prepared(store, f"s{i}", max(1, frames // sessions // 5)) for i in range(sessions)]
         total = sum(len(stream) for _, stream in work)
 
-        async def one(core: ConnectionCore, stream: list[FrameMessage]) -> None:
+        async def one(core: ConnectionRules, stream: list[FrameMessage]) -> None:
             for at in range(0, len(stream), batch):
                 await store.transact(core.receive, stream[at : at + batch])
 

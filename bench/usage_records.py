@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from wire.json import dumps  # noqa: E402
 
-import router.plugins.limits as limits_module  # noqa: E402
+import router.plugins.limit_checks as limits_module  # noqa: E402
 from router.plugins import JsonlRecords, MemoryLedger, PluginLayer, SettingsDir  # noqa: E402
 from router.plugins.usage import read_json_lines  # noqa: E402
 

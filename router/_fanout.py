@@ -21,13 +21,25 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Generic, Iterator, TypeVar
 
+import attrs
 import trio
 
 from router.errors import Refusal
 
-__all__ = ["FanOut", "Lagged", "Subscription"]
+__all__ = ["FanOut", "FanOutStatistics", "FanOutSubscription", "Lagged"]
 
 T = TypeVar("T")
+
+
+@attrs.frozen(kw_only=True)
+class FanOutStatistics:
+    """What :meth:`FanOut.statistics` answers: subscribers now, batches
+    published, subscribers dropped for lagging, and whether it is closed."""
+
+    subscribers: int
+    published: int
+    dropped: int
+    closed: bool
 
 
 class Lagged(Refusal):
@@ -36,7 +48,7 @@ class Lagged(Refusal):
     (``events-lagged``, ``live-lagged``)."""
 
 
-class Subscription(Generic[T]):
+class FanOutSubscription(Generic[T]):
     """The receiving side of one subscriber: ``async for batch in it`` until
     the fan-out closes; raises :class:`Lagged` when it was dropped."""
 
@@ -52,7 +64,7 @@ class Subscription(Generic[T]):
         """Whether this subscriber was dropped for falling behind."""
         return self._lagged
 
-    def __aiter__(self) -> Subscription[T]:
+    def __aiter__(self) -> FanOutSubscription[T]:
         return self
 
     def receive_nowait(self) -> T | None:
@@ -83,7 +95,7 @@ class FanOut(Generic[T]):
     def __init__(self, *, buffer: int, lagged_error: Callable[[], Lagged]) -> None:
         self.buffer = buffer
         self.lagged_error = lagged_error
-        self._subscribers: dict[trio.MemorySendChannel[T], Subscription[T]] = {}
+        self._subscribers: dict[trio.MemorySendChannel[T], FanOutSubscription[T]] = {}
         self.closed = False
         self.published = 0
         self.dropped = 0
@@ -95,13 +107,13 @@ class FanOut(Generic[T]):
     def __len__(self) -> int:
         return len(self._subscribers)
 
-    def statistics(self) -> dict[str, int | bool]:
-        return {
-            "subscribers": len(self._subscribers),
-            "published": self.published,
-            "dropped": self.dropped,
-            "closed": self.closed,
-        }
+    def statistics(self) -> FanOutStatistics:
+        return FanOutStatistics(
+            subscribers=len(self._subscribers),
+            published=self.published,
+            dropped=self.dropped,
+            closed=self.closed,
+        )
 
     def publish(self, batch: T) -> None:
         """Hand ``batch`` to every subscriber, dropping those that are full."""
@@ -127,9 +139,9 @@ class FanOut(Generic[T]):
         self._subscribers.clear()
 
     @contextlib.contextmanager
-    def subscribe(self) -> Iterator[Subscription[T]]:
+    def subscribe(self) -> Iterator[FanOutSubscription[T]]:
         send, receive = trio.open_memory_channel[T](self.buffer)
-        subscription = Subscription(self, receive)
+        subscription = FanOutSubscription(self, receive)
         if self.closed:
             send.close()
         else:
@@ -141,7 +153,7 @@ class FanOut(Generic[T]):
             send.close()
             receive.close()
 
-    def _drop(self, send: trio.MemorySendChannel[T], subscription: Subscription[T]) -> None:
+    def _drop(self, send: trio.MemorySendChannel[T], subscription: FanOutSubscription[T]) -> None:
         subscription._lagged = True
         self.dropped += 1
         del self._subscribers[send]

@@ -36,7 +36,9 @@ import threading
 import time
 from typing import Any, Callable, Final
 
-__all__ = ["PeerLogFilter", "cut", "guard_handlers", "MAX_CHARS", "BURST", "WINDOW"]
+import attrs
+
+__all__ = ["PeerLogFilter", "PeerLogStatistics", "cut", "guard_handlers", "MAX_CHARS", "BURST", "WINDOW"]
 
 #: The longest string argument (and formatted message) kept, in characters.
 MAX_CHARS: Final = 2000
@@ -53,6 +55,17 @@ def cut(text: str, limit: int = MAX_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text) - limit} characters cut)"
+
+
+@attrs.frozen(kw_only=True)
+class PeerLogStatistics:
+    """What the guard's ``statistics()`` answers: records passed, dropped,
+    cut short, and the kinds of record it has seen."""
+
+    passed: int
+    dropped: int
+    cut: int
+    kinds: int
 
 
 class PeerLogFilter(logging.Filter):
@@ -83,8 +96,8 @@ class PeerLogFilter(logging.Filter):
     def __repr__(self) -> str:
         return f"<PeerLogFilter passed={self.passed} dropped={self.dropped} cut={self.cut} kinds={len(self._kinds)}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"passed": self.passed, "dropped": self.dropped, "cut": self.cut, "kinds": len(self._kinds)}
+    def statistics(self) -> PeerLogStatistics:
+        return PeerLogStatistics(passed=self.passed, dropped=self.dropped, cut=self.cut, kinds=len(self._kinds))
 
     def filter(self, record: logging.LogRecord) -> bool:
         dropped_before = self._admit(record)

@@ -254,12 +254,10 @@ async def _session_tool(router: Any, board: Any, name: str, arguments: dict[str,
 
 
 async def _plugin_tool(layer: Any, name: str, arguments: dict[str, Any]) -> Any:
-    from router.plugins.refusal import Refusal as PluginRefusal
-
     if layer is None:
         raise ToolRefused("no-plugin-layer", "this server runs no plug-in layer")
     answer = await (layer.search(arguments["query"]) if name == "web_search" else layer.report())
-    if isinstance(answer, PluginRefusal):
+    if isinstance(answer, Refusal):
         raise ToolRefused(answer.code, answer.message)
     return answer if name == "web_search" else {"report": answer}
 

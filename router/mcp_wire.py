@@ -121,12 +121,7 @@ def check_line(line: bytes) -> Checked:
     try:
         message = _loads(text)
     except (ValueError, RecursionError):
-        leading = _leading(text)
-        if type(leading) is dict and "id" not in leading:
-            return Checked(why="a notification with bytes after its JSON")
-        found = leading["id"] if type(leading) is dict and _valid_id(leading["id"]) else None
-        return Checked(answer=_error(found, PARSE_ERROR, "the line is not one JSON text (bytes after it, or "
-                                     "not JSON at all)"), why="not JSON")
+        return _not_json(text)
     if type(message) is not dict:
         return Checked(answer=_error(None, INVALID_REQUEST, "a message is one JSON object (no batches)"),
                        why="not an object")
@@ -143,6 +138,17 @@ def check_line(line: bytes) -> Checked:
         return Checked(forward=text)
     code, sentence = problem
     return Checked(answer=_error(message["id"], code, sentence), why=sentence)
+
+
+def _not_json(text: str) -> Checked:
+    """The decision for a line that is not one JSON text: a notification
+    (JSON and bytes after it) is dropped, anything else answered."""
+    leading = _leading(text)
+    if type(leading) is dict and "id" not in leading:
+        return Checked(why="a notification with bytes after its JSON")
+    found = leading["id"] if type(leading) is dict and _valid_id(leading["id"]) else None
+    return Checked(answer=_error(found, PARSE_ERROR, "the line is not one JSON text (bytes after it, or "
+                                 "not JSON at all)"), why="not JSON")
 
 
 def _problem(message: dict[str, Any], *, is_request: bool) -> tuple[int, str] | None:
@@ -185,7 +191,7 @@ class ReadMessages:
 
 
 @attrs.frozen(kw_only=True)
-class Abort:
+class AbortArguments:
     session: str = attrs.field(validator=_non_empty)
     operation_id: str | None = attrs.field(default=None, validator=attrs.validators.optional(_non_empty))
     router: str | None = attrs.field(default=None, validator=attrs.validators.optional(_non_empty))
@@ -197,7 +203,7 @@ class WebSearch:
 
 
 @attrs.frozen(kw_only=True)
-class AnswerAsk:
+class AnswerAskArguments:
     ask: str = attrs.field(validator=_non_empty)
     decision: Literal["allow", "deny"]
 
@@ -206,11 +212,11 @@ class AnswerAsk:
 TOOL_CLASSES: Final[dict[str, type]] = {
     "list_sessions": NoArguments,
     "read_messages": ReadMessages,
-    "abort": Abort,
+    "abort": AbortArguments,
     "web_search": WebSearch,
     "limits_report": NoArguments,
     "list_asks": NoArguments,
-    "answer_ask": AnswerAsk,
+    "answer_ask": AnswerAskArguments,
 }
 
 

@@ -72,7 +72,7 @@ import sys
 import uuid
 from functools import partial
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 import attrs
 import trio
@@ -81,6 +81,19 @@ from router import errors
 from router._trio import sole_error
 
 __all__ = ["JobConfig", "MainJob", "configure", "run"]
+
+
+if TYPE_CHECKING:  # the parts' classes, for their types: imported when they start
+    from router.api.server import ApiServer
+    from router.board.local import LocalServer
+    from router.board.service import LocalBoard
+    from router.cluster import ClusterNode
+    from router.host import Host, Launcher
+    from router.notify.outbox import Notifications
+    from router.plugins.layer import PluginLayer
+    from router.remote import Reach
+    from router.turns.router import TurnRouter
+    from router.worktrees import Worktrees
 
 log = logging.getLogger("router.serve")
 
@@ -182,28 +195,27 @@ class MainJob:
         self.config = config
         self.env = dict(os.environ if env is None else env)
         self.url: str | None = None
-        self.router: Any = None
-        self.host: Any = None
-        self.layer: Any = None
-        self.api: Any = None
+        self.router: TurnRouter | None = None
+        self.host: Host | None = None
+        self.layer: PluginLayer | None = None
+        self.api: ApiServer | None = None
         #: The notifications (router.notify), while it runs.
-        self.notifications: Any = None
+        self.notifications: Notifications | None = None
         #: The API's access token, and the board, while it runs.
         self.token: str | None = None
-        self.board: Any = None
+        self.board: LocalBoard | None = None
         self.daemon_url: str | None = None
         #: The private Unix socket's server and path, when it serves one.
-        self.local: Any = None
+        self.local: LocalServer | None = None
         self.socket: str | None = None
-        #: The launcher in force (a ``router.host.Launcher``; None with ``--daemon``).
-        self.launcher: Any = None
-        #: Pairing and devices (``router.remote.Reach``) with ``--listen`` or ``--behind-proxy``.
-        self.reach: Any = None
-        #: Sessions in git worktrees (``router.worktrees.Worktrees``; ``router serve`` only).
-        self.worktrees: Any = None
-        #: This router's part in a cluster (``router.cluster.ClusterNode``)
-        #: when the record is PostgreSQL.
-        self.cluster: Any = None
+        #: The launcher in force (None with ``--daemon``).
+        self.launcher: Launcher | None = None
+        #: Pairing and devices with ``--listen`` or ``--behind-proxy``.
+        self.reach: Reach | None = None
+        #: Sessions in git worktrees (``router serve`` only).
+        self.worktrees: Worktrees | None = None
+        #: This router's part in a cluster when the record is PostgreSQL.
+        self.cluster: ClusterNode | None = None
         self._stops: list[tuple[str, Callable[[], Awaitable[None]]]] = []
         self._stop = trio.Event()
         self._stopped = trio.Event()
@@ -225,7 +237,13 @@ class MainJob:
         self._stop.set()
         await self._stopped.wait()
 
-    async def _start(self, nursery: trio.Nursery, name: str, run: Callable[..., Awaitable[Any]]) -> Any:
+    async def _start(
+        self, nursery: trio.Nursery, name: str, run: Callable[..., Awaitable[Any]],
+        *, aclose: Callable[[], Awaitable[None]] | None = None,
+    ) -> Any:
+        """Start a component's ``run`` in its own cancel scope; it stops (in
+        the reverse order of starting) by its own graceful ``aclose`` when it
+        has one, then by cancelling that scope and waiting for the task."""
         component = _Component(name)
 
         async def body(task_status: trio.TaskStatus[Any]) -> None:
@@ -238,6 +256,8 @@ class MainJob:
         value = await nursery.start(body, name=name)
 
         async def stop() -> None:
+            if aclose is not None:
+                await aclose()
             component.scope.cancel(reason=f"the main job stops {name}")
             await component.done.wait()
 
@@ -245,112 +265,30 @@ class MainJob:
         return value
 
     async def run(self, *, task_status: trio.TaskStatus[MainJob] = trio.TASK_STATUS_IGNORED) -> None:
-        from router.api.server import ApiServer
-        from router.host import Host, HostSettings
-        from router.plugins.layer import PluginLayer
-        from router.plugins.refusal import Refusal
-        from router.plugins.settings import SettingsDir
-        from router.plugins.usage import StoreLedger
-        from router.store import open_record, parse_target
-        from router.turns.registry import SessionRegistry
-        from router.turns.router import TurnRouter
-
         config = self.config
         opened: list[Any] = []
         try:
             # 1. Settings, with the safe defaults where a file is missing.
-            settings = SettingsDir(config.settings_dir)
-            for name in SETTINGS_FILES:
-                document = await trio.to_thread.run_sync(settings.ensure, name)
-                if isinstance(document, Refusal):
-                    log.warning("settings: %s", document)
-            # 2. The stores, then the plug-in layer over them: the host's
-            # store is the ledger the ``frames`` usage source reads.
-            try:
-                config.data_dir.mkdir(parents=True, exist_ok=True)
-                target = None if config.store is None else parse_target(config.store)
-                record = await trio.to_thread.run_sync(open_record, target, config.data_dir, config.records)
-                opened.append(record)
-                store, deliveries = record.store, record.deliveries
-            except errors.Refusal as exc:
-                raise StartFailed(exc.code, exc.message) from None
-            except OSError as exc:
-                raise StartFailed("no-data-dir", f"{config.data_dir} cannot be used: {exc}") from None
-            # With a PostgreSQL record the router is one of a cluster
-            # (router.cluster): it drives only the sessions it holds a
-            # lease for, and every write of the record carries its number.
-            self.cluster = cluster = _open_cluster(store, deliveries, opened)
-            self.layer = PluginLayer(
-                settings=settings, records=record.records, env=self.env,
-                log=_plugin_log, deps={"ledger": StoreLedger(store)}, root=config.plugins_root,
-            )
-            loaded = await self.layer.reload()
-            for refused in loaded.refused:
-                log.warning("plug-in refused: %s", refused)
-
+            settings = await _ensure_settings(config.settings_dir)
+            # 2. The stores, then the plug-in layer over them.
+            target, record = await _open_record(config, opened)
+            await self._open_layer(settings, record, opened)
             async with trio.open_nursery() as nursery:
                 # 3. The launcher, or one daemon named by URL.
-                launcher = None
-                if config.daemon_url is None:
-                    launcher, endpoint = await self._launcher(nursery)
-                    harness, via = ("echo", "in-process") if launcher.name == IN_PROCESS else ("echo", "daemon")
-                else:
-                    self.daemon_url = config.daemon_url
-                    endpoint, adapter = await _checked_daemon(config.daemon_url, config.daemon_token or "")
-                    # An echo daemon runs the echo harness, as a launched one
-                    # does, so the default routes launch on it with no
-                    # settings changed (the cluster recipe); a route to the
-                    # `container` module reaches it too.
-                    harness, via = ("echo" if adapter == "echo" else "container"), "daemon"
-                self.launcher = launcher
+                endpoint, harness, via = await self._daemon_or_launcher(nursery)
                 # 4. The host, the registry, the router.
-                self.host = Host(store, endpoint, HostSettings(on_container_lost="if-declared"), launcher=launcher,
-                                 may_link=getattr(cluster, "holds", None))
-                await self._start(nursery, "host", self.host.run)
-                registry = SessionRegistry()
-                await self._start(nursery, "registry", registry.run)
-                self._stops[-1] = ("registry", _then(registry.aclose, self._stops[-1][1]))
-                options: dict[str, Any] = {}
-                if config.message_deadline is not None:
-                    options["message_deadline"] = config.message_deadline
-                self.router = TurnRouter(
-                    deliveries=deliveries, registry=registry, host=self.host, env=self.env, layer=self.layer,
-                    instance=config.instance, container_harness=harness, container_via=via,
-                    # Beside the shared turn records: every local router's account limits.
-                    shared_limits=(config.records or config.data_dir / "usage.jsonl").with_name("account-limits.json"),
-                    remote=cluster, **options,
-                )
-                # Notifications (router.notify): their tables and the record's
-                # hook before anything is written, then the outbox's worker.
-                await self._start_notifications(nursery, deliveries, store, settings)
-                # The provider's usage limits: parks reloaded, resumed at their resets.
-                await self._start(nursery, "parking", self.router.parking.run)
+                registry = await self._start_sessions(nursery, record, settings, endpoint, harness, via)
                 await self._join_cluster(nursery, registry)
                 for session_id in config.claude_sessions:
                     await self.router.open_claude_code(session_id)
                 # 5. The API, behind the token.
-                if config.local is not None:
-                    from router.board.service import Facts, LocalBoard, process_cwd
-
-                    facts = Facts(store=store, deliveries=deliveries, harness=harness, cwd=process_cwd(), cluster=cluster,
-                                  places=self._places())
-                    self.board = LocalBoard(self.router, env=self.env, facts=facts, hidden=frozenset(config.hidden))
-                    await self._start_worktrees(nursery)
-                if config.port is not None:
-                    self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
-                    await self._start_reach(nursery, target)
-                    if self.reach is not None and self.notifications is not None:
-                        self.notifications.revoked_devices = self.reach.revoked_among
-                    self.api = ApiServer(self.router, self.layer, token=self.token, port=config.port,
-                                         config=self._api_config(harness), board=self.board, worktrees=self.worktrees,
-                                         reach=self.reach)
-                    self.url = await self._start(nursery, "api", self.api.run)
+                await self._start_api(nursery, record, target, harness)
                 # 6. The private Unix socket: this user's other commands
                 # (`router sessions`, `router send`) reach the router there.
                 if config.local is not None:
                     await self._start_local(nursery, harness)
-                if cluster is not None:
-                    cluster.register(api_url=self.url, socket=self.socket, info=getattr(self.board, "info", None))
+                if self.cluster is not None:
+                    self.cluster.register(api_url=self.url, socket=self.socket, info=getattr(self.board, "info", None))
                 task_status.started(self)
                 await self._stop.wait()
                 for name, stop in reversed(self._stops):
@@ -361,6 +299,95 @@ class MainJob:
                 each.close()
             self._stopped.set()
 
+    async def _open_layer(self, settings: Any, record: Any, opened: list[Any]) -> None:
+        """This router's part in a cluster, then the plug-in layer: the
+        host's store is the ledger the ``frames`` usage source reads."""
+        from router.plugins.layer import PluginLayer
+        from router.plugins.usage import StoreLedger
+
+        # With a PostgreSQL record the router is one of a cluster
+        # (router.cluster): it drives only the sessions it holds a
+        # lease for, and every write of the record carries its number.
+        self.cluster = _open_cluster(record.store, record.deliveries, opened)
+        self.layer = PluginLayer(
+            settings=settings, records=record.records, env=self.env,
+            log=_plugin_log, deps={"ledger": StoreLedger(record.store)}, root=self.config.plugins_root,
+        )
+        loaded = await self.layer.reload()
+        for refused in loaded.refused:
+            log.warning("plug-in refused: %s", refused)
+
+    async def _daemon_or_launcher(self, nursery: trio.Nursery) -> tuple[Any, str, str]:
+        """The launcher in force, or the one daemon ``--daemon`` names
+        (checked first): the host's default endpoint, and the harness and
+        ``via`` container sessions launch with."""
+        config = self.config
+        if config.daemon_url is None:
+            self.launcher, endpoint = await self._launcher(nursery)
+            harness, via = ("echo", "in-process") if self.launcher.name == IN_PROCESS else ("echo", "daemon")
+            return endpoint, harness, via
+        self.daemon_url = config.daemon_url
+        endpoint, adapter = await _checked_daemon(config.daemon_url, config.daemon_token or "")
+        # An echo daemon runs the echo harness, as a launched one
+        # does, so the default routes launch on it with no
+        # settings changed (the cluster recipe); a route to the
+        # `container` module reaches it too.
+        return endpoint, ("echo" if adapter == "echo" else "container"), "daemon"
+
+    async def _start_sessions(
+        self, nursery: trio.Nursery, record: Any, settings: Any, endpoint: Any, harness: str, via: str
+    ) -> Any:
+        """The host, the session registry, the user-turn router, the
+        notifications and the router's parking; returns the registry."""
+        from router.host import Host, HostSettings
+        from router.turns.registry import SessionRegistry
+        from router.turns.router import TurnRouter
+
+        config = self.config
+        self.host = Host(record.store, endpoint, HostSettings(on_container_lost="if-declared"),
+                         launcher=self.launcher, may_link=getattr(self.cluster, "holds", None))
+        await self._start(nursery, "host", self.host.run)
+        registry = SessionRegistry()
+        await self._start(nursery, "registry", registry.run, aclose=registry.aclose)
+        options: dict[str, Any] = {}
+        if config.message_deadline is not None:
+            options["message_deadline"] = config.message_deadline
+        self.router = TurnRouter(
+            deliveries=record.deliveries, registry=registry, host=self.host, env=self.env, layer=self.layer,
+            instance=config.instance, container_harness=harness, container_via=via,
+            # Beside the shared turn records: every local router's account limits.
+            shared_limits=(config.records or config.data_dir / "usage.jsonl").with_name("account-limits.json"),
+            remote=self.cluster, **options,
+        )
+        # Notifications (router.notify): their tables and the record's
+        # hook before anything is written, then the outbox's worker.
+        await self._start_notifications(nursery, record.deliveries, record.store, settings)
+        # The provider's usage limits: parks reloaded, resumed at their resets.
+        await self._start(nursery, "parking", self.router.parking.run)
+        return registry
+
+    async def _start_api(self, nursery: trio.Nursery, record: Any, target: Any, harness: str) -> None:
+        """The board (with a private socket), the worktrees (``router
+        serve``), pairing, and the HTTP API on TCP (with ``--port``)."""
+        from router.api.server import ApiServer
+
+        config = self.config
+        if config.local is not None:
+            from router.board.service import Facts, LocalBoard, process_cwd
+
+            facts = Facts(store=record.store, deliveries=record.deliveries, harness=harness, cwd=process_cwd(),
+                          cluster=self.cluster, places=self._places())
+            self.board = LocalBoard(self.router, env=self.env, facts=facts, hidden=frozenset(config.hidden))
+            await self._start_worktrees(nursery)
+        if config.port is not None:
+            self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
+            await self._start_reach(nursery, target)
+            if self.reach is not None and self.notifications is not None:
+                self.notifications.revoked_devices = self.reach.revoked_among
+            self.api = ApiServer(self.router, self.layer, token=self.token, port=config.port,
+                                 config=self._api_config(harness), board=self.board, worktrees=self.worktrees,
+                                 reach=self.reach)
+            self.url = await self._start(nursery, "api", self.api.run)
 
     async def _start_notifications(self, nursery: trio.Nursery, deliveries: Any, store: Any, settings: Any) -> None:
         from router.notify.outbox import Notifications
@@ -410,8 +437,7 @@ class MainJob:
         if cluster is None:
             return
         cluster.host, cluster.router, cluster.registry = self.host, self.router, registry
-        await self._start(nursery, "cluster", cluster.run)
-        self._stops[-1] = ("cluster", _then(cluster.aclose, self._stops[-1][1]))
+        await self._start(nursery, "cluster", cluster.run, aclose=cluster.aclose)
 
     def _places(self) -> Callable[[], Any]:
         """Every live place ``router new`` made, by session id (what the
@@ -446,8 +472,8 @@ class MainJob:
         """The launcher in force (a :class:`router.host.Launcher`), and the
         host's default endpoint: the in-process daemon's, which this starts
         when that launcher is in force, else None."""
-        from router.host import DaemonEndpoint, Launcher
-        from router.plugins.refusal import Refusal
+        from router.host import Launcher
+        from router.errors import Refusal
 
         config = self.config
         loaded = await self.layer.load_launcher(config.launcher)
@@ -498,8 +524,7 @@ class MainJob:
         async def run_daemon(task_status: trio.TaskStatus[Any]) -> None:
             await server.run(listeners, task_status=task_status)
 
-        await self._start(nursery, "daemon", run_daemon)
-        self._stops[-1] = ("daemon", _then(server.aclose, self._stops[-1][1]))
+        await self._start(nursery, "daemon", run_daemon, aclose=server.aclose)
         self.daemon_url = f"ws://127.0.0.1:{server.ports[0]}"
         return DaemonEndpoint(self.daemon_url, token), runtime
 
@@ -514,6 +539,38 @@ class MainJob:
             self.socket = await self._start(nursery, "local", self.local.run)
         except errors.Refusal as refused:
             raise StartFailed(refused.code, refused.message, **refused.data) from None
+
+
+async def _ensure_settings(settings_dir: Path) -> Any:
+    """The settings directory, each file written from the safe defaults
+    where it is missing (a file that cannot be is logged)."""
+    from router.errors import Refusal
+    from router.plugins.settings import SettingsDir
+
+    settings = SettingsDir(settings_dir)
+    for name in SETTINGS_FILES:
+        document = await trio.to_thread.run_sync(settings.ensure, name)
+        if isinstance(document, Refusal):
+            log.warning("settings: %s", document)
+    return settings
+
+
+async def _open_record(config: JobConfig, opened: list[Any]) -> tuple[Any, Any]:
+    """The store target ``--store`` names (None: the data directory) and the
+    record opened there (appended to ``opened``); :class:`StartFailed` when
+    it cannot be."""
+    from router.store import open_record, parse_target
+
+    try:
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        target = None if config.store is None else parse_target(config.store)
+        record = await trio.to_thread.run_sync(open_record, target, config.data_dir, config.records)
+    except errors.Refusal as exc:
+        raise StartFailed(exc.code, exc.message) from None
+    except OSError as exc:
+        raise StartFailed("no-data-dir", f"{config.data_dir} cannot be used: {exc}") from None
+    opened.append(record)
+    return target, record
 
 
 def _open_cluster(store: Any, deliveries: Any, opened: list[Any]) -> Any:
@@ -585,17 +642,6 @@ def _plugin_log(entry: dict[str, Any]) -> None:
 
     level = logging.INFO if entry.get("event") == "launched" else logging.WARNING
     logging.getLogger("router.plugins").log(level, "%s", dumps(entry))
-
-
-def _then(first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
-    """A stop that runs ``first`` (a component's own graceful close) and
-    then ``second`` (cancel its task and wait for it)."""
-
-    async def both() -> None:
-        await first()
-        await second()
-
-    return both
 
 
 # --------------------------------------------------------------------------- the command

@@ -7,7 +7,7 @@ import pickle
 import pytest
 import trio
 
-from router._fanout import FanOut, Lagged
+from router._fanout import FanOut, FanOutStatistics, Lagged
 from router.errors import Refusal, code_of, is_code
 
 
@@ -48,7 +48,7 @@ async def test_a_fanout_hands_every_batch_to_every_subscriber_in_order():
         fanout.close()
         assert [batch async for batch in one] == [[1], [2, 3]]
         assert [batch async for batch in two] == [[1], [2, 3]]
-    assert fanout.statistics() == {"subscribers": 0, "published": 2, "dropped": 0, "closed": True}
+    assert fanout.statistics() == FanOutStatistics(subscribers=0, published=2, dropped=0, closed=True)
 
 
 async def test_a_subscriber_that_falls_behind_is_dropped_after_what_it_holds():

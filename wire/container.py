@@ -666,14 +666,20 @@ def _plain_frame(value: object) -> FrameMessage | None:
     frame = value.get("frame")
     if type(seq) is not int or not 0 <= seq <= MAX_SAFE_INTEGER or type(frame) is not dict:
         return None
+    plain = _plain_frame_body(frame)
+    return None if plain is None else FrameMessage(seq=seq, frame=plain)
+
+
+def _plain_frame_body(frame: dict[str, Any]) -> EventFrame | StartFrame | None:
+    """The frame of :func:`_plain_frame`, or None when it is not plain."""
     kind = frame.get("kind")
     operation_id = frame.get("operationId")
     if kind == "event" and len(frame) == 3 and "operationId" in frame:
         event = frame.get("event")
         if (operation_id is None or type(operation_id) is str) and is_event(event):
-            return FrameMessage(seq=seq, frame=EventFrame(operation_id=operation_id, event=event))
+            return EventFrame(operation_id=operation_id, event=event)
     elif kind == "start" and len(frame) == 2 and type(operation_id) is str:
-        return FrameMessage(seq=seq, frame=StartFrame(operation_id=operation_id))
+        return StartFrame(operation_id=operation_id)
     return None
 
 

@@ -938,9 +938,26 @@ def make_converter() -> cattrs.Converter:
     are the mod wire's own.
     """
     build = Builder(ModWireError, tags=_TAGS, detailed=True, class_prefix="Mod")
+    _register_passthrough(build)
+    # ---- unions told apart by a tag
+    for union, what in _UNIONS.items():
+        build.union(union, what)
+    _register_events(build)
+    _register_results(build)
+    _register_origins(build)
+    _register_requests(build)
+
+    # ---- attrs classes: camelCase keys, absent fields left out, tags first.
+    # Generated last: a generated function binds its fields' hooks when it is
+    # made.
+    build.classes(*_CLASSES)
+    return build.conv
+
+
+def _register_passthrough(build: Builder) -> None:
+    """JSON passed through unread: content blocks, config values, efforts."""
     conv, fail = build.conv, build.fail
 
-    # ---- JSON passed through: content blocks, extra origin fields, raw values
     def structure_block(value: object, _: Any) -> dict[str, JsonValue]:
         if type(value) is not dict:
             fail(value, "a content block (an object)")
@@ -984,11 +1001,11 @@ def make_converter() -> cattrs.Converter:
 
     conv.register_structure_hook(ModEffort, structure_effort)
 
-    # ---- unions told apart by a tag
-    for union, what in _UNIONS.items():
-        build.union(union, what)
 
-    # ---- events: a known kind by its class, any other string kind kept raw
+def _register_events(build: Builder) -> None:
+    """Events: a known kind by its class, any other string kind kept raw."""
+    conv, fail = build.conv, build.fail
+
     def structure_event(value: object, _: Any) -> Any:
         if type(value) is not dict:
             fail(value, "an event (an object)")
@@ -1007,7 +1024,11 @@ def make_converter() -> cattrs.Converter:
     conv.register_unstructure_hook(ModUnknownEvent, lambda event: event.raw)
     build.unstructure_by_class(ModEvent)
 
-    # ---- session.message's three answers, told apart by deny, then as
+
+def _register_results(build: Builder) -> None:
+    """Call results: session.message's three answers (by deny, then as), config.set's two."""
+    conv, fail = build.conv, build.fail
+
     def structure_message_result(value: object, _: Any) -> Any:
         if type(value) is not dict:
             fail(value, "a session.message result (an object)")
@@ -1036,7 +1057,11 @@ def make_converter() -> cattrs.Converter:
 
     conv.register_structure_hook(ModConfigSetResult, structure_config_set)
 
-    # ---- origins: known fields typed, the rest kept whole
+
+def _register_origins(build: Builder) -> None:
+    """Origins: known fields typed, the rest kept whole."""
+    conv, fail = build.conv, build.fail
+
     origin_fields = {
         "kind": str,
         "asUser": bool,
@@ -1079,7 +1104,11 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(ModAppendOrigin, structure_origin)
     conv.register_unstructure_hook(ModAppendOrigin, unstructure_origin)
 
-    # ---- requests: the argument is typed by the call it rides with
+
+def _register_requests(build: Builder) -> None:
+    """Requests: the argument is typed by the call it rides with."""
+    conv, fail = build.conv, build.fail
+
     def structure_request(value: object, _: Any) -> ModRequest:
         if type(value) is not dict:
             fail(value, "a request (an object)")
@@ -1111,12 +1140,6 @@ def make_converter() -> cattrs.Converter:
 
     conv.register_structure_hook(ModRequest, structure_request)
     conv.register_unstructure_hook(ModRequest, unstructure_request)
-
-    # ---- attrs classes: camelCase keys, absent fields left out, tags first.
-    # Generated last: a generated function binds its fields' hooks when it is
-    # made.
-    build.classes(*_CLASSES)
-    return conv
 
 
 #: The mod link's converter: ``converter.unstructure(x)`` is the wire JSON

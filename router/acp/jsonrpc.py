@@ -42,6 +42,8 @@ from typing import Any, Final, Union
 
 import attrs
 
+from wire.lines import LineSplitter
+
 __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
@@ -52,6 +54,7 @@ __all__ = [
     "ErrorResponse",
     "Event",
     "JsonRpcConnection",
+    "JsonRpcStatistics",
     "LocalProtocolError",
     "Malformed",
     "Notification",
@@ -148,14 +151,28 @@ def _no_constants(name: str) -> Any:
 _DECODER: Final = json.JSONDecoder(parse_constant=_no_constants)
 
 
+@attrs.frozen(kw_only=True)
+class JsonRpcStatistics:
+    """What :meth:`JsonRpcConnection.statistics` answers."""
+
+    #: Messages received, sent, and lines that were no message.
+    received: int
+    sent: int
+    malformed: int
+    #: Requests sent and not answered; requests received and not answered.
+    pending: int
+    unanswered: int
+    #: Bytes of a line not complete yet.
+    buffered: int
+
+
 class JsonRpcConnection:
     """One JSON-RPC 2.0 peer over newline-delimited JSON (see the module
     docstring)."""
 
     def __init__(self, *, max_line: int = MAX_LINE_BYTES) -> None:
         self._max_line = max_line
-        self._buffer = bytearray()
-        self._skipping = False
+        self._lines = LineSplitter(max_line=max_line)
         self._events: deque[Event] = deque()
         self._next_id = 0
         #: id -> method of the requests this side sent and awaits.
@@ -170,9 +187,9 @@ class JsonRpcConnection:
             f"received={self._stats['received']} malformed={self._stats['malformed']}>"
         )
 
-    def statistics(self) -> dict[str, int]:
-        return {**self._stats, "pending": len(self._pending), "unanswered": len(self._unanswered),
-                "buffered": len(self._buffer)}
+    def statistics(self) -> JsonRpcStatistics:
+        return JsonRpcStatistics(**self._stats, pending=len(self._pending), unanswered=len(self._unanswered),
+                                 buffered=self._lines.buffered)
 
     @property
     def pending(self) -> dict[RequestId, str]:
@@ -184,25 +201,11 @@ class JsonRpcConnection:
     def receive_data(self, data: bytes) -> None:
         """Feed bytes read from the peer; ``b""`` is never needed (a final
         line without a newline is not a message: the SDK ends every one)."""
-        start = 0
-        while True:
-            end = data.find(b"\n", start)
-            if end < 0:
-                break
-            if self._skipping:
-                self._skipping = False
-            else:
-                self._buffer += data[start:end]
-                line = bytes(self._buffer)
-                self._buffer.clear()
-                self._line(line)
-            start = end + 1
-        if not self._skipping:
-            self._buffer += data[start:]
-            if len(self._buffer) > self._max_line:
-                self._buffer.clear()
-                self._skipping = True
-                self._malformed(f"a line longer than {self._max_line} bytes was dropped", None)
+        dropped = self._lines.dropped
+        for line in self._lines.feed(data):
+            self._line(line)
+        if self._lines.dropped != dropped:
+            self._malformed(f"a line longer than {self._max_line} bytes was dropped", None)
 
     def next_event(self) -> Event | None:
         """The next event, or None when the bytes so far hold no more."""

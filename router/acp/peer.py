@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Awaitable, Callable, Final
 
+import attrs
 import trio
 
 from router.acp.jsonrpc import (
@@ -123,7 +124,7 @@ class RpcPeer:
         return f"<RpcPeer {self.name} closed={self.closed} {self.connection!r}>"
 
     def statistics(self) -> dict[str, Any]:
-        return {**self.connection.statistics(), "closed": self.closed, "calls": len(self._calls)}
+        return {**attrs.asdict(self.connection.statistics()), "closed": self.closed, "calls": len(self._calls)}
 
     # ------------------------------------------------------------------ output
 

@@ -304,10 +304,7 @@ class AcpServer:
         attached = self.attached.get(session)
         if attached is None:
             raise RpcError(INVALID_PARAMS, f"session {session!r} is not loaded here: session/load it first")
-        if type(prompt) is not list:
-            raise RpcError(INVALID_PARAMS, "prompt is a list of content blocks")
-        text = "".join(block["text"] for block in prompt
-                       if type(block) is dict and block.get("type") == "text" and type(block.get("text")) is str)
+        text = _prompt_text(prompt)
         event_id = str(uuid.uuid4())
         attached.converter.own.add(event_id)
         attached.cancelled = False
@@ -315,10 +312,7 @@ class AcpServer:
         async with _client(attached.socket) as client:
             response = await client.post(f"/sessions/{quote(session, safe='')}/messages",
                                          json={"text": text, "eventId": event_id, "wait": True})
-        try:
-            answer = response.json()
-        except ValueError:
-            answer = None
+        answer = _json_or_none(response)
         reply = answer.get("reply") if type(answer) is dict else None
         if response.status_code == 200 and (reply is None or reply.get("status") == "done"):
             await self._turn_seen(ended, reply)
@@ -435,3 +429,20 @@ async def serve_stdio(env: Mapping[str, str]) -> None:
     stdout = trio.lowlevel.FdStream(os.dup(1))
     async with stdin, stdout:
         await AcpServer(stdout, stdin, env).run()
+
+
+def _prompt_text(prompt: Any) -> str:
+    """The text of a ``session/prompt``'s content blocks, joined; raises
+    :class:`RpcError` when ``prompt`` is not a list."""
+    if type(prompt) is not list:
+        raise RpcError(INVALID_PARAMS, "prompt is a list of content blocks")
+    return "".join(block["text"] for block in prompt
+                   if type(block) is dict and block.get("type") == "text" and type(block.get("text")) is str)
+
+
+def _json_or_none(response: Any) -> Any:
+    """The response's JSON body, or None when it is not JSON."""
+    try:
+        return response.json()
+    except ValueError:
+        return None

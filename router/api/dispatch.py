@@ -19,8 +19,8 @@ from quart import Response, request
 from router.api.context import ApiContext, current
 from router.api.responses import json_response, status_of
 from router.errors import Refusal
-from router.plugins.broker import Answer
-from router.turns.core import Answered, Unanswered
+from router.plugins.broker import ModuleAnswer
+from router.turns.core import Answered, DeliveryUnanswered
 from router.turns.requests import SendRequest
 
 __all__ = ["CHANNEL_HEADER", "DEFAULT_CHANNEL", "CoreAnswer", "dispatch", "respond"]
@@ -72,9 +72,9 @@ async def _send(api: ApiContext, args: Mapping[str, Any]) -> CoreAnswer:
     reply, body = await api.router.send(send.session, send.text, **send.send_arguments())
     if isinstance(reply, Answered):
         return CoreAnswer(body=body)
-    # Unanswered: resend with the same eventId (503 unless its code says);
+    # DeliveryUnanswered: resend with the same eventId (503 unless its code says);
     # refused: not for resending.
-    return CoreAnswer(status=status_of(reply.code, 503 if isinstance(reply, Unanswered) else 409), body=body)
+    return CoreAnswer(status=status_of(reply.code, 503 if isinstance(reply, DeliveryUnanswered) else 409), body=body)
 
 
 async def dispatch(operation: str, args: Mapping[str, Any]) -> CoreAnswer:
@@ -89,7 +89,7 @@ async def dispatch(operation: str, args: Mapping[str, Any]) -> CoreAnswer:
     answer = await api.layer.dispatch(channel, operation, args, core)
     if isinstance(answer, Refusal):
         raise answer
-    assert isinstance(answer, Answer)
+    assert isinstance(answer, ModuleAnswer)
     if not isinstance(answer.value, CoreAnswer):
         log.error("the %s channel answered %r, not the core's answer", channel, answer.value)
         raise Refusal("channel-failed", f"the {channel} channel answered something other than the core's answer")

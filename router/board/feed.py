@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 from typing import Any, AsyncIterator, Final, Protocol
 
+import attrs
 import trio
 
 from router._fanout import FanOut, Lagged
@@ -84,7 +85,7 @@ class BoardFeed:
 
     def statistics(self) -> dict[str, Any]:
         return {"viewers": self._viewers, "running": self._scope is not None, "surveys": self.surveys,
-                **{f"fanout_{key}": value for key, value in self._fanout.statistics().items()}}
+                **{f"fanout_{key}": value for key, value in attrs.asdict(self._fanout.statistics()).items()}}
 
     async def events(self, nursery: trio.Nursery) -> AsyncIterator[dict[str, Any]]:
         """The board's events for one viewer: ``snapshot`` (the whole

@@ -83,20 +83,20 @@ def delivery_of(event_id: str, session: str, text: str) -> Any:
 
 def reply_json(reply: Any) -> tuple[str, bool]:
     """A reply as the inbox keeps it, and whether it is final (a resend
-    is answered from it) or not (``Unanswered``: a resend tries again)."""
-    from router.turns.core import Answered, Unanswered
+    is answered from it) or not (``DeliveryUnanswered``: a resend tries again)."""
+    from router.turns.core import Answered, DeliveryUnanswered
     from wire.json import dumps
 
     if isinstance(reply, Answered):
         return dumps({"type": "answered", "answer": dict(reply.answer), "fromRecord": reply.from_record}), True
-    if isinstance(reply, Unanswered):
+    if isinstance(reply, DeliveryUnanswered):
         return dumps({"type": "unanswered", "eventId": reply.event_id, "code": reply.code,
                       "message": reply.message}), False
     return dumps({"type": "refused", "code": reply.code, "message": reply.message}), True
 
 
 def reply_of(text: str) -> Any:
-    from router.turns.core import Answered, Refused, Unanswered
+    from router.turns.core import Answered, DeliveryRefused, DeliveryUnanswered
     from wire.json import loads
 
     body = loads(text)
@@ -104,8 +104,8 @@ def reply_of(text: str) -> Any:
     if body["type"] == "answered":
         return Answered(answer=body["answer"], from_record=bool(body["fromRecord"]))
     if body["type"] == "unanswered":
-        return Unanswered(event_id=body["eventId"], code=body["code"], message=body["message"])
-    return Refused(code=body["code"], message=body["message"])
+        return DeliveryUnanswered(event_id=body["eventId"], code=body["code"], message=body["message"])
+    return DeliveryRefused(code=body["code"], message=body["message"])
 
 
 def settings_from(env: Mapping[str, str]) -> ClusterSettings:
@@ -258,11 +258,11 @@ class ClusterNode:
     async def relay(self, delivery: Any) -> Any:
         """Deliver through the session's holder: kept in the inbox by event
         id, answered by the holder (see :mod:`router.cluster.member`)."""
-        from router.turns.core import Refused
+        from router.turns.core import DeliveryRefused
 
         known = await self.member.db.call(_known, delivery.session)
         if not known:
-            return Refused(code="unknown-session", message=f"there is no session {delivery.session!r} in the "
+            return DeliveryRefused(code="unknown-session", message=f"there is no session {delivery.session!r} in the "
                            "cluster; list the sessions to see which there are")
         text = await self.member.relay(delivery.event_id, delivery.session, delivery_json(delivery))
         return reply_of(text)
@@ -271,13 +271,13 @@ class ClusterNode:
         """The reply to a delivery whose write here the fence refused
         (recorded in ``cluster_refused`` and logged): unanswered, to be
         resent to the holder; None when ``error`` is not the fence's."""
-        from router.turns.core import Unanswered
+        from router.turns.core import DeliveryUnanswered
 
         lost = pg.lease_lost_in(error)
         if lost is None:
             return None
         await self.member.db.call(pg.record_refusal, lost)
-        return Unanswered(event_id=delivery.event_id, code="lease-lost",
+        return DeliveryUnanswered(event_id=delivery.event_id, code="lease-lost",
                           message=f"this router no longer holds {delivery.session!r}; resend with the same eventId")
 
     async def handle(self, event_id: str, session: str, body: str) -> tuple[str, bool]:

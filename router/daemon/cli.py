@@ -124,12 +124,33 @@ def load_adapter(spec: str) -> Any:
             f"--adapter {spec!r} is not one of {', '.join(ADAPTERS)} and not MODULE:ATTRIBUTE "
             "(for example mypackage.agents:adapter)",
         )
-    builtin = spec in ADAPTERS
+    module = _import_adapter_module(spec, module_name)
+    value = _adapter_attribute(spec, module, module_name, attribute)
+    if isinstance(value, type) or (not _is_adapter(value) and callable(value)):
+        try:
+            value = value()
+        except Exception as exc:
+            raise AdapterLoadError(
+                "adapter-import-failed", f"{target}() raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+            ) from exc
+    if not _is_adapter(value):
+        raise AdapterLoadError(
+            "bad-adapter", f"{target} is a {type(value).__name__}, not an adapter (it needs .info and .open(context))"
+        )
+    if not isinstance(value.info, AdapterInfo):
+        raise AdapterLoadError(
+            "bad-adapter", f"{target}.info is a {type(value.info).__name__}, not a wire.container.AdapterInfo"
+        )
+    return value
+
+
+def _import_adapter_module(spec: str, module_name: str) -> Any:
+    """The module an adapter lives in; "not found" told from "crashed"."""
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            if builtin:
+            if spec in ADAPTERS:
                 raise AdapterLoadError(
                     "adapter-not-found",
                     f"the {spec} adapter is not in this build (module {module_name} does not exist); "
@@ -149,6 +170,10 @@ def load_adapter(spec: str) -> Any:
             "adapter-import-failed",
             f"module {module_name!r} crashed on import: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
         ) from exc
+
+
+def _adapter_attribute(spec: str, module: Any, module_name: str, attribute: str) -> Any:
+    """The dotted ``attribute`` of ``module``, refused when it is missing."""
     value: Any = module
     for part in attribute.split("."):
         try:
@@ -157,21 +182,6 @@ def load_adapter(spec: str) -> Any:
             raise AdapterLoadError(
                 "adapter-not-found", f"module {module_name!r} has no attribute {attribute!r} (from --adapter {spec!r})"
             ) from None
-    if isinstance(value, type) or (not _is_adapter(value) and callable(value)):
-        try:
-            value = value()
-        except Exception as exc:
-            raise AdapterLoadError(
-                "adapter-import-failed", f"{target}() raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
-            ) from exc
-    if not _is_adapter(value):
-        raise AdapterLoadError(
-            "bad-adapter", f"{target} is a {type(value).__name__}, not an adapter (it needs .info and .open(context))"
-        )
-    if not isinstance(value.info, AdapterInfo):
-        raise AdapterLoadError(
-            "bad-adapter", f"{target}.info is a {type(value.info).__name__}, not a wire.container.AdapterInfo"
-        )
     return value
 
 

@@ -118,6 +118,7 @@ __all__ = [
     "SETTLED_KEPT",
     "Send",
     "SessionCore",
+    "SessionStatistics",
     "StartTurn",
     "Steer",
     "Turn",
@@ -348,6 +349,22 @@ class KeptFrame(tuple):
         return self[2]
 
 
+@attrs.frozen(kw_only=True)
+class SessionStatistics:
+    """What :meth:`SessionCore.statistics` answers: the last frame's number,
+    frames kept, operations known and queued, the running one's id, the open
+    generation, and whether a connection is attached (and live)."""
+
+    seq: int
+    kept: int
+    operations: int
+    queued: int
+    running: str | None
+    open: int | None
+    connected: bool
+    live: bool
+
+
 class SessionCore:
     """The daemon's state for one session. See the module docstring.
 
@@ -449,24 +466,24 @@ class SessionCore:
             "operations": self.operations(),
         }
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "kept": len(self._kept),
-            "operations": len(self._operations),
-            "queued": sum(1 for op in self._queue if op.state == _QUEUED),
-            "running": None if self._running is None else self._running.operation_id,
-            "open": self.open_generation,
-            "connected": self._conn is not None,
-            "live": self._live,
-        }
+    def statistics(self) -> SessionStatistics:
+        return SessionStatistics(
+            seq=self.seq,
+            kept=len(self._kept),
+            operations=len(self._operations),
+            queued=sum(1 for op in self._queue if op.state == _QUEUED),
+            running=None if self._running is None else self._running.operation_id,
+            open=self.open_generation,
+            connected=self._conn is not None,
+            live=self._live,
+        )
 
     def __repr__(self) -> str:
         s = self.statistics()
         return (
-            f"<SessionCore {self.session!r} seq={s['seq']} kept={s['kept']} "
-            f"operations={s['operations']} queued={s['queued']} running={s['running']!r} "
-            f"open={s['open']} {'live' if s['live'] else 'connected' if s['connected'] else 'detached'}>"
+            f"<SessionCore {self.session!r} seq={s.seq} kept={s.kept} "
+            f"operations={s.operations} queued={s.queued} running={s.running!r} "
+            f"open={s.open} {'live' if s.live else 'connected' if s.connected else 'detached'}>"
         )
 
     # ------------------------------------------------------------------ connections
@@ -670,23 +687,7 @@ class SessionCore:
         with the error's text. (The reference's ``#run``.)
         """
         out = self._out = []
-        kind = type(result)
-        if (kind is Done and type(result.text) is not str) or (kind is Unanswered and type(result.reason) is not str):
-            kind = None  # attrs does not check types: not an outcome the wire can carry
-        if kind is Done:
-            outcome = _ABORTED if turn.aborted else {"status": "done", "text": result.text, **result.extra}
-        elif kind is Unanswered:
-            outcome = {"status": "unanswered", "reason": result.reason, **result.extra}
-        elif kind is TurnFailed:
-            outcome = _ABORTED if turn.aborted else {"status": "unanswered", "reason": result.text}
-        elif kind is TurnCancelled:
-            outcome = _ABORTED
-        else:
-            reason = f"the adapter's run returned {type(result).__name__}, not an outcome (Done or Unanswered)"
-            outcome = _ABORTED if turn.aborted else {"status": "unanswered", "reason": reason}
-        if len(outcome) > 2 and not is_json(outcome):
-            # ``extra`` fields an adapter put on its outcome must be JSON too.
-            outcome = {"status": "unanswered", "reason": "the adapter's outcome is not JSON"}
+        outcome = _outcome(turn, result)
         if self._running is turn:
             self._running = None
         self._settle(turn.operation, outcome)
@@ -808,6 +809,29 @@ def _preview(value: object) -> str:
     or size is shown in bounded time and stack."""
     return reprlib.repr(value)
 
+
+
+def _outcome(turn: Turn, result: TurnResult) -> dict[str, Any]:
+    """The wire outcome a turn's result settles its operations with (see
+    :meth:`SessionCore.turn_finished`)."""
+    kind = type(result)
+    if (kind is Done and type(result.text) is not str) or (kind is Unanswered and type(result.reason) is not str):
+        kind = None  # attrs does not check types: not an outcome the wire can carry
+    if kind is Done:
+        outcome = _ABORTED if turn.aborted else {"status": "done", "text": result.text, **result.extra}
+    elif kind is Unanswered:
+        outcome = {"status": "unanswered", "reason": result.reason, **result.extra}
+    elif kind is TurnFailed:
+        outcome = _ABORTED if turn.aborted else {"status": "unanswered", "reason": result.text}
+    elif kind is TurnCancelled:
+        outcome = _ABORTED
+    else:
+        reason = f"the adapter's run returned {type(result).__name__}, not an outcome (Done or Unanswered)"
+        outcome = _ABORTED if turn.aborted else {"status": "unanswered", "reason": reason}
+    if len(outcome) > 2 and not is_json(outcome):
+        # ``extra`` fields an adapter put on its outcome must be JSON too.
+        outcome = {"status": "unanswered", "reason": "the adapter's outcome is not JSON"}
+    return outcome
 
 def _error(message: str) -> str:
     return dumps({"type": "error", "message": message})

@@ -496,40 +496,9 @@ class SessionRunner:
         for effect in effects:
             kind = type(effect)
             if kind is OpenSession:
-                context = AdapterContext(
-                    session=core.session,
-                    settings=effect.settings,
-                    restore=effect.restore,
-                    emit=self._emit,
-                    persist=self._persist,
-                    log=self._log,
-                )
-                try:
-                    session = await _maybe_await(self._adapter.open(context))
-                except Exception as exc:
-                    log.warning("session %r: adapter open failed: %s", core.session, error_text(exc))
-                    more = core.open_failed(effect.conn, effect.generation, exc)
-                else:
-                    more = core.opened(effect.generation, session, can_steer=callable(getattr(session, "steer", None)))
-                await self._perform(more)
+                await self._open(effect)
             elif kind is Steer:
-                if core.running is not effect.turn:
-                    # The steer was decided for a turn that has ended since
-                    # (its message was handled in its reader's task, and the
-                    # call waited for this task while the turn task ran the
-                    # turn to its end). The adapter must not hear of it: the
-                    # echo, for one, would keep the text for its next turn,
-                    # which is this operation's own (the text twice). Declined:
-                    # the operation queues, as if the turn had ended first.
-                    await self._perform(core.steered(effect.turn, effect.operation_id, False))
-                    continue
-                try:
-                    took = await _maybe_await(effect.session.steer(effect.input))
-                except Exception as exc:
-                    more = core.steer_failed(effect.conn, effect.turn, effect.operation_id, exc)
-                else:
-                    more = core.steered(effect.turn, effect.operation_id, bool(took))  # truthy, as the reference
-                await self._perform(more)
+                await self._steer(effect)
             elif kind is ConfigureSession:
                 await self._configure(core, effect)
             elif kind is AnswerAsk:
@@ -539,13 +508,58 @@ class SessionRunner:
                 if ended is not None:
                     await ended.wait()
             elif kind is CloseSession:
-                try:
-                    await _maybe_await(effect.session.close())
-                except Exception as exc:
-                    log.warning("session %r: adapter close failed: %s", core.session, error_text(exc))
-                self._closing = [each for each in self._closing if each is not effect.session]
+                await self._close(effect)
             else:
                 self._apply([effect])
+
+    async def _open(self, effect: OpenSession) -> None:
+        """Open the adapter session and tell the core how it went."""
+        core = self.core
+        context = AdapterContext(
+            session=core.session,
+            settings=effect.settings,
+            restore=effect.restore,
+            emit=self._emit,
+            persist=self._persist,
+            log=self._log,
+        )
+        try:
+            session = await _maybe_await(self._adapter.open(context))
+        except Exception as exc:
+            log.warning("session %r: adapter open failed: %s", core.session, error_text(exc))
+            more = core.open_failed(effect.conn, effect.generation, exc)
+        else:
+            more = core.opened(effect.generation, session, can_steer=callable(getattr(session, "steer", None)))
+        await self._perform(more)
+
+    async def _steer(self, effect: Steer) -> None:
+        """Steer the running turn, unless it has ended since the core decided."""
+        core = self.core
+        if core.running is not effect.turn:
+            # The steer was decided for a turn that has ended since
+            # (its message was handled in its reader's task, and the
+            # call waited for this task while the turn task ran the
+            # turn to its end). The adapter must not hear of it: the
+            # echo, for one, would keep the text for its next turn,
+            # which is this operation's own (the text twice). Declined:
+            # the operation queues, as if the turn had ended first.
+            await self._perform(core.steered(effect.turn, effect.operation_id, False))
+            return
+        try:
+            took = await _maybe_await(effect.session.steer(effect.input))
+        except Exception as exc:
+            more = core.steer_failed(effect.conn, effect.turn, effect.operation_id, exc)
+        else:
+            more = core.steered(effect.turn, effect.operation_id, bool(took))  # truthy, as the reference
+        await self._perform(more)
+
+    async def _close(self, effect: CloseSession) -> None:
+        """Close an adapter session the core is done with."""
+        try:
+            await _maybe_await(effect.session.close())
+        except Exception as exc:
+            log.warning("session %r: adapter close failed: %s", self.core.session, error_text(exc))
+        self._closing = [each for each in self._closing if each is not effect.session]
 
     # ------------------------------------------------------------------ shutdown
 

@@ -18,7 +18,7 @@ public face is what this module exports:
 The modules inside:
 
 ``events``        the typed events and operation results the host hands out
-``reconcile``     sans-IO: reconcile on ``hello``, deliver, apply frames, acks
+``reconcile``     reconcile on ``hello``, deliver, apply frames, acks (in a store transaction)
 ``connection``    sans-IO: a session link's state across connections (requests,
                   backoff, give-up, what to do when a connection ends)
 ``link``          dialling a daemon (the WebSocket: ``router/_websocket.py``): health wait, connect and hello deadlines,

@@ -1,7 +1,7 @@
 """The sans-IO core of one session's link: where the link is, what the API
 asked it to do, and what to do when a connection ends.
 
-:class:`LinkCore` is a plain class: the Trio layer
+:class:`HostLinkCore` is a plain class: the Trio layer
 (:mod:`router.host.session_link`) tells it what happened (inputs) and does
 what it answers (the decisions below). It never awaits and never reads a
 clock: a time, where one matters, is an argument.
@@ -17,18 +17,18 @@ asking once: each reads the record when it is done); aborts are an ordered
 set of ids. A request is done in exactly one of two ways:
 
 - by the **reconcile** of a connection that started after it was asked:
-  :meth:`LinkCore.reconciling` clears every request, because the reconcile
+  :meth:`HostLinkCore.reconciling` clears every request, because the reconcile
   reads the record as it is then and does all of their work (it delivers,
   configures, and aborts what the daemon has that the record settled);
 - by the **driver** of a live connection, which takes the requests asked
-  since (:meth:`LinkCore.take`), each once.
+  since (:meth:`HostLinkCore.take`), each once.
 
 So nothing asked is left undone (a request asked while no connection is
 live waits for the next reconcile; one asked while a reconcile runs is
 taken after it) and nothing is done twice (a take empties what it takes).
-A redial is done by the next dial: :meth:`LinkCore.attempt` and
-:meth:`LinkCore.reconciling` clear it; while it is pending, a live
-connection is interrupted (:meth:`LinkCore.interrupt`) and a backoff pause
+A redial is done by the next dial: :meth:`HostLinkCore.attempt` and
+:meth:`HostLinkCore.reconciling` clear it; while it is pending, a live
+connection is interrupted (:meth:`HostLinkCore.interrupt`) and a backoff pause
 is skipped.
 
 **Backoff.** After a connection ends, the link pauses
@@ -45,11 +45,11 @@ to the cap, never a tight loop.
 **Give-up.** With ``give_up_after`` set, the link gives up once that many
 seconds pass without a connection reaching ``hello``. The Trio layer runs
 the whole connect loop in one cancel scope whose deadline is
-:attr:`LinkCore.give_up_deadline`, and moves it after every input (as
+:attr:`HostLinkCore.give_up_deadline`, and moves it after every input (as
 hypercorn's graceful drain moves its scope's deadline): infinite from a
 ``hello`` on, ``now + give_up_after`` when a connection that had one ends,
 unchanged while no attempt gets one. When the scope fires,
-:meth:`LinkCore.gave_up` says why.
+:meth:`HostLinkCore.gave_up` says why.
 
 **States.** ``idle`` (not started), ``connecting``, ``live`` (reconciled),
 ``backoff``, ``failed`` (:attr:`failure` says why), ``closed``.
@@ -67,7 +67,7 @@ from wire.container import AdapterInfo
 if TYPE_CHECKING:  # types only: the link (Trio) is loaded by whoever dials
     from router.host.link import Backoff, LinkError
 
-__all__ = ["GiveUp", "HEALTHY_AFTER", "LinkCore", "LinkState", "Pause", "REDIAL", "Redial", "Requests"]
+__all__ = ["GiveUp", "HEALTHY_AFTER", "HostLinkCore", "LinkState", "Pause", "REDIAL", "Redial", "Requests"]
 
 LinkState = Literal["idle", "connecting", "live", "backoff", "failed", "closed"]
 
@@ -115,7 +115,7 @@ class GiveUp:
 Decision: TypeAlias = Redial | Pause | GiveUp
 
 
-class LinkCore:
+class HostLinkCore:
     """One session's link state across its connections; see the module
     docstring. ``backoff`` is the link's own (its ``attempt`` counts the
     pauses since the last good connection)."""
@@ -161,7 +161,7 @@ class LinkCore:
 
     def __repr__(self) -> str:
         return (
-            f"<LinkCore {self.state} runtime={self.runtime_id!r} connections={self.connections} "
+            f"<HostLinkCore {self.state} runtime={self.runtime_id!r} connections={self.connections} "
             f"attempt={self.backoff.attempt} pending={self.pending()}>"
         )
 

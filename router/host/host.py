@@ -50,7 +50,7 @@ from typing import Any, AsyncIterator, Callable, Final, Literal, Sequence
 import attrs
 import trio
 
-from router._fanout import Subscription
+from router._fanout import FanOutSubscription
 from router.host.events import DaemonChanged, HostEvent
 from router.host.lifecycle import Publish
 from router.host.link import Backoff, DaemonEndpoint, EndpointError, LinkError, LinkUnreachable
@@ -664,12 +664,12 @@ class EventStream:
     """A session's live events after a snapshot; see :meth:`HostSession.events`.
     ``async for batch in stream`` gives lists of :data:`~router.host.events.HostEvent`."""
 
-    def __init__(self, session: str, snapshot: dict, subscription: Subscription[list[HostEvent]]) -> None:
+    def __init__(self, session: str, snapshot: dict, subscription: FanOutSubscription[list[HostEvent]]) -> None:
         self.session = session
         self.snapshot = snapshot
         self._subscription = subscription
 
-    def __aiter__(self) -> Subscription[list[HostEvent]]:
+    def __aiter__(self) -> FanOutSubscription[list[HostEvent]]:
         return self._subscription
 
 

@@ -60,17 +60,20 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
+from router.errors import Refusal
+
 __all__ = [
     "DaemonInfo",
     "Effect",
     "FailOpen",
     "LifecycleCore",
+    "LifecycleStatistics",
     "LifecycleState",
     "MAX_FAILURES",
     "Publish",
-    "Redial",
+    "RedialLink",
     "Start",
-    "Stop",
+    "StopContainer",
     "Watch",
 ]
 
@@ -114,7 +117,7 @@ class Watch:
 
 
 @attrs.frozen
-class Stop:
+class StopContainer:
     """Stop (and remove) this container; ``why`` for the log."""
 
     container: str
@@ -122,7 +125,7 @@ class Stop:
 
 
 @attrs.frozen
-class Redial:
+class RedialLink:
     """Tell the session's link to drop its connection and dial again."""
 
 
@@ -137,13 +140,32 @@ class Publish:
 
 @attrs.frozen
 class FailOpen:
-    """Settle the session's open operations ``unanswered`` with ``code``."""
+    """Settle the session's open operations ``unanswered`` with the
+    refusal's code and sentence."""
 
-    code: str
-    message: str
+    refusal: Refusal
 
 
-Effect: TypeAlias = Start | Watch | Stop | Redial | Publish | FailOpen
+Effect: TypeAlias = Start | Watch | StopContainer | RedialLink | Publish | FailOpen
+
+
+@attrs.frozen(kw_only=True)
+class LifecycleStatistics:
+    """What :meth:`LifecycleCore.statistics` answers: the state and why, the
+    daemon's container and runtime, whether one is wanted or starting, the
+    counts of failures, starts, losses and adoptions, and the idle deadline."""
+
+    state: str
+    reason: str | None
+    container: str | None
+    runtime: str | None
+    wanted: bool
+    starting: bool
+    failures: int
+    starts: int
+    losses: int
+    adoptions: int
+    idle_deadline: float
 
 
 class LifecycleCore:
@@ -188,20 +210,20 @@ class LifecycleCore:
             f"failures={self.failures} starts={self.starts} losses={self.losses}>"
         )
 
-    def statistics(self) -> dict[str, object]:
-        return {
-            "state": self.state,
-            "reason": self.reason,
-            "container": None if self.daemon is None else self.daemon.container,
-            "runtime": None if self.daemon is None else self.daemon.runtime,
-            "wanted": self.wanted,
-            "starting": self.starting,
-            "failures": self.failures,
-            "starts": self.starts,
-            "losses": self.losses,
-            "adoptions": self.adoptions,
-            "idle_deadline": self.idle_deadline,
-        }
+    def statistics(self) -> LifecycleStatistics:
+        return LifecycleStatistics(
+            state=self.state,
+            reason=self.reason,
+            container=None if self.daemon is None else self.daemon.container,
+            runtime=None if self.daemon is None else self.daemon.runtime,
+            wanted=self.wanted,
+            starting=self.starting,
+            failures=self.failures,
+            starts=self.starts,
+            losses=self.losses,
+            adoptions=self.adoptions,
+            idle_deadline=self.idle_deadline,
+        )
 
     # ------------------------------------------------------------------ inputs
 
@@ -256,7 +278,7 @@ class LifecycleCore:
             self.state, self.reason = "unreachable", reason
             tries = f"{self.failures} start{'s' if self.failures > 1 else ''} failed in a row"
             return [Publish("unreachable", f"{reason} ({tries})", None),
-                    FailOpen(code, f"{message} ({tries}); send again to try again")]
+                    FailOpen(Refusal(code, f"{message} ({tries}); send again to try again"))]
         delay = min(self.retry_cap, self.retry_base * 2 ** (self.failures - 1))
         self.reason = f"start {self.failures} of {self.max_failures} failed: {reason}"
         self.starting = True
@@ -269,7 +291,7 @@ class LifecycleCore:
         self.losses += 1
         self.daemon = None
         self.idle_deadline = math.inf
-        effects: list[Effect] = [Stop(container, f"lost: {reason}"), Redial()]
+        effects: list[Effect] = [StopContainer(container, f"lost: {reason}"), RedialLink()]
         if self.wanted:
             return effects + self._start("replacing", f"lost: {reason}; replacing it")
         self.state, self.reason = "stopped", f"lost: {reason}; the next delivery starts a new one"
@@ -283,7 +305,7 @@ class LifecycleCore:
         self.daemon = None
         self.idle_deadline = math.inf
         self.state, self.reason = "idle-stopped", f"idle for {self.idle_timeout:g} s"
-        return [Stop(container, self.reason), Publish("idle-stopped", self.reason, None)]
+        return [StopContainer(container, self.reason), Publish("idle-stopped", self.reason, None)]
 
     def close(self) -> list[Effect]:
         """The host stops: stop the daemon."""
@@ -293,7 +315,7 @@ class LifecycleCore:
             return []
         container, self.daemon = self.daemon.container, None
         self.state, self.reason = "stopped", "the router stopped"
-        return [Stop(container, "the router stops")]
+        return [StopContainer(container, "the router stops")]
 
     # ------------------------------------------------------------------ inside
 

@@ -1,9 +1,14 @@
-"""The host's reconcile, deliver and apply cores: sans-IO.
+"""The host's reconcile, deliver and apply rules, run inside a store
+transaction.
 
-One :class:`ConnectionCore` per WebSocket connection of a session (the
+Not sans-IO: the rules read and write the record as they decide (an
+operation's status, the cursor, the frames kept), so they run where the
+record is, on the store's worker thread, inside one transaction. What they
+never do is touch a socket or await.
+
+One :class:`ConnectionRules` per WebSocket connection of a session (the
 reference's ``attached`` record, ``ContainerHarness`` in npm
-``agents@0.32.0``, ``dist/harness/container/index.js``). It never touches a
-socket and never awaits: each method takes the :class:`~router.host.store.Store`,
+``agents@0.32.0``, ``dist/harness/container/index.js``). Each method takes the :class:`~router.host.store.Store`,
 runs inside one store transaction (the caller's ``Store.transact``), writes
 what the rule says, and returns :class:`Effects`: the host messages to send,
 the session events to hand to live subscribers, and the operations it
@@ -20,7 +25,7 @@ container process), keeps it until acknowledged and replays kept frames
 after a cursor. The host stores a cursor ``(runtime id, seq)``: the last frame
 it applied. The record is the truth; the daemon is disposable.
 
-**Reconcile** (:meth:`ConnectionCore.hello`), on every ``hello``, before
+**Reconcile** (:meth:`ConnectionRules.hello`), on every ``hello``, before
 anything is delivered, in this order (as the reference's ``#reconcile``):
 
 1. *Open.* If ``hello.open`` is not the stored generation, send the
@@ -70,7 +75,7 @@ same runtime id is a new container that reused the id (npm ``agents@0.32.0`` ``p
 runtime ids name containers; this is the defensive reading): it is treated exactly
 as a new runtime, or its frames would be skipped as already applied.
 
-**Deliver** (:meth:`ConnectionCore.deliver`): every open operation not
+**Deliver** (:meth:`ConnectionRules.deliver`): every open operation not
 delivered to this runtime goes out as ``prompt``, in submission order, and is
 marked delivered to it; operations after one deferred to ``caught-up`` wait
 with it, so the daemon still receives them in submission order. The first
@@ -79,7 +84,7 @@ the operation, so a redelivery carries it too. A connection whose generation
 a ``reset`` has left behind delivers nothing (its daemon still has the old
 adapter session open; the link redials and the next connection delivers).
 
-**Apply** (:meth:`ConnectionCore.receive`): frames and ``caught-up`` in
+**Apply** (:meth:`ConnectionRules.receive`): frames and ``caught-up`` in
 order. A frame at or below the cursor of the same runtime is skipped;
 ``start`` moves the operation to running and records the user's message
 (id ``<operationId>:user``, its parts from the input, ``createdAt`` the
@@ -410,7 +415,7 @@ def end_event(result: OperationResult) -> OperationEnded:
     return OperationEnded(result=result)
 
 
-class ConnectionCore:
+class ConnectionRules:
     """The host's side of one connection of one session. See the module
     docstring; each public method runs inside one store transaction.
 
@@ -458,7 +463,7 @@ class ConnectionCore:
     def __repr__(self) -> str:
         phase = "ready" if self.ready else "awaiting hello"
         return (
-            f"<ConnectionCore {self.session!r} {phase} runtime={self.runtime_id!r} "
+            f"<ConnectionRules {self.session!r} {phase} runtime={self.runtime_id!r} "
             f"applied={self.frames_applied} skipped={self.frames_skipped} "
             f"since_ack={self.since_ack} early={len(self.early)}>"
         )
@@ -540,44 +545,55 @@ class ConnectionCore:
         operation it knows cannot be handed to it again (it takes an
         operation id once), so it settles as lost; the others are handed
         over afresh."""
-        runtime = hello.runtime_id
         known = {operation.operation_id: operation for operation in hello.operations}
-        if stale:
-            lost_any = False
-            for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
-                if operation.id in known or operation.status == "running":
-                    lost_any = True
-                    self._lose(store, operation.id, operation.id not in known and self._rerun(hello), reconcile)
-                elif operation.delivered is not None:
-                    store.set_delivered(self.session, operation.id, None)
-            if lost_any:
-                reconcile.events.insert(0, ContainerLost())
-            return
-        rerun = self._rerun(hello)
         lost_any = False
         for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
-            there = known.get(operation.id)
-            if type(there) is SettledOperation:
-                reconcile.settled_there.append((operation.id, converter.unstructure(there.outcome)))
-                continue
-            if there is not None:
-                continue
-            lost = operation.status == "running" and (operation.delivered != runtime or regressed)
-            if not lost:
-                if operation.delivered == runtime and not regressed:
-                    # Handed to this very runtime, which does not list it:
-                    # it never arrived, or it settled and the daemon forgot
-                    # it (beyond 1,000 settled) while its frames are still
-                    # kept. Decide at ``caught-up``, once the kept frames
-                    # are in, so a kept settle wins over a second run.
-                    reconcile.deferred.append(operation.id)
-                elif operation.delivered is not None:
-                    store.set_delivered(self.session, operation.id, None)
-                continue
-            lost_any = True
-            self._lose(store, operation.id, rerun, reconcile)
+            if stale:
+                lost_any |= self._stale_operation(store, hello, known, operation, reconcile)
+            else:
+                lost_any |= self._open_operation(store, hello, regressed, known, operation, reconcile)
         if lost_any:
             reconcile.events.insert(0, ContainerLost())
+
+    def _stale_operation(
+        self, store: Store, hello: Hello, known: dict[str, Any], operation: Any, reconcile: _Reconcile
+    ) -> bool:
+        """One open operation against a stale daemon's report; True when it
+        is lost."""
+        if operation.id in known or operation.status == "running":
+            self._lose(store, operation.id, operation.id not in known and self._rerun(hello), reconcile)
+            return True
+        if operation.delivered is not None:
+            store.set_delivered(self.session, operation.id, None)
+        return False
+
+    def _open_operation(
+        self, store: Store, hello: Hello, regressed: bool, known: dict[str, Any], operation: Any,
+        reconcile: _Reconcile,
+    ) -> bool:
+        """One open operation against a current daemon's report; True when
+        it is lost."""
+        runtime = hello.runtime_id
+        there = known.get(operation.id)
+        if type(there) is SettledOperation:
+            reconcile.settled_there.append((operation.id, converter.unstructure(there.outcome)))
+            return False
+        if there is not None:
+            return False
+        lost = operation.status == "running" and (operation.delivered != runtime or regressed)
+        if not lost:
+            if operation.delivered == runtime and not regressed:
+                # Handed to this very runtime, which does not list it:
+                # it never arrived, or it settled and the daemon forgot
+                # it (beyond 1,000 settled) while its frames are still
+                # kept. Decide at ``caught-up``, once the kept frames
+                # are in, so a kept settle wins over a second run.
+                reconcile.deferred.append(operation.id)
+            elif operation.delivered is not None:
+                store.set_delivered(self.session, operation.id, None)
+            return False
+        self._lose(store, operation.id, self._rerun(hello), reconcile)
+        return True
 
     def _rerun(self, hello: Hello) -> bool:
         """Whether an operation lost with its container runs again (the
@@ -825,11 +841,14 @@ class ConnectionCore:
             return f"message {message['id']!r} is the person's own message, which only the host writes"
         if operation is not None and operation.settled:
             return f"message {message['id']!r} belongs to operation {operation_id!r}, settled {operation.status}"
-        if owner_id is not None and owner_id != operation_id:
-            owner = store.operation(self.session, owner_id)
-            if owner is None or owner.settled:
-                return f"message {message['id']!r} belongs to settled operation {owner_id!r}"
+        if owner_id is not None and owner_id != operation_id and self._settled_or_gone(store, owner_id):
+            return f"message {message['id']!r} belongs to settled operation {owner_id!r}"
         return None
+
+    def _settled_or_gone(self, store: Store, operation_id: str) -> bool:
+        """Whether the operation is settled, or not in the record at all."""
+        owner = store.operation(self.session, operation_id)
+        return owner is None or owner.settled
 
     def _pass(self, store: Store, runtime: str, seq: int, reason: str, text: str, batch: _Batch) -> None:
         """Pass a frame without applying it: recorded, told, and acked at
@@ -898,7 +917,7 @@ class ConnectionCore:
 __all__ = [
     "ACK_EVERY",
     "CONTAINER_LOST",
-    "ConnectionCore",
+    "ConnectionRules",
     "HISTORY_SETTLED",
     "Effects",
     "LOST_POLICIES",

@@ -1,6 +1,6 @@
-"""One session's link task: the Trio layer over :class:`LinkCore` (the
+"""One session's link task: the Trio layer over :class:`HostLinkCore` (the
 link's state across connections, :mod:`router.host.connection`) and
-:class:`ConnectionCore` (one connection's reconcile and apply,
+:class:`ConnectionRules` (one connection's reconcile and apply,
 :mod:`router.host.reconcile`).
 
 A :class:`SessionLink` is started by its owner (the
@@ -62,9 +62,9 @@ from typing import Any, Awaitable, Callable, Final, Iterator, Protocol, Sequence
 import trio
 
 from router.store.db import database_errors
-from router._fanout import FanOut, Lagged, Subscription
+from router._fanout import FanOut, FanOutSubscription, Lagged
 from router._peerlog import cut
-from router.host.connection import GiveUp, LinkCore, LinkState, Pause, Redial, Requests
+from router.host.connection import GiveUp, HostLinkCore, LinkState, Pause, Redial, Requests
 from router.host.events import HostEvent, OperationResult
 from router.host.link import (
     Backoff,
@@ -78,7 +78,7 @@ from router.host.link import (
     read_hello,
     wait_healthy,
 )
-from router.host.reconcile import ConnectionCore, Effects, UnreadableFrame, frame_seq, is_store_failure
+from router.host.reconcile import ConnectionRules, Effects, UnreadableFrame, frame_seq, is_store_failure
 from router.host.settings import HostSettings
 from router.host.store import Store
 from router._websocket import WebSocket, WebSocketClosed
@@ -203,7 +203,7 @@ class SessionLink:
         self._endpoint_of = endpoint_of
         self.settings = settings
         self._health_wait = health_wait
-        self.core = LinkCore(backoff=owner.backoff(), give_up_after=settings.give_up_after)
+        self.core = HostLinkCore(backoff=owner.backoff(), give_up_after=settings.give_up_after)
         self._state_changed = trio.Event()
         self._subscribers: FanOut[list[HostEvent]] = FanOut(
             buffer=SUBSCRIBER_BUFFER, lagged_error=_events_lagged(session)
@@ -347,7 +347,7 @@ class SessionLink:
             self._subscribers.publish(list(events))
 
     @contextlib.contextmanager
-    def subscribe(self) -> Iterator[Subscription[list[HostEvent]]]:
+    def subscribe(self) -> Iterator[FanOutSubscription[list[HostEvent]]]:
         """A live subscription to the session's event batches (see
         :class:`router._fanout.FanOut`)."""
         with self._subscribers.subscribe() as subscription:
@@ -432,7 +432,7 @@ class SessionLink:
 
     def _short_lived(self, decision: GiveUp | Pause | Redial) -> GiveUp | Pause | Redial:
         """Say so when a reconciled connection ended before it counted as
-        healthy: the backoff keeps growing (``LinkCore``), and the line
+        healthy: the backoff keeps growing (``HostLinkCore``), and the line
         names the side that failed (the error's own words say which: the
         daemon closed, the host closed, the network lost it)."""
         core = self.core
@@ -471,7 +471,7 @@ class SessionLink:
                 self._moved()
                 inbox = _Inbox()
                 nursery.start_soon(self._reader, socket.ws, inbox, name=f"session {self.session!r} reader")
-                core = ConnectionCore(
+                core = ConnectionRules(
                     self.session, on_container_lost=settings.on_container_lost, ack_every=settings.ack_every
                 )
                 await self._connected(socket.ws, core, hello)
@@ -506,7 +506,7 @@ class SessionLink:
         if scope.cancelled_caught:
             raise _Redial()
 
-    async def _connected(self, ws: WebSocket, core: ConnectionCore, hello: Hello) -> None:
+    async def _connected(self, ws: WebSocket, core: ConnectionRules, hello: Hello) -> None:
         self.core.reconciling()
         store = self.store
         reconciled = await store.transact(core.hello, hello, retry=False)
@@ -516,7 +516,7 @@ class SessionLink:
         self._moved()
         await self._send(ws, effects)
 
-    async def _drive(self, ws: WebSocket, core: ConnectionCore, inbox: _Inbox) -> None:
+    async def _drive(self, ws: WebSocket, core: ConnectionRules, inbox: _Inbox) -> None:
         while True:
             self._wake = trio.Event()
             interrupt = self.core.interrupt()
@@ -535,7 +535,7 @@ class SessionLink:
             if not batch and requests is None:
                 await self._wake.wait()
 
-    async def _apply(self, ws: WebSocket, core: ConnectionCore, batch: list[Any]) -> None:
+    async def _apply(self, ws: WebSocket, core: ConnectionRules, batch: list[Any]) -> None:
         messages = self._parse(batch)
         if messages:
             try:
@@ -552,7 +552,7 @@ class SessionLink:
             self._commit(effects)
             await self._send(ws, effects)
 
-    async def _run_requests(self, ws: WebSocket, core: ConnectionCore, requests: Requests) -> None:
+    async def _run_requests(self, ws: WebSocket, core: ConnectionRules, requests: Requests) -> None:
         store = self.store
         effects = Effects(sends=tuple(Abort(operation_id=op) for op in requests.aborts)
                           + tuple(Answer(ask_id=ask, decision=decision)  # type: ignore[arg-type]

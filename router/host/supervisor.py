@@ -38,6 +38,7 @@ import attrs
 import trio
 
 from router._transient import StoreUnavailable
+from router.errors import is_code
 from router.store.db import is_store_failure
 from router.host.lifecycle import (
     DaemonInfo,
@@ -46,9 +47,9 @@ from router.host.lifecycle import (
     LifecycleCore,
     MAX_FAILURES,
     Publish,
-    Redial,
+    RedialLink,
     Start,
-    Stop,
+    StopContainer,
     Watch,
 )
 from router.host.link import DaemonEndpoint, EndpointError, LinkError, check_health
@@ -144,7 +145,9 @@ class SupervisorOwner(Protocol):
 
 
 def _refusal(answer: object) -> tuple[str, str] | None:
-    if type(answer) is dict and type(answer.get("code")) is str and type(answer.get("message")) is str:
+    """A launcher's refusal, ``{"code", "message"}`` with a kebab-case code;
+    None for anything else (an answer that is not a refusal)."""
+    if type(answer) is dict and is_code(answer.get("code")) and type(answer.get("message")) is str:
         return answer["code"], answer["message"]
     return None
 
@@ -179,7 +182,7 @@ class Supervisor:
         return f"<Supervisor {self.session!r} {self.launcher.name} {self.core!r}>"
 
     def statistics(self) -> dict[str, Any]:
-        return {**self.core.statistics(), "launcher": self.launcher.name, "watches": len(self._watches)}
+        return {**attrs.asdict(self.core.statistics()), "launcher": self.launcher.name, "watches": len(self._watches)}
 
     # ------------------------------------------------------------------ inputs (from the host)
 
@@ -229,7 +232,7 @@ class Supervisor:
             self._nursery = None
             with trio.CancelScope(shield=True):
                 for effect in self.core.close():
-                    if type(effect) is Stop:
+                    if type(effect) is StopContainer:
                         await self._stop(effect.container, effect.why)
                 await self._record(Publish(self.core.state, self.core.reason, None))
             self._signal()
@@ -315,15 +318,15 @@ class Supervisor:
             elif kind is Watch:
                 assert self._nursery is not None
                 self._nursery.start_soon(self._watch, effect.container, name=f"watch {effect.container}")
-            elif kind is Stop:
+            elif kind is StopContainer:
                 await self._stop(effect.container, effect.why)
-            elif kind is Redial:
+            elif kind is RedialLink:
                 self.owner.redial(self.session)
             elif kind is Publish:
                 await self._record(effect)
                 self.owner.published(self.session, effect)
             elif kind is FailOpen:
-                await self.owner.fail_open(self.session, effect.code, effect.message)
+                await self.owner.fail_open(self.session, effect.refusal.code, effect.refusal.message)
             self._signal()
 
     def _signal(self) -> None:

@@ -63,6 +63,7 @@ __all__ = [
     "STAGGER_MS",
     "Park",
     "ParkBook",
+    "ParkBookStatistics",
     "Parked",
     "Resume",
 ]
@@ -126,6 +127,17 @@ class Resume:
     why: str
 
 
+@attrs.frozen(kw_only=True)
+class ParkBookStatistics:
+    """What :meth:`ParkBook.statistics` answers: sessions parked, accounts
+    at their limit, sessions known per account, and resumes so far."""
+
+    parked: int
+    accounts: int
+    members: int
+    resumed: int
+
+
 class ParkBook:
     """Who is parked and when each resumes (see the module docstring).
 
@@ -159,9 +171,9 @@ class ParkBook:
     def __repr__(self) -> str:
         return f"<ParkBook parked={len(self._parks)} limited={sorted(self._limits)} resumed={self.resumed}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"parked": len(self._parks), "accounts": len(self._limits), "members": len(self._members),
-                "resumed": self.resumed}
+    def statistics(self) -> ParkBookStatistics:
+        return ParkBookStatistics(parked=len(self._parks), accounts=len(self._limits), members=len(self._members),
+                                  resumed=self.resumed)
 
     # ------------------------------------------------------------------ reading
 

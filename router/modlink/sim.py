@@ -112,7 +112,7 @@ from wire.mod import (
     unread_row_prompt,
 )
 
-__all__ = ["PLUGIN_NAME", "ModSimulator", "Prompt", "Row", "Step", "ToolCall", "framed_prompt"]
+__all__ = ["PLUGIN_NAME", "ModSimulator", "Row", "Step", "TakenPrompt", "ToolCall", "framed_prompt"]
 
 log = logging.getLogger("router.modlink.sim")
 
@@ -168,7 +168,7 @@ SNAPSHOT_INTERVAL = 0.1
 
 
 @attrs.frozen(kw_only=True)
-class Prompt:
+class TakenPrompt:
     """A prompt the simulated session took: its text, whether it is the
     person's own words, and the mod's stamp (``None`` for one typed at the
     terminal)."""
@@ -230,7 +230,7 @@ class ModSimulator:
         self.effort: Any = None
         self.stopped: str | None = None
         # What the simulated session did, for tests to read.
-        self.prompts: list[Prompt] = []
+        self.prompts: list[TakenPrompt] = []
         self.rows: list[Row] = []
         self.requests_seen: list[ModRequest] = []
         self.turns_completed = 0
@@ -301,7 +301,7 @@ class ModSimulator:
     def type_prompt(self, text: str, steps: Sequence[Step] | None = None) -> None:
         """The person types ``text`` at the terminal; the turn runs ``steps``
         (or the default reply)."""
-        self.prompts.append(Prompt(text=text, as_user=True, wrote=None))
+        self.prompts.append(TakenPrompt(text=text, as_user=True, wrote=None))
         self._emit_row(
             door="prompt",
             origin=ModAppendOrigin(kind="composer" if self.interactive else "unclassified"),
@@ -513,35 +513,39 @@ class ModSimulator:
         text = "\n".join(
             block["text"] for block in args.content if block.get("type") == "text" and type(block.get("text")) is str
         ) or args.message.text
-        result: JsonValue
-        if as_ == "row":
-            # As stored: the text blocks, a user-side row the person does not see as typed.
-            row_uuid = self._emit_row(
-                door="note",
-                origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME),
-                content=[block for block in args.content if block.get("type") == "text"] or None,
-                text=text,
-                wrote="message",
-                is_meta=True,
-            )
-            self.rows.append(Row(uuid=row_uuid, event_id=event_id, message=args.message))
-            self._unread.append(args.message)
-            result = {"as": "row", "uuid": row_uuid}
-        else:
-            as_user = isinstance(args.message, ModUnreadPerson)
-            self.prompts.append(Prompt(text=text, as_user=as_user, wrote="message"))
-            self._emit_row(
-                door="prompt",
-                origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME, as_user=True if as_user else ABSENT),
-                content=args.content if as_user else None,
-                text=framed_prompt(text),
-                wrote="message",
-            )
-            self._submit(text, None)
-            result = {"as": "prompt"}
+        result = self._message_row(args, text, event_id) if as_ == "row" else self._message_prompt(args, text)
         if event_id is not None:
             self._record[event_id] = result
         return result
+
+    def _message_row(self, args: ModSessionMessageArgs, text: str, event_id: str | None) -> JsonValue:
+        """A message while busy: as stored, the text blocks, a user-side row
+        the person does not see as typed."""
+        row_uuid = self._emit_row(
+            door="note",
+            origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME),
+            content=[block for block in args.content if block.get("type") == "text"] or None,
+            text=text,
+            wrote="message",
+            is_meta=True,
+        )
+        self.rows.append(Row(uuid=row_uuid, event_id=event_id, message=args.message))
+        self._unread.append(args.message)
+        return {"as": "row", "uuid": row_uuid}
+
+    def _message_prompt(self, args: ModSessionMessageArgs, text: str) -> JsonValue:
+        """A message while idle: a prompt, submitted."""
+        as_user = isinstance(args.message, ModUnreadPerson)
+        self.prompts.append(TakenPrompt(text=text, as_user=as_user, wrote="message"))
+        self._emit_row(
+            door="prompt",
+            origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME, as_user=True if as_user else ABSENT),
+            content=args.content if as_user else None,
+            text=framed_prompt(text),
+            wrote="message",
+        )
+        self._submit(text, None)
+        return {"as": "prompt"}
 
     def _config_set(self, args: ModConfigSetArgs) -> JsonValue:
         row = self._config.get(args.key)
@@ -620,7 +624,7 @@ class ModSimulator:
                 if self._unread:
                     pointer = unread_row_prompt(self._unread)
                     self._unread = []
-                    self.prompts.append(Prompt(text=pointer, as_user=False, wrote="pointer"))
+                    self.prompts.append(TakenPrompt(text=pointer, as_user=False, wrote="pointer"))
                     self._emit_row(
                         door="prompt",
                         origin=ModAppendOrigin(kind="plugin", name=PLUGIN_NAME),

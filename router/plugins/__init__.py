@@ -8,7 +8,7 @@ through the loader (``router.plugins.loader``) and the broker
 
 Layout: ``kinds`` (the registry), ``loader``, ``broker`` (deadlines and
 search), ``settings`` (files, revisions, patches), ``routing`` (harness
-routes and the launcher's checks), ``limits`` (fail-closed composition),
+routes and the launcher's checks), ``limit_checks`` (fail-closed composition),
 ``usage`` (turn brackets and records), ``channels``, ``watched`` (a value
 kept while its files keep their identity), ``layer`` (the object the main
 job holds) and ``cli`` (``router plugins|routes|limits``).
@@ -20,12 +20,12 @@ from router._face import face, names
 
 #: Where each public name lives; each is imported on first use (router._face).
 _FACE = {
-    "router.plugins.broker": "Answer Broker",
+    "router.plugins.broker": "Broker ModuleAnswer",
     "router.plugins.kinds": "KINDS Kind",
     "router.plugins.layer": "PluginLayer",
-    "router.plugins.limits": "Limits Stop",
-    "router.plugins.loader": "LoadedModule Loader LoadResult PluginRefusal",
-    "router.plugins.refusal": "PluginError Refusal",
+    "router.plugins.limit_checks": "Limits MustStop",
+    "router.plugins.loader": "LoadedModule Loader LoadResult RefusedPlugin",
+    "router.errors": "Refusal",
     "router.plugins.routing": "LaunchRecord",
     "router.plugins.settings": "SettingsDir",
     "router.plugins.usage": "JsonlRecords MemoryLedger MemoryRecords StoreLedger UsageLedger",

@@ -13,13 +13,13 @@ broker makes each call one that cannot hurt the caller:
   functions are the kinds whose calls are pure decisions over data); an
   awaitable answer from one is ``malformed-answer``, and the coroutine is
   closed so it never runs;
-- an exception with a code of the refusal shape (``PluginError``, or any
+- an exception with a code of the refusal shape (``Refusal``, or any
   exception with such a ``code``) becomes a refusal with that code; any other
   exception becomes the refusal code the caller names (``check-threw``,
   ``search-failed`` ...), with the exception's type and text. ``Cancelled``
   and ``KeyboardInterrupt`` are never caught.
 
-Answers come back wrapped in :class:`Answer` so that a module answering
+Answers come back wrapped in :class:`ModuleAnswer` so that a module answering
 ``None`` is not mistaken for a refusal.
 
 The broker also serves web search (:meth:`Broker.search`) from the one
@@ -41,9 +41,9 @@ import attrs
 import trio
 
 from router.plugins.loader import LoadedModule, Log, Loader, default_log
-from router.plugins.refusal import Refusal, code_of
+from router.errors import Refusal, code_of
 
-__all__ = ["Answer", "Broker", "DEFAULT_DEADLINES", "check_search_answer"]
+__all__ = ["Broker", "BrokerStatistics", "DEFAULT_DEADLINES", "ModuleAnswer", "check_search_answer"]
 
 #: Seconds each async function gets by default (the broker's own choice: the Mosaic
 #: plug-in layer's README sets none). A search over the network is the slowest honest call; a
@@ -59,8 +59,17 @@ DEFAULT_DEADLINES: Mapping[str, float | None] = {
 }
 
 
+@attrs.frozen(kw_only=True)
+class BrokerStatistics:
+    """What :meth:`Broker.statistics` answers: the calls made, and how many
+    ended in a refusal."""
+
+    calls: int
+    refusals: int
+
+
 @attrs.frozen
-class Answer:
+class ModuleAnswer:
     """What a module answered (any value, ``None`` included)."""
 
     value: Any
@@ -96,12 +105,12 @@ class Broker:
     def __repr__(self) -> str:
         return f"<Broker calls={self._calls} refusals={self._refusals}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"calls": self._calls, "refusals": self._refusals}
+    def statistics(self) -> BrokerStatistics:
+        return BrokerStatistics(calls=self._calls, refusals=self._refusals)
 
     def call_sync(
         self, module: LoadedModule, function: str, *args: Any, crash_code: str = "plugin-threw"
-    ) -> Answer | Refusal:
+    ) -> ModuleAnswer | Refusal:
         """Call a plain function of ``module``."""
         self._calls += 1
         try:
@@ -116,7 +125,7 @@ class Broker:
                 message=f'{function} of the {module.kind} module "{module.name}" answered with '
                 "an awaitable; it must answer at once with a plain value",
             ))
-        return Answer(value)
+        return ModuleAnswer(value)
 
     async def call(
         self,
@@ -125,7 +134,7 @@ class Broker:
         *args: Any,
         deadline: float | None | str = "default",
         crash_code: str = "plugin-threw",
-    ) -> Answer | Refusal:
+    ) -> ModuleAnswer | Refusal:
         """Await an async function of ``module`` under its deadline."""
         if deadline == "default":
             deadline = self._deadlines.get(function, 10.0)
@@ -148,7 +157,7 @@ class Broker:
             # Cancelled and stopped (cancelled_caught), or cancelled and
             # answered anyway: either way it did not answer in time.
             return self._refused(self._late(module, function, seconds))
-        return Answer(value)
+        return ModuleAnswer(value)
 
     def _late(self, module: LoadedModule, function: str, seconds: float) -> Refusal:
         return Refusal(

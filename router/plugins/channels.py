@@ -38,10 +38,10 @@ from typing import Any, Awaitable, Callable, Final, Mapping
 
 import trio
 
-from router.plugins.broker import Answer, Broker
+from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule, Loader
-from router.plugins.refusal import PluginError, Refusal
+from router.errors import Refusal
 from router.plugins.settings import SettingsDir, plugins_value
 from router.plugins.watched import Watched
 
@@ -71,7 +71,7 @@ async def pass_through(channel: str, request: object, core: CoreCaller) -> Any:
     a channel carries, and answer what the core answers, unchanged."""
     if type(request) is not dict or request.get("operation") not in SESSION_OPERATIONS:
         operation = request.get("operation") if type(request) is dict else None
-        raise PluginError(
+        raise Refusal(
             "unknown-operation",
             f"the {channel} channel carries {', '.join(SESSION_OPERATIONS)}, not {operation!r}",
         )
@@ -140,7 +140,7 @@ class Channels:
 
     async def dispatch(
         self, channel: str, operation: str, args: Mapping[str, Any], core: CoreCaller
-    ) -> Answer | Refusal:
+    ) -> ModuleAnswer | Refusal:
         captured = await self._modules()
         module = next((m for m in captured if m.name == channel), None)
         if module is None:

@@ -28,10 +28,10 @@ from wire.json import JsonError, dumps, loads
 
 from router.plugins.broker import Broker
 from router.plugins.kinds import KINDS
-from router.plugins.limits import Limits, apply_limits_patch, format_path
+from router.plugins.limit_checks import Limits, apply_limits_patch, format_path
 from router.plugins.loader import LoadedModule, Loader, check_paths
 from router.plugins.models import MAX_SETTINGS_BYTES, read_capped
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 from router.plugins.routing import Route, apply_routes_patch, check_route, harness_options, parse_routes
 from router.plugins.settings import (
     Document,
@@ -81,8 +81,12 @@ def _settings(args: argparse.Namespace) -> SettingsDir:
     return SettingsDir(args.settings or default_settings_dir())
 
 
-def _refused(command: str, refusal: Refusal) -> int:
+def _refused(command: str, refusal: Refusal, *, as_json: bool = False) -> int:
+    """A refusal: one line on stderr, and with ``--json`` its JSON spelling,
+    ``{"error": code, "message": sentence}``, on stdout (docs/cli.md)."""
     print(f"router {command}: refused: {refusal.code}: {refusal.message}", file=sys.stderr)
+    if as_json:
+        _print_json(refusal.to_json())
     return 1
 
 
@@ -107,7 +111,7 @@ def _turn_records(where: str | None) -> list[dict[str, Any]] | int:
         records.close()
 
 
-def _read_patch(command: str, path: str) -> Any | int:
+def _read_patch(command: str, path: str, *, as_json: bool = False) -> Any | int:
     try:
         data = read_capped(path)
         text = "" if data is None else data.decode("utf-8")
@@ -116,18 +120,18 @@ def _read_patch(command: str, path: str) -> Any | int:
         return 2
     if data is None:
         return _refused(command, Refusal(code="invalid-patch", message=f"{path} is larger than "
-                                         f"{MAX_SETTINGS_BYTES} bytes; a patch is small"))
+                                         f"{MAX_SETTINGS_BYTES} bytes; a patch is small"), as_json=as_json)
     try:
         return loads(text)
     except JsonError as exc:
         return _refused(command, Refusal(code="invalid-patch",
-                                         message=f"{path} is not JSON ({exc}); fix the file"))
+                                         message=f"{path} is not JSON ({exc}); fix the file"), as_json=as_json)
 
 
-def _read(command: str, settings: SettingsDir, name: str) -> Document | int:
+def _read(command: str, settings: SettingsDir, name: str, *, as_json: bool = False) -> Document | int:
     document = settings.read(name)
     if isinstance(document, Refusal):
-        return _refused(command, document)
+        return _refused(command, document, as_json=as_json)
     return document
 
 
@@ -139,7 +143,7 @@ def _apply(command: str, settings: SettingsDir, name: str, patch: Any, actor: st
            compute: Callable[[Any], Any], *, as_json: bool) -> int:
     document = settings.update(name, patch.get("revision"), compute, actor=actor or default_actor())
     if isinstance(document, Refusal):
-        return _refused(command, document)
+        return _refused(command, document, as_json=as_json)
     if as_json:
         _print_json({"revision": document.revision})
     else:
@@ -159,20 +163,8 @@ def configure_plugins(parser: argparse.ArgumentParser) -> None:
 def run_plugins(args: argparse.Namespace, *, root: str | None = None) -> int:
     settings = _settings(args)
     if getattr(args, "action", None) == "set":
-        patch = _read_patch("plugins set", args.file)
-        if isinstance(patch, int):
-            return patch
-        parsed = parse_patch(patch, "plugins")
-        if isinstance(parsed, Refusal):
-            return _refused("plugins set", parsed)
-        return _apply(
-            "plugins set", settings, "plugins.json", patch, args.actor,
-            lambda current: apply_plugins_patch(
-                current, patch, module_exists=lambda kind, name: check_paths(kind, name, root=root)
-            ),
-            as_json=args.json,
-        )
-    document = _read("plugins", settings, "plugins.json")
+        return _set_plugins(args, settings, root=root)
+    document = _read("plugins", settings, "plugins.json", as_json=args.json)
     if isinstance(document, int):
         return document
     value = document.value if type(document.value) is dict else {}
@@ -181,6 +173,29 @@ def run_plugins(args: argparse.Namespace, *, root: str | None = None) -> int:
     if args.json:
         _print_json({"revision": document.revision, "plugins": plugins, "options": redact(options)})
         return 0
+    _print_plugins(settings, document, plugins, options)
+    return 0
+
+
+def _set_plugins(args: argparse.Namespace, settings: Any, *, root: str | None) -> int:
+    """``router plugins set``: the patch read, checked and applied."""
+    patch = _read_patch("plugins set", args.file, as_json=args.json)
+    if isinstance(patch, int):
+        return patch
+    parsed = parse_patch(patch, "plugins")
+    if isinstance(parsed, Refusal):
+        return _refused("plugins set", parsed, as_json=args.json)
+    return _apply(
+        "plugins set", settings, "plugins.json", patch, args.actor,
+        lambda current: apply_plugins_patch(
+            current, patch, module_exists=lambda kind, name: check_paths(kind, name, root=root)
+        ),
+        as_json=args.json,
+    )
+
+
+def _print_plugins(settings: Any, document: Any, plugins: dict[str, Any], options: dict[str, Any]) -> None:
+    """``router plugins`` for a person: each kind, then each module's options."""
     source = "" if document.exists else " (defaults: the file does not exist yet)"
     print(f"{settings.path / 'plugins.json'} revision {document.revision}{source}")
     width = max(len(k) for k in KINDS)
@@ -193,7 +208,6 @@ def run_plugins(args: argparse.Namespace, *, root: str | None = None) -> int:
         if type(per_module) is dict:
             for name, opts in per_module.items():
                 print(f"  options {kind}/{name}: {dumps(redact(opts))}")
-    return 0
 
 
 # --------------------------------------------------------------------------- routes
@@ -214,7 +228,7 @@ def _route_checker(plugins_doc: Any, *, root: str | None) -> Callable[[Route, ob
     def load_harness(name: str) -> LoadedModule | Refusal:
         loader = Loader(root=root, log=lambda entry: None)
         result = loader.load({"harness": [name]}, only=["harness"])
-        return result.refused[0].refusal() if result.refused else loader.modules("harness")[0]
+        return result.refused[0].refusal if result.refused else loader.modules("harness")[0]
 
     def check(route: Route, models: object) -> Any:
         return check_route(route, switched_on=switched_on, load_harness=load_harness,
@@ -262,21 +276,21 @@ def _print_routes(settings: SettingsDir, document: Document, models: dict[str, A
 
 def run_routes(args: argparse.Namespace, *, root: str | None = None) -> int:
     settings = _settings(args)
-    plugins_doc = _read("routes", settings, "plugins.json")
+    plugins_doc = _read("routes", settings, "plugins.json", as_json=args.json)
     if isinstance(plugins_doc, int):
         return plugins_doc
     check = _route_checker(plugins_doc.value, root=root)
     if getattr(args, "action", None) == "set":
-        patch = _read_patch("routes set", args.file)
+        patch = _read_patch("routes set", args.file, as_json=args.json)
         if isinstance(patch, int):
             return patch
         parsed = parse_patch(patch, "routes")
         if isinstance(parsed, Refusal):
-            return _refused("routes set", parsed)
+            return _refused("routes set", parsed, as_json=args.json)
         return _apply("routes set", settings, "routes.json", patch, args.actor,
                       lambda current: apply_routes_patch(current, patch, check=check),
                       as_json=args.json)
-    document = _read("routes", settings, "routes.json")
+    document = _read("routes", settings, "routes.json", as_json=args.json)
     if isinstance(document, int):
         return document
     value = document.value if type(document.value) is dict else {}
@@ -345,32 +359,37 @@ def _checked_limits_patch(
     return {**current, "limits": new_limits}, changes
 
 
+def _change_limits(args: argparse.Namespace, settings: Any, action: str, checks: Any) -> int:
+    """``router limits set`` (a patch) or ``router limits reset`` (paths)."""
+    command = f"limits {action}"
+    if action == "set":
+        patch = _read_patch(command, args.file, as_json=args.json)
+        if isinstance(patch, int):
+            return patch
+        parsed = parse_patch(patch, "limits")
+        if isinstance(parsed, Refusal):
+            return _refused(command, parsed, as_json=args.json)
+        limits_patch, reset = patch.get("limits"), patch.get("reset")
+    else:
+        current = _read(command, settings, "limits.json", as_json=args.json)
+        if isinstance(current, int):
+            return current
+        patch = {"revision": args.revision or current.revision}
+        limits_patch, reset = None, [p.split(".") for p in args.paths]
+    return _apply(command, settings, "limits.json", patch, args.actor,
+                  lambda current: _checked_limits_patch(current, limits_patch, reset, checks),
+                  as_json=args.json)
+
+
 def run_limits(args: argparse.Namespace, *, root: str | None = None) -> int:
     settings = _settings(args)
     checks = _limit_checks(settings, root=root)
     if isinstance(checks, Refusal):
-        return _refused("limits", checks)
+        return _refused("limits", checks, as_json=args.json)
     action = getattr(args, "action", None)
     if action in ("set", "reset"):
-        command = f"limits {action}"
-        if action == "set":
-            patch = _read_patch(command, args.file)
-            if isinstance(patch, int):
-                return patch
-            parsed = parse_patch(patch, "limits")
-            if isinstance(parsed, Refusal):
-                return _refused(command, parsed)
-            limits_patch, reset = patch.get("limits"), patch.get("reset")
-        else:
-            current = _read(command, settings, "limits.json")
-            if isinstance(current, int):
-                return current
-            patch = {"revision": args.revision or current.revision}
-            limits_patch, reset = None, [p.split(".") for p in args.paths]
-        return _apply(command, settings, "limits.json", patch, args.actor,
-                      lambda current: _checked_limits_patch(current, limits_patch, reset, checks),
-                      as_json=args.json)
-    document = _read("limits", settings, "limits.json")
+        return _change_limits(args, settings, action, checks)
+    document = _read("limits", settings, "limits.json", as_json=args.json)
     if isinstance(document, int):
         return document
     switched_on, modules, composer = checks

@@ -43,7 +43,7 @@ from typing import Final, Literal, Mapping
 
 import attrs
 
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 
 __all__ = [
     "KINDS",

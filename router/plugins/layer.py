@@ -10,7 +10,7 @@ calls during its life (usage sources, limit checks, the search source) at
   sources, store its record, then ask the limit checks whether the session
   must stop. The caller ends a turn in this order: the turn's result lands
   (is delivered and stored), then ``end_turn``, then, if it answers a
-  :class:`~router.plugins.limits.Stop`, the session is stopped with its
+  :class:`~router.plugins.limit_checks.MustStop`, the session is stopped with its
   ``reason``. The stop never cuts a turn short;
 - :meth:`may_continue`: whether a stopped session may be resumed (the
   limit checks' ``may_launch`` for its subject);
@@ -33,12 +33,12 @@ from typing import Any, Callable, Mapping
 
 import trio
 
-from router.plugins.broker import Answer, Broker
+from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.defaults import PLUGINS
 from router.plugins.channels import Channels, CoreCaller
-from router.plugins.limits import CheckFailure, Limits, Stop, counting_window
+from router.plugins.limit_checks import CheckFailure, Limits, MustStop, counting_window
 from router.plugins.loader import LoadedModule, Loader, LoadResult, Log, default_log
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 from router.plugins.routing import LaunchRecord, plan_launch
 from router.plugins.settings import Document, SettingsDir, plugins_value, redact
 from router.plugins.usage import Bracket, RecordStore, TurnMeter, utc_now
@@ -132,7 +132,7 @@ class PluginLayer:
     async def _counted_records(self, limits: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The turn records a launch or a turn's end hands the limit checks:
         only those that can count for a limit of ``limits``
-        (:func:`~router.plugins.limits.counting_window`), read incrementally
+        (:func:`~router.plugins.limit_checks.counting_window`), read incrementally
         in the records' worker thread. None at all while no limit is set."""
         any_limit, start = counting_window(limits)
         if not any_limit:
@@ -147,7 +147,7 @@ class PluginLayer:
         fresh = Loader(root=self.loader.root, log=self._log)
         result = await fresh.load_async({"harness": [name]}, only=["harness"])
         if result.refused:
-            return result.refused[0].refusal()
+            return result.refused[0].refusal
         return fresh.modules("harness")[0]
 
     async def launch(self, instance: str, *, session: str | None = None) -> LaunchRecord | Refusal:
@@ -197,7 +197,7 @@ class PluginLayer:
         fresh = Loader(root=self.loader.root, log=self._log)
         result = await fresh.load_async({"launcher": name}, only=["launcher"])
         if result.refused:
-            return result.refused[0].refusal()
+            return result.refused[0].refusal
         options = _value(document, "options")
         kind_options = options.get("launcher") if type(options) is dict else None
         mine = kind_options.get(name) if type(kind_options) is dict else None
@@ -217,7 +217,7 @@ class PluginLayer:
         }
         return await self._meter().begin(subject)
 
-    async def end_turn(self, bracket: Bracket) -> tuple[dict[str, Any], Stop | None]:
+    async def end_turn(self, bracket: Bracket) -> tuple[dict[str, Any], MustStop | None]:
         """Store the turn's record, then ask whether the session must stop
         (appending the record, reading ``limits.json``, counting the records
         and asking the checks in one worker-thread hop: this runs at every
@@ -234,7 +234,7 @@ class PluginLayer:
         return record, stop
 
     def _append_and_check(self, record: dict[str, Any], appended: list[bool], switched_on: list[str], modules: Any,
-                          subject: dict[str, Any]) -> Stop | None:
+                          subject: dict[str, Any]) -> MustStop | None:
         """In the records' worker thread: store the turn's record (unless an earlier
         try did: ``appended``), then :meth:`_must_stop`."""
         if not appended:
@@ -242,15 +242,15 @@ class PluginLayer:
             appended.append(True)
         return self._must_stop(switched_on, modules, subject)
 
-    def _must_stop(self, switched_on: list[str], modules: Any, subject: dict[str, Any]) -> Stop | None:
+    def _must_stop(self, switched_on: list[str], modules: Any, subject: dict[str, Any]) -> MustStop | None:
         """In a worker thread: the limit checks' ``must_stop`` for the turn
         of ``subject``, over ``limits.json`` as it is now."""
         document = self.settings.read("limits.json")
         if isinstance(document, Refusal) and switched_on:
             # Fail closed, as launch does: limits that cannot be read cannot
             # be known to hold, so the session stops once its turn has landed.
-            failure = CheckFailure(check="limits.json", code=document.code, message=document.message)
-            stop = Stop(check="limits.json", failure=failure,
+            failure = CheckFailure(check="limits.json", refusal=Refusal(document.code, document.message))
+            stop = MustStop(check="limits.json", failure=failure,
                         reason=f"limit-check-failed: limits.json cannot be read ({document.code})")
             self._log({"event": "session-stop", "check": "limits.json", "code": document.code,
                        "reason": stop.reason, "subject": subject})
@@ -311,5 +311,5 @@ class PluginLayer:
 
     async def dispatch(
         self, channel: str, operation: str, args: Mapping[str, Any], core: CoreCaller
-    ) -> Answer | Refusal:
+    ) -> ModuleAnswer | Refusal:
         return await self.channels.dispatch(channel, operation, args, core)

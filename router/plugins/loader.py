@@ -90,14 +90,14 @@ import trio
 from wire.json import dumps
 
 from router.plugins.kinds import KINDS, Kind, check_kind_setting, is_name, names_of
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 
 __all__ = [
     "DEFAULT_ROOT",
     "LoadResult",
     "LoadedModule",
     "Loader",
-    "PluginRefusal",
+    "RefusedPlugin",
     "check_paths",
     "import_module",
 ]
@@ -132,17 +132,26 @@ class LoadedModule:
 
 
 @attrs.frozen(kw_only=True)
-class PluginRefusal:
-    """A kind the loader refused, and what it kept."""
+class RefusedPlugin:
+    """A kind the loader refused: the module (or the kind's whole setting),
+    the :class:`~router.errors.Refusal`, and the names the kind kept."""
 
     kind: str
     #: The module that failed, or ``None`` when the kind's setting as a whole
     #: was refused (not an object, not a list, an unknown kind).
     name: str | None
-    code: str
-    message: str
+    #: Why: its code and sentence (data left out).
+    refusal: Refusal
     #: The names the kind kept switched on.
     kept: tuple[str, ...]
+
+    @property
+    def code(self) -> str:
+        return self.refusal.code
+
+    @property
+    def message(self) -> str:
+        return self.refusal.message
 
     def log_entry(self) -> dict[str, Any]:
         return {
@@ -154,15 +163,12 @@ class PluginRefusal:
             "kept": list(self.kept),
         }
 
-    def refusal(self) -> Refusal:
-        return Refusal(code=self.code, message=self.message)
-
 
 @attrs.frozen
 class LoadResult:
     #: kind -> the names switched on after this load, for every kind.
     loaded: Mapping[str, tuple[str, ...]]
-    refused: tuple[PluginRefusal, ...]
+    refused: tuple[RefusedPlugin, ...]
 
 
 # --------------------------------------------------------------------------- checks
@@ -358,12 +364,12 @@ class _Plan:
     """What one load will do: kind -> its new modules, and the refusals."""
 
     modules: dict[str, tuple[LoadedModule, ...]] = attrs.field(factory=dict)
-    refused: list[PluginRefusal] = attrs.field(factory=list)
+    refused: list[RefusedPlugin] = attrs.field(factory=list)
 
     def refuse(self, loader: "Loader", kind: str, name: str | None, refusal: Refusal) -> None:
         kept = tuple(m.name for m in loader.modules(kind)) if kind in KINDS else ()
-        self.refused.append(PluginRefusal(kind=kind, name=name, code=refusal.code,
-                                          message=refusal.message, kept=kept))
+        self.refused.append(RefusedPlugin(kind=kind, name=name, kept=kept,
+                                          refusal=Refusal(code=refusal.code, message=refusal.message)))
 
 
 class Loader:
@@ -377,7 +383,7 @@ class Loader:
         self._root = os.path.abspath(root or DEFAULT_ROOT)
         self._log = log or default_log
         self._modules: dict[str, tuple[LoadedModule, ...]] = {k: () for k in KINDS}
-        self._refused: dict[str, PluginRefusal] = {}
+        self._refused: dict[str, RefusedPlugin] = {}
         self._loads = 0
         self._async_lock = trio.Lock()
 
@@ -401,7 +407,7 @@ class Loader:
         """kind -> the names actually switched on."""
         return {k: [m.name for m in v] for k, v in self._modules.items()}
 
-    def refused(self, kind: str) -> PluginRefusal | None:
+    def refused(self, kind: str) -> RefusedPlugin | None:
         """Why the last load that touched ``kind`` refused it, if it did."""
         return self._refused.get(kind)
 

@@ -52,7 +52,7 @@ from wire.json import dumps, is_json
 from router.plugins.broker import Broker
 from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule
-from router.plugins.refusal import Refusal, is_code
+from router.errors import Refusal, is_code
 from router.plugins.models import InstanceSetting, RoutesDocument, StoredInstance, StoredRoute, structure
 from router.plugins.settings import parse_change
 
@@ -383,6 +383,32 @@ async def _record(
     context: Mapping[str, Any], models: object, broker: Broker, session: str | None,
 ) -> LaunchRecord | Refusal:
     module = facts.module
+    reached = _reach_and_env(module, context, broker)
+    if isinstance(reached, Refusal):
+        return reached
+    reach, env = reached
+    version = await broker.call(module, "version", copy.deepcopy(dict(context)),
+                                crash_code="version-failed")
+    # A version probe that fails does not stop a launch that passed its
+    # checks; the record says the version is unknown (None).
+    harness_version = (
+        version.value if not isinstance(version, Refusal) and type(version.value) is str else None
+    )
+    model_setting = models.get(route.model) if type(models) is dict else None
+    provider = model_setting.get("provider") if type(model_setting) is dict else None
+    return LaunchRecord(
+        instance=routes.instance, session=session, route=chosen, route_reason=reason,
+        harness=route.harness, model=route.model, thinking=route.thinking,
+        provider=provider if type(provider) is str else None,
+        account=routes.account if facts.counts_account else None,
+        harness_version=harness_version, reach=reach, env=env,
+    )
+
+
+def _reach_and_env(
+    module: Any, context: Mapping[str, Any], broker: Broker
+) -> tuple[dict[str, Any], dict[str, str]] | Refusal:
+    """The harness module's ``reach()`` and ``env()`` answers, each checked."""
 
     def refused(what: str) -> Refusal:
         return Refusal(code="harness-refused",
@@ -403,22 +429,7 @@ async def _record(
         type(k) is not str or type(v) is not str for k, v in env.value.items()
     ):
         return refused("answered env() with something other than an object of strings")
-    version = await broker.call(module, "version", copy.deepcopy(dict(context)),
-                                crash_code="version-failed")
-    # A version probe that fails does not stop a launch that passed its
-    # checks; the record says the version is unknown (None).
-    harness_version = (
-        version.value if not isinstance(version, Refusal) and type(version.value) is str else None
-    )
-    model_setting = models.get(route.model) if type(models) is dict else None
-    provider = model_setting.get("provider") if type(model_setting) is dict else None
-    return LaunchRecord(
-        instance=routes.instance, session=session, route=chosen, route_reason=reason,
-        harness=route.harness, model=route.model, thinking=route.thinking,
-        provider=provider if type(provider) is str else None,
-        account=routes.account if facts.counts_account else None,
-        harness_version=harness_version, reach=reach.value, env=env.value,
-    )
+    return reach.value, env.value
 
 
 # --------------------------------------------------------------------------- writing

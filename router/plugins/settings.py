@@ -68,7 +68,7 @@ from router.dirs import default_data_dir, default_settings_dir  # re-exported: t
 from router.plugins.defaults import DOCUMENTS
 from router.plugins.kinds import KINDS, check_kind_setting, is_name, names_of
 from router.plugins.models import MAX_DEPTH, MAX_SETTINGS_BYTES, LimitsPatch, PluginsDocument, PluginsPatch, RoutesPatch, nests_deeper, read_capped, structure
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 from router.plugins.usage import iso, read_json_lines, utc_now
 
 __all__ = [

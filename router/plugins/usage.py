@@ -46,7 +46,7 @@ from router.store.worker import Worker
 from router.plugins.broker import Broker
 from router.plugins.loader import LoadedModule, Loader, Log, default_log
 from router.plugins.models import nests_deeper
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 
 __all__ = [
     "TOKEN_KINDS",

@@ -38,9 +38,10 @@ import os
 import time
 from typing import Callable, Final, Generic, Sequence, TypeVar
 
+import attrs
 import trio
 
-__all__ = ["COARSE_CLOCK_NS", "Watched", "identity", "settled"]
+__all__ = ["COARSE_CLOCK_NS", "Watched", "WatchedStatistics", "identity", "settled"]
 
 T = TypeVar("T")
 
@@ -78,6 +79,14 @@ def settled(key: Sequence[Identity], began_ns: int, coarse_ns: int | None = None
     return True
 
 
+@attrs.frozen(kw_only=True)
+class WatchedStatistics:
+    """What ``statistics()`` answers: the calls, and how many read the files."""
+
+    calls: int
+    reads: int
+
+
 class Watched(Generic[T]):
     """``await watched.get()``: ``read()`` in a worker thread, or the value
     of the last read while ``paths()`` all have the identities they had
@@ -102,8 +111,8 @@ class Watched(Generic[T]):
     def __repr__(self) -> str:
         return f"<Watched calls={self._calls} reads={self._reads} kept={self._key is not None}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"calls": self._calls, "reads": self._reads}
+    def statistics(self) -> WatchedStatistics:
+        return WatchedStatistics(calls=self._calls, reads=self._reads)
 
     def _identities(self) -> tuple[Identity, ...]:
         return tuple(identity(path) for path in self._paths())

@@ -51,7 +51,7 @@ order: :class:`Begin`, :class:`End` and :class:`StopSession`.
   ``end_turn``. An ``end_turn`` that raised stops it the same way. The
   layer's own failures (a usage source or a limit check that raises or
   answers wrongly) are not raises: the layer turns them into an unknown
-  reading and a ``Stop`` of its own.
+  reading and a ``MustStop`` of its own.
 - A stop is taken at most once: a stopped session stays stopped (later
   stops of the same session are not news) until :meth:`~BracketCore.resume`.
   Turns of a stopped session are still measured: the usage was spent.

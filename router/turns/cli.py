@@ -125,7 +125,7 @@ def message_text(raw: str) -> str:
 
 
 @attrs.frozen
-class Target:
+class CommandTarget:
     """Where a command posts: who (for messages), the base URL, the Unix
     socket (None: TCP), the headers, and the session's listing when the
     board gave it."""
@@ -137,7 +137,7 @@ class Target:
     listing: dict[str, Any] | None = None
 
 
-class Stop(Exception):
+class ExitWith(Exception):
     """The command stops with this exit status; stderr said why."""
 
     def __init__(self, status: int) -> None:
@@ -169,18 +169,18 @@ def _token(command: str, args: argparse.Namespace) -> str:
         return given if given is not None else read_token(token_path(settings))
     except Refusal as refused:
         _say(command, str(refused))
-        raise Stop(USAGE) from None
+        raise ExitWith(USAGE) from None
 
 
-def _target(command: str, args: argparse.Namespace) -> Target:
-    """Where to post (see the module docstring); raises :class:`Stop`
+def _target(command: str, args: argparse.Namespace) -> CommandTarget:
+    """Where to post (see the module docstring); raises :class:`ExitWith`
     once stderr said why there is nowhere."""
     if args.url is not None:
         if args.router is not None:
             _say(command, "give --url or --router, not both")
-            raise Stop(USAGE)
+            raise ExitWith(USAGE)
         token = _token(command, args)
-        return Target(args.url, args.url.rstrip("/"), headers={"authorization": f"Bearer {token}"})
+        return CommandTarget(args.url, args.url.rstrip("/"), headers={"authorization": f"Bearer {token}"})
     import trio
 
     from router.board.client import BASE_URL, NO_ROUTER, holder
@@ -193,13 +193,13 @@ def _target(command: str, args: argparse.Namespace) -> Target:
         for each in skipped:
             _say(command, f"left out {each['router']}: {each['error']}: {each['message']}")
         if any(each["error"] == "channel-off" for each in skipped):
-            raise Stop(CLI_OFF_EXIT) from None  # the router may hold it, but takes nothing from the CLI
+            raise ExitWith(CLI_OFF_EXIT) from None  # the router may hold it, but takes nothing from the CLI
         _refusal(command, args, {"error": refused.code, "message": refused.message})
-        raise Stop(USAGE if refused.code in NO_ROUTER else REFUSED) from None
+        raise ExitWith(USAGE if refused.code in NO_ROUTER else REFUSED) from None
     for skipped in board.skipped:
         _say(command, f"left out {skipped.name}: {skipped.refusal}")
     listing = next((item for item in found.sessions if item.get("id") == args.session), None)
-    return Target(f"router {found.name} ({found.socket})", BASE_URL, found.socket, listing=listing)
+    return CommandTarget(f"router {found.name} ({found.socket})", BASE_URL, found.socket, listing=listing)
 
 
 def _refusal(command: str, args: argparse.Namespace, body: dict[str, Any]) -> None:
@@ -210,10 +210,10 @@ def _refusal(command: str, args: argparse.Namespace, body: dict[str, Any]) -> No
         _print(body)
 
 
-async def _post(command: str, target: Target, path: str, body: Any, *, timeout: float,
+async def _post(command: str, target: CommandTarget, path: str, body: Any, *, timeout: float,
                 progress: Callable[[], Any] | None = None) -> tuple[int, Any]:
     """POST ``body`` as JSON to ``path`` of ``target``: the status and the
-    JSON answer. Raises :class:`Stop` (2) once stderr said why there is
+    JSON answer. Raises :class:`ExitWith` (2) once stderr said why there is
     none, ``trio.TooSlowError`` after ``timeout`` seconds."""
     import httpx
     import trio
@@ -239,15 +239,15 @@ async def _post(command: str, target: Target, path: str, body: Any, *, timeout: 
     if failed is not None:
         hint = "it may have just stopped" if target.socket is not None else "is `router serve` running?"
         _say(command, f"cannot-connect: {target.who}: {failed or type(failed).__name__}; {hint}")
-        raise Stop(USAGE)
+        raise ExitWith(USAGE)
     try:
         return response.status_code, response.json()
     except ValueError:
         _say(command, f"{target.base + path} answered {response.status_code} with no JSON; is it a router?")
-        raise Stop(USAGE) from None
+        raise ExitWith(USAGE) from None
 
 
-async def _listing(target: Target, session: str) -> dict[str, Any] | None:
+async def _listing(target: CommandTarget, session: str) -> dict[str, Any] | None:
     """``session`` as the router at ``target`` lists it (None when it does
     not, or cannot say: the post that follows reports why)."""
     import httpx
@@ -336,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
         if before is not None and _started_a_turn(status, answer):
             answer["reply"] = trio.run(partial(_claude_reply, target, args.session, _drawn(before),
                                                timeout=max(deadline - time.monotonic(), 0.001), progress=progress))
-    except Stop as stop:
+    except ExitWith as stop:
         return stop.status
     except trio.TooSlowError:
         _refusal("send", args, {"error": "timeout", "message": f"no answer within {args.timeout:g} s; the same id "
@@ -345,10 +345,10 @@ def run(args: argparse.Namespace) -> int:
     return _answered(args, status, answer)
 
 
-def _send_target(args: argparse.Namespace) -> Target:
+def _send_target(args: argparse.Namespace) -> CommandTarget:
     """Where ``router send`` posts, with the session's listing (asked of
     the router at ``--url`` when the board did not give it); raises
-    :class:`Stop` (``card-meaningless``: a card to a container session)."""
+    :class:`ExitWith` (``card-meaningless``: a card to a container session)."""
     import trio
 
     target = _target("send", args)
@@ -357,7 +357,7 @@ def _send_target(args: argparse.Namespace) -> Target:
     if args.card and (target.listing or {}).get("kind") == "container":
         _say("send", f"card-meaningless: {args.session} is a container session, where a card is the same "
              "prompt as your own words; send it without --card")
-        raise Stop(USAGE)
+        raise ExitWith(USAGE)
     return target
 
 
@@ -375,7 +375,7 @@ def _started_a_turn(status: int, answer: Any) -> bool:
 CLAUDE_POLL = 0.2
 
 
-async def _get(target: Target, path: str, params: dict[str, str] | None = None) -> Any:
+async def _get(target: CommandTarget, path: str, params: dict[str, str] | None = None) -> Any:
     """``GET path`` at ``target``: its JSON, or None when it has none."""
     import httpx
 
@@ -389,7 +389,7 @@ async def _get(target: Target, path: str, params: dict[str, str] | None = None) 
         return None
 
 
-async def _messages(target: Target, session: str) -> list[Any]:
+async def _messages(target: CommandTarget, session: str) -> list[Any]:
     """``session``'s transcript at ``target`` ([] when it cannot say)."""
     body = await _get(target, f"/sessions/{quote(session, safe='')}/messages")
     listed = body.get("messages") if type(body) is dict else None
@@ -408,7 +408,7 @@ def _text_of(message: Any) -> str:
     return "".join(part.get("text", "") for part in parts or [] if type(part) is dict and part.get("type") == "text")
 
 
-async def _claude_reply(target: Target, session: str, before: dict[str, str], *, timeout: float,
+async def _claude_reply(target: CommandTarget, session: str, before: dict[str, str], *, timeout: float,
                         progress: Callable[[], Any] | None = None) -> dict[str, Any]:
     """Wait until the Claude Code session's turn ends with an answer it did
     not hold when the message was sent (``before``: :func:`_drawn`), a new
@@ -453,13 +453,22 @@ def _answered(args: argparse.Namespace, status: int, answer: Any) -> int:
     if answer.get("status") != "delivered":
         _say("send", f"dropped: {answer.get('reason') or answer.get('message') or 'the session dropped it'}")
         return REFUSED
-    if type(reply) is dict and reply.get("kept") is True:
+    if type(reply) is dict:
+        return _replied(args, answer, reply)
+    if not args.json:
+        print(summary(args.session, answer), flush=True)
+    return DONE
+
+
+def _replied(args: argparse.Namespace, answer: dict[str, Any], reply: dict[str, Any]) -> int:
+    """The exit status of a delivered message the session replied to."""
+    if reply.get("kept") is True:
         # The provider's usage limit ended the turn: kept, it runs again at the reset.
         if not args.json:
             print(f"kept: {reply.get('reason')}; {args.session} is parked and runs it again once the limit "
                   "resets (router sessions shows when)", flush=True)
         return DONE
-    if type(reply) is dict and reply.get("status") != "done":
+    if reply.get("status") != "done":
         operation = f" (operation {reply['operationId']})" if reply.get("operationId") else ""
         _say("send", f"unanswered: {reply.get('reason')}{operation}")
         return REFUSED
@@ -554,7 +563,7 @@ def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, 
         target = _target(command, args)
         status, answer = trio.run(partial(_post, command, target, f"/sessions/{quote(args.session, safe='')}/{route}",
                                           body, timeout=args.timeout))
-    except Stop as stop:
+    except ExitWith as stop:
         return stop.status
     except trio.TooSlowError:
         _say(command, f"timeout: no answer within {args.timeout:g} s")
@@ -585,7 +594,7 @@ def configure_launch(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60)")
 
 
-def _launch_target(args: argparse.Namespace) -> Target:
+def _launch_target(args: argparse.Namespace) -> CommandTarget:
     """Where ``router launch`` posts: ``--url``, ``--router NAME``, else the
     one ``router serve`` of this user (a session that does not exist yet
     has no holder to find)."""
@@ -600,18 +609,18 @@ def _launch_target(args: argparse.Namespace) -> Target:
         board = trio.run(partial(survey, os.environ))
     except Refusal as refused:
         _say("launch", str(refused))
-        raise Stop(USAGE) from None
+        raise ExitWith(USAGE) from None
     serving = [each for each in board.reached if each.info.get("command") == "serve"]
     if len(serving) != 1:
         names = ", ".join(each.name for each in serving)
         _say("launch", "no-router: no `router serve` of yours is running; start one" if not serving else
              f"ambiguous-router: {len(serving)} `router serve` run ({names}); name one with --router NAME")
-        raise Stop(USAGE)
+        raise ExitWith(USAGE)
     found = serving[0]
-    return Target(f"router {found.name} ({found.socket})", BASE_URL, found.socket)
+    return CommandTarget(f"router {found.name} ({found.socket})", BASE_URL, found.socket)
 
 
-def _named_target(args: argparse.Namespace) -> Target:
+def _named_target(args: argparse.Namespace) -> CommandTarget:
     import trio
 
     from router.board.client import BASE_URL, NO_ROUTER, holder
@@ -621,8 +630,8 @@ def _named_target(args: argparse.Namespace) -> Target:
         found, _ = trio.run(partial(holder, os.environ, args.session, router=args.router))
     except Refusal as refused:
         _say("launch", str(refused))
-        raise Stop(USAGE if refused.code in NO_ROUTER else REFUSED) from None
-    return Target(f"router {found.name} ({found.socket})", BASE_URL, found.socket)
+        raise ExitWith(USAGE if refused.code in NO_ROUTER else REFUSED) from None
+    return CommandTarget(f"router {found.name} ({found.socket})", BASE_URL, found.socket)
 
 
 def run_launch(args: argparse.Namespace) -> int:
@@ -642,7 +651,7 @@ def run_launch(args: argparse.Namespace) -> int:
     try:
         target = _launch_target(args)
         status, answer = trio.run(partial(_post, "launch", target, "/sessions", body, timeout=args.timeout))
-    except Stop as stop:
+    except ExitWith as stop:
         return stop.status
     except trio.TooSlowError:
         _say("launch", f"timeout: no answer within {args.timeout:g} s")

@@ -110,7 +110,7 @@ __all__ = [
     "Queued",
     "Readiness",
     "DeliveryEntry",
-    "Refused",
+    "DeliveryRefused",
     "Reply",
     "RowWritten",
     "State",
@@ -118,7 +118,7 @@ __all__ = [
     "SubmitPrompt",
     "TRANSITIONS",
     "TurnCoreError",
-    "Unanswered",
+    "DeliveryUnanswered",
     "WriteMessage",
     "MAX_ID_CHARS",
     "MAX_TEXT_CHARS",
@@ -213,7 +213,7 @@ class Answered:
 
 
 @attrs.frozen(kw_only=True)
-class Unanswered:
+class DeliveryUnanswered:
     """No answer this time: the sender resends under the same event id."""
 
     event_id: str
@@ -222,14 +222,14 @@ class Unanswered:
 
 
 @attrs.frozen(kw_only=True)
-class Refused:
+class DeliveryRefused:
     """A refusal at admission; resending the same delivery changes nothing."""
 
     code: str
     message: str
 
 
-Reply: TypeAlias = Union[Answered, Unanswered, Refused]
+Reply: TypeAlias = Union[Answered, DeliveryUnanswered, DeliveryRefused]
 
 # --------------------------------------------------------------------------- readiness and writes
 
@@ -355,7 +355,7 @@ def _is_text(value: object) -> bool:
     return True
 
 
-def check_delivery(delivery: Delivery) -> Refused | None:
+def check_delivery(delivery: Delivery) -> DeliveryRefused | None:
     """Whether a delivery is one the router can take: ids non-empty, of at
     most :data:`MAX_ID_CHARS`, text non-empty and at most
     :data:`MAX_TEXT_CHARS`, all valid Unicode. ``None`` when it is."""
@@ -365,18 +365,18 @@ def check_delivery(delivery: Delivery) -> Refused | None:
         ids.append(("messageId", message.message_id))
     for name, value in ids:
         if not _is_text(value) or not value or len(value) > MAX_ID_CHARS:
-            return Refused(
+            return DeliveryRefused(
                 code="bad-delivery",
                 message=f"{name} must be a non-empty string of valid Unicode, at most {MAX_ID_CHARS} characters",
             )
     if not _is_text(message.text) or not message.text or len(message.text) > MAX_TEXT_CHARS:
-        return Refused(
+        return DeliveryRefused(
             code="bad-delivery",
             message=f"text must be a non-empty string of valid Unicode, at most {MAX_TEXT_CHARS} characters",
         )
     if not message.text.strip():
         # Every surface (CLI, API, page, MCP) delivers through here, so each refuses it alike.
-        return Refused(code="empty-message", message="the message is only whitespace; write some text and send it "
+        return DeliveryRefused(code="empty-message", message="the message is only whitespace; write some text and send it "
                        "again")
     return None
 
@@ -402,7 +402,7 @@ class Proceed:
     new: bool
 
 
-Admission: TypeAlias = Union[Proceed, Answered, Refused]
+Admission: TypeAlias = Union[Proceed, Answered, DeliveryRefused]
 
 
 def admit(existing: DeliveryEntry | None, delivery: Delivery) -> Admission:
@@ -413,13 +413,13 @@ def admit(existing: DeliveryEntry | None, delivery: Delivery) -> Admission:
             new=True,
         )
     if existing.session != delivery.session:
-        return Refused(
+        return DeliveryRefused(
             code="event-id-conflict",
             message=f"event id {delivery.event_id!r} was already delivered to session "
             f"{existing.session!r}; a resend names the same session, a new message takes a new event id",
         )
     if existing.message != delivery.message:
-        return Refused(
+        return DeliveryRefused(
             code="event-id-conflict",
             message=f"event id {delivery.event_id!r} was already used for another message; "
             "a resend carries the same message, a new message takes a new event id",
@@ -446,7 +446,7 @@ def plan(entry: DeliveryEntry, target: Readiness) -> tuple[DeliveryEntry, Write 
         text = stopped_sentence(entry.session, target.stopped)
         return (
             attrs.evolve(entry, state=State.UNANSWERED, last=(code, text)),
-            Unanswered(event_id=entry.event_id, code=code, message=text),
+            DeliveryUnanswered(event_id=entry.event_id, code=code, message=text),
         )
     if isinstance(target, ClaudeCodeReadiness):
         if not target.connected:
@@ -457,7 +457,7 @@ def plan(entry: DeliveryEntry, target: Readiness) -> tuple[DeliveryEntry, Write 
             )
             return (
                 attrs.evolve(entry, state=State.UNANSWERED, last=(code, text)),
-                Unanswered(event_id=entry.event_id, code=code, message=text),
+                DeliveryUnanswered(event_id=entry.event_id, code=code, message=text),
             )
         message = entry.message
         if isinstance(message, Person) and entry.person_spent:
@@ -577,5 +577,5 @@ def settle(entry: DeliveryEntry, write: Write, outcome: Outcome) -> tuple[Delive
         code, text = outcome.code, outcome.message
     return (
         attrs.evolve(entry, state=after, last=(code, text)),
-        Unanswered(event_id=entry.event_id, code=code, message=text),
+        DeliveryUnanswered(event_id=entry.event_id, code=code, message=text),
     )

@@ -62,7 +62,7 @@ import logging
 import time
 from typing import Any, Callable, Final, Iterator, Mapping
 
-from router._fanout import FanOut, Lagged, Subscription
+from router._fanout import FanOut, FanOutStatistics, FanOutSubscription, Lagged
 from router.host import (
     AdapterEvent, DaemonChanged, FrameSkipped, HostEvent, MessageStored, OperationEnded, OperationStarted,
 )
@@ -448,7 +448,7 @@ class LiveSubscription:
     def __init__(
         self,
         snapshot: dict[str, Any],
-        items: Subscription[LiveBatch],
+        items: FanOutSubscription[LiveBatch],
         *,
         replay: list[LiveBatch] | None = None,
         epoch: str = "",
@@ -520,7 +520,7 @@ class LiveHub:
     def closed(self) -> bool:
         return self._fanout.closed
 
-    def statistics(self) -> dict[str, int | bool]:
+    def statistics(self) -> FanOutStatistics:
         """The fan-out's figures: ``subscribers``, ``published``, ``dropped``, ``closed``."""
         return self._fanout.statistics()
 

@@ -143,7 +143,7 @@ class Parking:
         return f"<Parking {self.timer.book!r} pending={sorted(self._pending)}>"
 
     def statistics(self) -> dict[str, Any]:
-        return {**self.timer.book.statistics(), "pending": len(self._pending), "kept": self.kept}
+        return {**attrs.asdict(self.timer.book.statistics()), "pending": len(self._pending), "kept": self.kept}
 
     # ------------------------------------------------------------------ the task
 

@@ -60,8 +60,8 @@ or launching it again with :meth:`TurnRouter.create`), which the limit
 checks must allow.
 
 Error handling: every refusal of a delivery is a reply with a kebab-case
-code, never an exception: :class:`~router.turns.core.Refused` (bad target,
-a reused event id), :class:`~router.turns.core.Unanswered` (resend later).
+code, never an exception: :class:`~router.turns.core.DeliveryRefused` (bad target,
+a reused event id), :class:`~router.turns.core.DeliveryUnanswered` (resend later).
 A bug while handling one delivery answers it ``internal`` and the inbox
 goes on. The session operations (list, create, read, live, abort, resume)
 raise :class:`~router.errors.Refusal`.
@@ -87,7 +87,6 @@ from router._transient import StoreUnavailable, is_transient, unavailable
 from router.errors import Refusal
 from router.host import Host
 from router.modlink.server import DEFAULT_CALL_DEADLINE
-from router.plugins.refusal import Refusal as PluginRefusal
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import StopInfo
 from router.turns.core import (
@@ -98,11 +97,11 @@ from router.turns.core import (
     Outcome,
     Person,
     Proceed,
-    Refused,
+    DeliveryRefused,
     Reply,
     State,
     SubmitPrompt,
-    Unanswered,
+    DeliveryUnanswered,
     WriteMessage,
     after_write,
     before_write,
@@ -115,6 +114,7 @@ from router.limits import ParkBook, is_limit_reason
 from router.turns.delivery_log import DeliveryLog
 from router.turns.parking import Parking, ResumeMarker
 from router.turns.registry import Session, SessionRegistry, Starter
+from router.turns.seams import Remote, TurnLayer
 from router.turns.session_brackets import SessionBrackets
 from router.turns.targets import ClaudeCodeTarget, ContainerSessions, ContainerTarget, LiveStream, Target
 
@@ -184,7 +184,7 @@ class TurnRouter:
         message_deadline: float = DEFAULT_CALL_DEADLINE,
         inbox_size: int = INBOX_SIZE,
         link_options: Mapping[str, Any] | None = None,
-        layer: Any = None,
+        layer: TurnLayer | None = None,
         instance: str = "default",
         container_harness: str = "echo",
         container_via: str = "in-process",
@@ -192,7 +192,7 @@ class TurnRouter:
         bracket_wait: float = MEASURE_WAIT,
         park_book: ParkBook | None = None,
         shared_limits: Path | None = None,
-        remote: Any = None,
+        remote: Remote | None = None,
     ) -> None:
         self.deliveries = deliveries
         #: The cluster (``router.cluster.ClusterNode``; None: this router
@@ -272,7 +272,7 @@ class TurnRouter:
 
     async def _routes(self) -> object:
         document = await trio.to_thread.run_sync(self.layer.settings.read, "routes.json")
-        return None if isinstance(document, PluginRefusal) else document.value
+        return None if isinstance(document, Refusal) else document.value
 
     async def _stopped(self, session: Session, stop: StopInfo) -> None:
         """A turn's end stopped ``session``: record it, tell its viewers,
@@ -451,7 +451,7 @@ class TurnRouter:
                 return await self.remote.relay(delivery)
             return reply
         except StoreUnavailable as refused:  # the store blinked past its retries: not done, resend
-            return Unanswered(event_id=delivery.event_id, code=refused.code, message=refused.message)
+            return DeliveryUnanswered(event_id=delivery.event_id, code=refused.code, message=refused.message)
 
     async def deliver_here(self, delivery: Delivery) -> Reply:
         """Write one delivery into its session *here*, never relaying it:
@@ -478,15 +478,15 @@ class TurnRouter:
             admission = await self.deliveries.call(self.deliveries.admit, delivery)
         except Refusal as refusal:
             if isinstance(refusal, StoreUnavailable):  # not done: resend with the same eventId
-                return Unanswered(event_id=delivery.event_id, code=refusal.code, message=refusal.message)
-            return Refused(code=refusal.code, message=refusal.message)
+                return DeliveryUnanswered(event_id=delivery.event_id, code=refusal.code, message=refusal.message)
+            return DeliveryRefused(code=refusal.code, message=refusal.message)
         if not isinstance(admission, Proceed):
             return admission
         queued = QueuedDelivery(delivery)
         try:
             session.inbox.send_nowait(queued)
         except trio.WouldBlock:
-            return Unanswered(
+            return DeliveryUnanswered(
                 event_id=delivery.event_id,
                 code="inbox-full",
                 message=f"session {delivery.session!r} has {self.inbox_size} deliveries waiting; "
@@ -529,7 +529,7 @@ class TurnRouter:
                     if park is not None:
                         result["parked"] = park.to_json()
             return reply, body
-        if isinstance(reply, Unanswered):
+        if isinstance(reply, DeliveryUnanswered):
             return reply, {"error": reply.code, "message": reply.message, "eventId": reply.event_id}
         return reply, {"error": reply.code, "message": reply.message}
 
@@ -556,13 +556,13 @@ class TurnRouter:
                     if is_transient(error):  # the store blinked past its retries: resend later
                         refused = unavailable(error)
                         log.warning("delivery %r to session %r: %s", queued.delivery.event_id, session.id, refused)
-                        reply = Unanswered(event_id=queued.delivery.event_id, code=refused.code,
+                        reply = DeliveryUnanswered(event_id=queued.delivery.event_id, code=refused.code,
                                            message=refused.message)
                         queued.answer(reply)
                         current = None
                         continue
                     log.exception("delivery %r to session %r failed", queued.delivery.event_id, session.id)
-                    reply = Unanswered(
+                    reply = DeliveryUnanswered(
                         event_id=queued.delivery.event_id,
                         code="internal",
                         message="the router failed on this delivery (it was logged); resend with the same eventId",
@@ -666,8 +666,8 @@ class TurnRouter:
         return after_write(outcome, self._stop_reason(session))
 
 
-def _closed(delivery: Delivery) -> Unanswered:
-    return Unanswered(
+def _closed(delivery: Delivery) -> DeliveryUnanswered:
+    return DeliveryUnanswered(
         event_id=delivery.event_id,
         code="session-closed",
         message=f"session {delivery.session!r} closed before this delivery was answered; "

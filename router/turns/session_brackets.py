@@ -44,10 +44,11 @@ from typing import Any, Awaitable, Callable, Iterable
 import trio
 
 from router._transient import is_transient
-from router.plugins.limits import Stop
+from router.plugins.limit_checks import MustStop
 from router.plugins.routing import LaunchRecord
 from router.plugins.usage import iso, utc_now
 from router.turns.brackets import Begin, BeginFailed, BracketCore, Effect, End, StopInfo, StopSession, bracket_failure
+from router.turns.seams import TurnLayer
 
 __all__ = ["SessionBrackets"]
 
@@ -66,7 +67,7 @@ class SessionBrackets:
         self,
         session_id: str,
         *,
-        layer: Any,
+        layer: TurnLayer,
         launch: Callable[[], Awaitable[LaunchRecord]],
         on_stop: Callable[[StopInfo], Awaitable[None]],
         one_turn: bool = False,
@@ -232,5 +233,5 @@ class SessionBrackets:
                 log.exception("session %r: carrying out its stop failed", self.session_id)
 
 
-def _info(stop: Stop, at: str) -> StopInfo:
+def _info(stop: MustStop, at: str) -> StopInfo:
     return StopInfo(reason=stop.reason, check=stop.check, at=at)

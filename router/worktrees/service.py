@@ -134,6 +134,15 @@ class NewRequest:
     prompt: str | None = None
 
 
+async def _base(repo: Any, from_: str | None) -> str:
+    """The commit ``--from`` names (HEAD when absent), refused when none."""
+    base = await git.resolve(repo, from_ or "HEAD")
+    if base is None:
+        raise Refusal("unknown-ref", f"{from_ or 'HEAD'!r} names no commit in {repo}; give --from "
+                      "a branch, tag or commit of the project")
+    return base
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -241,29 +250,31 @@ class Worktrees:
         await self._check_harness(session_id, harness, claude=claude)
         async with self._lock:
             await self._check_free(repo, plan.branch, plan.worktree, name, session_id)
-            base = await git.resolve(repo, request.from_ or "HEAD")
-            if base is None:
-                raise Refusal("unknown-ref", f"{request.from_ or 'HEAD'!r} names no commit in {repo}; give --from "
-                              "a branch, tag or commit of the project")
+            base = await _base(repo, request.from_)
             await git.add_worktree(repo, plan.worktree, plan.branch, base)
             place = Place(id=session_id, name=name, project=project.name, project_path=str(repo),
                           branch=plan.branch, base=base, worktree=str(plan.worktree), where=plan.where,
                           harness=harness or "echo", tmux=plan.tmux, claude_session=session_id if claude else None,
                           prompt=request.prompt, prompt_event=f"new-{session_id}" if request.prompt else None,
                           created_at=_now_ms())
-            await trio.to_thread.run_sync(self.places.put, place)
-            try:
-                await self._start(place, argv)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await self._undo(place)
-                raise
+            await self._record_and_start(place, argv)
         if place.prompt is not None:
             if claude:
                 self._prompt_later(place)
             else:
                 await self._prompt_now(place)
         return place.to_json()
+
+    async def _record_and_start(self, place: Place, argv: list[str] | None) -> None:
+        """Record the place and start its session; undone (shielded) when
+        the start fails or is cancelled."""
+        await trio.to_thread.run_sync(self.places.put, place)
+        try:
+            await self._start(place, argv)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._undo(place)
+            raise
 
     async def _check_harness(self, session_id: str, harness: str | None, *, claude: bool) -> None:
         refused = session_id_refusal(session_id)

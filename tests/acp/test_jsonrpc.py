@@ -110,7 +110,7 @@ def test_an_overlong_line_is_dropped_whole_and_the_next_one_read():
     [dropped, after] = events(connection)
     assert isinstance(dropped, Malformed) and "longer than 100" in dropped.reason
     assert after == Notification("after")
-    assert connection.statistics()["buffered"] == 0
+    assert connection.statistics().buffered == 0
 
 
 def test_a_reused_id_of_an_unanswered_request_is_refused():

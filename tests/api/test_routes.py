@@ -225,7 +225,7 @@ async def test_live_is_a_snapshot_then_items(api: Api) -> None:
     session = api.router.registry.get("root")
     assert session is not None and session.target.hub is not None
     hub = session.target.hub
-    await until(lambda: hub.statistics()["subscribers"] == 0)
+    await until(lambda: hub.statistics().subscribers == 0)
 
 
 async def test_live_refusals(api: Api) -> None:

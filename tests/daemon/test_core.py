@@ -12,6 +12,7 @@ from router.daemon.core import (
     CloseSession,
     OpenSession,
     SessionCore,
+    SessionStatistics,
     TurnCancelled,
     TurnFailed,
 )
@@ -489,9 +490,8 @@ def test_repr_and_statistics_summarise_state():
     d.send(conn, prompt("a"))
     d.send(conn, prompt("b"))
     stats = d.core.statistics()
-    assert stats == {
-        "seq": 1, "kept": 1, "operations": 2, "queued": 1, "running": "a", "open": 1,
-        "connected": True, "live": True,
-    }
+    assert stats == SessionStatistics(
+        seq=1, kept=1, operations=2, queued=1, running="a", open=1, connected=True, live=True,
+    )
     assert repr(d.core) == "<SessionCore 's' seq=1 kept=1 operations=2 queued=1 running='a' open=1 live>"
     assert json.loads(conn.texts[-1])["seq"] == 1

@@ -8,7 +8,7 @@ import trio
 
 from router.daemon.adapter import AdapterTurn
 from router.daemon.adapters import claude_code
-from router.daemon.adapters.cli import CliSession
+from router.daemon.adapters.process_per_turn import CliSession
 from tests.daemon.adapters.helpers import Recorder, alive
 from tests.e2e_claude.helpers import ClaudeSetup, processes_in
 from tests.fakes.anthropic import Usage, bad_request, overloaded, slow_reply, text_reply, tool_reply

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from router.host.reconcile import ConnectionCore, Effects
+from router.host.reconcile import ConnectionRules, Effects
 from router.host.store import Store
 from wire.container import CaughtUp, DaemonMessage, FrameMessage, Hello, converter
 
@@ -81,9 +81,9 @@ def kinds(effects: Effects) -> list[str]:
     return [body["type"] for body in sends(effects)]
 
 
-def connect(store: Store, greeting: Hello, **options: Any) -> tuple[ConnectionCore, Effects]:
+def connect(store: Store, greeting: Hello, **options: Any) -> tuple[ConnectionRules, Effects]:
     """A core reconciled with ``greeting`` and delivered: as the link does."""
-    core = ConnectionCore(greeting.session, **options)
+    core = ConnectionRules(greeting.session, **options)
     with store.transaction():
         effects = core.hello(store, greeting)
     with store.transaction():
@@ -91,6 +91,6 @@ def connect(store: Store, greeting: Hello, **options: Any) -> tuple[ConnectionCo
     return core, effects
 
 
-def receive(store: Store, core: ConnectionCore, *messages: DaemonMessage) -> Effects:
+def receive(store: Store, core: ConnectionRules, *messages: DaemonMessage) -> Effects:
     with store.transaction():
         return core.receive(store, list(messages))

@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from router.host.reconcile import ConnectionCore
+from router.host.reconcile import ConnectionRules
 from router.host.store import Store
 from tests.host.core_driver import (
     SESSION,
@@ -89,8 +89,8 @@ def fresh_store(directory: str, name: str) -> Store:
     return store
 
 
-def connection(store: Store, log: list[dict]) -> ConnectionCore:
-    core = ConnectionCore(SESSION)
+def connection(store: Store, log: list[dict]) -> ConnectionRules:
+    core = ConnectionRules(SESSION)
     # The daemon holds the generation (the host opened it before the first
     # frame), has produced the whole log, and reports where it stands.
     greeting = hello("r1", open=1, last_seq=len(log), operations=daemon_report(log))
@@ -99,7 +99,7 @@ def connection(store: Store, log: list[dict]) -> ConnectionCore:
     return core
 
 
-def apply(store: Store, core: ConnectionCore, messages: list[Any]) -> None:
+def apply(store: Store, core: ConnectionRules, messages: list[Any]) -> None:
     with store.transaction():
         core.receive(store, messages)
 

@@ -11,7 +11,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.host.connection import REDIAL, GiveUp, LinkCore, Pause, Requests
+from router.host.connection import REDIAL, GiveUp, HostLinkCore, Pause, Requests
 from router.host.link import (
     Backoff,
     DaemonEndpoint,
@@ -29,11 +29,11 @@ ADAPTER = AdapterInfo(id="echo", version="1", capabilities=("steer",))
 DROPPED = LinkDropped("link-dropped", "the socket closed")
 
 
-def core(give_up_after: float | None = None) -> LinkCore:
-    return LinkCore(backoff=Backoff(base=1.0, cap=8.0, rng=random.Random(1)), give_up_after=give_up_after)
+def core(give_up_after: float | None = None) -> HostLinkCore:
+    return HostLinkCore(backoff=Backoff(base=1.0, cap=8.0, rng=random.Random(1)), give_up_after=give_up_after)
 
 
-def live(link: LinkCore) -> None:
+def live(link: HostLinkCore) -> None:
     link.attempt()
     link.hello_received()
     link.reconciling()
@@ -81,7 +81,7 @@ class Model:
                 del self.asked[name]
 
 
-def step(link: LinkCore, model: Model, phase: str, action: str) -> str:
+def step(link: HostLinkCore, model: Model, phase: str, action: str) -> str:
     """Apply one action (a no-op where the phase does not allow it); the
     new phase. Every invariant is checked as it goes."""
     if action in ("deliver", "configure", "redial") or action.startswith("abort "):
@@ -171,7 +171,7 @@ def test_the_backoff_keeps_growing_while_connections_fail_soon_after_hello() -> 
     reconciled and lost within a second. The backoff starts over only
     after a connection that stayed live ``healthy_after`` seconds (before,
     at every reconcile: a redial 1.3 times a second forever)."""
-    link = LinkCore(backoff=Backoff(base=1.0, cap=8.0, rng=random.Random(1)), healthy_after=10.0)
+    link = HostLinkCore(backoff=Backoff(base=1.0, cap=8.0, rng=random.Random(1)), healthy_after=10.0)
     link.started(0.0)
     now = 0.0
     pauses = []
@@ -241,7 +241,7 @@ def test_the_give_up_deadline_moves_with_the_connections() -> None:
 def test_its_repr_summarises_its_state() -> None:
     link = core()
     link.ask_deliver()
-    assert repr(link) == "<LinkCore idle runtime=None connections=0 attempt=0 pending=('deliver',)>"
+    assert repr(link) == "<HostLinkCore idle runtime=None connections=0 attempt=0 pending=('deliver',)>"
 
 
 # ---------------------------------------------------------------- virtual time

@@ -15,15 +15,16 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from router.errors import Refusal
 from router.host import Host, HostSettings, Launcher, Store
 from router.host.lifecycle import (
     DaemonInfo,
     FailOpen,
     LifecycleCore,
     Publish,
-    Redial,
+    RedialLink,
     Start,
-    Stop,
+    StopContainer,
     Watch,
 )
 
@@ -55,7 +56,7 @@ def test_a_lost_daemon_with_work_is_replaced_and_a_stale_loss_changes_nothing() 
     core.started(daemon(1), now=0.0)
     assert core.lost("c0", "killed") == []  # not the one it holds
     effects = core.lost("c1", "killed by SIGKILL")
-    assert effects == [Stop("c1", "lost: killed by SIGKILL"), Redial(),
+    assert effects == [StopContainer("c1", "lost: killed by SIGKILL"), RedialLink(),
                        Publish("replacing", "lost: killed by SIGKILL; replacing it", None), Start(0.0)]
     assert core.state == "replacing" and core.daemon is None and core.starting
     assert core.lost("c1", "again") == []
@@ -69,7 +70,7 @@ def test_a_lost_idle_daemon_waits_for_the_next_delivery() -> None:
     core.started(daemon(1), now=0.0)
     core.work_done(1.0)
     effects = core.lost("c1", "exited with status 0")
-    assert kinds(effects) == ["Stop", "Redial", "Publish"] and core.state == "stopped"
+    assert kinds(effects) == ["StopContainer", "RedialLink", "Publish"] and core.state == "stopped"
     assert kinds(core.demand()) == ["Publish", "Start"]
 
 
@@ -81,7 +82,7 @@ def test_idle_stop_at_the_deadline_and_start_again_on_demand() -> None:
     assert core.idle_deadline == 130.0
     assert core.idle_expired(129.0) == []  # early: a deadline that fired before its time
     effects = core.idle_expired(130.0)
-    assert effects == [Stop("c1", "idle for 30 s"), Publish("idle-stopped", "idle for 30 s", None)]
+    assert effects == [StopContainer("c1", "idle for 30 s"), Publish("idle-stopped", "idle for 30 s", None)]
     assert core.state == "idle-stopped" and core.daemon is None and core.idle_deadline == math.inf
     assert core.lost("c1", "stopped") == []  # its own stop, reported by the watch
     assert kinds(core.demand()) == ["Publish", "Start"]
@@ -115,7 +116,7 @@ def test_failed_starts_retry_then_unreachable_with_the_reason_and_a_later_delive
     last = core.start_failed("image-missing", "no image router:nope")
     assert last == [
         Publish("unreachable", "image-missing: no image router:nope (3 starts failed in a row)", None),
-        FailOpen("image-missing", "no image router:nope (3 starts failed in a row); send again to try again"),
+        FailOpen(Refusal("image-missing", "no image router:nope (3 starts failed in a row); send again to try again")),
     ]
     assert core.state == "unreachable" and not core.starting and not core.wanted
     assert core.reason == "image-missing: no image router:nope"
@@ -138,7 +139,7 @@ def test_close_stops_the_running_daemon_only() -> None:
     assert core.close() == []
     core.demand()
     core.started(daemon(1), now=0.0)
-    assert core.close() == [Stop("c1", "the router stops")]
+    assert core.close() == [StopContainer("c1", "the router stops")]
     assert core.daemon is None
 
 
@@ -196,7 +197,7 @@ def test_any_inputs_keep_the_invariants(steps: list[tuple]) -> None:
             elif type(effect) is Watch:
                 assert effect.container in started
                 watched.add(effect.container)
-            elif type(effect) is Stop:
+            elif type(effect) is StopContainer:
                 assert effect.container in started
                 watched.discard(effect.container)
         assert in_flight in (0, 1) and in_flight == core.starting

@@ -34,7 +34,7 @@ def test_a_long_argument_is_cut_before_it_is_formatted() -> None:
     line = record.getMessage()
     assert len(line) < MAX_CHARS + 100
     assert line.endswith("characters cut) (7)")
-    assert guard.statistics()["cut"] == 1
+    assert guard.statistics().cut == 1
 
 
 def test_repeats_pass_a_burst_per_window_and_the_next_window_says_how_many_were_dropped() -> None:
@@ -59,7 +59,7 @@ def test_the_filter_remembers_a_bounded_number_of_kinds() -> None:
     guard = PeerLogFilter(max_keys=10)
     for i in range(1000):
         guard.filter(logging.LogRecord("peer", logging.WARNING, __file__, 1, f"kind {i}", (), None))
-    assert guard.statistics()["kinds"] == 10
+    assert guard.statistics().kinds == 10
 
 
 async def test_a_daemon_flooding_errors_over_a_real_socket_leaves_a_bounded_log(
@@ -98,7 +98,7 @@ async def test_a_daemon_flooding_errors_over_a_real_socket_leaves_a_bounded_log(
     errors = [line for line in lines.lines if "the daemon reports an error" in line]
     assert max(len(line) for line in lines.lines) < MAX_CHARS + 300
     assert 1 <= len(errors) <= BURST
-    assert guard.statistics()["dropped"] >= 3000 - BURST
+    assert guard.statistics().dropped >= 3000 - BURST
 
 
 def test_router_serve_logs_through_the_filter() -> None:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from router.host.events import FrameSkipped, OperationEnded
 from router.host.host import Host, HostSettings
 from router.host.link import DaemonEndpoint
-from router.host.reconcile import ConnectionCore, UnreadableFrame, frame_seq
+from router.host.reconcile import ConnectionRules, UnreadableFrame, frame_seq
 from router.host.store import Store
 from tests.host.conftest import FAST
 from tests.host.core_driver import SESSION, connect, event, frame, hello, message, persist, receive, sends, start
@@ -197,10 +197,10 @@ async def test_a_bug_while_applying_a_batch_is_logged_and_backs_off(
     over after each hello: the pauses grow to the cap instead of a redial
     loop at the first step."""
 
-    def broken(self: ConnectionCore, store: Store, messages: object) -> None:
+    def broken(self: ConnectionRules, store: Store, messages: object) -> None:
         raise ValueError("a bug of ours")
 
-    monkeypatch.setattr(ConnectionCore, "receive", broken)
+    monkeypatch.setattr(ConnectionRules, "receive", broken)
 
     async def script(connection: FakeConnection) -> None:
         await connection.greet()

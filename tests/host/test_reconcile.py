@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from router.host.reconcile import ACK_EVERY, ConnectionCore
+from router.host.reconcile import ACK_EVERY, ConnectionRules
 from router.host.events import event_json
 from router.host.store import Store
 from tests.host.core_driver import (
@@ -436,7 +436,7 @@ def test_a_batch_acks_its_last_frame(store: Store) -> None:
 
 def test_frames_before_the_reconcile_are_buffered_and_applied_after(store: Store) -> None:
     store.enqueue(SESSION, "a", "x")
-    core = ConnectionCore(SESSION)
+    core = ConnectionRules(SESSION)
     with store.transaction():
         early = core.receive(store, [frame(1, start("a")), frame(2, settle("a", "t"))])
     assert not early and store.operation(SESSION, "a").status == "queued"
@@ -524,10 +524,10 @@ def test_errors_and_second_hellos_change_nothing(store: Store) -> None:
 
 
 def test_the_core_summarises_itself() -> None:
-    core = ConnectionCore("x")
+    core = ConnectionRules("x")
     assert "awaiting hello" in repr(core)
     with pytest.raises(ValueError):
-        ConnectionCore("x", on_container_lost="maybe")  # type: ignore[arg-type]
+        ConnectionRules("x", on_container_lost="maybe")  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- history is append-only once settled

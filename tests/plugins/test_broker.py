@@ -13,9 +13,9 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from router.plugins.broker import Broker, check_search_answer
+from router.plugins.broker import Broker, BrokerStatistics, check_search_answer
 from router.plugins.loader import Loader
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 
 from .conftest import write_module
 
@@ -57,10 +57,10 @@ SEARCH_FIXTURES = {
             raise ExceptionGroup("two failures", [ValueError("a"), KeyError("b")])
     """,
     "refuses": """
-        from router.plugins.refusal import PluginError
+        from router.errors import Refusal
         INTERFACE_VERSION = 1
         async def search(options, query, deps):
-            raise PluginError("quota-exhausted", "the search quota is used up for today")
+            raise Refusal("quota-exhausted", "the search quota is used up for today")
     """,
     "crashes": """
         INTERFACE_VERSION = 1
@@ -106,7 +106,7 @@ async def test_a_hanging_module_is_cancelled_at_the_deadline(loader_for, autojum
     assert "within 5 s" in answer.message
     assert events == ["started", "cancelled"]  # it saw the cancellation, and stopped
     assert trio.current_time() - start == pytest.approx(5)
-    assert broker.statistics() == {"calls": 1, "refusals": 1}
+    assert broker.statistics() == BrokerStatistics(calls=1, refusals=1)
 
 
 async def test_a_module_that_answers_after_its_deadline_is_refused(loader_for, autojump_clock) -> None:

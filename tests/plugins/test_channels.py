@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from router.cli import main
-from router.plugins.broker import Answer, Broker
+from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.channels import SESSION_OPERATIONS, Channels
 from router.plugins.loader import Loader
 from router.plugins.settings import SettingsDir
@@ -50,7 +50,7 @@ def set_channels(settings_dir: Path, names) -> None:
 async def test_operations_pass_through_unchanged(settings_dir: Path, channel, operation) -> None:
     core = Core()
     answer = await channels(settings_dir).dispatch(channel, operation, {"session": "s-1"}, core)
-    assert isinstance(answer, Answer)
+    assert isinstance(answer, ModuleAnswer)
     assert answer.value is core.answers[0]  # the very object the core answered
     assert core.calls == [(operation, {"session": "s-1"})]
 
@@ -72,7 +72,7 @@ async def test_an_off_channel_names_the_recovery(settings_dir: Path) -> None:
     assert '"channel": ["webui", "cli"]' in answer.message
     assert core.calls == []
     # The web channel still works.
-    assert isinstance(await channels(settings_dir).dispatch("webui", "list", {}, core), Answer)
+    assert isinstance(await channels(settings_dir).dispatch("webui", "list", {}, core), ModuleAnswer)
 
 
 async def test_no_channel_at_all_and_the_recovery_needs_none(settings_dir: Path, capsys) -> None:
@@ -85,14 +85,14 @@ async def test_no_channel_at_all_and_the_recovery_needs_none(settings_dir: Path,
     patch = settings_dir / "patch.json"
     patch.write_text(json.dumps({"revision": revision, "plugins": {"channel": ["cli", "webui"]}}))
     assert main(["plugins", "set", "--settings", str(settings_dir), "--file", str(patch)]) == 0
-    assert isinstance(await surface.dispatch("cli", "list", {}, Core()), Answer)
+    assert isinstance(await surface.dispatch("cli", "list", {}, Core()), ModuleAnswer)
 
 
 async def test_a_broken_settings_file_keeps_the_last_good_selection(settings_dir: Path) -> None:
     surface = channels(settings_dir)
-    assert isinstance(await surface.dispatch("cli", "list", {}, Core()), Answer)
+    assert isinstance(await surface.dispatch("cli", "list", {}, Core()), ModuleAnswer)
     (settings_dir / "plugins.json").write_text("{torn")
-    assert isinstance(await surface.dispatch("cli", "list", {}, Core()), Answer)
+    assert isinstance(await surface.dispatch("cli", "list", {}, Core()), ModuleAnswer)
     # A first load that meets a broken file has nothing switched on.
     assert (await channels(settings_dir).dispatch("cli", "list", {}, Core())).code == "channel-off"
 
@@ -119,7 +119,7 @@ async def test_a_slow_send_does_not_hold_up_a_list(settings_dir: Path) -> None:
 
 async def test_a_file_without_plugins_switches_every_channel_off(settings_dir: Path) -> None:
     surface = channels(settings_dir)
-    assert isinstance(await surface.dispatch("cli", "list", {}, Core()), Answer)
+    assert isinstance(await surface.dispatch("cli", "list", {}, Core()), ModuleAnswer)
     (settings_dir / "plugins.json").write_text("{}")
     assert (await surface.dispatch("cli", "list", {}, Core())).code == "channel-off"
 
@@ -164,11 +164,11 @@ async def test_unchanged_settings_are_not_read_again(settings_dir: Path, tmp_pat
     surface = kept_channels(settings_dir, tree(tmp_path), coarse_ns=0)
     core = Core()
     for _ in range(2):  # the first learns which modules the file names, the second keeps
-        assert isinstance(await surface.dispatch("cli", "list", {}, core), Answer)
+        assert isinstance(await surface.dispatch("cli", "list", {}, core), ModuleAnswer)
     loads = surface.loads
     hops = Hops(monkeypatch)
     for _ in range(20):
-        assert isinstance(await surface.dispatch("webui", "list", {}, core), Answer)
+        assert isinstance(await surface.dispatch("webui", "list", {}, core), ModuleAnswer)
     assert surface.loads == loads
     assert hops.count == 0
 
@@ -178,11 +178,11 @@ async def test_plugins_json_edited_is_seen_by_the_next_request(settings_dir: Pat
     surface = kept_channels(settings_dir, tree(tmp_path), coarse_ns=0)
     core = Core()
     for _ in range(3):
-        assert isinstance(await surface.dispatch("cli", "list", {}, core), Answer)
+        assert isinstance(await surface.dispatch("cli", "list", {}, core), ModuleAnswer)
     set_channels(settings_dir, ["webui"])
     assert (await surface.dispatch("cli", "list", {}, core)).code == "channel-off"
     set_channels(settings_dir, ["cli", "webui"])
-    assert isinstance(await surface.dispatch("cli", "list", {}, core), Answer)
+    assert isinstance(await surface.dispatch("cli", "list", {}, core), ModuleAnswer)
 
 
 async def test_a_module_edited_is_seen_by_the_next_request(settings_dir: Path, tmp_path: Path) -> None:
@@ -191,7 +191,7 @@ async def test_a_module_edited_is_seen_by_the_next_request(settings_dir: Path, t
     surface = kept_channels(settings_dir, root, coarse_ns=0)
     core = Core()
     for _ in range(3):
-        assert isinstance(await surface.dispatch("cli", "list", {}, core), Answer)
+        assert isinstance(await surface.dispatch("cli", "list", {}, core), ModuleAnswer)
     init = root / "channel" / "cli" / "__init__.py"
     init.write_text(init.read_text() + "\n\nasync def dispatch(request, core):\n    raise RuntimeError('edited')\n")
     assert (await surface.dispatch("cli", "list", {}, core)).code == "channel-failed"
@@ -207,7 +207,7 @@ async def test_a_named_module_that_appears_is_seen(settings_dir: Path, tmp_path:
     for _ in range(3):
         assert (await surface.dispatch("webui", "list", {}, core)).code == "channel-off"
     (tmp_path / "away").rename(webui)
-    assert isinstance(await surface.dispatch("webui", "list", {}, core), Answer)
+    assert isinstance(await surface.dispatch("webui", "list", {}, core), ModuleAnswer)
 
 
 async def test_a_file_written_within_a_clock_tick_is_read_every_time(settings_dir: Path, tmp_path: Path) -> None:
@@ -217,5 +217,5 @@ async def test_a_file_written_within_a_clock_tick_is_read_every_time(settings_di
     surface = kept_channels(settings_dir, tree(tmp_path), coarse_ns=10**18)
     core = Core()
     for _ in range(4):
-        assert isinstance(await surface.dispatch("cli", "list", {}, core), Answer)
+        assert isinstance(await surface.dispatch("cli", "list", {}, core), ModuleAnswer)
     assert surface.loads == 4

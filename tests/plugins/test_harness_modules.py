@@ -13,7 +13,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from router.plugins.loader import Loader
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 
 loader = Loader(log=lambda entry: pytest.fail(str(entry)))
 loader.load({"harness": ["echo", "container", "claude-code"]}, only=["harness"])
@@ -138,7 +138,7 @@ async def test_claude_code_api_key_is_a_credential(tmp_path: Path) -> None:
 
 
 async def test_claude_code_version_without_a_binary(tmp_path: Path) -> None:
-    with pytest.raises(PluginError) as caught:
+    with pytest.raises(Refusal) as caught:
         await CLAUDE.version(context(ROUTE, env={"PATH": str(tmp_path)}))
     assert caught.value.code == "claude-binary-missing"
     assert os.path.isdir(tmp_path)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from router.plugins.broker import Broker, check_search_answer
-from router.plugins.limits import Limits, _check_decision, _check_report
+from router.plugins.limit_checks import Limits, _check_decision, _check_report
 from router.plugins.loader import LoadedModule, Loader
 from router.plugins.usage import TOKEN_KINDS, check_turn_answer, check_usage
 

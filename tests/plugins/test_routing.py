@@ -10,7 +10,7 @@ import trio
 
 from router.plugins.broker import Broker
 from router.plugins.loader import Loader
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 from router.plugins.routing import Route, apply_routes_patch, check_route, plan_launch
 
 from .conftest import write_module
@@ -79,7 +79,7 @@ async def launch(root: str, plugins_doc, routes_doc, instance="coder", broker=No
     def load_harness(name):
         loader = Loader(root=root, log=lambda entry: None)
         result = loader.load({"harness": [name]}, only=["harness"])
-        return result.refused[0].refusal() if result.refused else loader.modules("harness")[0]
+        return result.refused[0].refusal if result.refused else loader.modules("harness")[0]
 
     return await plan_launch(instance, plugins_doc=plugins_doc, routes_doc=routes_doc,
                              load_harness=load_harness, broker=broker or Broker(log=lambda e: None),
@@ -230,7 +230,7 @@ def checker(root: str, plugins_doc):
     def load_harness(name):
         loader = Loader(root=root, log=lambda entry: None)
         result = loader.load({"harness": [name]}, only=["harness"])
-        return result.refused[0].refusal() if result.refused else loader.modules("harness")[0]
+        return result.refused[0].refusal if result.refused else loader.modules("harness")[0]
 
     def check(route: Route, models):
         return check_route(route, switched_on=plugins_doc["plugins"]["harness"],

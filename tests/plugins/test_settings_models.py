@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.errors import Refusal
-from router.plugins.limits import apply_limits_patch
+from router.plugins.limit_checks import apply_limits_patch
 from router.plugins.models import MAX_DEPTH, nests_deeper
 from router.plugins.routing import apply_routes_patch, parse_routes
 from router.plugins.settings import SettingsDir, apply_plugins_patch, parse_patch

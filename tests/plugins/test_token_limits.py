@@ -8,7 +8,7 @@ import zoneinfo
 import pytest
 
 from router.plugins.loader import Loader
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 
 loader = Loader(log=lambda entry: pytest.fail(str(entry)))
 loader.load({"limit-check": ["token-limit", "daily-quota"]}, only=["limit-check"])
@@ -103,7 +103,7 @@ def test_a_key_limit_is_not_enforced_while_no_record_names_an_account() -> None:
     {"tokens": {"models": {"anthropic": {"limit": 10, "since": "2026-01-01T00:00:00Z"}}}},
 ])
 def test_a_limit_it_cannot_read_raises_a_coded_error(limits) -> None:
-    with pytest.raises(PluginError) as caught:
+    with pytest.raises(Refusal) as caught:
         TOKEN.report(args(limits, []))
     assert caught.value.code == "invalid-limit"
 
@@ -196,6 +196,6 @@ def test_no_account_no_quota() -> None:
                                          ("05:00", "Mars/Olympus"), ("05:00", None),
                                          ("05:00", "../../etc/passwd"), ("05:00\n", "Asia/Tokyo")])
 def test_a_quota_it_cannot_read_raises_a_coded_error(reset, zone) -> None:
-    with pytest.raises(PluginError) as caught:
+    with pytest.raises(Refusal) as caught:
         DAILY.report(args(daily(reset, zone), []))
     assert caught.value.code == "invalid-quota"

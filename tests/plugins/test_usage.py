@@ -13,7 +13,7 @@ import trio
 from router.plugins.broker import Broker
 from router.plugins.layer import PluginLayer
 from router.plugins.loader import Loader
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 from router.plugins.settings import SettingsDir, apply_plugins_patch
 from router.plugins.usage import (
     JsonlRecords,
@@ -63,10 +63,10 @@ async def test_frames_unknown_without_figures_and_not_mine_elsewhere() -> None:
     ledger.add("s", operation_id="op")  # a usage event with no counts
     assert (await FRAMES.read_turn({**request, "mark": mark}, {"ledger": ledger}))["usage"] is None
     assert await FRAMES.read_turn({**request, "reach": MOD_LINK}, {"ledger": ledger}) is None
-    with pytest.raises(PluginError) as caught:
+    with pytest.raises(Refusal) as caught:
         await FRAMES.read_turn(request, {})
     assert caught.value.code == "no-usage-ledger"
-    with pytest.raises(PluginError) as caught:
+    with pytest.raises(Refusal) as caught:
         await FRAMES.read_turn({**request, "mark": 3}, {"ledger": ledger})
     assert caught.value.code == "bad-mark"
 
@@ -212,7 +212,7 @@ async def test_transcript_given_by_path_and_refusals(transcript, tmp_path: Path)
     assert (await read(begin["mark"], transcript=str(elsewhere)))["usage"]["output"] == 4
     assert await TRANSCRIPT.read_turn({"session": SESSION, "reach": CONTAINER, "mark": None},
                                       {}) is None
-    with pytest.raises(PluginError) as caught:
+    with pytest.raises(Refusal) as caught:
         await TRANSCRIPT.read_turn({"session": "../../etc", "reach": MOD_LINK, "mark": None},
                                    {"env": {}})
     assert caught.value.code == "bad-session"
@@ -272,7 +272,7 @@ async def test_turn_usage_lands_then_the_limit_stops_the_session(settings_dir: P
     settings.ensure("plugins.json")
     settings.ensure("routes.json")
     revision = settings.read("limits.json").revision
-    from router.plugins.limits import apply_limits_patch
+    from router.plugins.limit_checks import apply_limits_patch
 
     def add_limit(current):
         limits, changes = apply_limits_patch(

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from wire.json import dumps
 
-from router.plugins.limits import counting_window
+from router.plugins.limit_checks import counting_window
 from router.plugins.usage import JsonlRecords, MemoryRecords, read_json_lines
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from router.plugins.watched import COARSE_CLOCK_NS, Watched, identity, settled
+from router.plugins.watched import COARSE_CLOCK_NS, Watched, WatchedStatistics, identity, settled
 
 
 def test_identity_of_a_file_absent_and_present(tmp_path: Path) -> None:
@@ -36,12 +36,12 @@ async def test_get_reads_again_only_when_a_file_changed(tmp_path: Path) -> None:
     path.write_text("1")
     watched = Watched(lambda: [path], lambda: path.read_text(), coarse_ns=0)
     assert [await watched.get() for _ in range(5)] == ["1"] * 5
-    assert watched.statistics() == {"calls": 5, "reads": 1}
+    assert watched.statistics() == WatchedStatistics(calls=5, reads=1)
     path.write_text("22")
     assert await watched.get() == "22"
     path.unlink()
     assert watched.kept() is None
-    assert watched.statistics()["reads"] == 2
+    assert watched.statistics().reads == 2
 
 
 async def test_a_recent_file_is_read_on_every_call(tmp_path: Path) -> None:
@@ -50,4 +50,4 @@ async def test_a_recent_file_is_read_on_every_call(tmp_path: Path) -> None:
     watched = Watched(lambda: [path], lambda: path.read_text(), coarse_ns=10**18)  # always "recent"
     for _ in range(3):
         assert await watched.get() == "1"
-    assert watched.statistics() == {"calls": 3, "reads": 3}
+    assert watched.statistics() == WatchedStatistics(calls=3, reads=3)

@@ -350,7 +350,7 @@ class _SettingsReader:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def __call__(self, data: bytes | str) -> None:
-        from router.plugins.limits import limit_paths
+        from router.plugins.limit_checks import limit_paths
         from router.plugins.routing import harness_options, parse_routes
         from router.plugins.settings import Document, SettingsDir, plugins_value, redact
 

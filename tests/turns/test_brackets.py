@@ -12,7 +12,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.plugins.limits import Stop
+from router.plugins.limit_checks import MustStop
 from router.plugins.routing import LaunchRecord
 from router.turns.brackets import (
     Begin,
@@ -275,7 +275,7 @@ class FakeLayer:
     def __init__(self) -> None:
         self.begin_raises = False
         self.end_raises = False
-        self.stop: Stop | None = None
+        self.stop: MustStop | None = None
         self.calls: list[str] = []
 
     async def begin_turn(self, launch: LaunchRecord) -> str:
@@ -285,7 +285,7 @@ class FakeLayer:
             raise RuntimeError("begin broke")
         return "bracket"
 
-    async def end_turn(self, bracket: str) -> tuple[dict[str, Any], Stop | None]:
+    async def end_turn(self, bracket: str) -> tuple[dict[str, Any], MustStop | None]:
         self.calls.append("end")
         await trio.lowlevel.checkpoint()
         if self.end_raises:
@@ -333,7 +333,7 @@ async def test_the_meter_fails_closed_and_goes_on(nursery: trio.Nursery) -> None
 
     meter.resume()
     layer.end_raises = False
-    layer.stop = Stop(check="token-limit", reason=STOP.reason)
+    layer.stop = MustStop(check="token-limit", reason=STOP.reason)
     meter.writing("op4")
     await meter.wait_until(lambda core: core.open)
     meter.turn_started("op4")
@@ -350,14 +350,14 @@ async def test_closing_a_session_lets_its_meter_store_the_turn_that_ended(nurser
     from router.turns.registry import Session, SessionKind, SessionRegistry
 
     class SlowEnd(FakeLayer):
-        async def end_turn(self, bracket: str) -> tuple[dict[str, Any], Stop | None]:
+        async def end_turn(self, bracket: str) -> tuple[dict[str, Any], MustStop | None]:
             answer = await super().end_turn(bracket)
             await trio.sleep(0.2)  # reading usage, writing the record
             self.calls.append("stored")
             return answer
 
     layer = SlowEnd()
-    layer.stop = Stop(check="token-limit", reason=STOP.reason)
+    layer.stop = MustStop(check="token-limit", reason=STOP.reason)
     stops: list[StopInfo] = []
 
     async def launch() -> LaunchRecord:

@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from router.modlink.sim import ModSimulator
-from router.turns.core import Answered, Card, Delivery, Person, State, Unanswered
+from router.turns.core import Answered, Card, Delivery, DeliveryUnanswered, Person, State
 from wire.mod import ModUnreadCard, ModUnreadPerson
 
 SESSION = "4b7e7f5e-2a43-4c1e-9d8e-0f6d2c1a9b10"
@@ -110,7 +110,7 @@ async def test_a_refused_row_is_left_unanswered_then_resent(
     gate = trio.Event()
     sim.type_prompt("busy", steps=[[gate]])
     reply = await rig.router.deliver(person("e1", "hello"))
-    assert isinstance(reply, Unanswered) and reply.code == "row-refused"
+    assert isinstance(reply, DeliveryUnanswered) and reply.code == "row-refused"
     assert "no rows now" in reply.message and "resend" in reply.message
     entry = await rig.deliveries.call(rig.deliveries.get, "e1")
     assert entry.state is State.UNANSWERED and entry.person_spent
@@ -148,7 +148,7 @@ async def test_a_late_answer_turns_the_person_into_a_card_under_the_same_event_i
     rig = await claude_rig(make_rig, message_deadline=0.5)
     sim = await start_sim(nursery, env, sim_class=SlowResults)
     first = await rig.router.deliver(person("e1", "my own words"))
-    assert isinstance(first, Unanswered) and first.code == "no-answer"
+    assert isinstance(first, DeliveryUnanswered) and first.code == "no-answer"
     assert sim.held == 1
     sim.release.set()  # the late answer arrives, and is dropped: its call expired
     again = await rig.router.deliver(person("e1", "my own words"))
@@ -174,7 +174,7 @@ async def test_no_write_while_the_mod_is_not_connected(
 ) -> None:
     rig = await claude_rig(make_rig)
     reply = await rig.router.deliver(person("e1", "early"))
-    assert isinstance(reply, Unanswered) and reply.code == "mod-not-connected"
+    assert isinstance(reply, DeliveryUnanswered) and reply.code == "mod-not-connected"
     entry = await rig.deliveries.call(rig.deliveries.get, "e1")
     assert entry.attempts == 0 and not entry.person_spent  # nothing went out
     sim = await start_sim(nursery, env)

@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from router.turns.core import Answered, Card, Delivery, Person, Refused
+from router.turns.core import Answered, Card, Delivery, DeliveryRefused, Person
 from tests.turns.adapters import GateAdapter
 from tests.turns.conftest import daemon_knows, until
 
@@ -125,15 +125,15 @@ async def test_sessions_run_concurrently(make_rig: Any) -> None:
 async def test_refusals(make_rig: Any) -> None:
     rig = await make_rig()
     unknown = await rig.router.deliver(person("e1", "hi", session="nowhere"))
-    assert isinstance(unknown, Refused) and unknown.code == "unknown-session"
+    assert isinstance(unknown, DeliveryRefused) and unknown.code == "unknown-session"
     await rig.router.create("other")
     await rig.router.deliver(person("e2", "hi"))
     elsewhere = await rig.router.deliver(person("e2", "hi", session="other"))
-    assert isinstance(elsewhere, Refused) and elsewhere.code == "event-id-conflict"
+    assert isinstance(elsewhere, DeliveryRefused) and elsewhere.code == "event-id-conflict"
     changed = await rig.router.deliver(person("e2", "another text"))
-    assert isinstance(changed, Refused) and changed.code == "event-id-conflict"
+    assert isinstance(changed, DeliveryRefused) and changed.code == "event-id-conflict"
     as_card = await rig.router.deliver(Delivery(event_id="e2", session="root", message=Card(text="hi")))
-    assert isinstance(as_card, Refused) and as_card.code == "event-id-conflict"
+    assert isinstance(as_card, DeliveryRefused) and as_card.code == "event-id-conflict"
 
 
 async def test_a_closed_session_answers_what_waits(make_rig: Any) -> None:

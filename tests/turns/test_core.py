@@ -20,7 +20,7 @@ from router.turns.core import (
     PromptTaken,
     Queued,
     DeliveryEntry,
-    Refused,
+    DeliveryRefused,
     RowWritten,
     State,
     SubmitPrompt,
@@ -29,7 +29,7 @@ from router.turns.core import (
     Stopped,
     after_write,
     before_write,
-    Unanswered,
+    DeliveryUnanswered,
     WriteMessage,
     admit,
     plan,
@@ -63,7 +63,7 @@ def test_an_answered_record_answers_the_resend() -> None:
 def test_an_event_id_is_one_session_and_one_message(other: Delivery) -> None:
     record = DeliveryEntry(event_id="e1", session="s", message=PERSON, state=State.ANSWERED, answer={})
     refused = admit(record, other)
-    assert isinstance(refused, Refused) and refused.code == "event-id-conflict"
+    assert isinstance(refused, DeliveryRefused) and refused.code == "event-id-conflict"
 
 
 def test_the_first_write_is_the_persons_and_spends_the_attempt() -> None:
@@ -79,7 +79,7 @@ def test_the_first_write_is_the_persons_and_spends_the_attempt() -> None:
 def test_nothing_is_written_while_the_mod_is_not_connected() -> None:
     record = DeliveryEntry(event_id="e1", session="s", message=PERSON)
     planned, reply = plan(record, ClaudeCodeReadiness(connected=False))
-    assert isinstance(reply, Unanswered) and reply.code == "mod-not-connected"
+    assert isinstance(reply, DeliveryUnanswered) and reply.code == "mod-not-connected"
     assert planned.state is State.UNANSWERED and not planned.person_spent and planned.attempts == 0
 
 
@@ -105,7 +105,7 @@ def test_the_mods_answers(outcome: object, state: State, answer: dict | None) ->
     settled, reply = settle(record, write, outcome)  # type: ignore[arg-type]
     assert settled.state is state
     if answer is None:
-        assert isinstance(reply, Unanswered) and settled.answer is None and settled.last is not None
+        assert isinstance(reply, DeliveryUnanswered) and settled.answer is None and settled.last is not None
         assert reply.code == ("row-refused" if isinstance(outcome, Denied) else "no-answer")
     else:
         assert isinstance(reply, Answered) and not reply.from_record
@@ -129,7 +129,7 @@ def test_a_session_stopped_before_the_write_goes_out_writes_nothing() -> None:
     outcome = before_write("3 turns reached")
     assert outcome == Stopped(reason="3 turns reached")
     settled, reply = settle(record, write, outcome)
-    assert isinstance(reply, Unanswered) and reply.code == "session-stopped" and "3 turns reached" in reply.message
+    assert isinstance(reply, DeliveryUnanswered) and reply.code == "session-stopped" and "3 turns reached" in reply.message
     assert settled.state is State.UNANSWERED and settled.last == (reply.code, reply.message)
     # A resend once the session is resumed goes as the first attempt would have.
     replanned, again = plan(settled, ContainerReadiness(steers=True))

@@ -23,11 +23,11 @@ from router.turns.core import (
     PromptTaken,
     Queued,
     DeliveryEntry,
-    Refused,
+    DeliveryRefused,
     RowWritten,
     State,
     SubmitPrompt,
-    Unanswered,
+    DeliveryUnanswered,
     WriteMessage,
     admit,
     after_write,
@@ -95,7 +95,7 @@ class Deliveries(RuleBasedStateMachine):
         delivery = Delivery(event_id=event, session=session, message=message)
         existing = self.log.get(event)
         admission = admit(existing, delivery)
-        if isinstance(admission, Refused):
+        if isinstance(admission, DeliveryRefused):
             assert existing is not None
             assert (existing.session, existing.message) != (session, message)
             return
@@ -115,7 +115,7 @@ class Deliveries(RuleBasedStateMachine):
         planned, step = plan(record, target)
         assert planned.event_id == event and planned.session == session
         self.log[event] = planned
-        if isinstance(step, Unanswered):
+        if isinstance(step, DeliveryUnanswered):
             assert step.code == "mod-not-connected" and planned.attempts == record.attempts
             return
         if isinstance(step, SubmitPrompt):
@@ -146,7 +146,7 @@ class Deliveries(RuleBasedStateMachine):
             assert settled.state is State.ANSWERED and not reply.from_record
             self.answers[event] = reply.answer
         else:
-            assert isinstance(reply, Unanswered) and settled.state is State.UNANSWERED
+            assert isinstance(reply, DeliveryUnanswered) and settled.state is State.UNANSWERED
             if behaviour == "stop-before" and container:
                 assert reply.code == "session-stopped" and "limit" in reply.message
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.host import AdapterEvent, ContainerLost, MessageStored, OperationEnded, OperationResult, OperationStarted
-from router._fanout import Lagged
+from router._fanout import FanOutStatistics, Lagged
 from router.turns.live import LiveHub, LiveLagged, ModLiveConverter, apply_item, container_items
 from wire.container import ContainerMessage, structure_or_none
 from wire.json import ABSENT
@@ -236,7 +236,7 @@ async def test_a_hub_drops_a_subscriber_that_falls_behind() -> None:
         # The one fan-out's Lagged, with the live view's code.
         assert isinstance(lagged.value, Lagged) and lagged.value.code == "live-lagged"
         assert slow.lagged and not fast.lagged
-        assert hub.statistics() == {"subscribers": 1, "published": 3, "dropped": 1, "closed": False}
+        assert hub.statistics() == FanOutStatistics(subscribers=1, published=3, dropped=1, closed=False)
         hub.close()
         with pytest.raises(StopAsyncIteration):
             await fast.__anext__()

@@ -11,9 +11,9 @@ from typing import Any
 
 import trio
 
-from router.plugins.limits import Stop
+from router.plugins.limit_checks import MustStop
 from router.plugins.routing import LaunchRecord
-from router.turns.core import Answered, Delivery, Person, Unanswered
+from router.turns.core import Answered, Delivery, DeliveryUnanswered, Person
 from tests.turns.conftest import daemon_knows
 
 REASON = "limit: token-limit tokens.instances.default limit 1 count 2"
@@ -31,10 +31,10 @@ class HeldEndLayer:
         await trio.lowlevel.checkpoint()
         return "bracket"
 
-    async def end_turn(self, bracket: str) -> tuple[dict[str, Any], Stop | None]:
+    async def end_turn(self, bracket: str) -> tuple[dict[str, Any], MustStop | None]:
         self.ending.set()
         await self.let_go.wait()
-        return {"usage": None}, Stop(check="token-limit", reason=REASON)
+        return {"usage": None}, MustStop(check="token-limit", reason=REASON)
 
 
 def person(event_id: str, text: str) -> Delivery:
@@ -69,7 +69,7 @@ async def test_a_stop_that_lands_while_the_next_write_is_prepared_writes_nothing
         layer.let_go.set()
 
     (reply,) = replies
-    assert isinstance(reply, Unanswered) and reply.code == "session-stopped" and REASON in reply.message
+    assert isinstance(reply, DeliveryUnanswered) and reply.code == "session-stopped" and REASON in reply.message
     assert not daemon_knows(rig.daemon, "root", "e2")
     session = await rig.router.session("root")
     assert session.brackets.statistics()["stopped"]["reason"] == REASON

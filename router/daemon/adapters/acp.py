@@ -81,7 +81,7 @@ from router.acp import (
 )
 from router.acp import METHOD_NOT_FOUND
 from router.daemon.adapter import AdapterContext, AdapterTurn
-from router.daemon.adapters.cli import CWD_ENV
+from router.daemon.adapters.process_per_turn import CWD_ENV
 from wire.container import AdapterInfo, ContainerOutcome, ContainerSettings, Unanswered, input_text
 
 __all__ = ["ASK_DEADLINE", "AcpAdapter", "AcpSession", "START_DEADLINE", "agent_from_settings", "from_cli",
@@ -519,11 +519,10 @@ def agent_from_settings(name: str, settings_dir: Any) -> tuple[list[str], dict[s
     document = SettingsDir(settings_dir).read("plugins.json")
     if isinstance(document, Refusal):
         raise document
-    value = document.value if type(document.value) is dict else {}
-    agents = (((value.get("options") or {}).get("harness") or {}).get("acp") or {}).get("agents")
-    entry = agents.get(name) if type(agents) is dict else None
+    agents = _configured_agents(document.value)
+    entry = agents.get(name)
     if entry is None:
-        known = ", ".join(sorted(agents)) if type(agents) is dict and agents else "none"
+        known = ", ".join(sorted(agents)) or "none"
         raise Refusal("acp-agent-unknown",
                       f"no ACP agent {name!r} in {document.name} (options.harness.acp.agents; known: {known}); "
                       f"add one with `router plugins set`, or run `router daemon --adapter acp -- COMMAND ARGS`")
@@ -533,6 +532,14 @@ def agent_from_settings(name: str, settings_dir: Any) -> tuple[list[str], dict[s
         raise Refusal("invalid-settings", f"options.harness.acp.agents.{name} is an argv (a list of strings) or "
                                           '{"command": [strings], "env": {name: string}}')
     return list(command), dict(env)
+
+
+def _configured_agents(value: Any) -> dict[str, Any]:
+    """``options.harness.acp.agents`` of a ``plugins.json`` document, or
+    ``{}`` where any step of that path is missing or not an object."""
+    for key in ("options", "harness", "acp", "agents"):
+        value = value.get(key) if type(value) is dict else None
+    return value if type(value) is dict else {}
 
 
 def from_cli(spec: str, argv: Sequence[str], environ: dict[str, str]) -> AcpAdapter:

@@ -2,7 +2,7 @@
 process per turn, resuming its own session by id.
 
 ``router daemon --adapter claude-code`` runs :data:`adapter`, a
-:class:`~router.daemon.adapters.cli.CliAdapter` **object** (not a factory;
+:class:`~router.daemon.adapters.process_per_turn.CliAdapter` **object** (not a factory;
 the same convention as ``router.daemon.adapters.echo:adapter``). It finds
 ``claude`` on ``PATH``; session homes go under ``$ROUTER_CLI_HOMES`` (default
 ``~/.harness/sessions``) and the working directory is ``$ROUTER_CLI_CWD``
@@ -89,7 +89,15 @@ import os
 import time
 from typing import Any, Callable, Final
 
-from router.daemon.adapters.cli import CliAdapter, CliCommand, CliExit, CliPreset, CliTurn, CliUpdate, usage_event
+from router.daemon.adapters.process_per_turn import (
+    CliAdapter,
+    CliCommand,
+    CliExit,
+    CliPreset,
+    CliTurn,
+    CliUpdate,
+    usage_event,
+)
 from wire.container import ContainerOutcome, Done, Unanswered
 from wire.json import JsonValue, dumps, is_json, js_number, loads
 
@@ -169,6 +177,21 @@ def command(turn: CliTurn) -> CliCommand:
         argv += ["--model", turn.settings.model]
     if turn.state.get("sessionId"):
         argv += ["--resume", turn.state["sessionId"]]
+    argv += _option_flags(options)
+    env = {
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CONFIG_DIR": os.path.join(turn.home, ".claude"),
+    }
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "permissionMode" not in options:
+        env["IS_SANDBOX"] = "1"
+    limited = turn.state.get("limitedPrompt")
+    stdin = RESUME_PROMPT if limited and turn.state.get("sessionId") and limited == prompt_digest(turn.prompt) else turn.prompt
+    return CliCommand(argv=tuple(argv), stdin=stdin, env=env)
+
+
+def _option_flags(options: dict[str, Any]) -> list[str]:
+    """The ``claude`` flags the parsed harness options ask for."""
+    argv: list[str] = []
     if "effort" in options:
         argv += ["--effort", options["effort"]]
     if options.get("appendSystemPrompt"):
@@ -182,19 +205,44 @@ def command(turn: CliTurn) -> CliCommand:
         argv += ["--disallowedTools", ",".join(options["disallowedTools"])]
     if "maxTurns" in options:
         argv += ["--max-turns", js_number(options["maxTurns"])]
-    env = {
-        "DISABLE_AUTOUPDATER": "1",
-        "CLAUDE_CONFIG_DIR": os.path.join(turn.home, ".claude"),
-    }
-    if hasattr(os, "geteuid") and os.geteuid() == 0 and "permissionMode" not in options:
-        env["IS_SANDBOX"] = "1"
-    limited = turn.state.get("limitedPrompt")
-    stdin = RESUME_PROMPT if limited and turn.state.get("sessionId") and limited == prompt_digest(turn.prompt) else turn.prompt
-    return CliCommand(argv=tuple(argv), stdin=stdin, env=env)
+    return argv
 
 
 # --------------------------------------------------------------------------
 # The projection
+
+
+def _failure_reason(message: dict[str, Any], result: str | None) -> str:
+    """The reason of a ``result`` line that is no success: its subtype and
+    its errors (or its result text), ``"error"`` when it has neither."""
+    errors = message.get("errors")
+    detail = "; ".join(e for e in errors if isinstance(e, str)) if isinstance(errors, list) else ""
+    detail = detail or result or ""
+    subtype = message.get("subtype")
+    subtype = subtype if isinstance(subtype, str) and subtype != "success" else ""
+    return ": ".join(part for part in (subtype, detail) if part) or "error"
+
+
+def _assistant_part(block: Any) -> dict[str, Any] | None:
+    """The message part one content block of an ``assistant`` line makes, or
+    None for a block that makes none (empty, unknown, malformed)."""
+    if not isinstance(block, dict):
+        return None
+    kind = block.get("type")
+    if kind == "text" and isinstance(block.get("text"), str) and block["text"]:
+        return {"type": "text", "text": block["text"]}
+    if kind == "thinking" and isinstance(block.get("thinking"), str) and block["thinking"]:
+        return {"type": "reasoning", "text": block["thinking"]}
+    if kind == "tool_use" and isinstance(block.get("id"), str) and block["id"]:
+        name = block.get("name")
+        return {
+            "type": "tool",
+            "toolCallId": block["id"],
+            "toolName": name if isinstance(name, str) else "tool",
+            "input": _json(block.get("input")),
+            "state": "running",
+        }
+    return None
 
 
 def _json(value: Any) -> JsonValue:
@@ -325,12 +373,7 @@ class ClaudeProjection:
             return Unanswered(reason=f"{USAGE_LIMIT_REASON}: {result or 'usage_limit_reached'}")
         if message.get("subtype") == "success" and message.get("is_error") is not True:
             return Done(text=result or "")
-        errors = message.get("errors")
-        detail = "; ".join(e for e in errors if isinstance(e, str)) if isinstance(errors, list) else ""
-        detail = detail or result or ""
-        subtype = message.get("subtype")
-        subtype = subtype if isinstance(subtype, str) and subtype != "success" else ""
-        return Unanswered(reason=": ".join(part for part in (subtype, detail) if part) or "error")
+        return Unanswered(reason=_failure_reason(message, result))
 
     def _stream(self, message: dict[str, Any]) -> list[JsonValue]:
         event = message.get("event")
@@ -368,25 +411,12 @@ class ClaudeProjection:
             draft = {"id": ident, "operationId": operation_id, "createdAt": self._now(), "parts": []}
             self._drafts[ident] = draft
         for block in content:
-            if not isinstance(block, dict):
+            part = _assistant_part(block)
+            if part is None:
                 continue
-            kind = block.get("type")
-            if kind == "text" and isinstance(block.get("text"), str) and block["text"]:
-                draft["parts"].append({"type": "text", "text": block["text"]})
-            elif kind == "thinking" and isinstance(block.get("thinking"), str) and block["thinking"]:
-                draft["parts"].append({"type": "reasoning", "text": block["thinking"]})
-            elif kind == "tool_use" and isinstance(block.get("id"), str) and block["id"]:
-                name = block.get("name")
-                draft["parts"].append(
-                    {
-                        "type": "tool",
-                        "toolCallId": block["id"],
-                        "toolName": name if isinstance(name, str) else "tool",
-                        "input": _json(block.get("input")),
-                        "state": "running",
-                    }
-                )
-                self._tool_owners[block["id"]] = ident
+            draft["parts"].append(part)
+            if part["type"] == "tool":
+                self._tool_owners[part["toolCallId"]] = ident
         return [{"type": "message", "message": self._message(draft)}]
 
     def _tool_results(self, message: dict[str, Any]) -> list[JsonValue]:

@@ -2,7 +2,7 @@
 resuming its own thread with ``codex exec resume <thread>``.
 
 ``router daemon --adapter codex`` runs :data:`adapter`, a
-:class:`~router.daemon.adapters.cli.CliAdapter` **object** (the same
+:class:`~router.daemon.adapters.process_per_turn.CliAdapter` **object** (the same
 convention as ``echo`` and ``claude-code``); :func:`make_adapter` builds one
 with other choices. It finds ``codex`` on ``PATH``.
 
@@ -49,7 +49,15 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Final
 
-from router.daemon.adapters.cli import CliAdapter, CliCommand, CliExit, CliPreset, CliTurn, CliUpdate, usage_event
+from router.daemon.adapters.process_per_turn import (
+    CliAdapter,
+    CliCommand,
+    CliExit,
+    CliPreset,
+    CliTurn,
+    CliUpdate,
+    usage_event,
+)
 from wire.container import ContainerOutcome, Done, Unanswered
 from wire.json import JsonValue, dumps, loads
 

@@ -6,7 +6,7 @@ import base64
 import os
 from pathlib import Path
 
-from router.daemon.adapters.cli import PIECE_BYTES, FileMirror
+from router.daemon.adapters.process_per_turn import PIECE_BYTES, FileMirror
 
 
 def write(path: Path, data: bytes, *, mode: str = "wb") -> None:

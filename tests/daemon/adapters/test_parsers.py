@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.daemon.adapters.claude_code import RESUME_PROMPT, ClaudeCodeParser, command as claude_command, prompt_digest
-from router.daemon.adapters.cli import CliExit, CliTurn, CliUpdate, LineSplitter, fold_state
+from router.daemon.adapters.process_per_turn import CliExit, CliTurn, CliUpdate, fold_state
 from router.daemon.adapters.codex import CodexParser, command as codex_command
 from tests.daemon.adapters.helpers import FIXTURES
 from wire.container import ContainerSettings, Done, Unanswered, is_event
@@ -236,25 +236,6 @@ def test_fold_state_keeps_the_latest_strings():
         {"kind": "state", "values": None},
     ]
     assert fold_state(entries) == {"sessionId": "b"}
-
-
-def test_line_splitter_reassembles_lines_fed_byte_by_byte():
-    text = "".join((STREAM_JSON / "tool.jsonl").read_text())
-    splitter = LineSplitter()
-    lines = []
-    data = text.encode()
-    for at in range(len(data)):
-        lines += splitter.feed(data[at : at + 1])
-    lines += splitter.close()
-    assert lines == text.splitlines()
-
-
-def test_line_splitter_drops_an_overlong_line_and_goes_on():
-    splitter = LineSplitter(max_line=10)
-    assert splitter.feed(b"short\n" + b"x" * 25) == ["short"]
-    assert splitter.feed(b"yyy\nafter\nlast") == ["after"]
-    assert splitter.close() == ["last"]
-    assert splitter.dropped == 1
 
 
 json_values = st.recursive(

@@ -33,7 +33,7 @@ import trio
 
 from wire.mod import MOD_MIN_CLAUDE_VERSION, mod_version_at_least, resolve_mod_socket_path
 
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 
 INTERFACE_VERSION = 1
 
@@ -135,8 +135,8 @@ async def preflight(context):
 async def version(context):
     binary = _binary(context)
     if binary is None:
-        raise PluginError("claude-binary-missing", "no Claude Code binary to ask its version")
+        raise Refusal("claude-binary-missing", "no Claude Code binary to ask its version")
     found = await _probe(binary, context.get("env") or {})
     if found is None:
-        raise PluginError("claude-version-unknown", f"`{binary} --version` printed no version")
+        raise Refusal("claude-version-unknown", f"`{binary} --version` printed no version")
     return found

@@ -67,7 +67,7 @@ import subprocess
 import httpx
 import trio
 
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 
 INTERFACE_VERSION = 1
 
@@ -154,17 +154,24 @@ async def _client(options):
             if configured:
                 reasons.append(f"{candidate}: not an executable file")
             continue
-        try:
-            code, out, err = await _docker(candidate, "version", "--format", "{{.Server.APIVersion}}", check=False)
-        except OSError as exc:
-            reasons.append(f"{candidate}: {exc}")
-            continue
-        if code == 0 and out.strip():
+        reason = await _reaches_engine(candidate)
+        if reason is None:
             _clients[key] = candidate
             return candidate
-        reasons.append(f"{candidate}: {_tail(err or out, 2)}")
+        reasons.append(f"{candidate}: {reason}")
     raise Refusal("docker-unavailable",
                    "no docker client reaches an engine: " + ("; ".join(reasons) or "no docker client found"))
+
+
+async def _reaches_engine(candidate):
+    """None when the client's ``docker version`` reaches the engine, else why not."""
+    try:
+        code, out, err = await _docker(candidate, "version", "--format", "{{.Server.APIVersion}}", check=False)
+    except OSError as exc:
+        return str(exc)
+    if code == 0 and out.strip():
+        return None
+    return _tail(err or out, 2)
 
 
 # -- start -------------------------------------------------------------------------
@@ -241,20 +248,26 @@ def _env_args(context, client_env):
     return args
 
 
-def _run_args(context, options, name):
-    """The ``docker create`` argument list and the client's environment; and
-    the port the daemon listens on in host mode (None in bridge mode)."""
+def _checked_run_options(context, options):
+    """The network, the image and the worktree to run with, each checked."""
     network = options.get("network", "bridge")
     if network not in ("bridge", "host"):
         raise Refusal("bad-launch", f"options.network {network!r} is not \"bridge\" or \"host\"")
     image = options.get("image", DEFAULT_IMAGE)
     if type(image) is not str or not image:
         raise Refusal("bad-launch", "options.image must name an image")
-    harness = context.get("harness") or "echo"
-    workspace = context["workspace"]
     worktree = context.get("worktree")
     if worktree is not None and (type(worktree) is not str or not os.path.isabs(worktree) or "," in worktree):
         raise Refusal("bad-launch", f"the worktree {worktree!r} is not an absolute path docker can mount")
+    return network, image, worktree
+
+
+def _run_args(context, options, name):
+    """The ``docker create`` argument list and the client's environment; and
+    the port the daemon listens on in host mode (None in bridge mode)."""
+    network, image, worktree = _checked_run_options(context, options)
+    harness = context.get("harness") or "echo"
+    workspace = context["workspace"]
     # A session `router new` made has its git worktree at /workspace (a bind
     # mount) and its volume as HOME (the agent's own state, off the worktree).
     home = WORKTREE_HOME if worktree else HOME

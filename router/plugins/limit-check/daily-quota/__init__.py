@@ -34,7 +34,7 @@ import datetime as dt
 import re
 import zoneinfo
 
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 from router.plugins.usage import count_usage, iso, parse_time
 
 INTERFACE_VERSION = 2
@@ -67,26 +67,26 @@ def _quotas(limits):
     if daily is None:
         return []
     if type(daily) is not dict:
-        raise PluginError("invalid-quota", "limits.tokens.daily is not an object")
+        raise Refusal("invalid-quota", "limits.tokens.daily is not an object")
     found = []
     for account, node in daily.items():
         where = f"tokens.daily.{account}"
         if type(node) is not dict or type(node.get("limit")) is not int or node["limit"] < 0:
-            raise PluginError("invalid-quota", f"{where} has no limit that is a count")
+            raise Refusal("invalid-quota", f"{where} has no limit that is a count")
         match = _RESET.fullmatch(node.get("reset") or "") if type(node.get("reset")) is str else None
         if match is None:
-            raise PluginError("invalid-quota", f'{where} has no reset time of the form "05:00"')
+            raise Refusal("invalid-quota", f'{where} has no reset time of the form "05:00"')
         try:
             zone = zoneinfo.ZoneInfo(node.get("time_zone"))
         except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
-            raise PluginError(
+            raise Refusal(
                 "invalid-quota",
                 f"{where} names no IANA time zone this machine knows "
                 f"({node.get('time_zone')!r}); use a name such as America/Chicago",
             ) from None
         since = parse_time(node.get("since"))
         if since is None:
-            raise PluginError("invalid-quota", f"the since of {where} is not a time; reset it")
+            raise Refusal("invalid-quota", f"the since of {where} is not a time; reset it")
         reset = dt.time(int(match.group(1)), int(match.group(2)))
         found.append((["tokens", "daily", account], node, account, reset, zone, since))
     return found

@@ -23,7 +23,7 @@ limit is added and moved only by a reset (``router limits reset``).
 ``tokens.daily`` belongs to ``daily-quota`` and is not read here.
 """
 
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 from router.plugins.usage import count_usage, parse_time
 
 INTERFACE_VERSION = 2
@@ -43,7 +43,7 @@ def _limits(limits):
     if tokens is None:
         return []
     if type(tokens) is not dict:
-        raise PluginError("invalid-limit", "limits.tokens is not an object")
+        raise Refusal("invalid-limit", "limits.tokens is not an object")
     found = []
     for group, fields in GROUPS.items():
         node = tokens.get(group)
@@ -55,14 +55,14 @@ def _limits(limits):
 
 def _walk(node, path, fields, matched):
     if type(node) is not dict:
-        raise PluginError("invalid-limit", f"{'.'.join(path)} is not an object")
+        raise Refusal("invalid-limit", f"{'.'.join(path)} is not an object")
     if not fields:
         if "limit" not in node:
-            raise PluginError("invalid-limit", f"{'.'.join(path)} has no limit")
+            raise Refusal("invalid-limit", f"{'.'.join(path)} has no limit")
         if type(node["limit"]) is not int or node["limit"] < 0:
-            raise PluginError("invalid-limit", f"the limit at {'.'.join(path)} is not a count")
+            raise Refusal("invalid-limit", f"the limit at {'.'.join(path)} is not a count")
         if parse_time(node.get("since")) is None:
-            raise PluginError("invalid-limit", f"the since of {'.'.join(path)} is not a time; "
+            raise Refusal("invalid-limit", f"the since of {'.'.join(path)} is not a time; "
                               "reset the limit to set it")
         return [(path, node, matched)]
     found = []

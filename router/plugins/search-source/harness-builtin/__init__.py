@@ -5,13 +5,13 @@ web tools (Claude Code's WebSearch and WebFetch) searches without the
 router. ``search`` always refuses, naming how to switch a real source on.
 """
 
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 
 INTERFACE_VERSION = 1
 
 
 async def search(options, query, deps):
-    raise PluginError(
+    raise Refusal(
         "harness-searches",
         "the router serves no web search: the harness searches for itself "
         '(search-source is "harness-builtin"); to serve search here, switch on '

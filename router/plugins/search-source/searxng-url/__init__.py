@@ -24,7 +24,7 @@ import urllib.parse
 
 import httpx
 
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 
 INTERFACE_VERSION = 1
 
@@ -40,7 +40,7 @@ def _endpoint(options):
     """The SearXNG address from the options, and how many results to keep."""
     url = options.get("url")
     if type(url) is not str or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        raise PluginError(
+        raise Refusal(
             "searxng-url-missing",
             "set options.search-source.searxng-url.url to the SearXNG address "
             '("http://host:port") with `router plugins set`',
@@ -63,16 +63,16 @@ async def _fetch(url, query):
                 async for chunk in response.aiter_bytes():
                     body += chunk
                     if len(body) > MAX_ANSWER_BYTES:
-                        raise PluginError("searxng-bad-answer",
+                        raise Refusal("searxng-bad-answer",
                                           f"SearXNG's answer passed {MAX_ANSWER_BYTES} bytes")
     except httpx.HTTPError as exc:
-        raise PluginError(
+        raise Refusal(
             "searxng-unreachable", f"SearXNG at {url} did not answer: {type(exc).__name__}: {exc}"
         ) from None
     if response.status_code != 200:
         hint = (" (does it serve the json format? add json to search.formats)"
                 if response.status_code == 403 else "")
-        raise PluginError(
+        raise Refusal(
             "searxng-http-error", f"SearXNG at {url} answered {response.status_code}{hint}"
         )
     return body
@@ -99,9 +99,9 @@ async def search(options, query, deps):
     try:
         answer = json.loads(body)
     except (ValueError, RecursionError):
-        raise PluginError("searxng-bad-answer", f"SearXNG at {url} did not answer JSON") from None
+        raise Refusal("searxng-bad-answer", f"SearXNG at {url} did not answer JSON") from None
     if type(answer) is not dict or type(answer.get("results")) is not list:
-        raise PluginError("searxng-bad-answer", f"SearXNG at {url} answered no results list")
+        raise Refusal("searxng-bad-answer", f"SearXNG at {url} answered no results list")
     results = _results(answer, limit)
     estimate = answer.get("number_of_results")
     if type(estimate) is float and estimate.is_integer():

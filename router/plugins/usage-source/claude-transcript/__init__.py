@@ -40,7 +40,7 @@ import re
 
 import trio
 
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 
 INTERFACE_VERSION = 1
 
@@ -82,7 +82,7 @@ def _config_dir(options, env):
 def _find(session, options, env):
     """The transcript's path, or None when there is none (yet)."""
     if type(session) is not str or not _SESSION.fullmatch(session):
-        raise PluginError("bad-session", f"{session!r} is not a Claude Code session id")
+        raise Refusal("bad-session", f"{session!r} is not a Claude Code session id")
     config = _config_dir(options, env)
     if config is None:
         return None
@@ -153,6 +153,26 @@ def _begin(path):
     return {"path": path, "offset": offset, "ids": []}
 
 
+def _readings(data, seen):
+    """The usage of each message on the complete lines ``data`` holds (not
+    one of ``seen``; the last line of a message wins), and of the lines that
+    name no message."""
+    per_message = {}
+    anonymous = []
+    for line in data.split(b"\n"):
+        if not line or len(line) > MAX_LINE_BYTES:
+            continue
+        found = _usage_of(line)
+        if found is None:
+            continue
+        ident, usage = found
+        if ident is None:
+            anonymous.append(usage)
+        elif ident not in seen:
+            per_message[ident] = usage  # the last line of a message wins
+    return per_message, anonymous
+
+
 def _end(mark, path):
     if path is None:
         return {"mark": mark, "usage": None}
@@ -170,19 +190,7 @@ def _end(mark, path):
     except FileNotFoundError:
         return {"mark": mark, "usage": None}
     complete = data.rfind(b"\n") + 1  # 0 when there is no complete line
-    per_message = {}
-    anonymous = []
-    for line in data[:complete].split(b"\n"):
-        if not line or len(line) > MAX_LINE_BYTES:
-            continue
-        found = _usage_of(line)
-        if found is None:
-            continue
-        ident, usage = found
-        if ident is None:
-            anonymous.append(usage)
-        elif ident not in seen:
-            per_message[ident] = usage  # the last line of a message wins
+    per_message, anonymous = _readings(data[:complete], seen)
     new_mark = {
         "path": path,
         "offset": offset + complete,
@@ -210,7 +218,7 @@ async def read_turn(request, deps):
         transcript = None
     if mark is not None:
         if type(mark) is not dict or type(mark.get("offset")) is not int:
-            raise PluginError("bad-mark", "the claude-transcript mark is not one it made")
+            raise Refusal("bad-mark", "the claude-transcript mark is not one it made")
         transcript = transcript or mark.get("path")
 
     def work():

@@ -23,7 +23,7 @@ report usage (the echo adapter) makes every turn unknown, never zero.
 
 import math
 
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 
 INTERFACE_VERSION = 1
 
@@ -41,19 +41,28 @@ async def read_turn(request, deps):
         return None
     ledger = deps.get("ledger")
     if ledger is None:
-        raise PluginError(
+        raise Refusal(
             "no-usage-ledger",
             "the router gave the frames source no usage ledger; container usage is unknown "
             "until the host's store is wired in",
         )
     mark = request["mark"]
-    if mark is not None and (type(mark) is not dict or set(mark) != {"after"} or type(mark["after"]) is not int
-                             or mark["after"] < 0):
-        raise PluginError("bad-mark", "the frames mark is not one this source made")
+    if mark is not None and not _is_mark(mark):
+        raise Refusal("bad-mark", "the frames mark is not one this source made")
     read = await ledger.usage_after(request["session"], None if mark is None else mark["after"])
     now = {"after": read.mark}
     if mark is None:
         return {"mark": now, "usage": None}
+    return {"mark": now, "usage": _usage(read)}
+
+
+def _is_mark(mark):
+    """Whether ``mark`` is one this source made: ``{"after": N}``, N >= 0."""
+    return type(mark) is dict and set(mark) == {"after"} and type(mark["after"]) is int and mark["after"] >= 0
+
+
+def _usage(read):
+    """The usage of a ledger read, or None when it counted nothing."""
     counted = False
     totals = {"input": 0.0, "output": 0.0}
     for kind, value in (("input", read.input_tokens), ("output", read.output_tokens)):
@@ -62,4 +71,4 @@ async def read_turn(request, deps):
             totals[kind] = value
     usage = {"input": round(totals["input"]), "output": round(totals["output"]),
              "cache_creation": 0, "cache_read": 0}
-    return {"mark": now, "usage": usage if counted and read.events else None}
+    return usage if counted and read.events else None

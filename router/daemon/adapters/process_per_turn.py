@@ -1,6 +1,6 @@
-"""The CLI adapter: any agent CLI that runs one turn per process and prints
-JSON lines (Claude Code's ``claude -p --output-format stream-json``, Codex's
-``codex exec --json``, or your own).
+"""The process-per-turn adapter (the "CLI adapter"): any agent CLI that runs
+one turn per process and prints JSON lines (Claude Code's ``claude -p
+--output-format stream-json``, Codex's ``codex exec --json``, or your own).
 
 This is the Trio form of the reference's ``cliAdapter`` (npm
 ``agents@0.32.0``, ``dist/harness/container/runtime/index.js``). A CLI is
@@ -76,6 +76,7 @@ from wire.container import (
     input_text,
 )
 from wire.json import JsonValue
+from wire.lines import LineSplitter
 
 __all__ = [
     "CliAdapter",
@@ -88,7 +89,6 @@ __all__ = [
     "CliUpdate",
     "FileMirror",
     "KILL_AFTER",
-    "LineSplitter",
     "SYNC_INTERVAL",
     "fold_state",
     "home_for",
@@ -236,53 +236,10 @@ class CliPreset:
 # Sans-IO pieces
 
 
-class LineSplitter:
-    """Bytes in, complete lines out (UTF-8, undecodable bytes replaced).
-
-    A final line without a newline comes out of :meth:`close`. A line longer
-    than ``max_line`` bytes is dropped whole and counted in :attr:`dropped`.
-    """
-
-    def __init__(self, *, max_line: int = MAX_LINE_BYTES) -> None:
-        self._buffer = bytearray()
-        self._max_line = max_line
-        self._skipping = False
-        self.dropped = 0
-
-    def __repr__(self) -> str:
-        return f"<LineSplitter buffered={len(self._buffer)} dropped={self.dropped}>"
-
-    def feed(self, data: bytes) -> list[str]:
-        lines: list[str] = []
-        start = 0
-        while True:
-            end = data.find(b"\n", start)
-            if end < 0:
-                break
-            if self._skipping:
-                self._skipping = False
-            else:
-                self._buffer += data[start:end]
-                lines.append(self._take())
-            start = end + 1
-        if not self._skipping:
-            self._buffer += data[start:]
-            if len(self._buffer) > self._max_line:
-                self._buffer.clear()
-                self._skipping = True
-                self.dropped += 1
-        return lines
-
-    def close(self) -> list[str]:
-        if self._skipping or not self._buffer:
-            self._skipping = False
-            return []
-        return [self._take()]
-
-    def _take(self) -> str:
-        line = bytes(self._buffer).decode("utf-8", errors="replace")
-        self._buffer.clear()
-        return line.removesuffix("\r")
+def _text(line: bytes) -> str:
+    """A CLI's output line as text: UTF-8 (undecodable bytes replaced),
+    without the ``\r`` of a CRLF."""
+    return line.decode("utf-8", errors="replace").removesuffix("\r")
 
 
 def usage_event(figures: object) -> dict[str, Any]:
@@ -619,7 +576,7 @@ class CliSession:
             return Unanswered(reason=f"{self._preset.id}: could not start {argv[0]}: {exc.strerror or exc}")
         self.process = process
         record = _TurnRecord()
-        splitter = LineSplitter()
+        splitter = LineSplitter(max_line=MAX_LINE_BYTES)
         stderr_tail = bytearray()
         try:
             try:
@@ -686,8 +643,9 @@ class CliSession:
     async def _read_stdout(self, process: trio.Process, splitter: LineSplitter, parser: CliParser, record: _TurnRecord) -> None:
         assert process.stdout is not None
         async for chunk in process.stdout:
-            self._lines(splitter.feed(chunk), parser, record)
-        self._lines(splitter.close(), parser, record)
+            self._lines([_text(line) for line in splitter.feed(chunk)], parser, record)
+        last = splitter.close()
+        self._lines([] if last is None else [_text(last)], parser, record)
 
     async def _stop(self, process: trio.Process, splitter: LineSplitter, parser: CliParser, record: _TurnRecord) -> None:
         """Interrupt, read what the CLI says while it stops, kill it if it

@@ -44,17 +44,17 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from router.plugins.broker import Answer, Broker
+from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.loader import LoadedModule, Log, default_log
 from router.plugins.models import Json, LimitTree, NonEmpty, nests_deeper, structure
-from router.plugins.refusal import Refusal
+from router.errors import Refusal
 from router.plugins.usage import TOKEN_KINDS, copy_json, iso, parse_time
 
 __all__ = [
     "CheckFailure",
     "counting_window",
     "Limits",
-    "Stop",
+    "MustStop",
     "apply_limits_patch",
     "format_path",
     "is_count_like",
@@ -122,15 +122,22 @@ def stop_reason(check: str, hit: Mapping[str, Any]) -> str:
 
 @attrs.frozen(kw_only=True)
 class CheckFailure:
-    """A limit check that could not give an answer."""
+    """A limit check that could not give an answer, and the refusal that says why."""
 
     check: str
-    code: str
-    message: str
+    refusal: Refusal
+
+    @property
+    def code(self) -> str:
+        return self.refusal.code
+
+    @property
+    def message(self) -> str:
+        return self.refusal.message
 
 
 @attrs.frozen(kw_only=True)
-class Stop:
+class MustStop:
     """A session must stop at the end of its turn."""
 
     check: str
@@ -176,29 +183,44 @@ def _check_report(value: object, limits: object) -> str | None:
     if type(value) is not list:
         return "report is not a list"
     for index, entry in enumerate(value):
-        if type(entry) is not dict:
-            return f"entry {index} is not an object"
-        keys = set(entry)
-        if "not_enforced" in entry:
-            if keys != {"path", "limit", "since", "not_enforced"} or type(entry["not_enforced"]) is not str:
-                return f"entry {index}: a not-enforced entry is path, limit, since, not_enforced"
-        else:
-            if keys - {"note"} != {"path", "limit", "since", "count", "kinds", "unknown_turns"}:
-                return f"entry {index}: a counted entry is path, limit, since, count, kinds, unknown_turns"
-            if not is_count_like(entry["count"]) or not is_count_like(entry["unknown_turns"]):
-                return f"entry {index}: count or unknown_turns is not a count"
-            kinds = entry["kinds"]
-            if type(kinds) is not dict or set(kinds) != set(TOKEN_KINDS) or not all(
-                is_count_like(kinds[k]) for k in TOKEN_KINDS
-            ):
-                return f"entry {index}: kinds is not the four token kinds with counts"
-            if "note" in entry and type(entry["note"]) is not str:
-                return f"entry {index}: note is not a string"
-        if entry["since"] is not None and type(entry["since"]) is not str:
-            return f"entry {index}: since is not a time or null"
-        problem = _check_path(entry["path"], limits, entry["limit"])
+        problem = _check_report_entry(entry, limits)
         if problem is not None:
-            return f"entry {index}: {problem}"
+            return f"entry {index}{problem}"
+    return None
+
+
+def _check_report_entry(entry: object, limits: object) -> str | None:
+    """What is wrong with one report entry, as the rest of a sentence that
+    begins with "entry N" (None when nothing is)."""
+    if type(entry) is not dict:
+        return " is not an object"
+    problem = _check_not_enforced(entry) if "not_enforced" in entry else _check_counted(entry)
+    if problem is not None:
+        return f": {problem}"
+    if entry["since"] is not None and type(entry["since"]) is not str:
+        return ": since is not a time or null"
+    problem = _check_path(entry["path"], limits, entry["limit"])
+    return None if problem is None else f": {problem}"
+
+
+def _check_not_enforced(entry: dict[str, Any]) -> str | None:
+    if set(entry) != {"path", "limit", "since", "not_enforced"} or type(entry["not_enforced"]) is not str:
+        return "a not-enforced entry is path, limit, since, not_enforced"
+    return None
+
+
+def _check_counted(entry: dict[str, Any]) -> str | None:
+    if set(entry) - {"note"} != {"path", "limit", "since", "count", "kinds", "unknown_turns"}:
+        return "a counted entry is path, limit, since, count, kinds, unknown_turns"
+    if not is_count_like(entry["count"]) or not is_count_like(entry["unknown_turns"]):
+        return "count or unknown_turns is not a count"
+    kinds = entry["kinds"]
+    if type(kinds) is not dict or set(kinds) != set(TOKEN_KINDS) or not all(
+        is_count_like(kinds[k]) for k in TOKEN_KINDS
+    ):
+        return "kinds is not the four token kinds with counts"
+    if "note" in entry and type(entry["note"]) is not str:
+        return "note is not a string"
     return None
 
 
@@ -231,24 +253,24 @@ class Limits:
     def _ask(
         self, name: str, modules: Iterable[LoadedModule], function: str, args: Mapping[str, Any],
         check: Callable[[object], str | None],
-    ) -> Answer | CheckFailure:
+    ) -> ModuleAnswer | CheckFailure:
         module = next((m for m in modules if m.name == name), None)
         if module is None:
-            return CheckFailure(
-                check=name, code="not-loaded",
-                message=f'the limit check "{name}" is switched on but not loaded; see the '
+            return CheckFailure(check=name, refusal=Refusal(
+                "not-loaded",
+                f'the limit check "{name}" is switched on but not loaded; see the '
                 "plugin-refused log entry, or run `router plugins` to check the setting",
-            )
+            ))
         answer = self._broker.call_sync(module, function, _copy_args(args),
                                         crash_code="check-threw")
         if isinstance(answer, Refusal):
-            return CheckFailure(check=name, code=answer.code, message=answer.message)
+            return CheckFailure(check=name, refusal=Refusal(answer.code, answer.message))
         problem = check(answer.value)
         if problem is not None:
-            return CheckFailure(
-                check=name, code="malformed-answer",
-                message=f'{function} of the limit check "{name}" answered in the wrong shape: {problem}',
-            )
+            return CheckFailure(check=name, refusal=Refusal(
+                "malformed-answer",
+                f'{function} of the limit check "{name}" answered in the wrong shape: {problem}',
+            ))
         return answer
 
     def _first_refusal(
@@ -309,7 +331,7 @@ class Limits:
         subject: Mapping[str, Any],
         records: Sequence[Mapping[str, Any]],
         now: dt.datetime,
-    ) -> Stop | None:
+    ) -> MustStop | None:
         """``None`` when the session may go on after this turn."""
         args = {"limits": limits, "subject": subject, "records": records, "now": iso(now)}
         decided = self._first_refusal("must_stop", "stop", switched_on, modules, args)
@@ -317,12 +339,12 @@ class Limits:
             return None
         name, why = decided
         if isinstance(why, CheckFailure):
-            stop = Stop(check=name, reason=f"limit-check-failed: {name} check failed: {why.code}",
+            stop = MustStop(check=name, reason=f"limit-check-failed: {name} check failed: {why.code}",
                         failure=why)
             self._log({"event": "session-stop", "check": name, "code": why.code,
                        "reason": stop.reason, "subject": dict(subject)})
         else:
-            stop = Stop(check=name, reason=stop_reason(name, why), hit=why)
+            stop = MustStop(check=name, reason=stop_reason(name, why), hit=why)
             self._log({"event": "session-stop", "check": name, "hit": why,
                        "reason": stop.reason, "subject": dict(subject)})
         return stop

@@ -14,7 +14,7 @@ import trio
 
 from router.daemon.adapter import AdapterTurn
 from router.daemon.adapters import claude_code
-from router.daemon.adapters.cli import CliAdapter, CliSession, home_for
+from router.daemon.adapters.process_per_turn import CliAdapter, CliSession, home_for
 from tests.daemon.adapters.helpers import FAKE_CLI, FIXTURES, Recorder, alive, read_records
 from tests.support.polling import until
 from wire.container import ContainerSettings, Done, TextInputPart, Unanswered

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from router.plugins.broker import Broker
-from router.plugins.limits import Limits, apply_limits_patch, limit_paths
+from router.plugins.limit_checks import Limits, apply_limits_patch, limit_paths
 from router.plugins.loader import Loader
 
 from .conftest import write_module
@@ -23,16 +23,16 @@ SUBJECT = {"instance": "coder", "provider": "anthropic", "model": "m", "account"
 #: three functions the same way.
 FAILING = {
     "raises": ("raise RuntimeError('database gone')", "check-threw"),
-    "raises-coded": ("raise PluginError('quota-store-down', 'the quota store is down')",
+    "raises-coded": ("raise Refusal('quota-store-down', 'the quota store is down')",
                      "quota-store-down"),
-    "raises-badly-coded": ("raise PluginError('Not A Code', 'x')", "check-threw"),
+    "raises-badly-coded": ("raise Refusal('Not A Code', 'x')", "check-threw"),
     "wrong-shape": ("return {'allow': 'yes', 'stop': 'no'}", "malformed-answer"),
     "wrong-path": (None, "malformed-answer"),
     "awaitable": (None, "malformed-answer"),
 }
 
 TEMPLATE = """
-from router.plugins.refusal import PluginError
+from router.errors import Refusal
 INTERFACE_VERSION = 2
 {prefix}def may_launch(args):
     {body}
