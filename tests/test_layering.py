@@ -71,7 +71,7 @@ FACES: dict[str, tuple[str, ...]] = {
     "router.modlink": ("router.modlink.errors", "router.modlink.server"),
     "router.notify": ("router.notify.outbox", "router.notify.routes"),
     "router.plugins": ("router.plugins.broker", "router.plugins.channels", "router.plugins.layer",
-                       "router.plugins.limits", "router.plugins.loader", "router.plugins.models", "router.plugins.refusal",
+                       "router.plugins.limit_checks", "router.plugins.loader", "router.plugins.models",
                        "router.plugins.routing", "router.plugins.settings", "router.plugins.usage",
                        "router.plugins.watched"),
     "router.remote": (),
@@ -114,9 +114,9 @@ SANS_IO = (
 #: all the same, and why.
 NOT_SANS_IO: dict[str, str] = {
     "router.host.reconcile": "it makes the host store's calls itself (router.host.store: sqlite3, its worker thread)",
-    "router.remote.devices": "StreamBook shares its module with the devices' record (router._db: sqlite3)",
+    "router.remote.devices": "StreamBook shares its module with the devices' record (router.store.db: sqlite3)",
     "router.plugins.routing": "its decisions share the module with the plug-in calls through the broker (Trio)",
-    "router.plugins.limits": "its composition shares the module with the checks' calls through the broker (Trio)",
+    "router.plugins.limit_checks": "its composition shares the module with the checks' calls through the broker (Trio)",
     "router.plugins.settings": "it reads and writes the settings files under a lock, and loads the usage records",
     "router.acp.projection": "its schema's package, agent-client-protocol 0.12.1, loads its asyncio transport",
 }
