@@ -86,7 +86,7 @@ _counts = collections.Counter()
 async def _counted(fn, *args, **kwargs):
     frame, names = sys._getframe(1), []
     while frame is not None and len(names) < 4:
-        if "/trio/" not in frame.f_code.co_filename and "_group_commit" not in frame.f_code.co_filename:
+        if "/trio/" not in frame.f_code.co_filename and "router/store/worker" not in frame.f_code.co_filename:
             names.append(frame.f_code.co_qualname)
         frame = frame.f_back
     _counts[" < ".join(names)] += 1
@@ -550,7 +550,7 @@ def _describe(args: argparse.Namespace) -> str:
         return "a private PostgreSQL 15 cluster, fsync, synchronous_commit and full_page_writes off"
     if args.store is None:
         return "SQLite, a data directory per router"
-    from router._db import redact
+    from router.store.db import redact
 
     return redact(args.store)
 

@@ -108,6 +108,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "router.remote.cli",
         "list the paired devices, or revoke one (router devices revoke NAME)",
     ),
+    # Notifications (router.notify, docs/notifications.md).
+    "notifications": (
+        "router.notify.cli",
+        "list recent notifications with each destination's receipt (sent, suppressed, failed), and config errors",
+    ),
     # Sessions in git worktrees (router.worktrees, docs/sessions.md).
     "projects": (
         "router.worktrees.cli",

@@ -183,6 +183,8 @@ class MainJob:
         self.host: Any = None
         self.layer: Any = None
         self.api: Any = None
+        #: The notifications (router.notify), while it runs.
+        self.notifications: Any = None
         #: The API's access token, and the board, while it runs.
         self.token: str | None = None
         self.board: Any = None
@@ -315,6 +317,9 @@ class MainJob:
                     shared_limits=(config.records or config.data_dir / "usage.jsonl").with_name("account-limits.json"),
                     remote=cluster, **options,
                 )
+                # Notifications (router.notify): their tables and the record's
+                # hook before anything is written, then the outbox's worker.
+                await self._start_notifications(nursery, deliveries, store, settings)
                 # The provider's usage limits: parks reloaded, resumed at their resets.
                 await self._start(nursery, "parking", self.router.parking.run)
                 await self._join_cluster(nursery, registry)
@@ -352,6 +357,28 @@ class MainJob:
                 each.close()
             self._stopped.set()
 
+
+    async def _start_notifications(self, nursery: trio.Nursery, deliveries: Any, store: Any, settings: Any) -> None:
+        from router.notify.outbox import Notifications
+
+        config = self.config
+        owner = await trio.to_thread.run_sync(_owner_id, config.data_dir)
+        self.notifications = Notifications(deliveries=deliveries, host_store=store, settings=settings,
+                                           settings_dir=config.settings_dir, data_dir=config.data_dir, claimant=owner,
+                                           loader_root=config.plugins_root, page_url=self._phone_url)
+        await self.notifications.attach()
+        self.router.notifications = self.notifications
+        await self._start(nursery, "notifications", self.notifications.run)
+
+    def _phone_url(self) -> str | None:
+        """The page's address as a phone reaches it (a notification's link),
+        or None without --listen or --behind-proxy."""
+        if self.reach is None:
+            return None
+        try:
+            return self.reach.pairing_base()
+        except errors.Refusal:
+            return None
 
     async def _start_reach(self, nursery: trio.Nursery, target: Any) -> None:
         """Pairing, devices and the certificates, with ``--listen`` or

@@ -14,7 +14,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router._group_commit import GroupCommit
+from router.store.worker import GroupCommit
 from router._transient import DEFAULT_POLICY, NO_RETRY, RetryPolicy, StoreUnavailable, is_transient, unavailable
 from router.cluster.pg import LeaseLost
 from router.errors import Refusal

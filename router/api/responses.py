@@ -17,6 +17,7 @@ from quart import Response
 from router.asks import ASK_STATUS
 from router.errors import Refusal
 from router.plugins.channels import WEB_OFF_STATUS
+from router.notify import NOTIFY_STATUS
 from router.remote import REMOTE_STATUS
 from wire.json import dumps
 
@@ -95,6 +96,8 @@ STATUS: Final[Mapping[str, int]] = {
     **ASK_STATUS,
     # Pairing, devices and the remote gate (router.remote, docs/remote.md).
     **REMOTE_STATUS,
+    # Notifications (router.notify, docs/notifications.md).
+    **NOTIFY_STATUS,
 }
 
 

@@ -30,23 +30,24 @@ router (an ``UPDATE`` of that row) waits for the commit; every write under
 number *n* is ordered before the lease moves to *n + 1*.
 
 Everything here is synchronous (psycopg 3's sync API; its async API runs
-under asyncio only): :class:`Database` runs each call on a worker thread
-with a connection of its own, and :class:`Listener` waits for
-notifications in Trio itself, on the connection's socket.
+under asyncio only): :class:`Database` runs each call on the cluster's one
+worker (:mod:`router.store.worker`), on its one connection, and
+:class:`Listener` waits for notifications in Trio itself, on the
+connection's socket.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterable, Mapping, TypeVar
 
 import trio
 
-from router._transient import DEFAULT_POLICY, NO_RETRY, RetryPolicy, retrying
+from router._transient import DEFAULT_POLICY, RetryPolicy
 from router.cluster.lease import Lease
 from router.errors import Refusal
+from router.store.worker import Worker
 
 if TYPE_CHECKING:
     import psycopg
@@ -544,74 +545,80 @@ def answer(conn: psycopg.Connection[Any], event_id: str, reply: str, holder: str
 
 
 class Database:
-    """Calls into PostgreSQL from Trio: each on a worker thread with a
-    connection of its own (at most ``size`` at once, opened when first
+    """Calls into PostgreSQL from Trio, through the cluster's one worker
+    (:class:`router.store.worker.Worker`): each call runs on the worker's
+    thread, one after another, on the one connection (opened when first
     needed, kept for the next call).
 
     Resource handling: a call is never abandoned on cancellation (its
     transaction commits or rolls back before the cancelled task moves on);
-    a connection that failed is closed and not reused; :meth:`close`
-    closes the idle ones (call it once no call runs).
+    a connection that failed is closed and opened again at the next call;
+    :meth:`close` waits for a call in the thread, then closes it.
 
     Error handling: a call that meets a transient failure (the server
     restarting, a terminated backend: :mod:`router._transient`) is run
     again whole on a new connection while the policy allows, then refused
     ``store-unavailable``; ``retry=False`` (the lease rounds, which have
     their own next round) refuses at the first one. Every function run here
-    is one statement or one transaction of its own.
+    is one statement or one transaction of its own: none waits on a lock
+    another router holds for long (``acquire`` skips locked rows; ``renew``
+    waits at most behind this router's own write of that session), so the
+    lease rounds, the heartbeat and the inbox share the one thread.
     """
 
-    def __init__(self, url: str, *, size: int = 4, connect: Callable[[str], Any] | None = None,
+    def __init__(self, url: str, *, connect: Callable[[str], Any] | None = None,
                  policy: RetryPolicy = DEFAULT_POLICY) -> None:
         self.url = url
-        self._limiter = trio.CapacityLimiter(size)
-        self._idle: list[Any] = []
         self._connect = connect or _connect
-        self._policy = policy
-        self.calls = 0
-        self.retries = 0
+        self._conn: Any = None
+        self.worker = Worker("the cluster's database", grouped=False, policy=policy)
 
     def __repr__(self) -> str:
-        return (f"<Database idle={len(self._idle)} busy={self._limiter.borrowed_tokens} calls={self.calls} "
-                f"retries={self.retries}>")
+        stats = self.worker.statistics()
+        return (f"<Database connected={self._conn is not None} calls={stats.calls} "
+                f"retries={stats.retries}>")
+
+    @property
+    def calls(self) -> int:
+        return self.worker.statistics().calls
+
+    @property
+    def retries(self) -> int:
+        return self.worker.statistics().retries
 
     async def call(self, fn: Callable[..., T], *args: Any, retry: bool = True) -> T:
-        """``fn(connection, *args)`` on a worker thread; again after a
+        """``fn(connection, *args)`` on the worker's thread; again after a
         transient failure (see the class docstring)."""
-        return await retrying(functools.partial(self._once, fn, *args), policy=self._policy if retry else NO_RETRY,
-                              what="the cluster's database", on_retry=self._retried)
+        return await self.worker.call(self._on_connection, fn, args, retry=retry)
 
-    def _retried(self, error: BaseException) -> None:
-        self.retries += 1
-        # The pool's other connections most likely met the same restart.
-        idle, self._idle = self._idle, []
-        for conn in idle:
+    def _on_connection(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """In the worker's thread: ``fn`` on the connection, opened first
+        when there is none or the server dropped it."""
+        conn = self._conn
+        if conn is not None and (conn.closed or conn.broken):
             conn.close()
-
-    async def _once(self, fn: Callable[..., T], *args: Any) -> T:
-        async with self._limiter:
-            conn = self._idle.pop() if self._idle else None
-            try:
-                conn = conn if conn is not None else await trio.to_thread.run_sync(self._connect, self.url)
-                result = await trio.to_thread.run_sync(fn, conn, *args)
-            except BaseException:
-                if conn is not None and (conn.closed or conn.broken):
-                    conn = None
-                raise
-            finally:
-                if conn is not None:
-                    self._idle.append(conn)
-            self.calls += 1
-            return result
+            conn = self._conn = None
+        if conn is None:
+            conn = self._conn = self._connect(self.url)
+        try:
+            return fn(conn, *args)
+        except BaseException:
+            if conn.closed or conn.broken:  # not kept: the next call opens another
+                self._conn = None
+                conn.close()
+            raise
 
     def close(self) -> None:
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        """Close the connection once no call runs; calls after it are refused."""
+        with self.worker.held():
+            self.worker.close_held()
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
 
 
 def _connect(url: str) -> Any:
-    from router._db import connect_postgres
+    from router.store.db import connect_postgres
 
     return connect_postgres(url)
 

@@ -139,7 +139,7 @@ from router.host.events import (
     OperationResult,
     OperationStarted,
 )
-from router._db import is_store_failure as database_failure
+from router.store.db import is_store_failure as database_failure
 from router.host.store import OPEN_STATUSES, SessionRecord, Store, StoreMisuse
 from wire.container import (
     Abort,

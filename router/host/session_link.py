@@ -61,7 +61,7 @@ from typing import Any, Awaitable, Callable, Final, Iterator, Protocol, Sequence
 
 import trio
 
-from router._db import database_errors
+from router.store.db import database_errors
 from router._fanout import FanOut, Lagged, Subscription
 from router._peerlog import cut
 from router.host.connection import GiveUp, LinkCore, LinkState, Pause, Redial, Requests

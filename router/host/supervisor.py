@@ -37,7 +37,7 @@ from typing import Any, Callable, Final, Mapping, Protocol
 import attrs
 import trio
 
-from router._db import is_store_failure
+from router.store.db import is_store_failure
 from router.host.lifecycle import (
     DaemonInfo,
     Effect,

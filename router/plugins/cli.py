@@ -89,7 +89,7 @@ def _refused(command: str, refusal: Refusal) -> int:
 def _turn_records(where: str | None) -> list[dict[str, Any]] | int:
     """The turn records of ``--records``: a file, or a PostgreSQL database's
     table; 2 (printed) when the database cannot be read."""
-    from router._db import is_postgres_url
+    from router.store.db import is_postgres_url
     from router.errors import Refusal as StoreRefusal
 
     if where is None or not is_postgres_url(where):

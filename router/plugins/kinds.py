@@ -31,6 +31,9 @@ What each function takes and answers is in ``docs/plugins.md``; in short:
     ``async inspect(context, container)``, ``async stop(context, container)``,
     ``async remove_workspace(context)``: the daemon of a container session
     (``router.host.lifecycle`` decides when each is called).
+``notifier`` (1, list)
+    ``destinations(context)``, ``check(context)`` plain; ``async
+    send(request, context)``: where notifications go (``router.notify``).
 """
 
 from __future__ import annotations
@@ -129,6 +132,11 @@ KINDS: Final[Mapping[str, Kind]] = {
             "launcher", 1, "one",
             "starts, watches and stops the daemon of each container session",
             "async start", "async wait", "async inspect", "async stop", "async remove_workspace",
+        ),
+        _kind(
+            "notifier", 1, "list",
+            "tells the person when a session needs them (web push, apprise's services)",
+            "destinations", "check", "async send",
         ),
     )
 }

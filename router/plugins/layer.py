@@ -33,7 +33,6 @@ from typing import Any, Callable, Mapping
 
 import trio
 
-from router._transient import retrying
 from router.plugins.broker import Answer, Broker
 from router.plugins.defaults import PLUGINS
 from router.plugins.channels import Channels, CoreCaller
@@ -134,11 +133,11 @@ class PluginLayer:
         """The turn records a launch or a turn's end hands the limit checks:
         only those that can count for a limit of ``limits``
         (:func:`~router.plugins.limits.counting_window`), read incrementally
-        in a worker thread. None at all while no limit is set."""
+        in the records' worker thread. None at all while no limit is set."""
         any_limit, start = counting_window(limits)
         if not any_limit:
             return []
-        return await trio.to_thread.run_sync(self.records.since, start)
+        return await self.records.call(self.records.since, start)
 
     # ----------------------------------------------------------------- launch
 
@@ -226,19 +225,17 @@ class PluginLayer:
         before: a check sees the turn that just ended."""
         record = await self._meter().close(bracket)
         appended: list[bool] = []
-        hop = functools.partial(
-            trio.to_thread.run_sync, self._append_and_check, record, appended, self._switched_on("limit-check"),
-            self.loader.modules("limit-check"), dict(bracket.subject),
-        )
         # The records' store blinking (a full disk, PostgreSQL restarting)
-        # is tried again (router._transient), the record appended once;
-        # past the budget, ``store-unavailable``: not a limit's "no".
-        stop = await retrying(hop, what="the turn records")
+        # is tried again by the records' worker (router._transient), the
+        # record appended once; past the budget, ``store-unavailable``: not
+        # a limit's "no".
+        stop = await self.records.call(self._append_and_check, record, appended, self._switched_on("limit-check"),
+                                       self.loader.modules("limit-check"), dict(bracket.subject))
         return record, stop
 
     def _append_and_check(self, record: dict[str, Any], appended: list[bool], switched_on: list[str], modules: Any,
                           subject: dict[str, Any]) -> Stop | None:
-        """In a worker thread: store the turn's record (unless an earlier
+        """In the records' worker thread: store the turn's record (unless an earlier
         try did: ``appended``), then :meth:`_must_stop`."""
         if not appended:
             self.records.append(record)
@@ -303,7 +300,7 @@ class PluginLayer:
             switched_on=self._switched_on("limit-check"),
             modules=self.loader.modules("limit-check"),
             limits=limits if type(limits) is dict else {},
-            records=await trio.to_thread.run_sync(self.records.read),
+            records=await self.records.call(self.records.read),
             now=self._now(),
         )
 

@@ -31,21 +31,18 @@ from __future__ import annotations
 import bisect
 import contextlib
 import copy
-import functools
 import datetime as dt
 import errno
 import os
-import threading
 from typing import Any, Callable, Final, Mapping, Protocol, Sequence
 
 import attrs
-import trio
 
 from wire.json import dumps, is_count, is_json, loads
 
 from router import errors
-from router._db import PgDatabase, open_migrated
-from router._transient import retrying
+from router.store.db import PgDatabase, Step, open_migrated
+from router.store.worker import Worker
 from router.plugins.broker import Broker
 from router.plugins.loader import LoadedModule, Loader, Log, default_log
 from router.plugins.models import nests_deeper
@@ -260,7 +257,16 @@ class StoreLedger:
 
 
 class RecordStore(Protocol):
-    """Where turn records go. Blocking: call from a worker thread."""
+    """Where turn records go. Blocking: from Trio, run the methods through
+    :meth:`call`, the records' one worker thread
+    (:class:`router.store.worker.Worker`)."""
+
+    async def call(self, fn: Callable[..., Any], *args: Any, retry: bool = True) -> Any:
+        """``fn(*args)`` in the records' worker thread (a function that
+        uses the records: one of these methods, or one that also asks the
+        limit checks); run again after a transient failure unless
+        ``retry`` is False."""
+        ...
 
     def append(self, record: Mapping[str, Any]) -> None: ...
 
@@ -312,8 +318,18 @@ class RecordIndex:
         return self._untimed + self._timed[where:]
 
 
-class MemoryRecords:
+class _OnWorker:
+    """A record store whose calls from Trio hop to its one worker thread."""
+
+    worker: Worker
+
+    async def call(self, fn: Callable[..., Any], *args: Any, retry: bool = True) -> Any:
+        return await self.worker.call(fn, *args, retry=retry)
+
+
+class MemoryRecords(_OnWorker):
     def __init__(self, records: Sequence[Mapping[str, Any]] = ()) -> None:
+        self.worker = Worker("the turn records")
         self._index = RecordIndex()
         for record in records:
             self.append(record)
@@ -335,25 +351,23 @@ MAX_RECORD_LINE_BYTES: Final = 64 * 1024
 READ_CHUNK_BYTES: Final = 1 << 20
 
 
-class _IndexedRecords:
+class _IndexedRecords(_OnWorker):
     """A record store read into a :class:`RecordIndex` by ``_refresh``
-    (which reads what was appended since the last read) under ``_lock``."""
+    (which reads what was appended since the last read), in its worker's
+    one thread (from Trio: :meth:`call`)."""
 
-    _lock: threading.Lock
     _index: RecordIndex
 
     def _refresh(self) -> None:
         raise NotImplementedError
 
     def read(self) -> list[dict[str, Any]]:
-        with self._lock:
-            self._refresh()
-            return list(self._index.records)
+        self._refresh()
+        return list(self._index.records)
 
     def since(self, start: dt.datetime | None) -> list[dict[str, Any]]:
-        with self._lock:
-            self._refresh()
-            return self._index.since(start)
+        self._refresh()
+        return self._index.since(start)
 
 
 class JsonlRecords(_IndexedRecords):
@@ -382,13 +396,13 @@ class JsonlRecords(_IndexedRecords):
     :meth:`statistics` counts the bytes read, the lines parsed and the
     re-reads, which the tests read to check that a turn's read stays small.
 
-    Blocking: call it from a worker thread in async code; a lock keeps two
-    threads' reads from interleaving.
+    Blocking: from Trio, call it through :meth:`call`, its one worker thread
+    (so two threads' reads never interleave).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        self._lock = threading.Lock()
+        self.worker = Worker("the turn records")
         self._index = RecordIndex()
         self._identity: tuple[int, int] | None = None
         self._offset = 0
@@ -482,8 +496,11 @@ class JsonlRecords(_IndexedRecords):
 #: appends hold the record's lock (one at a time across routers), so rows
 #: commit in ``rowid`` order and a reader that read up to a ``rowid`` has
 #: missed none below it.
-RECORD_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
-    ("CREATE TABLE turn_records (rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, record TEXT NOT NULL)",),
+RECORD_MIGRATIONS: Final[tuple[Step, ...]] = (
+    # SQLite: none; the records are ``usage.jsonl`` there (:class:`JsonlRecords`).
+    Step(sqlite=None, postgresql=(
+        "CREATE TABLE turn_records (rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, record TEXT NOT NULL)",
+    )),
 )
 
 
@@ -496,16 +513,16 @@ class TableRecords(_IndexedRecords):
     copy`` moves them unchanged); a row that is not a JSON object is
     skipped, as a bad line is.
 
-    Blocking: call it from a worker thread; a lock serialises the threads
+    Blocking: from Trio, call it through :meth:`call`, its one worker thread
     on the one connection. :meth:`close` closes it.
     """
 
     def __init__(self, url: str) -> None:
-        self._lock = threading.Lock()
         self._index = RecordIndex()
         self._last = 0
         self._rows_read = 0
         self._db = open_migrated(url, "records", RECORD_MIGRATIONS, too_new=self._too_new)
+        self.worker = Worker("the turn records", db=self._db, grouped=False)
 
     @staticmethod
     def _too_new(version: int) -> errors.Refusal:
@@ -526,7 +543,7 @@ class TableRecords(_IndexedRecords):
 
     def append(self, record: Mapping[str, Any]) -> None:
         line = dumps(dict(record))
-        with self._lock, self._db.transaction():
+        with self._db.transaction():
             self._db.execute("INSERT INTO turn_records (record) VALUES (?)", (line,))
 
     def _refresh(self) -> None:
@@ -541,8 +558,8 @@ class TableRecords(_IndexedRecords):
                 self._index.add(record)
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        """Close the connection once no call runs in the worker thread."""
+        self.worker.close()
 
 
 def _record_of(raw: bytes) -> dict[str, Any] | None:
@@ -663,8 +680,7 @@ class TurnMeter:
         """Close the bracket, store the turn's record and return it."""
         record = await self.close(bracket)
         # One whole append, tried again when the store blinks (router._transient).
-        await retrying(functools.partial(trio.to_thread.run_sync, self._records.append, record),
-                       what="the turn records")
+        await self._records.call(self._records.append, record)
         return record
 
     async def close(self, bracket: Bracket) -> dict[str, Any]:

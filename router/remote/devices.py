@@ -11,7 +11,7 @@ names its device by that hash; a revoked device's hash finds nothing usable.
 
 - **The record** is its own component, ``devices``, with its schema steps
   (:data:`STEPS`, one list for both dialects: the SQL is portable) taken by
-  :func:`router._db.migrate`: a ``devices.sqlite`` file in the SQLite data
+  :func:`router.store.db.migrate`: a ``devices.sqlite`` file in the SQLite data
   directory, or the ``devices`` table of the PostgreSQL database, which
   routers sharing that database share, devices and revocations included.
 - **Names.** A device is named from its browser's user agent
@@ -30,9 +30,11 @@ names its device by that hash; a revoked device's hash finds nothing usable.
   record once a second, so a revocation made by another router sharing the
   record also closes the streams open here within that second.
 
-Error handling: every method of :class:`DeviceStore` runs on one worker
-thread (the caller's ``trio.to_thread`` with a limiter of one); a database
-failure raises, the record unchanged.
+Error handling: from Trio every method of :class:`DeviceStore` runs on the
+record's one worker thread (:meth:`DeviceStore.call`, a
+:class:`router.store.worker.Worker`): a transient database failure is
+tried again, whole, then refused ``store-unavailable``; any other failure
+raises, the record unchanged.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ from typing import Any, Final, Hashable, Iterable
 
 import attrs
 
-from router._db import Database, SqliteDatabase, Target, migrate, open_migrated
+from router.store.db import Database, SqliteDatabase, Target, migrate, open_migrated
 from router.errors import Refusal
+from router.store.worker import Worker
 
 __all__ = ["Device", "DeviceStore", "StreamBook", "credential_id", "hash_secret", "name_from_agent"]
 
@@ -141,8 +144,18 @@ class DeviceStore:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        #: Held by each method: a sync caller (the ``router devices``
+        #: command, a test) and the worker never share the connection.
         self._lock = threading.Lock()
         self._touched: dict[str, float] = {}
+        #: The record's one worker thread, Trio's way in (:meth:`call`).
+        self.worker = Worker("the devices record", grouped=False)
+
+    async def call(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` (one of these methods) in the record's worker
+        thread (:mod:`router.store.worker`); run again after a transient
+        failure, ``store-unavailable`` past the budget."""
+        return await self.worker.call(fn, *args)
 
     @classmethod
     def open(cls, target: Target | None, data_dir: Path) -> DeviceStore:
@@ -166,7 +179,10 @@ class DeviceStore:
         return f"<DeviceStore {self._db.dialect}>"
 
     def close(self) -> None:
-        with self._lock:
+        """Close the connection once no call runs in the worker thread;
+        calls after it are refused."""
+        with self.worker.held(), self._lock:
+            self.worker.close_held()
             self._db.close()
 
     # ------------------------------------------------------------------ writes

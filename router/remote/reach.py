@@ -150,7 +150,6 @@ class Reach:
         self.loopback_port = loopback_port
         self.clock = clock
         self.certificates: Certificates | None = None
-        self._limiter = trio.CapacityLimiter(1)
 
     def __repr__(self) -> str:
         return f"<Reach listen={[each.hostport for each in self.config.listen]} {self.book!r} {self.streams!r}>"
@@ -256,7 +255,7 @@ class Reach:
             handle.cancel(reason=f"device {device_id} was revoked")  # type: ignore[attr-defined]
 
     async def _call(self, fn: Any, *args: Any) -> Any:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        return await self.store.call(fn, *args)
 
     # ------------------------------------------------------------------ the watcher
 
@@ -273,4 +272,4 @@ class Reach:
                         self._cancel(device_id)
         finally:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self.store.close, limiter=self._limiter)
+                await trio.to_thread.run_sync(self.store.close)  # waits for a call in the record's thread

@@ -1,9 +1,14 @@
-"""The router's durable record as a whole, on either backend.
+"""The router's storage layer, and its durable record as a whole.
 
-Three records make it up: the host's store (:class:`router.host.Store`),
+The layer (docs/store.md): :mod:`router.store.db` (one connection face over
+SQLite and PostgreSQL, targets, errors, migrations), :mod:`router.store.sqlite`
+(the file lock and the WAL connection), :mod:`router.store.worker` (one
+worker per database: the thread every call hops to, group commit, close).
+
+Three records make the whole: the host's store (:class:`router.host.Store`),
 the delivery record (:class:`router.turns.delivery_log.DeliveryLog`) and the
 turn records the limits count (:mod:`router.plugins.usage`). Where they
-live is one ``--store`` value (:func:`router._db.parse_target`):
+live is one ``--store`` value (:func:`router.store.db.parse_target`):
 
 - a SQLite data directory (the default: ``--data-dir``): ``host.sqlite``,
   ``turns.sqlite`` and ``usage.jsonl`` in it, one router at a time (each
@@ -12,14 +17,27 @@ live is one ``--store`` value (:func:`router._db.parse_target`):
   any number of routers share.
 
 :func:`open_record` opens the three; :func:`copy_record` (``router store
-copy``) copies a SQLite data directory into a PostgreSQL database.
-docs/store.md says how it is built and what it costs.
+copy``) copies a SQLite data directory into a PostgreSQL database. Both are
+loaded when first named (this package's base modules are imported by the
+records themselves, so its face must not import them back).
 """
 
 from __future__ import annotations
 
-from router._db import Target, parse_target, redact
-from router.store.copy import copy_record
-from router.store.record import Record, open_record
+from typing import Any
+
+from router.store.db import Target, parse_target, redact
 
 __all__ = ["Record", "Target", "copy_record", "open_record", "parse_target", "redact"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "copy_record":
+        from router.store.copy import copy_record
+
+        return copy_record
+    if name in ("Record", "open_record"):
+        from router.store import record
+
+        return getattr(record, name)
+    raise AttributeError(f"module 'router.store' has no attribute {name!r}")

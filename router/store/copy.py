@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from router._db import Database, Target
+from router.store.db import Database, Target
 from router.errors import Refusal
 from router.host import Store
 from router.plugins.usage import JsonlRecords, TableRecords

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from router._db import Target
+from router.store.db import Target
 from router.host import Store
 from router.plugins.usage import JsonlRecords, TableRecords
 from router.turns.delivery_log import DeliveryLog

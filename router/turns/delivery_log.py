@@ -1,7 +1,7 @@
 """The deliveries' durable record: one SQLite file of its own in the data dir,
 or tables of a PostgreSQL database (``DeliveryLog("postgresql://…")``, the
-same methods over :mod:`router._db`: ``BEGIN IMMEDIATE`` is ``BEGIN`` plus
-this record's advisory lock, the schema is :data:`PG_MIGRATIONS`, no file
+same methods over :mod:`router.store.db`: ``BEGIN IMMEDIATE`` is ``BEGIN`` plus
+this record's advisory lock, the schema is :data:`STEPS`, no file
 lock; docs/store.md).
 
 One row per event id (a :class:`~router.turns.core.DeliveryEntry`): the session, the
@@ -23,29 +23,31 @@ and ``done`` once it went; docs/limits.md).
 
 Theory of operation
 -------------------
-One ``sqlite3`` connection (``check_same_thread=False``), WAL, opened by
-:class:`DeliveryLog`. Trio code never calls it on the event loop: it goes
-through :meth:`DeliveryLog.call`, which runs the work in a worker thread
-under a ``CapacityLimiter(1)``, so the loop never waits on the disk and two
-threads never share the connection. A call is not abandoned on cancellation:
-a cancelled task waits for its write to commit or roll back. :meth:`admit`
-reads and inserts in one ``BEGIN IMMEDIATE`` transaction, so two concurrent
+One connection (SQLite's WAL, ``check_same_thread=False``; or PostgreSQL),
+opened by :class:`DeliveryLog`, and one :class:`router.store.worker.Worker`.
+Trio code never calls it on the event loop: it goes through
+:meth:`DeliveryLog.call`, which runs the work in the worker's thread (one
+``CapacityLimiter(1)`` hop per batch), so the loop never waits on the disk
+and two threads never share the connection. A call is not abandoned on
+cancellation: a cancelled task waits for its write to commit or roll back.
+:meth:`admit` reads and inserts in one transaction, so two concurrent
 resends of a new event id make one record.
 
-**Group commit** (:mod:`router._group_commit`). Calls that arrive while one
-is in the thread wait, and go together in the next hop: one ``BEGIN
-IMMEDIATE`` … ``COMMIT`` around them all, each call in a savepoint of its own
-(a call that raises rolls back only its own writes and raises to its own
-caller). Every caller is answered after the ``COMMIT`` of the transaction
-that holds its call, so "answered" still means "on disk"; under load (many
-sessions) one thread hop and one commit serve many calls.
+**Group commit** (the worker). Calls that arrive while one is in the thread
+wait, and go together in the next hop: one ``BEGIN IMMEDIATE`` … ``COMMIT``
+around them all, each call in a savepoint of its own (a call that raises
+rolls back only its own writes and raises to its own caller). Every caller
+is answered after the ``COMMIT`` of the transaction that holds its call, so
+"answered" still means "on disk"; under load (many sessions) one thread hop
+and one commit serve many calls.
 
 Durability: ``synchronous=NORMAL`` under WAL, as the host's store: a
 committed record survives the death of the process at any instant.
 
 Resource handling: the log takes a non-blocking ``flock`` on its file for
 as long as it is open, so two routers never share one record
-(``deliveries-busy``); :meth:`close` releases it.
+(``deliveries-busy``); :meth:`close` (the worker's) releases it once no call
+runs.
 
 Error handling: a log that cannot be opened (another router holds it, a
 newer router wrote it) raises :class:`~router.errors.Refusal`.
@@ -54,21 +56,18 @@ newer router wrote it) raises :class:`~router.errors.Refusal`.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import sqlite3
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Final, TypeVar
 
 import attrs
-import trio
 
-from router._db import Database, SqliteDatabase, Target, is_postgres_url, open_migrated
-from router._group_commit import Call, GroupCommit, run_in_savepoints
-from router._sqlite import lock_file, release_lock
+from router.store.db import Database, SqliteDatabase, Step, Target, is_postgres_url, migrate, open_migrated
+from router.store.worker import Worker
+from router.store.sqlite import lock_file, release_lock
 from router._transient import is_transient
 from router.errors import Refusal
 from router.limits import Park
@@ -85,135 +84,123 @@ T = TypeVar("T")
 #: file gains them when opened).
 SCHEMA_VERSION: Final = 4
 
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS deliveries (
-    event_id TEXT PRIMARY KEY,
-    session TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('person', 'card')),
-    text TEXT NOT NULL,
-    message_id TEXT,
-    state TEXT NOT NULL CHECK (state IN ('pending', 'unanswered', 'answered')),
-    attempts INTEGER NOT NULL,
-    person_spent INTEGER NOT NULL,
-    answer TEXT,
-    last_code TEXT,
-    last_message TEXT,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-)
-"""
-
-_SCHEMA_2: Final = (
-    """
-CREATE TABLE IF NOT EXISTS stops (
-    session TEXT PRIMARY KEY,
-    reason TEXT NOT NULL,
-    check_name TEXT NOT NULL,
-    at TEXT NOT NULL
-)
-""",
-    """
-CREATE TABLE IF NOT EXISTS launches (
-    session TEXT PRIMARY KEY,
-    record TEXT NOT NULL,
-    updated_at INTEGER NOT NULL
-)
-""",
-)
-
-_SCHEMA_3: Final = """
-CREATE TABLE IF NOT EXISTS asks (
-    ask_id TEXT PRIMARY KEY,
-    session TEXT NOT NULL,
-    state TEXT NOT NULL,
-    record TEXT NOT NULL,
-    updated_at INTEGER NOT NULL
-)
-"""
-
-
-
-_SCHEMA_4: Final = (
-    """
-CREATE TABLE IF NOT EXISTS parks (
-    session TEXT PRIMARY KEY,
-    record TEXT NOT NULL,
-    updated_at INTEGER NOT NULL
-)
-""",
-    """
-CREATE TABLE IF NOT EXISTS park_work (
-    session TEXT NOT NULL,
-    item TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('delivery', 'operation')),
-    state TEXT NOT NULL CHECK (state IN ('kept', 'resuming', 'done')),
-    created_at INTEGER NOT NULL,
-    PRIMARY KEY (session, item)
-)
-""",
-)
-
-
-#: The PostgreSQL schema, as steps: ``PG_MIGRATIONS[n]`` takes the
-#: database's ``turns`` record from version ``n`` to ``n + 1`` (a step
-#: added to the SQLite schema gets its twin here). The same tables in
-#: PostgreSQL's types (times ``BIGINT``: ms since the epoch do not fit an
-#: ``INTEGER``), with a ``rowid`` identity column where SQLite's implicit
-#: one orders the rows.
-PG_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
-    (
-        """CREATE TABLE deliveries (
-            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+#: The schema, as steps: ``STEPS[n]`` takes the record from version ``n``
+#: to ``n + 1``, each step's SQLite and PostgreSQL statements side by side.
+#: PostgreSQL has the same tables in its types (times ``BIGINT``: ms since
+#: the epoch do not fit an ``INTEGER``), with a ``rowid`` identity column
+#: where SQLite's implicit one orders the rows. The SQLite statements are
+#: ``IF NOT EXISTS``: a file of any older version gains what it lacks.
+STEPS: Final[tuple[Step, ...]] = (
+    # 1: the deliveries.
+    Step(
+        sqlite=("""CREATE TABLE IF NOT EXISTS deliveries (
             event_id TEXT PRIMARY KEY,
             session TEXT NOT NULL,
             kind TEXT NOT NULL CHECK (kind IN ('person', 'card')),
             text TEXT NOT NULL,
             message_id TEXT,
             state TEXT NOT NULL CHECK (state IN ('pending', 'unanswered', 'answered')),
-            attempts BIGINT NOT NULL,
+            attempts INTEGER NOT NULL,
             person_spent INTEGER NOT NULL,
             answer TEXT,
             last_code TEXT,
             last_message TEXT,
-            created_at BIGINT NOT NULL,
-            updated_at BIGINT NOT NULL
-        )""",
-        "CREATE INDEX deliveries_session ON deliveries (session, created_at, rowid)",
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        )""",),
+        postgresql=(
+            """CREATE TABLE deliveries (
+                rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+                event_id TEXT PRIMARY KEY,
+                session TEXT NOT NULL,
+                kind TEXT NOT NULL CHECK (kind IN ('person', 'card')),
+                text TEXT NOT NULL,
+                message_id TEXT,
+                state TEXT NOT NULL CHECK (state IN ('pending', 'unanswered', 'answered')),
+                attempts BIGINT NOT NULL,
+                person_spent INTEGER NOT NULL,
+                answer TEXT,
+                last_code TEXT,
+                last_message TEXT,
+                created_at BIGINT NOT NULL,
+                updated_at BIGINT NOT NULL
+            )""",
+            "CREATE INDEX deliveries_session ON deliveries (session, created_at, rowid)",
+        ),
     ),
-    (
-        "CREATE TABLE stops (session TEXT PRIMARY KEY, reason TEXT NOT NULL, check_name TEXT NOT NULL, at TEXT NOT NULL)",
-        "CREATE TABLE launches (session TEXT PRIMARY KEY, record TEXT NOT NULL, updated_at BIGINT NOT NULL)",
+    # 2: each session's stop and launch.
+    Step(
+        sqlite=(
+            "CREATE TABLE IF NOT EXISTS stops (session TEXT PRIMARY KEY, reason TEXT NOT NULL,"
+            " check_name TEXT NOT NULL, at TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS launches (session TEXT PRIMARY KEY, record TEXT NOT NULL,"
+            " updated_at INTEGER NOT NULL)",
+        ),
+        postgresql=(
+            "CREATE TABLE stops (session TEXT PRIMARY KEY, reason TEXT NOT NULL, check_name TEXT NOT NULL, at TEXT NOT NULL)",
+            "CREATE TABLE launches (session TEXT PRIMARY KEY, record TEXT NOT NULL, updated_at BIGINT NOT NULL)",
+        ),
     ),
-    (
-        """CREATE TABLE asks (
-            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+    # 3: the permission asks.
+    Step(
+        sqlite=("""CREATE TABLE IF NOT EXISTS asks (
             ask_id TEXT PRIMARY KEY,
             session TEXT NOT NULL,
             state TEXT NOT NULL,
             record TEXT NOT NULL,
-            updated_at BIGINT NOT NULL
-        )""",
-        "CREATE INDEX asks_session ON asks (session, rowid)",
+            updated_at INTEGER NOT NULL
+        )""",),
+        postgresql=(
+            """CREATE TABLE asks (
+                rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+                ask_id TEXT PRIMARY KEY,
+                session TEXT NOT NULL,
+                state TEXT NOT NULL,
+                record TEXT NOT NULL,
+                updated_at BIGINT NOT NULL
+            )""",
+            "CREATE INDEX asks_session ON asks (session, rowid)",
+        ),
     ),
-    (
-        """CREATE TABLE parks (
-            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
-            session TEXT PRIMARY KEY,
-            record TEXT NOT NULL,
-            updated_at BIGINT NOT NULL
-        )""",
-        """CREATE TABLE park_work (
-            rowid BIGINT GENERATED ALWAYS AS IDENTITY,
-            session TEXT NOT NULL,
-            item TEXT NOT NULL,
-            kind TEXT NOT NULL CHECK (kind IN ('delivery', 'operation')),
-            state TEXT NOT NULL CHECK (state IN ('kept', 'resuming', 'done')),
-            created_at BIGINT NOT NULL,
-            PRIMARY KEY (session, item)
-        )""",
+    # 4: the parks and their kept work.
+    Step(
+        sqlite=(
+            """CREATE TABLE IF NOT EXISTS parks (
+                session TEXT PRIMARY KEY,
+                record TEXT NOT NULL,
+                updated_at INTEGER NOT NULL
+            )""",
+            """CREATE TABLE IF NOT EXISTS park_work (
+                session TEXT NOT NULL,
+                item TEXT NOT NULL,
+                kind TEXT NOT NULL CHECK (kind IN ('delivery', 'operation')),
+                state TEXT NOT NULL CHECK (state IN ('kept', 'resuming', 'done')),
+                created_at INTEGER NOT NULL,
+                PRIMARY KEY (session, item)
+            )""",
+        ),
+        postgresql=(
+            """CREATE TABLE parks (
+                rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+                session TEXT PRIMARY KEY,
+                record TEXT NOT NULL,
+                updated_at BIGINT NOT NULL
+            )""",
+            """CREATE TABLE park_work (
+                rowid BIGINT GENERATED ALWAYS AS IDENTITY,
+                session TEXT NOT NULL,
+                item TEXT NOT NULL,
+                kind TEXT NOT NULL CHECK (kind IN ('delivery', 'operation')),
+                state TEXT NOT NULL CHECK (state IN ('kept', 'resuming', 'done')),
+                created_at BIGINT NOT NULL,
+                PRIMARY KEY (session, item)
+            )""",
+        ),
     ),
 )
-assert len(PG_MIGRATIONS) == SCHEMA_VERSION, "every schema version has its PostgreSQL step"
+assert len(STEPS) == SCHEMA_VERSION, "every schema version has its step"
+#: The PostgreSQL halves of :data:`STEPS` (what the tests build an old database with).
+PG_MIGRATIONS: Final = tuple(step.postgresql for step in STEPS)
 
 
 def _now_ms() -> int:
@@ -273,12 +260,11 @@ class DeliveryLog:
 
     def __init__(self, path: str | os.PathLike[str] | Target, *, clock: Callable[[], int] = _now_ms) -> None:
         self._clock = clock
-        self._group = GroupCommit(self._guarded, trio.CapacityLimiter(1), what="the delivery record")
-        #: Held while a call runs in the worker thread, and by close():
-        #: closing SQLite under a running statement crashes the interpreter.
-        self._in_use = threading.Lock()
-        self._closed = False
         self._lock_fd: int | None = None
+        #: Told of each change a notification is made of (an ask kept, a
+        #: stop, a park, their end), inside the transaction that writes it:
+        #: ``(database, what, record)`` (:class:`router.notify.record.Notices`).
+        self.on_change: Callable[[Database, str, dict[str, Any]], None] | None = None
         url = path.location if isinstance(path, Target) and path.kind == "postgresql" else None
         if url is None and isinstance(path, str) and is_postgres_url(path):
             url = path
@@ -300,18 +286,11 @@ class DeliveryLog:
         db: Database | None = None
         try:
             db = self._db = SqliteDatabase(self.path, "turns")
-            version = self._db.schema_version()
-            if version > SCHEMA_VERSION:
-                raise self._too_new(version)
-            if version < SCHEMA_VERSION:  # nothing written when it is up to date (a full disk still opens)
-                self._db.execute(_SCHEMA)
-                for statement in (*_SCHEMA_2, _SCHEMA_3, *_SCHEMA_4):
-                    self._db.execute(statement)
-                self._db.set_schema_version(SCHEMA_VERSION)
+            migrate(self._db, STEPS, too_new=self._too_new)  # nothing written when up to date (a full disk still opens)
         except BaseException as error:
             if db is not None:
                 db.close()
-            self._unlock()
+            release_lock(self._lock_fd)
             if isinstance(error, (sqlite3.Error, OSError)):
                 if is_transient(error):
                     raise Refusal("store-unavailable", f"the delivery record {self.path} cannot be opened or "
@@ -320,6 +299,7 @@ class DeliveryLog:
                 raise Refusal("bad-store", f"{self.path} cannot be used as a delivery record ({str(error).strip()}); "
                               "check --data-dir") from None
             raise
+        self._worker = Worker("the delivery record", db=self._db, lock_fd=self._lock_fd)
 
     def _too_new(self, version: int) -> Refusal:
         return Refusal(
@@ -331,7 +311,8 @@ class DeliveryLog:
         """The PostgreSQL side of ``__init__``: no file lock (routers share
         the database by design), the schema migrated step by step, each
         step in a transaction under the record's lock."""
-        self._db = open_migrated(url, "turns", PG_MIGRATIONS, too_new=self._too_new)
+        self._db = open_migrated(url, "turns", STEPS, too_new=self._too_new)
+        self._worker = Worker("the delivery record", db=self._db)
 
     @property
     def database(self) -> Database:
@@ -344,16 +325,7 @@ class DeliveryLog:
 
     def close(self) -> None:
         """Close the file; waits for a call in flight. Closing twice is harmless."""
-        with self._in_use:
-            if self._closed:
-                return
-            self._closed = True
-            self._db.close()
-            self._unlock()
-
-    def _unlock(self) -> None:
-        release_lock(self._lock_fd)
-        self._lock_fd = None
+        self._worker.close()
 
     def __enter__(self) -> DeliveryLog:
         return self
@@ -367,52 +339,35 @@ class DeliveryLog:
         """Run ``fn(*args)`` (one of the sync methods) in the log's thread,
         in a group commit with the calls waiting beside it (see the module
         docstring); returns once the transaction holding it committed."""
-        return await self._group.call(functools.partial(fn, *args))
+        return await self._worker.call(fn, *args)
 
     @property
     def calls(self) -> int:
-        return self._group.calls
+        return self._worker.statistics().calls
 
     @property
     def batches(self) -> int:
-        return self._group.batches
-
-    def _guarded(self, batch: list[Call]) -> None:
-        with self._in_use:
-            if self._closed:
-                error = RuntimeError(f"the delivery log {self.location} is closed")
-                for job in batch:
-                    job.fail(error)
-                return
-            if len(batch) == 1 and not self._db.fences:  # nothing to group: the call's own transactions
-                batch[0].run()
-                return
-            try:
-                self._db.begin()
-            except Exception as exc:  # the lock, or a fence, refused the batch: every caller hears why
-                for job in batch:
-                    job.fail(exc)
-                return
-            try:
-                run_in_savepoints(self._db, batch)
-            except Exception as exc:  # the database failed (a full disk, a lost connection): nobody's write is kept
-                with contextlib.suppress(Exception):
-                    self._db.rollback()
-                for job in batch:
-                    job.fail(exc)
-                return
-            except BaseException:
-                self._db.rollback()
-                for job in batch:
-                    job.fail(RuntimeError("the group commit was interrupted"))
-                raise
-            try:
-                self._db.commit()  # rolled back when it fails
-            except Exception as exc:  # the disk refused: nobody's write is kept
-                for job in batch:
-                    job.fail(exc)
+        return self._worker.statistics().batches
 
     # ----------------------------------------------------------------- sync (worker thread)
+
+    @contextlib.contextmanager
+    def _changing(self, what: str, record: dict[str, Any]) -> Any:
+        """The block's writes and :attr:`on_change`'s in one transaction
+        (the group commit's, when the call is in one). ``record`` may be
+        filled in by the block; set ``record["skip"]`` to tell nothing."""
+        if self.on_change is None:
+            yield
+            return
+        if self._db.in_transaction:
+            yield
+            if not record.pop("skip", False):
+                self.on_change(self._db, what, record)
+            return
+        with self._db.transaction():
+            yield
+            if not record.pop("skip", False):
+                self.on_change(self._db, what, record)
 
     def get(self, event_id: str) -> DeliveryEntry | None:
         row = self._db.execute(f"SELECT {_COLUMNS} FROM deliveries WHERE event_id = ?", (event_id,)).fetchone()
@@ -461,6 +416,10 @@ class DeliveryLog:
     # ----------------------------------------------------------------- stops and launches
 
     def put_stop(self, session: str, stop: StopInfo) -> None:
+        with self._changing("stop", {"session": session, **stop.to_json()}):
+            self._put_stop(session, stop)
+
+    def _put_stop(self, session: str, stop: StopInfo) -> None:
         self._db.execute(
             "INSERT INTO stops (session, reason, check_name, at) VALUES (?,?,?,?) ON CONFLICT (session) "
             "DO UPDATE SET reason = excluded.reason, check_name = excluded.check_name, at = excluded.at",
@@ -469,7 +428,11 @@ class DeliveryLog:
 
     def clear_stop(self, session: str) -> bool:
         """Forget the session's stop; whether it had one."""
-        return self._db.execute("DELETE FROM stops WHERE session = ?", (session,)).rowcount > 0
+        change: dict[str, Any] = {"session": session}
+        with self._changing("stop-cleared", change):
+            had = self._db.execute("DELETE FROM stops WHERE session = ?", (session,)).rowcount > 0
+            change["skip"] = not had
+        return had
 
     def stop_of(self, session: str) -> StopInfo | None:
         row = self._db.execute("SELECT reason, check_name, at FROM stops WHERE session = ?", (session,)).fetchone()
@@ -482,6 +445,10 @@ class DeliveryLog:
     def put_ask(self, ask: dict[str, Any]) -> None:
         """Keep an ask as :meth:`router.asks.Ask.to_json` writes it (its
         ``id``, ``session`` and ``state`` are also columns)."""
+        with self._changing("ask", dict(ask)):
+            self._put_ask(ask)
+
+    def _put_ask(self, ask: dict[str, Any]) -> None:
         self._db.execute(
             "INSERT INTO asks (ask_id, session, state, record, updated_at) VALUES (?,?,?,?,?) ON CONFLICT (ask_id) "
             "DO UPDATE SET state = excluded.state, record = excluded.record, updated_at = excluded.updated_at",
@@ -514,6 +481,10 @@ class DeliveryLog:
 
     def put_park(self, park: Park) -> None:
         """Keep ``park`` (a new one, or one moved to a later reset)."""
+        with self._changing("park", attrs.asdict(park)):
+            self._put_park(park)
+
+    def _put_park(self, park: Park) -> None:
         self._db.execute(
             "INSERT INTO parks (session, record, updated_at) VALUES (?,?,?) ON CONFLICT (session) "
             "DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
@@ -523,8 +494,10 @@ class DeliveryLog:
     def drop_park(self, session: str) -> None:
         """Forget the session's park and its kept work (it ran, or a person
         cancelled it)."""
-        self._db.execute("DELETE FROM parks WHERE session = ?", (session,))
-        self._db.execute("DELETE FROM park_work WHERE session = ?", (session,))
+        change: dict[str, Any] = {"session": session}
+        with self._changing("park-ended", change):
+            change["skip"] = self._db.execute("DELETE FROM parks WHERE session = ?", (session,)).rowcount == 0
+            self._db.execute("DELETE FROM park_work WHERE session = ?", (session,))
 
     def parks(self) -> list[Park]:
         out = []

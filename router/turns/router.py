@@ -219,6 +219,9 @@ class TurnRouter:
         #: The provider's usage limits: parks, kept work, resumes
         #: (:mod:`router.turns.parking`; its task is the main job's to run).
         self.parking = Parking(self, book=park_book, shared=shared_limits)
+        #: The notifications (``router.notify.outbox.Notifications``; set by
+        #: ``router serve``; None: this router sends none).
+        self.notifications: Any = None
         #: Told (synchronously, never awaited) when a session is created or
         #: opens here, or its live view publishes: what :meth:`list` says of it may have
         #: changed (the board's live stream surveys at once; None: nobody).

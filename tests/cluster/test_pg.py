@@ -121,7 +121,7 @@ def test_the_inbox_answers_each_event_id_once(conn) -> None:
 
 
 async def test_the_listener_wakes_on_post_and_answer(pg_url: str) -> None:
-    db = pg.Database(pg_url, size=2)
+    db = pg.Database(pg_url)
     try:
         await db.call(pg.ensure_schema)
         await db.call(pg.ensure_sessions, ["s"])
@@ -238,7 +238,7 @@ def test_a_router_stopped_inside_a_transaction_loses_it_and_the_lease_moves(conn
                         time.sleep(0.1)
                     assert taken == {"s": 2}
                 stalled.execute("SELECT 1")  # it wakes: the transaction is gone
-        assert stalled.broken  # and the connection: the store dials again (router/_db.py)
+        assert stalled.broken  # and the connection: the store dials again (router/store/db.py)
     assert conn.execute("SELECT cursor FROM sessions").fetchall() == [(0,)]
 
 

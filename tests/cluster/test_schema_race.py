@@ -1,6 +1,6 @@
 """Any number of routers started at once on a new PostgreSQL database:
 each creates or finds the schema, none exits (the migration lock in
-``router._db``; before it, two of three simultaneous starts failed with
+``router.store.db``; before it, two of three simultaneous starts failed with
 ``relation "sessions" already exists``)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from router._db import parse_target
+from router.store.db import parse_target
 from router.store.record import open_record
 from tests.api.processes import serve
 from tests.support.postgres import Cluster

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router import cli
-from router._db import IDLE_IN_TRANSACTION_LIMIT, PgDatabase, Target, parse_target, redact
+from router.store.db import IDLE_IN_TRANSACTION_LIMIT, PgDatabase, Target, parse_target, redact
 from router.errors import Refusal
 from router.host.store import PG_MIGRATIONS, SCHEMA_VERSION, Refused, Store
 from router.plugins.usage import JsonlRecords, TableRecords
@@ -338,11 +338,11 @@ def test_a_copy_slower_than_the_idle_limit_still_lands(tmp_path: Path, postgres_
                                                        capsys) -> None:
     # The copy's target transaction waits while the source is read: it is
     # exempt from the idle limit every router connection has.
-    import router._db
+    import router.store.db
     import router.store.copy as copy
 
     data = a_data_dir(tmp_path)
-    monkeypatch.setattr(router._db, "IDLE_IN_TRANSACTION_LIMIT", 0.2)
+    monkeypatch.setattr(router.store.db, "IDLE_IN_TRANSACTION_LIMIT", 0.2)
     columns = copy._columns
 
     def slow_columns(db: object, table: str) -> list[str]:

@@ -20,6 +20,7 @@ def test_the_registry() -> None:
                                 "async preflight", "async version"]),
         "launcher": (1, "one", ["async start", "async wait", "async inspect", "async stop",
                                 "async remove_workspace"]),
+        "notifier": (1, "list", ["destinations", "check", "async send"]),
     }
     assert all(kind.exports[0] == "INTERFACE_VERSION" for kind in KINDS.values())
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from router._db import Target
+from router.store.db import Target
 from router.errors import Refusal
 from router.remote import DeviceStore, StreamBook
 from router.remote.devices import hash_secret, name_from_agent

@@ -14,6 +14,10 @@
                        sessions in git worktrees (docs/sessions.md)
 =====================  ==========================================================
 
+The notification routes (``/notifications``, ``/presence``, ``POST
+/sessions/<id>/notify``) are :mod:`router.notify.routes`'s Blueprint,
+named in :data:`BLUEPRINTS` too (docs/notifications.md, "HTTP").
+
 How to add a route
 ------------------
 
@@ -58,9 +62,10 @@ from quart import Blueprint
 
 from router.api import shell
 from router.api.routes import asks, board, health, places, sessions
+from router.notify.routes import blueprint as notify_blueprint
 
 __all__ = ["BLUEPRINTS"]
 
 #: Every Blueprint of the API, registered by :func:`router.api.app.make_app`.
 BLUEPRINTS: Final[tuple[Blueprint, ...]] = (health.blueprint, shell.blueprint, sessions.blueprint, board.blueprint,
-                                            asks.blueprint, places.blueprint)
+                                            asks.blueprint, places.blueprint, notify_blueprint)

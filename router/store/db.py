@@ -2,8 +2,9 @@
 one small connection face.
 
 The host's store (:mod:`router.host.store`), the delivery record
-(:mod:`router.turns.delivery_log`) and the turn records
-(:mod:`router.plugins.usage`) write SQL that is portable but for a few
+(:mod:`router.turns.delivery_log`), the turn records
+(:mod:`router.plugins.usage`) and the paired devices
+(:mod:`router.remote.devices`) write SQL that is portable but for a few
 spots; :class:`Database` is what they hold instead of a ``sqlite3``
 connection, and it takes care of those spots:
 
@@ -32,11 +33,17 @@ connection, and it takes care of those spots:
   SQLite; a row of the ``router_schema`` table on PostgreSQL, one per record
   (``component``), since the records share one database there.
 
+- :class:`Step` and :func:`migrate`: a record's schema as steps, each
+  holding its SQLite and its PostgreSQL statements side by side (or one
+  portable list); a record of its own (a *component*: ``host``, ``turns``,
+  ``records``, ``devices`` …) is a name and such a list, handed to
+  :func:`migrate` (a SQLite file) or :func:`open_migrated` (PostgreSQL).
+
 Connections are autocommit (transactions begun by hand, as the SQLite ones
 are opened with ``isolation_level=None``) and used from the one worker
-thread their owner serialises calls on. psycopg's async API runs under
-asyncio only, so from Trio the sync API runs in worker threads, as SQLite
-does.
+thread their owner's :class:`router.store.worker.Worker` runs calls on.
+psycopg's async API runs under asyncio only, so from Trio the sync API runs
+in worker threads, as SQLite does.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
-from router._sqlite import connect_wal
+from router.store.sqlite import connect_wal
 from router._transient import StoreUnavailable
 from router.errors import Refusal
 
@@ -61,6 +68,7 @@ __all__ = [
     "IDLE_IN_TRANSACTION_LIMIT",
     "PgDatabase",
     "SqliteDatabase",
+    "Step",
     "Target",
     "connect_postgres",
     "database_errors",
@@ -494,25 +502,68 @@ class PgDatabase(Database):
         self.raw.close()
 
 
-def migrate(db: Database, steps: Sequence[Sequence[str]], *, too_new: Callable[[int], Exception]) -> None:
-    """Take ``db``'s record to version ``len(steps)``: ``steps[n]`` is the
-    statements that take version ``n`` to ``n + 1``, each step one
-    transaction (under the record's lock, the version read again inside:
-    another router may have migrated meanwhile) that also sets the version.
-    A record newer than the steps raises ``too_new(version)``."""
+#: One dialect's half of a schema step: its statements, in order, or a
+#: function of the database that runs them (for a step that reads as it goes).
+StepPart = Sequence[str] | Callable[["Database"], None]
+
+
+@attrs.frozen
+class Step:
+    """One schema step of a record, both dialects side by side: what takes
+    a SQLite file and what takes a PostgreSQL database from version ``n``
+    to ``n + 1`` (``steps[n]``). ``sqlite`` None: the record has no SQLite
+    form (the turn records are a JSON-lines file there)."""
+
+    sqlite: StepPart | None
+    postgresql: StepPart
+
+    @classmethod
+    def portable(cls, *statements: str) -> Step:
+        """A step whose statements are the same on both dialects."""
+        return cls(sqlite=statements, postgresql=statements)
+
+    def part(self, dialect: str) -> StepPart:
+        part = self.postgresql if dialect == "postgresql" else self.sqlite
+        if part is None:
+            raise ValueError(f"this schema step has no {dialect} form")
+        return part
+
+    def run(self, db: Database) -> None:
+        """Run this step's half for ``db``'s dialect (inside the caller's
+        transaction)."""
+        part = self.part(db.dialect)
+        if callable(part):
+            part(db)
+            return
+        for statement in part:
+            db.execute(statement)
+
+
+def _as_step(step: Step | Sequence[str]) -> Step:
+    """A step as given: a :class:`Step`, or the statements of a portable one
+    (a component's steps may be written either way)."""
+    return step if isinstance(step, Step) else Step.portable(*step)
+
+
+def migrate(db: Database, steps: Sequence[Step | Sequence[str]], *, too_new: Callable[[int], Exception]) -> None:
+    """Take ``db``'s record to version ``len(steps)``: ``steps[n]`` takes
+    version ``n`` to ``n + 1`` (a :class:`Step`, or statements the same on
+    both dialects), each step one transaction (under the record's lock, the
+    version read again inside: another router may have migrated meanwhile)
+    that also sets the version. Nothing is written when the record is up to
+    date. A record newer than the steps raises ``too_new(version)``."""
     with db.migrating():
         while (version := db.schema_version()) < len(steps):
             with db.transaction():
                 version = db.schema_version()
                 if version < len(steps):
-                    for statement in steps[version]:
-                        db.execute(statement)
+                    _as_step(steps[version]).run(db)
                     db.set_schema_version(version + 1)
     if version > len(steps):
         raise too_new(version)
 
 
-def open_migrated(url: str, component: str, steps: Sequence[Sequence[str]], *,
+def open_migrated(url: str, component: str, steps: Sequence[Step | Sequence[str]], *,
                   too_new: Callable[[int], Exception]) -> PgDatabase:
     """A connection to ``component``'s record in the PostgreSQL database
     ``url``, its schema taken to ``len(steps)`` (:func:`migrate`); nothing

@@ -1,5 +1,11 @@
-"""The two SQLite files the router keeps (the host's store, the delivery
-record) are opened the same way: one process at a time, one connection, WAL.
+"""The SQLite files the router keeps are opened the same way: one process at
+a time (a file lock), one connection, WAL.
+
+The host's store (``host.sqlite``) and the delivery record
+(``turns.sqlite``) take the lock (:func:`lock_file`) and hand it to their
+worker (:class:`router.store.worker.Worker`), which drops it on close; every
+file, the paired devices' (``devices.sqlite``) too, is opened by
+:func:`connect_wal`.
 """
 
 from __future__ import annotations

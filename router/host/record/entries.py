@@ -1,0 +1,52 @@
+"""The host's record: the adapter's persisted entries, in order, per generation.
+
+One repository of :mod:`router.host.record` (its module docstring says how
+they work); :class:`router.host.store.Store` answers each method of it
+under the same name. The table is described in :mod:`router.host.store`'s
+docstring.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from router.host.record.base import Unit, dump_json
+from wire.json import JsonValue
+
+__all__ = ["Entries"]
+
+
+class Entries:
+    """The ``entries`` table (see the module docstring)."""
+
+    def __init__(self, unit: Unit) -> None:
+        self._unit = unit
+
+    def __repr__(self) -> str:
+        return "<Entries>"
+
+    def append_entries(self, session: str, generation: int, entries: Sequence[JsonValue]) -> None:
+        if not entries:
+            return
+        with self._unit.transaction():
+            (end,) = self._unit.execute(
+                "SELECT COALESCE(MAX(position), 0) FROM entries WHERE session = ? AND generation = ?",
+                (session, generation),
+            ).fetchone()
+            self._unit.executemany(
+                "INSERT INTO entries (session, generation, position, data) VALUES (?, ?, ?, ?)",
+                [(session, generation, end + i, dump_json(e)) for i, e in enumerate(entries, 1)],
+            )
+
+    def entries(self, session: str, generation: int | None = None) -> list[JsonValue]:
+        """The adapter's persisted entries of ``generation`` (default: the
+        current one), in order."""
+        with self._unit.transaction():
+            if generation is None:
+                generation = self._unit.tables.sessions.require_session(session).generation
+            rows = self._unit.execute(
+                "SELECT data FROM entries WHERE session = ? AND generation = ? ORDER BY position",
+                (session, generation),
+            ).fetchall()
+        return [json.loads(row[0]) for row in rows]

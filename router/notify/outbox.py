@@ -1,0 +1,369 @@
+"""The outbox: notification events sent after their commit, once per
+destination, by the router that holds them.
+
+Theory of operation
+-------------------
+
+:meth:`Notifications.attach` installs the ``notify`` tables in the delivery
+record's database and hooks :class:`~router.notify.record.Notices` on it,
+so every ask, stop, park and resume writes its event in its own
+transaction. :meth:`Notifications.run` is the worker: woken by each event
+written (and every :data:`POLL` seconds, to take over an event another
+router's expired claim left), it claims the open events
+(:func:`router.notify.record.claim`), and for each:
+
+1. reads what is true now (the settings file, the notifier modules
+   switched on, the subscriptions, the ask's state, who watches the
+   session) and asks :func:`router.notify.core.route` what to do with each
+   destination that has no final receipt yet;
+2. writes each suppression as its receipt; for each send, writes a
+   ``pending`` receipt, sends (under :data:`SEND_DEADLINE`), and writes the
+   outcome (``sent`` with the push status, or ``failed`` with the service's
+   words); an ask answered meanwhile is suppressed instead (checked again
+   right before each send);
+3. marks the event done once every destination has its final receipt.
+
+**Exactly once, and where it is only at least once.** The event commits
+with its cause or not at all, so no cause goes unnotified, and nothing is
+sent before the cause is on disk. A router killed after the commit and
+before the send finds the event open on its restart (its claim is its own,
+by its router id) and sends it then, once: a destination with a final
+receipt is never sent to again. The one window left is between a push
+service's answer and the ``sent`` receipt's commit: a router killed there
+sends again after its restart (the ``pending`` receipt says a send may have
+gone). Web Push makes that repeat harmless: the message carries a ``Topic``
+from the event id (a push service still holding the first replaces it) and
+the page shows it with the event id as its ``tag`` (a device shows one
+notification per event). An apprise service may show it twice.
+
+Error handling: a notifier that crashes, times out or answers in the wrong
+shape gives a ``failed`` receipt naming why; bad settings are reported
+(:meth:`Notifications.problems`) and read as empty. None of it reaches a
+delivery or a turn: the record's hook only inserts a row, and the worker
+runs beside everything else.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Final
+
+import trio
+
+from router.notify import record
+from router.notify.config import NotifySettings, load_settings, save_settings, vapid_key
+from router.notify.core import Destination, Event, Presence, RoutingFacts, SessionSetting, payload, route
+from router.plugins.loader import Loader
+
+__all__ = ["Notifications", "POLL", "SEND_DEADLINE"]
+
+log = logging.getLogger("router.notify")
+
+#: Seconds between two looks at the outbox with no wake-up (ours: another
+#: router's claim expires after record.CLAIM; a minute's delay then is fine).
+POLL: Final = 5.0
+#: Seconds one destination's send may take (ours: a push service answers in
+#: well under a second; an SMTP server may be slow).
+SEND_DEADLINE: Final = 30.0
+
+
+def _ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Notifications:
+    """The router's notifications: the outbox worker, presence, settings.
+
+    ``deliveries`` is the :class:`router.turns.delivery_log.DeliveryLog`;
+    ``settings`` the plug-in settings directory (``plugins.json``:
+    which notifiers are on); ``claimant`` this router's id."""
+
+    def __init__(self, *, deliveries: Any, settings: Any, settings_dir: Path, data_dir: Path, claimant: str,
+                 host_store: Any = None, loader_root: str | None = None,
+                 page_url: Callable[[], str | None] = lambda: None, clock: Callable[[], float] = time.time) -> None:
+        self.deliveries = deliveries
+        #: The host's store (:class:`router.host.store.Store`): its turns'
+        #: ends and its daemons' unreachability are events too.
+        self.host_store = host_store
+        #: Where events are read from: the delivery record, and the host's
+        #: store when it is a database of its own (a SQLite file; with
+        #: PostgreSQL both write the one table).
+        self.sources: list[Any] = [deliveries]
+        self.settings = settings
+        self.settings_dir = Path(settings_dir)
+        self.data_dir = Path(data_dir)
+        self.claimant = claimant
+        self.presence = Presence()
+        self.page_url = page_url
+        self._clock = clock
+        self._loader = Loader(root=loader_root, log=lambda entry: log.warning("notifier refused: %s", entry))
+        self._plugins_mark: Any = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._wakeup = trio.Event()
+        self._settings_lock = trio.Lock()
+        self._settings = NotifySettings()
+        self._vapid: str | None = None
+        self.notices = record.Notices(claimant, wake=self.wake,
+                                      turn_ended=lambda session: self._settings.setting(session).turn_ended)
+        self.sent = self.suppressed = self.failed = 0
+        #: destination id -> the last failure's sentence (shown with the settings).
+        self.last_error: dict[str, dict[str, Any]] = {}
+
+    def __repr__(self) -> str:
+        return (f"<Notifications {self.claimant!r} sent={self.sent} suppressed={self.suppressed} "
+                f"failed={self.failed} {self.presence!r}>")
+
+    def statistics(self) -> dict[str, int]:
+        return {"sent": self.sent, "suppressed": self.suppressed, "failed": self.failed,
+                "written": self.notices.written, **self.presence.statistics()}
+
+    # ------------------------------------------------------------------ setup
+
+    async def attach(self) -> None:
+        """Install the tables and hook the record (before anything writes)."""
+        self._settings = await self.read_settings()
+        await self.deliveries.call(record.install, self.deliveries.database)
+        self.deliveries.on_change = self.notices
+        host = self.host_store
+        if host is not None:
+            await host.call(record.install, host.database)
+            host.on_change = self.notices
+            if host.database.dialect == "sqlite":
+                self.sources.append(host)
+
+    def wake(self) -> None:
+        """Tell the worker there is work; safe from any thread."""
+        token = self._token
+        if token is None:
+            return
+        try:
+            token.run_sync_soon(lambda: self._wakeup.set())
+        except trio.RunFinishedError:
+            pass
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        task_status.started()
+        while True:
+            self._wakeup = trio.Event()
+            try:
+                await self.drain()
+            except Exception:  # noqa: BLE001 - the store failing now; the next pass tries again
+                log.exception("notifications: the outbox could not be read")
+            with trio.move_on_after(POLL):
+                await self._wakeup.wait()
+
+    async def _db(self, fn: Callable[..., Any], *args: Any, source: Any = None, **kwargs: Any) -> Any:
+        """``fn(database, ...)`` on ``source``'s worker thread (default: the delivery record)."""
+        owner = self.deliveries if source is None else source
+        db = owner.database
+        return await owner.call(lambda: fn(db, *args, **kwargs))
+
+    # ------------------------------------------------------------------ the worker
+
+    async def drain(self) -> int:
+        """Send every open event this router holds; how many were handled."""
+        handled = 0
+        for source in self.sources:
+            while True:
+                # One at a time: each claim renews this router's claims, so a
+                # slow send never lets another router of a cluster take over
+                # an event this one is still working on.
+                events = await self._db(record.claim, self.claimant, _ms(), limit=1, source=source)
+                if not events:
+                    break
+                for event in events:
+                    await self.handle(event, source)
+                    handled += 1
+        return handled
+
+    async def notifiers(self) -> list[Any]:
+        """The notifier modules ``plugins.json`` switches on, in order
+        (loaded again when the file changed)."""
+        from router.plugins.settings import plugins_value
+
+        document = await trio.to_thread.run_sync(self.settings.read, "plugins.json")
+        plugins = plugins_value(document)
+        wanted = plugins.get("notifier", []) if type(plugins) is dict else []
+        mark = repr(wanted)
+        if mark != self._plugins_mark:
+            await self._loader.load_async({"notifier": wanted}, only=["notifier"])
+            self._plugins_mark = mark
+        return list(self._loader.modules("notifier"))
+
+    async def read_settings(self) -> NotifySettings:
+        self._settings = await trio.to_thread.run_sync(load_settings, self.settings_dir)
+        return self._settings
+
+    def _context(self, module: Any, settings: NotifySettings, subs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"options": dict(settings.notifiers.get(module.name, {})),
+                "subscriptions": [{"id": s["id"], "device": s["device"], "device_name": s["device_name"]}
+                                  for s in subs]}
+
+    async def destinations(self, settings: NotifySettings) -> list[tuple[Any, Destination]]:
+        subs = await self._db(record.subscriptions)
+        out = []
+        for module in await self.notifiers():
+            try:
+                # Plain functions, run off the loop: apprise parses URLs (and
+                # imports its many services the first time) as it answers.
+                listed = await trio.to_thread.run_sync(module.function("destinations"),
+                                                       self._context(module, settings, subs))
+                for item in listed:
+                    out.append((module, Destination(id=str(item["id"]), notifier=module.name,
+                                                    label=str(item.get("label") or item["id"]),
+                                                    device=item.get("device"))))
+            except Exception as error:  # noqa: BLE001 - a module's fault is its receipt's, not the worker's
+                log.warning("notifier %s: destinations failed: %s: %s", module.name, type(error).__name__, error)
+        return out
+
+    async def handle(self, event: Event, source: Any = None) -> None:
+        settings = await self.read_settings()
+        destinations = await self.destinations(settings)
+        facts = await self._facts(event, settings)
+        final = await self._db(record.final_receipts, event.id, source=source)
+        modules = {d.id: m for m, d in destinations}
+        for decision in route(event, [d for _, d in destinations], facts, final):
+            destination = decision.destination
+            if decision.send and event.kind == "ask":
+                state = await self._db(record.ask_state, event.ask["id"]) if event.ask else None
+                if state not in (None, "waiting"):  # answered while the destinations before it were sent to
+                    decision = route(event, [destination], RoutingFacts(now=self._clock(), ask_state=state))[0]
+            if not decision.send:
+                await self._db(record.put_receipt, event.id, destination.id, destination.label, "suppressed",
+                               code=decision.code, detail=decision.detail, source=source)
+                self.suppressed += 1
+                continue
+            await self._send(event, modules[destination.id], destination, settings, source)
+        # A send cut short (the router stopped) to a destination that is no
+        # longer one: its receipt says so rather than stay pending.
+        for gone, label in await self._db(record.pending_receipts, event.id, source=source):
+            if gone not in modules:
+                await self._db(record.put_receipt, event.id, gone, label, "failed", source=source,
+                               detail="no longer a destination (its notifier is off, or its subscription or URL "
+                                      "is gone) when the send could be tried again")
+        await self._db(record.finish, event.id, source=source)
+
+    async def _facts(self, event: Event, settings: NotifySettings) -> RoutingFacts:
+        now = self._clock()
+        ask_state = None
+        if event.kind == "ask" and event.ask is not None:
+            ask_state = await self._db(record.ask_state, event.ask["id"])
+        return RoutingFacts(now=now, watching=self.presence.watching(event.session, now),
+                            setting=settings.setting(event.session), quiet=settings.quiet, ask_state=ask_state)
+
+    async def _send(self, event: Event, module: Any, destination: Destination, settings: NotifySettings,
+                    source: Any) -> None:
+        await self._db(record.renew, self.claimant, _ms(), source=source)
+        await self._db(record.put_receipt, event.id, destination.id, destination.label, "pending",
+                       detail="sending", source=source)
+        subs = [s for s in await self._db(record.subscriptions) if destination.device is not None
+                and s["device"] == destination.device]
+        context = {**self._context(module, settings, subs), "page_url": self.page_url()}
+        if destination.device is not None:
+            context["subscriptions"] = [{"id": s["id"], "info": s["subscription"].info()} for s in subs]
+            context["vapid_key"] = await self._vapid_path()
+        request = {"event": event.id, "destination": destination.id, "payload": payload(event)}
+        answer: Any = None
+        with trio.move_on_after(SEND_DEADLINE) as scope:
+            try:
+                answer = await module.function("send")(request, context)
+            except Exception as error:  # noqa: BLE001 - a notifier's crash is its receipt's failure
+                answer = {"outcome": "failed", "detail": f"the notifier crashed: {type(error).__name__}: {error}"}
+        if scope.cancelled_caught:
+            answer = {"outcome": "failed", "detail": f"no answer within {SEND_DEADLINE:g} s"}
+        if type(answer) is not dict or answer.get("outcome") not in ("sent", "failed"):
+            answer = {"outcome": "failed", "detail": "the notifier answered in the wrong shape"}
+        status = answer.get("status") if type(answer.get("status")) is int else None
+        detail = str(answer.get("detail") or answer["outcome"])
+        await self._db(record.put_receipt, event.id, destination.id, destination.label, answer["outcome"],
+                       detail=detail, status=status, source=source)
+        for gone in answer.get("gone") or ():
+            await self._db(record.drop_subscription, str(gone))
+        if answer["outcome"] == "sent":
+            self.sent += 1
+            self.last_error.pop(destination.id, None)
+        else:
+            self.failed += 1
+            self.last_error[destination.id] = {"code": "send-failed", "message": detail, "at": _ms()}
+            log.warning("notification %s to %s failed: %s", event.id, destination.label, detail)
+
+    # ------------------------------------------------------------------ what the routes and the CLI read
+
+    async def events(self, *, session: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """The newest events of every source, newest first."""
+        found: list[dict[str, Any]] = []
+        for source in self.sources:
+            found += await self._db(record.events, session=session, limit=limit, source=source)
+        found.sort(key=lambda event: event["at"], reverse=True)
+        return found[:limit]
+
+    async def problems(self) -> list[dict[str, Any]]:
+        """Every configuration error now: the settings file's, each
+        notifier's own checks, a notifier the loader refused."""
+        settings = await self.read_settings()
+        out: list[dict[str, Any]] = []
+        if settings.error is not None:
+            out.append({"notifier": None, "code": settings.error.code, "message": settings.error.message})
+        modules = await self.notifiers()
+        refused = self._loader.refused("notifier")
+        if refused is not None:
+            out.append({"notifier": refused.name, "code": refused.code, "message": refused.message})
+        for module in modules:
+            try:
+                found = await trio.to_thread.run_sync(module.function("check"), self._context(module, settings, []))
+                out += [{"notifier": module.name, "code": str(p["code"]), "message": str(p["message"])}
+                        for p in found]
+            except Exception as error:  # noqa: BLE001
+                out.append({"notifier": module.name, "code": "notifier-check-failed",
+                            "message": f"{type(error).__name__}: {error}"})
+        return out
+
+    async def view(self) -> dict[str, Any]:
+        """``GET /notifications/settings``: nothing secret in it."""
+        settings = await self.read_settings()
+        pairs = await self.destinations(settings)
+        on = [m.name for m in await self.notifiers()]
+        return {
+            "notifiers": on,
+            "destinations": [{"id": d.id, "notifier": d.notifier, "label": d.label, "device": d.device,
+                              "last_error": self.last_error.get(d.id)} for _, d in pairs],
+            "quiet_hours": None if settings.quiet is None else {"start": settings.quiet.start,
+                                                                "end": settings.quiet.end,
+                                                                "time_zone": settings.quiet.time_zone},
+            "turn_ended": settings.turn_ended,
+            "sessions": {k: {"muted": v.muted, "turn_ended": v.turn_ended}
+                         for k, v in sorted(settings.sessions.items())},
+            "errors": await self.problems(),
+        }
+
+    async def set_session(self, session: str, change: Callable[[SessionSetting], SessionSetting]) -> SessionSetting:
+        import attrs
+
+        async with self._settings_lock:
+            settings = await self.read_settings()
+            if settings.error is not None:
+                raise settings.error
+            new = change(settings.setting(session))
+            updated = attrs.evolve(settings, sessions={**settings.sessions, session: new})
+            await trio.to_thread.run_sync(save_settings, self.settings_dir, updated)
+            self._settings = updated
+        return new
+
+    async def _vapid_path(self) -> str | None:
+        """The VAPID key file, made (and checked) once per run; None when it
+        cannot be used (the send then fails, saying why)."""
+        if self._vapid is None:
+            try:
+                self._vapid = str((await trio.to_thread.run_sync(vapid_key, self.data_dir))[0])
+            except Exception as error:  # noqa: BLE001 - told in the receipt and the log
+                log.warning("notifications: the VAPID key cannot be used: %s", error)
+        return self._vapid
+
+    async def public_key(self) -> str | None:
+        """The VAPID public key, or None while ``web-push`` is off."""
+        if "web-push" not in [m.name for m in await self.notifiers()]:
+            return None
+        return (await trio.to_thread.run_sync(vapid_key, self.data_dir))[1]

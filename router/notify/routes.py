@@ -1,0 +1,137 @@
+"""The notification routes, as a Blueprint on the API app (the contract the
+page is written against; docs/notifications.md, "HTTP").
+
+==============================================  =============================================
+``GET /notifications/vapid``                    ``{public_key}`` (409 ``notifier-off`` while
+                                                ``web-push`` is off)
+``POST /notifications/subscriptions``           a ``PushSubscription.toJSON()`` → 201 ``{id,
+                                                device}``; the same endpoint replaces the old
+``DELETE /notifications/subscriptions/<id>``    204 (404 ``unknown-subscription``)
+``POST /presence {visible, session}``           204: the requesting device watches ``session``
+                                                while visible (45 s without a renewal ends it)
+``GET /notifications[?session=][&limit=]``      ``{notifications: [{id, kind, session, at, title,
+                                                body, receipts: [...]}]}``, newest first
+``GET /notifications/settings``                 destinations (masked), quiet hours, sessions'
+                                                settings, each destination's last error, errors
+``POST /sessions/<id>/notify {muted?,           the session's setting ``{session, muted,
+turn_ended?}``                                  turn_ended}``
+==============================================  =============================================
+
+The requesting device is the paired device whose credential came through
+the gate (:mod:`router.remote.gate`); a request with the loopback token or
+on the private socket is the device ``local``. Every route answers
+``notifications-off`` (404) on a router that runs no notifications (``router
+mcp``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from quart import Blueprint, Response, request
+
+from router.errors import Refusal
+from router.notify import record
+from router.notify.core import parse_presence, parse_session_setting, parse_subscription
+from wire.json import JsonError, dumps, loads
+
+__all__ = ["blueprint"]
+
+#: The most notifications one listing answers (NOTIFY_CONTRACT: default 50, max 500).
+MAX_LIMIT: Final = 500
+
+blueprint = Blueprint("notify", __name__)
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(dumps(value), status=status, content_type="application/json")
+
+
+def _service() -> Any:
+    from router.api.context import current
+
+    found = getattr(current().router, "notifications", None)
+    if found is None:
+        raise Refusal("notifications-off", "this router sends no notifications (the page's `router serve` does)")
+    return found
+
+
+def _device() -> tuple[str, str]:
+    gate = request.scope.get("router.gate")
+    device = getattr(gate, "device", None)
+    if gate is not None and gate.remote and device is not None:
+        return device.id, device.name
+    return "local", "local"
+
+
+async def _body(what: str) -> Any:
+    raw = await request.get_data(cache=False)
+    try:
+        return loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, JsonError, RecursionError):
+        raise Refusal(what, "the body is not JSON text") from None
+
+
+@blueprint.get("/notifications/vapid")
+async def vapid() -> Response:
+    key = await _service().public_key()
+    if key is None:
+        raise Refusal("notifier-off", "the web-push notifier is off; switch it on in plugins.json "
+                      '("notifier": ["web-push", ...]): docs/notifications.md')
+    return _json({"public_key": key})
+
+
+@blueprint.post("/notifications/subscriptions")
+async def subscribe() -> Response:
+    service = _service()
+    options = (await service.read_settings()).notifiers.get("web-push", {})
+    subscription = parse_subscription(await _body("bad-subscription"),
+                                      allow_http=options.get("loopback_http") is True)
+    device, name = _device()
+    await service.deliveries.call(lambda: record.put_subscription(service.deliveries.database, subscription,
+                                                                  device, name))
+    return _json({"id": subscription.id, "device": name}, 201)
+
+
+@blueprint.delete("/notifications/subscriptions/<sub>")
+async def unsubscribe(sub: str) -> Response:
+    service = _service()
+    device, _ = _device()
+    only = None if device == "local" else device
+    dropped = await service.deliveries.call(
+        lambda: record.drop_subscription(service.deliveries.database, sub, only))
+    if not dropped:
+        raise Refusal("unknown-subscription", f"this device has no subscription {sub!r}")
+    return Response("", status=204)
+
+
+@blueprint.post("/presence")
+async def presence() -> Response:
+    import time
+
+    service = _service()
+    visible, session = parse_presence(await _body("bad-presence"))
+    device, name = _device()
+    service.presence.post(device, name, visible=visible, session=session, now=time.time())
+    return Response("", status=204)
+
+
+@blueprint.get("/notifications")
+async def listing() -> Response:
+    session = request.args.get("session") or None
+    raw = request.args.get("limit", "50")
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise Refusal("bad-query", f"limit is a whole number from 1 to {MAX_LIMIT}")
+    return _json({"notifications": await _service().events(session=session, limit=int(raw))})
+
+
+@blueprint.get("/notifications/settings")
+async def settings() -> Response:
+    return _json(await _service().view())
+
+
+@blueprint.post("/sessions/<path:session>/notify")
+async def session_setting(session: str) -> Response:
+    body = await _body("bad-notify-setting")
+    setting = await _service().set_session(session, lambda current: parse_session_setting(body, current))
+    return _json({"session": session, "muted": setting.muted, "turn_ended": setting.turn_ended})
