@@ -8,11 +8,15 @@ of ``router prompt``, of a host in its own process, of ``router serve``, of
 our daemon and the reference daemon; TCP cuts through the cutting proxy;
 a Docker container where an engine runs; three ``router serve`` on one
 private PostgreSQL, each SIGKILLed, stopped past its lease, and their
-shared daemon SIGKILLed); ``--inputs`` the number of
-generated inputs per parser, a tenth of it per live endpoint. ``--short``
-is the test suite's size (tests/faults); ``--only cluster`` runs that
-phase alone (with ``--faults`` its share, 2 %, of them). The same seed draws the same
-inputs and the same fault plan. The phases and the checks are in
+shared daemon SIGKILLed; PostgreSQL restarted fast and immediate and its
+backends terminated under three routers, in both cluster modes; a full
+and a slow disk; hostile daemons and HTTP peers; a second local user);
+``--inputs`` the number of generated inputs per parser, a tenth of it per
+live endpoint. ``--short`` is the test suite's size (tests/faults);
+``--only NAME`` runs that group of phases alone (``cluster``,
+``postgres``, ``disk``, ``hostile``, ``user``; with ``--faults`` their
+share of them). The same seed draws the same inputs and the same fault
+plan. The phases and the checks are in
 ``tests/support/campaign.py``; docs/reliability.md has the figures.
 """
 
@@ -42,7 +46,20 @@ SHORT_INPUTS = 2000
 
 
 def fault_line(row: FaultRow) -> str:
-    return f"| {row.phase} | {row.faults:,} | {row.operations:,} | {row.lost} | {row.duplicated} | {row.wrong} |"
+    def cell(value: int | None) -> str:
+        return "n/a" if value is None else f"{value:,}"
+
+    return (f"| {row.phase} | {row.faults:,} | {row.operations:,} | {row.lost} | {row.duplicated} | {row.wrong} "
+            f"| {cell(row.exits)} | {cell(row.stopped)} |")
+
+
+def total_row(rows: list[FaultRow]) -> FaultRow:
+    total = FaultRow("**total**", *(sum(getattr(r, f) for r in rows)
+                                    for f in ("faults", "operations", "lost", "duplicated", "wrong")))
+    for field in ("exits", "stopped"):
+        measured = [getattr(r, field) for r in rows if getattr(r, field) is not None]
+        setattr(total, field, sum(measured) if measured else None)
+    return total
 
 
 def input_line(row: InputRow) -> str:
@@ -61,6 +78,26 @@ def notes(rows: list) -> list[str]:
     return out
 
 
+def print_faults(fault_rows: list[FaultRow], docker: str) -> None:
+    print("\nFaults\n")
+    print("| phase | faults | operations | lost | duplicated | wrong | router exits | sessions stopped |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|")
+    for row in fault_rows:
+        print(fault_line(row))
+    print(fault_line(total_row(fault_rows)))
+    print(f"| Docker container killed | {docker} | | | | | | |")
+    for row in fault_rows:
+        if row.kinds:
+            print(f"\n{row.phase}, faults by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(row.kinds.items())))
+        if row.refusals:
+            print(f"\n{row.phase}, answers other than 200 (each resent): "
+                  + ", ".join(f"{k} {n}" for k, n in sorted(row.refusals.items())))
+    cases = [case for row in fault_rows for case in row.cases]
+    if cases:
+        print("\nHostile cases\n\n| case | outcome |\n|---|---|")
+        print("\n".join(f"| {name} | {outcome} |" for name, outcome in cases))
+
+
 async def main(args: argparse.Namespace) -> None:
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="faults-"))
@@ -69,19 +106,14 @@ async def main(args: argparse.Namespace) -> None:
     print(f"seed {args.seed}, faults {args.faults}, inputs {args.inputs} per parser, "
           f"{args.inputs // 10} per endpoint; work in {work}", flush=True)
     if not args.no_faults:
-        fault_rows, docker = await run_faults(args.faults, args.seed, work / "faults", only=args.only,
-                                              report=lambda row: print("  done:", fault_line(row), flush=True))
-        print("\nFaults\n")
-        print("| phase | faults | operations | lost | duplicated | wrong |\n|---|---:|---:|---:|---:|---:|")
-        for row in fault_rows:
-            print(fault_line(row))
-        total = FaultRow("total", *(sum(getattr(r, f) for r in fault_rows)
-                                    for f in ("faults", "operations", "lost", "duplicated", "wrong")))
-        print(fault_line(total).replace("| total |", "| **total** |"))
-        print(f"| Docker container killed | {docker} | | | | |")
-        for row in fault_rows:
-            if row.kinds:
-                print(f"\n{row.phase}, faults by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(row.kinds.items())))
+        last = [time.monotonic()]
+
+        def done(row: FaultRow) -> None:
+            print("  done:", fault_line(row), f"({time.monotonic() - last[0]:.0f} s)", flush=True)
+            last[0] = time.monotonic()
+
+        fault_rows, docker = await run_faults(args.faults, args.seed, work / "faults", only=args.only, report=done)
+        print_faults(fault_rows, docker)
     if not args.no_inputs:
         input_rows = await run_inputs(args.inputs, args.inputs // 10, args.seed, work / "inputs",
                                       report=lambda row: print("  done:", input_line(row), flush=True))
@@ -108,7 +140,8 @@ if __name__ == "__main__":
     parser.add_argument("--short", action="store_true", help="the test suite's size")
     parser.add_argument("--no-faults", action="store_true", help="the hostile-input half only")
     parser.add_argument("--no-inputs", action="store_true", help="the fault half only")
-    parser.add_argument("--only", choices=["cluster"], default=None, help="one fault phase alone")
+    parser.add_argument("--only", choices=["cluster", "postgres", "disk", "hostile", "user"], default=None,
+                        help="one fault phase (or group of phases) alone")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, stores)")
     arguments = parser.parse_args()
     if arguments.faults is None:

@@ -55,6 +55,15 @@ class Subscription(Generic[T]):
     def __aiter__(self) -> Subscription[T]:
         return self
 
+    def receive_nowait(self) -> T | None:
+        """The next batch if one is waiting, else None; never waits. At
+        the end (closed, or dropped as lagged) it is None too: the next
+        ``__anext__`` says which."""
+        try:
+            return self._receive.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return None
+
     async def __anext__(self) -> T:
         try:
             return await self._receive.receive()

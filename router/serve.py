@@ -146,6 +146,9 @@ class JobConfig:
     #: Reach beyond this machine (``--listen``, ``--tls-cert``/``--tls-key``,
     #: ``--behind-proxy``): a :class:`router.remote.ReachConfig`; None: none.
     reach: Any = None
+    #: Live streams one credential may hold at once (``--max-streams``;
+    #: ``router.api.streams``).
+    max_streams: int = 32
 
 
 class StartFailed(errors.Refusal):
@@ -337,6 +340,8 @@ class MainJob:
                 if config.port is not None:
                     self.token = await trio.to_thread.run_sync(_token, config.settings_dir)
                     await self._start_reach(nursery, target)
+                    if self.reach is not None and self.notifications is not None:
+                        self.notifications.revoked_devices = self.reach.revoked_among
                     self.api = ApiServer(self.router, self.layer, token=self.token, port=config.port,
                                          config=self._api_config(harness), board=self.board, worktrees=self.worktrees,
                                          reach=self.reach)
@@ -435,7 +440,8 @@ class MainJob:
         from router.api.app import ApiConfig
 
         also = frozenset({"container"}) if self.config.daemon_url is not None else frozenset()
-        return ApiConfig(harness=harness, also=also, launcher=None if self.launcher is None else self.launcher.name)
+        return ApiConfig(harness=harness, also=also, launcher=None if self.launcher is None else self.launcher.name,
+                         max_streams=self.config.max_streams)
 
     async def _launcher(self, nursery: trio.Nursery) -> tuple[Any, Any]:
         """The launcher in force (a :class:`router.host.Launcher`), and the
@@ -664,6 +670,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a local tunnel or reverse proxy terminates TLS (tailscale serve, cloudflared, "
                         "Caddy): trust its forwarded headers from loopback peers; URL: where it serves the "
                         "router (https://…), for pairing links")
+    parser.add_argument("--max-streams", type=int, default=32, metavar="N",
+                        help="live streams (the page's session and board views) one credential may hold at once "
+                        "(default 32)")
 
 
 def job_config(args: argparse.Namespace, env: Mapping[str, str], *, token: str | None = None,
@@ -701,6 +710,9 @@ def run(args: argparse.Namespace) -> int:
     if args.idle_timeout < 0:
         print("router serve: --idle-timeout is 0 (never) or a number of seconds", file=sys.stderr)
         return 2
+    if args.max_streams < 1:
+        print("router serve: --max-streams is at least 1", file=sys.stderr)
+        return 2
     try:
         reach = _reach_config(args)
     except errors.Refusal as refused:
@@ -717,7 +729,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, "router serve")
     config = job_config(args, os.environ, token=token, port=args.port, local="serve", store=args.store,
                         launcher=args.launcher, image=args.image, idle_timeout=args.idle_timeout or None,
-                        name=args.name, reach=reach)
+                        name=args.name, reach=reach, max_streams=args.max_streams)
     try:
         return trio.run(partial(_serve, config, private=stdout_is_private()))
     except StartFailed as exc:

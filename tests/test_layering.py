@@ -50,11 +50,9 @@ FACES: dict[str, tuple[str, ...]] = {
     "router.host": (),
 }
 #: Private attributes reached across a module boundary on purpose, each with
-#: its reason. The daemon batches its writes through trio-websocket 0.12's
-#: internals (pinned below 0.13 in pyproject.toml; the fallback is tested).
-ALLOWED_PRIVATE: dict[str, set[str]] = {
-    "router/daemon/transport.py": {"_stream_lock", "_wsproto", "_stream", "_abort_web_socket"},
-}
+#: its reason (none now: both ends of the container protocol use wsproto's
+#: public API, router/_websocket.py).
+ALLOWED_PRIVATE: dict[str, set[str]] = {}
 
 
 @pytest.mark.parametrize("module", PURE)

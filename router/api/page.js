@@ -1,6 +1,9 @@
 // The router's page, as a phone app: the board of every session (the asks
 // waiting on you first), one session's conversation, and a send box whose
-// messages are never lost.
+// messages are never lost. Where the router sends notifications, the page
+// subscribes this device to Web Push on request, reports whether it is seen
+// (POST /presence), and shows a session's notifications with their receipts
+// (docs/notifications.md, "On the phone").
 //
 // Served inline in page.html (router/api/page.py puts it there; the shell
 // around it, the manifest, service worker and icons, is router/api/shell.py).
@@ -15,6 +18,10 @@
 //   boardOrder(sessions)  -> the board's order: the sessions waiting on you first
 //   ago(ms, now)          -> a last activity, in words
 //   blockedText(code)     -> what a refused credential means, and what to do
+//   pushText(state)       -> whether this device is notified, in a sentence
+//   receiptText(receipt)  -> what became of one notification at one destination
+//   keyBytes(base64url)   -> the router's VAPID public key as bytes (applicationServerKey)
+//   sessionNotify(settings, id) -> a session's mute and "turn ended" opt-in
 //
 // Text from the server or a model is set with textContent, never parsed as
 // HTML, with one exception: an answer's Markdown, which the server renders
@@ -203,9 +210,53 @@ function blockedText(code) {
     "Open the URL `router serve` printed again, or pair this device again.";
 }
 
+// ------------------------------------------------------------------ notifications
+
+// Whether this device is notified, in a sentence a person can act on. `state`
+// is {state, detail?, device?}; docs/notifications.md, "On the phone".
+function pushText(push) {
+  const detail = push.detail ? " (" + push.detail + ")" : "";
+  switch (push.state) {
+    case "on": return "On: asks and session news come to this device" + (push.device ? " as “" + push.device + "”" : "") + ".";
+    case "off": return "Off: this device gets no notifications." + (push.detail ? " " + push.detail + "." : "");
+    case "notifier-off": return "Unavailable: the router's web-push notifier is off; switch it on where the router runs" + detail + ".";
+    case "denied": return "Blocked: this browser denies notifications to this page; allow them in its site settings, then try again.";
+    case "no-push-service": return "Unavailable: this browser has no push service to subscribe with" + detail + ".";
+    case "unsupported": return "Unavailable: this browser has no Web Push here" + (push.detail ? detail : " (on an iPhone, add the page to the home screen first)") + ".";
+    case "insecure": return "Unavailable: notifications need the page over HTTPS (router serve --listen) or on localhost.";
+    case "working": return "One moment…";
+    case "error": return "Not done: " + (push.detail || "the router refused") + ".";
+    default: return "Checking whether this device can be notified…";
+  }
+}
+
+// One receipt of GET /notifications: where, what became of it, and why.
+function receiptText(receipt) {
+  const r = receipt || {};
+  const why = [r.outcome === "sent" && r.status ? String(r.status) : "", r.detail || r.code || ""].filter(Boolean).join(", ");
+  return (r.destination || "?") + ": " + (r.outcome || "?") + (why ? " (" + why + ")" : "");
+}
+
+// A VAPID public key (base64url, no padding) as the bytes the Push API takes.
+function keyBytes(text) {
+  const base64 = String(text).replace(/-/g, "+").replace(/_/g, "/");
+  const binary = atob(base64 + "=".repeat((4 - (base64.length % 4)) % 4));
+  return Uint8Array.from(binary, (c) => c.charCodeAt(0));
+}
+
+// A session's notification setting: {muted, turnEnded}, from GET
+// /notifications/settings ({turn_ended, sessions: {id: {muted, turn_ended}}})
+// or a POST /sessions/<id>/notify answer ({session, muted, turn_ended}).
+function sessionNotify(settings, id) {
+  const s = settings || {};
+  const own = s.session === id ? s : (s.sessions && typeof s.sessions === "object" && s.sessions[id]) || null;
+  return own ? { muted: own.muted === true, turnEnded: own.turn_ended === true }
+    : { muted: false, turnEnded: s.turn_ended === true };
+}
+
 if (typeof module !== "undefined") {
   module.exports = { SseParser, Outbox, outcomeText, parkedText, stateOf, keyOf, applyBoard, waitsOn, boardOrder, ago,
-    blockedText, OUTBOX_KEY };
+    blockedText, pushText, receiptText, keyBytes, sessionNotify, OUTBOX_KEY };
 }
 
 // ------------------------------------------------------------------ the page
@@ -306,8 +357,10 @@ if (typeof document !== "undefined") {
   // On a phone one view at a time (the board, or a session); side by side
   // when the window is wide. The phone's back button returns to the board.
   function show(view) {
+    const was = $("app").dataset.view;
     $("app").dataset.view = view;
     if (view === "session") stickToBottom();
+    if (was !== view) presence();
   }
   $("back").addEventListener("click", () => {
     if (history.state && history.state.session) history.back(); else show("board");
@@ -743,7 +796,7 @@ if (typeof document !== "undefined") {
     if (opened) show("session");
     renderBoard();
     updateHeader();
-    if (!same) { following = true; $("pill").hidden = true; shownCount = 0; follow(target); }
+    if (!same) { following = true; $("pill").hidden = true; shownCount = 0; follow(target); presence(); loadAlerts(); }
   }
 
   // ---------------------------------------------------------------- sending
@@ -854,6 +907,12 @@ if (typeof document !== "undefined") {
     [features.devices, features.projects, features.diff, features.end] = await Promise.all([
       ok("/devices"), ok("/projects"), has("OPTIONS", "/sessions/probe/diff"), has("OPTIONS", "/sessions/probe/end")]);
     features.pair = features.devices;
+    // Notifications: a 404 is a router without them; 409 `notifier-off` has the routes, switched off.
+    try {
+      const vapid = await fetch("/notifications/vapid", { headers: headers() });
+      features.notify = vapid.status !== 404 && vapid.status !== 405 && vapid.status !== 401;
+      features.notifyOff = vapid.status === 409 ? ((await vapid.json().catch(() => ({}))).message || "notifier-off") : null;
+    } catch (_) { features.notify = false; }
     $("pair").hidden = !features.pair;
     $("devices").hidden = !features.devices;
     updateHeader();
@@ -955,19 +1014,185 @@ if (typeof document !== "undefined") {
       result);
   });
 
+  // ---------------------------------------------------------------- notifications
+
+  // This device's Web Push subscription (docs/notifications.md, "On the
+  // phone"): asked for only when the person taps the control; the router's
+  // VAPID key, the browser's subscription, then POST /notifications/subscriptions.
+  const PUSH_KEY = "router.push";  // {id, endpoint, device}: the subscription as the router knows it
+  const SUBSCRIBE_SECONDS = 10;
+  const worker = "serviceWorker" in navigator
+    ? navigator.serviceWorker.register("/sw.js").catch(() => null)  // http on a LAN name: no worker
+    : Promise.resolve(null);
+  let push = { state: "checking" };
+  function showPush(state) {
+    push = state;
+    $("notify").hidden = !features.notify;
+    $("notify").dataset.state = state.state;
+    $("notify-state").textContent = pushText(state);
+    $("notify-toggle").textContent = state.state === "on" ? "Stop notifying this device" : "Notify me on this device";
+    $("notify-toggle").disabled = !["on", "off", "denied", "error", "no-push-service"].includes(state.state);
+  }
+  const keptPush = () => { try { return JSON.parse(localStorage.getItem(PUSH_KEY) || "null"); } catch (_) { return null; } };
+  // What stands in the way of Web Push here, before any subscription.
+  function pushBlocker() {
+    if (!window.isSecureContext) return { state: "insecure" };
+    if (!("serviceWorker" in navigator) || !("PushManager" in window) || !("Notification" in window)) return { state: "unsupported" };
+    if (features.notifyOff) return { state: "notifier-off", detail: features.notifyOff };
+    if (Notification.permission === "denied") return { state: "denied" };
+    return null;
+  }
+  async function activeWorker() {
+    if (!(await worker)) return null;
+    return navigator.serviceWorker.ready;
+  }
+  // The subscription told to the router (again: the same endpoint replaces its old entry).
+  async function announce(subscription) {
+    const { status, body } = await call("POST", "/notifications/subscriptions", subscription.toJSON());
+    if (status !== 201 && status !== 200) { showPush({ state: "error", detail: refusedText(status, body) }); return; }
+    localStorage.setItem(PUSH_KEY, JSON.stringify({ id: body.id, endpoint: subscription.endpoint, device: body.device }));
+    showPush({ state: "on", device: body.device });
+  }
+  async function checkPush() {
+    if (!features.notify) { showPush({ state: "absent" }); return; }
+    const blocker = pushBlocker();
+    if (blocker) { showPush(blocker); return; }
+    const registration = await worker;
+    if (!registration) { showPush({ state: "unsupported", detail: "the service worker did not start" }); return; }
+    const subscription = await registration.pushManager.getSubscription().catch(() => null);
+    if (!subscription || Notification.permission !== "granted") { showPush({ state: "off" }); return; }
+    await announce(subscription);
+  }
+  async function pushOn() {
+    const blocker = pushBlocker();
+    if (blocker) { showPush(blocker); return; }
+    showPush({ state: "working" });
+    const permission = await Notification.requestPermission();
+    if (permission !== "granted") { showPush(permission === "denied" ? { state: "denied" } : { state: "off", detail: "The permission was not given" }); return; }
+    const { status, body } = await call("GET", "/notifications/vapid");
+    if (status === 409) { features.notifyOff = body.message || body.error; showPush({ state: "notifier-off", detail: features.notifyOff }); return; }
+    if (status !== 200 || typeof body.public_key !== "string") { showPush({ state: "error", detail: refusedText(status, body) }); return; }
+    const registration = await activeWorker();
+    if (!registration) { showPush({ state: "unsupported", detail: "the service worker did not start" }); return; }
+    const key = keyBytes(body.public_key);
+    let subscription = await registration.pushManager.getSubscription().catch(() => null);
+    const same = (a) => a && a.byteLength === key.length && new Uint8Array(a).every((byte, i) => byte === key[i]);
+    if (subscription && !same(subscription.options.applicationServerKey)) { await subscription.unsubscribe().catch(() => null); subscription = null; }
+    try {
+      // A browser without a push service may never settle (headless Chromium): a bound on the wait.
+      subscription = subscription || await Promise.race([
+        registration.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key }),
+        new Promise((_, fail) => setTimeout(() => fail(new Error("no answer from it in " + SUBSCRIBE_SECONDS + " s")), SUBSCRIBE_SECONDS * 1000))]);
+    } catch (error) {
+      showPush({ state: "no-push-service", detail: String(error.message || error) });
+      return;
+    }
+    await announce(subscription);
+  }
+  async function pushOff() {
+    showPush({ state: "working" });
+    const kept = keptPush();
+    if (kept && kept.id) {
+      const { status, body } = await call("DELETE", "/notifications/subscriptions/" + encodeURIComponent(kept.id));
+      if (status !== 204 && status !== 404) { showPush({ state: "error", detail: refusedText(status, body) }); return; }
+    }
+    localStorage.removeItem(PUSH_KEY);
+    const registration = await worker;
+    const subscription = registration ? await registration.pushManager.getSubscription().catch(() => null) : null;
+    if (subscription) await subscription.unsubscribe().catch(() => null);
+    showPush({ state: "off" });
+  }
+  $("notify-toggle").addEventListener("click", () => (push.state === "on" ? pushOff() : pushOn()));
+
+  // The worker answers a notification's Allow or Deny itself; then it asks
+  // this page to open the notification's session, and says what became of it.
+  if ("serviceWorker" in navigator) {
+    navigator.serviceWorker.addEventListener("message", (event) => {
+      const data = event.data || {};
+      if (data.type !== "open" || typeof data.url !== "string") return;
+      const id = new URL(data.url, location.origin).searchParams.get("session");
+      if (id) select({ id, router: "" }, true);
+      if (typeof data.said === "string") say(data.said);
+      refreshBoard();
+    });
+  }
+
+  // Presence (POST /presence): whether this page is seen, and which session
+  // it shows, so the router notifies the devices that are away, not this one.
+  // Seen is visible and focused: an unfocused window may be behind another.
+  function presence(leaving) {
+    if (!features.notify || blocked) return;
+    const visible = !leaving && document.visibilityState === "visible" && document.hasFocus();
+    const shown = current && (wide.matches || $("app").dataset.view === "session") ? current.id : null;
+    fetch("/presence", { method: "POST", keepalive: true, headers: headers({ "content-type": "application/json" }),
+      body: JSON.stringify({ visible, session: shown }) }).catch(() => null);
+  }
+  document.addEventListener("visibilitychange", () => presence());
+  window.addEventListener("focus", () => presence());
+  window.addEventListener("blur", () => presence());
+  window.addEventListener("pagehide", () => presence(true));
+  setInterval(() => { if (document.visibilityState === "visible") presence(); }, 15000);
+
+  // The open session's notifications and their receipts, its mute and its
+  // "turn ended" opt-in: a folded strip under the session's header.
+  let alertsOf = null;
+  async function loadAlerts() {
+    $("alerts").hidden = !features.notify || !current;
+    if ($("alerts").hidden) return;
+    const target = current;
+    const [list, settings] = await Promise.all([
+      call("GET", "/notifications?session=" + encodeURIComponent(target.id) + "&limit=20"),
+      call("GET", "/notifications/settings")]).catch(() => [null, null]);
+    if (current !== target || !list) return;
+    const notifications = list.status === 200 && Array.isArray(list.body.notifications) ? list.body.notifications : [];
+    if (settings && settings.status === 200) showSessionNotify(sessionNotify(settings.body, target.id));
+    const now = Date.now();
+    $("alerts-list").replaceChildren(...(notifications.length ? notifications.map((n) => el("div", { class: "alert" },
+      el("div", {}, el("strong", { text: n.title || n.kind }), document.createTextNode(" "),
+        el("span", { class: "note", text: n.kind + " · " + ago(n.at, now) })),
+      el("div", { class: "note", text: (n.receipts || []).map(receiptText).join(" · ") || "no destination yet" })))
+      : [el("div", { class: "note", text: list.status === 200 ? "No notifications for this session yet." : refusedText(list.status, list.body) })]));
+    alertsOf = { id: target.id, count: notifications.length };
+    summarizeAlerts();
+  }
+  function summarizeAlerts() {
+    const parts = ["notifications" + (alertsOf ? " · " + alertsOf.count : "")];
+    if ($("mute").checked) parts.push("muted");
+    if ($("turn-ended").checked) parts.push("turn ends told");
+    $("alerts-summary").textContent = parts.join(" · ");
+  }
+  function showSessionNotify(setting) {
+    $("mute").checked = setting.muted;
+    $("turn-ended").checked = setting.turnEnded;
+    summarizeAlerts();
+  }
+  const sessionToggle = (id, key) => $(id).addEventListener("change", async () => {
+    if (!current) return;
+    const { status, body } = await call("POST", sessionPath(current, "notify"), { [key]: $(id).checked });
+    if (status === 200) showSessionNotify(sessionNotify(body, current.id));
+    else { $(id).checked = !$(id).checked; say(refusedText(status, body)); }
+  });
+  sessionToggle("mute", "muted");
+  sessionToggle("turn-ended", "turn_ended");
+  $("alerts").addEventListener("toggle", () => { if ($("alerts").open) loadAlerts(); });
+  setInterval(() => { if ($("alerts").open && document.visibilityState === "visible") loadAlerts(); }, 15000);
+
   // ---------------------------------------------------------------- start
 
   // The last board seen, while the router has not answered yet (offline).
   try { sessionsSeen = JSON.parse(localStorage.getItem(BOARD_KEY) || "[]"); } catch (_) { sessionsSeen = []; }
   if (!Array.isArray(sessionsSeen)) sessionsSeen = [];
   renderBoard();
-  if ("serviceWorker" in navigator) navigator.serviceWorker.register("/sw.js").catch(() => { /* http on a LAN name: no worker */ });
+  // The worker answers a notification's action with this page's token, when
+  // it has one (a paired device's cookie goes by itself).
+  activeWorker().then((registration) => registration && registration.active &&
+    registration.active.postMessage({ type: "token", token: token || "" })).catch(() => null);
   // No token is no verdict: a paired device's credential is a cookie the
   // page cannot see. The router's 401 decides (block()).
   if (current) select(current, true);
   refreshBoard().then(() => { if (current && !streamAbort) select(current, true); });
   followBoard();
-  probe();
+  probe().then(() => { presence(); checkPush(); loadAlerts(); });
   setInterval(refreshBoard, 15000);  // a safety net beside the live board
   setInterval(() => { if (outbox.all().length) flush(); }, 2000);
   setInterval(renderBoard, 30000);  // "5 min ago" moves on

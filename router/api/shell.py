@@ -10,7 +10,7 @@ token like every other route.
 Theory of operation:
 
 - **The page** is one document (``page.py``), sent gzipped to a client
-  that takes it (compressed once, at import): the shell's weight is what a
+  that takes it (compressed once, at import; the worker's script too): the shell's weight is what a
   phone on a slow link waits for (``bench/page.py`` measures it).
 - **The service worker** (``/sw.js``, at the root so its scope covers
   ``/``) keeps the shell in a cache named after a digest of the page and
@@ -20,6 +20,14 @@ Theory of operation:
   is fresh whenever the router answers. API requests are never touched:
   the page's outbox (``localStorage``) keeps what is typed offline and
   sends it, with its event id, when the router answers again.
+- **Notifications** (docs/notifications.md, "On the phone"): the worker
+  shows each Web Push payload as one notification tagged with its event id
+  (Allow and Deny on an ask); an action answers the ask itself
+  (``POST /sessions/<id>/asks/<ask>`` ``{decision, by: "push"}``, the
+  device's cookie, or the loopback token the page handed it, kept in the
+  ``router-credential`` cache), a 409 meaning someone answered first, then
+  focuses the open page (told to open the session) or opens the session's
+  URL. A refused answer shows the notification again with why.
 - **The icons** are drawn here by code: an SVG, and PNGs rasterized from
   the same shapes (signed distances, one pixel of anti-aliasing) by
   :func:`png_icon`, with a plain PNG encoder (zlib and CRC from the
@@ -249,10 +257,14 @@ VERSION: Final = hashlib.sha256((PAGE + _MANIFEST + svg_icon()).encode()).hexdig
 #: What the worker keeps on install.
 SHELL: Final = ("/", "/manifest.webmanifest", "/icons/icon.svg", "/icons/icon-192.png")
 
-SERVICE_WORKER: Final = """// router's service worker: keeps the page's shell so it opens offline.
+SERVICE_WORKER: Final = """// router's service worker: keeps the page's shell so it opens offline, and
+// shows the router's Web Push notifications (docs/notifications.md, "On the phone").
 // API requests pass through untouched; the page's outbox keeps what is typed.
 "use strict";
 const CACHE = "router-shell-" + VERSION;
+// The loopback token the page gave (a page opened from `router serve`'s URL),
+// kept apart from the shell: a paired device has none, its cookie goes instead.
+const CREDENTIAL = "router-credential", TOKEN_KEY = "/.router-token";
 self.addEventListener("install", (event) => {
   event.waitUntil(caches.open(CACHE).then((cache) => cache.addAll(SHELL)).then(() => self.skipWaiting()));
 });
@@ -276,12 +288,87 @@ self.addEventListener("fetch", (event) => {
     event.respondWith(caches.match(url.pathname).then((kept) => kept || fetch(event.request)));
   }
 });
+self.addEventListener("message", (event) => {
+  const data = event.data || {};
+  if (data.type !== "token" || (event.origin && event.origin !== self.location.origin)) return;
+  event.waitUntil(caches.open(CREDENTIAL).then((kept) => typeof data.token === "string" && data.token
+    ? kept.put(TOKEN_KEY, new Response(data.token)) : kept.delete(TOKEN_KEY)));
+});
+// A push: the router's payload {id, kind, session, title, body, url, ask, at}
+// shown as one notification per event (its tag), Allow and Deny on an ask.
+self.addEventListener("push", (event) => {
+  let payload = null;
+  try { payload = event.data ? event.data.json() : null; } catch (_) { payload = null; }
+  if (!payload || typeof payload !== "object") payload = { title: "router", body: event.data ? event.data.text() : "" };
+  const asks = payload.kind === "ask" && payload.ask && typeof payload.ask.id === "string";
+  event.waitUntil(self.registration.showNotification(String(payload.title || "router"), {
+    tag: String(payload.id || "router"), body: String(payload.body || ""), data: payload,
+    icon: "/icons/icon-192.png", timestamp: typeof payload.at === "number" ? payload.at : Date.now(),
+    requireInteraction: asks,
+    actions: asks ? [{ action: "allow", title: "Allow" }, { action: "deny", title: "Deny" }] : [],
+  }));
+});
+// Where a notification leads: its url when it is this router's page, else the session.
+function target(payload) {
+  const fallback = "/" + (payload.session ? "?session=" + encodeURIComponent(payload.session) : "");
+  try {
+    const url = new URL(payload.url || fallback, self.location.origin);
+    return url.origin === self.location.origin && url.pathname === "/" ? url : new URL(fallback, self.location.origin);
+  } catch (_) { return new URL(fallback, self.location.origin); }
+}
+// An action answers the ask with this device's credential (its cookie, or the
+// page's token); the first answer wins, so a 409 says someone else answered.
+async function answer(payload, decision) {
+  const ask = payload.ask, session = ask.session || payload.session || "";
+  const kept = await caches.open(CREDENTIAL).then((c) => c.match(TOKEN_KEY)).catch(() => undefined);
+  const token = kept ? await kept.text() : "";
+  try {
+    const response = await fetch("/sessions/" + encodeURIComponent(session) + "/asks/" + encodeURIComponent(ask.id), {
+      method: "POST", credentials: "same-origin",
+      headers: { "content-type": "application/json", ...(token ? { authorization: "Bearer " + token } : {}) },
+      body: JSON.stringify({ decision, by: "push" }),
+    });
+    const body = await response.json().catch(() => ({}));
+    if (response.ok) return { ok: true, text: decision + ": " + (ask.tool || "the tool") + " (from the notification)" };
+    if (response.status === 409) return { ok: true, text: "already settled elsewhere: " + (body.message || body.error) };
+    return { ok: false, text: "the answer was refused: " + (body.error || response.status) + ": " + (body.message || "") };
+  } catch (_) {
+    return { ok: false, text: "the router did not answer: answer the ask on the page" };
+  }
+}
+self.addEventListener("notificationclick", (event) => {
+  const done = clicked(event.notification, event.action);
+  // A script-made event (a test's dispatch) cannot be extended; the work runs all the same.
+  if (event.isTrusted) event.waitUntil(done);
+});
+async function clicked(notification, action) {
+  const payload = notification.data || {};
+  notification.close();
+  const decision = action === "allow" || action === "deny" ? action : null;
+  const said = decision && payload.ask && payload.ask.id ? await answer(payload, decision) : null;
+  if (said && !said.ok) {
+    // Said where it is seen even if no page opens: the notification again, with why.
+    await self.registration.showNotification(String(payload.title || "router"), {
+      tag: String(payload.id || "router"), body: said.text, data: { ...payload, ask: null }, icon: "/icons/icon-192.png" });
+  }
+  const url = target(payload);
+  const open = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
+  const page = open.find((client) => { const at = new URL(client.url); return at.origin === self.location.origin && at.pathname === "/"; });
+  if (page) {
+    page.postMessage({ type: "open", url: url.pathname + url.search, said: said ? said.text : null });
+    await page.focus().catch(() => null);
+  } else {
+    await self.clients.openWindow(url.href).catch(() => null);
+  }
+}
 """.replace('"router-shell-" + VERSION', json.dumps("router-shell-" + VERSION)).replace(
     "SHELL.includes", json.dumps(list(SHELL)) + ".includes"
 ).replace("cache.addAll(SHELL)", "cache.addAll(" + json.dumps(list(SHELL)) + ")")
 
 _PAGE_BYTES: Final = PAGE.encode("utf-8")
 _PAGE_GZIP: Final = gzip.compress(_PAGE_BYTES, 9, mtime=0)
+_WORKER_BYTES: Final = SERVICE_WORKER.encode("utf-8")
+_WORKER_GZIP: Final = gzip.compress(_WORKER_BYTES, 9, mtime=0)
 
 
 def _accepts_gzip() -> bool:
@@ -307,8 +394,12 @@ def shell_blueprint() -> Blueprint:
 
     @shell.get("/sw.js")
     async def service_worker() -> Response:
-        return Response(SERVICE_WORKER, content_type="text/javascript; charset=utf-8", headers={
-            "Cache-Control": "no-cache", "Service-Worker-Allowed": "/", "X-Content-Type-Options": "nosniff"})
+        headers = {"Cache-Control": "no-cache", "Service-Worker-Allowed": "/", "X-Content-Type-Options": "nosniff",
+                   "Vary": "Accept-Encoding"}
+        if _accepts_gzip():
+            headers["Content-Encoding"] = "gzip"
+            return Response(_WORKER_GZIP, content_type="text/javascript; charset=utf-8", headers=headers)
+        return Response(_WORKER_BYTES, content_type="text/javascript; charset=utf-8", headers=headers)
 
     @shell.get("/icons/icon.svg")
     async def icon_svg() -> Response:

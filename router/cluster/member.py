@@ -315,15 +315,26 @@ class ClusterMember:
                 reply, final = await handler(event_id, session, body)
                 await self.db.call(pg.answer, event_id, reply, self.id, self.fencing(session), final)
             except pg.LeaseLost as refused:
-                await self.db.call(pg.record_refusal, refused)
+                await self._record_refusal(refused)
             except Exception as exc:
                 refused = pg.lease_lost_in(exc)
                 if refused is not None:  # the handler's own write met the fence
-                    await self.db.call(pg.record_refusal, refused)
+                    await self._record_refusal(refused)
                     return
                 log.exception("cluster %s: delivery %s failed here; it stays in the inbox", self.id, event_id)
         finally:
             self._in_flight.discard(event_id)
+
+    async def _record_refusal(self, refused: pg.LeaseLost) -> None:
+        """Keep the fence's refusal, if the database lets us: it is a
+        record of what was refused, not part of the delivery (which stays
+        in the inbox either way), so a database that is away past the retry
+        budget is logged, never raised out of the inbox (where it ended
+        ``router serve``)."""
+        try:
+            await self.db.call(pg.record_refusal, refused)
+        except Exception as exc:  # noqa: BLE001 - the refusal itself was already logged by the fence
+            log.warning("cluster %s: a refusal could not be recorded (%s): %s", self.id, refused.message, exc)
 
 
 async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:

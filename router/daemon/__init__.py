@@ -18,8 +18,8 @@ The modules inside:
                steering, replay)
 ``runner``     the Trio runner: a nursery per session, an inbox task, a
                turn task (its turns' cancel scope shared until one is cancelled)
-``transport``  one port: h11 for ``/healthz``, trio-websocket for
-               ``/sessions/<id>``
+``transport``  one port: the shared h11 loop for ``/healthz``, the shared
+               WebSocket (``router/_websocket.py``) for ``/sessions/<id>``
 ``adapter``    the adapter interface
 ``adapters/``  echo (the reference's), the CLI adapter and its Claude Code
                and Codex presets

@@ -16,7 +16,8 @@ and serves until SIGTERM or SIGINT, which close every WebSocket with 1001 and
 every adapter session, then exit 0.
 
 ``--adapter`` is ``echo`` (built in), ``claude-code`` or ``codex`` (the CLI
-adapters), ``acp`` (an ACP agent: the command after ``--``, as in
+adapters), ``replay`` (recorded Claude Code turns played back:
+``router.daemon.adapters.replay``), ``acp`` (an ACP agent: the command after ``--``, as in
 ``router daemon --adapter acp -- COMMAND ARGS…``) or ``acp:NAME`` (the agent
 ``options.harness.acp.agents.NAME`` of ``plugins.json``; docs/acp.md), or ``package.module:attribute`` for an adapter of your own: an
 object with ``info`` (a ``wire.container.AdapterInfo``) and ``open(context)``
@@ -50,6 +51,8 @@ ADAPTERS: Final = {
     "echo": "router.daemon.adapters.echo:adapter",
     "claude-code": "router.daemon.adapters.claude_code:adapter",
     "codex": "router.daemon.adapters.codex:adapter",
+    # Recorded Claude Code turns played back (bench/stream_load.py, tests).
+    "replay": "router.daemon.adapters.replay:adapter",
 }
 
 
@@ -176,7 +179,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--adapter",
         default="echo",
-        metavar="echo|claude-code|codex|acp|acp:NAME|MODULE:ATTR",
+        metavar="echo|claude-code|codex|replay|acp|acp:NAME|MODULE:ATTR",
         help="the agent to run (default: echo); acp runs the ACP agent given after --",
     )
     parser.add_argument("agent", nargs=argparse.REMAINDER, help="-- COMMAND ARGS…: the ACP agent (--adapter acp)")

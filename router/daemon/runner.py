@@ -46,8 +46,8 @@ from collections import deque
 from typing import Any, Final, Protocol
 
 import trio
-from trio_websocket import ConnectionClosed
 
+from router._websocket import WebSocketClosed
 from router.daemon.adapter import Adapter, AdapterContext, AdapterTurn
 from router.daemon.core import (
     MAX_KEPT_FRAMES,
@@ -113,8 +113,8 @@ OUTBOX_HIGH: Final = OUTBOX_SLACK // 2
 
 
 class MessageSocket(Protocol):
-    """What an :class:`Outbox` writes to (a trio-websocket connection). It
-    may also have ``async send_messages(texts: list[str])``, which writes
+    """What an :class:`Outbox` writes to (a :class:`router._websocket.WebSocket`).
+    It may also have ``async send_messages(texts: list[str])``, which writes
     them all, in order, at once."""
 
     async def send_message(self, message: str) -> None: ...
@@ -232,7 +232,7 @@ class Outbox:
                 self._wakeup = trio.Event()
                 await self._wakeup.wait()
                 self._wakeup = None
-        except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+        except (WebSocketClosed, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             self._dead = True

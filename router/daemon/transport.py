@@ -3,22 +3,23 @@
 Theory of operation
 -------------------
 
-Each TCP connection is read by h11 until one request head is complete:
+Each TCP connection is served by the shared h11 loop
+(:mod:`router._http11`: the head's deadlines, keep-alive, a request h11
+refuses answered 400 with its reason, as Node does):
 
 - a plain request gets a plain answer: ``/healthz`` is ``200 ok`` with no
   token (so a wrong token looks different from a dead container), anything
   else ``404``; keep-alive works as in any HTTP/1.1 server;
 - an upgrade (``Connection: upgrade`` and an ``Upgrade`` header, as Node's
-  parser decides) to a path under ``/sessions/`` becomes a WebSocket: the
-  bytes read so far (the head and whatever followed it) are replayed into
-  trio-websocket through a small stream wrapper (:class:`_Replayed`), which
-  runs the handshake from them as if it had read them itself. An upgrade to
-  any other path is dropped (the reference destroys the socket).
+  parser decides) to a path under ``/sessions/`` becomes a WebSocket
+  (:class:`router._websocket.WebSocket`, the same the host dials with): its
+  handshake is run from the head the loop read, and the connection's task
+  serves the session. An upgrade to any other path is dropped (the
+  reference destroys the socket).
 
-trio-websocket's own server cannot answer a plain ``GET`` with 200 (its
-handshake rejects anything that is not an upgrade), hence h11 in front. The
-alternative, Hypercorn with a raw ASGI app, was measured slower for the
-same work (``docs/bench.md``, "Daemon").
+Hypercorn with a raw ASGI app was measured slower for the same work
+(``docs/bench.md``, "Daemon"); trio-websocket's public API slower than the
+WebSocket without a task (``docs/bench.md``, "One WebSocket").
 
 A WebSocket whose token header does not match (``hmac.compare_digest``) or
 whose session id is empty or not valid percent-encoded UTF-8 is accepted and
@@ -36,7 +37,9 @@ takes unmasked frames); either way no session sees such bytes.
 Nothing here drops a quiet WebSocket: no idle timeout, no ping. Deadlines
 apply only to HTTP heads still arriving and to close handshakes.
 
-A connection's reader never waits for its writer (as in the reference,
+The connection's task is the WebSocket's reader; a writer task per
+connection (the :class:`~router.daemon.runner.Outbox`'s) writes every
+queued text in one ``send_all``. A connection's reader never waits for its writer (as in the reference,
 which reads whatever arrives). Making it wait when the outbox is long looks
 like backpressure but deadlocks with any host whose reading waits on its own
 sends (a host that acks from its read loop): the daemon stops reading, the
@@ -60,31 +63,27 @@ from __future__ import annotations
 import hmac
 import logging
 import re
-from functools import partial
-from typing import Any, Final, Sequence
+from typing import Final, Sequence
 from urllib.parse import unquote_to_bytes
 
 import h11
 import trio
-from trio_websocket import ConnectionClosed, wrap_server_stream
-from wsproto import ConnectionState
-from wsproto.utilities import LocalProtocolError
 
+from router._http11 import Answer, Exchange, Limits, accept_loop, response_bytes, serve_connection
+from router._websocket import HandshakeFailed, WebSocket, WebSocketClosed, text_frame
 from router.daemon.runner import CLOSE_TIMEOUT, Daemon, DaemonClosed, Outbox
 from wire.container import CLOSE_UNAUTHORIZED, CONTAINER_HEALTH_PATH, CONTAINER_SESSION_PATH, CONTAINER_TOKEN_HEADER
 
-__all__ = ["DaemonServer", "MAX_MESSAGE_SIZE", "decode_session_id"]
+__all__ = ["DaemonServer", "MAX_MESSAGE_SIZE", "decode_session_id", "text_frame"]
 
 log = logging.getLogger("router.daemon")
 
 #: Largest message accepted. The reference's ``MAX_MESSAGE_BYTES`` (64 MiB,
-#: runtime ``websocket.ts``) counts UTF-8 bytes; trio-websocket counts the
-#: decoded text's characters, never more than its bytes, so everything the
-#: reference accepts is accepted here. Larger: closed with 1009, as there.
+#: runtime ``websocket.ts``) counts UTF-8 bytes; the server's WebSocket
+#: (``router/_websocket.py``) counts the decoded text's characters, never
+#: more than its bytes, so everything the reference accepts is accepted
+#: here. Larger: closed with 1009, as there.
 MAX_MESSAGE_SIZE: Final = 64 * 1024 * 1024
-#: Bytes asked of the socket per read. trio-websocket's default is 4 KiB,
-#: which makes a 64 MiB restore message take 16,384 reads. Ours.
-RECEIVE_BUFFER: Final = 64 * 1024
 #: Largest HTTP request head. Node's default ``--max-http-header-size``
 #: (16 KiB), which the reference runs with.
 MAX_HEAD_BYTES: Final = 16 * 1024
@@ -94,9 +93,18 @@ HEADERS_TIMEOUT: Final = 60.0
 #: Time an idle keep-alive HTTP connection waits for its next request.
 #: Node's ``keepAliveTimeout`` default (5 s).
 KEEP_ALIVE_TIMEOUT: Final = 5.0
-#: Time for trio-websocket to finish a handshake whose head is already here
-#: (it only replays bytes and writes the 101). Ours; a safety net.
+#: Time to write the 101 of a handshake whose head is already here. Ours;
+#: a safety net.
 HANDSHAKE_TIMEOUT: Final = 10.0
+#: Largest body of a plain request, read and dropped (Node reads any; ours:
+#: the reference's message limit), within ``HEADERS_TIMEOUT``.
+MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+#: Connections served at once (Node's ``maxConnections`` is unset; ours:
+#: far above a host's one per session, below the default descriptor limit).
+MAX_CONNECTIONS: Final = 4096
+LIMITS: Final = Limits(first_wait=HEADERS_TIMEOUT, idle=KEEP_ALIVE_TIMEOUT, head=HEADERS_TIMEOUT,
+                       body=HEADERS_TIMEOUT, max_head=MAX_HEAD_BYTES, max_body=MAX_BODY_BYTES,
+                       connections=MAX_CONNECTIONS)
 #: Close code and reason at shutdown (RFC 6455 1001 "going away"; the
 #: reference's reason).
 CLOSE_GOING_AWAY: Final = 1001
@@ -131,29 +139,29 @@ def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> bytes | None
     return b", ".join(values) if values else None
 
 
-def _is_upgrade(request: h11.Request) -> bool:
+def _is_upgrade(headers: Sequence[tuple[bytes, bytes]]) -> bool:
     """Node's rule (llhttp): ``Connection`` has the ``upgrade`` token and an
     ``Upgrade`` header is present."""
-    connection = _header(request.headers, b"connection") or b""
+    connection = _header(headers, b"connection") or b""
     tokens = {token.strip().lower() for token in connection.split(b",")}
-    return b"upgrade" in tokens and _header(request.headers, b"upgrade") is not None
+    return b"upgrade" in tokens and _header(headers, b"upgrade") is not None
 
 
-def _handshake_problem(request: h11.Request) -> str | None:
-    """Why wsproto would refuse this handshake, or None. Checked before the
-    hand-over, because trio-websocket waits forever for a handshake that
-    wsproto refused."""
-    if request.method != b"GET":
+def _handshake_problem(exchange: Exchange) -> str | None:
+    """Why wsproto would refuse this handshake, or None: answered 400 with
+    the reason, as Node's ``ws`` answers it."""
+    headers = exchange.headers
+    if exchange.request.method != b"GET":
         return "a WebSocket handshake must be a GET"
-    if not request.target.isascii():
+    if not exchange.target.isascii():
         return "the request target must be ASCII"
-    if _header(request.headers, b"sec-websocket-version") != b"13":
+    if _header(headers, b"sec-websocket-version") != b"13":
         return "Sec-WebSocket-Version must be 13"
-    if _header(request.headers, b"sec-websocket-key") is None:
+    if _header(headers, b"sec-websocket-key") is None:
         return "Sec-WebSocket-Key is missing"
-    if (_header(request.headers, b"upgrade") or b"").lower() != b"websocket":
+    if (_header(headers, b"upgrade") or b"").lower() != b"websocket":
         return "Upgrade must be websocket"
-    host = _header(request.headers, b"host")
+    host = _header(headers, b"host")
     if host is None:
         return "Host is missing"
     try:
@@ -163,85 +171,18 @@ def _handshake_problem(request: h11.Request) -> str | None:
     return None
 
 
-class _Replayed(trio.abc.Stream):
-    """``stream``, with ``prefix`` read first: trio-websocket reads the
-    request head h11 already took off the socket."""
-
-    def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
-        self._stream = stream
-        self._prefix = prefix
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if self._prefix:
-            await trio.lowlevel.checkpoint()
-            size = len(self._prefix) if max_bytes is None else max_bytes
-            data, self._prefix = self._prefix[:size], self._prefix[size:]
-            return data
-        return await self._stream.receive_some(max_bytes)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._stream.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._stream.wait_send_all_might_not_block()
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
+def _plain_text(status: int, text: str) -> Answer:
+    """A ``text/plain`` answer that closes the connection (h11's reason for
+    a request it refused, or ours for a handshake wsproto would refuse)."""
+    return Answer(status, (text + "\n").encode(), content_type=b"text/plain", close=True)
 
 
-def text_frame(text: str) -> bytes:
-    """One unfragmented server-to-client text frame (RFC 6455 §5.2: FIN,
-    opcode 1, no mask; lengths over 125 in 16 or 64 bits). What wsproto
-    writes for ``TextMessage`` on a connection without extensions (the
-    daemon negotiates none), at a tenth of the cost."""
-    payload = text.encode("utf-8")
-    length = len(payload)
-    if length < 126:
-        return bytes((0x81, length)) + payload
-    if length < 65536:
-        return bytes((0x81, 126)) + length.to_bytes(2, "big") + payload
-    return bytes((0x81, 127)) + length.to_bytes(8, "big") + payload
+def _bad_request(error: h11.RemoteProtocolError) -> Answer:
+    return _plain_text(error.error_status_hint, str(error))
 
 
-class _BatchingSocket:
-    """A trio-websocket connection that can also write a batch of text
-    messages in one go (:meth:`send_messages`): framed and written under the
-    connection's own stream lock in a single ``send_all``, as
-    ``send_message`` writes one.
-
-    This reaches into trio-websocket's private ``_wsproto``, ``_stream`` and
-    ``_stream_lock`` (0.12): its public API writes one message per lock,
-    system call and scheduler round trip, and frames it through wsproto's
-    general path; together that was a third of the daemon's time under
-    load (``docs/bench.md``, "Daemon"). Where those attributes are missing
-    (another version), :func:`_batching` returns the connection itself and
-    the outbox writes one message at a time.
-    """
-
-    def __init__(self, ws: Any) -> None:
-        self._ws = ws
-        self.send_message = ws.send_message
-        self.aclose = ws.aclose
-
-    async def send_messages(self, texts: list[str]) -> None:
-        ws = self._ws
-        # Only while wsproto's connection is open: not after either side
-        # began closing (wsproto would refuse the frames; so do we).
-        if ws.closed is not None or ws._wsproto.state is not ConnectionState.OPEN:
-            raise ConnectionClosed(ws.closed)
-        data = b"".join([text_frame(text) for text in texts])
-        async with ws._stream_lock:
-            try:
-                await ws._stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                await ws._abort_web_socket()
-                raise ConnectionClosed(ws.closed) from None
-
-
-def _batching(ws: Any) -> Any:
-    if all(hasattr(ws, name) for name in ("_wsproto", "_stream", "_stream_lock", "_abort_web_socket")):
-        return _BatchingSocket(ws)
-    return ws
+_HEALTH_OK: Final = Answer(200, b"ok", content_type=b"text/plain")
+_NOT_FOUND: Final = Answer(404, b"", content_type=b"")
 
 
 class DaemonServer:
@@ -270,9 +211,8 @@ class DaemonServer:
                 self._connections = connections
                 async with trio.open_nursery() as accepting:
                     self._accepting = accepting.cancel_scope
-                    await accepting.start(
-                        partial(trio.serve_listeners, self._handle_stream, listeners, handler_nursery=connections)
-                    )
+                    for listener in listeners:
+                        accepting.start_soon(accept_loop, listener, connections, self._handle_stream, log, LIMITS)
                     task_status.started(self)
                 # Accepting has stopped; the connections end in aclose.
 
@@ -294,133 +234,48 @@ class DaemonServer:
     # ------------------------------------------------------------------ HTTP
 
     async def _handle_stream(self, stream: trio.SocketStream) -> None:
-        try:
-            async with stream:
-                await self._serve_http(stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        except Exception:  # a bug: log it; this connection is gone, nothing else
-            log.exception("connection task failed")
+        await serve_connection(stream, self._handle, log, limits=LIMITS, bad_request=_bad_request)
 
-    async def _serve_http(self, stream: trio.SocketStream) -> None:
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-        buffer = bytearray()  # this request's bytes so far, for an upgrade
-        timeout = HEADERS_TIMEOUT
-        while True:
-            request = None
-            with trio.move_on_after(timeout):
-                request = await self._read_request(stream, conn, buffer)
-            if request is None:
-                return
-            if _is_upgrade(request):
-                await self._upgrade(stream, conn, request, bytes(buffer))
-                return
-            if not await self._respond(stream, conn, request):
-                return
-            try:
-                conn.start_next_cycle()
-            except h11.LocalProtocolError:
-                return
-            buffer = bytearray(conn.trailing_data[0])
-            timeout = KEEP_ALIVE_TIMEOUT
-
-    async def _read_request(
-        self, stream: trio.SocketStream, conn: h11.Connection, buffer: bytearray
-    ) -> h11.Request | None:
-        """Read one request to its end (a body is read and dropped). None on
-        EOF, or after answering a malformed request with 400."""
-        request = None
-        try:
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    data = await stream.receive_some(RECEIVE_BUFFER)
-                    if request is None:
-                        buffer += data
-                    conn.receive_data(data)
-                elif type(event) is h11.Request:
-                    request = event
-                    if not _is_upgrade(event):
-                        buffer.clear()  # only an upgrade's bytes are replayed
-                elif type(event) is h11.EndOfMessage or event is h11.PAUSED:
-                    return request
-                elif type(event) is h11.ConnectionClosed:
-                    return None
-                # h11.Data: a body nobody reads
-        except h11.RemoteProtocolError as exc:
-            await self._send_error(stream, conn, exc.error_status_hint, str(exc))
+    async def _handle(self, exchange: Exchange) -> Answer | None:
+        """A plain request's answer; an upgrade's WebSocket, served to its end."""
+        if _is_upgrade(exchange.headers):
+            await self._upgrade(exchange)
             return None
-
-    async def _send_error(self, stream: trio.SocketStream, conn: h11.Connection, status: int, text: str) -> None:
-        body = (text + "\n").encode()
-        try:
-            data = conn.send(h11.Response(
-                status_code=status,
-                headers=[("content-type", "text/plain"), ("content-length", str(len(body))), ("connection", "close")],
-            ))
-            data += conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
-        except h11.LocalProtocolError:
-            return  # too late to answer
-        await stream.send_all(data)
-
-    async def _respond(self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request) -> bool:
-        """Answer a plain request; whether the connection can take another."""
         # As the reference: the health check is the exact URL, any method.
-        if request.target == _HEALTH:
-            status, body, headers = 200, b"ok", [("content-type", "text/plain")]
-        else:
-            status, body, headers = 404, b"", []
-        headers.append(("content-length", str(len(body))))
-        data = conn.send(h11.Response(status_code=status, headers=headers))
-        if body and request.method != b"HEAD":
-            data += conn.send(h11.Data(data=body))
-        data += conn.send(h11.EndOfMessage())
-        await stream.send_all(data)
-        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+        return _HEALTH_OK if exchange.target == _HEALTH else _NOT_FOUND
 
     # ------------------------------------------------------------------ WebSocket
 
-    async def _upgrade(self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request, prefix: bytes) -> None:
-        path = request.target.split(b"?", 1)[0].split(b"#", 1)[0]
+    async def _upgrade(self, exchange: Exchange) -> None:
+        path = exchange.target.split(b"?", 1)[0].split(b"#", 1)[0]
         if not path.startswith(_SESSION_PREFIX):
             return  # as the reference: the socket is dropped
-        problem = _handshake_problem(request)
+        problem = _handshake_problem(exchange)
         if problem is not None:
-            await self._send_error(stream, conn, 400, problem)
+            await exchange.stream.send_all(response_bytes(_plain_text(400, problem), False, True))
             return
         session = decode_session_id(path[len(_SESSION_PREFIX):])
-        given = _header(request.headers, _TOKEN)
+        given = _header(exchange.headers, _TOKEN)
         authorized = given is not None and hmac.compare_digest(given, self._token)
-        try:
-            await self._websocket(stream, prefix, session if authorized else None)
-        except* LocalProtocolError:
-            # trio-websocket (0.12) answers a ping with a pong even after
-            # its own close frame went out, which wsproto refuses: the host
-            # pinged a connection that is closing anyway. Nothing is lost.
-            pass
-
-    async def _websocket(self, stream: trio.SocketStream, prefix: bytes, session: str | None) -> None:
-        """The WebSocket's handshake from the replayed bytes, then the
-        session (``None``: refused with 4003)."""
+        rest = exchange.rest()
+        ws = None
+        with trio.move_on_after(HANDSHAKE_TIMEOUT):
+            try:
+                ws = await WebSocket.accept(exchange.stream, exchange.raw[: len(exchange.raw) - len(rest)], rest,
+                                            max_message_size=MAX_MESSAGE_SIZE)
+            except HandshakeFailed:
+                return
+        if ws is None:
+            return
+        if not (session and authorized):
+            with trio.move_on_after(CLOSE_TIMEOUT):
+                await ws.aclose(CLOSE_UNAUTHORIZED, UNAUTHORIZED_REASON)
+            return
         async with trio.open_nursery() as nursery:
-            ws = None
-            with trio.move_on_after(HANDSHAKE_TIMEOUT):
-                ws_request = await wrap_server_stream(
-                    nursery,
-                    _Replayed(stream, prefix),
-                    max_message_size=MAX_MESSAGE_SIZE,
-                    receive_buffer_size=RECEIVE_BUFFER,
-                )
-                ws = await ws_request.accept()
-            if ws is not None:
-                if session:
-                    await self._serve_session(nursery, ws, session)
-                else:
-                    with trio.move_on_after(CLOSE_TIMEOUT):
-                        await ws.aclose(CLOSE_UNAUTHORIZED, UNAUTHORIZED_REASON)
+            await self._serve_session(nursery, ws, session)
             nursery.cancel_scope.cancel()
 
-    async def _serve_session(self, nursery: trio.Nursery, ws: Any, session: str) -> None:
+    async def _serve_session(self, nursery: trio.Nursery, ws: WebSocket, session: str) -> None:
         try:
             runner = self.daemon.session(session)
         except DaemonClosed:  # a handshake that finished during shutdown
@@ -429,16 +284,17 @@ class DaemonServer:
             return
         outbox = Outbox(f"{session!r}@{ws.remote}", limit=runner.outbox_limit)
         self._outboxes.add(outbox)
-        nursery.start_soon(outbox.run, _batching(ws), name=f"writer {outbox.name}")
+        ws.reader_task = True
+        nursery.start_soon(outbox.run, ws, name=f"writer {outbox.name}")
         nursery.start_soon(self._reap, nursery, outbox, name=f"reaper {outbox.name}")
         runner.attach(outbox)
         try:
             while True:
-                message = await ws.get_message()
-                if type(message) is bytes:
-                    message = message.decode("utf-8", "replace")
-                await runner.receive(outbox, message)
-        except ConnectionClosed:
+                for message in await ws.receive():
+                    if type(message) is bytes:
+                        message = message.decode("utf-8", "replace")
+                    await runner.receive(outbox, message)
+        except WebSocketClosed:
             pass
         finally:
             runner.detach(outbox)

@@ -21,9 +21,8 @@ The modules inside:
 ``reconcile``     sans-IO: reconcile on ``hello``, deliver, apply frames, acks
 ``connection``    sans-IO: a session link's state across connections (requests,
                   backoff, give-up, what to do when a connection ends)
-``link``          dialling a daemon: health wait, connect and hello deadlines,
+``link``          dialling a daemon (the WebSocket: ``router/_websocket.py``): health wait, connect and hello deadlines,
                   backoff
-``websocket``     the session socket's WebSocket client (no task of its own)
 ``session_link``  one session's link task (connect loop, reader, driver), and
                   the ``LinkOwner`` protocol it needs from the host
 ``lifecycle``     sans-IO: a launched session's daemon (start on demand, replace

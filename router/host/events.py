@@ -104,6 +104,9 @@ class MessageStored:
 
     message: dict[str, Any]
     operation_id: str | None
+    #: ``(generation, version)`` the store gave it in the transaction that
+    #: stored it (``Store.put_message``); None when not known.
+    stored: tuple[int, int] | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -29,7 +29,7 @@ import attrs
 import trio
 
 from router.errors import Refusal
-from router.host.websocket import ClientWebSocket, HandshakeFailed, WebSocketClosed
+from router._websocket import WebSocket, HandshakeFailed, WebSocketClosed
 from wire.container import (
     CLOSE_REPLACED,
     CLOSE_UNAUTHORIZED,
@@ -236,10 +236,10 @@ async def wait_healthy(
 
 @attrs.define(eq=False)
 class SessionSocket:
-    """An open session socket: the WebSocket (:mod:`router.host.websocket`,
+    """An open session socket: the WebSocket (:mod:`router._websocket`,
     no task of its own) and the TCP (or TLS) stream under it."""
 
-    ws: ClientWebSocket
+    ws: WebSocket
     stream: trio.abc.Stream
 
     async def close(self, *, timeout: float = 1.0) -> None:
@@ -267,7 +267,7 @@ async def dial(
     try:
         with trio.fail_after(connect_timeout):
             stream = await _open_stream(endpoint)
-            ws = await ClientWebSocket.connect(
+            ws = await WebSocket.connect(
                 stream,
                 endpoint.authority,
                 endpoint.session_path(session),
@@ -307,7 +307,7 @@ def closed_error(error: WebSocketClosed, endpoint: DaemonEndpoint) -> LinkError:
             f"another connection for this session replaced ours (close {CLOSE_REPLACED}); "
             "is a second host driving the same session?",
         )
-    if error.side == "host":
+    if error.side == "ours":
         return LinkDropped(
             "link-dropped", f"the host closed the session socket to {endpoint.url} ({code}: {error.reason})"
         )
@@ -319,7 +319,7 @@ def closed_error(error: WebSocketClosed, endpoint: DaemonEndpoint) -> LinkError:
 
 
 async def read_hello(
-    ws: ClientWebSocket, endpoint: DaemonEndpoint, *, timeout: float = HELLO_TIMEOUT
+    ws: WebSocket, endpoint: DaemonEndpoint, *, timeout: float = HELLO_TIMEOUT
 ) -> Hello:
     """The daemon's ``hello``. Messages before it are ignored (as the
     reference's link does); those after it that came in the same read are
@@ -347,7 +347,7 @@ async def read_hello(
     return message
 
 
-async def _hello(ws: ClientWebSocket) -> Hello:
+async def _hello(ws: WebSocket) -> Hello:
     while True:
         messages = await ws.receive()
         for index, raw in enumerate(messages):

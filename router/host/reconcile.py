@@ -856,8 +856,9 @@ class ConnectionCore:
                         "operationId": operation.id,
                         "createdAt": operation.created_at,
                     }
-                    store.put_message(session, operation.generation, message, operation.id)
-                    events.append(MessageStored(message=message, operation_id=operation.id))
+                    version = store.put_message(session, operation.generation, message, operation.id)
+                    events.append(MessageStored(message=message, operation_id=operation.id,
+                                                stored=(operation.generation, version)))
                 events.append(OperationStarted(operation_id=operation_id))
             return None
         if kind is EventFrame:
@@ -870,8 +871,8 @@ class ConnectionCore:
                     operation = store.operation(session, operation_id)
                     if operation is not None:
                         generation = operation.generation
-                store.put_message(session, generation, message, operation_id)
-                events.append(MessageStored(message=message, operation_id=operation_id))
+                version = store.put_message(session, generation, message, operation_id)
+                events.append(MessageStored(message=message, operation_id=operation_id, stored=(generation, version)))
                 return None
             if event["type"] == "usage":
                 store.record_usage(session, operation_id, runtime, seq, event)

@@ -9,7 +9,7 @@ A :class:`SessionLink` is started by its owner (the
 (or a subscriber), and runs until the session is closed or the host stops.
 Its task runs the connect loop itself. Each connection gets a nursery of
 its own with one task, the connection's reader (the WebSocket,
-:mod:`router.host.websocket`, has no task of its own), so dropping a
+:mod:`router._websocket`, has no task of its own), so dropping a
 connection cancels exactly that connection's task; the link's own task is
 the connection's driver. An idle live link is two tasks.
 
@@ -81,7 +81,7 @@ from router.host.link import (
 from router.host.reconcile import ConnectionCore, Effects, UnreadableFrame, frame_seq, is_store_failure
 from router.host.settings import HostSettings
 from router.host.store import Store
-from router.host.websocket import ClientWebSocket, WebSocketClosed
+from router._websocket import WebSocket, WebSocketClosed
 from wire.container import Abort, AdapterInfo, Answer, ErrorMessage, Hello, dump_message, parse_daemon_message
 
 log = logging.getLogger(__name__)
@@ -506,7 +506,7 @@ class SessionLink:
         if scope.cancelled_caught:
             raise _Redial()
 
-    async def _connected(self, ws: ClientWebSocket, core: ConnectionCore, hello: Hello) -> None:
+    async def _connected(self, ws: WebSocket, core: ConnectionCore, hello: Hello) -> None:
         self.core.reconciling()
         store = self.store
         reconciled = await store.transact(core.hello, hello, retry=False)
@@ -516,7 +516,7 @@ class SessionLink:
         self._moved()
         await self._send(ws, effects)
 
-    async def _drive(self, ws: ClientWebSocket, core: ConnectionCore, inbox: _Inbox) -> None:
+    async def _drive(self, ws: WebSocket, core: ConnectionCore, inbox: _Inbox) -> None:
         while True:
             self._wake = trio.Event()
             interrupt = self.core.interrupt()
@@ -535,7 +535,7 @@ class SessionLink:
             if not batch and requests is None:
                 await self._wake.wait()
 
-    async def _apply(self, ws: ClientWebSocket, core: ConnectionCore, batch: list[Any]) -> None:
+    async def _apply(self, ws: WebSocket, core: ConnectionCore, batch: list[Any]) -> None:
         messages = self._parse(batch)
         if messages:
             try:
@@ -552,7 +552,7 @@ class SessionLink:
             self._commit(effects)
             await self._send(ws, effects)
 
-    async def _run_requests(self, ws: ClientWebSocket, core: ConnectionCore, requests: Requests) -> None:
+    async def _run_requests(self, ws: WebSocket, core: ConnectionCore, requests: Requests) -> None:
         store = self.store
         effects = Effects(sends=tuple(Abort(operation_id=op) for op in requests.aborts)
                           + tuple(Answer(ask_id=ask, decision=decision)  # type: ignore[arg-type]
@@ -601,7 +601,7 @@ class SessionLink:
         log.warning("session %r: frame %d does not parse (%s); passing it: %.120r", self.session, seq, reason, text)
         return UnreadableFrame(seq=seq, reason=f"it does not parse: {reason}", text=text)
 
-    async def _reader(self, ws: ClientWebSocket, inbox: _Inbox) -> None:
+    async def _reader(self, ws: WebSocket, inbox: _Inbox) -> None:
         """Move messages from the socket into ``inbox`` (every message one
         read of the socket completes, at once; waiting while the inbox is
         full: a slow store stops the reader, and the reader stops reading
@@ -665,7 +665,7 @@ class SessionLink:
             self.owner.settled(self.session, effects.settled)
         self.emit(effects.events)
 
-    async def _send(self, ws: ClientWebSocket, effects: Effects) -> None:
+    async def _send(self, ws: WebSocket, effects: Effects) -> None:
         if not effects.sends:
             return
         with trio.CancelScope() as self._sending:

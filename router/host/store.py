@@ -606,7 +606,7 @@ class Store:
 
     def put_message(
         self, session: str, generation: int, message: dict, operation_id: str | None = None
-    ) -> None:
+    ) -> int:
         """See :meth:`router.host.record.Messages.put_message`."""
         return self.tables.messages.put_message(session, generation, message, operation_id)
 

@@ -37,6 +37,7 @@ from typing import Any, Callable, Final, Mapping, Protocol
 import attrs
 import trio
 
+from router._transient import StoreUnavailable
 from router.store.db import is_store_failure
 from router.host.lifecycle import (
     DaemonInfo,
@@ -54,6 +55,9 @@ from router.host.link import DaemonEndpoint, EndpointError, LinkError, check_hea
 from router.host.store import OPEN_STATUSES, DaemonRecord, Store
 
 log = logging.getLogger(__name__)
+#: Seconds between reads of the record while the store is away: the first
+#: pause and the longest (the store's own retries came before).
+STORE_PAUSE: Final = (0.5, 10.0)
 
 __all__ = ["Launcher", "Supervisor", "SupervisorOwner", "workspace_name"]
 
@@ -204,7 +208,7 @@ class Supervisor:
     # ------------------------------------------------------------------ the task
 
     async def run(self, *, task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED) -> None:
-        record = await self.store.call(self.store.require_session, self.session)
+        record = await self._read(self.store.require_session, self.session)
         self.harness = record.daemon.harness or self.launcher.default_harness
         try:
             async with trio.open_nursery() as nursery:
@@ -278,10 +282,24 @@ class Supervisor:
 
     async def _open_work(self) -> bool:
         store = self.store
-        records = await store.call(
+        records = await self._read(
             lambda: store.operations(session=self.session, statuses=OPEN_STATUSES)
         )
         return bool(records)
+
+    async def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A read of the record the supervisor cannot go on without: while
+        the store is away past its retry budget (``store-unavailable``) it
+        waits and reads again, never raising out of the supervisor (where
+        it ended ``router serve``: docs/reliability.md)."""
+        pause = STORE_PAUSE[0]
+        while True:
+            try:
+                return await self.store.call(fn, *args)
+            except StoreUnavailable as exc:
+                log.warning("session %r: the launcher waits for the store: %s", self.session, exc.message)
+                await trio.sleep(pause)  # a pause before reading again, not a condition
+                pause = min(pause * 2, STORE_PAUSE[1])
 
     # ------------------------------------------------------------------ effects
 

@@ -37,7 +37,6 @@ if it is still the one it bound, fails the calls still waiting with
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import socket
@@ -52,7 +51,17 @@ import trio
 from router._unix import bind_private_socket, make_private_directory, remove_if_bound
 from router.modlink.core import DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCore, LinkState, SubscriberQueue
 from router.modlink.errors import ModCallTimeout, ModLinkClosed, ModLinkRefused, ModSubscriberOverflow
-from router.modlink.http import SHARED_BODY_BUDGET, Answer, BodyBudget, Exchange, PeerGone, refusal, serve_connection
+from router._http11 import accept_loop
+from router.modlink.http import (
+    SHARED_BODY_BUDGET,
+    Answer,
+    BodyBudget,
+    Exchange,
+    PeerGone,
+    link_limits,
+    refusal,
+    serve_connection,
+)
 from wire.json import JsonError, dumps, loads
 from wire.mod import (
     MOD_CAPABILITY_ASKS,
@@ -87,13 +96,6 @@ PROBE_TIMEOUT = 1.0
 #: How long a call waits for the mod's answer unless told otherwise (our
 #: choice: six poll holds, so a mod between two polls is always reached).
 DEFAULT_CALL_DEADLINE = 30.0
-
-#: Accept errors that mean "out of descriptors or memory for now": the
-#: listener waits and tries again instead of stopping (trio's
-#: ``serve_listeners`` rule, ``ACCEPT_CAPACITY_ERRNOS``).
-_ACCEPT_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-#: How long the listener waits then (trio's ``serve_listeners``: 100 ms).
-_ACCEPT_SLEEP: Final = 0.1
 
 #: ``GET /healthz``'s answer. ``capabilities`` is ours, not ``mod-protocol.ts``'s: a
 #: mod that knows the asks raises one only at a server that names them.
@@ -351,18 +353,14 @@ class ModLink:
             self._remove_socket(bound)
 
     async def _accept(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
-        """The listener: this task accepts, and each connection is a task of
-        ``connections`` (no listener task or nursery of its own)."""
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
-                    raise
-                log.error("the mod link on %s cannot accept (%s); trying again", self.path, os.strerror(exc.errno))
-                await trio.sleep(_ACCEPT_SLEEP)
-                continue
-            connections.start_soon(serve_connection, stream, self._route, http_log, self.body_budget)
+        """The listener: this task accepts (the shared loop's
+        :func:`~router._http11.accept_loop`: out of descriptors it waits and
+        tries again), and each connection is a task of ``connections`` (no
+        listener task or nursery of its own)."""
+        await accept_loop(listener, connections, self._serve, log, link_limits())
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        await serve_connection(stream, self._route, http_log, self.body_budget)
 
     async def _bind(self) -> socket.socket:
         directory = os.path.dirname(self.path)

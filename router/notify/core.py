@@ -55,6 +55,7 @@ import attrs
 from router.errors import Refusal
 
 __all__ = [
+    "LOCAL_DEVICE",
     "NOTIFY_STATUS",
     "Decision",
     "Destination",
@@ -79,6 +80,10 @@ __all__ = [
     "turn_ended_event",
     "unreachable_event",
 ]
+
+#: The device a request with the loopback token (or the private socket)
+#: counts as: this machine, never revoked.
+LOCAL_DEVICE: Final = "local"
 
 #: The kinds of event, as the push payload names them (NOTIFY_CONTRACT).
 KINDS: Final = ("ask", "turn-ended", "unreachable", "limit-stopped", "parked", "resumed")

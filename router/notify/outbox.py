@@ -48,13 +48,13 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Final
+from typing import Any, Awaitable, Callable, Final
 
 import trio
 
 from router.notify import record
 from router.notify.config import NotifySettings, load_settings, save_settings, vapid_key
-from router.notify.core import Destination, Event, Presence, RoutingFacts, SessionSetting, payload, route
+from router.notify.core import LOCAL_DEVICE, Destination, Event, Presence, RoutingFacts, SessionSetting, payload, route
 from router.plugins.loader import Loader
 
 __all__ = ["Notifications", "POLL", "SEND_DEADLINE"]
@@ -108,6 +108,11 @@ class Notifications:
         self.notices = record.Notices(claimant, wake=self.wake,
                                       turn_ended=lambda session: self._settings.setting(session).turn_ended)
         self.sent = self.suppressed = self.failed = 0
+        #: Which of the given paired devices' ids are revoked (or gone):
+        #: :meth:`router.remote.reach.Reach.revoked_among`, set once the
+        #: router listens beyond loopback. A revoked device's subscriptions
+        #: are removed before anything is sent to it.
+        self.revoked_devices: Callable[[list[str]], Awaitable[set[str]]] | None = None
         #: destination id -> the last failure's sentence (shown with the settings).
         self.last_error: dict[str, dict[str, Any]] = {}
 
@@ -202,8 +207,22 @@ class Notifications:
                 "subscriptions": [{"id": s["id"], "device": s["device"], "device_name": s["device_name"]}
                                   for s in subs]}
 
-    async def destinations(self, settings: NotifySettings) -> list[tuple[Any, Destination]]:
+    async def live_subscriptions(self) -> list[dict[str, Any]]:
+        """Every subscription whose device is not revoked; a revoked device's
+        are removed from the record (a revoked phone hears nothing more)."""
         subs = await self._db(record.subscriptions)
+        paired = sorted({s["device"] for s in subs if s["device"] != LOCAL_DEVICE})
+        if self.revoked_devices is None or not paired:
+            return subs
+        revoked = await self.revoked_devices(paired)
+        for sub in subs:
+            if sub["device"] in revoked:
+                await self._db(record.drop_subscription, sub["id"])
+                log.info("removed subscription %s: device %s was revoked", sub["id"], sub["device"])
+        return [s for s in subs if s["device"] not in revoked]
+
+    async def destinations(self, settings: NotifySettings) -> list[tuple[Any, Destination]]:
+        subs = await self.live_subscriptions()
         out = []
         for module in await self.notifiers():
             try:
@@ -259,7 +278,7 @@ class Notifications:
         await self._db(record.renew, self.claimant, _ms(), source=source)
         await self._db(record.put_receipt, event.id, destination.id, destination.label, "pending",
                        detail="sending", source=source)
-        subs = [s for s in await self._db(record.subscriptions) if destination.device is not None
+        subs = [s for s in await self.live_subscriptions() if destination.device is not None
                 and s["device"] == destination.device]
         context = {**self._context(module, settings, subs), "page_url": self.page_url()}
         if destination.device is not None:

@@ -32,7 +32,7 @@ from quart import Blueprint, Response, request
 
 from router.errors import Refusal
 from router.notify import record
-from router.notify.core import parse_presence, parse_session_setting, parse_subscription
+from router.notify.core import LOCAL_DEVICE, parse_presence, parse_session_setting, parse_subscription
 from wire.json import JsonError, dumps, loads
 
 __all__ = ["blueprint"]
@@ -61,7 +61,7 @@ def _device() -> tuple[str, str]:
     device = getattr(gate, "device", None)
     if gate is not None and gate.remote and device is not None:
         return device.id, device.name
-    return "local", "local"
+    return LOCAL_DEVICE, LOCAL_DEVICE
 
 
 async def _body(what: str) -> Any:
@@ -97,7 +97,7 @@ async def subscribe() -> Response:
 async def unsubscribe(sub: str) -> Response:
     service = _service()
     device, _ = _device()
-    only = None if device == "local" else device
+    only = None if device == LOCAL_DEVICE else device
     dropped = await service.deliveries.call(
         lambda: record.drop_subscription(service.deliveries.database, sub, only))
     if not dropped:

@@ -250,6 +250,10 @@ class Reach:
         log.info("revoked device %s (%s)", device.name, device.id)
         return device
 
+    async def revoked_among(self, ids: list[str]) -> set[str]:
+        """Which of the device ids ``ids`` are revoked (or gone)."""
+        return await self._call(self.store.revoked_among, ids)
+
     def _cancel(self, device_id: str) -> None:
         for handle in self.streams.revoked(device_id):
             handle.cancel(reason=f"device {device_id} was revoked")  # type: ignore[attr-defined]

@@ -440,7 +440,8 @@ class LiveSubscription:
     ``replay`` is what a resume missed (``None``: the resume point is not
     held, or none was asked for), ``epoch`` and ``position`` where the view
     stood when it subscribed. :meth:`receive` is the next numbered batch
-    (``None`` at the end); cancelling it loses nothing."""
+    (``None`` at the end); cancelling it loses nothing. :meth:`receive_nowait`
+    is the next one already waiting, if any."""
 
     __slots__ = ("snapshot", "replay", "epoch", "position", "durable", "_items")
 
@@ -471,6 +472,10 @@ class LiveSubscription:
             return await self._items.__anext__()
         except StopAsyncIteration:
             return None
+
+    def receive_nowait(self) -> LiveBatch | None:
+        """The next batch if one is waiting, else None (never waits)."""
+        return self._items.receive_nowait()
 
     def __aiter__(self) -> LiveSubscription:
         return self

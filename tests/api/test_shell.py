@@ -11,6 +11,7 @@ import struct
 import zlib
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,15 +37,17 @@ async def test_the_shell_is_served_without_a_token_and_holds_no_data(api: Api) -
         assert refused.status_code == 401 and refused.json()["error"] == "no-token"
 
 
-async def test_the_page_goes_gzipped_to_a_client_that_takes_it(api: Api) -> None:
+@pytest.mark.parametrize("path", ["/", "/sw.js"])
+async def test_the_page_and_its_worker_go_gzipped_to_a_client_that_takes_it(api: Api, path: str) -> None:
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as bare:
-        plain = await bare.get("/", headers={"accept-encoding": "identity"})
-        zipped = await bare.get("/", headers={"accept-encoding": "gzip"})
+        plain = await bare.get(path, headers={"accept-encoding": "identity"})
+        zipped = await bare.get(path, headers={"accept-encoding": "gzip"})
     assert "content-encoding" not in plain.headers and zipped.headers["content-encoding"] == "gzip"
     assert zipped.text == plain.text  # httpx decoded it
     assert int(zipped.headers["content-length"]) < len(plain.content) / 2
-    policy = plain.headers["content-security-policy"]
-    assert "worker-src 'self'" in policy and "img-src data: 'self'" in policy
+    if path == "/":
+        policy = plain.headers["content-security-policy"]
+        assert "worker-src 'self'" in policy and "img-src data: 'self'" in policy
 
 
 def _png_size(data: bytes) -> tuple[int, int, int]:

@@ -200,7 +200,13 @@ async def test_offline_the_page_opens_from_its_worker_and_a_message_is_sent_once
             await open_root(page, PHONE)
             # The worker runs this page and keeps the shell.
             await page.wait_for("navigator.serviceWorker.controller !== null", timeout=30)
-            await page.wait_for("caches.keys().then((keys) => keys.length === 1 && caches.match('/').then(Boolean))")
+            # One shell cache (the token the page hands the worker is kept apart, in `router-credential`).
+            await page.wait_for("caches.keys().then((keys) => keys.filter((k) => k.startsWith('router-shell-')).length === 1 && "
+                                "caches.match('/').then(Boolean))")
+            # The worker holds the page's token, for a notification's Allow (docs/notifications.md, "On the phone").
+            kept = await page.wait_for("caches.open('router-credential').then((c) => c.match('/.router-token'))"
+                                       ".then((r) => r && r.text())")
+            assert kept == served.token
             # Installable: Chromium finds the manifest whole and has nothing against it.
             manifest = await page.send("Page.getAppManifest")
             assert manifest["errors"] == [] and manifest["url"].endswith("/manifest.webmanifest")

@@ -50,15 +50,18 @@ class Member:
         return self.process.returncode is None
 
 
-async def start_member(folder: Path, name: str, store: str, daemon_url: str, *,
+async def start_member(folder: Path, name: str, store: str, daemon_url: str | None, *,
                        lease_ttl: float = LEASE_TTL, env: dict[str, str] | None = None) -> Member:
+    """``router serve`` named ``name`` over ``store``: on the daemon at
+    ``daemon_url``, or with None on its own in-process daemon (the default
+    cluster mode)."""
     folder.mkdir(parents=True, exist_ok=True)
     stderr = folder / "serve.stderr"
     with open(stderr, "wb") as err:
         process = await trio.lowlevel.open_process(
             [*ROUTER, "serve", "--port", "0", "--data-dir", str(folder / "data"), "--settings",
-             str(folder / "settings"), "--store", store, "--daemon", daemon_url,
-             "--log-level", "info"],
+             str(folder / "settings"), "--store", store,
+             *(["--daemon", daemon_url] if daemon_url is not None else []), "--log-level", "info"],
             stdout=subprocess.PIPE, stderr=err, cwd=REPO,
             env=environment({"ROUTER_CLUSTER_LEASE_TTL": str(lease_ttl), "ROUTER_DAEMON_TOKEN": TOKEN, **(env or {})}),
         )

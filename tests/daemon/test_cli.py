@@ -60,7 +60,7 @@ def test_echo_is_built_in():
         ("tests.daemon.fixture_adapters.missing_dependency:adapter", "adapter-import-failed", "surely_not_installed_anywhere_xyz"),
         ("tests.daemon.fixture_adapters.shapes:not_an_adapter", "bad-adapter", "is a int, not an adapter"),
         ("tests.daemon.fixture_adapters.shapes:bad_info", "bad-adapter", "not a wire.container.AdapterInfo"),
-        ("justamodule", "bad-adapter", "not one of echo, claude-code, codex and not MODULE:ATTRIBUTE"),
+        ("justamodule", "bad-adapter", "not one of echo, claude-code, codex, replay and not MODULE:ATTRIBUTE"),
         ("mod:", "bad-adapter", "MODULE:ATTRIBUTE"),
     ],
 )

@@ -14,7 +14,7 @@ import logging
 import pytest
 import trio
 import trio.testing
-from trio_websocket import ConnectionClosed
+from router._websocket import WebSocketClosed
 
 from router.daemon.adapters.echo import EchoAdapter
 from router.daemon.runner import OUTBOX_HIGH, SHUTDOWN_GRACE, Daemon, Outbox, SessionRunner
@@ -267,7 +267,7 @@ class DeadSocket:
 
     async def send_message(self, message: str) -> None:
         self.attempts += 1
-        raise ConnectionClosed(None)
+        raise WebSocketClosed(None)
 
     async def aclose(self, code: int = 1000, reason: str | None = None) -> None:
         raise AssertionError("never reached")

@@ -188,13 +188,6 @@ def test_text_frames_are_the_bytes_wsproto_writes(length, char):
     assert text_frame(text) == Connection(ConnectionType.SERVER).send(TextMessage(data=text))
 
 
-def test_batching_falls_back_to_one_message_at_a_time_without_trio_websocket_internals():
-    from router.daemon.transport import _batching
-
-    plain = object()
-    assert _batching(plain) is plain
-
-
 async def test_a_handshake_that_finishes_during_shutdown_is_closed_1001(server, nursery):
     await server.daemon.aclose()
     ws = await websocket(server, nursery, "/sessions/late")
@@ -232,11 +225,11 @@ async def test_a_replaced_connection_whose_host_stopped_reading_is_dropped(serve
 
 
 async def test_a_ping_after_the_daemon_began_closing_ends_the_connection_quietly(server, nursery, caplog):
-    """trio-websocket (0.12) answers a ping with a pong even after its own
-    close frame went out, which wsproto refuses (LocalProtocolError): the
-    connection's task failed and the daemon logged it as a bug, once per
-    host connection at a restart (bench/host_scale.py). A host pings when
-    it likes; the connection is closing anyway."""
+    """A ping after the daemon's own close frame went out is not answered
+    (wsproto refuses a pong then, LocalProtocolError; trio-websocket 0.12
+    sent it anyway, and the connection's task failed and was logged as a
+    bug, once per host connection at a restart, bench/host_scale.py). A
+    host pings when it likes; the connection is closing anyway."""
     from wsproto import ConnectionType, WSConnection
     from wsproto.events import AcceptConnection, CloseConnection, Request
 

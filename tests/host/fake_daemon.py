@@ -41,9 +41,11 @@ class Closed(Exception):
 
 
 class FakeConnection:
-    def __init__(self, stream: trio.SocketStream, ws: WSConnection) -> None:
+    def __init__(self, stream: trio.SocketStream, ws: WSConnection, path: str = "") -> None:
         self.stream = stream
         self.ws = ws
+        #: The request's path (``/sessions/<id>``): a script may answer per session.
+        self.path = path
         self._text = ""
 
     async def send_text(self, text: str) -> None:
@@ -121,7 +123,8 @@ class FakeDaemon:
                     if not chunk:
                         return
                     data += chunk
-                self.paths.append(data.split(b" ", 2)[1].decode())
+                path = data.split(b" ", 2)[1].decode()
+                self.paths.append(path)
                 if data.startswith(b"GET /healthz "):
                     await stream.send_all(
                         f"HTTP/1.1 {self.health_status} X\r\ncontent-length: 0\r\n"
@@ -137,6 +140,6 @@ class FakeDaemon:
                 else:
                     return
                 self.connections += 1
-                await self.script(FakeConnection(stream, ws))
+                await self.script(FakeConnection(stream, ws, path))
             except (Closed, trio.BrokenResourceError, trio.ClosedResourceError):
                 return

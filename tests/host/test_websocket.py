@@ -1,4 +1,4 @@
-"""The host's WebSocket client (router/host/websocket.py) against wsproto's
+"""The host's WebSocket client (router/_websocket.py) against wsproto's
 server side over an in-memory stream pair: the frames it writes by hand,
 what it does with the daemon's pings, closes, fragments and sizes."""
 
@@ -22,10 +22,10 @@ from wsproto.events import (
     TextMessage,
 )
 
-from router.host.websocket import (
+from router._websocket import (
     ABNORMAL_CLOSURE,
     MESSAGE_TOO_BIG,
-    ClientWebSocket,
+    WebSocket,
     HandshakeFailed,
     WebSocketClosed,
     client_text_frame,
@@ -87,11 +87,11 @@ class Server:
                 return events
 
 
-async def _pair(nursery: trio.Nursery, max_message_size: int = 1 << 20) -> tuple[ClientWebSocket, Server]:
+async def _pair(nursery: trio.Nursery, max_message_size: int = 1 << 20) -> tuple[WebSocket, Server]:
     client_stream, server_stream = trio.testing.memory_stream_pair()
     server = Server(server_stream)
     nursery.start_soon(server.accept)
-    ws = await ClientWebSocket.connect(client_stream, "h", "/s", max_message_size=max_message_size)
+    ws = await WebSocket.connect(client_stream, "h", "/s", max_message_size=max_message_size)
     return ws, server
 
 
@@ -195,7 +195,7 @@ async def test_a_refused_upgrade_is_a_handshake_failure() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(refuse)
         with pytest.raises(HandshakeFailed):
-            await ClientWebSocket.connect(client_stream, "h", "/s", max_message_size=100)
+            await WebSocket.connect(client_stream, "h", "/s", max_message_size=100)
 
 
 async def test_our_close_leaves_the_answer_to_the_reader_task(nursery: trio.Nursery) -> None:
@@ -241,3 +241,93 @@ async def test_an_unfragmented_message_over_the_limit_is_refused_before_it_is_wh
         await ws.receive()
     assert caught.value.code == MESSAGE_TOO_BIG
     assert ws.buffered == 0  # nothing of it kept once refused
+
+
+# --------------------------------------------------------------------------- the reader's split
+
+
+def _peer(role: ConnectionType):
+    """A wsproto connection of the other end, open (no handshake needed to frame)."""
+    from wsproto.connection import Connection
+
+    return Connection(ConnectionType.SERVER if role is ConnectionType.CLIENT else ConnectionType.CLIENT)
+
+
+def _reader(role: ConnectionType, max_size: int = 1 << 30) -> WebSocket:
+    from wsproto.connection import Connection
+
+    return WebSocket(trio.testing.MemorySendStream(), Connection(role), max_message_size=max_size,
+                     client=role is ConnectionType.CLIENT)
+
+
+_MESSAGES = st.lists(
+    st.tuples(
+        st.sampled_from(["text", "bytes", "ping"]),
+        st.text(max_size=300) | st.sampled_from(["", "é" * 40_000, "x" * 65_530, "y" * 70_000]),
+        st.integers(min_value=1, max_value=3),  # fragments
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_MESSAGES, st.lists(st.integers(min_value=1, max_value=90_000), max_size=6),
+       st.sampled_from([ConnectionType.CLIENT, ConnectionType.SERVER]))
+def test_the_reader_hands_over_what_wsproto_reads(messages, cuts, role) -> None:
+    """Frames read by hand (plain ones) or by wsproto (fragments, control
+    frames, large frames), with the bytes cut anywhere: the same messages,
+    in order, as wsproto alone reads."""
+    from wsproto.events import BytesMessage
+
+    peer = _peer(role)
+    wire, expected = b"", []
+    for kind, text, pieces in messages:
+        if kind == "ping":
+            wire += peer.send(Ping(payload=b"p"))
+            continue
+        data = text if kind == "text" else text.encode()
+        size = max(1, len(data) // pieces)
+        parts = [data[i: i + size] for i in range(0, len(data), size)] or [data]
+        for n, part in enumerate(parts):
+            event = TextMessage if kind == "text" else BytesMessage
+            wire += peer.send(event(data=part, message_finished=n == len(parts) - 1))
+        expected.append(data)
+    chunks, at = [], 0
+    for cut in sorted(cuts):
+        chunks.append(wire[at:cut])
+        at = max(at, cut)
+    chunks.append(wire[at:])
+
+    async def read() -> list:
+        ws = _reader(role)
+        got = []
+        for chunk in chunks:
+            if chunk:
+                got += await ws._take(chunk)
+        assert ws.closed is None
+        return got
+
+    assert trio.run(read) == expected
+
+
+@pytest.mark.parametrize("role", [ConnectionType.CLIENT, ConnectionType.SERVER])
+async def test_a_text_frame_that_is_not_utf8_fails_the_connection_1007(role) -> None:
+    header = bytes((0x81, 0x82)) + b"\0\0\0\0" if role is ConnectionType.SERVER else bytes((0x81, 0x02))
+    ws = _reader(role)
+    assert await ws._take(header + b"\xff\xfe") == []
+    assert ws.closed is not None and ws.closed.code == 1007
+
+
+@pytest.mark.parametrize("role", [ConnectionType.CLIENT, ConnectionType.SERVER])
+async def test_a_frame_masked_the_wrong_way_fails_the_connection_1002(role) -> None:
+    wrong = bytes((0x81, 0x02)) + b"hi" if role is ConnectionType.SERVER else bytes((0x81, 0x82)) + b"\0\0\0\0hi"
+    ws = _reader(role)
+    assert await ws._take(wrong) == []
+    assert ws.closed is not None and ws.closed.code == 1002
+
+
+async def test_a_whole_message_over_the_limit_read_by_hand_closes_1009() -> None:
+    ws = _reader(ConnectionType.CLIENT, max_size=10)
+    with pytest.raises(WebSocketClosed) as closed:
+        await ws._take(_peer(ConnectionType.CLIENT).send(TextMessage(data="x" * 11)))
+    assert closed.value.code == MESSAGE_TOO_BIG

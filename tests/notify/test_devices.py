@@ -1,7 +1,8 @@
 """The routes with paired devices behind the gate (in-process, real loopback
 sockets, ``--behind-proxy``): a subscription is tied to the device whose
 credential came, a device removes only its own, and a device's presence
-suppresses the notification for it (and says so in every receipt)."""
+suppresses the notification for it (and says so in every receipt); a
+revoked device's subscriptions are removed and it hears nothing more."""
 
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ async def _serving(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[tuple[h
             reach = Reach(ReachConfig(behind_proxy=True, public_url=PUBLIC), settings_dir=tmp_path / "settings",
                           devices=DeviceStore.open(None, tmp_path))
             await nursery.start(reach.run)
+            notifications.revoked_devices = reach.revoked_among  # as router serve wires them
             server = ApiServer(router, layer, port=0, token=TOKEN, reach=reach)
             url = await nursery.start(server.run)
             async with httpx.AsyncClient(base_url=url, timeout=30) as client:
@@ -117,3 +119,25 @@ async def test_subscriptions_and_presence_are_the_device_s_own(tmp_path: Path, e
             assert phone_browser.decrypt(push.accepted("phone")[0])["ask"]["id"] == "ask-2"
             gone = await client.delete(f"/notifications/subscriptions/{made.json()['id']}", headers=phone)
             assert gone.status_code == 204
+
+
+async def test_a_revoked_device_is_sent_nothing_more(tmp_path: Path, env: dict[str, str]) -> None:
+    async with _serving(tmp_path, env) as (client, notifications):
+        phone = await _pair(client, "Mozilla/5.0 (iPhone; CPU iPhone OS 18_0) Safari/604.1")
+        laptop = await _pair(client, "Mozilla/5.0 (Macintosh) Chrome/140.0 Safari/537.36")
+        with PushService() as push:
+            for device, browser in ((phone, Browser(push.endpoint("phone"))),
+                                    (laptop, Browser(push.endpoint("laptop")))):
+                made = await client.post("/notifications/subscriptions", json=browser.subscription, headers=device)
+                assert made.status_code == 201, made.text
+            revoked = await client.post("/devices/iPhone Safari/revoke", json={}, headers=AUTH)
+            assert revoked.status_code == 200, revoked.text
+            await notifications.deliveries.call(notifications.deliveries.put_ask, waiting_ask("ask-1", "s-1"))
+            with trio.fail_after(20):
+                while not push.accepted("laptop"):
+                    await trio.sleep(0.02)
+            listed = (await client.get("/notifications", params={"session": "s-1"}, headers=AUTH)).json()
+            assert [r["destination"] for r in listed["notifications"][0]["receipts"]] == ["web-push: Mac Chrome"]
+            assert push.accepted("phone") == []
+            settings = (await client.get("/notifications/settings", headers=AUTH)).json()
+            assert [d["label"] for d in settings["destinations"]] == ["web-push: Mac Chrome"]  # the phone's removed

@@ -79,6 +79,24 @@ class FaultRow:
     notes: list[str] = attrs.field(factory=list)
     #: Faults by kind, where a phase mixes kinds (the cluster's).
     kinds: dict[str, int] = attrs.field(factory=dict)
+    #: ``router serve`` processes that exited without being killed by the
+    #: campaign; None where the phase runs no router (the host phases).
+    exits: int | None = None
+    #: Sessions stopped by a fault (a delivery answered 409
+    #: ``session-stopped``, or the board saying ``stopped``); None where the
+    #: phase does not look.
+    stopped: int | None = None
+    #: The answers other than 200 the phase's senders got, by code (a 503
+    #: ``store-unavailable`` is the documented answer to a store that blinked).
+    refusals: dict[str, int] = attrs.field(factory=dict)
+    #: The hostile phases: each case and its outcome, in order.
+    cases: list[tuple[str, str]] = attrs.field(factory=list)
+
+    def refused(self, code: str) -> None:
+        self.refusals[code] = self.refusals.get(code, 0) + 1
+
+    def case(self, name: str, outcome: str) -> None:
+        self.cases.append((name, outcome))
 
 
 @attrs.define
@@ -568,10 +586,12 @@ async def _cluster_daemon(task_status: trio.TaskStatus[_ClusterDaemon] = trio.TA
             await daemon.process.wait()  # killed by the campaign: started again
 
 
-async def _cluster_send(routers: _Routers, rng: Random, event_id: str, session: str,
-                        answers: dict[str, str]) -> None:
+async def _cluster_send(routers: Any, rng: Random, event_id: str, session: str, answers: dict[str, str],
+                        row: FaultRow) -> None:
     """One delivery, resent with its event id to a random live router until
-    one answers it done (a router killed or stopped under it is left)."""
+    one answers it done (a router killed or stopped under it is left). A
+    session found stopped (409 ``session-stopped``) is counted in the row's
+    ``stopped`` and resumed; every other answer is counted by its code."""
     import httpx
 
     from tests.cluster.processes import deliver
@@ -591,16 +611,35 @@ async def _cluster_send(routers: _Routers, rng: Random, event_id: str, session: 
         if status == 200 and isinstance(reply, dict) and reply.get("status") == "done":
             answers.setdefault(event_id, str(reply.get("text")))
             return
+        code = str(body.get("error")) if isinstance(body, dict) and body.get("error") else f"status-{status}"
+        row.refused(f"{status} {code}" if status else "connection failed")
+        if code == "session-stopped":
+            await _resume(row, routers, name, session, body)
         await trio.sleep(0.3)
 
 
-async def _cluster_faults(row: FaultRow, rng: Random, routers: _Routers, target: int) -> None:
+async def _resume(row: FaultRow, routers: Any, name: str, session: str, body: dict) -> None:
+    """A session a fault stopped: counted, noted, and resumed (``POST
+    /sessions/<id>/resume``) so the campaign goes on."""
+    import httpx
+
+    row.stopped = (row.stopped or 0) + 1
+    if len(row.notes) < 8:
+        row.notes.append(f"{session} stopped: {str(body.get('message'))[:200]}")
+    try:
+        await routers.clients[name].post(f"/sessions/{session}/resume")
+    except (httpx.HTTPError, KeyError):
+        pass
+
+
+async def _cluster_faults(row: FaultRow, rng: Random, routers: _Routers, target: int, until: float) -> None:
     """One fault at a time: a router SIGKILLed and started again, a
     router stopped (SIGSTOP) past its lease and continued, a TCP cut
     between a router and the daemon, or the shared
     daemon SIGKILLed (started again on its port: the routers' links
-    redial, and a turn it cut runs again, as the echo declares)."""
-    while row.faults < target:
+    redial, and a turn it cut runs again, as the echo declares); none
+    begun after ``until``."""
+    while row.faults < target and trio.current_time() < until:
         await trio.sleep(rng.uniform(0.5, 2.0))
         name = rng.choice(routers.live())
         member = routers.members[name]
@@ -695,6 +734,7 @@ async def phase_cluster(target: int, seed: int, work: Path) -> FaultRow:
         row.notes.append(f"skipped: {why}")
         return row
     rng = rng_for(seed, row.phase)
+    row.exits, row.stopped = 0, 0
     # Started on this thread, not a worker: the server's parent-death
     # signal follows the thread that started it (tests/support/postgres.py).
     server = Cluster().start()
@@ -712,6 +752,8 @@ async def phase_cluster(target: int, seed: int, work: Path) -> FaultRow:
                     await routers.start(f"r{i}")
                 await _cluster_run(row, rng, routers, target, sessions, expected, answers)
             finally:
+                # Every kill is followed by a start: a router down now exited by itself.
+                row.exits = sum(not member.alive for member in routers.members.values())
                 await routers.aclose()
                 nursery.cancel_scope.cancel()
         row.operations = len(expected)
@@ -721,30 +763,47 @@ async def phase_cluster(target: int, seed: int, work: Path) -> FaultRow:
     return row
 
 
-async def _cluster_run(row: FaultRow, rng: Random, routers: _Routers, target: int, sessions: list[str],
-                       expected: dict[str, str], answers: dict[str, str]) -> None:
+async def _cluster_run(row: FaultRow, rng: Random, routers: Any, target: int, sessions: list[str],
+                       expected: dict[str, str], answers: dict[str, str],
+                       inject: Callable[..., Any] | None = None, lease: float = CLUSTER_LEASE) -> None:
+    """Deliveries (``CLUSTER_IN_FLIGHT`` at a time) to ``sessions`` through
+    the live routers while ``inject(row, rng, routers, target, until)``
+    (the cluster's faults by default) makes its faults, one at a time and
+    none begun after ``until`` (the phase's own bound: a loaded machine
+    makes fewer faults, noted, never a fault left half done); at least ten
+    deliveries, and every one resent until answered (each within
+    :data:`PHASE_DEADLINE` × 2, else it counts as lost)."""
     limiter = trio.CapacityLimiter(CLUSTER_IN_FLIGHT)
 
     async def one(event_id: str) -> None:
-        async with limiter:
-            await _cluster_send(routers, rng, event_id, expected[event_id], answers)
+        try:
+            with trio.move_on_after(PHASE_DEADLINE * 2):
+                await _cluster_send(routers, rng, event_id, expected[event_id], answers, row)
+        finally:
+            limiter.release_on_behalf_of(event_id)
 
-    with trio.move_on_after(PHASE_DEADLINE + CLUSTER_LEASE * 3 * target):
-        async with trio.open_nursery() as nursery:
-            faults = trio.Event()
+    inject = inject or _cluster_faults
+    until = trio.current_time() + PHASE_DEADLINE + lease * 3 * target
+    async with trio.open_nursery() as nursery:
+        faults = trio.Event()
 
-            async def inject() -> None:
-                await _cluster_faults(row, rng, routers, target)
-                faults.set()
+        async def faulting() -> None:
+            await inject(row, rng, routers, target, until)
+            faults.set()
 
-            nursery.start_soon(inject)
-            number = 0
-            while not faults.is_set() or number < 10:
-                number += 1
-                expected[f"k-{number}"] = rng.choice(sessions)
-                nursery.start_soon(one, f"k-{number}")
-                with trio.move_on_after(rng.uniform(0.05, 0.3)):
-                    await faults.wait()
+        nursery.start_soon(faulting)
+        number = 0
+        while not faults.is_set() or number < 10:
+            number += 1
+            # A slot first: a loaded machine sends fewer, never a queue of
+            # deliveries that wait out their bound before they are sent.
+            await limiter.acquire_on_behalf_of(f"k-{number}")
+            expected[f"k-{number}"] = rng.choice(sessions)
+            nursery.start_soon(one, f"k-{number}")
+            with trio.move_on_after(rng.uniform(0.05, 0.3)):
+                await faults.wait()
+    if row.faults < target:
+        row.notes.append(f"the phase's bound ended its faults at {row.faults} of {target} (a loaded machine)")
 
 
 #: A full run's share of the faults per phase (of ``--faults``).
@@ -755,6 +814,11 @@ SHARES: dict[str, float] = {
     "daemon": 0.08,  # per daemon kind
     "cuts": 0.18,  # per daemon kind and direction
     "cluster": 0.02,
+    "postgres": 0.03,  # per cluster mode
+    "disk": 0.02,  # full, and slow
+    "daemons": 0.03,  # hostile daemons: sessions
+    "http": 0.05,  # hostile HTTP peers: the slow and the flooding connections scale with it
+    "user": 0.02,  # a second local user's attempts
 }
 
 
@@ -763,13 +827,18 @@ async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[Fau
     """Every fault phase (or ``only`` the one of that name: ``cluster``),
     about ``total`` faults in all; each row is reported as soon as its
     phase ends."""
+    from tests.support.campaign_disk import phase_disk_full, phase_disk_slow
+    from tests.support.campaign_hostile import phase_hostile_daemons, phase_hostile_http
+    from tests.support.campaign_pg import MODES, phase_postgres
+    from tests.support.campaign_user import phase_second_user
+
     def share(name: str) -> int:
         return max(1, round(total * SHARES[name]))
 
     rows: list[FaultRow] = []
 
     async def phase(make: Callable[[Path], Any], name: str) -> None:
-        if only is not None and name != only:
+        if only is not None and name.split("-", 1)[0] != only:
             return
         directory = work / name
         directory.mkdir(parents=True, exist_ok=True)
@@ -786,6 +855,14 @@ async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[Fau
     await phase(lambda d: phase_serve_kill(share("serve"), seed, d), "serve")
     # At least six, so a short run has each kind twice (ours).
     await phase(lambda d: phase_cluster(max(6, share("cluster")), seed, d), "cluster")
+    for number, mode in enumerate(MODES):
+        # At least three, so a short run has a restart of each kind and a stop.
+        await phase(lambda d, m=mode: phase_postgres(m, max(3, share("postgres")), seed, d), f"postgres-{number}")
+    await phase(lambda d: phase_disk_full(max(2, share("disk")), seed, d), "disk-full")
+    await phase(lambda d: phase_disk_slow(max(2, share("disk")), seed, d), "disk-slow")
+    await phase(lambda d: phase_hostile_daemons(share("daemons"), seed, d), "hostile-daemons")
+    await phase(lambda d: phase_hostile_http(share("http"), seed, d), "hostile-http")
+    await phase(lambda d: phase_second_user(share("user"), seed, d), "user")
     docker = docker_phase()
     return rows, docker if isinstance(docker, str) else ""
 
@@ -1357,10 +1434,12 @@ class _KeepingDaemon:
     host acknowledges it, as a real daemon would keep a frame the host never
     acked. The host's prompt is then answered ``done``."""
 
-    def __init__(self, poison: str | None) -> None:
+    def __init__(self, poison: str | None, session: str = "root", runtime: str = "hostile") -> None:
         self.kept: list[tuple[int, str]] = [] if poison is None else [(1, poison)]
         self.last = len(self.kept)
         self.settled: dict[str, dict] = {}
+        #: The session its hello names, and its runtime id (a new one: a new daemon).
+        self.session, self.runtime = session, runtime
 
     def _keep(self, frame: dict) -> tuple[int, str]:
         self.last += 1
@@ -1373,7 +1452,8 @@ class _KeepingDaemon:
 
         operations = [{"operationId": op, "status": "settled", "outcome": outcome}
                       for op, outcome in self.settled.items()]
-        await conn.send({**HELLO, "runtimeId": "hostile", "lastSeq": self.last, "operations": operations})
+        await conn.send({**HELLO, "runtimeId": self.runtime, "session": self.session, "lastSeq": self.last,
+                         "operations": operations})
         replayed = False
         while True:
             message = await conn.receive()

@@ -27,9 +27,11 @@ class Messages:
 
     def put_message(
         self, session: str, generation: int, message: dict, operation_id: str | None = None
-    ) -> None:
+    ) -> int:
         """Store a transcript message; one with the same id in the same
-        generation is replaced in place (its position kept)."""
+        generation is replaced in place (its position kept). Returns its
+        ``version`` now (what a live reader of it holds: the live view's
+        durable position, without reading it back later)."""
         now = self._unit.now()
         with self._unit.transaction():
             self._unit.execute(
@@ -43,6 +45,11 @@ class Messages:
                 (session, generation, message["id"], session, generation, operation_id,
                  dump_json(message), now, now),
             )  # fmt: skip
+            (version,) = self._unit.execute(
+                "SELECT version FROM messages WHERE session = ? AND generation = ? AND id = ?",
+                (session, generation, message["id"]),
+            ).fetchone()
+        return version
 
     def message_owner(self, session: str, generation: int, id: str) -> tuple[str | None, dict] | None:
         """The stored message ``id`` of ``generation`` as ``(operation id,

@@ -45,9 +45,10 @@ class LiveStream:
     and ``snapshot_id``; a resumed one has ``snapshot`` None and
     ``replay``, the ``(id, item)`` pairs it missed. ``reset`` is the
     refusal that says why a resume point was not honoured (the stream is
-    then a fresh one). Then :meth:`receive` gives each next batch as
-    ``(id, item)`` pairs (``None`` at the end; cancelling it loses
-    nothing), or ``async for items in stream`` the items alone."""
+    then a fresh one). Then :meth:`receive` gives the next batches as
+    ``(id, item)`` pairs (the next one and those already waiting behind
+    it; ``None`` at the end; cancelling it loses nothing), or ``async for
+    items in stream`` the items alone."""
 
     def __init__(
         self,
@@ -74,11 +75,18 @@ class LiveStream:
         return cls(subscription, cursor, replay=replay)
 
     async def receive(self) -> list[tuple[str, dict[str, Any]]] | None:
+        """The pairs of the next batch and of every batch already waiting
+        behind it (a reader that fell behind catches up in one write);
+        ``None`` at the end."""
         while True:
             batch = await self._subscription.receive()
             if batch is None:
                 return None
             pairs = self.cursor.items(batch)
+            # No checkpoint from here on: a cancellation cannot fall
+            # between taking a batch and returning it.
+            while (more := self._subscription.receive_nowait()) is not None:
+                pairs += self.cursor.items(more)
             if pairs:
                 return pairs
 

@@ -28,7 +28,9 @@ import trio
 from router.asks import Ask, AskBook, AskPolicy, policy_from, rule_for, rule_text
 from router.board.state import container_state
 from router.errors import Refusal
-from router.host import AdapterEvent, EventsLagged, Host, HostEvent, LinkError, OperationEnded, OperationStarted
+from router.host import (
+    AdapterEvent, EventsLagged, Host, HostEvent, LinkError, MessageStored, OperationEnded, OperationStarted,
+)
 from router.host import Refused as HostRefused
 from router.plugins.routing import LaunchRecord
 from router.plugins.settings import SettingsDir, default_settings_dir
@@ -252,7 +254,8 @@ class ContainerTarget:
         assert self.hub is not None
         async for batch in events:
             items = _items(batch)
-            self.hub.publish(items, await self._durable_of(items))
+            durable = _durable_in(batch, self.hub.durable)
+            self.hub.publish(items, durable if durable is not None else await self._durable_of(items))
             for event in batch:
                 if type(event) is AdapterEvent and event.event["type"] == "raw":
                     opened = self._ask_event(event.event.get("value"), event.operation_id)
@@ -508,6 +511,20 @@ class ContainerTarget:
             raise Refusal("bad-body", "operationId is a non-empty string")
         aborted = await self.host_session.abort(operation_id)
         return {"session": self.id, "aborted": aborted, **({"operationId": operation_id} if operation_id else {})}
+
+
+def _durable_in(batch: list[HostEvent], durable: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The durable position a reader of ``batch`` has, from the versions
+    the host's apply gave its messages (``MessageStored.stored``): the
+    highest, when every message of the batch has one in the generation of
+    ``durable``. None otherwise (no message, or one whose version is not
+    known, or another generation): :meth:`ContainerTarget._durable_of`
+    reads it back. Each version is the one of the message as its item
+    shows it, so a resume from it skips nothing."""
+    stored = [event.stored for event in batch if type(event) is MessageStored]
+    if not stored or durable is None or any(each is None or each[0] != durable[0] for each in stored):
+        return None
+    return (durable[0], max(each[1] for each in stored))  # type: ignore[index]
 
 
 def _items(batch: list[HostEvent]) -> list[dict[str, Any]]:
