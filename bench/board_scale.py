@@ -193,7 +193,12 @@ async def main(args: argparse.Namespace) -> None:
             ids = [f"board-{index:04d}" for index in range(args.sessions)]
             started = time.monotonic()
             await trio.to_thread.run_sync(make_sessions, store, ids)
-            async with cluster(work, store, args.routers) as (members, _daemon):
+            # The routers' own socket directory: the board surveys every
+            # router of the directory, and the user's default one holds
+            # every other router this user runs on the machine.
+            runtime = work / "runtime"
+            runtime.mkdir(mode=0o700)
+            async with cluster(work, store, args.routers, env={"XDG_RUNTIME_DIR": str(runtime)}) as (members, _daemon):
                 await wait_spread(members, args.sessions)
                 print(f"{args.sessions} sessions over {args.routers} routers, every one held after "
                       f"{time.monotonic() - started:.1f} s", flush=True)

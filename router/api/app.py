@@ -9,7 +9,8 @@ Routes (JSON unless said otherwise; every refusal is ``{"error": code,
 ``GET /``                                the page: the live view and a send box (HTML)
 ``GET /sessions``                        the board: ``{"sessions": [{id, kind, state, harness,
                                          model?, cwd?, lastActivity, router, ...}], skipped?}``
-                                         (``?scope=router``: this router's own only)
+                                         (``?scope=router``: this router's own only;
+                                         ``?scope=unshared``: but a cluster's shared ones)
 ``GET /board/live``                      server-sent events: the board's snapshot, then
                                          each session that appears, changes or goes
 ``POST /sessions {id?, instance?}``      create a container session (201)

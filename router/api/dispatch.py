@@ -62,8 +62,8 @@ async def _core(api: ApiContext, operation: str, args: Mapping[str, Any]) -> Cor
 async def _list(api: ApiContext, args: Mapping[str, Any]) -> CoreAnswer:
     if api.board is None:
         return CoreAnswer(body={"sessions": await api.router.list()})
-    if args.get("scope") == "router":
-        return CoreAnswer(body={"sessions": await api.board.own()})
+    if args.get("scope") in ("router", "unshared"):
+        return CoreAnswer(body={"sessions": await api.board.own(shared=args.get("scope") == "router")})
     return CoreAnswer(body=(await api.board.listing()).to_json())
 
 

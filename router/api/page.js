@@ -390,35 +390,81 @@ if (typeof document !== "undefined") {
     return box;
   }
 
+  // The board's rows by board key (keyOf): the session each was drawn
+  // from and what it showed, so a render redraws only the rows whose
+  // session (or its "5 min ago", or the selection) changed, and moves
+  // nodes only when the order did: a thousand rows redrawn on every change
+  // cost the page its paint (bench/board_scale.py).
+  const boardRows = new Map();
+
+  function boardRow(session, now) {
+    const state = stateOf(session);
+    const key = keyOf(session);
+    const selected = isCurrent(session);
+    const waits = waitsOn(session, now);
+    const when = ago(session.lastActivity, now);
+    const kept = boardRows.get(key);
+    if (kept && kept.selected === selected && kept.waits === waits && kept.when === when &&
+        (kept.session === session || kept.json === JSON.stringify(session))) {
+      kept.session = session;
+      return kept.item;
+    }
+    const meta = [...new Set([session.project && session.project + (session.branch ? " @ " + session.branch : ""),
+      session.kind, session.harness, session.model, routerOf(session) && "held by " + routerOf(session),
+      session.cwd].filter(Boolean))].join(" · ");
+    const item = el("li", { class: selected ? "selected" : "" },
+      el("button", { type: "button", onclick: () => select({ id: session.id, router: routerOf(session) }, true) },
+        el("span", { class: "name", text: session.id }),
+        el("span", { class: "state " + state, text: state }),
+        el("span", { class: "waits", text: waits }),
+        el("span", { class: "meta", text: meta }),
+        el("span", { class: "when", text: when })));
+    item.dataset.session = session.id;
+    item.dataset.router = routerOf(session);
+    item.dataset.state = state;
+    boardRows.set(key, { item, session, json: JSON.stringify(session), selected, waits, when });
+    return item;
+  }
+
   function renderBoard() {
     const now = Date.now();
     const ordered = boardOrder(sessionsSeen);
-    $("asks").replaceChildren(...ordered.filter((s) => s.ask).map((s) => askBox(s, s.ask, el("div", { class: "ask" }))));
-    $("board").replaceChildren(...ordered.map((session) => {
-      const state = stateOf(session);
-      const meta = [...new Set([session.project && session.project + (session.branch ? " @ " + session.branch : ""),
-        session.kind, session.harness, session.model, routerOf(session) && "held by " + routerOf(session),
-        session.cwd].filter(Boolean))].join(" · ");
-      const item = el("li", { class: isCurrent(session) ? "selected" : "" },
-        el("button", { type: "button", onclick: () => select({ id: session.id, router: routerOf(session) }, true) },
-          el("span", { class: "name", text: session.id }),
-          el("span", { class: "state " + state, text: state }),
-          el("span", { class: "waits", text: waitsOn(session, now) }),
-          el("span", { class: "meta", text: meta }),
-          el("span", { class: "when", text: ago(session.lastActivity, now) })));
-      item.dataset.session = session.id;
-      item.dataset.router = routerOf(session);
-      item.dataset.state = state;
-      return item;
-    }));
+    const asks = ordered.filter((s) => s.ask);
+    if (asks.length || $("asks").childElementCount) {
+      $("asks").replaceChildren(...asks.map((s) => askBox(s, s.ask, el("div", { class: "ask" }))));
+    }
+    const board = $("board");
+    const wanted = ordered.map((session) => boardRow(session, now));
+    const keep = new Set(wanted);
+    for (const [key, row] of boardRows) if (!keep.has(row.item)) boardRows.delete(key);
+    let at = board.firstChild;
+    for (const item of wanted) {  // in place: a row that is where it belongs is not touched
+      if (at === item) { at = at.nextSibling; continue; }
+      board.insertBefore(item, at);
+    }
+    while (at) { const next = at.nextSibling; board.removeChild(at); at = next; }
     $("empty").hidden = !boardLoaded || sessionsSeen.length > 0;
     $("empty").textContent = "No sessions yet: start one with “new session”.";
     $("skipped").textContent = skipped.length
       ? "not on the board: " + skipped.map((r) => r.router + " (" + (r.error || r.code) + ")").join(", ") : "";
   }
 
+  // The board kept for the next load (shown before the router answers):
+  // written at most once a second, not on every change (a thousand
+  // sessions are half a megabyte of JSON).
+  let boardSaved = 0;
+  let boardSaving = null;
+  function saveBoard() {
+    if (boardSaving !== null) return;
+    boardSaving = setTimeout(() => {
+      boardSaving = null;
+      boardSaved = Date.now();
+      try { localStorage.setItem(BOARD_KEY, JSON.stringify(sessionsSeen)); } catch (_) { /* full: the board is only a convenience */ }
+    }, Math.max(0, boardSaved + 1000 - Date.now()));
+  }
+
   function boardChanged() {
-    try { localStorage.setItem(BOARD_KEY, JSON.stringify(sessionsSeen)); } catch (_) { /* full: the board is only a convenience */ }
+    saveBoard();
     renderBoard();
     if (!current && sessionsSeen.length && wide.matches) select({ id: sessionsSeen[0].id, router: routerOf(sessionsSeen[0]) });
     else if (current && !sessionsSeen.some(isCurrent)) {
@@ -457,18 +503,20 @@ if (typeof document !== "undefined") {
         if (response.ok) {
           pause = 500;
           if (!current) connection("live");
+          let changed = false;  // the events of one read are drawn once, not once each
           const parser = new SseParser((event) => {
             const data = JSON.parse(event.data);
             if (data.type === "routers-skipped") skipped = data.skipped || [];
             else if (data.type === "snapshot") { sessionsSeen = applyBoard(sessionsSeen, data); skipped = data.skipped || []; boardLoaded = true; }
             else sessionsSeen = applyBoard(sessionsSeen, data);
-            boardChanged();
+            changed = true;
           });
           const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
           for (;;) {
             const { value, done } = await reader.read();
             if (done) break;
             parser.feed(value);
+            if (changed) { changed = false; boardChanged(); }
           }
         } else if (response.status === 401) {
           block((await response.json().catch(() => ({}))).error || "bad-token");

@@ -39,7 +39,7 @@ from router.board.paths import INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_dire
 from router.errors import Refusal, is_code
 from wire.json import JsonError, loads
 
-__all__ = ["ANSWER_TIMEOUT", "BASE_URL", "Board", "CLI_CHANNEL", "NO_ROUTER", "OWN_SESSIONS_ROUTE", "Reached", "Skipped", "holder", "read_answer",
+__all__ = ["ANSWER_TIMEOUT", "BASE_URL", "Board", "CLI_CHANNEL", "NO_ROUTER", "OWN_SESSIONS_ROUTE", "Reached", "UNSHARED_SESSIONS_ROUTE", "Skipped", "holder", "read_answer",
            "reached", "router_sockets", "survey"]
 
 log = logging.getLogger("router.board")
@@ -54,6 +54,10 @@ CLI_CHANNEL: Final = {"x-router-channel": "cli"}
 #: A router's own sessions, without the other routers' (a router lists
 #: the whole board at ``GET /sessions``; asking that of each would recurse).
 OWN_SESSIONS_ROUTE: Final = "/sessions?scope=router"
+#: A router's own sessions but those of its cluster's shared record, which
+#: a router of the same cluster lists already (every router of a cluster
+#: lists every session of the record).
+UNSHARED_SESSIONS_ROUTE: Final = "/sessions?scope=unshared"
 #: What a client names a router's socket by, as a URL.
 BASE_URL: Final = f"http://{LOCAL_HOST}"
 
@@ -157,16 +161,19 @@ def router_sockets(directory: str) -> list[str]:
     return found
 
 
-async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exclude: str | None = None) -> Board:
+async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exclude: str | None = None,
+                 unshared: frozenset[str] = frozenset()) -> Board:
     """Ask every router of this user (see the module docstring), but the
-    one at the socket ``exclude`` (a router surveying the others). Raises a
+    one at the socket ``exclude`` (a router surveying the others); those at
+    the sockets ``unshared`` (of the surveying router's cluster) for their
+    sessions outside the cluster only. Raises a
     :class:`~router.errors.Refusal` (``unsafe-directory``) only."""
     directory = str(local_directory(env))
     board = Board(directory=directory)
     answers: dict[str, Reached | Skipped | None] = {}
 
     async def ask(path: str) -> None:
-        answers[path] = await _ask(path, timeout)
+        answers[path] = await _ask(path, timeout, UNSHARED_SESSIONS_ROUTE if path in unshared else OWN_SESSIONS_ROUTE)
 
     sockets = [path for path in router_sockets(directory) if path != exclude]  # refused before anything is asked
     async with trio.open_nursery() as nursery:
@@ -183,7 +190,7 @@ async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exc
     return board
 
 
-async def _ask(path: str, timeout: float) -> Reached | Skipped | None:
+async def _ask(path: str, timeout: float, route: str = OWN_SESSIONS_ROUTE) -> Reached | Skipped | None:
     """One router's answer, a skip, or None once its dead socket is removed."""
     import httpx
 
@@ -197,7 +204,7 @@ async def _ask(path: str, timeout: float) -> Reached | Skipped | None:
             async with httpx.AsyncClient(transport=unix_transport(path), base_url=BASE_URL,
                                          headers=CLI_CHANNEL, timeout=None) as client:
                 info = await _get(client, INFO_ROUTE, name)
-                sessions = await _get(client, OWN_SESSIONS_ROUTE, name)
+                sessions = await _get(client, route, name)
         except httpx.HTTPError as exc:
             if listener_gone(path):
                 log.info("removed %s: nothing listens on it (its router is gone)", path)

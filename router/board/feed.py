@@ -10,8 +10,16 @@ Theory of operation
 -------------------
 
 One task per feed (one per router: the feed is the :class:`LocalBoard`'s)
-surveys every ``interval`` seconds and publishes each survey's changes as
-one batch on a :class:`router._fanout.FanOut`; it keeps the latest listing.
+surveys and publishes each survey's changes as one batch on a
+:class:`router._fanout.FanOut`; it keeps the latest listing. It surveys
+again as soon as it is poked (:meth:`BoardFeed.poke`: a session of this
+router changed) or the board's own change event fires (``changed()``: in
+a cluster, a notification that some router changed the shared record),
+and every ``interval`` seconds without either (the fallback: another
+router of this machine, outside the cluster, tells nobody). Pokes are
+coalesced: those that come during a survey make one more survey after it,
+and two surveys are at least ``gap`` seconds apart, so a burst of changes
+costs a survey per ``gap``, not one per change.
 A viewer subscribes and, in the same step (no checkpoint between), takes
 that listing as its snapshot: every batch published later is the change
 from it, so the snapshot and the changes agree, whenever the viewer came.
@@ -38,13 +46,16 @@ import trio
 from router._fanout import FanOut, Lagged
 from router.board.changes import board_changes, by_key
 
-__all__ = ["BOARD_BUFFER", "BoardFeed"]
+__all__ = ["BOARD_BUFFER", "BOARD_GAP", "BoardFeed"]
 
 log = logging.getLogger("router.board")
 
 #: Surveys a viewer may fall behind before it is dropped (ours: a minute of
 #: one-second surveys; each batch is the changes of one survey, often none).
 BOARD_BUFFER: Final = 64
+#: The least time between two surveys a poke starts (ours: a burst of
+#: changes, a streaming turn's, costs at most twenty surveys a second).
+BOARD_GAP: Final = 0.05
 
 
 class _Listing(Protocol):
@@ -55,6 +66,8 @@ class _Listing(Protocol):
 
 class _Board(Protocol):
     async def listing(self) -> Any: ...
+
+    def changed(self) -> trio.Event | None: ...
 
 
 class BoardLagged(Lagged):
@@ -70,9 +83,13 @@ class BoardFeed:
     """The board's changes, surveyed once for every viewer (see the module
     docstring)."""
 
-    def __init__(self, board: _Board, *, interval: float, buffer: int = BOARD_BUFFER) -> None:
+    def __init__(self, board: _Board, *, interval: float, buffer: int = BOARD_BUFFER, gap: float = BOARD_GAP) -> None:
         self.board = board
         self.interval = interval
+        self.gap = gap
+        self._poked = trio.Event()
+        self._changed: trio.Event | None = None
+        self.pokes = 0
         self._fanout: FanOut[list[dict[str, Any]]] = FanOut(buffer=buffer, lagged_error=_lagged)
         self._viewers = 0
         self._scope: trio.CancelScope | None = None
@@ -85,7 +102,29 @@ class BoardFeed:
 
     def statistics(self) -> dict[str, Any]:
         return {"viewers": self._viewers, "running": self._scope is not None, "surveys": self.surveys,
+                "pokes": self.pokes,
                 **{f"fanout_{key}": value for key, value in attrs.asdict(self._fanout.statistics()).items()}}
+
+    def poke(self) -> None:
+        """Something on the board changed: survey now (coalesced; nothing
+        while no viewer watches). Synchronous, never blocks."""
+        if self._scope is not None:
+            self.pokes += 1
+            self._poked.set()
+
+    async def _next(self) -> None:
+        """Wait for a poke, the board's change event or the interval, but
+        at least ``gap`` seconds. The events are taken before the survey
+        that precedes this wait, so a change during it is not missed."""
+        await trio.sleep(min(self.gap, self.interval))
+        with trio.move_on_after(max(0.0, self.interval - self.gap)):
+            changed = self._changed
+            if changed is None:
+                await self._poked.wait()
+                return
+            async with trio.open_nursery() as nursery:
+                for event in (self._poked, changed):
+                    nursery.start_soon(_set_then_cancel, event, nursery.cancel_scope)
 
     async def events(self, nursery: trio.Nursery) -> AsyncIterator[dict[str, Any]]:
         """The board's events for one viewer: ``snapshot`` (the whole
@@ -114,17 +153,24 @@ class BoardFeed:
                 self._scope.cancel()
                 self._scope = None
 
+    def _arm(self) -> None:
+        """Take fresh events to wait on, before a survey reads anything."""
+        self._poked = trio.Event()
+        self._changed = self.board.changed()
+
     async def _run(self, scope: trio.CancelScope) -> None:
         ready = self._ready
         try:
             with scope:
+                self._arm()
                 listing = await self.board.listing()
                 while scope is self._scope:
                     self.surveys += 1
                     self._listing = listing
                     ready.set()
-                    await trio.sleep(self.interval)
+                    await self._next()
                     before, skipped = by_key(listing.sessions), {each.name for each in listing.skipped}
+                    self._arm()
                     listing = await self.board.listing()
                     if scope is not self._scope:
                         break
@@ -143,3 +189,8 @@ class BoardFeed:
             if scope is self._scope:
                 self._listing = None
             ready.set()
+
+
+async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

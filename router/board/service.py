@@ -115,7 +115,7 @@ async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activi
     container session's record's last change, a Claude Code session's last
     change seen here)."""
     records: dict[str, Any] = {}
-    if facts.store is not None:
+    if facts.store is not None and any(entry.get("kind") == "container" for entry in entries):
         records = {record.id: record for record in await facts.store.call(facts.store.sessions)}
     launches: dict[str, Any] = {}
     if facts.deliveries is not None and any(entry.get("kind") == "container" for entry in entries):
@@ -191,9 +191,13 @@ class LocalBoard:
     def name(self) -> str | None:
         return None if self.info is None else str(self.info.get("name"))
 
-    async def own(self) -> list[dict[str, Any]]:
-        """This router's listed sessions, described, each with ``router``."""
-        entries = [entry for entry in await self.router.list() if entry.get("id") not in self.hidden]
+    async def own(self, *, shared: bool = True) -> list[dict[str, Any]]:
+        """This router's listed sessions, described, each with ``router``;
+        ``shared=False``: without its cluster's (``GET
+        /sessions?scope=unshared``, asked by a router of the same cluster)."""
+        containers = shared or self.facts.cluster is None
+        listed = await (self.router.list() if containers else self.router.list(containers=False))
+        entries = [entry for entry in listed if entry.get("id") not in self.hidden]
         described = await describe(entries, self.facts, self.activity)
         if self.facts.cluster is not None:
             return await self._held(described)
@@ -223,18 +227,29 @@ class LocalBoard:
             out.append({**item, "router": info, "clustered": True})
         return out
 
-    async def others(self) -> Board:
+    def changed(self) -> Any:
+        """The event the next change of the board sets, when something
+        tells (a cluster's notification), else None (the feed's interval
+        and its pokes only)."""
+        return None if self.facts.cluster is None else self.facts.cluster.board_changed()
+
+    async def others(self, *, unshared: frozenset[str] = frozenset()) -> Board:
         """Every other router's sessions; a directory that is not private
-        is one skipped entry, not an error."""
+        is one skipped entry, not an error. The routers at the sockets
+        ``unshared`` are asked for their sessions outside the cluster."""
         try:
-            return await survey(self.env, timeout=self.timeout, exclude=self.socket)
+            return await survey(self.env, timeout=self.timeout, exclude=self.socket, unshared=unshared)
         except Refusal as refused:
             directory = str(refused.data.get("path", ""))
             return Board(directory=directory, skipped=[Skipped(directory, refused)])
 
     async def listing(self) -> Listing:
-        """The whole board: this router's sessions, then the others'."""
-        board = await self.others()
+        """The whole board: this router's sessions, then the others'. The
+        routers of this router's cluster are asked only for what they
+        alone hold (their Claude Code sessions): this router lists the
+        cluster's sessions from the shared record already."""
+        peers = frozenset(await self.facts.cluster.sockets()) if self.facts.cluster is not None else frozenset()
+        board = await self.others(unshared=peers)
         own = await self.own()
         others = board.sessions()
         if self.facts.cluster is not None:  # the cluster's sessions: listed once, by this router

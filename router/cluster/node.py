@@ -15,7 +15,10 @@ it changes.
   deliveries for sessions held here are delivered by it
   (:meth:`ClusterNode.handle`), exactly once by event id in the shared
   delivery record;
-- **the board** names each session's holder (:meth:`ClusterNode.holders`).
+- **the board** names each session's holder (:meth:`ClusterNode.holders`),
+  hears of every change of the record (:meth:`ClusterNode.board_changed`)
+  and knows which local routers are of this cluster
+  (:meth:`ClusterNode.sockets`).
 
 Resource handling: :meth:`run` owns the member and the tasks that open and
 close links; the database pool is the caller's.
@@ -298,6 +301,17 @@ class ClusterNode:
         info}``), for the sessions held now."""
         return await self.member.db.call(_holders, self.member.settings.router_ttl)
 
+    def board_changed(self) -> trio.Event:
+        """The event the next change of any session's record, by any router
+        of the cluster, sets (``pg.BOARD_CHANNEL``; also set when the
+        listener's connection was lost). Take it before reading."""
+        return self.member.listener.event(pg.BOARD_CHANNEL)
+
+    async def sockets(self) -> set[str]:
+        """The private sockets of the cluster's live routers (this one's too)."""
+        routers = await self.member.db.call(pg.live_routers, self.member.settings.router_ttl)
+        return {each["socket"] for each in routers if each["socket"]}
+
     # ------------------------------------------------------------------ lifetime
 
     async def run(self, *, task_status: trio.TaskStatus[ClusterNode] = trio.TASK_STATUS_IGNORED) -> None:
@@ -344,6 +358,7 @@ def _join_record(conn: Any) -> None:
     session of the record in the cluster (a record made before it was)."""
     pg.ensure_schema(conn)
     pg.install_fences(conn)
+    pg.install_board_notify(conn)
     if conn.execute("SELECT to_regclass('sessions')").fetchone() != (None,):
         conn.execute("INSERT INTO cluster_leases (session) SELECT id FROM sessions ON CONFLICT (session) DO NOTHING")
 

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Database",
+    "BOARD_CHANNEL",
     "INBOX_CHANNEL",
     "LEASE_CHANNEL",
     "LeaseLost",
@@ -93,6 +94,12 @@ INBOX_CHANNEL: Final = "cluster_inbox"
 #: run a round now instead of at their next tick.
 LEASE_CHANNEL: Final = "cluster_leases"
 REPLY_CHANNEL: Final = "cluster_reply"
+#: Some router changed a session's record (its row or its operations):
+#: the board's live stream surveys now (:func:`install_board_notify`).
+BOARD_CHANNEL: Final = "cluster_board"
+#: The record's tables whose writes change what the board lists (a
+#: session's record and its ``lastActivity``; its operations: ``busy``).
+BOARD_TABLES: Final = ("sessions", "operations")
 #: The advisory lock that serializes schema creation across routers
 #: starting at once (ours: any number no other part of the record uses).
 SCHEMA_LOCK: Final = 0x726F7574  # "rout"
@@ -299,8 +306,30 @@ def _one_by_one(conn: psycopg.Connection[Any], holder: str, held: Mapping[str, i
 
 def renew(conn: psycopg.Connection[Any], holder: str, held: Mapping[str, int], ttl: float) -> set[str]:
     """Extend the live leases ``held`` (session → number); the sessions
-    renewed. One missing from the answer is lost."""
-    return _one_by_one(conn, holder, held, "expires_at = clock_timestamp() + make_interval(secs => %s)", (ttl,))
+    renewed. One missing from the answer is lost.
+
+    One statement for every lease whose row is not locked now (``SKIP
+    LOCKED``: it never waits, so it can close no cycle); a row locked now
+    (this router's own write of that session is committing) is renewed
+    after, one statement each, waiting as :func:`_one_by_one` does. One
+    statement per lease cost a router of 330 sessions a quarter of its
+    samples (bench/board_scale.py's profile)."""
+    change = "expires_at = clock_timestamp() + make_interval(secs => %s)"
+    if not held:
+        return set()
+    rows = conn.execute(
+        "UPDATE cluster_leases AS l SET expires_at = clock_timestamp() + make_interval(secs => %(ttl)s) "
+        "FROM (SELECT c.session FROM cluster_leases c "
+        "JOIN unnest(%(sessions)s::text[], %(numbers)s::bigint[]) AS h(session, fencing) "
+        "ON c.session = h.session AND c.fencing = h.fencing "
+        "WHERE c.holder = %(me)s AND c.expires_at > clock_timestamp() "
+        "ORDER BY c.session FOR UPDATE OF c SKIP LOCKED) AS mine "
+        "WHERE l.session = mine.session RETURNING l.session",
+        {"ttl": ttl, "me": holder, "sessions": list(held), "numbers": list(held.values())},
+    ).fetchall()
+    done = {row[0] for row in rows}
+    rest = {session: fencing for session, fencing in held.items() if session not in done}
+    return done | _one_by_one(conn, holder, rest, change, (ttl,))
 
 
 def release(conn: psycopg.Connection[Any], holder: str, held: Mapping[str, int]) -> set[str]:
@@ -352,6 +381,37 @@ def install_fences(conn: psycopg.Connection[Any], tables: Mapping[str, tuple[str
                          f"FOR EACH ROW EXECUTE FUNCTION cluster_fence('{column}', '{mode}')")
             fenced.append(table)
     return fenced
+
+
+BOARD_FUNCTION: Final = f"""
+CREATE OR REPLACE FUNCTION cluster_board_notify() RETURNS trigger LANGUAGE plpgsql AS $board$
+BEGIN
+    PERFORM pg_notify('{BOARD_CHANNEL}', '');
+    RETURN NULL;
+END
+$board$;
+"""
+
+
+def install_board_notify(conn: psycopg.Connection[Any], tables: Iterable[str] = BOARD_TABLES) -> list[str]:
+    """Notify :data:`BOARD_CHANNEL` after every statement that writes one
+    of the record's ``tables`` (those that exist): one notification per
+    transaction however many rows (PostgreSQL folds equal ones), sent at
+    its commit. Idempotent; returns the tables that notify."""
+    done = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        if conn.execute("SELECT 1 FROM pg_proc WHERE proname = 'cluster_board_notify'").fetchone() is None:
+            conn.execute(BOARD_FUNCTION)
+        for table in tables:
+            if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,):
+                continue
+            if conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'cluster_board' AND tgrelid = %s::regclass",
+                            (table,)).fetchone() is None:
+                conn.execute(f'CREATE TRIGGER cluster_board AFTER INSERT OR UPDATE OR DELETE ON "{table}" '
+                             "FOR EACH STATEMENT EXECUTE FUNCTION cluster_board_notify()")
+            done.append(table)
+    return done
 
 
 def fence_settings(holder: str, numbers: Mapping[str, int], idle_limit: float) -> tuple[str, tuple[str, str, str]]:
@@ -574,7 +634,8 @@ class Listener:
     every exit.
     """
 
-    def __init__(self, url: str, channels: Iterable[str] = (INBOX_CHANNEL, REPLY_CHANNEL, LEASE_CHANNEL), *,
+    def __init__(self, url: str,
+                 channels: Iterable[str] = (INBOX_CHANNEL, REPLY_CHANNEL, LEASE_CHANNEL, BOARD_CHANNEL), *,
                  retry: float = 1.0) -> None:
         self.url = url
         self.channels = tuple(channels)

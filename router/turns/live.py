@@ -508,6 +508,9 @@ class LiveHub:
         #: (``(generation, version)``; None: not known, or not a container).
         self.durable: tuple[int, int] | None = None
         self._fanout: FanOut[LiveBatch] = FanOut(buffer=buffer, lagged_error=_live_lagged(buffer))
+        #: Told after each batch is handed out (the turn router's
+        #: ``on_change``: the session's listing may have changed).
+        self.on_publish: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"<LiveHub subscribers={len(self._fanout)} {self.history!r} {self.converter!r}>"
@@ -537,6 +540,8 @@ class LiveHub:
             self.durable = durable
         if items:
             self._fanout.publish(self.history.publish(items, self.durable))
+            if self.on_publish is not None:
+                self.on_publish()
 
     def reset(self, why: str, *, level: int = logging.WARNING) -> None:
         """The events were interrupted (a subscription overflowed, the

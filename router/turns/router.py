@@ -79,7 +79,7 @@ import os
 import uuid
 from functools import partial
 from pathlib import Path
-from typing import Any, AsyncIterator, Final, Mapping
+from typing import Any, AsyncIterator, Callable, Final, Mapping
 
 import trio
 
@@ -222,6 +222,14 @@ class TurnRouter:
         #: The notifications (``router.notify.outbox.Notifications``; set by
         #: ``router serve``; None: this router sends none).
         self.notifications: Any = None
+        #: Told (synchronously, never awaited) when a session is created or
+        #: opens here, or its live view publishes: what :meth:`list` says of it may have
+        #: changed (the board's live stream surveys at once; None: nobody).
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def __repr__(self) -> str:
         return f"<TurnRouter {self.registry!r} delivered={self.delivered}>"
@@ -250,6 +258,7 @@ class TurnRouter:
         hub = target.hub
         if hub is not None:
             session.on_close.append(hub.close)
+            hub.on_publish = self._changed
         starters: list[Starter] = []
         if self.layer is not None:
             brackets = session.brackets = await self._brackets(session, target)
@@ -258,6 +267,7 @@ class TurnRouter:
         starters += target.tasks(session.brackets)
         starters.append(("inbox", lambda task_status: self._inbox(session, receive, task_status)))
         opened = await self.registry.open(session, starters)
+        self._changed()
         await self.parking.joined(opened)
         return opened
 
@@ -349,13 +359,15 @@ class TurnRouter:
         router): a session this router lists, known without a read."""
         return self.registry.get(session_id) is not None
 
-    async def list(self) -> list[dict[str, Any]]:
+    async def list(self, *, containers: bool = True) -> list[dict[str, Any]]:
         """Every session: ``{id, kind, busy, state}`` (container sessions
         oldest first, then Claude Code sessions), with ``stopped`` (the
         stop's reason) when a limit stopped it; ``state`` as
-        :mod:`router.board.state` derives it."""
+        :mod:`router.board.state` derives it. ``containers=False``: the
+        Claude Code sessions only (a cluster's board lists the container
+        sessions of the shared record once, not from every router)."""
         stops = await self.deliveries.call(self.deliveries.stops) if self.layer is not None else {}
-        out = [] if self.containers is None else await self.containers.list()
+        out = [] if self.containers is None or not containers else await self.containers.list()
         out += [entry for session in self.registry.sessions() if (entry := session.target.entry()) is not None]
         await self.parking.check_shared(*(entry["id"] for entry in out))
         for entry in out:
@@ -387,6 +399,7 @@ class TurnRouter:
             await self.deliveries.call(self.deliveries.put_launch, created, launch)
             if self.layer is not None and await self.deliveries.call(self.deliveries.stop_of, created) is not None:
                 await self._resume(await self.session(created))
+        self._changed()
         return {"id": created, "kind": self.containers.kind.value}
 
     async def messages(self, session_id: str) -> dict[str, Any]:

@@ -114,6 +114,26 @@ async def test_the_board_stream_surveys_once_for_every_viewer(
         await until(lambda: board.feed.statistics()["viewers"] == 0 and not board.feed.statistics()["running"])
 
 
+async def test_a_session_created_here_reaches_a_board_viewer_without_waiting_for_the_next_survey(
+    api: Api, nursery: trio.Nursery, env: dict[str, str], client: httpx.AsyncClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = await start(api, nursery, env, board=True, max_streams=8)
+    board = of(server.app).board
+    monkeypatch.setattr(board.feed, "interval", 3600.0)  # the fallback survey never comes in this test
+    api.router.on_change = board.feed.poke  # as the main job wires it (router/serve.py)
+    with trio.fail_after(60):
+        async with client.stream("GET", f"{server.url}/board/live") as response:
+            reader = SseReader(response)
+            [snapshot] = await reader.until(lambda event: event["event"] == "snapshot")
+            assert [each["id"] for each in snapshot["data"]["sessions"]] == ["root"]
+            created = await client.post(f"{server.url}/sessions", json={"id": "poked"})
+            assert created.status_code == 201
+            added = await reader.until(lambda event: event["event"] == "session-added")
+            assert added[-1]["data"]["session"]["id"] == "poked"
+    assert board.feed.statistics()["pokes"] >= 1
+
+
 async def test_a_board_viewer_that_falls_behind_is_dropped_not_waited_for() -> None:
     from router.board.feed import BoardFeed
 
@@ -131,6 +151,9 @@ async def test_a_board_viewer_that_falls_behind_is_dropped_not_waited_for() -> N
         async def listing(self) -> Listing:
             self.n += 1
             return Listing(self.n)
+
+        def changed(self) -> None:
+            return None
 
     feed = BoardFeed(Board(), interval=0.001, buffer=2)
     async with trio.open_nursery() as nursery:

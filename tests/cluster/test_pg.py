@@ -4,6 +4,7 @@ its notifications."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
@@ -239,3 +240,38 @@ def test_a_router_stopped_inside_a_transaction_loses_it_and_the_lease_moves(conn
                 stalled.execute("SELECT 1")  # it wakes: the transaction is gone
         assert stalled.broken  # and the connection: the store dials again (router/store/db.py)
     assert conn.execute("SELECT cursor FROM sessions").fetchall() == [(0,)]
+
+
+def test_renew_renews_a_lease_whose_row_is_locked_now_once_the_lock_is_gone(pg_url: str, conn) -> None:
+    # The round's one statement skips a row locked now (a write of that
+    # session committing); the lease is renewed after, waiting for it.
+    pg.ensure_sessions(conn, ["r1", "r2", "r3"])
+    held = pg.acquire(conn, "a", ["r1", "r2", "r3"], 30)
+    renewed: list[set[str]] = []
+    with psycopg.connect(pg_url) as writer:  # a transaction holding r2's row
+        writer.execute("SELECT 1 FROM cluster_leases WHERE session = 'r2' FOR SHARE")
+        thread = threading.Thread(target=lambda: renewed.append(pg.renew(conn, "a", held, 30)))
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not renewed and time.monotonic() < deadline:
+            waiting = writer.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+            if waiting and waiting[0] > 0:
+                break
+            time.sleep(0.01)
+        writer.commit()
+        thread.join(30)
+    assert renewed == [{"r1", "r2", "r3"}]
+    assert pg.renew(conn, "b", held, 30) == set()  # another router's: nothing
+
+
+async def test_a_write_of_a_sessions_record_notifies_the_board(pg_url: str, conn) -> None:
+    conn.execute("CREATE TABLE IF NOT EXISTS sessions (id text PRIMARY KEY, note text)")
+    assert pg.install_board_notify(conn) == ["sessions"]
+    assert pg.install_board_notify(conn) == ["sessions"]  # idempotent
+    async with trio.open_nursery() as nursery:
+        listener = await nursery.start(pg.Listener(pg_url).run)
+        changed = listener.event(pg.BOARD_CHANNEL)
+        conn.execute("INSERT INTO sessions (id) VALUES ('b1'), ('b2')")
+        with trio.fail_after(30):
+            await changed.wait()
+        nursery.cancel_scope.cancel()

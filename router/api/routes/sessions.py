@@ -41,8 +41,8 @@ blueprint = Blueprint("sessions", __name__)
 @blueprint.get("/sessions")
 async def list_sessions() -> Response:
     scope = request.args.get("scope")
-    if scope not in (None, "router", "board"):
-        raise Refusal("bad-query", f"scope is 'router' or 'board', not {scope!r}")
+    if scope not in (None, "router", "unshared", "board"):
+        raise Refusal("bad-query", f"scope is 'router', 'unshared' or 'board', not {scope!r}")
     return respond(await dispatch("list", {"scope": scope} if scope else {}))
 
 
