@@ -159,23 +159,7 @@ class ClaudeCodeTarget:
             with subscription:
                 try:
                     async for event in subscription:
-                        if isinstance(event, (ModHelloEvent, ModSessionEndEvent)):
-                            # A mod that starts again, or a session that ended, waits on no ask.
-                            self._asks_gone()
-                        if isinstance(event, ModHelloEvent):
-                            self._mod_knows_asks = event.capabilities is not ABSENT and (
-                                MOD_CAPABILITY_ASKS in event.capabilities
-                            )
-                            if self.link.state.model is None and self._asks_nursery is not None:
-                                self._asks_nursery.start_soon(self._ask_model, name=f"model-{self.id}")
-                        if isinstance(event, ModAskEvent):
-                            self._ask_reported(event)
-                        self._limit_of(event)
-                        self.hub.feed([event])
-                        if isinstance(event, ModTurnCompleteEvent):
-                            self._turn_ended(event.turn_id)
-                        if brackets is not None:
-                            _bracket_mod_event(brackets, event)
+                        self._seen(event, brackets)
                 except ModSubscriberOverflow as exc:
                     self.hub.reset(str(exc))
                     subscription = self.link.events()
@@ -185,6 +169,28 @@ class ClaudeCodeTarget:
                     continue
             self._asks_gone()
             return  # the link stopped
+
+    def _seen(self, event: Any, brackets: SessionBrackets | None) -> None:
+        """One event of the link, in the view's task: the asks, the usage
+        limit, the live view, a turn's end, then the brackets."""
+        assert self.hub is not None
+        if isinstance(event, (ModHelloEvent, ModSessionEndEvent)):
+            # A mod that starts again, or a session that ended, waits on no ask.
+            self._asks_gone()
+        if isinstance(event, ModHelloEvent):
+            self._mod_knows_asks = event.capabilities is not ABSENT and (
+                MOD_CAPABILITY_ASKS in event.capabilities
+            )
+            if self.link.state.model is None and self._asks_nursery is not None:
+                self._asks_nursery.start_soon(self._ask_model, name=f"model-{self.id}")
+        if isinstance(event, ModAskEvent):
+            self._ask_reported(event)
+        self._limit_of(event)
+        self.hub.feed([event])
+        if isinstance(event, ModTurnCompleteEvent):
+            self._turn_ended(event.turn_id)
+        if brackets is not None:
+            _bracket_mod_event(brackets, event)
 
     def _turn_ended(self, turn: str) -> None:
         """Record the turn's end with its answer (the text of its last
