@@ -36,7 +36,9 @@ def sse(data: Any, event: str | None = None, id: str | None = None) -> bytes:
     return f"{head}data: {dumps(data)}\n\n".encode()
 
 
-async def board_events(board: LocalBoard, resumed: str | None, nursery: trio.Nursery) -> AsyncIterator[bytes]:
+async def board_events(
+    board: LocalBoard, resumed: str | None, nursery: trio.Nursery, keepalive: float = KEEPALIVE_SECONDS
+) -> AsyncIterator[bytes]:
     """The board's live stream (``event:`` its type): ``snapshot`` first,
     then ``session-added``, ``session-changed``, ``session-removed`` and
     ``routers-skipped``. Every event has an id (``<stream>-<n>``), but the
@@ -44,14 +46,20 @@ async def board_events(board: LocalBoard, resumed: str | None, nursery: trio.Nur
     client that reconnects with ``Last-Event-ID`` gets ``reset`` and then a
     fresh snapshot, which is everything it missed. Every stream shares the
     board's one survey (:class:`router.board.feed.BoardFeed`, run in
-    ``nursery``); one that falls behind ends with ``lagged``."""
+    ``nursery``); one that falls behind ends with ``lagged``. A comment
+    line after ``keepalive`` seconds of quiet: a proxy keeps the stream
+    open, and the server, which notices a closed client only when it
+    writes, notices a closed page within that time."""
     stream = uuid.uuid4().hex[:8]
     if resumed is not None:
         yield f"id: {stream}-0\n".encode() + sse({"type": "reset", "lastEventId": resumed}, "reset")
     n = 0
     try:
-        async with aclosing(board.feed.events(nursery)) as events:
+        async with aclosing(board.feed.events(nursery, keepalive)) as events:
             async for event in events:
+                if event is None:
+                    yield KEEPALIVE
+                    continue
                 n += 1
                 yield f"id: {stream}-{n}\n".encode() + sse(event, event["type"])
     except Lagged as lagged:

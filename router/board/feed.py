@@ -38,6 +38,7 @@ ends; the next viewer starts another.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, AsyncIterator, Final, Protocol
 
 import attrs
@@ -126,12 +127,14 @@ class BoardFeed:
                 for event in (self._poked, changed):
                     nursery.start_soon(_set_then_cancel, event, nursery.cancel_scope)
 
-    async def events(self, nursery: trio.Nursery) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, nursery: trio.Nursery, quiet: float | None = None) -> AsyncIterator[dict[str, Any] | None]:
         """The board's events for one viewer: ``snapshot`` (the whole
         listing), then the changes of each survey (``session-added``,
         ``session-changed``, ``session-removed``, ``routers-skipped``);
         raises :class:`~router._fanout.Lagged` when it fell behind.
-        ``nursery`` runs the survey task if none is running."""
+        ``nursery`` runs the survey task if none is running. With ``quiet``
+        (seconds), ``None`` after each ``quiet`` seconds without a change
+        (the stream's keepalive)."""
         self._viewers += 1
         try:
             if self._scope is None:
@@ -144,7 +147,16 @@ class BoardFeed:
                 if listing is None:  # the survey failed: the subscription is dropped
                     raise _lagged()
                 yield {"type": "snapshot", **listing.to_json()}
-                async for batch in subscription:
+                while True:
+                    batch: list[dict[str, Any]] | None = None
+                    with trio.move_on_after(math.inf if quiet is None else quiet):
+                        try:
+                            batch = await subscription.__anext__()  # cancel-safe: a channel's receive
+                        except StopAsyncIteration:
+                            return
+                    if batch is None:
+                        yield None
+                        continue
                     for event in batch:
                         yield event
         finally:

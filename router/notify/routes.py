@@ -8,7 +8,8 @@ page is written against; docs/notifications.md, "HTTP").
                                                 device}``; the same endpoint replaces the old
 ``DELETE /notifications/subscriptions/<id>``    204 (404 ``unknown-subscription``)
 ``POST /presence {visible, session}``           204: the requesting device watches ``session``
-                                                while visible (45 s without a renewal ends it)
+                                                while visible (45 s without a renewal ends it,
+                                                and so does its ``GET /board/live`` ending)
 ``GET /notifications[?session=][&limit=]``      ``{notifications: [{id, kind, session, at, title,
                                                 body, receipts: [...]}]}``, newest first
 ``GET /notifications/settings``                 destinations (masked), quiet hours, sessions'
@@ -26,7 +27,8 @@ mcp``).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from contextlib import aclosing
+from typing import Any, AsyncIterator, Final
 
 from quart import Blueprint, Response, request
 
@@ -35,7 +37,7 @@ from router.notify import record
 from router.notify.core import LOCAL_DEVICE, parse_presence, parse_session_setting, parse_subscription
 from wire.json import JsonError, dumps, loads
 
-__all__ = ["blueprint"]
+__all__ = ["blueprint", "gone_when_closed"]
 
 #: The most notifications one listing answers (NOTIFY_CONTRACT: default 50, max 500).
 MAX_LIMIT: Final = 500
@@ -62,6 +64,29 @@ def _device() -> tuple[str, str]:
     if gate is not None and gate.remote and device is not None:
         return device.id, device.name
     return LOCAL_DEVICE, LOCAL_DEVICE
+
+
+def gone_when_closed(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``body`` (a page's stream), which drops the requesting device's
+    presence when it ends, however it ends (the page closed it, the
+    server did). Call it in the request: the device is read now, not in
+    the stream. A router that runs no notifications gets ``body`` as is."""
+    from router.api.context import current
+
+    service = getattr(current().router, "notifications", None)
+    if service is None:
+        return body
+    device, _ = _device()
+    return _then_gone(body, service.presence, device)
+
+
+async def _then_gone(body: AsyncIterator[bytes], presence: Any, device: str) -> AsyncIterator[bytes]:
+    try:
+        async with aclosing(body) as chunks:  # type: ignore[type-var]
+            async for chunk in chunks:
+                yield chunk
+    finally:
+        presence.gone(device)
 
 
 async def _body(what: str) -> Any:

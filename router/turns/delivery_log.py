@@ -455,6 +455,14 @@ class DeliveryLog:
             (ask["id"], ask["session"], ask["state"], json.dumps(ask), self._clock()),
         )
 
+    def turn_ended(self, session: str, turn: str, text: str) -> None:
+        """A Claude Code session's turn ``turn`` ended, its answer ``text``
+        (the mod's ``turn-complete``). The record keeps no row of a Claude
+        Code turn: the change is told to :attr:`on_change` alone, in a
+        transaction of its own (the notification event is its record)."""
+        with self._changing("turn-ended", {"session": session, "operation": turn, "text": text}):
+            pass
+
     def asks_of(self, session: str) -> list[dict[str, Any]]:
         """The session's asks, as kept, oldest first."""
         rows = self._db.execute("SELECT record FROM asks WHERE session = ? ORDER BY rowid", (session,)).fetchall()

@@ -247,6 +247,7 @@ class TurnRouter:
                 session_id, env=self.env, link_options=self.link_options, deadline=self.message_deadline,
                 instance=self.instance, routes=self._routes,
                 record_ask=partial(self.deliveries.call, self.deliveries.put_ask),
+                record_turn_end=partial(self.deliveries.call, self.deliveries.turn_ended),
             )
         )
 

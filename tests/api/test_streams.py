@@ -1,7 +1,7 @@
 """Live streams at the API's edge: a cap per credential (429
 ``too-many-streams``, the slot given back when a stream ends), and the
-board's live stream surveying once for every viewer (docs/turns.md,
-"Connections")."""
+board's live stream surveying once for every viewer and sending a keep-alive
+comment when quiet (docs/turns.md, "Connections")."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ LIVE = "/sessions/root/live"
 
 
 async def start(api: Api, nursery: trio.Nursery, env: dict[str, str], *, board: bool = False,
-                max_streams: int = 2) -> ApiServer:
+                max_streams: int = 2, keepalive: float = 15.0) -> ApiServer:
     local = LocalBoard(api.router, env=env) if board else None
     server = ApiServer(api.router, api.server.layer, port=0, token=TOKEN, board=local,
-                       config=ApiConfig(max_streams=max_streams))
+                       config=ApiConfig(max_streams=max_streams, live_keepalive=keepalive))
     await nursery.start(server.run)
     return server
 
@@ -168,3 +168,21 @@ async def test_a_board_viewer_that_falls_behind_is_dropped_not_waited_for() -> N
         assert getattr(lagged.value, "code", None) == "board-lagged" and len(events) <= 2 * 2
         await slow.aclose()
         assert feed.statistics()["viewers"] == 0 and feed.statistics()["running"] is False
+
+
+async def test_a_quiet_board_stream_sends_a_keep_alive_comment_and_keeps_its_ids(
+    api: Api, nursery: trio.Nursery, env: dict[str, str], client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = await start(api, nursery, env, board=True, keepalive=0.05)
+    monkeypatch.setattr(of(server.app).board.feed, "interval", 0.05)
+    async with client.stream("GET", f"{server.url}/board/live") as response:
+        reader = SseReader(response)
+        snapshot = await reader.next()
+        assert snapshot["event"] == "snapshot"
+        stream = snapshot["id"].rsplit("-", 1)[0]
+        assert await reader.next() == {"comment": "keep-alive"}
+        created = await client.post(f"{server.url}/sessions", json={"id": "mine"})
+        assert created.status_code == 201, created.text
+        added = await reader.until(lambda event: event.get("event") == "session-added")
+        # A comment takes no id: the events after the snapshot go on from 2.
+        assert [event["id"] for event in added] == [f"{stream}-{n}" for n in range(2, 2 + len(added))]

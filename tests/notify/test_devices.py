@@ -6,6 +6,7 @@ revoked device's subscriptions are removed and it hears nothing more."""
 
 from __future__ import annotations
 
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -13,7 +14,9 @@ from typing import Any, AsyncIterator
 import httpx
 import trio
 
+from router.api.context import ApiConfig
 from router.api.server import ApiServer
+from router.board.service import LocalBoard
 from router.daemon.adapters.echo import adapter as echo_adapter
 from router.host import Host, HostSettings, Store
 from router.notify.outbox import Notifications
@@ -35,7 +38,8 @@ PROXIED = {"x-forwarded-host": "box.tail1234.ts.net", "x-forwarded-proto": "http
 
 
 @asynccontextmanager
-async def _serving(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[tuple[httpx.AsyncClient, Notifications]]:
+async def _serving(tmp_path: Path, env: dict[str, str], *, board: bool = False,
+                   ) -> AsyncIterator[tuple[httpx.AsyncClient, Notifications]]:
     opened: list[Any] = []
     try:
         async with trio.open_nursery() as nursery:
@@ -63,7 +67,9 @@ async def _serving(tmp_path: Path, env: dict[str, str]) -> AsyncIterator[tuple[h
                           devices=DeviceStore.open(None, tmp_path))
             await nursery.start(reach.run)
             notifications.revoked_devices = reach.revoked_among  # as router serve wires them
-            server = ApiServer(router, layer, port=0, token=TOKEN, reach=reach)
+            server = ApiServer(router, layer, port=0, token=TOKEN, reach=reach,
+                               board=LocalBoard(router, env=env) if board else None,
+                               config=ApiConfig(live_keepalive=0.2))  # a closed stream is noticed soon
             url = await nursery.start(server.run)
             async with httpx.AsyncClient(base_url=url, timeout=30) as client:
                 yield client, notifications
@@ -141,3 +147,29 @@ async def test_a_revoked_device_is_sent_nothing_more(tmp_path: Path, env: dict[s
             assert push.accepted("phone") == []
             settings = (await client.get("/notifications/settings", headers=AUTH)).json()
             assert [d["label"] for d in settings["destinations"]] == ["web-push: Mac Chrome"]  # the phone's removed
+
+
+async def test_a_closed_board_stream_ends_the_device_s_presence(tmp_path: Path, env: dict[str, str]) -> None:
+    async with _serving(tmp_path, env, board=True) as (client, notifications):
+        laptop = await _pair(client, "Mozilla/5.0 (Macintosh) Chrome/140.0 Safari/537.36")
+        with PushService() as push:
+            browser = Browser(push.endpoint("laptop"))
+            made = await client.post("/notifications/subscriptions", json=browser.subscription, headers=laptop)
+            assert made.status_code == 201
+            async with client.stream("GET", "/board/live", headers=laptop) as live:
+                assert live.status_code == 200
+                lines = live.aiter_lines()
+                while not (await lines.__anext__()).startswith("event: snapshot"):
+                    pass
+                shown = await client.post("/presence", json={"visible": True, "session": "s-1"}, headers=laptop)
+                assert shown.status_code == 204
+                assert list(notifications.presence.watching("s-1", time.time()).values()) == ["Mac Chrome"]
+            # The page's stream closed: the laptop no longer watches, long before presence's own lapse.
+            with trio.fail_after(20):
+                while notifications.presence.watching("s-1", time.time()):
+                    await trio.sleep(0.02)
+            await notifications.deliveries.call(notifications.deliveries.put_ask, waiting_ask("ask-1", "s-1"))
+            with trio.fail_after(20):
+                while not push.accepted("laptop"):
+                    await trio.sleep(0.02)
+            assert browser.decrypt(push.accepted("laptop")[0])["ask"]["id"] == "ask-1"

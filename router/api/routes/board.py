@@ -1,5 +1,7 @@
 """``GET /board/live``: the board of every local router's sessions, as
-server-sent events (:func:`router.api.events.board_events`)."""
+server-sent events (:func:`router.api.events.board_events`). The page keeps
+it open: when it ends, the requesting device's presence ends with it
+(:func:`router.notify.routes.gone_when_closed`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from router.api.events import board_events
 from router.api.guards import credential
 from router.api.streams import stream_response
 from router.errors import Refusal
+from router.notify.routes import gone_when_closed
 
 __all__ = ["blueprint"]
 
@@ -24,4 +27,6 @@ async def board_live() -> Response:
     slot = api.streams.take(credential())
     # The board's one survey task runs in the app's nursery (Quart-Trio's,
     # from its lifespan), started by the first viewer of any request.
-    return stream_response(board_events(api.board, request.headers.get("last-event-id"), current_app.nursery), slot)
+    body = board_events(api.board, request.headers.get("last-event-id"), current_app.nursery,
+                        keepalive=api.config.live_keepalive)
+    return stream_response(gone_when_closed(body), slot)

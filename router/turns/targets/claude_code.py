@@ -93,6 +93,7 @@ class ClaudeCodeTarget:
         instance: str,
         routes: Callable[[], Awaitable[object]],
         record_ask: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+        record_turn_end: Callable[[str, str, str], Awaitable[None]] | None = None,
     ) -> None:
         self.id = session_id
         self.link = ModLink(session_id, env=env, **link_options)
@@ -112,6 +113,10 @@ class ClaudeCodeTarget:
         #: Keeps each ask and its answer in the session's record (the
         #: delivery log's ``asks``); None keeps them in memory only.
         self._record_ask = record_ask
+        #: Tells the session's record a turn ended, with its answer
+        #: ``(session, turn id, text)`` (the delivery log's
+        #: ``turn_ended``: a notification); None tells nobody.
+        self._record_turn_end = record_turn_end
         #: Told what the view sees of the provider's usage limit (the
         #: router's parking; None: nobody listens).
         self.on_limit: Callable[[Any], None] | None = None
@@ -154,21 +159,7 @@ class ClaudeCodeTarget:
             with subscription:
                 try:
                     async for event in subscription:
-                        if isinstance(event, (ModHelloEvent, ModSessionEndEvent)):
-                            # A mod that starts again, or a session that ended, waits on no ask.
-                            self._asks_gone()
-                        if isinstance(event, ModHelloEvent):
-                            self._mod_knows_asks = event.capabilities is not ABSENT and (
-                                MOD_CAPABILITY_ASKS in event.capabilities
-                            )
-                            if self.link.state.model is None and self._asks_nursery is not None:
-                                self._asks_nursery.start_soon(self._ask_model, name=f"model-{self.id}")
-                        if isinstance(event, ModAskEvent):
-                            self._ask_reported(event)
-                        self._limit_of(event)
-                        self.hub.feed([event])
-                        if brackets is not None:
-                            _bracket_mod_event(brackets, event)
+                        self._seen(event, brackets)
                 except ModSubscriberOverflow as exc:
                     self.hub.reset(str(exc))
                     subscription = self.link.events()
@@ -178,6 +169,50 @@ class ClaudeCodeTarget:
                     continue
             self._asks_gone()
             return  # the link stopped
+
+    def _seen(self, event: Any, brackets: SessionBrackets | None) -> None:
+        """One event of the link, in the view's task: the asks, the usage
+        limit, the live view, a turn's end, then the brackets."""
+        assert self.hub is not None
+        if isinstance(event, (ModHelloEvent, ModSessionEndEvent)):
+            # A mod that starts again, or a session that ended, waits on no ask.
+            self._asks_gone()
+        if isinstance(event, ModHelloEvent):
+            self._mod_knows_asks = event.capabilities is not ABSENT and (
+                MOD_CAPABILITY_ASKS in event.capabilities
+            )
+            if self.link.state.model is None and self._asks_nursery is not None:
+                self._asks_nursery.start_soon(self._ask_model, name=f"model-{self.id}")
+        if isinstance(event, ModAskEvent):
+            self._ask_reported(event)
+        self._limit_of(event)
+        self.hub.feed([event])
+        if isinstance(event, ModTurnCompleteEvent):
+            self._turn_ended(event.turn_id)
+        if brackets is not None:
+            _bracket_mod_event(brackets, event)
+
+    def _turn_ended(self, turn: str) -> None:
+        """Record the turn's end with its answer (the text of its last
+        assistant step the view drew), beside the view: the view never
+        waits on the disk."""
+        if self._record_turn_end is None or self._asks_nursery is None or self.hub is None:
+            return
+        text = ""
+        for message in reversed(self.hub.converter.messages.values()):
+            if message.get("operationId") != turn:
+                continue
+            text = "".join(part.get("text", "") for part in message["parts"] if part.get("type") == "text")
+            if text.strip():
+                break
+        self._asks_nursery.start_soon(self._record_end, turn, text, name=f"turn-end-{self.id}")
+
+    async def _record_end(self, turn: str, text: str) -> None:
+        assert self._record_turn_end is not None
+        try:
+            await self._record_turn_end(self.id, turn, text)
+        except Exception:  # noqa: BLE001 - the record failing never holds the session up
+            log.exception("session %s: the end of turn %s could not be recorded", self.id, turn)
 
     async def _ask_model(self) -> None:
         """Claude Code names its model in a turn's steps; before the first,
