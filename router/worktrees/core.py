@@ -278,7 +278,8 @@ def parse_log(output: bytes) -> list[Commit]:
 # --------------------------------------------------------------------------- harnesses
 
 #: What a launched daemon runs (``router daemon --adapter``; kept equal to
-#: ``router.daemon.cli.ADAPTERS``' names, which a test checks).
+#: ``router.daemon.cli.ADAPTERS``' names but ``replay``, recorded turns
+#: played back for benchmarks and tests, not an agent: a test checks it).
 DAEMON_HARNESSES: Final = ("echo", "claude-code", "codex")
 _MODULE_ATTR = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*")
 
