@@ -74,7 +74,7 @@ class Senders:
             if status == 200 and isinstance(body, dict) and isinstance(body.get("reply"), dict) \
                     and body["reply"].get("status") == "done":
                 text = body["reply"]["text"]
-                assert text.startswith(f"echo: hi {event_id} (turn "), (event_id, body)
+                assert text.startswith(f"echo: hi {event_id} (turn "), (event_id, text, body)
                 self.answers.setdefault(event_id, text)
                 assert self.answers[event_id] == text, (event_id, self.answers[event_id], text)
                 return
