@@ -52,7 +52,9 @@ async def test_a_worktree_session_from_the_page_its_changes_and_its_end(bench: B
         await page.wait_for("[...document.querySelectorAll('#log .assistant')].some(d => d.innerText.includes('hello there'))",
                             timeout=60)
         await page.wait_for("!document.getElementById('changes').hidden && !document.getElementById('end').hidden")
-        worktree = Path(await page.evaluate("JSON.parse(localStorage.getItem('router.board')).find(s => s.id === 'one').worktree"))
+        # The board the page keeps (written at most once a second): the session's worktree.
+        worktree = Path(await page.wait_for(
+            "((JSON.parse(localStorage.getItem('router.board')) || []).find(s => s.id === 'one') || {}).worktree"))
         assert worktree.is_dir()
         (worktree / "notes.txt").write_text("one\ntwo\n")
 
