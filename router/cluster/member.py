@@ -198,7 +198,13 @@ class ClusterMember:
             await trio.sleep_forever()
 
     async def aclose(self) -> None:
-        """A clean stop: hand back every lease, leave, stop the tasks."""
+        """A clean stop: stop the tasks, hand back every lease, leave. The
+        rounds stop first: a round after the leave would take the leases it
+        just handed back (and register the router again), and the others
+        would wait for their expiry."""
+        self.taking = False
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel(reason="the cluster member stops")
         for session in self.held.sessions():
             self._lose(session)
         with trio.CancelScope(shield=True), trio.move_on_after(self.settings.lease_ttl):
@@ -206,8 +212,6 @@ class ClusterMember:
                 await self.db.call(pg.leave, self.id)
             except Exception as exc:
                 log.warning("cluster %s: could not leave cleanly (its leases expire): %s", self.id, exc)
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel(reason="the cluster member stops")
 
     async def _rounds(self) -> None:
         while True:

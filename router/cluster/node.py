@@ -329,6 +329,7 @@ class ClusterNode:
         the leases back and leave."""
         held = self.member.held.sessions()
         self._numbers = {}
+        self.member.taking = False  # no round takes a lease while they are handed back
         with trio.move_on_after(self.member.settings.lease_ttl):
             for session in held:
                 await self._release(session)
