@@ -294,13 +294,9 @@ class Exchange:
         deadline. Raises :class:`PeerGone` when the peer ends the connection
         before the body does."""
         conn, most = self._conn, self._limits.max_body
-        declared = self.header(b"content-length")
-        if declared is not None and int(declared) > most:  # h11 checked it is digits
-            return _too_large(most)
-        if declared is not None and int(declared):
-            if not await self._budget.take(int(declared)):
-                return _BUSY
-            self.reserved = int(declared)
+        refused = await self._reserve_declared(most)
+        if refused is not None:
+            return refused
         if conn.they_are_waiting_for_100_continue:
             await self.stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
         chunks: list[bytes] = []
@@ -310,13 +306,9 @@ class Exchange:
             event = conn.next_event()
             if type(event) is h11.Data:
                 size += len(event.data)
-                if size > most:
-                    return _too_large(most)
-                if size > self.reserved:  # chunked: each chunk as it comes
-                    if not self._budget.try_take(size - self.reserved):
-                        self._budget.refused += 1
-                        return _BUSY
-                    self.reserved = size
+                refused = self._count(size, most)
+                if refused is not None:
+                    return refused
                 chunks.append(event.data)
             elif type(event) is h11.EndOfMessage:
                 return b"".join(chunks)
@@ -330,6 +322,31 @@ class Exchange:
                 return refusal(408, "bad-request", _SLOW_BODY)
             elif type(event) is h11.ConnectionClosed:
                 raise PeerGone
+
+    async def _reserve_declared(self, most: int) -> Answer | None:
+        """Refuse a declared ``content-length`` past ``most`` (413), or take
+        it from the body budget at once (503 when it has no room)."""
+        declared = self.header(b"content-length")
+        if declared is not None and int(declared) > most:  # h11 checked it is digits
+            return _too_large(most)
+        if declared is not None and int(declared):
+            if not await self._budget.take(int(declared)):
+                return _BUSY
+            self.reserved = int(declared)
+        return None
+
+    def _count(self, size: int, most: int) -> Answer | None:
+        """The body read so far is ``size`` bytes: 413 past ``most``; past
+        what is reserved (a chunked body), the rest taken from the budget
+        as it comes, 503 when it has no room."""
+        if size > most:
+            return _too_large(most)
+        if size > self.reserved:
+            if not self._budget.try_take(size - self.reserved):
+                self._budget.refused += 1
+                return _BUSY
+            self.reserved = size
+        return None
 
     async def hold(self, held: set[trio.CancelScope]) -> None:
         """Wait until woken: until a scope this puts in ``held`` is

@@ -736,42 +736,46 @@ def setup_logging(level: str, prefix: str) -> None:
     guard_handlers()  # peers' text cut, repeats rate-limited (router/_peerlog.py)
 
 
-def run(args: argparse.Namespace) -> int:
+class BadServeArguments(Exception):
+    """A ``router serve`` argument that cannot be used: its sentence is
+    printed after ``router serve: ``, and the command exits 2."""
+
+
+def _checked_arguments(args: argparse.Namespace) -> tuple[str | None, Any]:
+    """The daemon's token and the reach configuration ``args`` give, once
+    every argument is checked; :class:`BadServeArguments` otherwise."""
     if not 0 <= args.port <= 65535:
-        print(f"router serve: --port {args.port} is not a port (0 to 65535)", file=sys.stderr)
-        return 2
+        raise BadServeArguments(f"--port {args.port} is not a port (0 to 65535)")
     try:
         token = daemon_token("serve", args, os.environ)
     except errors.Refusal as refused:
-        print(f"router serve: {refused}", file=sys.stderr)
-        return 2
+        raise BadServeArguments(str(refused)) from None
     if args.daemon is not None and token is None:
-        print("router serve: no-daemon-token: --daemon needs the daemon's token ($ROUTER_DAEMON_TOKEN or "
-              "--daemon-token-file FILE)", file=sys.stderr)
-        return 2
+        raise BadServeArguments("no-daemon-token: --daemon needs the daemon's token ($ROUTER_DAEMON_TOKEN or "
+                                "--daemon-token-file FILE)")
     if args.daemon is not None and args.launcher is not None:
-        print("router serve: give --daemon (one daemon) or --launcher (a daemon per session), not both",
-              file=sys.stderr)
-        return 2
+        raise BadServeArguments("give --daemon (one daemon) or --launcher (a daemon per session), not both")
     if args.idle_timeout < 0:
-        print("router serve: --idle-timeout is 0 (never) or a number of seconds", file=sys.stderr)
-        return 2
+        raise BadServeArguments("--idle-timeout is 0 (never) or a number of seconds")
     if args.max_streams < 1:
-        print("router serve: --max-streams is at least 1", file=sys.stderr)
-        return 2
+        raise BadServeArguments("--max-streams is at least 1")
     try:
         reach = _reach_config(args)
-    except errors.Refusal as refused:
-        print(f"router serve: {refused}", file=sys.stderr)
-        return 2
-    if args.name is not None:
-        from router.board.local import check_name
+        if args.name is not None:
+            from router.board.local import check_name
 
-        try:
             check_name(args.name)
-        except errors.Refusal as refused:
-            print(f"router serve: {refused}", file=sys.stderr)
-            return 2
+    except errors.Refusal as refused:
+        raise BadServeArguments(str(refused)) from None
+    return token, reach
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        token, reach = _checked_arguments(args)
+    except BadServeArguments as bad:
+        print(f"router serve: {bad}", file=sys.stderr)
+        return 2
     setup_logging(args.log_level, "router serve")
     config = job_config(args, os.environ, token=token, port=args.port, local="serve", store=args.store,
                         launcher=args.launcher, image=args.image, idle_timeout=args.idle_timeout or None,

@@ -36,21 +36,8 @@ MAX_LINES = 150
 #: session; each is split by its owner, and the entry removed when merged.
 #: ``path:qualified name`` -> the owner.
 ALLOWED: dict[str, str] = {
-    # storage layer (owner: store): the constructor is being split with the
-    # host's record into one repository per table.
-    "router/host/store.py:Store.__init__": "store",
-    # network edge (owner: net): the one h11 server loop.
-    "router/_http11.py:Exchange.body": "net",
-    # network edge (owner: net): one WebSocket for both ends of the container link.
-    "router/_websocket.py:WebSocket._handle_events": "net",
-    # `router serve`'s command (router/serve.py, shared): grew past 15 with
-    # --max-streams in the last merge (stream); to split along its checks.
-    "router/serve.py:run": "stream",
-    # notifications (owner: notify): new this session, written against the
-    # old limit of 20.
-    "router/notify/cli.py:run": "notify",
-    "router/notify/config.py:_parse": "notify",
-    "router/notify/core.py:parse_subscription": "notify",
+    # network edge (owner: host): one WebSocket for both ends of the container link.
+    "router/_websocket.py:WebSocket._handle_events": "host",
 }
 
 _FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)

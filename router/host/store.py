@@ -180,6 +180,16 @@ def _now_ms() -> int:
 
 # --------------------------------------------------------------------------- the store
 
+def _target(path: str | os.PathLike[str] | Target) -> Target:
+    """Where a store is: a :class:`Target` as given, a PostgreSQL URL, or a
+    SQLite file's path."""
+    if isinstance(path, Target):
+        return path
+    if isinstance(path, str) and is_postgres_url(path):
+        return Target("postgresql", path)
+    return Target("sqlite", os.fspath(path))
+
+
 class Store:
     """The durable record. See the module docstring.
 
@@ -221,29 +231,24 @@ class Store:
         #: Held by the thread in a transaction, and by close().
         self._guard = threading.Lock()
         self._worker: Worker | None = None
-        target = path if isinstance(path, Target) else None
-        if target is None and isinstance(path, str) and is_postgres_url(path):
-            target = Target("postgresql", path)
-        if target is not None and target.kind == "postgresql":
+        target = _target(path)
+        if target.kind == "postgresql":
             self.path = None
             self.location = str(target)
             self._open_postgres(target.location, create=create)
             return
-        self.path = Path(path.location if isinstance(path, Target) else path)
+        self.path = Path(target.location)
         #: Where the record is, as messages name it (a PostgreSQL URL without its password).
         self.location = str(self.path)
+        self._open_sqlite(exclusive=exclusive, create=create, synchronous=synchronous)
+
+    def _open_sqlite(self, *, exclusive: bool, create: bool, synchronous: str) -> None:
+        """The SQLite side of ``__init__``: the file lock (when
+        ``exclusive``), the connection, foreign keys on, the migrations."""
         if not create and not self.path.exists():
             raise Refused("no-store", f"there is no store at {self.path}; check --store")
         if exclusive:
-            try:
-                self._lock_fd = lock_file(self.path)
-            except OSError as error:
-                raise self._bad_store(error.strerror or str(error)) from None
-            if self._lock_fd is None:
-                raise Refused(
-                    "store-busy",
-                    f"another host has the store {self.path} open; stop it or use another store",
-                )
+            self._lock()
         try:
             self._db: Database = SqliteDatabase(self.path, "host", synchronous=synchronous)
         except BaseException as error:
@@ -260,6 +265,18 @@ class Store:
             if isinstance(error, (sqlite3.DatabaseError, OSError)):
                 raise self._cannot_open(error) from None
             raise
+
+    def _lock(self) -> None:
+        """Take the store file's lock: one host per SQLite store."""
+        try:
+            self._lock_fd = lock_file(self.path)
+        except OSError as error:
+            raise self._bad_store(error.strerror or str(error)) from None
+        if self._lock_fd is None:
+            raise Refused(
+                "store-busy",
+                f"another host has the store {self.path} open; stop it or use another store",
+            )
 
     def _open_postgres(self, url: str, *, create: bool) -> None:
         """The PostgreSQL side of ``__init__``: no file lock (routers share

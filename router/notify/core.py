@@ -385,14 +385,8 @@ def parse_subscription(body: object, *, allow_http: bool = False) -> Subscriptio
     if unknown:
         raise Refusal("bad-subscription", f"unknown field {sorted(unknown)[0]!r}; a subscription has endpoint, "
                       "expirationTime and keys")
-    endpoint = body.get("endpoint")
-    schemes = ("https://", "http://") if allow_http else ("https://",)
-    if (type(endpoint) is not str or not endpoint.startswith(schemes) or len(endpoint) > 2048
-            or any(c in endpoint for c in " \r\n\t\x00") or not endpoint.isprintable()):
-        raise Refusal("bad-subscription", "endpoint is the push service's https:// URL (at most 2048 characters)")
-    expiration = body.get("expirationTime")
-    if expiration is not None and (type(expiration) not in (int, float) or not 0 <= expiration < 2**53):
-        raise Refusal("bad-subscription", "expirationTime is null or a time in ms since the epoch")
+    endpoint = _endpoint(body.get("endpoint"), allow_http)
+    expiration = _expiration(body.get("expirationTime"))
     keys = body.get("keys")
     if type(keys) is not dict or set(keys) - {"p256dh", "auth"} or "p256dh" not in keys or "auth" not in keys:
         raise Refusal("bad-subscription", "keys is {p256dh, auth}, both base64url")
@@ -402,6 +396,22 @@ def parse_subscription(body: object, *, allow_http: bool = False) -> Subscriptio
     _b64url(keys["auth"], "auth", 16)
     return Subscription(endpoint=endpoint, p256dh=keys["p256dh"], auth=keys["auth"],
                         expiration=None if expiration is None else int(expiration))
+
+
+def _endpoint(endpoint: object, allow_http: bool) -> str:
+    """A subscription's ``endpoint``: the push service's URL."""
+    schemes = ("https://", "http://") if allow_http else ("https://",)
+    if (type(endpoint) is not str or not endpoint.startswith(schemes) or len(endpoint) > 2048
+            or any(c in endpoint for c in " \r\n\t\x00") or not endpoint.isprintable()):
+        raise Refusal("bad-subscription", "endpoint is the push service's https:// URL (at most 2048 characters)")
+    return endpoint
+
+
+def _expiration(expiration: object) -> int | float | None:
+    """A subscription's ``expirationTime``: null or ms since the epoch."""
+    if expiration is not None and (type(expiration) not in (int, float) or not 0 <= expiration < 2**53):
+        raise Refusal("bad-subscription", "expirationTime is null or a time in ms since the epoch")
+    return expiration
 
 
 def parse_presence(body: object) -> tuple[bool, str | None]:
