@@ -136,7 +136,7 @@ def _round(conn: Any, me: str, held: dict[str, int], settings: ClusterSettings, 
 class ClusterMember:
     """One router in the cluster; see the module docstring."""
 
-    def __init__(self, db: pg.Database, listen_url: str, router_id: str, *, owner: LeaseOwner | None = None,
+    def __init__(self, db: pg.ClusterDatabase, listen_url: str, router_id: str, *, owner: LeaseOwner | None = None,
                  settings: ClusterSettings | None = None) -> None:
         self.db = db
         self.listen_url = listen_url

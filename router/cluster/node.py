@@ -149,7 +149,7 @@ def open_node(store: Any, deliveries: Any, *, env: Mapping[str, str] | None = No
     env = os.environ if env is None else env
     url = store.database.url
     name = router_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
-    db = pg.Database(url)
+    db = pg.ClusterDatabase(url)
     node = ClusterNode(ClusterMember(db, url, name, settings=settings_from(env)))
     for record in (store, deliveries):
         database = getattr(record, "database", None)

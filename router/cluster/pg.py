@@ -30,7 +30,7 @@ router (an ``UPDATE`` of that row) waits for the commit; every write under
 number *n* is ordered before the lease moves to *n + 1*.
 
 Everything here is synchronous (psycopg 3's sync API; its async API runs
-under asyncio only): :class:`Database` runs each call on the cluster's one
+under asyncio only): :class:`ClusterDatabase` runs each call on the cluster's one
 worker (:mod:`router.store.worker`), on its one connection, and
 :class:`Listener` waits for notifications in Trio itself, on the
 connection's socket.
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "Database",
+    "ClusterDatabase",
     "BOARD_CHANNEL",
     "INBOX_CHANNEL",
     "LEASE_CHANNEL",
@@ -544,7 +544,7 @@ def answer(conn: psycopg.Connection[Any], event_id: str, reply: str, holder: str
 # --------------------------------------------------------------------------- Trio
 
 
-class Database:
+class ClusterDatabase:
     """Calls into PostgreSQL from Trio, through the cluster's one worker
     (:class:`router.store.worker.Worker`): each call runs on the worker's
     thread, one after another, on the one connection (opened when first
@@ -575,7 +575,7 @@ class Database:
 
     def __repr__(self) -> str:
         stats = self.worker.statistics()
-        return (f"<Database connected={self._conn is not None} calls={stats.calls} "
+        return (f"<ClusterDatabase connected={self._conn is not None} calls={stats.calls} "
                 f"retries={stats.retries}>")
 
     @property

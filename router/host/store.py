@@ -155,7 +155,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Final, Iterable, Iterator, Literal, Sequence, TypeVar
 
-from router.store.db import Database, PgDatabase, SqliteDatabase, Target, database_errors, is_postgres_url
+from router.store.db import Database, PgDatabase, SqliteDatabase, StoreTarget, database_errors, is_postgres_url
 from router.store.worker import Worker
 from router.host.record import Tables
 from router.host.record.base import (  # noqa: F401 (the record's types, re-exported: callers import them from here)
@@ -180,14 +180,14 @@ def _now_ms() -> int:
 
 # --------------------------------------------------------------------------- the store
 
-def _target(path: str | os.PathLike[str] | Target) -> Target:
-    """Where a store is: a :class:`Target` as given, a PostgreSQL URL, or a
+def _target(path: str | os.PathLike[str] | StoreTarget) -> StoreTarget:
+    """Where a store is: a :class:`StoreTarget` as given, a PostgreSQL URL, or a
     SQLite file's path."""
-    if isinstance(path, Target):
+    if isinstance(path, StoreTarget):
         return path
     if isinstance(path, str) and is_postgres_url(path):
-        return Target("postgresql", path)
-    return Target("sqlite", os.fspath(path))
+        return StoreTarget("postgresql", path)
+    return StoreTarget("sqlite", os.fspath(path))
 
 
 class Store:
@@ -206,7 +206,7 @@ class Store:
 
     def __init__(
         self,
-        path: str | os.PathLike[str] | Target,
+        path: str | os.PathLike[str] | StoreTarget,
         *,
         exclusive: bool = True,
         create: bool = True,

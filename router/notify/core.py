@@ -67,7 +67,7 @@ __all__ = [
     "QuietHours",
     "RoutingFacts",
     "SessionSetting",
-    "Subscription",
+    "PushSubscription",
     "ask_event",
     "event_id",
     "park_event",
@@ -358,7 +358,7 @@ def _b64url(value: object, what: str, size: int | None) -> bytes:
 
 
 @attrs.frozen(kw_only=True)
-class Subscription:
+class PushSubscription:
     """A browser's push subscription (``PushSubscription.toJSON()``)."""
 
     endpoint: str
@@ -376,7 +376,7 @@ class Subscription:
         return {"endpoint": self.endpoint, "keys": {"p256dh": self.p256dh, "auth": self.auth}}
 
 
-def parse_subscription(body: object, *, allow_http: bool = False) -> Subscription:
+def parse_subscription(body: object, *, allow_http: bool = False) -> PushSubscription:
     """A subscription body, or ``bad-subscription`` with a sentence.
     ``allow_http``: an ``http://`` endpoint (tests' loopback push service)."""
     if type(body) is not dict:
@@ -394,7 +394,7 @@ def parse_subscription(body: object, *, allow_http: bool = False) -> Subscriptio
     if point[0] != 4:
         raise Refusal("bad-subscription", "keys.p256dh is an uncompressed P-256 point (65 bytes starting 0x04)")
     _b64url(keys["auth"], "auth", 16)
-    return Subscription(endpoint=endpoint, p256dh=keys["p256dh"], auth=keys["auth"],
+    return PushSubscription(endpoint=endpoint, p256dh=keys["p256dh"], auth=keys["auth"],
                         expiration=None if expiration is None else int(expiration))
 
 

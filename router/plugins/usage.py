@@ -47,6 +47,7 @@ from router.plugins.broker import Broker
 from router.plugins.loader import LoadedModule, Loader, Log, default_log
 from router.plugins.models import nests_deeper
 from router.errors import Refusal
+from router.host import UsageAfter  # the ledger's answer, the host's store's too
 
 __all__ = [
     "TOKEN_KINDS",
@@ -175,25 +176,6 @@ def utc_now() -> dt.datetime:
 
 
 # --------------------------------------------------------------------------- ledger
-
-
-@attrs.frozen(kw_only=True)
-class UsageAfter:
-    """A session's ``usage`` events after a mark, summed (what
-    :meth:`UsageLedger.usage_after` answers).
-
-    ``mark`` is where the next read starts (the ledger's own position, a
-    count: the mark asked for when no event came after it). The wire's
-    ``usage`` event carries ``inputTokens``, ``outputTokens`` and
-    ``costUsd``, each optional; there are no cache kinds. A sum is ``None``
-    when no event summed reported that figure. The host's store answers
-    objects of this shape (``router.host.store.UsageAfter``).
-    """
-
-    mark: int
-    events: int
-    input_tokens: float | None
-    output_tokens: float | None
 
 
 class UsageLedger(Protocol):

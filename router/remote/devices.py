@@ -49,7 +49,7 @@ from typing import Any, Final, Hashable, Iterable
 
 import attrs
 
-from router.store.db import Database, SqliteDatabase, Target, migrate, open_migrated
+from router.store.db import Database, SqliteDatabase, StoreTarget, migrate, open_migrated
 from router.errors import Refusal
 from router.store.worker import Worker
 
@@ -158,7 +158,7 @@ class DeviceStore:
         return await self.worker.call(fn, *args)
 
     @classmethod
-    def open(cls, target: Target | None, data_dir: Path) -> DeviceStore:
+    def open(cls, target: StoreTarget | None, data_dir: Path) -> DeviceStore:
         def too_new(version: int) -> Exception:
             return Refusal("devices-too-new", f"the devices record was written by a newer router (schema "
                            f"{version}); upgrade this one")

@@ -28,7 +28,7 @@ from router._face import face, names
 
 #: Where each public name lives; each is imported on first use (router._face).
 _FACE = {
-    "router.store.db": "Target parse_target redact",
+    "router.store.db": "StoreTarget parse_target redact",
     "router.store.copy": "copy_record",
     "router.store.record": "Record open_record",
 }

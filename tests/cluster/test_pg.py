@@ -121,7 +121,7 @@ def test_the_inbox_answers_each_event_id_once(conn) -> None:
 
 
 async def test_the_listener_wakes_on_post_and_answer(pg_url: str) -> None:
-    db = pg.Database(pg_url)
+    db = pg.ClusterDatabase(pg_url)
     try:
         await db.call(pg.ensure_schema)
         await db.call(pg.ensure_sessions, ["s"])
