@@ -560,7 +560,8 @@ async def _open_record(config: JobConfig, opened: list[Any]) -> tuple[Any, Any]:
     """The store target ``--store`` names (None: the data directory) and the
     record opened there (appended to ``opened``); :class:`StartFailed` when
     it cannot be."""
-    from router.store import open_record, parse_target
+    from router.record import open_record
+    from router.store import parse_target
 
     try:
         config.data_dir.mkdir(parents=True, exist_ok=True)

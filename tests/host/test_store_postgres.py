@@ -339,7 +339,7 @@ def test_a_copy_slower_than_the_idle_limit_still_lands(tmp_path: Path, postgres_
     # The copy's target transaction waits while the source is read: it is
     # exempt from the idle limit every router connection has.
     import router.store.db
-    import router.store.copy as copy
+    import router.record.copy as copy
 
     data = a_data_dir(tmp_path)
     monkeypatch.setattr(router.store.db, "IDLE_IN_TRANSACTION_LIMIT", 0.2)

@@ -30,7 +30,7 @@ from router.store.db import Database, StoreTarget
 from router.errors import Refusal
 from router.host import Store
 from router.plugins.usage import JsonlRecords, TableRecords
-from router.store.record import HOST_FILE, RECORDS_FILE, TURNS_FILE
+from router.record.whole import HOST_FILE, RECORDS_FILE, TURNS_FILE
 from router.turns.delivery_log import DeliveryLog
 
 __all__ = ["copy_record"]
