@@ -53,14 +53,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import attrs
 import trio
 from quart import Response
 from quart_trio import QuartTrio
 
-from router._hypercorn import ConnectionGate, ConnectionLimits, serve_on_socket
+from router._hypercorn import ConnectionGate, ConnectionGateStatistics, ConnectionLimits, serve_on_socket
 from router._unix import MAX_SOCKET_PATH_BYTES, bind_private_socket, remove_if_bound
 from router.api.app import ApiConfig, make_app
 from router.api.context import of as current_of
+from router.api.streams import StreamSlotsStatistics
 from router.board.local import RouterInfo, check_name, claim_name, make_local_directory, router_name, stable_name
 from router.board.paths import BINDING_SUFFIX, INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_directory
 from router.board.service import LocalBoard, process_cwd
@@ -69,7 +71,7 @@ from router.plugins.layer import PluginLayer
 from router.turns.router import TurnRouter
 from wire.json import dumps
 
-__all__ = ["ApiServer", "DEFAULT_PORT", "LOOPBACK", "LocalServer", "build_app"]
+__all__ = ["LocalServerStatistics", "ApiServerStatistics", "ApiServer", "DEFAULT_PORT", "LOOPBACK", "LocalServer", "build_app"]
 
 log = logging.getLogger("router.api")
 
@@ -90,6 +92,15 @@ def build_app(router: Any, layer: Any, config: ApiConfig | None, allowed_hosts: 
     app = make_app(router, layer, config or ApiConfig(), allowed_hosts, token=token, board=board, worktrees=worktrees)
     app.register_blueprint(make_blueprint(reach))
     return app
+
+
+@attrs.frozen
+class ApiServerStatistics:
+    """What an :class:`ApiServer` serves: its URL, its connections and its live streams."""
+
+    url: str | None
+    connections: ConnectionGateStatistics
+    streams: StreamSlotsStatistics
 
 
 class ApiServer:
@@ -181,10 +192,17 @@ class ApiServer:
                                         gate=ConnectionGate(self.limits), **tls))
             log.info("API listening on %s://%s", "https" if tls else "http", each.hostport)
 
-    def statistics(self) -> dict[str, Any]:
-        return {"url": self.url, "connections": self.connections.statistics(),
-                "streams": current_of(self.app).streams.statistics()}
+    def statistics(self) -> ApiServerStatistics:
+        return ApiServerStatistics(url=self.url, connections=self.connections.statistics(),
+                                   streams=current_of(self.app).streams.statistics())
 
+
+@attrs.frozen
+class LocalServerStatistics:
+    """Where a :class:`LocalServer` listens, and whether it serves."""
+
+    path: str | None
+    serving: bool
 
 
 class LocalServer:
@@ -280,9 +298,8 @@ class LocalServer:
             sock.close()
             remove_if_bound(self.path, bound)
 
-    def statistics(self) -> dict[str, Any]:
-        return {"path": self.path, "serving": self.serving}
-
+    def statistics(self) -> LocalServerStatistics:
+        return LocalServerStatistics(path=self.path, serving=self.serving)
 async def _close_when_cancelled(sock: socket.socket) -> None:
     """Own a listen socket: closed when the server's nursery ends."""
     try:
