@@ -45,6 +45,7 @@ from router.host.lifecycle import (
     Effect,
     FailOpen,
     LifecycleCore,
+    LifecycleStatistics,
     MAX_FAILURES,
     Publish,
     RedialLink,
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 #: pause and the longest (the store's own retries came before).
 STORE_PAUSE: Final = (0.5, 10.0)
 
-__all__ = ["Launcher", "Supervisor", "SupervisorOwner", "workspace_name"]
+__all__ = ["SupervisorStatistics", "Launcher", "Supervisor", "SupervisorOwner", "workspace_name"]
 
 #: Seconds a start may take (ours: a container is healthy in under a
 #: second here; a cold image on a loaded machine, or a remote Docker host,
@@ -162,6 +163,16 @@ def describe_exit(outcome: object) -> str:
     return str(state or "stopped")
 
 
+@attrs.frozen
+class SupervisorStatistics:
+    """What a :class:`Supervisor` is doing: its lifecycle's figures, the
+    launcher's name and the daemons watched."""
+
+    lifecycle: LifecycleStatistics
+    launcher: str
+    watches: int
+
+
 class Supervisor:
     """One launched session's daemon; see the module docstring."""
 
@@ -181,9 +192,9 @@ class Supervisor:
     def __repr__(self) -> str:
         return f"<Supervisor {self.session!r} {self.launcher.name} {self.core!r}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {**attrs.asdict(self.core.statistics()), "launcher": self.launcher.name, "watches": len(self._watches)}
-
+    def statistics(self) -> SupervisorStatistics:
+        return SupervisorStatistics(lifecycle=self.core.statistics(), launcher=self.launcher.name,
+                                    watches=len(self._watches))
     # ------------------------------------------------------------------ inputs (from the host)
 
     def demand(self) -> None:

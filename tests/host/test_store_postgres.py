@@ -244,8 +244,8 @@ def test_turn_records_are_read_incrementally_across_routers(postgres_url: str) -
         import datetime as dt
 
         assert [r["n"] for r in two.since(dt.datetime(2026, 12, 1, 10, 30, tzinfo=dt.timezone.utc))] == [3, 2]
-        assert two.statistics()["rows_read"] == 3
-        assert [r["n"] for r in two.read()] == [1, 2, 3] and two.statistics()["rows_read"] == 3
+        assert two.statistics().rows_read == 3
+        assert [r["n"] for r in two.read()] == [1, 2, 3] and two.statistics().rows_read == 3
     finally:
         one.close()
         two.close()
