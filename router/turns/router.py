@@ -81,6 +81,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Final, Mapping
 
+import attrs
 import trio
 
 from router._transient import StoreUnavailable, is_transient, unavailable
@@ -113,12 +114,12 @@ from router.board.state import parked_state, stopped_state
 from router.limits import ParkBook, is_limit_reason
 from router.turns.delivery_log import DeliveryLog
 from router.turns.parking import Parking, ResumeMarker
-from router.turns.registry import Session, SessionRegistry, Starter
+from router.turns.registry import Session, SessionRegistry, SessionRegistryStatistics, Starter
 from router.turns.seams import Remote, TurnLayer
 from router.turns.session_brackets import SessionBrackets
 from router.turns.targets import ClaudeCodeTarget, ContainerSessions, ContainerTarget, LiveStream, Target
 
-__all__ = ["INBOX_SIZE", "LiveStream", "MEASURE_WAIT", "QueuedDelivery", "TurnRouter", "new_event_id"]
+__all__ = ["TurnRouterStatistics", "INBOX_SIZE", "LiveStream", "MEASURE_WAIT", "QueuedDelivery", "TurnRouter", "new_event_id"]
 
 log = logging.getLogger("router.turns")
 
@@ -149,6 +150,14 @@ class QueuedDelivery:
         if self.reply is None:
             self.reply = reply
             self.done.set()
+
+
+@attrs.frozen
+class TurnRouterStatistics:
+    """What a :class:`TurnRouter` did: deliveries delivered, and its registry's sessions."""
+
+    delivered: int
+    registry: SessionRegistryStatistics
 
 
 class TurnRouter:
@@ -234,9 +243,8 @@ class TurnRouter:
     def __repr__(self) -> str:
         return f"<TurnRouter {self.registry!r} delivered={self.delivered}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {"delivered": self.delivered, **self.registry.statistics()}
-
+    def statistics(self) -> TurnRouterStatistics:
+        return TurnRouterStatistics(delivered=self.delivered, registry=self.registry.statistics())
     # ------------------------------------------------------------------ sessions
 
     async def open_claude_code(self, session_id: str) -> Session:
