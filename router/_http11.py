@@ -65,7 +65,7 @@ import trio
 
 from wire.json import dumps
 
-__all__ = [
+__all__ = ["BodyBudgetStatistics", 
     "BODY_BUDGET_BYTES",
     "BODY_BUDGET_WAIT",
     "HttpAnswer",
@@ -128,6 +128,18 @@ class PeerGone(Exception):
     """The peer closed (or broke) the connection: nothing is answered."""
 
 
+@attrs.frozen
+class BodyBudgetStatistics:
+    """A :class:`BodyBudget`'s bytes: the total, used now, the peak, the
+    bodies refused, and the takers waiting."""
+
+    total: int
+    used: int
+    peak: int
+    refused: int
+    waiting: int
+
+
 class BodyBudget:
     """The bytes of request bodies held at once, bounded (see the module
     docstring). :meth:`take` waits for room, :meth:`try_take` does not;
@@ -148,10 +160,9 @@ class BodyBudget:
     def __repr__(self) -> str:
         return f"<BodyBudget {self.used}/{self.total} bytes, {self.refused} refused>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"total": self.total, "used": self.used, "peak": self.peak, "refused": self.refused,
-                "waiting": self.waiting}
-
+    def statistics(self) -> BodyBudgetStatistics:
+        return BodyBudgetStatistics(total=self.total, used=self.used, peak=self.peak, refused=self.refused,
+                                    waiting=self.waiting)
     def try_take(self, size: int) -> bool:
         if self.used + size > self.total:
             return False

@@ -49,7 +49,8 @@ import h11
 import trio
 
 from router._unix import bind_private_socket, make_private_directory, remove_if_bound
-from router.modlink.core import DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCore, LinkState, SubscriberQueue
+from router.modlink.core import (DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCore, LinkCoreStatistics, LinkState,
+                                  SubscriberQueue)
 from router.modlink.errors import ModCallTimeout, ModLinkClosed, ModLinkRefused, ModSubscriberOverflow
 from router._http11 import accept_loop
 from router.modlink.http import (
@@ -82,7 +83,7 @@ from wire.mod import (
     resolve_mod_socket_path,
 )
 
-__all__ = ["ModLink", "Subscription", "probe_health"]
+__all__ = ["ModLinkStatistics", "ModLink", "Subscription", "probe_health"]
 
 log = logging.getLogger("router.modlink")
 #: The connections' logger (a bug in one is logged here).
@@ -219,6 +220,19 @@ class _Waiter:
     outcome: CallOutcome | None = None
 
 
+@attrs.frozen
+class ModLinkStatistics:
+    """What a :class:`ModLink` is doing: its core's figures, whether it serves,
+    and its long polls (waiting now; answered with work, expired, unwritten)."""
+
+    core: LinkCoreStatistics
+    serving: bool
+    polls_waiting: int
+    polls_with_work: int
+    polls_expired: int
+    polls_unwritten: int
+
+
 class ModLink:
     """The mod link of one Claude Code session (see the module docstring).
 
@@ -274,16 +288,15 @@ class ModLink:
         """The link's state as of the last event (a frozen snapshot)."""
         return self._core.state
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            **self._core.statistics(),
-            "serving": self._serving,
-            "polls_waiting": len(self._held),
-            "polls_with_work": self.polls_with_work,
-            "polls_expired": self.polls_expired,
-            "polls_unwritten": self.polls_unwritten,
-        }
-
+    def statistics(self) -> ModLinkStatistics:
+        return ModLinkStatistics(
+            core=self._core.statistics(),
+            serving=self._serving,
+            polls_waiting=len(self._held),
+            polls_with_work=self.polls_with_work,
+            polls_expired=self.polls_expired,
+            polls_unwritten=self.polls_unwritten,
+        )
     async def call(self, name: str, args: Any = None, *, deadline: float = DEFAULT_CALL_DEADLINE) -> Any:
         """Ask the mod to make call ``name`` and return its typed result.
 

@@ -54,7 +54,7 @@ import attrs
 
 from router.errors import Refusal
 
-__all__ = [
+__all__ = ["PresenceStatistics", 
     "LOCAL_DEVICE",
     "NOTIFY_STATUS",
     "Decision",
@@ -311,6 +311,14 @@ def route(event: Event, destinations: Sequence[Destination], facts: RoutingFacts
 # --------------------------------------------------------------------------- presence
 
 
+@attrs.frozen
+class PresenceStatistics:
+    """What a :class:`Presence` knows: the devices seen, and how many show a session."""
+
+    devices: int
+    showing: int
+
+
 class Presence:
     """Which device watches which session (see the module docstring)."""
 
@@ -322,9 +330,9 @@ class Presence:
     def __repr__(self) -> str:
         return f"<Presence devices={len(self._seen)}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"devices": len(self._seen), "showing": sum(1 for _, s, _ in self._seen.values() if s is not None)}
-
+    def statistics(self) -> PresenceStatistics:
+        return PresenceStatistics(devices=len(self._seen),
+                                  showing=sum(1 for _, s, _ in self._seen.values() if s is not None))
     def post(self, device: str, name: str, *, visible: bool, session: str | None, now: float) -> None:
         if visible:
             self._seen[device] = (name, session, now + self._ttl)

@@ -49,7 +49,7 @@ from router.plugins.models import nests_deeper
 from router.errors import Refusal
 from router.host import UsageAfter  # the ledger's answer, the host's store's too
 
-__all__ = [
+__all__ = ["TableRecordsStatistics", "JsonlRecordsStatistics", 
     "TOKEN_KINDS",
     "Bracket",
     "JsonlRecords",
@@ -352,6 +352,18 @@ class _IndexedRecords(_OnWorker):
         return self._index.since(start)
 
 
+@attrs.frozen
+class JsonlRecordsStatistics:
+    """What :class:`JsonlRecords` read: the records indexed, the offset read
+    to, the bytes read, the lines parsed and the rereads from the start."""
+
+    records: int
+    offset: int
+    bytes_read: int
+    lines_parsed: int
+    rereads: int
+
+
 class JsonlRecords(_IndexedRecords):
     """Turn records as JSON lines in one file, read incrementally.
 
@@ -395,11 +407,9 @@ class JsonlRecords(_IndexedRecords):
     def __repr__(self) -> str:
         return f"<JsonlRecords {self.path!r} records={len(self._index)} offset={self._offset}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"records": len(self._index), "offset": self._offset,
-                "bytes_read": self._bytes_read, "lines_parsed": self._lines_parsed,
-                "rereads": self._rereads}
-
+    def statistics(self) -> JsonlRecordsStatistics:
+        return JsonlRecordsStatistics(records=len(self._index), offset=self._offset, bytes_read=self._bytes_read,
+                                      lines_parsed=self._lines_parsed, rereads=self._rereads)
     def append(self, record: Mapping[str, Any]) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         line = (dumps(dict(record)) + "\n").encode()
@@ -486,6 +496,16 @@ RECORD_MIGRATIONS: Final[tuple[Step, ...]] = (
 )
 
 
+@attrs.frozen
+class TableRecordsStatistics:
+    """What :class:`TableRecords` read: the records indexed, the last row read
+    and the rows read."""
+
+    records: int
+    last: int
+    rows_read: int
+
+
 class TableRecords(_IndexedRecords):
     """Turn records as rows of ``turn_records`` in a PostgreSQL database,
     read incrementally as :class:`JsonlRecords` reads its file: the reader
@@ -515,9 +535,8 @@ class TableRecords(_IndexedRecords):
     def __repr__(self) -> str:
         return f"<TableRecords records={len(self._index)} last={self._last}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"records": len(self._index), "last": self._last, "rows_read": self._rows_read}
-
+    def statistics(self) -> TableRecordsStatistics:
+        return TableRecordsStatistics(records=len(self._index), last=self._last, rows_read=self._rows_read)
     @property
     def database(self) -> PgDatabase:
         """The connection, for the fencing hook (``database.fences``)."""

@@ -53,7 +53,7 @@ from router.store.db import Database, SqliteDatabase, StoreTarget, migrate, open
 from router.errors import Refusal
 from router.store.worker import Worker
 
-__all__ = ["Device", "DeviceStore", "StreamBook", "credential_id", "hash_secret", "name_from_agent"]
+__all__ = ["StreamBookStatistics", "Device", "DeviceStore", "StreamBook", "credential_id", "hash_secret", "name_from_agent"]
 
 #: Random bytes in a device's credential (ours: 256 bits, as the API token).
 SECRET_BYTES: Final = 32
@@ -268,6 +268,15 @@ class DeviceStore:
         return _device(row)
 
 
+@attrs.frozen
+class StreamBookStatistics:
+    """The devices with live streams open, the streams, and the devices revoked."""
+
+    devices: int
+    streams: int
+    revoked: int
+
+
 class StreamBook:
     """Sans-IO: each device's open streams, by a handle the caller cancels.
 
@@ -282,10 +291,9 @@ class StreamBook:
     def __repr__(self) -> str:
         return f"<StreamBook devices={len(self._open)} streams={sum(map(len, self._open.values()))}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"devices": len(self._open), "streams": sum(map(len, self._open.values())),
-                "revoked": len(self._revoked)}
-
+    def statistics(self) -> StreamBookStatistics:
+        return StreamBookStatistics(devices=len(self._open), streams=sum(map(len, self._open.values())),
+                                    revoked=len(self._revoked))
     def open(self, device_id: str, handle: Hashable) -> bool:
         """Record an open stream; False when the device is known revoked
         here (the caller refuses it)."""

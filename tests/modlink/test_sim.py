@@ -71,7 +71,7 @@ async def test_hello_and_state(link: ModLink, env: dict[str, str], nursery: trio
 async def test_the_simulator_refuses_below_the_minimum(link: ModLink, env: dict[str, str], nursery: trio.Nursery) -> None:
     sim = await start_sim(nursery, env, claude_version="2.1.309")
     assert sim.stopped == "too-old"
-    assert link.state.instance is None and link.statistics()["events_accepted"] == 0
+    assert link.state.instance is None and link.statistics().core.events_accepted == 0
 
 
 async def test_two_simulators_race_exactly_one_holds(
@@ -88,7 +88,7 @@ async def test_two_simulators_race_exactly_one_holds(
         assert len(holder) == 1 and len(stopped) == 1
         assert link.state.instance == holder[0].instance
         assert await link.call("session.model", deadline=10) == holder[0].model
-        assert link.statistics()["refused_posts"] >= 1
+        assert link.statistics().core.refused_posts >= 1
         race.cancel_scope.cancel()
 
 
