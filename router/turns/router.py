@@ -473,7 +473,7 @@ class TurnRouter:
                 return await self.remote.relay(delivery)
             return reply
         except StoreUnavailable as refused:  # the store blinked past its retries: not done, resend
-            return DeliveryUnanswered(event_id=delivery.event_id, code=refused.code, message=refused.message)
+            return DeliveryUnanswered(event_id=delivery.event_id, refusal=Refusal(refused.code, refused.message))
 
     async def deliver_here(self, delivery: Delivery) -> Reply:
         """Write one delivery into its session *here*, never relaying it:
@@ -500,8 +500,8 @@ class TurnRouter:
             admission = await self.deliveries.call(self.deliveries.admit, delivery)
         except Refusal as refusal:
             if isinstance(refusal, StoreUnavailable):  # not done: resend with the same eventId
-                return DeliveryUnanswered(event_id=delivery.event_id, code=refusal.code, message=refusal.message)
-            return DeliveryRefused(code=refusal.code, message=refusal.message)
+                return DeliveryUnanswered(event_id=delivery.event_id, refusal=Refusal(refusal.code, refusal.message))
+            return DeliveryRefused(refusal=Refusal(refusal.code, refusal.message))
         if not isinstance(admission, Proceed):
             return admission
         queued = QueuedDelivery(delivery)
@@ -510,9 +510,8 @@ class TurnRouter:
         except trio.WouldBlock:
             return DeliveryUnanswered(
                 event_id=delivery.event_id,
-                code="inbox-full",
-                message=f"session {delivery.session!r} has {self.inbox_size} deliveries waiting; "
-                "resend with the same eventId later",
+                refusal=Refusal("inbox-full", f"session {delivery.session!r} has {self.inbox_size} deliveries "
+                                "waiting; resend with the same eventId later"),
             )
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             return _closed(delivery)
@@ -578,16 +577,16 @@ class TurnRouter:
                     if is_transient(error):  # the store blinked past its retries: resend later
                         refused = unavailable(error)
                         log.warning("delivery %r to session %r: %s", queued.delivery.event_id, session.id, refused)
-                        reply = DeliveryUnanswered(event_id=queued.delivery.event_id, code=refused.code,
-                                           message=refused.message)
+                        reply = DeliveryUnanswered(event_id=queued.delivery.event_id,
+                                                   refusal=Refusal(refused.code, refused.message))
                         queued.answer(reply)
                         current = None
                         continue
                     log.exception("delivery %r to session %r failed", queued.delivery.event_id, session.id)
                     reply = DeliveryUnanswered(
                         event_id=queued.delivery.event_id,
-                        code="internal",
-                        message="the router failed on this delivery (it was logged); resend with the same eventId",
+                        refusal=Refusal("internal", "the router failed on this delivery (it was logged); resend "
+                                        "with the same eventId"),
                     )
                 queued.answer(reply)
                 current = None
@@ -691,9 +690,8 @@ class TurnRouter:
 def _closed(delivery: Delivery) -> DeliveryUnanswered:
     return DeliveryUnanswered(
         event_id=delivery.event_id,
-        code="session-closed",
-        message=f"session {delivery.session!r} closed before this delivery was answered; "
-        "resend with the same eventId",
+        refusal=Refusal("session-closed", f"session {delivery.session!r} closed before this delivery was "
+                        "answered; resend with the same eventId"),
     )
 
 
