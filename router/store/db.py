@@ -392,14 +392,30 @@ class PgDatabase(Database):
         self.url = url
         self.idle_limit = idle_limit
         try:
-            self.raw = connect_postgres(url, idle_limit=idle_limit)
+            raw = connect_postgres(url, idle_limit=idle_limit)
         except Exception as error:
             if isinstance(error, database_errors()):  # the server refused us or is not there
                 raise Refusal(
                     "bad-store", f"{redact(url)} cannot be used as a store ({str(error).strip()}); check --store"
                 ) from None
             raise
-        self._lock = _lock_key(component)
+        self._over(raw)
+
+    @classmethod
+    def borrowing(cls, raw: Any, component: str) -> PgDatabase:
+        """``component``'s record over a connection another part opened and
+        owns (the cluster's worker hands its own to a schema step): never
+        opened again here, and never closed here."""
+        db = cls.__new__(cls)
+        Database.__init__(db, component)
+        db.url, db.idle_limit = "", None
+        db._over(raw)
+        db._shut = True  # a lost connection is its owner's to open again
+        return db
+
+    def _over(self, raw: Any) -> None:
+        self.raw = raw
+        self._lock = _lock_key(self.component)
         #: Whether a transaction this connection began is still open.
         self._began = False
         #: How many times a lost connection was opened again.
