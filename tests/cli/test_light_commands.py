@@ -53,3 +53,24 @@ async def test_the_command_loads_no_trio_nor_httpx(tmp_path: Path, name: str) ->
     loaded = set(probe["loaded"])
     assert [module for module in HEAVY if module in loaded] == [], f"router {name} loaded them"
     assert "router._client_sync" in loaded  # it did ask, over the blocking client
+
+
+async def test_two_routers_are_asked_at_once_and_listed_alike(tmp_path: Path) -> None:
+    """With several routers the blocking survey asks each in a thread of
+    its own: the board lists both, and a session both hold is ambiguous."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {"XDG_RUNTIME_DIR": str(run)}
+    for each in ("one", "two"):
+        (tmp_path / each).mkdir()
+    async with serve(tmp_path / "one", name="one", env=env), serve(tmp_path / "two", name="two", env=env):
+        cli = environment({**env, "ROUTER_DATA_DIR": str(tmp_path / "data")})
+        listed = subprocess.run([sys.executable, "-m", "router", "sessions", "--json"], capture_output=True,
+                                text=True, env=cli, cwd=REPO, timeout=120, check=False)
+        sent = subprocess.run([sys.executable, "-m", "router", "send", "root", "which one?"], capture_output=True,
+                              text=True, env=cli, cwd=REPO, timeout=120, check=False)
+    assert listed.returncode == 0, listed.stderr
+    board = json.loads(listed.stdout)
+    assert [item["id"] for item in board] == ["root", "root"]
+    assert len({item["router"]["socket"] for item in board}) == 2
+    assert sent.returncode == 1 and "router send: ambiguous-session: 2 routers hold a session 'root'" in sent.stderr
