@@ -14,9 +14,9 @@ neither trio nor httpx.
 :func:`request` makes one exchange on a connection of its own: it connects
 (a router's private Unix socket, or ``http://`` / ``https://`` TCP), writes
 the request with ``Connection: close``, reads the answer and closes. The
-bytes are h11's, in and out, through :class:`Exchange`, the sans-IO half: it
+bytes are h11's, in and out, through :class:`ClientExchange`, the sans-IO half: it
 gives the request's bytes, is fed what the socket reads (``b""`` once the
-peer closed) and gives the :class:`Response` once the answer ended. It
+peer closed) and gives the :class:`ClientResponse` once the answer ended. It
 raises nothing but a :class:`~router.errors.Refusal`, whatever the peer
 sends: a head that is cut short or garbage, a head over :data:`MAX_HEAD`
 bytes, a body shorter than its ``Content-Length``, a body over the
@@ -33,7 +33,7 @@ of three codes a caller branches on and rewords for its own command:
 ``errno`` in ``data`` when there is one), ``no-answer`` (the deadline
 passed) and ``bad-answer`` (what came back is not an HTTP answer, or is too
 large). The refusals a router answers with (``{"error", "message", ...}``,
-any status) are a :class:`Response` like any other: :func:`refusal_of`
+any status) are a :class:`ClientResponse` like any other: :func:`refusal_of`
 reads one.
 
 Resource handling: the socket is closed before :func:`request` returns or
@@ -55,7 +55,7 @@ import h11
 
 from router.errors import Refusal, is_code
 
-__all__ = ["Exchange", "MAX_BODY", "MAX_HEAD", "Response", "refusal_of", "request"]
+__all__ = ["MAX_BODY", "MAX_HEAD", "ClientExchange", "ClientResponse", "refusal_of", "request"]
 
 #: The largest answer head read (h11's own default, 16 KiB: a router's
 #: heads are a few hundred bytes).
@@ -69,7 +69,7 @@ READ_SIZE: Final = 65536
 UNIX_HOST: Final = "localhost"
 
 
-class Response:
+class ClientResponse:
     """An answer: its status, headers (lower-case names) and whole body."""
 
     __slots__ = ("body", "headers", "status")
@@ -80,7 +80,7 @@ class Response:
         self.body = body
 
     def __repr__(self) -> str:
-        return f"Response(status={self.status}, body={len(self.body)} bytes)"
+        return f"ClientResponse(status={self.status}, body={len(self.body)} bytes)"
 
     def header(self, name: str) -> str | None:
         """The first header of that (lower-case) name, or None."""
@@ -94,7 +94,7 @@ class Response:
         return json.loads(self.body)
 
 
-def refusal_of(response: Response) -> Refusal | None:
+def refusal_of(response: ClientResponse) -> Refusal | None:
     """The router's refusal a response carries (``{"error": code,
     "message": sentence, ...data}``, any status), or None when its body is
     not one."""
@@ -108,7 +108,7 @@ def refusal_of(response: Response) -> Refusal | None:
     return Refusal(body["error"], body["message"], **data)
 
 
-class Exchange:
+class ClientExchange:
     """One request and its answer, without I/O (see the module docstring):
     :attr:`request_bytes` to write, :meth:`feed` what is read."""
 
@@ -134,9 +134,9 @@ class Exchange:
         self.request_bytes: bytes = out
 
     def __repr__(self) -> str:
-        return f"Exchange(status={self._status}, body={self._size} bytes, ended={self._ended})"
+        return f"ClientExchange(status={self._status}, body={self._size} bytes, ended={self._ended})"
 
-    def feed(self, data: bytes) -> Response | None:
+    def feed(self, data: bytes) -> ClientResponse | None:
         """What the socket read (``b""``: the peer closed); the response
         once it ended, else None (read more). Raises a
         :class:`~router.errors.Refusal` ``bad-answer`` when the bytes are no
@@ -165,7 +165,7 @@ class Exchange:
                 elif isinstance(event, h11.EndOfMessage):
                     assert self._status is not None
                     self._ended = True
-                    return Response(self._status, self._headers, b"".join(self._body))
+                    return ClientResponse(self._status, self._headers, b"".join(self._body))
                 elif isinstance(event, h11.ConnectionClosed):
                     raise Refusal("bad-answer", "the peer closed before its answer ended")
                 # h11.InformationalResponse (1xx): the answer follows it.
@@ -207,18 +207,18 @@ def _tls(sock: socket.socket, host: str) -> socket.socket:
 
 def request(method: str, target: str, *, socket_path: str | None = None, base_url: str | None = None,
             headers: Mapping[str, str] | None = None, body: bytes | None = None, timeout: float,
-            max_body: int = MAX_BODY) -> Response:
+            max_body: int = MAX_BODY) -> ClientResponse:
     """One exchange with the router at the Unix socket ``socket_path`` or at
     ``base_url`` (``http://host:port``, a path prefix kept): ``method
     target`` (the path and query, already quoted), within ``timeout``
-    seconds in all. Returns the :class:`Response` whatever its status;
+    seconds in all. Returns the :class:`ClientResponse` whatever its status;
     raises a :class:`~router.errors.Refusal` (``cannot-connect``,
     ``no-answer``, ``bad-answer``, ``bad-url``, ``bad-request``) when
     there is none (see the module docstring)."""
     if (socket_path is None) == (base_url is None):
         raise ValueError("give socket_path or base_url, one of them")
     address, host, prefix, tls = _endpoint(socket_path, base_url)
-    exchange = Exchange(method, prefix + target, host=host, headers=headers, body=body, max_body=max_body)
+    exchange = ClientExchange(method, prefix + target, host=host, headers=headers, body=body, max_body=max_body)
     deadline = time.monotonic() + timeout
 
     def left() -> float:

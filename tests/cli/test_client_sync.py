@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router._client_sync import MAX_HEAD, Exchange, Response, refusal_of, request
+from router._client_sync import MAX_HEAD, ClientExchange, ClientResponse, refusal_of, request
 from router.errors import Refusal
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\": [1]}\n"
 
 
-def _answer(chunks: list[bytes], *, max_body: int = 1 << 20) -> Response | Refusal:
+def _answer(chunks: list[bytes], *, max_body: int = 1 << 20) -> ClientResponse | Refusal:
     """Feed ``chunks`` then the peer's close: the response or the refusal."""
-    exchange = Exchange("GET", "/sessions", host="localhost", max_body=max_body)
+    exchange = ClientExchange("GET", "/sessions", host="localhost", max_body=max_body)
     try:
         for chunk in chunks:
             if chunk:
@@ -39,7 +39,7 @@ def _answer(chunks: list[bytes], *, max_body: int = 1 << 20) -> Response | Refus
 def test_a_whole_answer_in_any_chunks() -> None:
     for size in (1, 2, 7, len(OK)):
         answer = _answer([OK[i:i + size] for i in range(0, len(OK), size)])
-        assert isinstance(answer, Response) and answer.status == 200 and answer.json() == {"a": [1]}
+        assert isinstance(answer, ClientResponse) and answer.status == 200 and answer.json() == {"a": [1]}
         assert answer.header("content-type") == "application/json"
 
 
@@ -67,17 +67,17 @@ def test_a_body_over_the_limit_is_refused() -> None:
                                                                       b"HTTP/1.1 200 OK\r\n"])), max_size=12))
 def test_any_bytes_end_in_an_answer_or_a_refusal(chunks: list[bytes]) -> None:
     answer = _answer(chunks)
-    assert isinstance(answer, (Response, Refusal))
+    assert isinstance(answer, (ClientResponse, Refusal))
     if isinstance(answer, Refusal):
         assert answer.code == "bad-answer"
 
 
 def test_a_router_refusal_is_read() -> None:
     body = b'{"error": "channel-off", "message": "the cli channel is off", "channel": "cli"}'
-    refused = refusal_of(Response(403, [], body))
+    refused = refusal_of(ClientResponse(403, [], body))
     assert refused == Refusal("channel-off", "the cli channel is off", channel="cli")
-    assert refusal_of(Response(500, [], b"<html>")) is None
-    assert refusal_of(Response(500, [], b'{"error": "Not Kebab", "message": "x"}')) is None
+    assert refusal_of(ClientResponse(500, [], b"<html>")) is None
+    assert refusal_of(ClientResponse(500, [], b'{"error": "Not Kebab", "message": "x"}')) is None
 
 
 # --------------------------------------------------------------------------- over real sockets
