@@ -111,6 +111,7 @@ def answer_blocking(env: Mapping[str, str], ask_id: str, decision: str, *, by: s
                     timeout: float = ANSWER_TIMEOUT) -> tuple[int, dict[str, Any]]:
     """:func:`answer_anywhere` without trio, for the command line."""
     import json
+    from urllib.parse import quote
 
     from router._client_sync import request
 
@@ -119,7 +120,7 @@ def answer_blocking(env: Mapping[str, str], ask_id: str, decision: str, *, by: s
     if not holders:
         return _unknown_ask(ask_id)
     try:
-        response = request("POST", f"/asks/{ask_id}", socket_path=holders[0],
+        response = request("POST", f"/asks/{quote(ask_id, safe='')}", socket_path=holders[0],
                            headers={**CLI_CHANNEL, "content-type": "application/json"},
                            body=json.dumps({"decision": decision, "by": by}).encode(), timeout=timeout)
         return (0 if response.status == 200 else 1), response.json()
