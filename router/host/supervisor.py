@@ -38,7 +38,7 @@ import attrs
 import trio
 
 from router._transient import StoreUnavailable
-from router.errors import is_code
+from router.errors import refusal_of
 from router.store.db import is_store_failure
 from router.host.lifecycle import (
     DaemonInfo,
@@ -148,9 +148,8 @@ class SupervisorOwner(Protocol):
 def _refusal(answer: object) -> tuple[str, str] | None:
     """A launcher's refusal, ``{"code", "message"}`` with a kebab-case code;
     None for anything else (an answer that is not a refusal)."""
-    if type(answer) is dict and is_code(answer.get("code")) and type(answer.get("message")) is str:
-        return answer["code"], answer["message"]
-    return None
+    refusal = refusal_of(answer)
+    return None if refusal is None else (refusal.code, refusal.message)
 
 
 def describe_exit(outcome: object) -> str:
