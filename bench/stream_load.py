@@ -91,10 +91,13 @@ TURN_END = re.compile(rb'"type":"turn-end"')
 SETTLE = '"kind":"settle"'
 #: Frames between two acks of the bare client (bench/daemon.py's client's).
 ACK_EVERY = 32
-#: Connections the API takes on one listener (router/_hypercorn.py
-#: ``ConnectionLimits.max_connections``), and the senders' shared
-#: connections when a viewer and a sender per session would pass it.
+#: Connections the API takes on one listener by default (router/_hypercorn.py
+#: ``ConnectionLimits.max_connections``, ``router serve --max-connections``),
+#: the room left above a viewer and a sender per session when the bench
+#: raises it, and the senders' shared connections when a checkout cannot
+#: raise it and a viewer and a sender per session would pass it.
 MAX_CONNECTIONS = 256
+CONNECTIONS_ROOM = 64
 SHARED_SENDERS = 8
 #: The first line ``router serve`` prints: the page's URL with the token.
 PAGE = re.compile(r"(http://[^\s/]+)/\?token=(\S+)")
@@ -191,6 +194,12 @@ class RouterProcess:
         self.repo, self.root, self.daemon, self.sessions, self.profile = repo, root, daemon, sessions, profile
         self.proc: subprocess.Popen[str] | None = None
         self.host, self.port, self.token = "127.0.0.1", 0, ""
+        #: The API's connection cap this run: raised to fit a viewer and a
+        #: sender per session where the checkout has ``--max-connections``.
+        self.max_connections = MAX_CONNECTIONS
+        if 2 * sessions + CONNECTIONS_ROOM > MAX_CONNECTIONS and "--max-connections" in (
+                repo / "router" / "serve.py").read_text():
+            self.max_connections = 2 * sessions + CONNECTIONS_ROOM
 
     def settings(self) -> None:
         """``plugins.json`` and ``routes.json``: new sessions on the
@@ -222,6 +231,8 @@ class RouterProcess:
         # A viewer per session, all on the API's one token: the cap on one
         # credential's live streams (32 by default) is raised to fit them.
         streams = ["--max-streams", str(self.sessions + 8)] if self.sessions + 8 > 32 else []
+        if self.max_connections != MAX_CONNECTIONS:
+            streams += ["--max-connections", str(self.max_connections)]
         self.proc = subprocess.Popen(
             [sys.executable, *(profile or ["-m", "router"]), "serve", "--port", "0", "--data-dir", str(self.root / "data"),
              "--settings", str(self.root / "settings"), "--daemon", self.daemon.url, *streams],
@@ -511,12 +522,12 @@ async def run_router(router: RouterProcess, daemon: DaemonProcess, phase: Phase,
     await setup.aclose()
 
     # A sender's connection per session while the viewers' and senders'
-    # connections fit under the API's cap on one listener (256,
-    # router/_hypercorn.py ConnectionLimits); past it, the senders share
-    # SHARED_SENDERS connections.
+    # connections fit under the API's cap on one listener (raised for the
+    # run where the checkout can, router serve --max-connections); past
+    # it, the senders share SHARED_SENDERS connections.
     pool: trio.MemorySendChannel[HttpClient] | None = None
     take: trio.MemoryReceiveChannel[HttpClient] | None = None
-    if 2 * phase.sessions + 8 > MAX_CONNECTIONS:
+    if 2 * phase.sessions + 8 > router.max_connections:
         pool, take = trio.open_memory_channel[HttpClient](SHARED_SENDERS)
         for _ in range(SHARED_SENDERS):
             pool.send_nowait(HttpClient(router))
