@@ -90,12 +90,14 @@ async def live_events(
     comment line after ``keepalive`` seconds of quiet."""
     try:
         async with router.live(session, since) as stream:
-            if stream.reset is not None:
-                yield sse({**stream.reset.to_json(), "type": "reset"}, "reset")
+            # What the stream opens with (a reset, the snapshot, what a
+            # resumed reader missed), in one write.
+            head = [] if stream.reset is None else [sse({**stream.reset.to_json(), "type": "reset"}, "reset")]
             if stream.snapshot is not None:
-                yield sse({"type": "snapshot", **stream.snapshot}, "snapshot", stream.snapshot_id)
-            for id, item in stream.replay:
-                yield sse(item, id=id)
+                head.append(sse({"type": "snapshot", **stream.snapshot}, "snapshot", stream.snapshot_id))
+            head += [sse(item, id=id) for id, item in stream.replay]
+            if head:
+                yield b"".join(head)
             while True:
                 pairs: list[tuple[str, str]] | None = None
                 quiet = True

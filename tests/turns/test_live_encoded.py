@@ -48,7 +48,7 @@ def _frames(chunk: bytes) -> list[tuple[str, Any]]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(batches, st.dictionaries(st.sampled_from([f"m{n}" for n in range(6)]), messages, max_size=3),
        st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(0, 50))), st.integers(0, 80),
        st.integers(1, 4))
