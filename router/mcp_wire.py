@@ -350,7 +350,7 @@ class McpServerWire:
 
     def __init__(self, tools: list[dict[str, Any]], *, server_info: dict[str, str], instructions: str,
                  max_line: int) -> None:
-        from router.acp.jsonrpc import JsonRpcConnection
+        from router.acp import JsonRpcConnection
         from wire.lines import LineSplitter
 
         self._tools = {"tools": tools}
@@ -417,7 +417,7 @@ class McpServerWire:
         return True
 
     def _line(self, line: bytes) -> None:
-        from router.acp.jsonrpc import Malformed, Notification, Request
+        from router.acp import Malformed, Notification, Request
 
         if self._refuse(line):
             return

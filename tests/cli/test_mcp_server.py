@@ -1,0 +1,227 @@
+"""``router mcp``'s own MCP server (router.mcp_wire.McpServerWire, router.mcp.StdioServer):
+it answers what the MCP SDK's server answered for the router (captured from
+``mcp`` 2.3.0's server in tests/fixtures/mcp/sdk-answers.json), negotiates
+the SDK's handshake versions, honours a cancellation, and a running
+``router mcp`` loads neither the SDK nor Quart-Trio nor Hypercorn."""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from router.mcp import StdioServer, tool_list
+from router.mcp_wire import (HANDSHAKE_PROTOCOL_VERSIONS, INVALID_PARAMS, INVALID_REQUEST, Cancelled, McpServerWire,
+                             ToolCall)
+from tests.api.processes import REPO, environment
+
+SDK_ANSWERS = json.loads((REPO / "tests" / "fixtures" / "mcp" / "sdk-answers.json").read_text())
+
+
+def initialize(version: str = "2025-06-18", id: Any = 1) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+        "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode() + b"\n"
+
+
+def request(id: Any, method: str, params: dict[str, Any] | None = None) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return json.dumps(message).encode() + b"\n"
+
+
+def new_wire() -> McpServerWire:
+    return McpServerWire(tool_list(), server_info={"name": "router", "version": "0.1.0"},
+                         instructions=SDK_ANSWERS["initialize"]["instructions"], max_line=1024)
+
+
+def answers(wire: McpServerWire) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in wire.data_to_send().splitlines()]
+
+
+# --------------------------------------------------------------------------- the wire, sans I/O
+
+
+def test_the_handshake_versions_are_the_sdks() -> None:
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS as SDK_VERSIONS, LATEST_PROTOCOL_VERSION
+
+    assert HANDSHAKE_PROTOCOL_VERSIONS == SDK_VERSIONS
+    for asked, agreed in [*((v, v) for v in SDK_VERSIONS), (LATEST_PROTOCOL_VERSION, SDK_VERSIONS[-1]),
+                          ("1999-01-01", SDK_VERSIONS[-1])]:
+        wire = new_wire()
+        wire.receive_data(initialize(asked))
+        assert answers(wire)[0]["result"]["protocolVersion"] == agreed
+
+
+def test_the_answers_are_the_sdks() -> None:
+    wire = new_wire()
+    wire.receive_data(initialize() + b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n' + request(2, "tools/list"))
+    first, listed = answers(wire)
+    assert first["result"] == SDK_ANSWERS["initialize"]
+    assert listed["result"] == SDK_ANSWERS["tools/list"]
+
+
+def test_only_ping_comes_before_initialize() -> None:
+    wire = new_wire()
+    wire.receive_data(request(1, "ping") + request(2, "tools/list") + request(3, "tools/call", {"name": "abort"})
+                      + request(4, "no/such") + request(5, "initialize", {"protocolVersion": "2025-06-18"}))
+    ping, listed, called, unknown, bad = answers(wire)
+    assert ping == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert listed["error"]["code"] == called["error"]["code"] == bad["error"]["code"] == INVALID_PARAMS
+    assert unknown["error"] == {"code": -32601, "message": "Method not found", "data": "no/such"}
+    assert wire.next_call() is None and not wire.initialized
+
+
+def test_a_call_is_answered_once_and_a_cancelled_one_never() -> None:
+    wire = new_wire()
+    wire.receive_data(initialize() + request(2, "tools/call", {"name": "list_sessions"})
+                      + request(3, "tools/call", {"name": "abort", "arguments": {"session": "s"}}))
+    answers(wire)
+    assert wire.next_call() == ToolCall(2, "list_sessions", {})
+    assert wire.next_call() == ToolCall(3, "abort", {"session": "s"})
+    # The same id again while the call runs is refused; a cancellation of it
+    # stops it, and it is never answered.
+    wire.receive_data(request(2, "ping") + b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":'
+                      b'{"requestId":2,"reason":"x"}}\n')
+    (reused,) = answers(wire)
+    assert reused["id"] == 2 and reused["error"]["code"] == INVALID_REQUEST
+    assert wire.next_call() == Cancelled(2)
+    wire.tool_result(2, "late")
+    wire.tool_result(3, "unknown-session: no", is_error=True)
+    assert answers(wire) == [{"jsonrpc": "2.0", "id": 3, "result": {
+        "content": [{"type": "text", "text": "unknown-session: no"}], "isError": True}}]
+    wire.tool_result(3, "twice")
+    assert answers(wire) == []
+    # A cancellation of a call that has ended, or never ran, is dropped.
+    wire.receive_data(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}\n')
+    assert wire.next_call() is None and answers(wire) == []
+
+
+def test_a_line_too_long_is_answered_with_its_id() -> None:
+    wire = new_wire()
+    wire.receive_data(b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"x": "' + b"y" * 600)
+    wire.receive_data(b"y" * 600)
+    wire.receive_data(b'"}}\n' + request(8, "ping"))
+    too_long, ping = answers(wire)
+    assert too_long["id"] == 7 and too_long["error"]["message"].startswith("too-large: ")
+    assert ping["id"] == 8
+
+
+def test_the_last_line_without_a_newline_is_read() -> None:
+    wire = new_wire()
+    wire.receive_data(request(1, "ping").rstrip(b"\n"))
+    assert answers(wire) == []
+    wire.close()
+    assert answers(wire) == [{"jsonrpc": "2.0", "id": 1, "result": {}}]
+
+
+# --------------------------------------------------------------------------- the Trio layer
+
+
+class Waiting:
+    """A router whose listing waits until it is cancelled."""
+
+    def __init__(self) -> None:
+        self.started = trio.Event()
+        self.cancelled = trio.Event()
+
+    async def list(self) -> list[Any]:
+        self.started.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.cancelled.set()
+
+
+async def test_a_cancelled_call_stops_and_the_server_answers_on() -> None:
+    router = Waiting()
+    to_server, server_in = trio.testing.memory_stream_one_way_pair()
+    server_out, from_server = trio.testing.memory_stream_one_way_pair()
+    received = b""
+
+    async def answer(id: Any) -> dict[str, Any]:
+        nonlocal received
+        while True:
+            for line in received.splitlines():
+                message = json.loads(line)
+                if message.get("id") == id:
+                    return message
+            received += await from_server.receive_some()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(StdioServer(router, server_in, server_out).run)
+        with trio.fail_after(10):
+            await to_server.send_all(initialize() + request(2, "tools/call", {"name": "list_sessions"}))
+            await router.started.wait()
+            await to_server.send_all(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}\n')
+            await router.cancelled.wait()
+            await to_server.send_all(request(3, "ping"))
+            assert (await answer(3))["result"] == {}
+            await to_server.aclose()
+    assert not any(json.loads(line).get("id") == 2 for line in received.splitlines())
+
+
+# --------------------------------------------------------------------------- the real process
+
+#: What a running ``router mcp`` without ``--port`` never loads: the MCP SDK
+#: (and its pydantic models), the HTTP API's stack, the page's Markdown.
+NOT_LOADED = ("mcp", "mcp_types", "pydantic", "quart", "quart_trio", "hypercorn", "flask", "werkzeug", "markdown_it",
+              "nh3")
+
+
+def test_a_running_router_mcp_loads_no_sdk_and_no_http_api(tmp_path: Path) -> None:
+    """After initialize, tools/list and a tool call, ``sys.modules`` of the
+    process (written at its exit) holds none of :data:`NOT_LOADED`."""
+    modules = tmp_path / "modules.json"
+    probe = (
+        "import atexit, json, sys\n"
+        f"atexit.register(lambda: open({str(modules)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+        f"sys.argv = ['router', 'mcp', '--data-dir', {str(tmp_path / 'data')!r}, '--settings', "
+        f"{str(tmp_path / 'settings')!r}]\n"
+        "from router.cli import main\n"
+        "sys.exit(main())\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", probe], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=open(tmp_path / "mcp.stderr", "wb"), cwd=REPO, bufsize=0,
+                               env=environment({"XDG_RUNTIME_DIR": str(tmp_path)}))
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        for line in (initialize(), request(2, "tools/list"), request(3, "tools/call", {"name": "list_sessions"})):
+            process.stdin.write(line)
+            ready, _, _ = select.select([process.stdout], [], [], 60)
+            assert ready, (tmp_path / "mcp.stderr").read_text()
+            assert "result" in json.loads(process.stdout.readline())
+    finally:
+        process.stdin.close()
+        process.wait(60)
+    assert process.returncode == 0, (tmp_path / "mcp.stderr").read_text()
+    loaded = {name.split(".")[0] for name in json.loads(modules.read_text())}
+    assert "router" in loaded and "trio" in loaded
+    assert loaded.isdisjoint(NOT_LOADED), sorted(loaded & set(NOT_LOADED))
+
+
+def test_the_process_answers_as_the_sdk_did(tmp_path: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-m", "router", "mcp", "--data-dir", str(tmp_path / "data"),
+                                "--settings", str(tmp_path / "settings")], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO, bufsize=0,
+                               env=environment({"XDG_RUNTIME_DIR": str(tmp_path)}))
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        got = []
+        for line in (initialize(), request(2, "tools/list"), request(3, "tools/call", {"name": "list_sessions"})):
+            process.stdin.write(line)
+            ready, _, _ = select.select([process.stdout], [], [], 60)
+            assert ready
+            got.append(json.loads(process.stdout.readline()))
+    finally:
+        process.stdin.close()
+        process.wait(60)
+    assert got[0]["result"] == SDK_ANSWERS["initialize"]
+    assert got[1]["result"] == SDK_ANSWERS["tools/list"]
+    assert got[2]["result"] == {"content": [{"type": "text", "text": '{"sessions":[]}'}], "isError": False}
