@@ -28,10 +28,11 @@ serves the same routes, guards and channels as the TCP port, built for
 this router is (:class:`router.board.local.RouterInfo`). With a ``board``
 (:class:`router.board.service.LocalBoard`, shared with the TCP port) it
 lists the whole board and forwards as the TCP port does, and the board
-learns this router's name and socket. It listens from its start, and
-builds its app (loading Quart-Trio, Hypercorn and the routes) when the first
-connection comes, which waits in the listen backlog meanwhile: an embedded
-router (``router mcp``) that nobody asks never loads them.
+learns this router's name and socket. Without the TCP API (``router
+mcp`` without ``--port``) a front answers the board survey's requests
+(:mod:`router.api.front`) and the app is built (loading Quart-Trio,
+Hypercorn and the routes) for the first connection it does not answer: an
+embedded router that is only surveyed never loads them.
 
 Resource handling: :meth:`ApiServer.run` binds the port (``0`` picks one),
 serves until cancelled, and closes the socket on every exit. Cancelling it
@@ -243,8 +244,10 @@ class LocalServer:
         # Pairing and devices (router.remote): `router pair` and `router devices` ask here.
         self.reach = reach
         self._parts = (router, layer, config, board, worktrees)
-        #: The app, built when the first connection comes (None until then).
+        #: The app (None until built: at the start with the TCP API, else
+        #: for the first connection the front does not answer).
         self.app: QuartTrio | None = None
+        self.front: Any = None
         self.serving = False
 
     def _build(self) -> QuartTrio:
@@ -295,23 +298,44 @@ class LocalServer:
                 os.unlink(binding)
         self.serving = True
         try:
-            logging.getLogger("router.board").info("local socket %s", self.path)
-            task_status.started(self.path)  # it listens: a client's connection waits in its backlog
-            # The app and Hypercorn load when a connection comes (an embedded
-            # router's socket may never be asked: router mcp's memory,
-            # docs/bench.md), and serve it and every one after.
-            await trio.lowlevel.wait_readable(sock)
-            from router._hypercorn import serve_on_socket
+            async with trio.open_nursery() as nursery:
+                if self.info.url is not None:  # the TCP API runs: Quart-Trio is loaded already
+                    from router._hypercorn import serve_on_socket
 
-            self.app = self._build()
-            await serve_on_socket(self.app, sock, logger="router.board.http")
+                    self.app = self._build()
+                    await nursery.start(partial(serve_on_socket, self.app, sock, logger="router.board.http"))
+                else:
+                    nursery.start_soon(self._front, sock, nursery)
+                logging.getLogger("router.board").info("local socket %s", self.path)
+                task_status.started(self.path)
         finally:
             self.serving = False
             sock.close()
             remove_if_bound(self.path, bound)
 
+    async def _front(self, sock: socket.socket, nursery: trio.Nursery) -> None:
+        """Without the TCP API (``router mcp``): the survey's requests
+        answered by the front, the app built for the first other one
+        (:mod:`router.api.front`)."""
+        from router._http11 import accept_loop
+        from router.api.front import FRONT_LIMITS, Front
+
+        _, layer, _, board, _ = self._parts
+        self.front = Front(info=self.info.to_json(), layer=layer, board=board, serve_app=self._serve_app)
+        listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        front = self.front
+        await accept_loop(listener, nursery, lambda stream: front.serve(stream, nursery),
+                          logging.getLogger("router.board.http"), FRONT_LIMITS)
+
+    async def _serve_app(self, handed: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        from router._hypercorn import serve_on_socket
+
+        self.app = self._build()
+        await serve_on_socket(self.app, None, logger="router.board.http", accepted=handed, task_status=task_status)
+
     def statistics(self) -> dict[str, Any]:
-        return {"path": self.path, "serving": self.serving}
+        return {"path": self.path, "serving": self.serving,
+                **({"front": self.front.statistics()} if self.front is not None else {})}
 
 async def _close_when_cancelled(sock: socket.socket) -> None:
     """Own a listen socket: closed when the server's nursery ends."""

@@ -175,35 +175,96 @@ NOT_LOADED = ("mcp", "mcp_types", "pydantic", "quart", "quart_trio", "hypercorn"
               "nh3")
 
 
+class Probed:
+    """A ``router mcp`` whose ``sys.modules`` is written to a file at its exit."""
+
+    def __init__(self, tmp: Path, name: str) -> None:
+        self.tmp, self.modules = tmp, tmp / f"modules-{name}.json"
+        self.stderr = tmp / f"mcp-{name}.stderr"
+        probe = (
+            "import atexit, json, sys\n"
+            f"atexit.register(lambda: open({str(self.modules)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+            f"sys.argv = ['router', 'mcp', '--data-dir', {str(tmp / name)!r}, '--settings', {str(tmp / 'settings')!r}]\n"
+            "from router.cli import main\n"
+            "sys.exit(main())\n"
+        )
+        self.process = subprocess.Popen([sys.executable, "-c", probe], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=open(self.stderr, "wb"), cwd=REPO, bufsize=0,
+                                         env=environment({"XDG_RUNTIME_DIR": str(tmp)}))
+
+    def ask(self, line: bytes) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(line)
+        ready, _, _ = select.select([self.process.stdout], [], [], 60)
+        assert ready, self.stderr.read_text()
+        return json.loads(self.process.stdout.readline())
+
+    def loaded(self) -> set[str]:
+        """The top-level packages loaded, once it exited 0 (stdin closed)."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(60)
+        assert self.process.returncode == 0, self.stderr.read_text()
+        return {name.split(".")[0] for name in json.loads(self.modules.read_text())}
+
+
 def test_a_running_router_mcp_loads_no_sdk_and_no_http_api(tmp_path: Path) -> None:
     """After initialize, tools/list and a tool call, ``sys.modules`` of the
     process (written at its exit) holds none of :data:`NOT_LOADED`."""
-    modules = tmp_path / "modules.json"
-    probe = (
-        "import atexit, json, sys\n"
-        f"atexit.register(lambda: open({str(modules)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
-        f"sys.argv = ['router', 'mcp', '--data-dir', {str(tmp_path / 'data')!r}, '--settings', "
-        f"{str(tmp_path / 'settings')!r}]\n"
-        "from router.cli import main\n"
-        "sys.exit(main())\n"
-    )
-    process = subprocess.Popen([sys.executable, "-c", probe], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=open(tmp_path / "mcp.stderr", "wb"), cwd=REPO, bufsize=0,
-                               env=environment({"XDG_RUNTIME_DIR": str(tmp_path)}))
-    assert process.stdin is not None and process.stdout is not None
+    probed = Probed(tmp_path, "one")
     try:
         for line in (initialize(), request(2, "tools/list"), request(3, "tools/call", {"name": "list_sessions"})):
-            process.stdin.write(line)
-            ready, _, _ = select.select([process.stdout], [], [], 60)
-            assert ready, (tmp_path / "mcp.stderr").read_text()
-            assert "result" in json.loads(process.stdout.readline())
+            assert "result" in probed.ask(line)
     finally:
-        process.stdin.close()
-        process.wait(60)
-    assert process.returncode == 0, (tmp_path / "mcp.stderr").read_text()
-    loaded = {name.split(".")[0] for name in json.loads(modules.read_text())}
+        loaded = probed.loaded()
     assert "router" in loaded and "trio" in loaded
     assert loaded.isdisjoint(NOT_LOADED), sorted(loaded & set(NOT_LOADED))
+
+
+def _socket_of(tmp: Path) -> str:
+    (path,) = (tmp / "router").glob("*.sock")
+    return str(path)
+
+
+def _get(path: str, target: str, **headers: str) -> Any:
+    import httpx
+
+    with httpx.Client(transport=httpx.HTTPTransport(uds=path), base_url="http://localhost") as client:
+        return client.get(target, headers=headers)
+
+
+def test_a_board_survey_is_answered_without_the_app(tmp_path: Path) -> None:
+    """Another router's survey of this one's socket (``GET /router``, ``GET
+    /sessions?scope=router``) is answered by the front (router.api.front):
+    the process still loads no Quart-Trio or Hypercorn; any other request
+    builds the app and is answered by it."""
+    probed = Probed(tmp_path, "surveyed")
+    try:
+        assert "result" in probed.ask(initialize())
+        path = _socket_of(tmp_path)
+        info = _get(path, "/router")
+        assert info.status_code == 200 and info.json()["command"] == "mcp" and info.json()["socket"] == path
+        own = _get(path, "/sessions?scope=router", **{"x-router-channel": "cli"})
+        assert own.status_code == 200 and own.json() == {"sessions": []}  # its echo root is hidden
+        assert _get(path, "/sessions?scope=unshared").json() == {"sessions": []}
+        off = _get(path, "/sessions?scope=router", **{"x-router-channel": "no-such-channel"})
+        assert off.status_code == 503 and off.json()["error"] == "channel-off"
+    finally:
+        loaded = probed.loaded()
+    assert loaded.isdisjoint(NOT_LOADED), sorted(loaded & set(NOT_LOADED))
+
+    probed = Probed(tmp_path, "asked")
+    try:
+        assert "result" in probed.ask(initialize())
+        path = _socket_of(tmp_path)
+        listed = _get(path, "/sessions", **{"x-router-channel": "cli"})  # the whole board: the app's route
+        assert listed.status_code == 200 and listed.json()["sessions"] == []
+        assert _get(path, "/asks").json() == {"asks": []}
+        assert _get(path, "/router").json()["socket"] == path  # the front still answers
+        assert _get(path, "/sessions?scope=router", host="elsewhere").status_code == 421  # the app's door
+    finally:
+        loaded = probed.loaded()
+    assert {"quart", "hypercorn"} <= loaded
 
 
 def test_the_process_answers_as_the_sdk_did(tmp_path: Path) -> None:
