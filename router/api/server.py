@@ -92,6 +92,7 @@ def build_app(router: Any, layer: Any, config: ApiConfig | None, allowed_hosts: 
     pairing and device routes (:mod:`router.remote`; ``reach()`` is the
     router's :class:`router.remote.Reach`, or None)."""
     from router.api.app import make_app
+    from router.api.config import ApiConfig
     from router.remote import make_blueprint
 
     app = make_app(router, layer, config or ApiConfig(), allowed_hosts, token=token, board=board, worktrees=worktrees)
