@@ -10,7 +10,9 @@ Theory of operation
 Every local router's board survey (:func:`router.board.client.survey`: a
 ``router serve`` page, another Claude Code session's ``list_sessions``,
 ``router sessions``) asks each socket ``GET /router`` and ``GET
-/sessions?scope=router`` (or ``scope=unshared``). Served by the app, the
+/sessions?scope=router`` (or ``scope=unshared``), and its asks survey
+(:mod:`router.asks.remote`: ``list_asks``, ``router asks``, the page's
+asks) ``GET /asks`` (or ``?all=1``). Served by the app, the
 first survey would load 21 MiB into every embedded router (docs/bench.md,
 "The command line and `router mcp`"). The front peeks at a connection's
 first bytes (``MSG_PEEK``: nothing is consumed) and, when they are one of
@@ -25,7 +27,8 @@ The two answers are the app's: ``GET /router`` is the router's
 through the plug-in layer's channel dispatch (``x-router-channel``,
 ``webui`` when absent, so a switched-off channel refuses ``channel-off``)
 to :meth:`router.board.service.LocalBoard.own`, a refusal answered at its
-status from :data:`router.api.responses.STATUS`.
+status from :data:`router.api.responses.STATUS`; ``GET /asks`` is
+:func:`router.asks.list_asks` of the router's sessions.
 
 Error handling: a peer that goes away, or sends what h11 refuses, ends its
 connection only (:func:`router._http11.serve_connection`).
@@ -48,11 +51,14 @@ __all__ = ["FRONT_LIMITS", "SURVEY_TARGETS", "Front", "Handed"]
 
 log = logging.getLogger("router.board.http")
 
-#: The requests the front answers itself: a board survey's (``GET``), by target.
+#: The requests the front answers itself: a board survey's and an asks
+#: survey's (``GET``), by target.
 SURVEY_TARGETS: Final = {
     INFO_ROUTE.encode(): None,
     b"/sessions?scope=router": "router",
     b"/sessions?scope=unshared": "unshared",
+    b"/asks": "asks",
+    b"/asks?all=1": "all-asks",
 }
 #: A survey's request line fits in this many bytes.
 _PEEK_BYTES: Final = 512
@@ -88,9 +94,10 @@ class Front:
     connection the front does not answer comes; it calls ``started()`` once
     it serves."""
 
-    def __init__(self, *, info: dict[str, Any], layer: Any, board: Any,
+    def __init__(self, *, info: dict[str, Any], router: Any, layer: Any, board: Any,
                  serve_app: Callable[..., Awaitable[None]]) -> None:
         self._info = dumps(info).encode()
+        self._router = router
         self._layer = layer
         self._board = board
         self._serve_app = serve_app
@@ -147,6 +154,11 @@ class Front:
             return Answer(400, b"", content_type=b"", close=True)
         if scope is None:
             return Answer(200, self._info, close=True)
+        if scope in ("asks", "all-asks"):
+            from router import asks
+
+            listed = asks.list_asks(self._router.registry.sessions(), every=scope == "all-asks")
+            return Answer(200, dumps({"asks": listed}).encode(), close=True)
         channel = (exchange.header(_CHANNEL_HEADER) or "").strip() or "webui"
         return await self._own(channel, scope)
 

@@ -321,14 +321,18 @@ class LocalServer:
         from router._http11 import accept_loop
         from router.api.front import FRONT_LIMITS, Front
 
-        _, layer, _, board, _ = self._parts
-        self.front = Front(info=self.info.to_json(), layer=layer, board=board, serve_app=self._serve_app)
+        router, layer, _, board, _ = self._parts
+        self.front = Front(info=self.info.to_json(), router=router, layer=layer, board=board, serve_app=self._serve_app)
         listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
         front = self.front
         await accept_loop(listener, nursery, lambda stream: front.serve(stream, nursery),
                           logging.getLogger("router.board.http"), FRONT_LIMITS)
 
     async def _serve_app(self, handed: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # The imports in a worker thread: the router's loop (its mod link, its
+        # asks' deadlines) runs on while they load (0.3 s of CPU, seconds on a
+        # loaded machine); building the app from them is quick.
+        await trio.to_thread.run_sync(_import_the_app)
         from router._hypercorn import serve_on_socket
 
         self.app = self._build()
@@ -337,6 +341,13 @@ class LocalServer:
     def statistics(self) -> dict[str, Any]:
         return {"path": self.path, "serving": self.serving,
                 **({"front": self.front.statistics()} if self.front is not None else {})}
+
+def _import_the_app() -> None:
+    """Load what the app is built from (Quart-Trio, Hypercorn, the routes)."""
+    import router._hypercorn  # noqa: F401
+    import router.api.app  # noqa: F401
+    from router.remote import make_blueprint  # noqa: F401 (a face: the name loads its module)
+
 
 async def _close_when_cancelled(sock: socket.socket) -> None:
     """Own a listen socket: closed when the server's nursery ends."""

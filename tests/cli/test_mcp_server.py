@@ -235,7 +235,7 @@ def _get(path: str, target: str, **headers: str) -> Any:
 
 def test_a_board_survey_is_answered_without_the_app(tmp_path: Path) -> None:
     """Another router's survey of this one's socket (``GET /router``, ``GET
-    /sessions?scope=router``) is answered by the front (router.api.front):
+    /sessions?scope=router``, ``GET /asks``) is answered by the front (router.api.front):
     the process still loads no Quart-Trio or Hypercorn; any other request
     builds the app and is answered by it."""
     probed = Probed(tmp_path, "surveyed")
@@ -249,6 +249,7 @@ def test_a_board_survey_is_answered_without_the_app(tmp_path: Path) -> None:
         assert _get(path, "/sessions?scope=unshared").json() == {"sessions": []}
         off = _get(path, "/sessions?scope=router", **{"x-router-channel": "no-such-channel"})
         assert off.status_code == 503 and off.json()["error"] == "channel-off"
+        assert _get(path, "/asks").json() == _get(path, "/asks?all=1").json() == {"asks": []}
     finally:
         loaded = probed.loaded()
     assert loaded.isdisjoint(NOT_LOADED), sorted(loaded & set(NOT_LOADED))
@@ -259,7 +260,6 @@ def test_a_board_survey_is_answered_without_the_app(tmp_path: Path) -> None:
         path = _socket_of(tmp_path)
         listed = _get(path, "/sessions", **{"x-router-channel": "cli"})  # the whole board: the app's route
         assert listed.status_code == 200 and listed.json()["sessions"] == []
-        assert _get(path, "/asks").json() == {"asks": []}
         assert _get(path, "/router").json()["socket"] == path  # the front still answers
         assert _get(path, "/sessions?scope=router", host="elsewhere").status_code == 421  # the app's door
     finally:
