@@ -286,3 +286,31 @@ def test_the_process_answers_as_the_sdk_did(tmp_path: Path) -> None:
     assert got[0]["result"] == SDK_ANSWERS["initialize"]
     assert got[1]["result"] == SDK_ANSWERS["tools/list"]
     assert got[2]["result"] == {"content": [{"type": "text", "text": '{"sessions":[]}'}], "isError": False}
+
+
+def test_with_port_the_api_and_the_socket_are_the_apps(tmp_path: Path) -> None:
+    """``router mcp --port 0``: the HTTP API on loopback, and the private
+    socket served by the same app at once (no front: Quart is loaded)."""
+    import re
+
+    process = subprocess.Popen([sys.executable, "-m", "router", "mcp", "--port", "0", "--data-dir",
+                                str(tmp_path / "data"), "--settings", str(tmp_path / "settings")],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(tmp_path / "err", "wb"),
+                               cwd=REPO, bufsize=0, env=environment({"XDG_RUNTIME_DIR": str(tmp_path)}))
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(initialize())
+        ready, _, _ = select.select([process.stdout], [], [], 60)
+        assert ready and "result" in json.loads(process.stdout.readline())
+        found = re.search(r"API on (http://127\.0\.0\.1:\d+)/", (tmp_path / "err").read_text())
+        assert found, (tmp_path / "err").read_text()
+        import httpx
+
+        assert httpx.get(f"{found.group(1)}/healthz").status_code == 200
+        path = _socket_of(tmp_path)
+        assert _get(path, "/router").json()["url"] == found.group(1)
+        assert _get(path, "/sessions?scope=router").json() == {"sessions": []}
+    finally:
+        process.stdin.close()
+        process.wait(60)
+    assert process.returncode == 0
