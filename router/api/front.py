@@ -40,6 +40,7 @@ import logging
 import socket
 from typing import Any, Awaitable, Callable, Final
 
+import attrs
 import trio
 
 from router._http11 import Answer, Exchange, Limits, serve_connection
@@ -47,7 +48,7 @@ from router.board.paths import INFO_ROUTE, LOCAL_HOST
 from router.errors import Refusal
 from wire.json import dumps
 
-__all__ = ["FRONT_LIMITS", "SURVEY_TARGETS", "Front", "Handed"]
+__all__ = ["FRONT_LIMITS", "SURVEY_TARGETS", "Front", "FrontStatistics", "Handed"]
 
 log = logging.getLogger("router.board.http")
 
@@ -68,12 +69,26 @@ FRONT_LIMITS: Final = Limits(first_wait=30.0, idle=5.0, head=10.0, body=10.0, ma
 _CHANNEL_HEADER: Final = b"x-router-channel"
 
 
+@attrs.frozen(kw_only=True)
+class FrontStatistics:
+    """What :meth:`Front.statistics` answers."""
+
+    #: Requests answered by the front; connections handed to the app.
+    answered: int
+    handed: int
+    #: Whether the app is built.
+    app: bool
+
+
 class Handed(trio.abc.Listener[trio.SocketStream]):
     """A listener whose connections were accepted elsewhere (by the front)
     and handed over, for the app's server to serve."""
 
     def __init__(self) -> None:
         self._send, self._receive = trio.open_memory_channel[trio.SocketStream](0)
+
+    def __repr__(self) -> str:
+        return f"<Handed {self._receive.statistics()!r}>"
 
     async def hand(self, stream: trio.SocketStream) -> None:
         await self._send.send(stream)
@@ -110,8 +125,8 @@ class Front:
     def __repr__(self) -> str:
         return f"<Front answered={self.answered} handed={self.handed_over} app={self._app_started is not None}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {"answered": self.answered, "handed": self.handed_over, "app": self._app_started is not None}
+    def statistics(self) -> FrontStatistics:
+        return FrontStatistics(answered=self.answered, handed=self.handed_over, app=self._app_started is not None)
 
     async def serve(self, stream: trio.SocketStream, nursery: trio.Nursery) -> None:
         """One connection: answered here, or handed to the app (started in
