@@ -309,6 +309,13 @@ class WebSocket:
         return self._closed
 
     @property
+    def holding(self) -> bool:
+        """Whether the next :meth:`receive` may return without reading the
+        socket (messages put back, bytes that came with the handshake), and
+        so without a scheduler step; every read of the socket is one."""
+        return bool(self._backlog or self._pending)
+
+    @property
     def buffered(self) -> int:
         """Characters (or bytes) of a message received in part and held."""
         return sum(len(part) for part in self._parts)
