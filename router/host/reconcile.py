@@ -665,7 +665,7 @@ class ConnectionRules:
         the new generation and delivers."""
         if not self.ready:
             return NOTHING
-        if store.require_session(self.session).generation != self.generation:
+        if store.marks(self.session).generation != self.generation:
             return NOTHING
         runtime = self.runtime_id
         sends: list[HostMessage] = []

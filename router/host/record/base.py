@@ -136,14 +136,16 @@ class SessionRecord:
 
 @attrs.frozen
 class Marks:
-    """The part of a session's row that applying frames reads: the cursor
-    (the last frame applied) and the open mark (where the daemon stood at
-    the last ``open``)."""
+    """The part of a session's row that applying frames (and queueing an
+    operation) reads: the cursor (the last frame applied), the open mark
+    (where the daemon stood at the last ``open``) and the generation."""
 
     cursor_runtime: str | None
     cursor_seq: int
     open_runtime: str | None
     open_seq: int
+    #: The adapter session the daemon should have open.
+    generation: int
 
 
 @attrs.frozen(kw_only=True)

@@ -64,16 +64,15 @@ class Operations:
             existing = self.operation(session, id)
             if existing is not None:
                 return existing, False
-            record = self._unit.tables.sessions.require_session(session)
+            generation = self._unit.tables.sessions.marks(session).generation
             (ordinal,) = self._unit.execute("SELECT COALESCE(MAX(ordinal), 0) + 1 FROM operations").fetchone()
-            self._unit.execute(
+            rows = self._unit.execute(
                 "INSERT INTO operations (session, id, ordinal, generation, input, when_busy,"
-                " status, created_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
-                (session, id, ordinal, record.generation, dump_json(input), when_busy, self._unit.now()),
-            )
-            created = self.operation(session, id)
-            assert created is not None
-            return created, True
+                " status, created_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)"
+                f" RETURNING {self._OPERATION_COLUMNS}",
+                (session, id, ordinal, generation, dump_json(input), when_busy, self._unit.now()),
+            ).fetchall()
+            return self._operation_of(rows[0]), True
 
     def operation(self, session: str, id: str) -> OperationRecord | None:
         with self._unit.transaction():

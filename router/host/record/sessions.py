@@ -70,11 +70,12 @@ class Sessions:
         return record
 
     def marks(self, id: str) -> Marks:
-        """The session's cursor and open mark only (what applying a batch
-        of frames reads, without the rest of the row)."""
+        """The session's cursor, open mark and generation only (what
+        applying a batch of frames reads, without the rest of the row)."""
         with self._unit.transaction():
             row = self._unit.execute(
-                "SELECT cursor_runtime, cursor_seq, open_runtime, open_seq FROM sessions WHERE id = ?", (id,)
+                "SELECT cursor_runtime, cursor_seq, open_runtime, open_seq, generation FROM sessions WHERE id = ?",
+                (id,),
             ).fetchone()
         if row is None:
             self.require_session(id)  # the refusal
