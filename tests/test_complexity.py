@@ -41,8 +41,6 @@ ALLOWED: dict[str, str] = {
     "router/host/store.py:Store.__init__": "store",
     # network edge (owner: net): the one h11 server loop.
     "router/_http11.py:Exchange.body": "net",
-    # network edge (owner: net): one WebSocket for both ends of the container link.
-    "router/_websocket.py:WebSocket._handle_events": "net",
     # `router serve`'s command (router/serve.py, shared): grew past 15 with
     # --max-streams in the last merge (stream); to split along its checks.
     "router/serve.py:run": "stream",
