@@ -22,6 +22,11 @@
    process after ``--idle`` sessions each prompted once (link live,
    reconciled, idle), divided by their number, and the Python heap's share.
 
+``--ratio N --against CHECKOUT`` runs only the ratio rounds, for this tree
+and each checkout (say, an export of main) in turn, each round in a process
+of its own with that tree's router and daemon, and prints one table: the
+before and after of a change, under the same noise.
+
 Everything runs on this machine's loopback; daemons are real processes.
 """
 
@@ -40,9 +45,12 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-# The repository first, so the script runs from a checkout without an install.
+# The repository first, so the script runs from a checkout without an install;
+# ``--tree CHECKOUT`` (what ``--against`` runs) puts that checkout's first
+# instead, so its router (and its test daemon) is what this script measures.
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+_TREE = sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv[:-1] else str(REPO)
+sys.path.insert(0, _TREE)
 
 import trio  # noqa: E402
 from trio_websocket import open_websocket_url  # noqa: E402
@@ -378,6 +386,38 @@ def bench_memory(kind: str, count: int, directory: Path) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# --------------------------------------------------------------------------- --against
+
+
+def ratio_against(args: argparse.Namespace) -> None:
+    """``--ratio`` for this tree and each ``--against`` checkout, one round
+    of each in turn (each in a process of its own, with its own daemon), so
+    all meet the same noise; prints a table."""
+    trees = [("this tree", str(REPO))] + [(f"@ {checkout}", checkout) for checkout in args.against]
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
+    for _ in range(args.rounds):
+        for name, tree in trees:
+            done = subprocess.run(
+                [sys.executable, __file__, "--tree", tree, "--ratio-child", "--kinds", args.kinds,
+                 "--ratio", str(args.ratio), "--ops", str(args.ops)],
+                check=True, capture_output=True, text=True,
+            )
+            results[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print("| tree | host / bare client ops/s, per round | host CPU per operation, ms |")
+    print("|---|---|---|")
+    for name, rounds in results.items():
+        ratios = ", ".join(f"{r['host']:,.0f} / {r['bare']:,.0f} = {r['host'] / r['bare']:.2f}x" for r in rounds)
+        cpus = ", ".join(f"{r['cpu'] * 1e3:.2f}" for r in rounds)
+        print(f"| {name} | {ratios} | {cpus} |")
+
+
+async def ratio_child(args: argparse.Namespace) -> None:
+    kind = [kind for kind in args.kinds.split(",") if kind][0]
+    with tempfile.TemporaryDirectory(prefix="router-bench-host-") as scratch:
+        ((hosted, bare),) = await bench_ratio(kind, Path(scratch), args.ops, args.ratio, 1)
+    print(json.dumps({"host": hosted, "bare": bare, "cpu": HOST_CPU_PER_OP[-1]}))
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -439,10 +479,18 @@ if __name__ == "__main__":
                         help="also: host against a bare client of the same daemon, on SESSIONS sessions, alternating")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of --ratio")
     parser.add_argument("--ratio-only", action="store_true", help="with --ratio: skip the end-to-end, replay and memory rows")
+    parser.add_argument("--against", metavar="CHECKOUT", action="append", default=[],
+                        help="with --ratio: only the ratio rounds, for this tree and each CHECKOUT alternating")
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", help=argparse.SUPPRESS)
+    parser.add_argument("--ratio-child", action="store_true", help=argparse.SUPPRESS)
     parsed = parser.parse_args()
-    if parsed.memory_child:
+    if parsed.ratio_child:
+        trio.run(ratio_child, parsed)
+    elif parsed.ratio and parsed.against:
+        ratio_against(parsed)
+    elif parsed.memory_child:
         trio.run(memory_child, parsed.memory_child, parsed.idle, parsed.dir)
     else:
         trio.run(main, parsed)

@@ -309,6 +309,13 @@ class WebSocket:
         return self._closed
 
     @property
+    def holding(self) -> bool:
+        """Whether the next :meth:`receive` may return without reading the
+        socket (messages put back, bytes that came with the handshake), and
+        so without a scheduler step; every read of the socket is one."""
+        return bool(self._backlog or self._pending)
+
+    @property
     def buffered(self) -> int:
         """Characters (or bytes) of a message received in part and held."""
         return sum(len(part) for part in self._parts)
@@ -424,7 +431,7 @@ class WebSocket:
 
     def _too_large(self, message: str | bytes) -> bool:
         """Whether a whole message read here is over the size limit,
-        counted as the pieces wsproto hands over are (:meth:`_handle_events`)."""
+        counted as the pieces wsproto hands over are (:meth:`_over_limit`)."""
         size = len(message)
         if self._wide and type(message) is str and not message.isascii():
             widest = ord(max(message))
@@ -432,31 +439,18 @@ class WebSocket:
         return size > self._max_size
 
     async def _handle_events(self) -> list[str | bytes]:
+        """What wsproto read: the messages it completed, in order; a ping
+        answered, a pong noted, the peer's close answered (reading stops)."""
         messages: list[str | bytes] = []
         for event in self._conn.events():
             kind = type(event)
             if kind is TextMessage or kind is BytesMessage:
-                data = event.data  # type: ignore[union-attr]
-                # The running size, counted as each piece arrives (before
-                # anything is joined or parsed): characters times the
-                # widest character so far (1, 2 or 4 bytes: what the joined
-                # ``str`` will take), or bytes.
-                self._size += len(data)
-                if self._wide and kind is TextMessage and data and not data.isascii():
-                    widest = ord(max(data))
-                    self._width = max(self._width, 1 if widest < 0x100 else 2 if widest < 0x10000 else 4)
-                if self._size * self._width > self._max_size:
-                    del data, event  # not kept by the traceback
+                if self._over_limit(event):  # type: ignore[arg-type]
+                    del event  # not kept by the traceback
                     await self._too_big()
-                if event.message_finished and not self._parts:  # type: ignore[union-attr]
-                    self._size, self._width = 0, 1
-                    messages.append(data)
-                    continue
-                self._parts.append(data)
-                if event.message_finished:  # type: ignore[union-attr]
-                    parts, self._parts, self._size, self._width = self._parts, [], 0, 1
-                    messages.append("".join(parts) if kind is TextMessage else b"".join(parts))  # type: ignore[arg-type]
-                    del parts
+                message = self._piece(event)  # type: ignore[arg-type]
+                if message is not None:
+                    messages.append(message)
             elif kind is Ping:
                 if self._conn.state is ConnectionState.OPEN:  # else we are closing: no pong
                     await self._send_all(self._conn.send(event.response()))  # type: ignore[union-attr]
@@ -466,6 +460,32 @@ class WebSocket:
                 await self._peer_close(event)  # type: ignore[arg-type]
                 break
         return messages
+
+    def _over_limit(self, event: TextMessage | BytesMessage) -> bool:
+        """Count a piece of a message wsproto read; whether the message is
+        now over the size limit. The running size is counted as each piece
+        arrives (before anything is joined or parsed): characters times the
+        widest character so far (1, 2 or 4 bytes: what the joined ``str``
+        will take), or bytes."""
+        data = event.data
+        self._size += len(data)
+        if self._wide and type(event) is TextMessage and data and not data.isascii():
+            widest = ord(max(data))  # type: ignore[arg-type]
+            self._width = max(self._width, 1 if widest < 0x100 else 2 if widest < 0x10000 else 4)
+        return self._size * self._width > self._max_size
+
+    def _piece(self, event: TextMessage | BytesMessage) -> str | bytes | None:
+        """Keep a piece of a message (counted by :meth:`_over_limit`); the
+        whole message once its last piece came, else None."""
+        data = event.data
+        if event.message_finished and not self._parts:
+            self._size, self._width = 0, 1
+            return data
+        self._parts.append(data)
+        if not event.message_finished:
+            return None
+        parts, self._parts, self._size, self._width = self._parts, [], 0, 1
+        return "".join(parts) if type(event) is TextMessage else b"".join(parts)  # type: ignore[arg-type]
 
     async def _peer_close(self, event: CloseConnection) -> None:
         self._closed = WebSocketClosed(event.code, event.reason or None)

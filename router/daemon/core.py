@@ -77,7 +77,7 @@ import heapq
 import reprlib
 from collections import deque
 from itertools import islice
-from typing import Any, Final, Hashable, Iterator, Sequence
+from typing import Any, Final, Hashable, Iterator, NamedTuple, Sequence
 
 import attrs
 
@@ -162,9 +162,12 @@ def error_text(error: BaseException) -> str:
 # named in each docstring.
 
 
-@attrs.frozen(slots=True)
-class Send:
-    """Queue ``text`` for ``conn`` (never blocks; a dead connection drops it)."""
+class Send(NamedTuple):
+    """Queue ``text`` for ``conn`` (never blocks; a dead connection drops it).
+
+    A named tuple, not an attrs class as the other effects are: one is made
+    per frame sent, and a frozen attrs instance costs about ten times a
+    tuple to make (``object.__setattr__`` per field)."""
 
     conn: Hashable
     text: str
@@ -289,9 +292,6 @@ class _Operation:
         #: Position in the order operations were given (for forgetting).
         self.order = order
 
-    def __lt__(self, other: "_Operation") -> bool:  # for the settled heap
-        return self.order < other.order
-
 
 class Turn:
     """One turn: an operation running on an adapter session, and the
@@ -393,7 +393,9 @@ class SessionCore:
         self.seq = 0
         self._kept: deque[KeptFrame] = deque()
         self._operations: dict[str, _Operation] = {}
-        self._settled: list[_Operation] = []  # heap on ``order``
+        #: A heap of ``(order, operation)``: compared by the int alone, in C
+        #: (an operation's own ``__lt__`` is a Python call per comparison).
+        self._settled: list[tuple[int, _Operation]] = []
         self._given = 0
         self._queue: deque[_Operation] = deque()
         self._running: Turn | None = None
@@ -770,14 +772,14 @@ class SessionCore:
             return
         op.state = _SETTLED
         op.outcome = outcome
-        heapq.heappush(self._settled, op)
+        heapq.heappush(self._settled, (op.order, op))
         self._frame({"kind": "settle", "operationId": op.id, "outcome": outcome})
 
     def _forget_old_settled(self) -> None:
         operations = self._operations
         settled = self._settled
         while len(operations) > self.settled_kept and settled:
-            op = heapq.heappop(settled)
+            _, op = heapq.heappop(settled)
             if operations.get(op.id) is op:
                 del operations[op.id]
 

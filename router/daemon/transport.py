@@ -290,16 +290,22 @@ class DaemonServer:
         runner.attach(outbox)
         try:
             while True:
-                for message in await ws.receive():
+                messages = await ws.receive()
+                last = len(messages) - 1
+                for at, message in enumerate(messages):
                     if type(message) is bytes:
                         message = message.decode("utf-8", "replace")
                     await runner.receive(outbox, message)
-                    # One scheduler step between two messages of one read, as
-                    # a reader task's channel gave: a prompt's turn starts
-                    # before the next prompt is read, so a prompt that came
-                    # after a turn is not steered into it for arriving in the
-                    # same packet (the cluster's exact-turn tests saw it).
-                    await trio.lowlevel.checkpoint()
+                    # One scheduler step between two messages, as a reader
+                    # task's channel gave: a prompt's turn starts before the
+                    # next prompt is read, so a prompt that came after a
+                    # turn is not steered into it for arriving in the same
+                    # packet (the cluster's exact-turn tests saw it). After
+                    # a read's last message the next read of the socket is
+                    # that step (trio's socket calls are schedule points),
+                    # unless the WebSocket holds messages that need none.
+                    if at < last or ws.holding:
+                        await trio.lowlevel.checkpoint()
         except WebSocketClosed:
             pass
         finally:

@@ -145,7 +145,7 @@ from router.host.events import (
     OperationStarted,
 )
 from router.store.db import is_store_failure as database_failure
-from router.host.store import OPEN_STATUSES, SessionRecord, Store, StoreMisuse
+from router.host.store import OPEN_STATUSES, Marks, OperationRecord, SessionRecord, Store, StoreMisuse
 from wire.container import (
     Abort,
     Ack,
@@ -350,6 +350,18 @@ class _Batch:
     settled_there: list[tuple[str, dict]]
     deferred: list[str]
     redeliver: bool = False
+    #: Operations as this batch last read or wrote them (one read each per
+    #: batch, not one per frame): nothing else writes the record while
+    #: the batch's call runs. Emptied when a frame's savepoint is undone
+    #: and after a ``caught-up``, which write operations on their own.
+    operations: dict[str, OperationRecord | None] = attrs.field(factory=dict)
+
+    def operation(self, store: Store, session: str, operation_id: str) -> OperationRecord | None:
+        try:
+            return self.operations[operation_id]
+        except KeyError:
+            record = self.operations[operation_id] = store.operation(session, operation_id)
+            return record
 
 
 @attrs.define
@@ -392,9 +404,7 @@ def with_handoff(input: JsonValue, handoff: str) -> JsonValue:
 
 def settle_in_store(store: Store, session: str, operation_id: str, outcome: dict) -> OperationResult | None:
     """Settle an open operation; its result, or None when it was not open."""
-    if not store.settle(session, operation_id, outcome):
-        return None
-    record = store.operation(session, operation_id)
+    record = store.settle_record(session, operation_id, outcome)
     return None if record is None else OperationResult.of(record)
 
 
@@ -655,7 +665,7 @@ class ConnectionRules:
         the new generation and delivers."""
         if not self.ready:
             return NOTHING
-        if store.require_session(self.session).generation != self.generation:
+        if store.marks(self.session).generation != self.generation:
             return NOTHING
         runtime = self.runtime_id
         sends: list[HostMessage] = []
@@ -718,7 +728,7 @@ class ConnectionRules:
     def _apply(
         self, store: Store, items: Sequence[FrameMessage | CaughtUp | UnreadableFrame], careful: bool
     ) -> Effects:
-        record = store.require_session(self.session)
+        record = store.marks(self.session)
         runtime = self.runtime_id
         assert runtime is not None
         batch = _Batch(
@@ -767,11 +777,12 @@ class ConnectionRules:
             batch.redeliver = True
         batch.settled_there = []
         batch.deferred = []
+        batch.operations.clear()
 
     def _frame(
         self,
         store: Store,
-        record: SessionRecord,
+        record: Marks,
         runtime: str,
         item: FrameMessage | UnreadableFrame,
         batch: _Batch,
@@ -788,7 +799,7 @@ class ConnectionRules:
             return
         if type(item) is UnreadableFrame:
             self._pass(store, runtime, seq, item.reason, item.text, batch)
-        elif (refused := self._rewrites_history(store, item.frame)) is not None:
+        elif (refused := self._rewrites_history(store, item.frame, batch)) is not None:
             self.frames_refused += 1
             if self.frames_refused == 1:
                 log.warning(
@@ -800,10 +811,11 @@ class ConnectionRules:
             events: list[HostEvent] = []
             try:
                 with store.savepoint() if careful else contextlib.nullcontext():
-                    result = self._apply_frame(store, record, runtime, seq, item.frame, events)
+                    result = self._apply_frame(store, record, runtime, seq, item.frame, events, batch)
             except Exception as error:
                 if not careful or is_store_failure(error):
                     raise
+                batch.operations.clear()  # the frame's writes are undone: read again
                 log.warning(
                     "session %r: frame %d of runtime %r cannot be applied; passing it",
                     self.session, seq, runtime, exc_info=True,
@@ -817,7 +829,7 @@ class ConnectionRules:
                     batch.ack_now = True
         batch.cursor_runtime, batch.cursor_seq, batch.moved = runtime, seq, True
 
-    def _rewrites_history(self, store: Store, frame: Any) -> str | None:
+    def _rewrites_history(self, store: Store, frame: Any, batch: _Batch) -> str | None:
         """Why a ``message`` event would rewrite settled history (None when
         it would not): history is append-only once settled. A daemon (a new
         runtime above all) may add messages, and update a message of an
@@ -829,7 +841,7 @@ class ConnectionRules:
         message = frame.event["message"]
         generation = self.generation
         operation_id = frame.operation_id
-        operation = None if operation_id is None else store.operation(self.session, operation_id)
+        operation = None if operation_id is None else batch.operation(store, self.session, operation_id)
         if operation is not None:
             generation = operation.generation
         assert generation is not None
@@ -841,13 +853,13 @@ class ConnectionRules:
             return f"message {message['id']!r} is the person's own message, which only the host writes"
         if operation is not None and operation.settled:
             return f"message {message['id']!r} belongs to operation {operation_id!r}, settled {operation.status}"
-        if owner_id is not None and owner_id != operation_id and self._settled_or_gone(store, owner_id):
+        if owner_id is not None and owner_id != operation_id and self._settled_or_gone(store, owner_id, batch):
             return f"message {message['id']!r} belongs to settled operation {owner_id!r}"
         return None
 
-    def _settled_or_gone(self, store: Store, operation_id: str) -> bool:
+    def _settled_or_gone(self, store: Store, operation_id: str, batch: _Batch) -> bool:
         """Whether the operation is settled, or not in the record at all."""
-        owner = store.operation(self.session, operation_id)
+        owner = batch.operation(store, self.session, operation_id)
         return owner is None or owner.settled
 
     def _pass(self, store: Store, runtime: str, seq: int, reason: str, text: str, batch: _Batch) -> None:
@@ -859,25 +871,26 @@ class ConnectionRules:
         batch.ack_now = True
 
     def _apply_frame(
-        self, store: Store, record: Any, runtime: str, seq: int, frame: Any, events: list[HostEvent]
+        self, store: Store, record: Marks, runtime: str, seq: int, frame: Any, events: list[HostEvent],
+        batch: _Batch,
     ) -> OperationResult | None:
         session = self.session
         kind = type(frame)
         if kind is StartFrame:
             operation_id = frame.operation_id
-            if store.start(session, operation_id):
-                operation = store.operation(session, operation_id)
-                if operation is not None:
-                    message = {
-                        "id": f"{operation.id}:user",
-                        "role": "user",
-                        "parts": user_parts(operation.input),
-                        "operationId": operation.id,
-                        "createdAt": operation.created_at,
-                    }
-                    version = store.put_message(session, operation.generation, message, operation.id)
-                    events.append(MessageStored(message=message, operation_id=operation.id,
-                                                stored=(operation.generation, version)))
+            operation = store.start_record(session, operation_id)
+            if operation is not None:
+                batch.operations[operation_id] = operation
+                message = {
+                    "id": f"{operation.id}:user",
+                    "role": "user",
+                    "parts": user_parts(operation.input),
+                    "operationId": operation.id,
+                    "createdAt": operation.created_at,
+                }
+                version = store.put_message(session, operation.generation, message, operation.id)
+                events.append(MessageStored(message=message, operation_id=operation.id,
+                                            stored=(operation.generation, version)))
                 events.append(OperationStarted(operation_id=operation_id))
             return None
         if kind is EventFrame:
@@ -887,7 +900,7 @@ class ConnectionRules:
                 message = event["message"]
                 generation = self.generation
                 if operation_id is not None:
-                    operation = store.operation(session, operation_id)
+                    operation = batch.operation(store, session, operation_id)
                     if operation is not None:
                         generation = operation.generation
                 version = store.put_message(session, generation, message, operation_id)
@@ -907,9 +920,12 @@ class ConnectionRules:
             return None
         if kind is SettleFrame:
             outcome = converter.unstructure(frame.outcome)
-            result = settle_in_store(store, session, frame.operation_id, outcome)
-            if result is not None:
-                events.append(end_event(result))
+            settled = store.settle_record(session, frame.operation_id, outcome)
+            if settled is None:
+                return None
+            batch.operations[frame.operation_id] = settled
+            result = OperationResult.of(settled)
+            events.append(end_event(result))
             return result
         return None  # pragma: no cover - the parser admits no other kind
 

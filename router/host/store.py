@@ -159,7 +159,7 @@ from router.store.db import Database, PgDatabase, SqliteDatabase, StoreTarget, d
 from router.store.worker import Worker
 from router.host.record import Tables
 from router.host.record.base import (  # noqa: F401 (the record's types, re-exported: callers import them from here)
-    DAEMON_COLUMNS, OPEN_STATUSES, SETTLED_STATUSES, SKIPPED_TEXT_CHARS, DaemonRecord, MessageLog, OperationRecord,
+    DAEMON_COLUMNS, OPEN_STATUSES, SETTLED_STATUSES, SKIPPED_TEXT_CHARS, DaemonRecord, Marks, MessageLog, OperationRecord,
     OperationStatus, Refused, SessionRecord, SkippedFrame, UsageAfter, UsageRecord, WhenBusy,
 )
 from router.host.schema import MIGRATIONS, OPEN_TERM, PG_MIGRATIONS, SCHEMA_VERSION, STEPS  # noqa: F401 (the steps, re-exported)
@@ -176,6 +176,22 @@ class StoreMisuse(RuntimeError):
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class _Joined:
+    """A transaction inside one of the same thread: nothing to begin or end
+    (an exception passes through to the outer one, which rolls back)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __enter__(self) -> Store:
+        return self._store
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 # --------------------------------------------------------------------------- the store
@@ -232,7 +248,8 @@ class Store:
             raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
         self._lock_fd: int | None = None
         self._owner: int | None = None
-        self._depth = 0
+        #: What a nested :meth:`transaction` returns: the outer one goes on.
+        self._joined = _Joined(self)
         self._closed = False
         #: The schema version when the store opened (``__repr__`` reads it; no query).
         self._opened_version = 0
@@ -403,23 +420,25 @@ class Store:
         stats = self._worker.statistics()
         return stats.calls, stats.batches
 
+    def transaction(self) -> contextlib.AbstractContextManager[Store]:
+        """One transaction; nested use (same thread) joins the outer one.
+
+        Joining is the common case (every repository method opens one, and
+        the host's apply calls several per frame), so it costs one
+        comparison and a context that does nothing, not a generator."""
+        if self._owner == threading.get_ident():
+            return self._joined
+        return self._outer()
+
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Store]:
-        """One transaction; nested use (same thread) joins the outer one."""
+    def _outer(self) -> Iterator[Store]:
         me = threading.get_ident()
-        if self._owner == me:
-            self._depth += 1
-            try:
-                yield self
-            finally:
-                self._depth -= 1
-            return
         if not self._guard.acquire(blocking=False):
             raise StoreMisuse("the store was entered from two threads at once; use Store.call")
         if self._closed:
             self._guard.release()
             raise StoreMisuse(f"the store {self.location} is closed; stop its host before closing it")
-        self._owner, self._depth = me, 1
+        self._owner = me
         try:
             self._db.begin()
             try:
@@ -429,7 +448,7 @@ class Store:
                 raise
             self._db.commit()
         finally:
-            self._owner, self._depth = None, 0
+            self._owner = None
             self._guard.release()
 
     @contextlib.contextmanager
@@ -535,6 +554,10 @@ class Store:
         """See :meth:`router.host.record.Sessions.require_session`."""
         return self.tables.sessions.require_session(id)
 
+    def marks(self, id: str) -> Marks:
+        """See :meth:`router.host.record.Sessions.marks`."""
+        return self.tables.sessions.marks(id)
+
     def sessions(self) -> list[SessionRecord]:
         """See :meth:`router.host.record.Sessions.sessions`."""
         return self.tables.sessions.sessions()
@@ -608,6 +631,10 @@ class Store:
         """See :meth:`router.host.record.Operations.start`."""
         return self.tables.operations.start(session, id)
 
+    def start_record(self, session: str, id: str) -> OperationRecord | None:
+        """See :meth:`router.host.record.Operations.start_record`."""
+        return self.tables.operations.start_record(session, id)
+
     def requeue(self, session: str, id: str) -> bool:
         """See :meth:`router.host.record.Operations.requeue`."""
         return self.tables.operations.requeue(session, id)
@@ -615,9 +642,14 @@ class Store:
     def settle(self, session: str, id: str, outcome: dict) -> bool:
         """See :meth:`router.host.record.Operations.settle`; a turn that ended
         ``done`` is told to :attr:`on_change` in the same transaction."""
+        return self.settle_record(session, id, outcome) is not None
+
+    def settle_record(self, session: str, id: str, outcome: dict) -> OperationRecord | None:
+        """See :meth:`router.host.record.Operations.settle_record`; told to
+        :attr:`on_change` as :meth:`settle` is."""
         with self.transaction():
-            settled = self.tables.operations.settle(session, id, outcome)
-            if settled and outcome.get("status") == "done" and self.on_change is not None:
+            settled = self.tables.operations.settle_record(session, id, outcome)
+            if settled is not None and outcome.get("status") == "done" and self.on_change is not None:
                 self.on_change(self._db, "turn-ended", {"session": session, "operation": id,
                                                         "text": str(outcome.get("text") or "")})
             return settled

@@ -25,7 +25,7 @@ from router.errors import Refusal
 from wire.json import JsonValue
 
 __all__ = [
-    "DAEMON_COLUMNS", "DaemonRecord", "MessageLog", "OPEN_STATUSES", "OperationRecord", "OperationStatus",
+    "DAEMON_COLUMNS", "DaemonRecord", "Marks", "MessageLog", "OPEN_STATUSES", "OperationRecord", "OperationStatus",
     "Refused", "SETTLED_STATUSES", "SKIPPED_TEXT_CHARS", "SessionRecord", "SkippedFrame", "Unit", "UsageAfter",
     "UsageRecord", "WhenBusy", "dump_json", "figure", "load_json", "storable",
 ]
@@ -132,6 +132,20 @@ class SessionRecord:
     created_at: int
     updated_at: int
     daemon: DaemonRecord = attrs.field(factory=DaemonRecord)
+
+
+@attrs.frozen
+class Marks:
+    """The part of a session's row that applying frames (and queueing an
+    operation) reads: the cursor (the last frame applied), the open mark
+    (where the daemon stood at the last ``open``) and the generation."""
+
+    cursor_runtime: str | None
+    cursor_seq: int
+    open_runtime: str | None
+    open_seq: int
+    #: The adapter session the daemon should have open.
+    generation: int
 
 
 @attrs.frozen(kw_only=True)

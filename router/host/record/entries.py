@@ -30,13 +30,12 @@ class Entries:
         if not entries:
             return
         with self._unit.transaction():
-            (end,) = self._unit.execute(
-                "SELECT COALESCE(MAX(position), 0) FROM entries WHERE session = ? AND generation = ?",
-                (session, generation),
-            ).fetchone()
+            # One statement: each row's position is one past the highest
+            # so far (the rows before it in this call included).
             self._unit.executemany(
-                "INSERT INTO entries (session, generation, position, data) VALUES (?, ?, ?, ?)",
-                [(session, generation, end + i, dump_json(e)) for i, e in enumerate(entries, 1)],
+                "INSERT INTO entries (session, generation, position, data) VALUES (?, ?,"
+                " (SELECT COALESCE(MAX(position), 0) + 1 FROM entries WHERE session = ? AND generation = ?), ?)",
+                [(session, generation, session, generation, dump_json(e)) for e in entries],
             )
 
     def entries(self, session: str, generation: int | None = None) -> list[JsonValue]:

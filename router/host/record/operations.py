@@ -64,16 +64,15 @@ class Operations:
             existing = self.operation(session, id)
             if existing is not None:
                 return existing, False
-            record = self._unit.tables.sessions.require_session(session)
+            generation = self._unit.tables.sessions.marks(session).generation
             (ordinal,) = self._unit.execute("SELECT COALESCE(MAX(ordinal), 0) + 1 FROM operations").fetchone()
-            self._unit.execute(
+            rows = self._unit.execute(
                 "INSERT INTO operations (session, id, ordinal, generation, input, when_busy,"
-                " status, created_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
-                (session, id, ordinal, record.generation, dump_json(input), when_busy, self._unit.now()),
-            )
-            created = self.operation(session, id)
-            assert created is not None
-            return created, True
+                " status, created_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)"
+                f" RETURNING {self._OPERATION_COLUMNS}",
+                (session, id, ordinal, generation, dump_json(input), when_busy, self._unit.now()),
+            ).fetchall()
+            return self._operation_of(rows[0]), True
 
     def operation(self, session: str, id: str) -> OperationRecord | None:
         with self._unit.transaction():
@@ -117,15 +116,18 @@ class Operations:
 
     def start(self, session: str, id: str) -> bool:
         """``queued`` → ``running``. False when it was not queued."""
+        return self.start_record(session, id) is not None
+
+    def start_record(self, session: str, id: str) -> OperationRecord | None:
+        """``queued`` → ``running``: the record as it is now (one statement:
+        the update returns the row), or None when it was not queued."""
         with self._unit.transaction():
-            return (
-                self._unit.execute(
-                    "UPDATE operations SET status = 'running', started_at = ?"
-                    " WHERE session = ? AND id = ? AND status = 'queued'",
-                    (self._unit.now(), session, id),
-                ).rowcount
-                > 0
-            )
+            rows = self._unit.execute(
+                "UPDATE operations SET status = 'running', started_at = ?"
+                f" WHERE session = ? AND id = ? AND status = 'queued' RETURNING {self._OPERATION_COLUMNS}",
+                (self._unit.now(), session, id),
+            ).fetchall()
+        return self._operation_of(rows[0]) if rows else None
 
     def requeue(self, session: str, id: str) -> bool:
         """``running`` → ``queued``, undelivered, to run again."""
@@ -143,18 +145,23 @@ class Operations:
         """Settle a queued or running operation with a wire outcome
         (``{"status": "done", "text"}`` or ``{"status": "unanswered",
         "reason"}``). False when it had settled already or does not exist."""
+        return self.settle_record(session, id, outcome) is not None
+
+    def settle_record(self, session: str, id: str, outcome: dict) -> OperationRecord | None:
+        """:meth:`settle`, returning the settled record (one statement: the
+        update returns the row), or None when it had settled already or
+        does not exist."""
         status = outcome.get("status")
         if status not in SETTLED_STATUSES:
             raise ValueError(f"not an outcome: {outcome!r}")
         with self._unit.transaction():
-            return (
-                self._unit.execute(
-                    "UPDATE operations SET status = ?, outcome = ?, settled_at = ?"
-                    " WHERE session = ? AND id = ? AND status IN ('queued', 'running')",
-                    (status, dump_json(outcome), self._unit.now(), session, id),
-                ).rowcount
-                > 0
-            )
+            rows = self._unit.execute(
+                "UPDATE operations SET status = ?, outcome = ?, settled_at = ?"
+                " WHERE session = ? AND id = ? AND status IN ('queued', 'running')"
+                f" RETURNING {self._OPERATION_COLUMNS}",
+                (status, dump_json(outcome), self._unit.now(), session, id),
+            ).fetchall()
+        return self._operation_of(rows[0]) if rows else None
 
     def set_delivered(
         self, session: str, id: str, runtime: str | None, *, handoff: str | None = None

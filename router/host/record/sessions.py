@@ -12,7 +12,7 @@ import json
 from typing import Any, Sequence
 
 from router.host.record.base import (
-    DAEMON_COLUMNS, OPEN_STATUSES, DaemonRecord, Refused, SessionRecord, Unit, dump_json,
+    DAEMON_COLUMNS, OPEN_STATUSES, DaemonRecord, Marks, Refused, SessionRecord, Unit, dump_json,
 )
 
 __all__ = ["Sessions"]
@@ -68,6 +68,18 @@ class Sessions:
                 "unknown-session", f"there is no container session {id!r}; create it first"
             )
         return record
+
+    def marks(self, id: str) -> Marks:
+        """The session's cursor, open mark and generation only (what
+        applying a batch of frames reads, without the rest of the row)."""
+        with self._unit.transaction():
+            row = self._unit.execute(
+                "SELECT cursor_runtime, cursor_seq, open_runtime, open_seq, generation FROM sessions WHERE id = ?",
+                (id,),
+            ).fetchone()
+        if row is None:
+            self.require_session(id)  # the refusal
+        return Marks(*row)
 
     def sessions(self) -> list[SessionRecord]:
         """Every session, oldest first."""
