@@ -468,7 +468,7 @@ class MainJob:
         await self._start(nursery, "worktrees", self.worktrees.run)
 
     def _api_config(self, harness: str) -> Any:
-        from router.api.app import ApiConfig
+        from router.api.config import ApiConfig
 
         also = frozenset({"container"}) if self.config.daemon_url is not None else frozenset()
         return ApiConfig(harness=harness, also=also, launcher=None if self.launcher is None else self.launcher.name,
