@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
 
 import trio
 
+from router._transient import StoreUnavailable
 from router.asks import Ask, AskBook, AskPolicy, policy_from, rule_for, rule_text
 from router.board.state import container_state
 from router.errors import Refusal
@@ -206,7 +207,10 @@ class ContainerTarget:
         link for the session fails or closes; the view follows again after
         a pause (viewers are told to take a fresh snapshot, and told again
         once the view follows: a reader who came during the pause missed
-        what came before the new subscription)."""
+        what came before the new subscription). The store read as it
+        subscribes (or as it reads a batch's position back) may fail past
+        its retries (``store-unavailable``): that too is a pause and a
+        reset, never the session's end."""
         assert self.hub is not None
         pause, cap = RESUBSCRIBE_PAUSE
         started = interrupted = False
@@ -239,6 +243,8 @@ class ContainerTarget:
                 why = str(exc)
             except (HostRefused, LinkError) as exc:
                 why = f"the host refused the session's events ({exc.code})"
+            except StoreUnavailable as exc:  # the store blinked past its retries: try again, keep the session
+                why = f"the host's store could not be read ({exc.code})"
             if not started:
                 task_status.started()
                 started = True
