@@ -643,9 +643,8 @@ class TurnRouter:
             return await self.remote.refused(delivery, error)
         except Exception as failed:  # noqa: BLE001 - recording the refusal failed (the store away): still refused
             log.warning("delivery %r: the fence's refusal could not be recorded: %s", delivery.event_id, failed)
-            return DeliveryUnanswered(event_id=delivery.event_id, code="lease-lost",
-                                      message=f"this router no longer holds {delivery.session!r}; "
-                                      "resend with the same eventId")
+            return DeliveryUnanswered(event_id=delivery.event_id, refusal=Refusal(
+                "lease-lost", f"this router no longer holds {delivery.session!r}; resend with the same eventId"))
 
     # ------------------------------------------------------------------ plan, write, settle
 
