@@ -38,14 +38,17 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from typing import Any, AsyncIterator, Callable, Final, Mapping
 
 import attrs
 
 from router._httpx import unix_transport
 from router.board.feed import BoardFeed
+from router.board.kept import Kept, listing_text
 from router.board.client import ANSWER_TIMEOUT, BASE_URL, Board, Reached, Skipped, holder, survey
 from router.errors import Refusal
+from wire.json import Encoded
 
 __all__ = ["Activity", "BOARD_INTERVAL", "FORWARDED_HEADER", "Facts", "Listing", "LocalBoard", "describe", "process_cwd"]
 
@@ -105,7 +108,22 @@ class Facts:
     places: Any = None
 
 
-async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activity) -> list[dict[str, Any]]:
+async def read_facts(entries: list[dict[str, Any]], facts: Facts) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What :func:`describe` reads for ``entries``: the container sessions'
+    records (id -> record) and launches (id -> launch), both empty when
+    none is a container session."""
+    records: dict[str, Any] = {}
+    launches: dict[str, Any] = {}
+    if any(entry.get("kind") == "container" for entry in entries):
+        if facts.store is not None:
+            records = {record.id: record for record in await facts.store.call(facts.store.sessions)}
+        if facts.deliveries is not None:
+            launches = await facts.deliveries.call(facts.deliveries.launches)
+    return records, launches
+
+
+async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activity, *,
+                   kept: Kept | None = None, records: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """``entries`` (``TurnRouter.list``) with what is known besides:
     ``harness`` (a container session's: the one its launch routed to, else
     the router's; ``claude-code``), ``model`` (the session's settings',
@@ -113,32 +131,46 @@ async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activi
     Claude Code session's: the embedded router's working directory, where
     Claude Code starts it) and ``lastActivity`` (ms since the epoch: a
     container session's record's last change, a Claude Code session's last
-    change seen here)."""
-    records: dict[str, Any] = {}
-    if facts.store is not None and any(entry.get("kind") == "container" for entry in entries):
-        records = {record.id: record for record in await facts.store.call(facts.store.sessions)}
-    launches: dict[str, Any] = {}
-    if facts.deliveries is not None and any(entry.get("kind") == "container" for entry in entries):
-        launches = await facts.deliveries.call(facts.deliveries.launches)
-    out = []
-    for entry in entries:
-        if entry.get("kind") == "container":
-            item = _container(entry, records.get(entry["id"]), launches.get(entry["id"]), facts)
-        else:
-            item = {**entry, "harness": "claude-code"}  # its ``model`` is in the entry, as its mod said
-            if facts.cwd is not None:
-                item["cwd"] = facts.cwd
-            item["lastActivity"] = activity.stamp(entry["id"], tuple(sorted(map(repr, entry.items()))))
-        out.append(item)
+    change seen here). With ``kept``, a session described before from the
+    same entry, record stamp, launch and place is not described again
+    (:mod:`router.board.kept`); ``records``: the container sessions'
+    records read already (id -> record; the launches are read here)."""
+    if records is None:
+        records, launches = await read_facts(entries, facts)
+    else:
+        _, launches = await read_facts(entries, attrs.evolve(facts, store=None))
+    places: dict[str, Any] = {}
     if facts.places is not None:
         import trio
 
-        places = await trio.to_thread.run_sync(facts.places)
-        out = [{**item, **places[item["id"]].board_fields()} if item.get("id") in places else item for item in out]
+        places = {key: place.board_fields() for key, place in (await trio.to_thread.run_sync(facts.places)).items()}
+    out = []
+    for entry in entries:
+        session = entry.get("id")
+        place = places.get(session)  # type: ignore[arg-type]
+        if entry.get("kind") == "container":
+            record, launch = records.get(session), launches.get(session)
+            key: Any = (entry, None if record is None else (record.updated_at, record.settings.get("model")),
+                        None if launch is None else (launch.harness, launch.model), facts.harness, place)
+            make = partial(_container, entry, record, launch, facts, place)
+        else:
+            stamp = activity.stamp(session, tuple(sorted(map(repr, entry.items()))))
+            key = (entry, facts.cwd, stamp, place)
+            make = partial(_claude_code, entry, facts, stamp, place)
+        out.append(make() if kept is None or type(session) is not str else kept.row(session, key, make))
     return out
 
 
-def _container(entry: dict[str, Any], record: Any, launch: Any, facts: Facts) -> dict[str, Any]:
+def _claude_code(entry: dict[str, Any], facts: Facts, stamp: int, place: dict[str, Any] | None) -> dict[str, Any]:
+    item = {**entry, "harness": "claude-code"}  # its ``model`` is in the entry, as its mod said
+    if facts.cwd is not None:
+        item["cwd"] = facts.cwd
+    item["lastActivity"] = stamp
+    return item if place is None else {**item, **place}
+
+
+def _container(entry: dict[str, Any], record: Any, launch: Any, facts: Facts,
+               place: dict[str, Any] | None = None) -> dict[str, Any]:
     item = {**entry, "harness": launch.harness if launch is not None else facts.harness}
     model = record.settings.get("model") if record is not None else None
     model = model or (launch.model if launch is not None else None)
@@ -146,7 +178,7 @@ def _container(entry: dict[str, Any], record: Any, launch: Any, facts: Facts) ->
         item["model"] = model
     if record is not None:
         item["lastActivity"] = record.updated_at
-    return item
+    return item if place is None else {**item, **place}
 
 
 @attrs.define
@@ -156,13 +188,21 @@ class Listing:
 
     sessions: list[dict[str, Any]]
     skipped: list[Skipped]
+    #: Each row's JSON text (:meth:`router.board.kept.Kept.text`); None:
+    #: encoded as a whole.
+    texts: Callable[[dict[str, Any]], str] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The listing's JSON object (an :class:`~wire.json.Encoded` whose
+        text is made of the kept rows' with ``texts``)."""
         out: dict[str, Any] = {"sessions": self.sessions}
         if self.skipped:
             out["skipped"] = [{"router": each.name, "socket": each.socket, **each.refusal.to_json()}
                               for each in self.skipped]
-        return out
+        if self.texts is None:
+            return out
+        rest = {key: value for key, value in out.items() if key != "sessions"}
+        return Encoded(out, partial(listing_text, self.sessions, rest, self.texts))
 
 
 class LocalBoard:
@@ -183,6 +223,14 @@ class LocalBoard:
         self.activity = Activity()
         #: The board's live changes, surveyed once for every viewer.
         self.feed = BoardFeed(self, interval=BOARD_INTERVAL)
+        #: The kept rows (:mod:`router.board.kept`), described and final,
+        #: of the listing with the cluster's sessions (True) and without.
+        self._kept: dict[bool, tuple[Kept, Kept]] = {True: (Kept(), Kept()), False: (Kept(), Kept())}
+        #: The shared record's sessions as last read: (the change event
+        #: taken before, the feed's changes then, id -> record).
+        self._shared_records: tuple[Any, int, dict[str, Any]] | None = None
+        self.record_reads = 0
+        self.record_kept = 0
 
     def __repr__(self) -> str:
         return f"<LocalBoard {self.info['name'] if self.info else 'unnamed'} hidden={sorted(self.hidden)}>"
@@ -191,40 +239,83 @@ class LocalBoard:
     def name(self) -> str | None:
         return None if self.info is None else str(self.info.get("name"))
 
+    def statistics(self) -> dict[str, Any]:
+        """The kept rows' figures (:mod:`router.board.kept`): ``described``
+        (sessions described: made anew), ``rows_made`` (final rows made,
+        with their router), ``rows_kept`` (taken as they were),
+        ``encoded`` (rows whose JSON was made), ``record_reads`` (the shared
+        record's sessions read) and ``record_kept`` (a survey that read
+        them not again: no change was told since)."""
+        described = [kept.statistics() for kept, _ in self._kept.values()]
+        rows = [kept.statistics() for _, kept in self._kept.values()]
+        return {"described": sum(each.made for each in described),
+                "rows_made": sum(each.made for each in rows), "rows_kept": sum(each.kept for each in rows),
+                "encoded": sum(each.encoded for each in rows),
+                "record_reads": self.record_reads, "record_kept": self.record_kept}
+
     async def own(self, *, shared: bool = True) -> list[dict[str, Any]]:
         """This router's listed sessions, described, each with ``router``;
         ``shared=False``: without its cluster's (``GET
-        /sessions?scope=unshared``, asked by a router of the same cluster)."""
+        /sessions?scope=unshared``, asked by a router of the same cluster).
+        A session whose row's inputs did not change since the last listing
+        keeps its row (:mod:`router.board.kept`)."""
         containers = shared or self.facts.cluster is None
+        described_kept, rows = self._kept[containers]
+        records = await self._records() if containers and self.facts.cluster is not None else None
         listed = await (self.router.list() if containers else self.router.list(containers=False))
         entries = [entry for entry in listed if entry.get("id") not in self.hidden]
-        described = await describe(entries, self.facts, self.activity)
+        if records is not None and any(entry.get("kind") == "container" and entry.get("id") not in records
+                                       for entry in entries):
+            records = None  # a session newer than the kept records (its notification on its way): read them
+        described = await describe(entries, self.facts, self.activity, kept=described_kept, records=records)
+        ids = [item.get("id") for item in described]
+        described_kept.only(ids)
+        rows.only(ids)
         if self.facts.cluster is not None:
-            return await self._held(described)
+            return await self._held(described, rows)
         if self.info is None:
             return described
-        return [{**item, "router": self.info} for item in described]
+        info = self.info
+        return [rows.row(item["id"], (item, info), partial(_with, item, "router", info))
+                if type(item.get("id")) is str else _with(item, "router", info) for item in described]
 
-    async def _held(self, described: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def _records(self) -> dict[str, Any] | None:
+        """The shared record's sessions (id -> record), kept while no
+        router of the cluster wrote it (the board's change event, taken
+        before the read, is unset) and nothing here changed (the feed's
+        ``changes``): every write of a session's record notifies
+        (``cluster_board``). None: no store."""
+        store = self.facts.store
+        if store is None:
+            return None
+        kept = self._shared_records
+        if kept is not None and not kept[0].is_set() and kept[1] == self.feed.changes:
+            self.record_kept += 1
+            return kept[2]
+        event, changes = self.facts.cluster.board_changed(), self.feed.changes
+        records = {record.id: record for record in await store.call(store.sessions)}
+        self.record_reads += 1
+        self._shared_records = (event, changes, records)
+        return records
+
+    async def _held(self, described: list[dict[str, Any]], rows: Kept) -> list[dict[str, Any]]:
         """Each container session with the router of the cluster holding
         it (``null`` while none does: between a death and a takeover)."""
-        from wire.json import JsonError, loads
-
+        if not any(item.get("kind") == "container" for item in described):
+            info = self.info
+            return [item if info is None else _with(item, "router", info) for item in described]
         holders = await self.facts.cluster.holders()
+        infos: dict[Any, Any] = {}  # each router's info parsed once, not once per session it holds
         out = []
         for item in described:
             if item.get("kind") != "container":
                 out.append({**item, "router": self.info} if self.info is not None else item)
                 continue
             held = holders.get(item["id"])
-            info: Any = None
-            if held is not None:
-                try:
-                    info = loads(held["info"] or "{}")
-                except JsonError:
-                    info = {}
-                info = {**info, "cluster": held["id"], "url": held["apiUrl"]} if isinstance(info, dict) else None
-            out.append({**item, "router": info, "clustered": True})
+            key = None if held is None else (held["id"], held["apiUrl"], held["info"])
+            if key not in infos:
+                infos[key] = _holder_info(held)
+            out.append(rows.row(item["id"], (item, key), partial(_clustered, item, infos[key])))
         return out
 
     def changed(self) -> Any:
@@ -255,7 +346,7 @@ class LocalBoard:
         if self.facts.cluster is not None:  # the cluster's sessions: listed once, by this router
             mine = _cluster_holders(own)
             others = [item for item in others if not _same_cluster_session(item, mine)]
-        return Listing(sessions=own + others, skipped=board.skipped)
+        return Listing(sessions=own + others, skipped=board.skipped, texts=self._kept[True][1].text)
 
     async def holder(self, session: str, *, named: str | None = None) -> Reached | None:
         """The router to forward ``session``'s request to, or None to serve
@@ -333,6 +424,28 @@ class LocalBoard:
                 await client.aclose()
 
         return response.status_code, response.headers.get("content-type", "application/json"), body()
+
+
+def _with(item: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    return {**item, key: value}
+
+
+def _holder_info(held: dict[str, Any] | None) -> Any:
+    """The ``router`` of a session the cluster's router ``held`` holds
+    (its ``info`` with ``cluster`` and ``url``); None while none does."""
+    from wire.json import JsonError, loads
+
+    if held is None:
+        return None
+    try:
+        info = loads(held["info"] or "{}")
+    except JsonError:
+        info = {}
+    return {**info, "cluster": held["id"], "url": held["apiUrl"]} if isinstance(info, dict) else None
+
+
+def _clustered(item: dict[str, Any], info: Any) -> dict[str, Any]:
+    return {**item, "router": info, "clustered": True}
 
 
 def process_cwd() -> str | None:
