@@ -91,9 +91,6 @@ class BoardFeed:
         self._poked = trio.Event()
         self._changed: trio.Event | None = None
         self.pokes = 0
-        #: Every poke, surveyed or not (a viewer or none): what the board
-        #: keeps between surveys is kept while this stays.
-        self.changes = 0
         self._fanout: FanOut[list[dict[str, Any]]] = FanOut(buffer=buffer, lagged_error=_lagged)
         self._viewers = 0
         self._scope: trio.CancelScope | None = None
@@ -106,13 +103,12 @@ class BoardFeed:
 
     def statistics(self) -> dict[str, Any]:
         return {"viewers": self._viewers, "running": self._scope is not None, "surveys": self.surveys,
-                "pokes": self.pokes, "changes": self.changes,
+                "pokes": self.pokes,
                 **{f"fanout_{key}": value for key, value in attrs.asdict(self._fanout.statistics()).items()}}
 
     def poke(self) -> None:
         """Something on the board changed: survey now (coalesced; nothing
         while no viewer watches). Synchronous, never blocks."""
-        self.changes += 1
         if self._scope is not None:
             self.pokes += 1
             self._poked.set()

@@ -106,24 +106,34 @@ class Facts:
     #: session id -> its place, whose project, branch, base and worktree
     #: the listing shows.
     places: Any = None
+    #: Each container session's ``(updated_at, settings' model)`` from the
+    #: read that made the router's last listing
+    #: (``ContainerSessions.stamps``): the record is read once per listing,
+    #: not again here. None: :func:`describe` reads ``store``.
+    stamps: Callable[[], Mapping[str, tuple[int, Any]]] | None = None
 
 
-async def read_facts(entries: list[dict[str, Any]], facts: Facts) -> tuple[dict[str, Any], dict[str, Any]]:
-    """What :func:`describe` reads for ``entries``: the container sessions'
-    records (id -> record) and launches (id -> launch), both empty when
-    none is a container session."""
-    records: dict[str, Any] = {}
+async def read_facts(entries: list[dict[str, Any]], facts: Facts) -> tuple[Mapping[str, Any], dict[str, Any]]:
+    """What :func:`describe` reads for ``entries``: each container
+    session's ``(updated_at, model)`` (its record's: ``facts.stamps``, when
+    they cover every container session listed, else the store read) and
+    launches (id -> launch), both empty when none is a container session."""
+    stamps: Mapping[str, Any] = {}
     launches: dict[str, Any] = {}
-    if any(entry.get("kind") == "container" for entry in entries):
-        if facts.store is not None:
-            records = {record.id: record for record in await facts.store.call(facts.store.sessions)}
+    containers = [entry.get("id") for entry in entries if entry.get("kind") == "container"]
+    if containers:
+        if facts.stamps is not None:
+            stamps = facts.stamps()
+        if facts.store is not None and (facts.stamps is None or any(each not in stamps for each in containers)):
+            stamps = {record.id: (record.updated_at, record.settings.get("model"))
+                      for record in await facts.store.call(facts.store.sessions)}
         if facts.deliveries is not None:
             launches = await facts.deliveries.call(facts.deliveries.launches)
-    return records, launches
+    return stamps, launches
 
 
 async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activity, *,
-                   kept: Kept | None = None, records: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                   kept: Kept | None = None) -> list[dict[str, Any]]:
     """``entries`` (``TurnRouter.list``) with what is known besides:
     ``harness`` (a container session's: the one its launch routed to, else
     the router's; ``claude-code``), ``model`` (the session's settings',
@@ -133,12 +143,8 @@ async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activi
     container session's record's last change, a Claude Code session's last
     change seen here). With ``kept``, a session described before from the
     same entry, record stamp, launch and place is not described again
-    (:mod:`router.board.kept`); ``records``: the container sessions'
-    records read already (id -> record; the launches are read here)."""
-    if records is None:
-        records, launches = await read_facts(entries, facts)
-    else:
-        _, launches = await read_facts(entries, attrs.evolve(facts, store=None))
+    (:mod:`router.board.kept`)."""
+    stamps, launches = await read_facts(entries, facts)
     places: dict[str, Any] = {}
     if facts.places is not None:
         import trio
@@ -149,14 +155,13 @@ async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activi
         session = entry.get("id")
         place = places.get(session)  # type: ignore[arg-type]
         if entry.get("kind") == "container":
-            record, launch = records.get(session), launches.get(session)
-            key: Any = (entry, None if record is None else (record.updated_at, record.settings.get("model")),
-                        None if launch is None else (launch.harness, launch.model), facts.harness, place)
-            make = partial(_container, entry, record, launch, facts, place)
+            stamp, launch = stamps.get(session), launches.get(session)  # type: ignore[arg-type]
+            key: Any = (entry, stamp, None if launch is None else (launch.harness, launch.model), facts.harness, place)
+            make = partial(_container, entry, stamp, launch, facts, place)
         else:
-            stamp = activity.stamp(session, tuple(sorted(map(repr, entry.items()))))
-            key = (entry, facts.cwd, stamp, place)
-            make = partial(_claude_code, entry, facts, stamp, place)
+            active = activity.stamp(session, tuple(sorted(map(repr, entry.items()))))
+            key = (entry, facts.cwd, active, place)
+            make = partial(_claude_code, entry, facts, active, place)
         out.append(make() if kept is None or type(session) is not str else kept.row(session, key, make))
     return out
 
@@ -169,15 +174,15 @@ def _claude_code(entry: dict[str, Any], facts: Facts, stamp: int, place: dict[st
     return item if place is None else {**item, **place}
 
 
-def _container(entry: dict[str, Any], record: Any, launch: Any, facts: Facts,
+def _container(entry: dict[str, Any], stamp: tuple[int, Any] | None, launch: Any, facts: Facts,
                place: dict[str, Any] | None = None) -> dict[str, Any]:
     item = {**entry, "harness": launch.harness if launch is not None else facts.harness}
-    model = record.settings.get("model") if record is not None else None
+    model = stamp[1] if stamp is not None else None
     model = model or (launch.model if launch is not None else None)
     if type(model) is str and model:
         item["model"] = model
-    if record is not None:
-        item["lastActivity"] = record.updated_at
+    if stamp is not None:
+        item["lastActivity"] = stamp[0]
     return item if place is None else {**item, **place}
 
 
@@ -226,11 +231,6 @@ class LocalBoard:
         #: The kept rows (:mod:`router.board.kept`), described and final,
         #: of the listing with the cluster's sessions (True) and without.
         self._kept: dict[bool, tuple[Kept, Kept]] = {True: (Kept(), Kept()), False: (Kept(), Kept())}
-        #: The shared record's sessions as last read: (the change event
-        #: taken before, the feed's changes then, id -> record).
-        self._shared_records: tuple[Any, int, dict[str, Any]] | None = None
-        self.record_reads = 0
-        self.record_kept = 0
 
     def __repr__(self) -> str:
         return f"<LocalBoard {self.info['name'] if self.info else 'unnamed'} hidden={sorted(self.hidden)}>"
@@ -242,16 +242,13 @@ class LocalBoard:
     def statistics(self) -> dict[str, Any]:
         """The kept rows' figures (:mod:`router.board.kept`): ``described``
         (sessions described: made anew), ``rows_made`` (final rows made,
-        with their router), ``rows_kept`` (taken as they were),
-        ``encoded`` (rows whose JSON was made), ``record_reads`` (the shared
-        record's sessions read) and ``record_kept`` (a survey that read
-        them not again: no change was told since)."""
+        with their router), ``rows_kept`` (taken as they were) and
+        ``encoded`` (rows whose JSON was made)."""
         described = [kept.statistics() for kept, _ in self._kept.values()]
         rows = [kept.statistics() for _, kept in self._kept.values()]
         return {"described": sum(each.made for each in described),
                 "rows_made": sum(each.made for each in rows), "rows_kept": sum(each.kept for each in rows),
-                "encoded": sum(each.encoded for each in rows),
-                "record_reads": self.record_reads, "record_kept": self.record_kept}
+                "encoded": sum(each.encoded for each in rows)}
 
     async def own(self, *, shared: bool = True) -> list[dict[str, Any]]:
         """This router's listed sessions, described, each with ``router``;
@@ -261,13 +258,9 @@ class LocalBoard:
         keeps its row (:mod:`router.board.kept`)."""
         containers = shared or self.facts.cluster is None
         described_kept, rows = self._kept[containers]
-        records = await self._records() if containers and self.facts.cluster is not None else None
         listed = await (self.router.list() if containers else self.router.list(containers=False))
         entries = [entry for entry in listed if entry.get("id") not in self.hidden]
-        if records is not None and any(entry.get("kind") == "container" and entry.get("id") not in records
-                                       for entry in entries):
-            records = None  # a session newer than the kept records (its notification on its way): read them
-        described = await describe(entries, self.facts, self.activity, kept=described_kept, records=records)
+        described = await describe(entries, self.facts, self.activity, kept=described_kept)
         ids = [item.get("id") for item in described]
         described_kept.only(ids)
         rows.only(ids)
@@ -278,25 +271,6 @@ class LocalBoard:
         info = self.info
         return [rows.row(item["id"], (item, info), partial(_with, item, "router", info))
                 if type(item.get("id")) is str else _with(item, "router", info) for item in described]
-
-    async def _records(self) -> dict[str, Any] | None:
-        """The shared record's sessions (id -> record), kept while no
-        router of the cluster wrote it (the board's change event, taken
-        before the read, is unset) and nothing here changed (the feed's
-        ``changes``): every write of a session's record notifies
-        (``cluster_board``). None: no store."""
-        store = self.facts.store
-        if store is None:
-            return None
-        kept = self._shared_records
-        if kept is not None and not kept[0].is_set() and kept[1] == self.feed.changes:
-            self.record_kept += 1
-            return kept[2]
-        event, changes = self.facts.cluster.board_changed(), self.feed.changes
-        records = {record.id: record for record in await store.call(store.sessions)}
-        self.record_reads += 1
-        self._shared_records = (event, changes, records)
-        return records
 
     async def _held(self, described: list[dict[str, Any]], rows: Kept) -> list[dict[str, Any]]:
         """Each container session with the router of the cluster holding

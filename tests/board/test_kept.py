@@ -1,8 +1,8 @@
 """The board keeps each session's row until what it is made of changes
 (router/board/kept.py, router/board/service.py's LocalBoard): a session
 whose listing, record or holder changes is described again, one that does
-not is not; the shared record is read again after any change is told; the
-listing's kept JSON text is what encoding it afresh gives."""
+not is not; the record is read once per listing (the router's own read);
+the listing's kept JSON text is what encoding it afresh gives."""
 
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ async def test_the_listings_body_is_made_of_the_kept_rows() -> None:
     assert board.statistics()["encoded"] == 2  # each row's text made once over both answers
 
 
-async def test_in_a_cluster_the_record_is_read_again_after_a_change_is_told() -> None:
+async def test_in_a_cluster_a_row_is_made_again_when_its_holder_changes() -> None:
     router = _Router({"a": "idle", "b": "idle"})
     store = _Store({each: _Record(each, {}, 100) for each in "ab"})
     cluster = _Cluster({"a": _router_row("one"), "b": _router_row("two")})
@@ -141,26 +141,26 @@ async def test_in_a_cluster_the_record_is_read_again_after_a_change_is_told() ->
     board.info = {"name": "one"}
     first = {item["id"]: item for item in await board.own()}
     assert first["a"]["router"] == {"name": "one", "cluster": "one", "url": "http://one"} and first["a"]["clustered"]
-    await board.own()
-    assert store.reads == 1 and board.statistics()["described"] == 2  # nothing told: kept
+    again = {item["id"]: item for item in await board.own()}
+    assert again["a"] is first["a"] and again["b"] is first["b"]
+    cluster.held["b"] = _router_row("three")  # a takeover: the row names the new holder
+    del cluster.held["a"]  # held by none, between a death and a takeover
+    after = {item["id"]: item for item in await board.own()}
+    assert after["b"]["router"]["cluster"] == "three" and after["a"]["router"] is None
+    assert board.statistics()["described"] == 2 and board.statistics()["rows_made"] == 4  # described once each
+    assert cluster.holder_reads == 3
+    await board.own(shared=False)  # a cluster's router asks for what it alone holds: no container session
+    assert cluster.holder_reads == 3  # nothing to name a holder for: not read
 
-    store.records["a"] = _Record("a", {}, 300)
-    cluster.event.set()  # a router of the cluster wrote the record: it notifies
-    cluster.event = trio.Event()
-    assert {item["id"]: item for item in await board.own()}["a"]["lastActivity"] == 300
-    assert store.reads == 2 and board.statistics()["described"] == 3
 
-    store.records["b"] = _Record("b", {}, 400)
-    board.feed.poke()  # a change here
-    assert {item["id"]: item for item in await board.own()}["b"]["lastActivity"] == 400
-    assert store.reads == 3
-
-    router.states["new"] = "idle"  # listed before its notification came: its record is read
+async def test_the_routers_own_read_of_the_record_is_used_not_a_second_one() -> None:
+    router = _Router({"a": "idle", "b": "idle"})
+    store = _Store({each: _Record(each, {}, 100) for each in "ab"})
+    stamps = {"a": (100, None), "b": (150, "opus")}
+    board = LocalBoard(router, env={}, facts=Facts(store=store, stamps=lambda: stamps))
+    rows = {item["id"]: item for item in await board.own()}
+    assert store.reads == 0 and rows["b"]["lastActivity"] == 150 and rows["b"]["model"] == "opus"
+    router.states["new"] = "idle"  # not in the stamps (another read's): the record is read
     store.records["new"] = _Record("new", {}, 500)
     assert {item["id"]: item for item in await board.own()}["new"]["lastActivity"] == 500
-    assert store.reads == 4
-
-    cluster.held["b"] = _router_row("three")  # a takeover: the row names the new holder
-    after = {item["id"]: item for item in await board.own()}
-    assert after["b"]["router"]["cluster"] == "three" and after["a"] is not None
-    assert board.statistics()["rows_made"] == 6  # a, b; a; b; new; b: each change made one row again
+    assert store.reads == 1

@@ -93,6 +93,9 @@ class ContainerSessions:
         #: The container adapter last seen in a ``hello`` (any session): one
         #: daemon runs one adapter, so it speaks for sessions not linked yet.
         self.adapter: AdapterInfo | None = None
+        #: Each session's ``(updated_at, settings' model)`` as the last
+        #: :meth:`list` read them (the board's ``Facts.stamps``).
+        self.stamps: dict[str, tuple[int, Any]] = {}
 
     def __repr__(self) -> str:
         return f"<ContainerSessions adapter={None if self.adapter is None else self.adapter.id!r}>"
@@ -114,9 +117,14 @@ class ContainerSessions:
 
     async def list(self) -> list[dict[str, Any]]:
         """``{id, kind, busy, state[, parent]}`` of every container session,
-        oldest first (``state`` before any stop: the router adds those)."""
+        oldest first (``state`` before any stop: the router adds those).
+        :attr:`stamps` becomes each session's ``(updated_at, model)`` of
+        the same read (the board describes the sessions from it)."""
         out: list[dict[str, Any]] = []
-        for item in await self.host.sessions.list():
+        stamps: dict[str, tuple[int, Any]] = {}
+        items = await self.host.sessions.list(stamps=stamps)
+        self.stamps = stamps
+        for item in items:
             if item.get("ended"):
                 continue  # `router end` ended it: off the board, its record kept
             link = self.host.session(item["id"]).link
