@@ -39,9 +39,10 @@ from __future__ import annotations
 import os
 import time
 from functools import partial
-from typing import Any, AsyncIterator, Callable, Final, Mapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
 
 import attrs
+import trio
 
 from router._httpx import unix_transport
 from router.board.feed import BoardFeed
@@ -133,7 +134,7 @@ async def read_facts(entries: list[dict[str, Any]], facts: Facts) -> tuple[Mappi
 
 
 async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activity, *,
-                   kept: Kept | None = None) -> list[dict[str, Any]]:
+                   kept: Kept | None = None, launches: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """``entries`` (``TurnRouter.list``) with what is known besides:
     ``harness`` (a container session's: the one its launch routed to, else
     the router's; ``claude-code``), ``model`` (the session's settings',
@@ -143,12 +144,11 @@ async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activi
     container session's record's last change, a Claude Code session's last
     change seen here). With ``kept``, a session described before from the
     same entry, record stamp, launch and place is not described again
-    (:mod:`router.board.kept`)."""
-    stamps, launches = await read_facts(entries, facts)
+    (:mod:`router.board.kept`); ``launches``: read already (id -> launch)."""
+    stamps, read = await read_facts(entries, facts if launches is None else attrs.evolve(facts, deliveries=None))
+    launches = read if launches is None else launches
     places: dict[str, Any] = {}
     if facts.places is not None:
-        import trio
-
         places = {key: place.board_fields() for key, place in (await trio.to_thread.run_sync(facts.places)).items()}
     out = []
     for entry in entries:
@@ -258,27 +258,39 @@ class LocalBoard:
         keeps its row (:mod:`router.board.kept`)."""
         containers = shared or self.facts.cluster is None
         described_kept, rows = self._kept[containers]
-        listed = await (self.router.list() if containers else self.router.list(containers=False))
+        facts = self.facts
+        reads: dict[str, Callable[[], Awaitable[Any]]] = {
+            "listed": self.router.list if containers else partial(self.router.list, containers=False)}
+        if containers and facts.store is not None and facts.deliveries is not None:
+            reads["launches"] = partial(facts.deliveries.call, facts.deliveries.launches)
+        if containers and facts.cluster is not None:
+            reads["holders"] = facts.cluster.holders
+        read = dict(zip(reads, await _gather(*reads.values())))  # the other records beside the listing's, not after
+        listed = read["listed"]
         entries = [entry for entry in listed if entry.get("id") not in self.hidden]
-        described = await describe(entries, self.facts, self.activity, kept=described_kept)
+        described = await describe(entries, facts, self.activity, kept=described_kept, launches=read.get("launches"))
         ids = [item.get("id") for item in described]
         described_kept.only(ids)
         rows.only(ids)
-        if self.facts.cluster is not None:
-            return await self._held(described, rows)
+        if facts.cluster is not None:
+            return await self._held(described, rows, read.get("holders"))
         if self.info is None:
             return described
         info = self.info
         return [rows.row(item["id"], (item, info), partial(_with, item, "router", info))
                 if type(item.get("id")) is str else _with(item, "router", info) for item in described]
 
-    async def _held(self, described: list[dict[str, Any]], rows: Kept) -> list[dict[str, Any]]:
+    async def _held(self, described: list[dict[str, Any]], rows: Kept,
+                    holders: dict[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
         """Each container session with the router of the cluster holding
-        it (``null`` while none does: between a death and a takeover)."""
+        it (``null`` while none does: between a death and a takeover);
+        ``holders``: read already (None: read here, if any is a container
+        session)."""
         if not any(item.get("kind") == "container" for item in described):
             info = self.info
             return [item if info is None else _with(item, "router", info) for item in described]
-        holders = await self.facts.cluster.holders()
+        if holders is None:
+            holders = await self.facts.cluster.holders()
         infos: dict[Any, Any] = {}  # each router's info parsed once, not once per session it holds
         out = []
         for item in described:
@@ -313,9 +325,11 @@ class LocalBoard:
         routers of this router's cluster are asked only for what they
         alone hold (their Claude Code sessions): this router lists the
         cluster's sessions from the shared record already."""
-        peers = frozenset(await self.facts.cluster.sockets()) if self.facts.cluster is not None else frozenset()
-        board = await self.others(unshared=peers)
-        own = await self.own()
+        async def survey_others() -> Board:
+            peers = frozenset(await self.facts.cluster.sockets()) if self.facts.cluster is not None else frozenset()
+            return await self.others(unshared=peers)
+
+        board, own = await _gather(survey_others, self.own)  # the other routers asked while this one lists its own
         others = board.sessions()
         if self.facts.cluster is not None:  # the cluster's sessions: listed once, by this router
             mine = _cluster_holders(own)
@@ -398,6 +412,28 @@ class LocalBoard:
                 await client.aclose()
 
         return response.status_code, response.headers.get("content-type", "application/json"), body()
+
+
+async def _gather(*reads: Callable[[], Awaitable[Any]]) -> list[Any]:
+    """Each of ``reads`` awaited at once, their answers in order; the first
+    to fail cancels the others and its error is raised as it is (a
+    ``Refusal`` stays one, not an exception group)."""
+    answers: list[Any] = [None] * len(reads)
+    errors: list[Exception] = []
+
+    async def one(index: int, read: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            answers[index] = await read()
+        except Exception as error:
+            errors.append(error)
+            nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        for index, read in enumerate(reads):
+            nursery.start_soon(one, index, read)
+    if errors:
+        raise errors[0]
+    return answers
 
 
 def _with(item: dict[str, Any], key: str, value: Any) -> dict[str, Any]:

@@ -164,3 +164,19 @@ async def test_the_routers_own_read_of_the_record_is_used_not_a_second_one() -> 
     store.records["new"] = _Record("new", {}, 500)
     assert {item["id"]: item for item in await board.own()}["new"]["lastActivity"] == 500
     assert store.reads == 1
+
+
+async def test_a_refusal_of_a_read_beside_the_listing_stays_a_refusal() -> None:
+    import pytest
+
+    from router.errors import Refusal
+
+    class _Down(_Cluster):
+        async def holders(self) -> dict[str, dict[str, Any]]:
+            raise Refusal("store-unavailable", "the record cannot be reached; try again")
+
+    board = LocalBoard(_Router({"a": "idle"}), env={}, facts=Facts(store=_Store({"a": _Record("a", {}, 1)}),
+                                                                    cluster=_Down({})))
+    with pytest.raises(Refusal) as refused:
+        await board.own()
+    assert refused.value.code == "store-unavailable"
