@@ -9,10 +9,12 @@ Prints a table.
    then the next round, so a load that comes and goes on the machine falls
    on all of them alike): median and p90, and the median's ratio to the
    baseline measured in the same run, ``python -c pass`` (a bare interpreter
-   start). Beside it the floors: ``python -c "import trio"``, and trio with
-   an httpx client on a Unix socket's transport (what a command that asks a
-   router over its socket cannot avoid loading: httpx loads httpcore, h11
-   and h2 when its first client is made).
+   start). Beside it the floors: what the three commands load to ask a
+   router with a blocking request (argparse, json, socket and h11:
+   ``router._client_sync``), and, for the async design they left,
+   ``python -c "import trio"`` and trio with an httpx client on a Unix
+   socket's transport (httpx loads httpcore, h11 and h2 when its first
+   client is made): ``router mcp`` still runs on those.
 
    - ``router sessions``, ``router asks``: against one running ``router
      serve`` (its echo ``root`` session; no ask waiting);
@@ -231,6 +233,9 @@ def _memory(tree: Tree, count: int) -> tuple[float, float, float]:
 
 
 COMMANDS = ("router sessions", "router send", "router asks", "router mcp")
+#: What ``router sessions``, ``send`` and ``asks`` cannot avoid loading: the
+#: argument parser, JSON and ``router._client_sync``'s socket and h11.
+BLOCKING_FLOOR = "import argparse, json, socket, h11"
 CLIENT_FLOOR = "import trio, httpx; httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds='x'))"
 #: What ``router mcp``'s memory cannot go below while it imports these.
 MEMORY_FLOORS = {
@@ -258,6 +263,7 @@ def main() -> None:
     if args.against is not None:
         trees.append(Tree(f"against {args.against.name}", args.against.resolve(), root / "against"))
     floors = {"python -c pass": [sys.executable, "-c", "pass"],
+              "a blocking client's imports": [sys.executable, "-c", BLOCKING_FLOOR],
               'python -c "import trio"': [sys.executable, "-c", "import trio"],
               "trio + an httpx client": [sys.executable, "-c", CLIENT_FLOOR]}
     times: dict[tuple[str, str], list[tuple[float, float]]] = {}

@@ -2,8 +2,8 @@
 permission asks waiting on you, across every router of yours on this
 machine, and your answer to one.
 
-Both ask every router's private socket (:func:`router.board.client.survey`
-finds them, as ``router sessions`` does): ``GET /asks`` on each, and for an
+Both ask every router's private socket (:func:`router.board.client.survey_blocking`
+finds them, as ``router sessions`` does; blocking requests, no trio): ``GET /asks`` on each, and for an
 answer ``POST /asks/<id>`` on the one that lists the ask. The first answer
 wins: a second, or one after the ask's deadline (Claude Code's own prompt has
 it then), is refused with its code (``ask-answered``, ``ask-expired``).
@@ -19,7 +19,6 @@ import datetime as dt
 import json
 import os
 import sys
-from functools import partial
 
 __all__ = ["configure_answer", "configure_asks", "run_answer", "run_asks"]
 
@@ -40,11 +39,9 @@ def configure_answer(parser: argparse.ArgumentParser) -> None:
 
 
 def run_asks(args: argparse.Namespace) -> int:
-    import trio
+    from router.asks.remote import survey_asks_blocking
 
-    from router.asks.remote import survey_asks
-
-    found, left_out = trio.run(partial(survey_asks, os.environ, timeout=args.timeout))
+    found, left_out = survey_asks_blocking(os.environ, timeout=args.timeout)
     for each in left_out:
         print(f"router asks: left out {each}", file=sys.stderr)
     if args.json:
@@ -59,12 +56,9 @@ def run_asks(args: argparse.Namespace) -> int:
 
 
 def run_answer(args: argparse.Namespace) -> int:
-    import trio
+    from router.asks.remote import answer_blocking
 
-    from router.asks.remote import answer_anywhere
-
-    status, body = trio.run(partial(answer_anywhere, os.environ, args.ask, args.decision, by="cli",
-                                    timeout=args.timeout))
+    status, body = answer_blocking(os.environ, args.ask, args.decision, by="cli", timeout=args.timeout)
     if status == 0:
         ask = body["ask"]
         print(f"{ask['id']}: {ask['decision']} ({ask['summary']})", flush=True)

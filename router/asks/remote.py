@@ -1,30 +1,47 @@
 """The asks of every router of this user on this machine, over their
 private sockets (:func:`router.board.client.survey` finds them): listed with
 ``GET /asks`` and answered with ``POST /asks/<id>`` at the router that holds
-the ask. ``router asks``, ``router answer`` and the MCP tools use these."""
+the ask. The MCP tools use these; ``router asks`` and ``router answer`` use
+:func:`survey_asks_blocking` and :func:`answer_blocking`, the same on
+:mod:`router._client_sync` (no trio, no httpx: this module imports them only
+when an async function runs)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Mapping
 
-import httpx
-import trio
-
-from router._httpx import unix_transport
-from router.board.client import ANSWER_TIMEOUT, BASE_URL, CLI_CHANNEL, read_answer, survey
+from router.board.client import ANSWER_TIMEOUT, BASE_URL, CLI_CHANNEL, read_answer, survey, survey_blocking
 from router.errors import Refusal
 
-__all__ = ["answer_anywhere", "survey_asks"]
+__all__ = ["answer_anywhere", "answer_blocking", "survey_asks", "survey_asks_blocking"]
+
+
+def _asks_route(every: bool) -> str:
+    return "/asks?all=1" if every else "/asks"
+
+
+def _listed(path: str, status: int, content: bytes) -> list[dict[str, Any]]:
+    body = read_answer(os.path.basename(path), "/asks", status, content)
+    return [ask for ask in body.get("asks", []) if type(ask) is dict] if type(body) is dict else []
+
+
+def _unknown_ask(ask_id: str) -> tuple[int, dict[str, Any]]:
+    return 1, {"error": "unknown-ask", "message": f"no router of yours has an ask {ask_id!r}; "
+               "`router asks` lists the waiting ones"}
 
 
 async def _asks_of(path: str, timeout: float, every: bool) -> list[dict[str, Any]]:
+    import httpx
+    import trio
+
+    from router._httpx import unix_transport
+
     with trio.fail_after(timeout):
         async with httpx.AsyncClient(transport=unix_transport(path), base_url=BASE_URL,
                                      headers=CLI_CHANNEL, timeout=None) as client:
-            response = await client.get("/asks", params={"all": "1"} if every else {})
-    body = read_answer(os.path.basename(path), "/asks", response.status_code, response.content)
-    return [ask for ask in body.get("asks", []) if type(ask) is dict] if type(body) is dict else []
+            response = await client.get(_asks_route(every))
+    return _listed(path, response.status_code, response.content)
 
 
 async def survey_asks(
@@ -32,6 +49,9 @@ async def survey_asks(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Every waiting ask (``every``: kept ones too) with the router holding it,
     and the routers left out."""
+    import httpx
+    import trio
+
     board = await survey(env, timeout=timeout)
     found: list[dict[str, Any]] = []
     left_out = [f"{skipped.name}: {skipped.refusal}" for skipped in board.skipped]
@@ -50,13 +70,61 @@ async def answer_anywhere(env: Mapping[str, str], ask_id: str, decision: str, *,
     (``unknown-ask``, refused as ``router send`` refuses an
     ``unknown-session``: docs/cli.md)."""
     # Kept ones too: a second answer is refused by the router that holds it.
+    import httpx
+    import trio
+
+    from router._httpx import unix_transport
+
     found, _ = await survey_asks(env, timeout=timeout, every=True)
     holders = [ask["router"]["socket"] for ask in found if ask.get("id") == ask_id]
     if not holders:
-        return 1, {"error": "unknown-ask", "message": f"no router of yours has an ask {ask_id!r}; "
-                   "`router asks` lists the waiting ones"}
+        return _unknown_ask(ask_id)
     with trio.fail_after(timeout):
         async with httpx.AsyncClient(transport=unix_transport(holders[0]), base_url=BASE_URL,
                                      headers=CLI_CHANNEL, timeout=None) as client:
             response = await client.post(f"/asks/{ask_id}", json={"decision": decision, "by": by})
     return (0 if response.status_code == 200 else 1), response.json()
+
+
+def survey_asks_blocking(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT,
+                         every: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+    """:func:`survey_asks` without trio, for the command line: the same
+    asks and routers left out (each router asked in turn, within
+    ``timeout`` seconds)."""
+    from router._client_sync import request
+
+    board = survey_blocking(env, timeout=timeout)
+    found: list[dict[str, Any]] = []
+    left_out = [f"{skipped.name}: {skipped.refusal}" for skipped in board.skipped]
+    for reached in board.reached:
+        try:
+            response = request("GET", _asks_route(every), socket_path=reached.socket, headers=CLI_CHANNEL,
+                               timeout=timeout)
+            found += [{**ask, "router": reached.info} for ask in _listed(reached.socket, response.status,
+                                                                         response.body)]
+        except Refusal as exc:
+            left_out.append(f"{reached.name}: {exc}")
+    return found, left_out
+
+
+def answer_blocking(env: Mapping[str, str], ask_id: str, decision: str, *, by: str,
+                    timeout: float = ANSWER_TIMEOUT) -> tuple[int, dict[str, Any]]:
+    """:func:`answer_anywhere` without trio, for the command line."""
+    import json
+    from urllib.parse import quote
+
+    from router._client_sync import request
+
+    found, _ = survey_asks_blocking(env, timeout=timeout, every=True)
+    holders = [ask["router"]["socket"] for ask in found if ask.get("id") == ask_id]
+    if not holders:
+        return _unknown_ask(ask_id)
+    try:
+        response = request("POST", f"/asks/{quote(ask_id, safe='')}", socket_path=holders[0],
+                           headers={**CLI_CHANNEL, "content-type": "application/json"},
+                           body=json.dumps({"decision": decision, "by": by}).encode(), timeout=timeout)
+        return (0 if response.status == 200 else 1), response.json()
+    except Refusal as failed:  # the router stopped, hung or answered garbage since the survey
+        return 1, {"error": failed.code, "message": f"{holders[0]}: {failed.message}"}
+    except ValueError:
+        return 1, {"error": "not-a-router", "message": f"{holders[0]} answered {response.status} with no JSON"}

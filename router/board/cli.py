@@ -1,7 +1,8 @@
 """``router sessions [--json]``: every session of every router of this user
 on this machine.
 
-It asks every router's private socket at once (:func:`router.board.client.survey`),
+It asks every router's private socket at once (:func:`router.board.client.survey_blocking`:
+no trio, no httpx, so the command starts fast),
 each under ``--timeout`` seconds, and prints one line per session (its id,
 kind, state, harness, model, last activity, the router that holds it and
 its working directory; ``no sessions: …`` when there is none), or with
@@ -27,7 +28,6 @@ import argparse
 import json
 import os
 import sys
-from functools import partial
 from typing import Any
 
 __all__ = ["configure", "run"]
@@ -42,16 +42,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import trio
-
-    from router.board.client import survey
+    from router.board.client import survey_blocking
     from router.errors import Refusal
 
     if args.timeout <= 0:
         print("router sessions: --timeout must be positive", file=sys.stderr)
         return 2
     try:
-        board = trio.run(partial(survey, os.environ, timeout=args.timeout))
+        board = survey_blocking(os.environ, timeout=args.timeout)
     except Refusal as refused:
         print(f"router sessions: {refused}", file=sys.stderr)
         return 2

@@ -21,28 +21,35 @@ directory that is not a real directory of this user's with mode 0700 is
 refused (``unsafe-directory``) and nothing in it is asked, since a socket
 in a directory others can write to may be anyone's. A socket file that is
 not this user's is skipped too. A missing directory is an empty board.
+
+The command line asks the same way without trio (:func:`survey_blocking`,
+:func:`holder_blocking`, on :mod:`router._client_sync`): one thread per
+router when there are several, each under the same deadline, and the same
+answers. So this module loads neither trio, httpx, attrs nor logging until
+an async function of it runs: :class:`Reached`, :class:`Skipped` and
+:class:`Board` are plain classes (attrs alone was a fifth of ``router
+sessions``'s start-up, docs/bench.md).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 from typing import Any, Final, Mapping
 
-import attrs
-import trio
-
-from router._httpx import unix_transport
 from router._unix import check_private_directory, listener_gone, remove_if_bound
 from router.board.paths import INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_directory
 from router.errors import Refusal, is_code
 from wire.json import JsonError, loads
 
-__all__ = ["ANSWER_TIMEOUT", "BASE_URL", "Board", "CLI_CHANNEL", "NO_ROUTER", "OWN_SESSIONS_ROUTE", "Reached", "UNSHARED_SESSIONS_ROUTE", "Skipped", "holder", "read_answer",
-           "reached", "router_sockets", "survey"]
+__all__ = ["ANSWER_TIMEOUT", "BASE_URL", "Board", "CLI_CHANNEL", "NO_ROUTER", "OWN_SESSIONS_ROUTE", "Reached", "UNSHARED_SESSIONS_ROUTE", "Skipped", "holder",
+           "holder_blocking", "read_answer", "reached", "router_sockets", "survey", "survey_blocking"]
 
-log = logging.getLogger("router.board")
+
+def _log(message: str, *args: Any, level: str = "info") -> None:
+    import logging  # not at import: the command line loads this module
+
+    getattr(logging.getLogger("router.board"), level)(message, *args)
 
 #: How long a router has to answer a survey (ours: a live router answers
 #: from memory and one store read; this leaves room on a loaded machine and
@@ -62,13 +69,26 @@ UNSHARED_SESSIONS_ROUTE: Final = "/sessions?scope=unshared"
 BASE_URL: Final = f"http://{LOCAL_HOST}"
 
 
-@attrs.frozen
 class Reached:
     """A router that answered: who it is (``GET /router``) and its
     sessions (``GET /sessions``)."""
 
-    info: dict[str, Any]
-    sessions: list[dict[str, Any]]
+    __slots__ = ("info", "sessions")
+
+    def __init__(self, info: dict[str, Any], sessions: list[dict[str, Any]]) -> None:
+        self.info = info
+        self.sessions = sessions
+
+    def __repr__(self) -> str:
+        return f"Reached(info={self.info!r}, sessions={self.sessions!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Reached:
+            return NotImplemented
+        assert isinstance(other, Reached)
+        return (self.info, self.sessions) == (other.info, other.sessions)
+
+    __hash__ = None  # type: ignore[assignment]  # it holds lists
 
     @property
     def name(self) -> str:
@@ -79,27 +99,57 @@ class Reached:
         return str(self.info.get("socket"))
 
 
-@attrs.frozen
 class Skipped:
     """A socket whose router did not answer as a router: why, as a refusal."""
 
-    socket: str
-    refusal: Refusal
+    __slots__ = ("refusal", "socket")
+
+    def __init__(self, socket: str, refusal: Refusal) -> None:
+        self.socket = socket
+        self.refusal = refusal
+
+    def __repr__(self) -> str:
+        return f"Skipped(socket={self.socket!r}, refusal={self.refusal!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Skipped:
+            return NotImplemented
+        assert isinstance(other, Skipped)
+        return (self.socket, self.refusal) == (other.socket, other.refusal)
+
+    def __hash__(self) -> int:
+        return hash((self.socket, self.refusal))
 
     @property
     def name(self) -> str:
         return os.path.basename(self.socket)[: -len(SOCKET_SUFFIX)]
 
 
-@attrs.frozen
 class Board:
     """Every router found: those that answered, those skipped, and the dead
     sockets removed."""
 
-    directory: str
-    reached: list[Reached] = attrs.field(factory=list)
-    skipped: list[Skipped] = attrs.field(factory=list)
-    removed: list[str] = attrs.field(factory=list)
+    __slots__ = ("directory", "reached", "removed", "skipped")
+
+    def __init__(self, directory: str, reached: list[Reached] | None = None, skipped: list[Skipped] | None = None,
+                 removed: list[str] | None = None) -> None:
+        self.directory = directory
+        self.reached: list[Reached] = [] if reached is None else reached
+        self.skipped: list[Skipped] = [] if skipped is None else skipped
+        self.removed: list[str] = [] if removed is None else removed
+
+    def __repr__(self) -> str:
+        return (f"Board(directory={self.directory!r}, reached={self.reached!r}, skipped={self.skipped!r}, "
+                f"removed={self.removed!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Board:
+            return NotImplemented
+        assert isinstance(other, Board)
+        return ((self.directory, self.reached, self.skipped, self.removed)
+                == (other.directory, other.reached, other.skipped, other.removed))
+
+    __hash__ = None  # type: ignore[assignment]  # it holds lists
 
     def sessions(self) -> list[dict[str, Any]]:
         """Every session of every router that answered, with ``router`` (who
@@ -155,7 +205,7 @@ def router_sockets(directory: str) -> list[str]:
         except FileNotFoundError:
             continue  # removed since the listing
         if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.geteuid():
-            log.warning("skipped %s: not a socket of this user's", path)
+            _log("skipped %s: not a socket of this user's", path, level="warning")
             continue
         found.append(path)
     return found
@@ -168,8 +218,9 @@ async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exc
     the sockets ``unshared`` (of the surveying router's cluster) for their
     sessions outside the cluster only. Raises a
     :class:`~router.errors.Refusal` (``unsafe-directory``) only."""
+    import trio
+
     directory = str(local_directory(env))
-    board = Board(directory=directory)
     answers: dict[str, Reached | Skipped | None] = {}
 
     async def ask(path: str) -> None:
@@ -179,6 +230,35 @@ async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exc
     async with trio.open_nursery() as nursery:
         for path in sockets:
             nursery.start_soon(ask, path, name=f"survey {os.path.basename(path)}")
+    return _board(directory, answers)
+
+
+def survey_blocking(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT) -> Board:
+    """:func:`survey` without trio, for the command line: every router
+    asked at once (a thread each when there are several), each within
+    ``timeout`` seconds; the same board."""
+    directory = str(local_directory(env))
+    sockets = router_sockets(directory)  # refused before anything is asked
+    answers: dict[str, Reached | Skipped | None] = {}
+    if len(sockets) == 1:
+        answers[sockets[0]] = _ask_blocking(sockets[0], timeout)
+    elif sockets:
+        import threading
+
+        def ask(path: str) -> None:
+            answers[path] = _ask_blocking(path, timeout)
+
+        threads = [threading.Thread(target=ask, args=(path,), name=f"survey {os.path.basename(path)}", daemon=True)
+                   for path in sockets]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()  # each ends within its deadline: its socket's timeouts
+    return _board(directory, answers)
+
+
+def _board(directory: str, answers: Mapping[str, Reached | Skipped | None]) -> Board:
+    board = Board(directory=directory)
     for path in sorted(answers):
         answer = answers[path]
         if answer is None:
@@ -193,6 +273,9 @@ async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exc
 async def _ask(path: str, timeout: float, route: str = OWN_SESSIONS_ROUTE) -> Reached | Skipped | None:
     """One router's answer, a skip, or None once its dead socket is removed."""
     import httpx
+    import trio
+
+    from router._httpx import unix_transport
 
     try:
         before = os.lstat(path)
@@ -206,14 +289,51 @@ async def _ask(path: str, timeout: float, route: str = OWN_SESSIONS_ROUTE) -> Re
                 info = await _get(client, INFO_ROUTE, name)
                 sessions = await _get(client, route, name)
         except httpx.HTTPError as exc:
-            if listener_gone(path):
-                log.info("removed %s: nothing listens on it (its router is gone)", path)
-                remove_if_bound(path, before)
-                return None
-            return Skipped(path, Refusal("cannot-connect", f"router {name} ({path}) cannot be reached: {exc}"))
+            return _unreachable(path, before, name, exc)
         except Refusal as refused:
             return Skipped(path, refused)
         return reached(path, info, sessions)
+    return _no_answer(path, name, timeout)
+
+
+def _ask_blocking(path: str, timeout: float, route: str = OWN_SESSIONS_ROUTE) -> Reached | Skipped | None:
+    """:func:`_ask` on :mod:`router._client_sync`: both requests within ``timeout``."""
+    import time
+
+    from router._client_sync import request
+
+    try:
+        before = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    name = os.path.basename(path)[: -len(SOCKET_SUFFIX)]
+    deadline = time.monotonic() + timeout
+    answers = []
+    for each in (INFO_ROUTE, route):
+        try:
+            response = request("GET", each, socket_path=path, headers=CLI_CHANNEL,
+                               timeout=max(deadline - time.monotonic(), 0.001))
+            answers.append(read_answer(name, each, response.status, response.body))
+        except Refusal as refused:
+            if refused.code == "no-answer":
+                return _no_answer(path, name, timeout)
+            if refused.code in ("cannot-connect", "bad-answer"):
+                return _unreachable(path, before, name, refused.message)
+            return Skipped(path, refused)  # the router's own refusal, or not-a-router
+    return reached(path, *answers)
+
+
+def _unreachable(path: str, before: os.stat_result, name: str, why: object) -> Skipped | None:
+    """A router whose connection failed: None once its dead socket is
+    removed (nothing listens on it), else skipped ``cannot-connect``."""
+    if listener_gone(path):
+        _log("removed %s: nothing listens on it (its router is gone)", path)
+        remove_if_bound(path, before)
+        return None
+    return Skipped(path, Refusal("cannot-connect", f"router {name} ({path}) cannot be reached: {why}"))
+
+
+def _no_answer(path: str, name: str, timeout: float) -> Skipped:
     return Skipped(path, Refusal("no-answer", f"router {name} ({path}) did not answer within {timeout:g} s; "
                                  "it may be hung or stopped (it was left alone)"))
 
@@ -266,8 +386,23 @@ async def holder(env: Mapping[str, str], session: str, *, router: str | None = N
     lists it), ``ambiguous-session`` (several do: name one), or, for a named
     router, ``unknown-router`` and what :func:`survey` skips a router for."""
     if router is not None:
-        return await _named(env, router, timeout)
-    board = await survey(env, timeout=timeout)
+        path = _named_socket(env, router)
+        return _named_answer(env, router, path, await _ask(path, timeout))
+    return _picked(await survey(env, timeout=timeout), session)
+
+
+def holder_blocking(env: Mapping[str, str], session: str, *, router: str | None = None,
+                    timeout: float = ANSWER_TIMEOUT) -> tuple[Reached, Board]:
+    """:func:`holder` without trio, for the command line (on
+    :func:`survey_blocking`): the same answer and refusals."""
+    if router is not None:
+        path = _named_socket(env, router)
+        return _named_answer(env, router, path, _ask_blocking(path, timeout))
+    return _picked(survey_blocking(env, timeout=timeout), session)
+
+
+def _picked(board: Board, session: str) -> tuple[Reached, Board]:
+    """The one router of ``board`` that holds ``session`` (see :func:`holder`)."""
     found = board.holders(session)
     if len(found) == 1:
         return found[0], board
@@ -285,7 +420,8 @@ async def holder(env: Mapping[str, str], session: str, *, router: str | None = N
                   "name the one you mean with --router NAME", session=session, routers=[each.name for each in found])
 
 
-async def _named(env: Mapping[str, str], name: str, timeout: float) -> tuple[Reached, Board]:
+def _named_socket(env: Mapping[str, str], name: str) -> str:
+    """The socket of the running router ``name``; ``unknown-router`` when there is none."""
     from router.board.paths import socket_path
 
     directory = str(local_directory(env))
@@ -293,9 +429,13 @@ async def _named(env: Mapping[str, str], name: str, timeout: float) -> tuple[Rea
     if os.sep in name or path not in router_sockets(directory):
         raise Refusal("unknown-router", f"no router named {name!r} is running (no {path}); `router sessions` "
                       "names them", router=name)
-    answer = await _ask(path, timeout)
+    return path
+
+
+def _named_answer(env: Mapping[str, str], name: str, path: str,
+                  answer: Reached | Skipped | None) -> tuple[Reached, Board]:
     if answer is None:
         raise Refusal("unknown-router", f"router {name!r} is gone (nothing listens on {path})", router=name)
     if isinstance(answer, Skipped):
         raise answer.refusal
-    return answer, Board(directory=directory, reached=[answer])
+    return answer, Board(directory=str(local_directory(env)), reached=[answer])

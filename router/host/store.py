@@ -210,6 +210,14 @@ class Store:
         self.on_change: Callable[[Database, str, dict[str, Any]], None] | None = None
         #: The repositories, one per table (:mod:`router.host.record`).
         self.tables = Tables.over(self)
+        #: ``usage`` rows this store was asked to write, per session (counted
+        #: before each insert, in the worker thread): what lets a reader that
+        #: remembers the count at its last read know nothing came since
+        #: (:meth:`usage_writes`; only meaningful while :attr:`sole_writer`).
+        self._usage_writes: dict[str, int] = {}
+        #: Whether this store is the only writer of its record: a SQLite file
+        #: under this store's lock (PostgreSQL is shared by a cluster's routers).
+        self.sole_writer = False
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
         self._lock_fd: int | None = None
@@ -244,6 +252,7 @@ class Store:
                     "store-busy",
                     f"another host has the store {self.path} open; stop it or use another store",
                 )
+        self.sole_writer = exclusive
         try:
             self._db: Database = SqliteDatabase(self.path, "host", synchronous=synchronous)
         except BaseException as error:
@@ -642,7 +651,16 @@ class Store:
         self, session: str, operation_id: str | None, runtime: str, seq: int, event: dict
     ) -> None:
         """See :meth:`router.host.record.Usage.record_usage`."""
+        self._usage_writes[session] = self._usage_writes.get(session, 0) + 1  # before the row: see usage_writes
         return self.tables.usage.record_usage(session, operation_id, runtime, seq, event)
+
+    def usage_writes(self, session: str) -> int:
+        """How many ``usage`` rows of ``session`` this store was asked to
+        write since it opened (any thread; no query). Counted before each
+        insert, so a reader that took this count inside a read in the
+        worker thread and finds it unchanged later knows no row of the
+        session was written since, as long as :attr:`sole_writer`."""
+        return self._usage_writes.get(session, 0)
 
     def usage_records(
         self, session_id: str | None = None, since: int | None = None

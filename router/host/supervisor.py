@@ -177,6 +177,8 @@ class Supervisor:
         self._watches: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
         self._done = trio.Event()
+        #: Checks sent and not yet taken: only the last of a run reads the record.
+        self._checks = 0
 
     def __repr__(self) -> str:
         return f"<Supervisor {self.session!r} {self.launcher.name} {self.core!r}>"
@@ -192,6 +194,7 @@ class Supervisor:
 
     def check_idle(self) -> None:
         """An operation of the session settled: it may be idle now."""
+        self._checks += 1
         self._send.send_nowait(("check",))
 
     async def aclose(self) -> None:
@@ -248,10 +251,16 @@ class Supervisor:
             kind = step[0]
             if kind == "demand":
                 # Only while its work is still open: a demand queued behind
-                # failed starts whose work was settled since is spent.
-                if await self._open_work():
+                # failed starts whose work was settled since is spent. While
+                # a daemon runs or starts a demand only marks the session
+                # wanted (no start), and the settle's check that follows it
+                # reads the record: no read here.
+                if self.core.state == "running" or self.core.starting or await self._open_work():
                     await self._do(self.core.demand())
             elif kind == "check":
+                self._checks -= 1
+                if self._checks > 0:
+                    continue  # a later check reads the record and decides (it sees at least as much)
                 if not await self._open_work():
                     await self._do(self.core.work_done(trio.current_time()))
             elif kind == "lost":

@@ -42,6 +42,7 @@ from router.errors import Refusal
 from router.plugins.routing import LaunchRecord, plan_launch
 from router.plugins.settings import Document, SettingsDir, plugins_value, redact
 from router.plugins.usage import Bracket, RecordStore, TurnMeter, utc_now
+from router.plugins.watched import Watched
 
 __all__ = ["PluginLayer", "RUNTIME_KINDS"]
 
@@ -82,6 +83,10 @@ class PluginLayer:
         self._now = now
         self._plugins: dict[str, Any] = {}
         self._options: dict[str, Any] = {}
+        #: ``limits.json`` as every turn's end reads it: kept while the file
+        #: keeps its identity (:mod:`router.plugins.watched`), so an
+        #: unchanged file is not read and parsed again per turn.
+        self._limits_doc: Watched[Document | Refusal] = Watched(lambda: (settings.path / "limits.json",))
 
     def __repr__(self) -> str:
         return f"<PluginLayer {self.settings!r} {self.loader!r}>"
@@ -245,7 +250,7 @@ class PluginLayer:
     def _must_stop(self, switched_on: list[str], modules: Any, subject: dict[str, Any]) -> MustStop | None:
         """In a worker thread: the limit checks' ``must_stop`` for the turn
         of ``subject``, over ``limits.json`` as it is now."""
-        document = self.settings.read("limits.json")
+        document = self._limits_document()
         if isinstance(document, Refusal) and switched_on:
             # Fail closed, as launch does: limits that cannot be read cannot
             # be known to hold, so the session stops once its turn has landed.
@@ -266,6 +271,19 @@ class PluginLayer:
             records=self.records.since(start) if any_limit else [],
             now=self._now(),
         )
+
+    def _limits_document(self) -> Document | Refusal:
+        """In a worker thread: ``limits.json`` as it is now, read only when
+        the file changed since the last read (see :mod:`router.plugins.watched`:
+        a change is seen by the next turn's end, whoever made it)."""
+        watched = self._limits_doc
+        kept = watched.kept()
+        if kept is not None:
+            return kept
+        key, began = watched.begin()
+        document = self.settings.read("limits.json")
+        watched.keep(document, key, began)
+        return document
 
     async def may_continue(self, subject: Mapping[str, Any]) -> Refusal | None:
         """Whether a session a stop ended may take turns again: the limit

@@ -244,13 +244,54 @@ class MemoryLedger:
 class StoreLedger:
     """The host's store (``router.host.store.Store``) as a
     :class:`UsageLedger`: ``Store.usage_after``, in the store's worker
-    thread (a mark is the rowid of the session's last event)."""
+    thread (a mark is the rowid of the session's last event).
+
+    A read the store need not be asked is answered from memory: each read
+    in the worker thread also notes, per session, the mark it answered and
+    the store's count of the session's usage writes
+    (``Store.usage_writes``, counted before each row). While that count is
+    unchanged no row of the session was written since, so a read from that
+    same mark (a turn's end after its beginning) or of the mark alone (a
+    turn's beginning) is answered at once, no thread hop: nothing after it.
+    Only while the store is its record's sole writer (``Store.sole_writer``:
+    a SQLite file under its lock, no fence); a record shared by a cluster's
+    routers is always asked. ``statistics()`` counts both kinds."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
+        #: session -> (the store's usage writes of it at the read, the mark answered)
+        self._seen: dict[str, tuple[int, int]] = {}
+        self.reads = 0
+        self.held = 0
+
+    def __repr__(self) -> str:
+        return f"<StoreLedger reads={self.reads} held={self.held}>"
+
+    def statistics(self) -> dict[str, int]:
+        return {"reads": self.reads, "held": self.held}
+
+    def _sole(self) -> bool:
+        store = self._store
+        return getattr(store, "sole_writer", False) is True and not store.database.fences
 
     async def usage_after(self, session: str, mark: int | None) -> Any:
-        return await self._store.call(self._store.usage_after, session, mark)
+        if not self._sole():
+            self.reads += 1
+            return await self._store.call(self._store.usage_after, session, mark)
+        seen = self._seen.get(session)
+        if seen is not None and seen[0] == self._store.usage_writes(session) and mark in (None, seen[1]):
+            self.held += 1
+            return UsageAfter(mark=seen[1], events=0, input_tokens=None, output_tokens=None)
+        self.reads += 1
+        writes, read = await self._store.call(self._read, session, mark)
+        self._seen[session] = (writes, read.mark)  # noted once its transaction committed
+        return read
+
+    def _read(self, session: str, mark: int | None) -> tuple[int, Any]:
+        """In the store's worker thread: the store's usage writes of the
+        session, taken before the read (a row written after it is a
+        change), and the read."""
+        return self._store.usage_writes(session), self._store.usage_after(session, mark)
 
 
 # --------------------------------------------------------------------------- records

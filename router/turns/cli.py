@@ -57,21 +57,25 @@ resumes now) and ``router cancel-park`` exit 0 when done (``resumed:
 false``, ``cancelled: false`` included), 1 when refused (``router abort
 SESSION OPERATION`` of an operation not open there: ``unknown-operation``),
 2 as ``send`` does. docs/cli.md tables every refusal.
+
+Every request is a blocking one (:mod:`router._client_sync`): these
+commands load neither trio nor httpx, whose import was most of their time
+(docs/bench.md, "The command line and ``router mcp``"); a progress line is
+a thread's.
 """
 
 from __future__ import annotations
 
-from router._httpx import unix_transport
 import argparse
 import json
 import os
 import sys
 import uuid
-from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from urllib.parse import quote
 
-import attrs
+if TYPE_CHECKING:
+    import threading
 
 __all__ = ["configure", "configure_abort", "configure_cancel_park", "configure_launch", "configure_resume",
            "exit_status", "message_text", "run", "run_abort", "run_cancel_park", "run_launch", "run_resume", "summary"]
@@ -124,8 +128,7 @@ def message_text(raw: str) -> str:
 # --------------------------------------------------------------------------- where to post
 
 
-@attrs.frozen
-class CommandTarget:
+class CommandTarget(NamedTuple):
     """Where a command posts: who (for messages), the base URL, the Unix
     socket (None: TCP), the headers, and the session's listing when the
     board gave it."""
@@ -133,8 +136,12 @@ class CommandTarget:
     who: str
     base: str
     socket: str | None = None
-    headers: dict[str, str] = attrs.field(factory=dict)
+    headers: dict[str, str] | None = None
     listing: dict[str, Any] | None = None
+
+
+class TooSlow(Exception):
+    """The command's ``--timeout`` passed before its answer came."""
 
 
 class ExitWith(Exception):
@@ -181,13 +188,11 @@ def _target(command: str, args: argparse.Namespace) -> CommandTarget:
             raise ExitWith(USAGE)
         token = _token(command, args)
         return CommandTarget(args.url, args.url.rstrip("/"), headers={"authorization": f"Bearer {token}"})
-    import trio
-
-    from router.board.client import BASE_URL, NO_ROUTER, holder
+    from router.board.client import BASE_URL, NO_ROUTER, holder_blocking
     from router.errors import Refusal
 
     try:
-        found, board = trio.run(partial(holder, os.environ, args.session, router=args.router))
+        found, board = holder_blocking(os.environ, args.session, router=args.router)
     except Refusal as refused:
         skipped = refused.data.get("skipped") or []
         for each in skipped:
@@ -210,72 +215,96 @@ def _refusal(command: str, args: argparse.Namespace, body: dict[str, Any]) -> No
         _print(body)
 
 
-async def _post(command: str, target: CommandTarget, path: str, body: Any, *, timeout: float,
-                progress: Callable[[], Any] | None = None) -> tuple[int, Any]:
+def _request(target: CommandTarget, method: str, path: str, *, timeout: float, body: bytes | None = None,
+             headers: dict[str, str] | None = None) -> Any:
+    """One request to ``target`` (:func:`router._client_sync.request`)."""
+    from router._client_sync import request
+
+    every = {"x-router-channel": "cli", **(target.headers or {}), **(headers or {})}
+    if target.socket is not None:
+        return request(method, path, socket_path=target.socket, headers=every, body=body, timeout=timeout)
+    return request(method, path, base_url=target.base, headers=every, body=body, timeout=timeout)
+
+
+def _post(command: str, target: CommandTarget, path: str, body: Any, *, timeout: float,
+          progress: Callable[[], Any] | None = None) -> tuple[int, Any]:
     """POST ``body`` as JSON to ``path`` of ``target``: the status and the
     JSON answer. Raises :class:`ExitWith` (2) once stderr said why there is
-    none, ``trio.TooSlowError`` after ``timeout`` seconds."""
-    import httpx
-    import trio
+    none, :class:`TooSlow` after ``timeout`` seconds."""
+    from router.errors import Refusal
 
-    headers = {"content-type": "application/json", "x-router-channel": "cli", **target.headers}
-    transport = None if target.socket is None else unix_transport(target.socket)
-    failed: Exception | None = None
-    # The progress ticker runs beside the request; nothing is raised inside
-    # the nursery (it would come out as a group), the failure is kept.
-    async with trio.open_nursery() as nursery:
-        if progress is not None:
-            nursery.start_soon(progress)
+    with _Ticking(progress):
         try:
-            with trio.fail_after(timeout):
-                async with httpx.AsyncClient(transport=transport, timeout=None) as client:
-                    response = await client.post(target.base + path, content=json.dumps(body).encode(),
-                                                 headers=headers)
-        except (httpx.TransportError, httpx.InvalidURL, ValueError, trio.TooSlowError) as exc:
-            failed = exc
-        nursery.cancel_scope.cancel()
-    if isinstance(failed, trio.TooSlowError):
-        raise failed
-    if failed is not None:
-        hint = "it may have just stopped" if target.socket is not None else "is `router serve` running?"
-        _say(command, f"cannot-connect: {target.who}: {failed or type(failed).__name__}; {hint}")
-        raise ExitWith(USAGE)
+            response = _request(target, "POST", path, timeout=timeout, body=json.dumps(body).encode(),
+                                headers={"content-type": "application/json"})
+        except Refusal as failed:
+            if failed.code == "no-answer":
+                raise TooSlow from None
+            hint = "it may have just stopped" if target.socket is not None else "is `router serve` running?"
+            _say(command, f"cannot-connect: {target.who}: {failed.message}; {hint}")
+            raise ExitWith(USAGE) from None
     try:
-        return response.status_code, response.json()
+        return response.status, response.json()
     except ValueError:
-        _say(command, f"{target.base + path} answered {response.status_code} with no JSON; is it a router?")
+        _say(command, f"{target.base + path} answered {response.status} with no JSON; is it a router?")
         raise ExitWith(USAGE) from None
 
 
-async def _listing(target: CommandTarget, session: str) -> dict[str, Any] | None:
+def _get(target: CommandTarget, path: str, *, timeout: float = 30.0) -> Any:
+    """``GET path`` at ``target``: its JSON, or None when it has none."""
+    from router.errors import Refusal
+
+    try:
+        response = _request(target, "GET", path, timeout=timeout)
+        return response.json() if response.status == 200 else None
+    except (Refusal, ValueError):
+        return None
+
+
+def _listing(target: CommandTarget, session: str, *, timeout: float = 30.0) -> dict[str, Any] | None:
     """``session`` as the router at ``target`` lists it (None when it does
     not, or cannot say: the post that follows reports why)."""
-    import httpx
-
-    transport = None if target.socket is None else unix_transport(target.socket)
-    try:
-        async with httpx.AsyncClient(transport=transport, timeout=30) as client:
-            response = await client.get(target.base + "/sessions", params={"scope": "router"},
-                                        headers={"x-router-channel": "cli", **target.headers})
-            listed = response.json().get("sessions") if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None
-    found = [item for item in listed or [] if type(item) is dict and item.get("id") == session]
+    body = _get(target, "/sessions?scope=router", timeout=timeout)
+    listed = body.get("sessions") if type(body) is dict else None
+    found = [item for item in listed or [] if type(item) is dict and item.get("id") == session] \
+        if type(listed) is list else []
     return found[0] if found else None
 
 
-def _ticker(command: str, what: str) -> Callable[[], Any]:
+class _Ticking:
+    """Runs a progress line (:func:`_ticker`) in a thread while the block runs."""
+
+    def __init__(self, progress: Callable[[threading.Event], None] | None) -> None:
+        self._progress = progress
+        self._thread: Any = None
+        self._stop: Any = None
+
+    def __enter__(self) -> None:
+        if self._progress is None:
+            return
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._progress, args=(self._stop,), name="progress", daemon=True)
+        self._thread.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+
+
+def _ticker(command: str, what: str) -> Callable[[threading.Event], None]:
     """The progress line a terminal's stderr shows while a command waits."""
 
-    async def tick() -> None:
-        import trio
-
+    def tick(stop: threading.Event) -> None:
         waited = 0
         try:
             while True:
                 sys.stderr.write(f"\r\x1b[Krouter {command}: {what} ({waited} s)")
                 sys.stderr.flush()
-                await trio.sleep(PROGRESS_INTERVAL)
+                if stop.wait(PROGRESS_INTERVAL):
+                    return
                 waited += 1
         finally:
             sys.stderr.write("\r\x1b[K")
@@ -313,8 +342,6 @@ def summary(session: str, answer: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    import trio
-
     if args.timeout <= 0:
         _say("send", "--timeout must be positive")
         return USAGE
@@ -329,16 +356,16 @@ def run(args: argparse.Namespace) -> int:
         # A Claude Code session's reply is the end of the turn the message
         # starts (or joins): what its transcript holds before is the mark.
         waits = (target.listing or {}).get("kind") == "claude-code" and not args.no_wait
-        before = trio.run(_messages, target, args.session) if waits else None
+        before = _messages(target, args.session) if waits else None
         progress = _ticker("send", f"waiting for {args.session}") if sys.stderr.isatty() else None
-        status, answer = trio.run(partial(_post, "send", target, f"/sessions/{quote(args.session, safe='')}/messages",
-                                          body, timeout=args.timeout, progress=progress))
+        status, answer = _post("send", target, f"/sessions/{quote(args.session, safe='')}/messages", body,
+                               timeout=args.timeout, progress=progress)
         if before is not None and _started_a_turn(status, answer):
-            answer["reply"] = trio.run(partial(_claude_reply, target, args.session, _drawn(before),
-                                               timeout=max(deadline - time.monotonic(), 0.001), progress=progress))
+            answer["reply"] = _claude_reply(target, args.session, _drawn(before), deadline=deadline,
+                                            progress=progress)
     except ExitWith as stop:
         return stop.status
-    except trio.TooSlowError:
+    except TooSlow:
         _refusal("send", args, {"error": "timeout", "message": f"no answer within {args.timeout:g} s; the same id "
                                 "is written once", "eventId": event_id})
         return REFUSED
@@ -349,11 +376,9 @@ def _send_target(args: argparse.Namespace) -> CommandTarget:
     """Where ``router send`` posts, with the session's listing (asked of
     the router at ``--url`` when the board did not give it); raises
     :class:`ExitWith` (``card-meaningless``: a card to a container session)."""
-    import trio
-
     target = _target("send", args)
     if (args.card or not args.no_wait) and target.listing is None:
-        target = attrs.evolve(target, listing=trio.run(_listing, target, args.session))
+        target = CommandTarget(target.who, target.base, target.socket, target.headers, _listing(target, args.session))
     if args.card and (target.listing or {}).get("kind") == "container":
         _say("send", f"card-meaningless: {args.session} is a container session, where a card is the same "
              "prompt as your own words; send it without --card")
@@ -375,23 +400,9 @@ def _started_a_turn(status: int, answer: Any) -> bool:
 CLAUDE_POLL = 0.2
 
 
-async def _get(target: CommandTarget, path: str, params: dict[str, str] | None = None) -> Any:
-    """``GET path`` at ``target``: its JSON, or None when it has none."""
-    import httpx
-
-    transport = None if target.socket is None else unix_transport(target.socket)
-    try:
-        async with httpx.AsyncClient(transport=transport, timeout=30) as client:
-            response = await client.get(target.base + path, params=params,
-                                        headers={"x-router-channel": "cli", **target.headers})
-            return response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
-
-
-async def _messages(target: CommandTarget, session: str) -> list[Any]:
+def _messages(target: CommandTarget, session: str, *, timeout: float = 30.0) -> list[Any]:
     """``session``'s transcript at ``target`` ([] when it cannot say)."""
-    body = await _get(target, f"/sessions/{quote(session, safe='')}/messages")
+    body = _get(target, f"/sessions/{quote(session, safe='')}/messages", timeout=timeout)
     listed = body.get("messages") if type(body) is dict else None
     return listed if type(listed) is list else []
 
@@ -408,34 +419,34 @@ def _text_of(message: Any) -> str:
     return "".join(part.get("text", "") for part in parts or [] if type(part) is dict and part.get("type") == "text")
 
 
-async def _claude_reply(target: CommandTarget, session: str, before: dict[str, str], *, timeout: float,
-                        progress: Callable[[], Any] | None = None) -> dict[str, Any]:
+def _claude_reply(target: CommandTarget, session: str, before: dict[str, str], *, deadline: float,
+                  progress: Callable[[threading.Event], None] | None = None) -> dict[str, Any]:
     """Wait until the Claude Code session's turn ends with an answer it did
     not hold when the message was sent (``before``: :func:`_drawn`), a new
     assistant message or one whose text changed: ``{status: "done",
     text}``, or ``{status: "unanswered", reason}`` when the session closes
-    or cannot be reached. ``trio.TooSlowError`` after ``timeout`` seconds."""
-    import trio
+    or cannot be reached. :class:`TooSlow` once ``deadline``
+    (``time.monotonic()``) passes."""
+    import time
 
-    async with trio.open_nursery() as nursery:
-        if progress is not None:
-            nursery.start_soon(progress)
-        with trio.fail_after(timeout):
-            while True:
-                listing = await _listing(target, session)
-                state = (listing or {}).get("state")
-                if state in ("closed", "unreachable"):
-                    reply = {"status": "unanswered", "reason": f"the session is {state}"}
-                    break
-                messages = await _messages(target, session)
-                last = messages[-1] if messages and type(messages[-1]) is dict else {}
-                fresh = last.get("role") == "assistant" and before.get(str(last.get("id"))) != _text_of(last)
-                if listing is not None and not listing.get("busy") and state != "working" and fresh:
-                    reply = {"status": "done", "text": _text_of(last)}
-                    break
-                await trio.sleep(CLAUDE_POLL)
-        nursery.cancel_scope.cancel()
-    return reply
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TooSlow
+        return min(remaining, 30.0)
+
+    with _Ticking(progress):
+        while True:
+            listing = _listing(target, session, timeout=left())
+            state = (listing or {}).get("state")
+            if state in ("closed", "unreachable"):
+                return {"status": "unanswered", "reason": f"the session is {state}"}
+            messages = _messages(target, session, timeout=left())
+            last = messages[-1] if messages and type(messages[-1]) is dict else {}
+            fresh = last.get("role") == "assistant" and before.get(str(last.get("id"))) != _text_of(last)
+            if listing is not None and not listing.get("busy") and state != "working" and fresh:
+                return {"status": "done", "text": _text_of(last)}
+            time.sleep(min(CLAUDE_POLL, left()))
 
 
 def _answered(args: argparse.Namespace, status: int, answer: Any) -> int:
@@ -554,18 +565,16 @@ def run_cancel_park(args: argparse.Namespace) -> int:
 def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, Any],
             said: Callable[[dict[str, Any]], str],
             refused: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda answer: None) -> int:
-    import trio
-
     if args.timeout <= 0:
         _say(command, "--timeout must be positive")
         return USAGE
     try:
         target = _target(command, args)
-        status, answer = trio.run(partial(_post, command, target, f"/sessions/{quote(args.session, safe='')}/{route}",
-                                          body, timeout=args.timeout))
+        status, answer = _post(command, target, f"/sessions/{quote(args.session, safe='')}/{route}", body,
+                               timeout=args.timeout)
     except ExitWith as stop:
         return stop.status
-    except trio.TooSlowError:
+    except TooSlow:
         _say(command, f"timeout: no answer within {args.timeout:g} s")
         return USAGE
     if status != 200 or type(answer) is not dict:
@@ -600,13 +609,11 @@ def _launch_target(args: argparse.Namespace) -> CommandTarget:
     has no holder to find)."""
     if args.url is not None or args.router is not None:
         return _target("launch", args) if args.url is not None else _named_target(args)
-    import trio
-
-    from router.board.client import BASE_URL, survey
+    from router.board.client import BASE_URL, survey_blocking
     from router.errors import Refusal
 
     try:
-        board = trio.run(partial(survey, os.environ))
+        board = survey_blocking(os.environ)
     except Refusal as refused:
         _say("launch", str(refused))
         raise ExitWith(USAGE) from None
@@ -621,13 +628,11 @@ def _launch_target(args: argparse.Namespace) -> CommandTarget:
 
 
 def _named_target(args: argparse.Namespace) -> CommandTarget:
-    import trio
-
-    from router.board.client import BASE_URL, NO_ROUTER, holder
+    from router.board.client import BASE_URL, NO_ROUTER, holder_blocking
     from router.errors import Refusal
 
     try:  # with a router named, it is asked, not looked for
-        found, _ = trio.run(partial(holder, os.environ, args.session, router=args.router))
+        found, _ = holder_blocking(os.environ, args.session, router=args.router)
     except Refusal as refused:
         _say("launch", str(refused))
         raise ExitWith(USAGE if refused.code in NO_ROUTER else REFUSED) from None
@@ -638,8 +643,6 @@ def run_launch(args: argparse.Namespace) -> int:
     """``router launch SESSION``: ``POST /sessions`` at the router; its
     launcher starts the session's daemon on the first message. Exit 0 when
     created (or it existed), 1 when refused, 2 on a usage or connection error."""
-    import trio
-
     if args.timeout <= 0:
         _say("launch", "--timeout must be positive")
         return USAGE
@@ -650,10 +653,10 @@ def run_launch(args: argparse.Namespace) -> int:
         body["instance"] = args.instance
     try:
         target = _launch_target(args)
-        status, answer = trio.run(partial(_post, "launch", target, "/sessions", body, timeout=args.timeout))
+        status, answer = _post("launch", target, "/sessions", body, timeout=args.timeout)
     except ExitWith as stop:
         return stop.status
-    except trio.TooSlowError:
+    except TooSlow:
         _say("launch", f"timeout: no answer within {args.timeout:g} s")
         return USAGE
     if status not in (200, 201) or type(answer) is not dict:

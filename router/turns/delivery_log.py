@@ -369,6 +369,16 @@ class DeliveryLog:
             if not record.pop("skip", False):
                 self.on_change(self._db, what, record)
 
+    @contextlib.contextmanager
+    def atomically(self) -> Any:
+        """The block's reads and writes in one transaction (the group
+        commit's, when the call is in one)."""
+        if self._db.in_transaction:
+            yield
+            return
+        with self._db.transaction():
+            yield
+
     def get(self, event_id: str) -> DeliveryEntry | None:
         row = self._db.execute(f"SELECT {_COLUMNS} FROM deliveries WHERE event_id = ?", (event_id,)).fetchone()
         return None if row is None else _entry_of(row)

@@ -94,6 +94,7 @@ from router.turns.core import (
     Answered,
     Card,
     Delivery,
+    DeliveryEntry,
     Outcome,
     Person,
     Proceed,
@@ -103,6 +104,7 @@ from router.turns.core import (
     SubmitPrompt,
     DeliveryUnanswered,
     WriteMessage,
+    admit,
     after_write,
     before_write,
     check_delivery,
@@ -133,14 +135,17 @@ MEASURE_WAIT: Final = 30.0
 
 
 class QueuedDelivery:
-    """One delivery in a session's inbox, and the reply its sender waits for."""
+    """One delivery in a session's inbox, and the reply its sender waits for;
+    ``admitted``: whether its entry is in the record already (else the
+    inbox admits it in the call that plans it)."""
 
-    __slots__ = ("delivery", "done", "reply")
+    __slots__ = ("delivery", "done", "reply", "admitted")
 
-    def __init__(self, delivery: Delivery) -> None:
+    def __init__(self, delivery: Delivery, admitted: bool = True) -> None:
         self.delivery = delivery
         self.done = trio.Event()
         self.reply: Reply | None = None
+        self.admitted = admitted
 
     def __repr__(self) -> str:
         return f"<QueuedDelivery {self.delivery.event_id!r} {'answered' if self.done.is_set() else 'waiting'}>"
@@ -216,6 +221,8 @@ class TurnRouter:
             settings=getattr(layer, "settings", None),
         )
         self.delivered = 0
+        #: Sessions whose inbox has a delivery in hand (see :meth:`_idle`).
+        self._handling: set[str] = set()
         #: The provider's usage limits: parks, kept work, resumes
         #: (:mod:`router.turns.parking`; its task is the main job's to run).
         self.parking = Parking(self, book=park_book, shared=shared_limits)
@@ -489,14 +496,22 @@ class TurnRouter:
     async def _deliver_here(self, delivery: Delivery) -> Reply:
         try:
             session = await self.session(delivery.session)
-            admission = await self.deliveries.call(self.deliveries.admit, delivery)
+            # An idle inbox (nothing queued, nothing in hand) takes the
+            # delivery at once: it admits it in the call that plans it (one
+            # thread hop and one commit less). A busy one has it admitted
+            # here, meanwhile, and a resend of an answered delivery is
+            # answered from the record without waiting its turn. In a
+            # cluster always here: a write the fence refuses is the
+            # holder's to answer (deliver), never the inbox's.
+            admitted = self.remote is not None or not self._idle(session)
+            admission = await self.deliveries.call(self.deliveries.admit, delivery) if admitted else None
         except Refusal as refusal:
             if isinstance(refusal, StoreUnavailable):  # not done: resend with the same eventId
                 return DeliveryUnanswered(event_id=delivery.event_id, code=refusal.code, message=refusal.message)
             return DeliveryRefused(code=refusal.code, message=refusal.message)
-        if not isinstance(admission, Proceed):
-            return admission
-        queued = QueuedDelivery(delivery)
+        if admitted and not isinstance(admission, Proceed):
+            return admission  # type: ignore[return-value]
+        queued = QueuedDelivery(delivery, admitted=admitted)
         try:
             session.inbox.send_nowait(queued)
         except trio.WouldBlock:
@@ -511,6 +526,10 @@ class TurnRouter:
         await queued.done.wait()
         assert queued.reply is not None
         return queued.reply
+
+    def _idle(self, session: Session) -> bool:
+        """Whether ``session``'s inbox holds no delivery and handles none."""
+        return session.id not in self._handling and session.inbox.statistics().current_buffer_used == 0
 
     async def send(
         self,
@@ -564,8 +583,9 @@ class TurnRouter:
                         log.exception("session %r: resuming its kept work failed; it stays kept", session.id)
                     continue
                 current = queued
+                self._handling.add(session.id)
                 try:
-                    reply = await self._handle(session, queued.delivery)
+                    reply = await self._handle(session, queued.delivery, queued.admitted)
                 except Exception as error:
                     if is_transient(error):  # the store blinked past its retries: resend later
                         refused = unavailable(error)
@@ -574,6 +594,7 @@ class TurnRouter:
                                            message=refused.message)
                         queued.answer(reply)
                         current = None
+                        self._handling.discard(session.id)
                         continue
                     log.exception("delivery %r to session %r failed", queued.delivery.event_id, session.id)
                     reply = DeliveryUnanswered(
@@ -583,7 +604,9 @@ class TurnRouter:
                     )
                 queued.answer(reply)
                 current = None
+                self._handling.discard(session.id)
         finally:
+            self._handling.discard(session.id)
             # The session is closing: whatever waits is answered, never left.
             if current is not None:
                 current.answer(_closed(current.delivery))
@@ -599,22 +622,31 @@ class TurnRouter:
 
     # ------------------------------------------------------------------ plan, write, settle
 
-    async def _handle(self, session: Session, delivery: Delivery) -> Reply:
+    async def _handle(self, session: Session, delivery: Delivery, admitted: bool = True) -> Reply:
         await self.parking.check_shared(session.id)
         park = self.parking.holding(session.id)
         if park is not None:  # the provider's usage limit: kept, answered `parked`
+            if not admitted:  # kept work is resumed from its admitted entry
+                admission = await self.deliveries.call(self.deliveries.admit, delivery)
+                if not isinstance(admission, Proceed):
+                    return admission
             return await self.parking.keep_delivery(delivery, park)
-        return await self.write_delivery(session, delivery)
+        return await self.write_delivery(session, delivery, admitted)
 
-    async def write_delivery(self, session: Session, delivery: Delivery) -> Reply:
+    async def write_delivery(self, session: Session, delivery: Delivery, admitted: bool = True) -> Reply:
         """Plan, write and settle one delivery (the inbox's work; a park's
-        resume runs its kept deliveries through here)."""
+        resume runs its kept deliveries through here). ``admitted=False``:
+        its entry is not in the record yet, and the call that plans it
+        admits it first, in the same transaction."""
         await self._measured(session)
         readiness = session.target.readiness(self._stop_reason(session))
-        # Read the entry again, plan and store the plan in one call: one
-        # thread hop and one commit (the log's group commit may hold others);
-        # a prompt's launch record is read in it too, for its turn's bracket.
-        entry, planned_step, launch = await self.deliveries.call(self._plan, delivery.event_id, readiness)
+        # Read the entry again (or admit it), plan and store the plan in one
+        # call: one thread hop and one commit (the log's group commit may
+        # hold others); a prompt's launch record is read in it too, for its
+        # turn's bracket.
+        entry, planned_step, launch = await self.deliveries.call(self._plan, delivery, readiness, admitted)
+        if not isinstance(entry, DeliveryEntry):  # not admitted: refused, or answered from the record
+            return entry
         if planned_step is None:
             assert entry.answer is not None
             return Answered(answer=entry.answer, from_record=True)
@@ -630,19 +662,30 @@ class TurnRouter:
             self.delivered += 1
         return reply
 
-    def _plan(self, event_id: str, readiness: Any) -> tuple[Any, Any, LaunchRecord | None]:
+    def _plan(self, delivery: Delivery, readiness: Any, admitted: bool = True) -> tuple[Any, Any, LaunchRecord | None]:
         """In the log's thread: the delivery's entry and, unless a resend
         queued behind the first attempt finds it answered, its plan, stored;
         for a prompt (a container session's turn) the session's stored
-        launch record too (None: none stored, or not a prompt)."""
-        entry = self.deliveries.get(event_id)
-        if entry is None:  # pragma: no cover - admitted entries are never removed
-            raise RuntimeError(f"no entry for admitted event {event_id!r}")
-        if entry.state is State.ANSWERED:
-            return entry, None, None
-        planned, step = plan(entry, readiness)
-        self.deliveries.put(planned)
-        launch = self.deliveries.launch_of(entry.session) if isinstance(step, SubmitPrompt) else None
+        launch record too (None: none stored, or not a prompt). Not
+        ``admitted``: admitted first, in the same transaction; an admission
+        that does not proceed (refused, answered from the record) comes
+        back in the entry's place."""
+        event_id = delivery.event_id
+        with self.deliveries.atomically():
+            if admitted:
+                entry = self.deliveries.get(event_id)
+                if entry is None:  # pragma: no cover - admitted entries are never removed
+                    raise RuntimeError(f"no entry for admitted event {event_id!r}")
+            else:
+                admission = admit(self.deliveries.get(event_id), delivery)
+                if not isinstance(admission, Proceed):
+                    return admission, None, None
+                entry = admission.entry
+            if entry.state is State.ANSWERED:
+                return entry, None, None
+            planned, step = plan(entry, readiness)
+            self.deliveries.put(planned)
+            launch = self.deliveries.launch_of(entry.session) if isinstance(step, SubmitPrompt) else None
         return entry, (planned, step), launch
 
     async def _measured(self, session: Session) -> None:
