@@ -11,7 +11,16 @@ resume, a read or a live view stand on:
   ``GET /router`` answer), then every other router's, surveyed over their
   private sockets (:func:`router.board.client.survey`, this router's own
   socket left out), each asked for its own sessions only (``GET
-  /sessions?scope=router``), so no survey ever recurses.
+  /sessions?scope=router``), so no survey ever recurses. The others are
+  asked while this router lists its own, and the records a listing reads
+  besides the router's list (launches, a cluster's holders) are read beside
+  it. The record is read once per listing: the router's list hands each
+  container session's ``updated_at`` and model from its own read
+  (``Facts.stamps``).
+- **Kept rows.** Each session's row (and its JSON text) is made once and
+  kept until what it is made of changes (:mod:`router.board.kept`): every
+  input is read afresh each listing, only the describing and the encoding
+  are saved; :meth:`LocalBoard.statistics` counts them.
 - **Hidden sessions.** ``router mcp`` hides its in-process echo ``root``
   from the board (``hidden``): every router has one, and a Claude Code
   session's embedded router is on the board for its Claude Code session.

@@ -180,3 +180,19 @@ async def test_a_refusal_of_a_read_beside_the_listing_stays_a_refusal() -> None:
     with pytest.raises(Refusal) as refused:
         await board.own()
     assert refused.value.code == "store-unavailable"
+
+
+def test_an_encoded_object_is_written_as_the_text_it_carries_made_once() -> None:
+    from wire.json import Encoded
+
+    made: list[int] = []
+
+    def make() -> str:
+        made.append(1)
+        return '{"a":1}'
+
+    value = Encoded({"a": 1}, make)
+    assert value == {"a": 1} and dumps(value) == '{"a":1}' and dumps(value) == '{"a":1}'
+    assert made == [1]
+    assert dumps([value]) == '[{"a":1}]'  # inside another value: encoded as the dict it is
+    assert dumps({**value, "b": 2}) == '{"a":1,"b":2}'  # a copy is a plain dict
