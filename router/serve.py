@@ -375,10 +375,8 @@ class MainJob:
         if config.local is not None:
             from router.board.service import Facts, LocalBoard, process_cwd
 
-            containers = self.router.containers
             facts = Facts(store=record.store, deliveries=record.deliveries, harness=harness, cwd=process_cwd(),
-                          cluster=self.cluster, places=self._places(),
-                          stamps=None if containers is None else (lambda: containers.stamps))
+                          cluster=self.cluster, places=self._places())
             self.board = LocalBoard(self.router, env=self.env, facts=facts, hidden=frozenset(config.hidden))
             self.router.on_change = self.board.feed.poke  # a change here: the live board surveys at once
             await self._start_worktrees(nursery)

@@ -16,7 +16,7 @@ resume, a read or a live view stand on:
   besides the router's list (launches, a cluster's holders) are read beside
   it. The record is read once per listing: the router's list hands each
   container session's ``updated_at`` and model from its own read
-  (``Facts.stamps``).
+  (:class:`router.board.state.StampedListing`).
 - **Kept rows.** Each session's row (and its JSON text) is made once and
   kept until what it is made of changes (:mod:`router.board.kept`): every
   input is read afresh each listing, only the describing and the encoding
@@ -116,34 +116,29 @@ class Facts:
     #: session id -> its place, whose project, branch, base and worktree
     #: the listing shows.
     places: Any = None
-    #: Each container session's ``(updated_at, settings' model)`` from the
-    #: read that made the router's last listing
-    #: (``ContainerSessions.stamps``): the record is read once per listing,
-    #: not again here. None: :func:`describe` reads ``store``.
-    stamps: Callable[[], Mapping[str, tuple[int, Any]]] | None = None
 
 
-async def read_facts(entries: list[dict[str, Any]], facts: Facts) -> tuple[Mapping[str, Any], dict[str, Any]]:
+async def read_facts(entries: list[dict[str, Any]], facts: Facts,
+                     stamps: Mapping[str, Any] | None = None) -> tuple[Mapping[str, Any], dict[str, Any]]:
     """What :func:`describe` reads for ``entries``: each container
-    session's ``(updated_at, model)`` (its record's: ``facts.stamps``, when
-    they cover every container session listed, else the store read) and
-    launches (id -> launch), both empty when none is a container session."""
-    stamps: Mapping[str, Any] = {}
+    session's ``(updated_at, model)`` (its record's: ``stamps``, the ones
+    the listing's own read gave, when they cover every container session
+    listed, else read from the store) and launches (id -> launch), both
+    empty when none is a container session."""
     launches: dict[str, Any] = {}
     containers = [entry.get("id") for entry in entries if entry.get("kind") == "container"]
     if containers:
-        if facts.stamps is not None:
-            stamps = facts.stamps()
-        if facts.store is not None and (facts.stamps is None or any(each not in stamps for each in containers)):
+        if facts.store is not None and (stamps is None or any(each not in stamps for each in containers)):
             stamps = {record.id: (record.updated_at, record.settings.get("model"))
                       for record in await facts.store.call(facts.store.sessions)}
         if facts.deliveries is not None:
             launches = await facts.deliveries.call(facts.deliveries.launches)
-    return stamps, launches
+    return stamps or {}, launches
 
 
 async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activity, *,
-                   kept: Kept | None = None, launches: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                   kept: Kept | None = None, launches: dict[str, Any] | None = None,
+                   stamps: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """``entries`` (``TurnRouter.list``) with what is known besides:
     ``harness`` (a container session's: the one its launch routed to, else
     the router's; ``claude-code``), ``model`` (the session's settings',
@@ -153,8 +148,11 @@ async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activi
     container session's record's last change, a Claude Code session's last
     change seen here). With ``kept``, a session described before from the
     same entry, record stamp, launch and place is not described again
-    (:mod:`router.board.kept`); ``launches``: read already (id -> launch)."""
-    stamps, read = await read_facts(entries, facts if launches is None else attrs.evolve(facts, deliveries=None))
+    (:mod:`router.board.kept`); ``launches``: read already (id -> launch);
+    ``stamps``: each container session's ``(updated_at, model)`` from the
+    listing's own read (``StampedListing``; None: read here)."""
+    stamps, read = await read_facts(entries, facts if launches is None else attrs.evolve(facts, deliveries=None),
+                                    stamps)
     launches = read if launches is None else launches
     places: dict[str, Any] = {}
     if facts.places is not None:
@@ -277,7 +275,8 @@ class LocalBoard:
         read = dict(zip(reads, await _gather(*reads.values())))  # the other records beside the listing's, not after
         listed = read["listed"]
         entries = [entry for entry in listed if entry.get("id") not in self.hidden]
-        described = await describe(entries, facts, self.activity, kept=described_kept, launches=read.get("launches"))
+        described = await describe(entries, facts, self.activity, kept=described_kept, launches=read.get("launches"),
+                                   stamps=getattr(listed, "stamps", None))  # the listing's own read of the record
         ids = [item.get("id") for item in described]
         described_kept.only(ids)
         rows.only(ids)

@@ -154,10 +154,19 @@ async def test_in_a_cluster_a_row_is_made_again_when_its_holder_changes() -> Non
 
 
 async def test_the_routers_own_read_of_the_record_is_used_not_a_second_one() -> None:
-    router = _Router({"a": "idle", "b": "idle"})
-    store = _Store({each: _Record(each, {}, 100) for each in "ab"})
+    from router.board.state import StampedListing
+
     stamps = {"a": (100, None), "b": (150, "opus")}
-    board = LocalBoard(router, env={}, facts=Facts(store=store, stamps=lambda: stamps))
+
+    class _Stamped(_Router):
+        async def list(self, *, containers: bool = True) -> list[dict[str, Any]]:
+            listed = StampedListing(dict(stamps))
+            listed += await super().list(containers=containers)  # in place, as TurnRouter.list extends it
+            return listed
+
+    router = _Stamped({"a": "idle", "b": "idle"})
+    store = _Store({each: _Record(each, {}, 100) for each in "ab"})
+    board = LocalBoard(router, env={}, facts=Facts(store=store))
     rows = {item["id"]: item for item in await board.own()}
     assert store.reads == 0 and rows["b"]["lastActivity"] == 150 and rows["b"]["model"] == "opus"
     router.states["new"] = "idle"  # not in the stamps (another read's): the record is read

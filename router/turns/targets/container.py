@@ -26,7 +26,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
 import trio
 
 from router.asks import Ask, AskBook, AskPolicy, policy_from, rule_for, rule_text
-from router.board.state import container_state
+from router.board.state import StampedListing, container_state
 from router.errors import Refusal
 from router.host import (
     AdapterEvent, EventsLagged, Host, HostEvent, LinkError, MessageStored, OperationEnded, OperationStarted,
@@ -93,9 +93,6 @@ class ContainerSessions:
         #: The container adapter last seen in a ``hello`` (any session): one
         #: daemon runs one adapter, so it speaks for sessions not linked yet.
         self.adapter: AdapterInfo | None = None
-        #: Each session's ``(updated_at, settings' model)`` as the last
-        #: :meth:`list` read them (the board's ``Facts.stamps``).
-        self.stamps: dict[str, tuple[int, Any]] = {}
 
     def __repr__(self) -> str:
         return f"<ContainerSessions adapter={None if self.adapter is None else self.adapter.id!r}>"
@@ -117,13 +114,12 @@ class ContainerSessions:
 
     async def list(self) -> list[dict[str, Any]]:
         """``{id, kind, busy, state[, parent]}`` of every container session,
-        oldest first (``state`` before any stop: the router adds those).
-        :attr:`stamps` becomes each session's ``(updated_at, model)`` of
-        the same read (the board describes the sessions from it)."""
-        out: list[dict[str, Any]] = []
+        oldest first (``state`` before any stop: the router adds those),
+        with each session's ``(updated_at, model)`` of the same read as its
+        ``stamps`` (the board describes the sessions from them)."""
         stamps: dict[str, tuple[int, Any]] = {}
         items = await self.host.sessions.list(stamps=stamps)
-        self.stamps = stamps
+        out = StampedListing(stamps)
         for item in items:
             if item.get("ended"):
                 continue  # `router end` ended it: off the board, its record kept
