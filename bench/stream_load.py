@@ -18,10 +18,12 @@ binary against the fake Messages API) and, for each mode:
   checkout's router too, after ours) with ``N`` container sessions on the
   same daemon, each with a live viewer over the stream the page reads
   (``GET /sessions/<id>/live``, server-sent events, the API's token) and a
-  sender (``POST /sessions/<id>/messages``, one keep-alive connection; when
-  a viewer and a sender per session would pass the API's 256 connections
-  on one listener, the senders share 8). More than about 240 sessions do
-  not fit: each viewer holds a connection.
+  sender (``POST /sessions/<id>/messages``, one keep-alive connection).
+  Each viewer holds a connection: when a viewer and a sender per session
+  would pass the API's 256 connections on one listener, the bench raises
+  the cap for the run (``router serve --max-connections``); a checkout
+  without that flag keeps 256, its senders share 8 connections, and more
+  than about 240 sessions do not fit it.
 
 Every session, bare or routed, runs a closed loop for ``--duration``
 seconds: send ``replay T pace P stamped`` (``T`` = ``--turns``, every recorded
@@ -91,10 +93,13 @@ TURN_END = re.compile(rb'"type":"turn-end"')
 SETTLE = '"kind":"settle"'
 #: Frames between two acks of the bare client (bench/daemon.py's client's).
 ACK_EVERY = 32
-#: Connections the API takes on one listener (router/_hypercorn.py
-#: ``ConnectionLimits.max_connections``), and the senders' shared
-#: connections when a viewer and a sender per session would pass it.
+#: Connections the API takes on one listener by default (router/_hypercorn.py
+#: ``ConnectionLimits.max_connections``, ``router serve --max-connections``),
+#: the room left above a viewer and a sender per session when the bench
+#: raises it, and the senders' shared connections when a checkout cannot
+#: raise it and a viewer and a sender per session would pass it.
 MAX_CONNECTIONS = 256
+CONNECTIONS_ROOM = 64
 SHARED_SENDERS = 8
 #: The first line ``router serve`` prints: the page's URL with the token.
 PAGE = re.compile(r"(http://[^\s/]+)/\?token=(\S+)")
@@ -187,10 +192,19 @@ class DaemonProcess:
 class RouterProcess:
     """One ``router serve`` of a checkout on a fresh directory, on ``daemon``."""
 
-    def __init__(self, repo: Path, root: Path, daemon: DaemonProcess, sessions: int, profile: str | None) -> None:
+    def __init__(self, repo: Path, root: Path, daemon: DaemonProcess, sessions: int, profile: str | None,
+                 viewers: int = 1) -> None:
         self.repo, self.root, self.daemon, self.sessions, self.profile = repo, root, daemon, sessions, profile
+        #: Live streams: ``viewers`` per session.
+        self.streams = sessions * viewers
         self.proc: subprocess.Popen[str] | None = None
         self.host, self.port, self.token = "127.0.0.1", 0, ""
+        #: The API's connection cap this run: raised to fit a viewer and a
+        #: sender per session where the checkout has ``--max-connections``.
+        self.max_connections = MAX_CONNECTIONS
+        if self.streams + sessions + CONNECTIONS_ROOM > MAX_CONNECTIONS and "--max-connections" in (
+                repo / "router" / "serve.py").read_text():
+            self.max_connections = self.streams + sessions + CONNECTIONS_ROOM
 
     def settings(self) -> None:
         """``plugins.json`` and ``routes.json``: new sessions on the
@@ -221,7 +235,9 @@ class RouterProcess:
         profile = [] if not self.profile else ["-c", PROFILED, self.profile]
         # A viewer per session, all on the API's one token: the cap on one
         # credential's live streams (32 by default) is raised to fit them.
-        streams = ["--max-streams", str(self.sessions + 8)] if self.sessions + 8 > 32 else []
+        streams = ["--max-streams", str(self.streams + 8)] if self.streams + 8 > 32 else []
+        if self.max_connections != MAX_CONNECTIONS:
+            streams += ["--max-connections", str(self.max_connections)]
         self.proc = subprocess.Popen(
             [sys.executable, *(profile or ["-m", "router"]), "serve", "--port", "0", "--data-dir", str(self.root / "data"),
              "--settings", str(self.root / "settings"), "--daemon", self.daemon.url, *streams],
@@ -411,6 +427,8 @@ class Phase:
     daemon_cpu: float = 0.0
     client_cpu: float = 0.0
     per_operation: int = 0
+    #: Live viewers per session (the router's phases).
+    viewers: int = 1
 
     @property
     def events(self) -> int:
@@ -511,12 +529,12 @@ async def run_router(router: RouterProcess, daemon: DaemonProcess, phase: Phase,
     await setup.aclose()
 
     # A sender's connection per session while the viewers' and senders'
-    # connections fit under the API's cap on one listener (256,
-    # router/_hypercorn.py ConnectionLimits); past it, the senders share
-    # SHARED_SENDERS connections.
+    # connections fit under the API's cap on one listener (raised for the
+    # run where the checkout can, router serve --max-connections); past
+    # it, the senders share SHARED_SENDERS connections.
     pool: trio.MemorySendChannel[HttpClient] | None = None
     take: trio.MemoryReceiveChannel[HttpClient] | None = None
-    if 2 * phase.sessions + 8 > MAX_CONNECTIONS:
+    if router.streams + phase.sessions + 8 > router.max_connections:
         pool, take = trio.open_memory_channel[HttpClient](SHARED_SENDERS)
         for _ in range(SHARED_SENDERS):
             pool.send_nowait(HttpClient(router))
@@ -539,16 +557,26 @@ async def run_router(router: RouterProcess, daemon: DaemonProcess, phase: Phase,
                 tally.broken = f"POST messages answered {status}: {answer[:200]!r}"
                 tally.ended_event.set()
 
+        # --viewers: more viewers of the session, each counted on its own;
+        # the first one's turn ends drive the loop.
+        others = [Tally() for _ in range(phase.viewers - 1)]
+        phase.tallies.extend(others)
         async with trio.open_nursery() as nursery:
-            watching = trio.Event()
-            nursery.start_soon(viewer, router, names[index], tally, watching)
-            await watching.wait()
+            for each in [tally, *others]:
+                watching = trio.Event()
+                nursery.start_soon(viewer, router, names[index], each, watching)
+                await watching.wait()
             await send("replay 1 pace 0")  # the warm-up (and the session's link to the daemon)
-            await tally.wait_ended(1)
+            for each in [tally, *others]:
+                await each.wait_ended(1)
             ready.append(index)
             await go.wait()
-            tally.counting = True
+            for each in [tally, *others]:
+                each.counting = True
             await _loop(tally, send, window[0])
+            for each in others:
+                each.sent = tally.sent
+                await each.wait_ended(tally.sent + 1)
             nursery.cancel_scope.cancel()
         await own.aclose()
 
@@ -580,7 +608,8 @@ def _row(phase: Phase, bare: Phase | None) -> list[str]:
     events = max(1, phase.events)
     latencies = [value for t in phase.tallies for value in t.latencies]
     router = "-" if phase.router_cpu is None else f"{phase.router_cpu / events * 1e6:,.0f}"
-    ratio = "-" if bare is None or phase is bare or not bare.rate else f"{phase.rate / bare.rate:.2f}"
+    # Per viewer of a session, as the bare client has one reader a session.
+    ratio = "-" if bare is None or phase is bare or not bare.rate else f"{phase.rate / phase.viewers / bare.rate:.2f}"
     return [
         str(phase.sessions), phase.mode, phase.label, f"{phase.events:,}", f"{phase.rate:,.0f}",
         f"{_percentile(latencies, 0.5):.1f}", f"{_percentile(latencies, 0.9):.1f}",
@@ -620,10 +649,11 @@ async def main(args: argparse.Namespace) -> int:
                     phases = [bare]
                     for label, repo in trees:
                         profile = f"{args.profile}.{sessions}-{mode}" if args.profile and repo == REPO else None
-                        router = RouterProcess(repo, Path(tmp) / uuid.uuid4().hex[:8], daemon, sessions, profile)
+                        router = RouterProcess(repo, Path(tmp) / uuid.uuid4().hex[:8], daemon, sessions, profile,
+                                               args.viewers)
                         router.start()
                         try:
-                            phase = Phase(label, sessions, mode, per_operation=per_operation)
+                            phase = Phase(label, sessions, mode, per_operation=per_operation, viewers=args.viewers)
                             await run_router(router, daemon, phase, args)
                             phases.append(phase)
                         finally:
@@ -648,6 +678,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--turns", type=int, default=3, help="recorded turns one operation plays")
     parser.add_argument("--pace", type=float, default=1.0, help="pace mode's factor (1: as recorded)")
     parser.add_argument("--against", metavar="CHECKOUT", help="also measure another checkout's router (after ours)")
+    parser.add_argument("--viewers", type=int, default=1, help="live viewers per session (each counted; "
+                        "events/s and router µs/ev over every viewer's reads, × bare per viewer)")
     parser.add_argument("--profile", metavar="PATH", help="profile our router with cProfile (pstats to PATH.<n>-<mode>)")
     args = parser.parse_args(argv)
     args.sessions = [int(part) for part in args.sessions.split(",")]

@@ -298,16 +298,20 @@ async def _serve_connection(
 
 async def serve_on_socket(
     app: Any,
-    sock: socket.socket,
+    sock: socket.socket | None,
     *,
     logger: str,
     certfile: str | None = None,
     keyfile: str | None = None,
     gate: ConnectionGate | None = None,
+    accepted: trio.abc.Listener[Any] | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``sock`` (bound, listening, non-blocking) until
     cancelled; ``task_status.started()`` once connections are accepted.
+    With ``accepted`` (and ``sock`` None), the connections come from that
+    listener instead (accepted elsewhere: the private socket's front,
+    :mod:`router.api.front`).
     ``gate`` counts the connections against its limits (default:
     :class:`ConnectionLimits`'s).
 
@@ -336,7 +340,7 @@ async def serve_on_socket(
     #: What the app's lifespan startup keeps, copied into each connection (as Hypercorn does).
     state: dict = {}
     context = WorkerContext(None)
-    listener: Any = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    listener: Any = accepted if accepted is not None else trio.SocketListener(trio.socket.from_stdlib_socket(sock))
     if config.ssl_enabled:
         listener = trio.SSLListener(listener, config.create_ssl_context(), https_compatible=True)
     handler = partial(_serve_connection, asgi, config, context, state, logging.getLogger(logger), gate)

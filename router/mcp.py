@@ -56,7 +56,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Final
+from typing import Any, Final
 from urllib.parse import quote
 
 import attrs
@@ -276,123 +276,104 @@ async def _ask_tool(name: str, arguments: dict[str, Any]) -> Any:
     return body
 
 
-def build_server(router: Any, *, layer: Any = None, board: Any = None) -> Any:
-    """The MCP server (the SDK's low-level ``Server``) over ``router`` (and
-    the plug-in ``layer`` and the local ``board``, when given)."""
-    import mcp_types as types
-    from mcp.server.lowlevel import Server
+#: What ``initialize`` answers besides the version and the capabilities.
+SERVER_INFO: Final = {"name": "router", "version": "0.1.0"}
+INSTRUCTIONS: Final = ("Every session of yours on this machine: list them, send a message (exactly once per "
+                       "event_id), read one, stop a turn; search the web; report the limits.")
 
-    from wire.json import dumps
 
-    async def list_tools(ctx: Any, params: Any) -> Any:
-        return types.ListToolsResult(
-            tools=[
-                types.Tool(name=name, description=description, input_schema=schema)
-                for name, (description, schema) in TOOLS.items()
-            ]
-        )
+def tool_list() -> list[dict[str, Any]]:
+    """What ``tools/list`` answers: every tool, its description and input schema."""
+    return [{"name": name, "description": description, "inputSchema": schema}
+            for name, (description, schema) in TOOLS.items()]
 
-    async def on_call(ctx: Any, params: Any) -> Any:
-        try:
-            value = await call_tool(router, params.name, dict(params.arguments or {}), layer=layer, board=board)
-        except Refusal as refused:
-            text = f"{refused.code}: {refused.message}"
-            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
-        except Exception:
-            log.exception("tool %s failed", params.name)
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text="internal: the router failed on this call (logged)")],
-                is_error=True,
-            )
-        return types.CallToolResult(content=[types.TextContent(type="text", text=dumps(value))])
 
-    return Server(
-        "router",
-        version="0.1.0",
-        instructions="Every session of yours on this machine: list them, send a message (exactly once per "
-        "event_id), read one, stop a turn; search the web; report the limits.",
-        on_list_tools=list_tools,
-        on_call_tool=on_call,
-        get_tool_input_schema=lambda name: TOOLS[name][1] if name in TOOLS else None,
-    )
+async def tool_answer(router: Any, name: str, arguments: dict[str, Any], *, layer: Any = None,
+                      board: Any = None) -> tuple[str, bool]:
+    """One tool call's answer: (its text, whether it is a tool error)."""
+    try:
+        value = await call_tool(router, name, arguments, layer=layer, board=board)
+    except Refusal as refused:
+        return f"{refused.code}: {refused.message}", True
+    except Exception:
+        log.exception("tool %s failed", name)
+        return "internal: the router failed on this call (logged)", True
+    return dumps(value), False
 
 
 # --------------------------------------------------------------------------- stdio on Trio streams
 
 
-class _Lines:
-    """The client's lines, from a Trio stream (cancellable, unlike a thread
-    blocked in ``readline``). A line longer than :data:`MAX_LINE_BYTES` is
-    dropped whole, and logged. A line the SDK would drop unanswered (too
-    long, or nested too deep for its JSON reader) is answered here with a
-    JSON-RPC error through ``refuse`` (``router.turns.requests.rpc_refusal``)."""
+class StdioServer:
+    """MCP on a pair of Trio streams (:class:`router.mcp_wire.McpServerWire`
+    decides; this reads, writes and runs the calls): each tool call in a
+    task of its own under a cancel scope (a ``notifications/cancelled``
+    cancels it), each answer written whole under one lock. The client
+    closing its end stops the calls still running and returns."""
 
-    def __init__(self, stream: trio.abc.ReceiveStream,
-                 refuse: Callable[[str], Awaitable[None]] | None = None) -> None:
-        self._stream = stream
-        self._refuse = refuse
+    def __init__(self, router: Any, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *,
+                 layer: Any = None, board: Any = None) -> None:
+        from router.mcp_wire import McpServerWire
 
-    async def _answered(self, line: bytes, *, too_long: bool = False) -> bool:
-        """Whether ``line`` was answered or dropped here (and so is not the
-        SDK's): too deep or too long (``rpc_refusal``), or not a request
-        the SDK would answer (:func:`router.mcp_wire.check_line`)."""
-        from router.mcp_wire import check_line
-        from router.turns.requests import rpc_refusal
-
-        if self._refuse is None:
-            return False
-        reply = rpc_refusal(line, too_long=too_long)
-        if reply is None and not too_long:
-            checked = check_line(line)
-            if checked.forward is not None:
-                return False
-            if checked.why is not None:
-                log.warning("a client line %s: %s", "answered" if checked.answer else "dropped", checked.why)
-            reply = checked.answer
-        if reply is not None:
-            await self._refuse(reply.decode("utf-8"))
-        return True
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._lines()
-
-    async def _lines(self) -> AsyncIterator[str]:
-        buffer = b""
-        skipping = False
-        while True:
-            data = await self._stream.receive_some(65536)
-            if not data:
-                if buffer.strip() and not skipping and not await self._answered(buffer):
-                    yield buffer.decode("utf-8", errors="replace")
-                return
-            buffer += data
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                if skipping:
-                    skipping = False
-                    continue
-                if not await self._answered(line):
-                    yield line.decode("utf-8", errors="replace") + "\n"
-            if len(buffer) > MAX_LINE_BYTES:
-                log.warning("dropped a line longer than %d bytes from the client", MAX_LINE_BYTES)
-                await self._answered(buffer[:65536], too_long=True)
-                buffer = b""
-                skipping = True
-
-
-class _Writer:
-    """The wire's writing end: each message is written whole."""
-
-    def __init__(self, stream: trio.abc.SendStream) -> None:
-        self._stream = stream
+        self.router, self.layer, self.board = router, layer, board
+        self.wire = McpServerWire(tool_list(), server_info=SERVER_INFO, instructions=INSTRUCTIONS,
+                                  max_line=MAX_LINE_BYTES)
+        self._receive, self._send = receive, send
         self._lock = trio.StrictFIFOLock()
+        self._calls: dict[int | str, trio.CancelScope] = {}
+        self._served = trio.CancelScope()
 
-    async def write(self, text: str) -> None:
+    def __repr__(self) -> str:
+        return f"<StdioServer {self.wire!r}>"
+
+    def statistics(self) -> Any:
+        return self.wire.statistics()
+
+    async def run(self) -> None:
+        """Serve until the client closes its end (or its reading end)."""
+        with self._served:
+            async with trio.open_nursery() as nursery:
+                while data := await self._receive.receive_some(65536):
+                    self.wire.receive_data(data)
+                    await self._flush()
+                    self._start_calls(nursery)
+                self.wire.close()
+                await self._flush()
+                nursery.cancel_scope.cancel()  # the client is gone: nobody waits for the rest
+
+    def _start_calls(self, nursery: trio.Nursery) -> None:
+        from router.mcp_wire import Cancelled
+
+        while (event := self.wire.next_call()) is not None:
+            if isinstance(event, Cancelled):
+                scope = self._calls.get(event.id)
+                if scope is not None:
+                    scope.cancel()
+                continue
+            scope = self._calls[event.id] = trio.CancelScope()
+            nursery.start_soon(self._call, event, scope)
+
+    async def _call(self, call: Any, scope: trio.CancelScope) -> None:
+        try:
+            with scope:
+                text, is_error = await tool_answer(self.router, call.name, call.arguments, layer=self.layer,
+                                                   board=self.board)
+                self.wire.tool_result(call.id, text, is_error=is_error)
+                await self._flush()
+        finally:
+            if self._calls.get(call.id) is scope:
+                del self._calls[call.id]
+
+    async def _flush(self) -> None:
         async with self._lock:
-            await self._stream.send_all(text.encode("utf-8"))
-
-    async def flush(self) -> None:
-        pass
+            out = self.wire.data_to_send()
+            if not out:
+                return
+            try:
+                await self._send.send_all(out)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                log.info("the client closed its end of the wire")
+                self._served.cancel()
 
 
 def take_stdio() -> tuple[int, int]:
@@ -409,15 +390,10 @@ def take_stdio() -> tuple[int, int]:
 
 async def serve_stdio(job: MainJob, wire_in: int, wire_out: int) -> None:
     """Serve MCP on the two descriptors until the client closes its end."""
-    from mcp.server.stdio import stdio_server
-
-    server = build_server(job.router, layer=job.layer, board=job.board)
     receive = trio.lowlevel.FdStream(wire_in)
     send = trio.lowlevel.FdStream(wire_out)
-    writer = _Writer(send)
     try:
-        async with stdio_server(stdin=_Lines(receive, writer.write), stdout=writer) as (read_stream, write_stream):  # type: ignore[arg-type]
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+        await StdioServer(job.router, receive, send, layer=job.layer, board=job.board).run()
     finally:
         for stream in (receive, send):
             try:

@@ -162,6 +162,9 @@ class JobConfig:
     #: Live streams one credential may hold at once (``--max-streams``;
     #: ``router.api.streams``).
     max_streams: int = 32
+    #: Connections each API listener serves at once (``--max-connections``;
+    #: ``router._hypercorn.ConnectionLimits``).
+    max_connections: int = 256
 
 
 class StartFailed(errors.Refusal):
@@ -385,9 +388,11 @@ class MainJob:
             await self._start_reach(nursery, target)
             if self.reach is not None and self.notifications is not None:
                 self.notifications.revoked_devices = self.reach.revoked_among
+            from router._hypercorn import ConnectionLimits
+
             self.api = ApiServer(self.router, self.layer, token=self.token, port=config.port,
                                  config=self._api_config(harness), board=self.board, worktrees=self.worktrees,
-                                 reach=self.reach)
+                                 reach=self.reach, limits=ConnectionLimits(max_connections=config.max_connections))
             self.url = await self._start(nursery, "api", self.api.run)
 
     async def _start_notifications(self, nursery: trio.Nursery, deliveries: Any, store: Any, settings: Any) -> None:
@@ -463,7 +468,7 @@ class MainJob:
         await self._start(nursery, "worktrees", self.worktrees.run)
 
     def _api_config(self, harness: str) -> Any:
-        from router.api.app import ApiConfig
+        from router.api.config import ApiConfig
 
         also = frozenset({"container"}) if self.config.daemon_url is not None else frozenset()
         return ApiConfig(harness=harness, also=also, launcher=None if self.launcher is None else self.launcher.name,
@@ -719,6 +724,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-streams", type=int, default=32, metavar="N",
                         help="live streams (the page's session and board views) one credential may hold at once "
                         "(default 32)")
+    parser.add_argument("--max-connections", type=_at_least_one, default=256, metavar="N",
+                        help="connections each API listener serves at once; one more is answered 503 "
+                        "too-many-connections (default 256; each is a file descriptor, so `ulimit -n` bounds it)")
+
+
+def _at_least_one(text: str) -> int:
+    """A count flag's value: a whole number, at least 1 (argparse prints
+    the refusal and exits 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
 
 
 def job_config(args: argparse.Namespace, env: Mapping[str, str], *, token: str | None = None,
@@ -775,7 +795,8 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, "router serve")
     config = job_config(args, os.environ, token=token, port=args.port, local="serve", store=args.store,
                         launcher=args.launcher, image=args.image, idle_timeout=args.idle_timeout or None,
-                        name=args.name, reach=reach, max_streams=args.max_streams)
+                        name=args.name, reach=reach, max_streams=args.max_streams,
+                        max_connections=args.max_connections)
     try:
         return trio.run(partial(_serve, config, private=stdout_is_private()))
     except StartFailed as exc:

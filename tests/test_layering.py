@@ -60,7 +60,7 @@ NOT_IN_WIRE = (
 #: ``__init__`` names nothing offers only these).
 FACES: dict[str, tuple[str, ...]] = {
     "router.acp": (),
-    "router.api": ("router.api.app", "router.api.context", "router.api.server"),
+    "router.api": ("router.api.app", "router.api.config", "router.api.context", "router.api.server"),
     "router.asks": ("router.asks.remote",),
     "router.board": ("router.board.access", "router.board.client", "router.board.local", "router.board.paths",
                      "router.board.service", "router.board.state"),

@@ -328,6 +328,11 @@ class JsonRpcConnection:
         self._stats["sent"] += 1
         return _error(id, code, message, data)
 
+    def abandon(self, id: RequestId) -> None:
+        """Never answer the request ``id`` received (the peer cancelled it);
+        its id may be used again."""
+        self._take(id)
+
     def _take(self, id: RequestId) -> None:
         if id not in self._unanswered:
             raise LocalProtocolError(f"no request {id!r} waits for an answer")

@@ -16,6 +16,7 @@ import attrs
 from quart import current_app
 from quart_trio import QuartTrio
 
+from router.api.config import ApiConfig  # its home: a module without Quart, for the private socket
 from router.api.streams import StreamSlots
 from router.board.service import LocalBoard
 from router.plugins.layer import PluginLayer
@@ -25,26 +26,6 @@ __all__ = ["ApiConfig", "ApiContext", "KEY", "current", "of"]
 
 #: The key of the context in ``app.extensions``.
 KEY: Final = "router.api"
-
-
-@attrs.frozen(kw_only=True)
-class ApiConfig:
-    #: The harness a new session's launch must route to: the one that runs
-    #: on this router's host (``echo`` for the in-process daemon).
-    harness: str = "echo"
-    #: Other harnesses a launch may route to here: with ``--daemon``, the
-    #: ``container`` module (a daemon named by URL) beside the daemon's own.
-    also: frozenset[str] = frozenset()
-    #: The launcher in force (None: none; one daemon): with one, a launch
-    #: may route to any harness a daemon runs (not the mod link's).
-    launcher: str | None = None
-    #: The instance ``POST /sessions`` launches when the body names none.
-    default_instance: str = "default"
-    #: Seconds of quiet before the live stream's keep-alive comment.
-    live_keepalive: float = 15.0
-    #: Live streams one credential may hold at once (:mod:`router.api.streams`;
-    #: ours: a page holds two, so this is a person's many tabs and tools).
-    max_streams: int = 32
 
 
 @attrs.frozen(kw_only=True)

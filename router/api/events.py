@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from contextlib import aclosing
-from typing import Any, AsyncIterator, Final
+from typing import Any, AsyncIterator, Final, Iterable
 
 import trio
 
@@ -19,7 +19,7 @@ from router.errors import Refusal
 from router.turns.router import TurnRouter
 from wire.json import dumps
 
-__all__ = ["KEEPALIVE", "KEEPALIVE_SECONDS", "board_events", "live_events", "sse"]
+__all__ = ["KEEPALIVE", "KEEPALIVE_SECONDS", "board_events", "live_events", "sse", "sse_encoded"]
 
 #: Seconds of quiet after which the live stream sends a comment line, so a
 #: proxy or a client with an idle timeout keeps it open (ours: under the 30
@@ -34,6 +34,14 @@ def sse(data: Any, event: str | None = None, id: str | None = None) -> bytes:
     if id is not None:
         head += f"id: {id}\n"
     return f"{head}data: {dumps(data)}\n\n".encode()
+
+
+def sse_encoded(pairs: Iterable[tuple[str, str]]) -> bytes:
+    """Data events, one per ``(id, JSON text)`` pair, in order, as one
+    chunk: what :func:`sse` writes for each item (no ``event:`` line),
+    from text encoded once for every reader
+    (:meth:`router.turns.resume.StreamCursor.encoded`)."""
+    return "".join([f"id: {id}\ndata: {text}\n\n" for id, text in pairs]).encode()
 
 
 async def board_events(
@@ -82,17 +90,19 @@ async def live_events(
     comment line after ``keepalive`` seconds of quiet."""
     try:
         async with router.live(session, since) as stream:
-            if stream.reset is not None:
-                yield sse({**stream.reset.to_json(), "type": "reset"}, "reset")
+            # What the stream opens with (a reset, the snapshot, what a
+            # resumed reader missed), in one write.
+            head = [] if stream.reset is None else [sse({**stream.reset.to_json(), "type": "reset"}, "reset")]
             if stream.snapshot is not None:
-                yield sse({"type": "snapshot", **stream.snapshot}, "snapshot", stream.snapshot_id)
-            for id, item in stream.replay:
-                yield sse(item, id=id)
+                head.append(sse({"type": "snapshot", **stream.snapshot}, "snapshot", stream.snapshot_id))
+            head += [sse(item, id=id) for id, item in stream.replay]
+            if head:
+                yield b"".join(head)
             while True:
-                pairs: list[tuple[str, Any]] | None = None
+                pairs: list[tuple[str, str]] | None = None
                 quiet = True
                 with trio.move_on_after(keepalive):
-                    pairs = await stream.receive()  # cancel-safe: a batch is never half taken
+                    pairs = await stream.receive_encoded()  # cancel-safe: a batch is never half taken
                     quiet = False
                 if quiet:
                     yield KEEPALIVE
@@ -102,7 +112,7 @@ async def live_events(
                 # One write for everything that is waiting: each write costs
                 # the HTTP stack (Quart, Hypercorn, h11, a send) the same
                 # whatever it holds (docs/bench.md, "Live streams").
-                yield b"".join([sse(item, id=id) for id, item in pairs])
+                yield sse_encoded(pairs)
         yield sse({"type": "closed", "session": session}, "closed")
     except Lagged as lagged:
         yield sse({**lagged.to_json(), "type": "lagged"}, "lagged")

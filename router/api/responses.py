@@ -10,9 +10,7 @@ handler (:func:`router.api.guards.install`) answers it.
 
 from __future__ import annotations
 
-from typing import Any, Final, Mapping
-
-from quart import Response
+from typing import TYPE_CHECKING, Any, Final, Mapping
 
 from router.asks import ASK_STATUS
 from router.errors import Refusal
@@ -20,6 +18,9 @@ from router.plugins.channels import WEB_OFF_STATUS
 from router.notify import NOTIFY_STATUS
 from router.remote import REMOTE_STATUS
 from wire.json import dumps
+
+if TYPE_CHECKING:  # the table and status_of serve the private socket's front (router.api.front) without Quart
+    from quart import Response
 
 __all__ = ["DEFAULT_STATUS", "STATUS", "json_response", "refusal_response", "status_of"]
 
@@ -106,6 +107,8 @@ def status_of(code: str, default: int = DEFAULT_STATUS) -> int:
 
 
 def json_response(value: Any, status: int = 200) -> Response:
+    from quart import Response
+
     return Response(dumps(value), status=status, content_type="application/json")
 
 

@@ -28,7 +28,11 @@ serves the same routes, guards and channels as the TCP port, built for
 this router is (:class:`router.board.local.RouterInfo`). With a ``board``
 (:class:`router.board.service.LocalBoard`, shared with the TCP port) it
 lists the whole board and forwards as the TCP port does, and the board
-learns this router's name and socket.
+learns this router's name and socket. Without the TCP API (``router
+mcp`` without ``--port``) a front answers the board survey's requests
+(:mod:`router.api.front`) and the app is built (loading Quart-Trio,
+Hypercorn and the routes) for the first connection it does not answer: an
+embedded router that is only surveyed never loads them.
 
 Resource handling: :meth:`ApiServer.run` binds the port (``0`` picks one),
 serves until cancelled, and closes the socket on every exit. Cancelling it
@@ -51,23 +55,25 @@ import os
 import socket
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import trio
-from quart import Response
-from quart_trio import QuartTrio
 
-from router._hypercorn import ConnectionGate, ConnectionLimits, serve_on_socket
 from router._unix import MAX_SOCKET_PATH_BYTES, bind_private_socket, remove_if_bound
-from router.api.app import ApiConfig, make_app
-from router.api.context import of as current_of
 from router.board.local import RouterInfo, check_name, claim_name, make_local_directory, router_name, stable_name
 from router.board.paths import BINDING_SUFFIX, INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_directory
-from router.board.service import LocalBoard, process_cwd
+from router.board.service import process_cwd
 from router.errors import Refusal
-from router.plugins.layer import PluginLayer
-from router.turns.router import TurnRouter
 from wire.json import dumps
+
+if TYPE_CHECKING:  # Quart-Trio and Hypercorn load with the first app built (a private socket's: its first connection)
+    from quart_trio import QuartTrio
+
+    from router._hypercorn import ConnectionLimits
+    from router.api.config import ApiConfig
+    from router.board.service import LocalBoard
+    from router.plugins.layer import PluginLayer
+    from router.turns.router import TurnRouter
 
 __all__ = ["ApiServer", "DEFAULT_PORT", "LOOPBACK", "LocalServer", "build_app"]
 
@@ -85,6 +91,8 @@ def build_app(router: Any, layer: Any, config: ApiConfig | None, allowed_hosts: 
     """The app both doors serve: :func:`router.api.app.make_app` with the
     pairing and device routes (:mod:`router.remote`; ``reach()`` is the
     router's :class:`router.remote.Reach`, or None)."""
+    from router.api.app import make_app
+    from router.api.config import ApiConfig
     from router.remote import make_blueprint
 
     app = make_app(router, layer, config or ApiConfig(), allowed_hosts, token=token, board=board, worktrees=worktrees)
@@ -116,6 +124,8 @@ class ApiServer:
         self._hosts: set[str] = set()
         #: The loopback listener's connections against ``limits`` (docs/turns.md,
         #: "Connections"); each ``--listen`` address has a gate of its own.
+        from router._hypercorn import ConnectionGate
+
         self.limits = limits
         self.connections = ConnectionGate(limits)
         self.reach = reach
@@ -136,6 +146,8 @@ class ApiServer:
 
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind, serve until cancelled; ``started(url)`` once listening."""
+        from router._hypercorn import serve_on_socket
+
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -167,6 +179,8 @@ class ApiServer:
     async def _serve_listen(self, nursery: trio.Nursery) -> None:
         """Bind every listen address (``OSError`` when one cannot be) and
         serve each behind the gate, over TLS unless a proxy terminates it."""
+        from router._hypercorn import ConnectionGate, serve_on_socket
+
         certificates = self.reach.certificates
         tls = {} if certificates is None else {"certfile": certificates.certfile, "keyfile": certificates.keyfile}
         for each in self.reach.config.listen:
@@ -182,6 +196,8 @@ class ApiServer:
             log.info("API listening on %s://%s", "https" if tls else "http", each.hostport)
 
     def statistics(self) -> dict[str, Any]:
+        from router.api.context import of as current_of
+
         return {"url": self.url, "connections": self.connections.statistics(),
                 "streams": current_of(self.app).streams.statistics()}
 
@@ -228,15 +244,27 @@ class LocalServer:
             board.info, board.socket = self.info.to_json(), self.path
         # Pairing and devices (router.remote): `router pair` and `router devices` ask here.
         self.reach = reach
-        self.app = build_app(router, layer, config, lambda: {LOCAL_HOST}, reach=lambda: self.reach, board=board,
-                             worktrees=worktrees)
+        self._parts = (router, layer, config, board, worktrees)
+        #: The app (None until built: at the start with the TCP API, else
+        #: for the first connection the front does not answer).
+        self.app: QuartTrio | None = None
+        self.front: Any = None
+        self.serving = False
+
+    def _build(self) -> QuartTrio:
+        """The app: the API's routes and ``GET /router`` (loads Quart-Trio)."""
+        from quart import Response
+
+        router, layer, config, board, worktrees = self._parts
+        app = build_app(router, layer, config, lambda: {LOCAL_HOST}, reach=lambda: self.reach, board=board,
+                        worktrees=worktrees)
         info = dumps(self.info.to_json())
 
-        @self.app.get(INFO_ROUTE)
+        @app.get(INFO_ROUTE)
         async def who() -> Response:
             return Response(info, content_type="application/json")
 
-        self.serving = False
+        return app
 
     def __repr__(self) -> str:
         return f"<LocalServer {self.path} {'serving' if self.serving else 'not serving'}>"
@@ -272,7 +300,13 @@ class LocalServer:
         self.serving = True
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(partial(serve_on_socket, self.app, sock, logger="router.board.http"))
+                if self.info.url is not None:  # the TCP API runs: Quart-Trio is loaded already
+                    from router._hypercorn import serve_on_socket
+
+                    self.app = self._build()
+                    await nursery.start(partial(serve_on_socket, self.app, sock, logger="router.board.http"))
+                else:
+                    nursery.start_soon(self._front, sock, nursery)
                 logging.getLogger("router.board").info("local socket %s", self.path)
                 task_status.started(self.path)
         finally:
@@ -280,8 +314,40 @@ class LocalServer:
             sock.close()
             remove_if_bound(self.path, bound)
 
+    async def _front(self, sock: socket.socket, nursery: trio.Nursery) -> None:
+        """Without the TCP API (``router mcp``): the survey's requests
+        answered by the front, the app built for the first other one
+        (:mod:`router.api.front`)."""
+        from router._http11 import accept_loop
+        from router.api.front import FRONT_LIMITS, Front
+
+        router, layer, _, board, _ = self._parts
+        self.front = Front(info=self.info.to_json(), router=router, layer=layer, board=board, serve_app=self._serve_app)
+        listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        front = self.front
+        await accept_loop(listener, nursery, lambda stream: front.serve(stream, nursery),
+                          logging.getLogger("router.board.http"), FRONT_LIMITS)
+
+    async def _serve_app(self, handed: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # The imports in a worker thread: the router's loop (its mod link, its
+        # asks' deadlines) runs on while they load (0.3 s of CPU, seconds on a
+        # loaded machine); building the app from them is quick.
+        await trio.to_thread.run_sync(_import_the_app)
+        from router._hypercorn import serve_on_socket
+
+        self.app = self._build()
+        await serve_on_socket(self.app, None, logger="router.board.http", accepted=handed, task_status=task_status)
+
     def statistics(self) -> dict[str, Any]:
-        return {"path": self.path, "serving": self.serving}
+        return {"path": self.path, "serving": self.serving,
+                **({"front": self.front.statistics()} if self.front is not None else {})}
+
+def _import_the_app() -> None:
+    """Load what the app is built from (Quart-Trio, Hypercorn, the routes)."""
+    import router._hypercorn  # noqa: F401
+    import router.api.app  # noqa: F401
+    from router.remote import make_blueprint  # noqa: F401 (a face: the name loads its module)
+
 
 async def _close_when_cancelled(sock: socket.socket) -> None:
     """Own a listen socket: closed when the server's nursery ends."""

@@ -113,15 +113,23 @@ def parse_live_id(text: str | None) -> LiveId | None:
 class LiveBatch:
     """Items numbered ``first``, ``first + 1`` ...; ``durable`` is the
     container session's ``(generation, version)`` once a reader has them
-    (``None``: not known, or not a container session)."""
+    (``None``: not known, or not a container session). ``encoded`` is each
+    item's JSON text (``wire.json.dumps``), made once when the batch is
+    published and shared by every reader (empty: not made; a reader makes
+    its own)."""
 
     first: int
     items: tuple[dict[str, Any], ...]
     durable: tuple[int, int] | None = None
+    encoded: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
 
     @property
     def last(self) -> int:
         return self.first + len(self.items) - 1
+
+    def texts(self) -> tuple[str, ...]:
+        """Each item's JSON text: ``encoded``, or made now."""
+        return self.encoded or tuple(dumps(item) for item in self.items)
 
 
 class LiveHistory:
@@ -147,9 +155,14 @@ class LiveHistory:
 
     def publish(self, items: Iterable[dict[str, Any]], durable: tuple[int, int] | None = None) -> LiveBatch:
         """Number ``items`` (at least one) and keep them."""
-        batch = LiveBatch(self.position + 1, tuple(items), durable)
+        items = tuple(items)
+        # Each item encoded once, here: its size for the history's bound
+        # and the text every reader's stream sends (docs/bench.md, "Live
+        # streams").
+        encoded = tuple(dumps(item) for item in items)
+        batch = LiveBatch(self.position + 1, items, durable, encoded)
         assert batch.items, "a batch holds at least one item"
-        size = sum(len(dumps(item)) for item in batch.items)
+        size = sum(map(len, encoded))
         self.position = batch.last
         self._batches.append((batch, size))
         self.bytes += size
@@ -184,7 +197,8 @@ class LiveHistory:
             if batch.last <= since.seq:
                 continue
             if batch.first <= since.seq:
-                batch = LiveBatch(since.seq + 1, batch.items[since.seq + 1 - batch.first :], batch.durable)
+                cut = since.seq + 1 - batch.first
+                batch = LiveBatch(since.seq + 1, batch.items[cut:], batch.durable, batch.encoded[cut:])
             out.append(batch)
         return out
 
@@ -217,14 +231,32 @@ class StreamCursor:
 
     def items(self, batch: LiveBatch) -> list[tuple[str, dict[str, Any]]]:
         """``(id, item)`` for each item of ``batch`` the reader lacks."""
+        return [(id, batch.items[at]) for at, id in self._lacked(batch)]
+
+    def encoded(self, batch: LiveBatch) -> list[tuple[str, str]]:
+        """``(id, item's JSON text)`` for the same items as :meth:`items`
+        (the text the batch was published with: encoded once for every
+        reader)."""
+        lacked = self._lacked(batch)
+        if not lacked:
+            return []
+        texts = batch.texts()
+        return [(id, texts[at]) for at, id in lacked]
+
+    def _lacked(self, batch: LiveBatch) -> list[tuple[int, str]]:
+        """``(index in the batch, id)`` of each item the reader lacks; the
+        reader's floor moves to the batch's durable position."""
         durable = self._durable(batch.durable)
         if batch.durable is not None:
             self.floor = durable
         out = []
-        for seq, item in enumerate(batch.items, batch.first):
-            if item.get("type") == "message" and self._known:
+        # str(LiveId(epoch, seq, durable)), its fixed fields written once a batch.
+        head = f"e{self.epoch}.s"
+        tail = "" if durable is None else f".g{durable[0]}.v{durable[1]}"
+        for at, item in enumerate(batch.items):
+            if self._known and item.get("type") == "message":
                 message = item["message"]
                 if self._known.pop(message.get("id"), None) == message:
                     continue  # shown already, as it is now
-            out.append((str(LiveId(self.epoch, seq, durable)), item))
+            out.append((at, f"{head}{batch.first + at}{tail}"))
         return out

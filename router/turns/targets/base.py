@@ -25,17 +25,20 @@ decisions stay in the core, so a target holds no delivery state.
 
 from __future__ import annotations
 
-from typing import Any, AsyncContextManager, AsyncIterator, Protocol
+from typing import Any, AsyncContextManager, AsyncIterator, Callable, Protocol, TypeVar
 
 from router.plugins.routing import LaunchRecord
 from router.turns.core import Outcome, Readiness, SubmitPrompt, WriteMessage
 from router.errors import Refusal
 from router.turns.live import LiveHub, LiveSubscription
-from router.turns.resume import LiveId, StreamCursor
+from router.turns.resume import LiveBatch, LiveId, StreamCursor
 from router.turns.session_brackets import SessionBrackets
 from router.turns.registry import SessionKind, Starter
 
 __all__ = ["LiveStream", "Target", "stale"]
+
+#: What a live stream's reader takes of each item: ``(id, item)`` or ``(id, JSON text)``.
+P = TypeVar("P")
 
 
 class LiveStream:
@@ -78,15 +81,23 @@ class LiveStream:
         """The pairs of the next batch and of every batch already waiting
         behind it (a reader that fell behind catches up in one write);
         ``None`` at the end."""
+        return await self._receive(self.cursor.items)
+
+    async def receive_encoded(self) -> list[tuple[str, str]] | None:
+        """As :meth:`receive`, each item as its JSON text (encoded once
+        when published, for every reader): ``(id, text)`` pairs."""
+        return await self._receive(self.cursor.encoded)
+
+    async def _receive(self, take: Callable[[LiveBatch], list[P]]) -> list[P] | None:
         while True:
             batch = await self._subscription.receive()
             if batch is None:
                 return None
-            pairs = self.cursor.items(batch)
+            pairs = take(batch)
             # No checkpoint from here on: a cancellation cannot fall
             # between taking a batch and returning it.
             while (more := self._subscription.receive_nowait()) is not None:
-                pairs += self.cursor.items(more)
+                pairs += take(more)
             if pairs:
                 return pairs
 
