@@ -27,7 +27,7 @@ import trio
 
 from router._transient import StoreUnavailable
 from router.asks import Ask, AskBook, AskPolicy, policy_from, rule_for, rule_text
-from router.board.state import container_state
+from router.board.state import StampedListing, container_state
 from router.errors import Refusal
 from router.host import (
     AdapterEvent, EventsLagged, Host, HostEvent, LinkError, MessageStored, OperationEnded, OperationStarted,
@@ -115,9 +115,13 @@ class ContainerSessions:
 
     async def list(self) -> list[dict[str, Any]]:
         """``{id, kind, busy, state[, parent]}`` of every container session,
-        oldest first (``state`` before any stop: the router adds those)."""
-        out: list[dict[str, Any]] = []
-        for item in await self.host.sessions.list():
+        oldest first (``state`` before any stop: the router adds those),
+        with each session's ``(updated_at, model)`` of the same read as its
+        ``stamps`` (the board describes the sessions from them)."""
+        stamps: dict[str, tuple[int, Any]] = {}
+        items = await self.host.sessions.list(stamps=stamps)
+        out = StampedListing(stamps)
+        for item in items:
             if item.get("ended"):
                 continue  # `router end` ended it: off the board, its record kept
             link = self.host.session(item["id"]).link
