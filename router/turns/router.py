@@ -236,8 +236,11 @@ class TurnRouter:
         #: (:mod:`router.turns.parking`; its task is the main job's to run).
         self.parking = Parking(self, book=park_book, shared=shared_limits)
         #: The notifications (``router.notify.outbox.Notifications``; set by
-        #: ``router serve``; None: this router sends none).
-        self.notifications: Any = None
+        #: ``router serve``; None: this router sends none). The router only
+        #: carries them to its API (``router.api.context``), which hands
+        #: them to the notification routes; it calls nothing on them, so
+        #: it names no type of theirs.
+        self.notifications: object | None = None
         #: Told (synchronously, never awaited) when a session is created or
         #: opens here, or its live view publishes: what :meth:`list` says of it may have
         #: changed (the board's live stream surveys at once; None: nobody).
