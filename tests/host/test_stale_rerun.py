@@ -1,0 +1,116 @@
+"""A session taken back by a router whose own daemon still holds it from an
+earlier hold, with an accepted operation open that this daemon already
+knows by its id: the ``on_container_lost`` policy decides, as for a
+container lost, not the daemon's memory of operation ids.
+
+The host side is the real reconcile core on a real SQLite store; the
+daemon side is the real daemon core (:class:`~router.daemon.core.SessionCore`)
+driven without sockets; messages pass between them as wire text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from router.daemon.core import SessionCore
+from router.host.reconcile import ConnectionRules
+from router.host.store import Store
+from tests.daemon.core_driver import Conn, Driver
+from tests.host.core_driver import SESSION, connect, hello, sends
+from wire.container import AdapterInfo, Done, converter, dump_message, parse_daemon_message
+
+#: The echo adapter's declaration (router/daemon/adapters/echo.py).
+ECHO = AdapterInfo(id="echo", version="1", capabilities=("steer", "rerun"))
+#: The policy of ``router serve``'s in-process cluster mode (router/serve.py).
+POLICY = "if-declared"
+OPEN = ("queued", "running")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    store = Store(tmp_path / "stale.db")
+    store.create_session(SESSION, settings={})
+    yield store
+    store.close()
+
+
+class Pair:
+    """One connection between the host core and a daemon core."""
+
+    def __init__(self, store: Store, driver: Driver, name: str) -> None:
+        self.store, self.driver, self.conn = store, driver, Conn(name)
+        self.seen = 0
+        driver.attach(self.conn)
+        greeting = converter.structure(self.conn.sent[0], type(hello()))
+        self.seen = 1
+        self.rules, effects = connect(store, greeting, on_container_lost=POLICY)
+        self.to_daemon(effects)
+
+    def to_daemon(self, effects) -> None:
+        for message in effects.sends:
+            self.driver.send(self.conn, json.loads(dump_message(message)))
+
+    def pump(self) -> None:
+        """Pass what the daemon sent to the host, and the host's answers
+        back, until neither has more."""
+        while self.seen < len(self.conn.texts):
+            text = self.conn.texts[self.seen]
+            self.seen += 1
+            parsed = parse_daemon_message(text)
+            with self.store.transaction():
+                effects = self.rules.receive(self.store, [parsed])
+            with self.store.transaction():
+                effects = effects + self.rules.deliver(self.store)
+            self.to_daemon(effects)
+
+
+def test_the_reconcile_core_hands_a_known_open_operation_over_again_when_the_policy_reruns(store: Store) -> None:
+    """The core alone: the record has ``k`` handed to another router's
+    runtime (r1), and this router's daemon (r2), stale, lists ``k`` as
+    settled in its earlier hold (its frames never reached the record)."""
+    store.enqueue(SESSION, "k", "hello")
+    store.set_delivered(SESSION, "k", "r1")
+    store.start(SESSION, "k")
+    store.set_cursor(SESSION, "r1", 4)
+    stale = hello(
+        "r2", open=1, last_seq=3, capabilities=ECHO.capabilities,
+        operations=[{"operationId": "k", "status": "settled", "outcome": {"status": "done", "text": "old"}}],
+    )  # fmt: skip
+    _, effects = connect(store, stale, on_container_lost=POLICY)
+    record = store.operation(SESSION, "k")
+    assert record.outcome != {"status": "unanswered", "reason": "container_lost"}
+    assert record.status in OPEN
+    assert any(body["type"] == "prompt" for body in sends(effects)), sends(effects)
+
+
+def test_an_operation_the_stale_daemon_held_runs_again_and_is_done(store: Store) -> None:
+    """Router A's daemon starts ``k``; router B takes the session (its
+    fresh daemon gets ``k`` again under the policy); router A takes it back
+    while its daemon still holds ``k`` from the first hold. ``k`` must end
+    ``done`` (run again, as the policy says), never ``container-lost``."""
+    store.enqueue(SESSION, "k", "hello")
+    daemon_a = Driver(SessionCore(SESSION, runtime_id="rA", adapter=ECHO))
+    first = Pair(store, daemon_a, "a1")
+    first.pump()
+    assert [turn.operation.id for turn in daemon_a.turns] == ["k"]
+    assert store.operation(SESSION, "k").status == "running"
+
+    # Router A stops (its daemon runs on); router B takes the session.
+    daemon_b = Driver(SessionCore(SESSION, runtime_id="rB", adapter=ECHO))
+    second = Pair(store, daemon_b, "b1")
+    second.pump()
+    assert store.operation(SESSION, "k").delivered == "rB"
+    # Router B is lost before ``k`` settles there; A's turn ends meanwhile.
+    daemon_a.finish(daemon_a.turns[0], Done(text="first"))
+
+    # Router A takes the session back: its daemon is stale.
+    third = Pair(store, daemon_a, "a2")
+    third.pump()
+    for turn in list(daemon_a.turns):
+        daemon_a.finish(turn, Done(text="again"))
+        third.pump()
+    record = store.operation(SESSION, "k")
+    assert record.outcome == {"status": "done", "text": "again"}, record
