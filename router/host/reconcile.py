@@ -890,16 +890,12 @@ class ConnectionRules:
         if batch.cursor_runtime == runtime and seq <= batch.cursor_seq:
             batch.skipped += 1
             return
-        if type(item) is not UnreadableFrame:
-            wire = getattr(item.frame, "operation_id", None)
-            if wire in self.superseded:
-                # An attempt given up (:meth:`_given_up`): nothing of it
-                # reaches the record.
-                batch.skipped += 1
-                batch.cursor_runtime, batch.cursor_seq, batch.moved = runtime, seq, True
-                return
-            if wire in self.operation_ids:
-                item = attrs.evolve(item, frame=self._as_operation(item.frame, wire))
+        if (item := self._as_operation(item)) is None:
+            # An attempt given up (:meth:`_given_up`): nothing of it
+            # reaches the record.
+            batch.skipped += 1
+            batch.cursor_runtime, batch.cursor_seq, batch.moved = runtime, seq, True
+            return
         if type(item) is UnreadableFrame:
             self._pass(store, runtime, seq, item.reason, item.text, batch)
         elif (refused := self._rewrites_history(store, item.frame, batch)) is not None:
@@ -932,11 +928,25 @@ class ConnectionRules:
                     batch.ack_now = True
         batch.cursor_runtime, batch.cursor_seq, batch.moved = runtime, seq, True
 
-    def _as_operation(self, frame: Any, wire: str) -> Any:
-        """A frame of a later attempt (``wire``) as its operation's: the
-        operation id, and a message's ``operationId`` and an id the attempt
-        prefixes (``<attempt id>:…``), so the record reads as one run."""
-        operation_id = self.operation_ids[wire]
+    def _as_operation(self, item: FrameMessage | UnreadableFrame) -> FrameMessage | UnreadableFrame | None:
+        """A frame of a later attempt as its operation's: the operation id,
+        and a message's ``operationId`` and an id the attempt prefixes
+        (``<attempt id>:…``), so the record reads as one run. None for a
+        frame of an attempt given up; any other frame as it is."""
+        if not (self.superseded or self.operation_ids) or type(item) is UnreadableFrame:
+            return item
+        wire = getattr(item.frame, "operation_id", None)
+        if wire is None:
+            return item
+        if wire in self.superseded:
+            return None
+        operation_id = self.operation_ids.get(wire)
+        if operation_id is None:
+            return item
+        return attrs.evolve(item, frame=self._frame_as(item.frame, wire, operation_id))
+
+    @staticmethod
+    def _frame_as(frame: Any, wire: str, operation_id: str) -> Any:
         if type(frame) is EventFrame and frame.event.get("type") == "message":
             message = dict(frame.event["message"])
             if message.get("operationId") == wire:

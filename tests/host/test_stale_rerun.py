@@ -19,7 +19,7 @@ from router.daemon.core import SessionCore
 from router.host.reconcile import ConnectionRules
 from router.host.store import Store
 from tests.daemon.core_driver import Conn, Driver
-from tests.host.core_driver import SESSION, connect, hello, sends
+from tests.host.core_driver import SESSION, connect, event, frame, hello, message, receive, sends, settle, start
 from wire.container import AdapterInfo, Done, converter, dump_message, parse_daemon_message
 
 #: The echo adapter's declaration (router/daemon/adapters/echo.py).
@@ -67,23 +67,61 @@ class Pair:
             self.to_daemon(effects)
 
 
-def test_the_reconcile_core_hands_a_known_open_operation_over_again_when_the_policy_reruns(store: Store) -> None:
+@pytest.mark.parametrize(
+    ("policy", "capabilities", "rerun"),
+    [
+        (POLICY, ECHO.capabilities, True),
+        ("retry", (), True),
+        (POLICY, ("steer",), False),
+        ("fail", ECHO.capabilities, False),
+    ],
+)
+def test_the_reconcile_core_hands_a_known_open_operation_over_again_when_the_policy_reruns(
+    store: Store, policy: str, capabilities: tuple[str, ...], rerun: bool
+) -> None:
     """The core alone: the record has ``k`` handed to another router's
     runtime (r1), and this router's daemon (r2), stale, lists ``k`` as
-    settled in its earlier hold (its frames never reached the record)."""
+    settled in its earlier hold (its frames never reached the record): the
+    policy decides, as for a container lost; a rerun goes as the next
+    attempt's id, which the daemon has not taken."""
     store.enqueue(SESSION, "k", "hello")
     store.set_delivered(SESSION, "k", "r1")
     store.start(SESSION, "k")
     store.set_cursor(SESSION, "r1", 4)
     stale = hello(
-        "r2", open=1, last_seq=3, capabilities=ECHO.capabilities,
+        "r2", open=1, last_seq=3, capabilities=capabilities,
         operations=[{"operationId": "k", "status": "settled", "outcome": {"status": "done", "text": "old"}}],
     )  # fmt: skip
-    _, effects = connect(store, stale, on_container_lost=POLICY)
+    _, effects = connect(store, stale, on_container_lost=policy)
     record = store.operation(SESSION, "k")
-    assert record.outcome != {"status": "unanswered", "reason": "container_lost"}
-    assert record.status in OPEN
-    assert any(body["type"] == "prompt" for body in sends(effects)), sends(effects)
+    prompts = [body["operationId"] for body in sends(effects) if body["type"] == "prompt"]
+    if rerun:
+        assert record.status in OPEN and record.delivered == "r2"
+        assert prompts == ["k~2"]
+    else:
+        assert record.outcome == {"status": "unanswered", "reason": "container_lost"}
+        assert prompts == []
+
+
+def test_frames_of_the_given_up_attempt_are_passed_and_the_next_attempts_are_the_operations(store: Store) -> None:
+    store.enqueue(SESSION, "k", "hello")
+    store.set_delivered(SESSION, "k", "r1")
+    store.set_cursor(SESSION, "r1", 4)
+    stale = hello("r2", open=1, last_seq=3, capabilities=ECHO.capabilities,
+                  operations=[{"operationId": "k", "status": "running"}])
+    core, effects = connect(store, stale, on_container_lost=POLICY)
+    assert [body["type"] for body in sends(effects)][:2] == ["abort", "open"]
+    receive(
+        store, core,
+        frame(4, settle("k", reason="aborted")),
+        frame(5, start("k~2")),
+        frame(6, event("k~2", message("k~2:assistant", "again", operation_id="k~2"))),
+        frame(7, settle("k~2", text="again")),
+    )  # fmt: skip
+    assert store.operation(SESSION, "k").outcome == {"status": "done", "text": "again"}
+    ids = [entry["id"] for entry in store.messages(SESSION)]
+    assert ids == ["k:user", "k:assistant"]
+    assert store.messages(SESSION)[1]["operationId"] == "k"
 
 
 def test_an_operation_the_stale_daemon_held_runs_again_and_is_done(store: Store) -> None:
@@ -114,3 +152,31 @@ def test_an_operation_the_stale_daemon_held_runs_again_and_is_done(store: Store)
         third.pump()
     record = store.operation(SESSION, "k")
     assert record.outcome == {"status": "done", "text": "again"}, record
+
+
+def test_a_connection_lost_before_the_next_attempt_went_out_hands_it_over_on_the_next(store: Store) -> None:
+    """As above, but the connection that met the stale daemon is lost after
+    the reconcile, before the next attempt's ``prompt`` went out: the next
+    connection (the same daemon, no longer stale) does not take the first
+    attempt's report for the operation's outcome."""
+    store.enqueue(SESSION, "k", "hello")
+    daemon_a = Driver(SessionCore(SESSION, runtime_id="rA", adapter=ECHO))
+    Pair(store, daemon_a, "a1").pump()
+    daemon_b = Driver(SessionCore(SESSION, runtime_id="rB", adapter=ECHO))
+    Pair(store, daemon_b, "b1").pump()
+    daemon_a.finish(daemon_a.turns[0], Done(text="first"))
+
+    conn = Conn("a2")
+    daemon_a.attach(conn)
+    rules = ConnectionRules(SESSION, on_container_lost=POLICY)
+    with store.transaction():
+        effects = rules.hello(store, converter.structure(conn.sent[0], type(hello())))
+    for sent in effects.sends:  # the reconcile's messages only: then the socket dies
+        daemon_a.send(conn, json.loads(dump_message(sent)))
+
+    fourth = Pair(store, daemon_a, "a3")
+    fourth.pump()
+    for turn in list(daemon_a.turns):
+        daemon_a.finish(turn, Done(text="again"))
+        fourth.pump()
+    assert store.operation(SESSION, "k").outcome == {"status": "done", "text": "again"}
