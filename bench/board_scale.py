@@ -2,7 +2,8 @@
 Prints a table.
 
     .venv/bin/python bench/board_scale.py [--sessions 1000] [--routers 3] [--samples 40] [--changes 30]
-                                          [--py-spy PATH [--py-spy-seconds 20]]
+                                          [--py-spy PATH [--py-spy-seconds 20] [--py-spy-phase sessions|changes]]
+                                          [--against TREE]
 
 It starts a private PostgreSQL 15 (tests/support/postgres.py, the tests'
 settings), one ``router daemon --adapter echo`` and ``--routers`` ``router
@@ -27,9 +28,18 @@ waits until every one has a holder. Then, against the first router:
   another router than the page's (relayed through the cluster's inbox when
   that router does not hold it), ``wait`` off. The page stamps, with its
   own clock, the moment its board's row for that session first shows the
-  change (its state or last activity), and the table gives the time from
+  change (its state or its last activity: the row's ``data-last-activity``,
+  or on a page without it the row's "5 min ago", which stays "now" for a
+  session active in the last 45 s), and the table gives the time from
   the POST's start (the bench's clock: one machine, one wall clock, read
   with ``Date.now()`` and ``time.time()``, both milliseconds) to then.
+  Beside it, ``GET /board/live`` read by the bench on the page's router: the
+  time to the stream's event that changes the row (the server's part).
+
+``--against TREE`` measures the routers of another source tree first (an
+export of main, say), then this tree's, in one run: the routers run from
+that tree (their working directory and ``PYTHONPATH``); the daemon, the
+bench and the database are this tree's.
 
 The targets (docs/bench.md, "The board at scale"): ``GET /sessions`` at most
 100 ms, first paint at most 1 s, a change shown within 200 ms at p99.
@@ -78,7 +88,7 @@ LISTED = """(count) => new Promise((done) => {
 #: wall-clock time (ms) when the row first differs from what it shows now.
 WATCH = """(id) => {
   const row = () => document.querySelector(`#board li[data-session="${CSS.escape(id)}"]`);
-  const look = () => { const r = row(); return r ? r.dataset.state + '|' + r.querySelector('.when').textContent : null; };
+  const look = () => { const r = row(); return r ? r.dataset.state + '|' + (r.dataset.lastActivity ?? r.querySelector('.when').textContent) : null; };
   const before = look();
   window.changedAt = null;
   const observer = new MutationObserver(() => {
@@ -155,28 +165,83 @@ async def first_paint(browser: Browser, url: str, sessions: int, *, phone: bool)
             "every session listed": listed, "heap listed": heap_listed, "heap later": heap_later}
 
 
-async def changes_shown(browser: Browser, url: str, sender: Any, fresh: list[str],
-                        sessions: int) -> tuple[list[float], list[str]]:
+class Stream:
+    """``GET /board/live`` read beside the page (no browser): when each
+    session's row (state, last activity) changed in the stream, by the
+    bench's clock: the server's part of a change shown."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[Any, Any]] = {}
+        self.changes: dict[str, list[tuple[float, tuple[Any, Any]]]] = {}
+        self.ready = trio.Event()
+
+    async def read(self, member: Any) -> None:
+        async with member.client(timeout=None) as client:
+            async with client.stream("GET", "/board/live", headers={"accept": "text/event-stream"}) as response:
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    at = time.time() * 1000
+                    event = json.loads(line[5:])
+                    if event.get("type") == "snapshot":
+                        self.rows = {each["id"]: (each.get("state"), each.get("lastActivity"))
+                                     for each in event["sessions"]}
+                        self.ready.set()
+                    elif event.get("type") in ("session-changed", "session-added"):
+                        each = event["session"]
+                        seen = (each.get("state"), each.get("lastActivity"))
+                        if self.rows.get(each["id"]) != seen:
+                            self.changes.setdefault(each["id"], []).append((at, seen))
+                        self.rows[each["id"]] = seen
+
+    def changed_after(self, session: str, started: float) -> tuple[float, Any] | None:
+        """When the stream first changed ``session``'s row after
+        ``started``, and the row's last activity then."""
+        return next(((at, seen[1]) for at, seen in self.changes.get(session, []) if at >= started), None)
+
+
+async def changes_shown(browser: Browser, url: str, members: list[Any], fresh: list[str],
+                        sessions: int) -> tuple[list[float], list[float], list[float], list[str]]:
+    sender = members[-1]
     page = await open_page(browser, url, phone=False)
     with trio.fail_after(300):
         await page.evaluate(f"({LISTED})({sessions})")
     shown: list[float] = []
+    streamed: list[float] = []
+    written: list[float] = []  # the record's write the stream's row carries (its lastActivity)
     missed: list[str] = []
-    async with sender.client() as client:
-        for session in fresh:
-            before = await page.evaluate(f"({WATCH})({json.dumps(session)})")
-            assert before is not None, f"the page does not list {session}"
-            started = time.time() * 1000
-            response = await client.post(f"/sessions/{session}/messages",
-                                         json={"text": "hello", "eventId": str(uuid.uuid4())})
-            assert response.status_code in (200, 202), (response.status_code, response.text[:200])
-            try:
-                changed = await page.wait_for("window.changedAt", timeout=SHOWN_WITHIN)
-            except AssertionError:  # counted, and the run goes on
-                missed.append(session)
-                continue
-            shown.append(changed - started)
-    return shown, missed
+    stream = Stream()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stream.read, members[0])
+        with trio.fail_after(300):
+            await stream.ready.wait()
+        async with sender.client() as client:
+            for session in fresh:
+                before = await page.evaluate(f"({WATCH})({json.dumps(session)})")
+                assert before is not None, f"the page does not list {session}"
+                started = time.time() * 1000
+                response = await client.post(f"/sessions/{session}/messages",
+                                             json={"text": "hello", "eventId": str(uuid.uuid4())})
+                assert response.status_code in (200, 202), (response.status_code, response.text[:200])
+                try:
+                    changed = await page.wait_for("window.changedAt", timeout=SHOWN_WITHIN)
+                except AssertionError:  # counted, and the run goes on
+                    missed.append(session)
+                    continue
+                shown.append(changed - started)
+                found = stream.changed_after(session, started)
+                if found is not None:
+                    streamed.append(found[0] - started)
+                    if isinstance(found[1], int) and found[1] >= started:
+                        written.append(found[1] - started)
+        nursery.cancel_scope.cancel()
+    return shown, streamed, written, missed
+
+
+async def profile(member: Any, path: str, seconds: int) -> None:
+    """py-spy's collapsed stacks of ``member`` for ``seconds``, to ``path``."""
+    await trio.run_process(["py-spy", "record", "--pid", str(member.process.pid), "--format", "raw", "--output", path,
+                            "--duration", str(seconds), "--nonblocking"], capture_stdout=True, capture_stderr=True)
 
 
 def row(name: str, values: list[float], extra: str = "") -> str:
@@ -185,6 +250,21 @@ def row(name: str, values: list[float], extra: str = "") -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
+    if args.against:
+        import tests.cluster.processes as processes
+
+        ours = processes.REPO
+        for label, tree in ((f"against: {args.against}", Path(args.against).resolve()), (f"this tree: {ours}", ours)):
+            print(f"\n# {label}\n", flush=True)
+            processes.REPO = tree  # the routers' working directory: `python -m router` imports from it first
+            await run(args, {"PYTHONPATH": str(tree)}, py_spy=None if args.py_spy is None
+                      else f"{args.py_spy}.{'against' if tree != ours else 'this'}")
+        return
+    await run(args, {}, py_spy=args.py_spy)
+
+
+async def run(args: argparse.Namespace, env: dict[str, str], *, py_spy: str | None) -> None:
+    args = argparse.Namespace(**{**vars(args), "py_spy": py_spy})
     with tempfile.TemporaryDirectory(prefix="bench-board-") as tmp:
         work = Path(tmp)
         database = Cluster().start()
@@ -198,7 +278,8 @@ async def main(args: argparse.Namespace) -> None:
             # every other router this user runs on the machine.
             runtime = work / "runtime"
             runtime.mkdir(mode=0o700)
-            async with cluster(work, store, args.routers, env={"XDG_RUNTIME_DIR": str(runtime)}) as (members, _daemon):
+            async with cluster(work, store, args.routers,
+                               env={"XDG_RUNTIME_DIR": str(runtime), **env}) as (members, _daemon):
                 await wait_spread(members, args.sessions)
                 print(f"{args.sessions} sessions over {args.routers} routers, every one held after "
                       f"{time.monotonic() - started:.1f} s", flush=True)
@@ -210,21 +291,27 @@ async def main(args: argparse.Namespace) -> None:
 async def measure(args: argparse.Namespace, members: list[Any], ids: list[str]) -> None:
     first = members[0]
     async with trio.open_nursery() as nursery:
-        if args.py_spy:
-            nursery.start_soon(partial(trio.run_process, ["py-spy", "record", "--pid", str(first.process.pid),
-                                       "--format", "raw", "--output", args.py_spy, "--duration",
-                                       str(args.py_spy_seconds), "--nonblocking"], capture_stdout=True,
-                                       capture_stderr=True))
+        if args.py_spy and args.py_spy_phase == "sessions":
+            nursery.start_soon(profile, first, args.py_spy, args.py_spy_seconds)
         sessions_ms, size = await timed_gets(first.url, first.headers, "/sessions", args.samples)
     health_ms, _ = await timed_gets(first.url, first.headers, "/healthz", args.samples)
     ratio = statistics.median(sessions_ms) / statistics.median(health_ms)
     print(f"\n## {args.sessions} sessions, {args.routers} routers on one PostgreSQL (ms)\n")
     print("| what | n | p50 | p90 | p99 | max | note |\n|---|---:|---:|---:|---:|---:|---|")
-    print(row("GET /sessions", sessions_ms, f"{size:,} B; {ratio:.1f}× /healthz's p50"))
+    per_session = statistics.median(sessions_ms) * 1000 / max(1, args.sessions)
+    print(row("GET /sessions", sessions_ms, f"{size:,} B; {ratio:.1f}× /healthz's p50; "
+              f"{per_session:.0f} µs a session at p50"))
     print(row("GET /healthz (the stack's floor)", health_ms), flush=True)
     page_url = f"{first.url.rstrip('/')}/?token={first.token}"
-    async with chromium() as browser:
-        shown, missed = await changes_shown(browser, page_url, members[-1], ids[: args.changes], args.sessions)
+    async with chromium() as browser, trio.open_nursery() as nursery:
+        if args.py_spy and args.py_spy_phase == "changes":
+            nursery.start_soon(profile, first, args.py_spy, args.py_spy_seconds)
+        shown, streamed, written, missed = await changes_shown(browser, page_url, members, ids[: args.changes],
+                                                               args.sessions)
+        print(row("the session's record written", written or [float("nan")],
+                  "from the POST to the lastActivity the stream's row carries (the holder's write)"))
+        print(row("a change in GET /board/live", streamed or [float("nan")],
+                  "from the POST to the stream's event (the server's part)"))
         print(row("a change shown on the page", shown or [float("nan")],
                   f"from the POST to the row changing; {len(missed)} not shown within {SHOWN_WITHIN} s"
                   + (f" ({', '.join(missed)})" if missed else "")), flush=True)
@@ -247,4 +334,8 @@ if __name__ == "__main__":
     parser.add_argument("--py-spy", metavar="PATH", help="profile the first router while it answers GET /sessions "
                         "(py-spy's collapsed stacks to PATH)")
     parser.add_argument("--py-spy-seconds", type=int, default=20)
+    parser.add_argument("--py-spy-phase", choices=("sessions", "changes"), default="sessions",
+                        help="what --py-spy profiles: the GET /sessions samples, or the changes shown on the page")
+    parser.add_argument("--against", metavar="TREE", help="first measure the routers of the source tree TREE "
+                        "(an export of main, say: `git archive main | tar -x -C TREE`), then this tree's, in one run")
     trio.run(main, parser.parse_args())

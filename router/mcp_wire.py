@@ -48,7 +48,7 @@ which keeps the ids (a second request with the id of one in flight is
   ``initialize`` (or ``notifications/initialized``) is ``-32602``;
 - ``tools/list``: every tool, name, description and input schema (one
   page; a cursor is ignored);
-- ``tools/call``: a :class:`ToolCall` for the Trio layer, answered with
+- ``tools/call``: a :class:`ToolCallRequest` for the Trio layer, answered with
   :meth:`~McpServerWire.tool_result` (``content`` one text, ``isError``);
   params without a string ``name``, or ``arguments`` that are not an
   object, are ``-32602``;
@@ -74,7 +74,7 @@ from router.errors import Refusal
 from wire._convert import Builder
 
 __all__ = ["PARSE_ERROR", "INVALID_REQUEST", "INVALID_PARAMS", "METHOD_NOT_FOUND", "HANDSHAKE_PROTOCOL_VERSIONS",
-           "Cancelled", "Checked", "McpServerWire", "ToolCall", "check_line", "converter", "tool_arguments"]
+           "Cancelled", "Checked", "McpServerWire", "ToolCallRequest", "check_line", "converter", "tool_arguments"]
 
 #: JSON-RPC 2.0, section 5.1.
 PARSE_ERROR: Final = -32700
@@ -312,7 +312,7 @@ _HEAD_BYTES: Final = 65536
 
 
 @attrs.frozen
-class ToolCall:
+class ToolCallRequest:
     """A ``tools/call`` to run: answer it with :meth:`McpServerWire.tool_result`."""
 
     id: int | str
@@ -343,7 +343,7 @@ class McpServerWire:
 
         wire = McpServerWire(tools, server_info={"name": "router", "version": "0.1.0"}, instructions="...")
         wire.receive_data(chunk)          # then, until None:
-        wire.next_call()                  # ToolCall / Cancelled
+        wire.next_call()                  # ToolCallRequest / Cancelled
         out = wire.data_to_send()         # write these bytes, in order
         wire.tool_result(call.id, text, is_error=False)
     """
@@ -359,7 +359,7 @@ class McpServerWire:
         self._lines = LineSplitter(max_line=max_line)
         self._rpc = JsonRpcConnection(max_line=max_line + 1)
         self._out = bytearray()
-        self._events: list[ToolCall | Cancelled] = []
+        self._events: list[ToolCallRequest | Cancelled] = []
         #: The calls handed out and not answered yet.
         self._running: set[int | str] = set()
         #: The first bytes of the line being read (for a too-long line's id).
@@ -466,7 +466,7 @@ class McpServerWire:
                                                  "string) and its arguments (an object)")
             return
         self._running.add(id)
-        self._events.append(ToolCall(id, name, arguments))
+        self._events.append(ToolCallRequest(id, name, arguments))
 
     def _notification(self, method: str, params: dict[str, Any]) -> None:
         if method == "notifications/initialized":
@@ -482,7 +482,7 @@ class McpServerWire:
 
     # ------------------------------------------------------------------ output
 
-    def next_call(self) -> ToolCall | Cancelled | None:
+    def next_call(self) -> ToolCallRequest | Cancelled | None:
         """The next call to run or to stop, or None."""
         return self._events.pop(0) if self._events else None
 

@@ -95,6 +95,7 @@ SANS_IO = (
     "router.acp.updates",
     "router.asks.core",
     "router.board.changes",
+    "router.board.kept",
     "router.board.state",
     "router.cluster.lease",
     "router.daemon.core",

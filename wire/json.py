@@ -47,6 +47,7 @@ from typing import Any, Final, TypeAlias
 __all__ = [
     "ABSENT",
     "Absent",
+    "Encoded",
     "JsonError",
     "JsonValue",
     "MAX_DEPTH",
@@ -320,6 +321,25 @@ def _retoken(match: re.Match[str]) -> str:
     return js_number(_number(token))
 
 
+class Encoded(dict):  # type: ignore[type-arg]
+    """A JSON object whose :func:`dumps` text someone keeps already (the
+    board's rows, ``router.board.kept``): ``dumps`` takes the text from
+    ``make`` (called once, on first use) instead of encoding the object.
+    It is a plain ``dict`` to everyone else; whoever makes one answers for
+    the text being the object's."""
+
+    def __init__(self, value: dict, make: Any) -> None:
+        super().__init__(value)
+        self._make = make
+        self._text: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self._make()
+        return self._text
+
+
 def dumps(value: JsonValue) -> str:
     """``JSON.stringify(value)`` for a JSON value.
 
@@ -327,6 +347,8 @@ def dumps(value: JsonValue) -> str:
     than :data:`MAX_DEPTH` (what :func:`loads` would refuse), and
     ``TypeError`` for a value that is not JSON at all.
     """
+    if type(value) is Encoded:
+        return value.text
     try:
         text = _encoder.encode(value)
     except RecursionError:

@@ -422,6 +422,7 @@ if (typeof document !== "undefined") {
     item.dataset.session = session.id;
     item.dataset.router = routerOf(session);
     item.dataset.state = state;
+    item.dataset.lastActivity = typeof session.lastActivity === "number" ? String(session.lastActivity) : "";
     boardRows.set(key, { item, session, json: JSON.stringify(session), selected, waits, when });
     return item;
   }

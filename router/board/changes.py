@@ -40,6 +40,6 @@ def board_changes(before: dict[Key, dict[str, Any]], after: dict[Key, dict[str, 
     for key, item in after.items():
         if key not in before:
             events.append({"type": "session-added", "session": item})
-        elif before[key] != item:
+        elif before[key] is not item and before[key] != item:  # a kept row (router.board.kept) is the same object
             events.append({"type": "session-changed", "session": item})
     return events

@@ -11,7 +11,16 @@ resume, a read or a live view stand on:
   ``GET /router`` answer), then every other router's, surveyed over their
   private sockets (:func:`router.board.client.survey`, this router's own
   socket left out), each asked for its own sessions only (``GET
-  /sessions?scope=router``), so no survey ever recurses.
+  /sessions?scope=router``), so no survey ever recurses. The others are
+  asked while this router lists its own, and the records a listing reads
+  besides the router's list (launches, a cluster's holders) are read beside
+  it. The record is read once per listing: the router's list hands each
+  container session's ``updated_at`` and model from its own read
+  (:class:`router.board.state.StampedListing`).
+- **Kept rows.** Each session's row (and its JSON text) is made once and
+  kept until what it is made of changes (:mod:`router.board.kept`): every
+  input is read afresh each listing, only the describing and the encoding
+  are saved; :meth:`LocalBoard.statistics` counts them.
 - **Hidden sessions.** ``router mcp`` hides its in-process echo ``root``
   from the board (``hidden``): every router has one, and a Claude Code
   session's embedded router is on the board for its Claude Code session.
@@ -38,14 +47,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, AsyncIterator, Callable, Final, Mapping
+from functools import partial
+from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
 
 import attrs
+import trio
 
 from router._httpx import unix_transport
 from router.board.feed import BoardFeed
+from router.board.kept import Kept, listing_text
 from router.board.client import ANSWER_TIMEOUT, BASE_URL, Board, Reached, Skipped, holder, survey
 from router.errors import Refusal
+from wire.json import Encoded
 
 __all__ = ["Activity", "BOARD_INTERVAL", "FORWARDED_HEADER", "Facts", "Listing", "LocalBoard", "describe", "process_cwd"]
 
@@ -105,7 +118,27 @@ class Facts:
     places: Any = None
 
 
-async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activity) -> list[dict[str, Any]]:
+async def read_facts(entries: list[dict[str, Any]], facts: Facts,
+                     stamps: Mapping[str, Any] | None = None) -> tuple[Mapping[str, Any], dict[str, Any]]:
+    """What :func:`describe` reads for ``entries``: each container
+    session's ``(updated_at, model)`` (its record's: ``stamps``, the ones
+    the listing's own read gave, when they cover every container session
+    listed, else read from the store) and launches (id -> launch), both
+    empty when none is a container session."""
+    launches: dict[str, Any] = {}
+    containers = [entry.get("id") for entry in entries if entry.get("kind") == "container"]
+    if containers:
+        if facts.store is not None and (stamps is None or any(each not in stamps for each in containers)):
+            stamps = {record.id: (record.updated_at, record.settings.get("model"))
+                      for record in await facts.store.call(facts.store.sessions)}
+        if facts.deliveries is not None:
+            launches = await facts.deliveries.call(facts.deliveries.launches)
+    return stamps or {}, launches
+
+
+async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activity, *,
+                   kept: Kept | None = None, launches: dict[str, Any] | None = None,
+                   stamps: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """``entries`` (``TurnRouter.list``) with what is known besides:
     ``harness`` (a container session's: the one its launch routed to, else
     the router's; ``claude-code``), ``model`` (the session's settings',
@@ -113,40 +146,51 @@ async def describe(entries: list[dict[str, Any]], facts: Facts, activity: Activi
     Claude Code session's: the embedded router's working directory, where
     Claude Code starts it) and ``lastActivity`` (ms since the epoch: a
     container session's record's last change, a Claude Code session's last
-    change seen here)."""
-    records: dict[str, Any] = {}
-    if facts.store is not None and any(entry.get("kind") == "container" for entry in entries):
-        records = {record.id: record for record in await facts.store.call(facts.store.sessions)}
-    launches: dict[str, Any] = {}
-    if facts.deliveries is not None and any(entry.get("kind") == "container" for entry in entries):
-        launches = await facts.deliveries.call(facts.deliveries.launches)
+    change seen here). With ``kept``, a session described before from the
+    same entry, record stamp, launch and place is not described again
+    (:mod:`router.board.kept`); ``launches``: read already (id -> launch);
+    ``stamps``: each container session's ``(updated_at, model)`` from the
+    listing's own read (``StampedListing``; None: read here)."""
+    stamps, read = await read_facts(entries, facts if launches is None else attrs.evolve(facts, deliveries=None),
+                                    stamps)
+    launches = read if launches is None else launches
+    places: dict[str, Any] = {}
+    if facts.places is not None:
+        places = {key: place.board_fields() for key, place in (await trio.to_thread.run_sync(facts.places)).items()}
     out = []
     for entry in entries:
+        session = entry.get("id")
+        place = places.get(session)  # type: ignore[arg-type]
         if entry.get("kind") == "container":
-            item = _container(entry, records.get(entry["id"]), launches.get(entry["id"]), facts)
+            stamp, launch = stamps.get(session), launches.get(session)  # type: ignore[arg-type]
+            key: Any = (entry, stamp, None if launch is None else (launch.harness, launch.model), facts.harness, place)
+            make = partial(_container, entry, stamp, launch, facts, place)
         else:
-            item = {**entry, "harness": "claude-code"}  # its ``model`` is in the entry, as its mod said
-            if facts.cwd is not None:
-                item["cwd"] = facts.cwd
-            item["lastActivity"] = activity.stamp(entry["id"], tuple(sorted(map(repr, entry.items()))))
-        out.append(item)
-    if facts.places is not None:
-        import trio
-
-        places = await trio.to_thread.run_sync(facts.places)
-        out = [{**item, **places[item["id"]].board_fields()} if item.get("id") in places else item for item in out]
+            active = activity.stamp(session, tuple(sorted(map(repr, entry.items()))))
+            key = (entry, facts.cwd, active, place)
+            make = partial(_claude_code, entry, facts, active, place)
+        out.append(make() if kept is None or type(session) is not str else kept.row(session, key, make))
     return out
 
 
-def _container(entry: dict[str, Any], record: Any, launch: Any, facts: Facts) -> dict[str, Any]:
+def _claude_code(entry: dict[str, Any], facts: Facts, stamp: int, place: dict[str, Any] | None) -> dict[str, Any]:
+    item = {**entry, "harness": "claude-code"}  # its ``model`` is in the entry, as its mod said
+    if facts.cwd is not None:
+        item["cwd"] = facts.cwd
+    item["lastActivity"] = stamp
+    return item if place is None else {**item, **place}
+
+
+def _container(entry: dict[str, Any], stamp: tuple[int, Any] | None, launch: Any, facts: Facts,
+               place: dict[str, Any] | None = None) -> dict[str, Any]:
     item = {**entry, "harness": launch.harness if launch is not None else facts.harness}
-    model = record.settings.get("model") if record is not None else None
+    model = stamp[1] if stamp is not None else None
     model = model or (launch.model if launch is not None else None)
     if type(model) is str and model:
         item["model"] = model
-    if record is not None:
-        item["lastActivity"] = record.updated_at
-    return item
+    if stamp is not None:
+        item["lastActivity"] = stamp[0]
+    return item if place is None else {**item, **place}
 
 
 @attrs.define
@@ -156,13 +200,21 @@ class Listing:
 
     sessions: list[dict[str, Any]]
     skipped: list[Skipped]
+    #: Each row's JSON text (:meth:`router.board.kept.Kept.text`); None:
+    #: encoded as a whole.
+    texts: Callable[[dict[str, Any]], str] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The listing's JSON object (an :class:`~wire.json.Encoded` whose
+        text is made of the kept rows' with ``texts``)."""
         out: dict[str, Any] = {"sessions": self.sessions}
         if self.skipped:
             out["skipped"] = [{"router": each.name, "socket": each.socket, **each.refusal.to_json()}
                               for each in self.skipped]
-        return out
+        if self.texts is None:
+            return out
+        rest = {key: value for key, value in out.items() if key != "sessions"}
+        return Encoded(out, partial(listing_text, self.sessions, rest, self.texts))
 
 
 class LocalBoard:
@@ -183,6 +235,9 @@ class LocalBoard:
         self.activity = Activity()
         #: The board's live changes, surveyed once for every viewer.
         self.feed = BoardFeed(self, interval=BOARD_INTERVAL)
+        #: The kept rows (:mod:`router.board.kept`), described and final,
+        #: of the listing with the cluster's sessions (True) and without.
+        self._kept: dict[bool, tuple[Kept, Kept]] = {True: (Kept(), Kept()), False: (Kept(), Kept())}
 
     def __repr__(self) -> str:
         return f"<LocalBoard {self.info['name'] if self.info else 'unnamed'} hidden={sorted(self.hidden)}>"
@@ -191,40 +246,70 @@ class LocalBoard:
     def name(self) -> str | None:
         return None if self.info is None else str(self.info.get("name"))
 
+    def statistics(self) -> dict[str, Any]:
+        """The kept rows' figures (:mod:`router.board.kept`): ``described``
+        (sessions described: made anew), ``rows_made`` (final rows made,
+        with their router), ``rows_kept`` (taken as they were) and
+        ``encoded`` (rows whose JSON was made)."""
+        described = [kept.statistics() for kept, _ in self._kept.values()]
+        rows = [kept.statistics() for _, kept in self._kept.values()]
+        return {"described": sum(each.made for each in described),
+                "rows_made": sum(each.made for each in rows), "rows_kept": sum(each.kept for each in rows),
+                "encoded": sum(each.encoded for each in rows)}
+
     async def own(self, *, shared: bool = True) -> list[dict[str, Any]]:
         """This router's listed sessions, described, each with ``router``;
         ``shared=False``: without its cluster's (``GET
-        /sessions?scope=unshared``, asked by a router of the same cluster)."""
+        /sessions?scope=unshared``, asked by a router of the same cluster).
+        A session whose row's inputs did not change since the last listing
+        keeps its row (:mod:`router.board.kept`)."""
         containers = shared or self.facts.cluster is None
-        listed = await (self.router.list() if containers else self.router.list(containers=False))
+        described_kept, rows = self._kept[containers]
+        facts = self.facts
+        reads: dict[str, Callable[[], Awaitable[Any]]] = {
+            "listed": self.router.list if containers else partial(self.router.list, containers=False)}
+        if containers and facts.store is not None and facts.deliveries is not None:
+            reads["launches"] = partial(facts.deliveries.call, facts.deliveries.launches)
+        if containers and facts.cluster is not None:
+            reads["holders"] = facts.cluster.holders
+        read = dict(zip(reads, await _gather(*reads.values())))  # the other records beside the listing's, not after
+        listed = read["listed"]
         entries = [entry for entry in listed if entry.get("id") not in self.hidden]
-        described = await describe(entries, self.facts, self.activity)
-        if self.facts.cluster is not None:
-            return await self._held(described)
+        described = await describe(entries, facts, self.activity, kept=described_kept, launches=read.get("launches"),
+                                   stamps=getattr(listed, "stamps", None))  # the listing's own read of the record
+        ids = [item.get("id") for item in described]
+        described_kept.only(ids)
+        rows.only(ids)
+        if facts.cluster is not None:
+            return await self._held(described, rows, read.get("holders"))
         if self.info is None:
             return described
-        return [{**item, "router": self.info} for item in described]
+        info = self.info
+        return [rows.row(item["id"], (item, info), partial(_with, item, "router", info))
+                if type(item.get("id")) is str else _with(item, "router", info) for item in described]
 
-    async def _held(self, described: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def _held(self, described: list[dict[str, Any]], rows: Kept,
+                    holders: dict[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
         """Each container session with the router of the cluster holding
-        it (``null`` while none does: between a death and a takeover)."""
-        from wire.json import JsonError, loads
-
-        holders = await self.facts.cluster.holders()
+        it (``null`` while none does: between a death and a takeover);
+        ``holders``: read already (None: read here, if any is a container
+        session)."""
+        if not any(item.get("kind") == "container" for item in described):
+            info = self.info
+            return [item if info is None else _with(item, "router", info) for item in described]
+        if holders is None:
+            holders = await self.facts.cluster.holders()
+        infos: dict[Any, Any] = {}  # each router's info parsed once, not once per session it holds
         out = []
         for item in described:
             if item.get("kind") != "container":
                 out.append({**item, "router": self.info} if self.info is not None else item)
                 continue
             held = holders.get(item["id"])
-            info: Any = None
-            if held is not None:
-                try:
-                    info = loads(held["info"] or "{}")
-                except JsonError:
-                    info = {}
-                info = {**info, "cluster": held["id"], "url": held["apiUrl"]} if isinstance(info, dict) else None
-            out.append({**item, "router": info, "clustered": True})
+            key = None if held is None else (held["id"], held["apiUrl"], held["info"])
+            if key not in infos:
+                infos[key] = _holder_info(held)
+            out.append(rows.row(item["id"], (item, key), partial(_clustered, item, infos[key])))
         return out
 
     def changed(self) -> Any:
@@ -248,14 +333,16 @@ class LocalBoard:
         routers of this router's cluster are asked only for what they
         alone hold (their Claude Code sessions): this router lists the
         cluster's sessions from the shared record already."""
-        peers = frozenset(await self.facts.cluster.sockets()) if self.facts.cluster is not None else frozenset()
-        board = await self.others(unshared=peers)
-        own = await self.own()
+        async def survey_others() -> Board:
+            peers = frozenset(await self.facts.cluster.sockets()) if self.facts.cluster is not None else frozenset()
+            return await self.others(unshared=peers)
+
+        board, own = await _gather(survey_others, self.own)  # the other routers asked while this one lists its own
         others = board.sessions()
         if self.facts.cluster is not None:  # the cluster's sessions: listed once, by this router
             mine = _cluster_holders(own)
             others = [item for item in others if not _same_cluster_session(item, mine)]
-        return Listing(sessions=own + others, skipped=board.skipped)
+        return Listing(sessions=own + others, skipped=board.skipped, texts=self._kept[True][1].text)
 
     async def holder(self, session: str, *, named: str | None = None) -> Reached | None:
         """The router to forward ``session``'s request to, or None to serve
@@ -333,6 +420,50 @@ class LocalBoard:
                 await client.aclose()
 
         return response.status_code, response.headers.get("content-type", "application/json"), body()
+
+
+async def _gather(*reads: Callable[[], Awaitable[Any]]) -> list[Any]:
+    """Each of ``reads`` awaited at once, their answers in order; the first
+    to fail cancels the others and its error is raised as it is (a
+    ``Refusal`` stays one, not an exception group)."""
+    answers: list[Any] = [None] * len(reads)
+    errors: list[Exception] = []
+
+    async def one(index: int, read: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            answers[index] = await read()
+        except Exception as error:
+            errors.append(error)
+            nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        for index, read in enumerate(reads):
+            nursery.start_soon(one, index, read)
+    if errors:
+        raise errors[0]
+    return answers
+
+
+def _with(item: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    return {**item, key: value}
+
+
+def _holder_info(held: dict[str, Any] | None) -> Any:
+    """The ``router`` of a session the cluster's router ``held`` holds
+    (its ``info`` with ``cluster`` and ``url``); None while none does."""
+    from wire.json import JsonError, loads
+
+    if held is None:
+        return None
+    try:
+        info = loads(held["info"] or "{}")
+    except JsonError:
+        info = {}
+    return {**info, "cluster": held["id"], "url": held["apiUrl"]} if isinstance(info, dict) else None
+
+
+def _clustered(item: dict[str, Any], info: Any) -> dict[str, Any]:
+    return {**item, "router": info, "clustered": True}
 
 
 def process_cwd() -> str | None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-__all__ = ["STATES", "claude_code_state", "container_state", "parked_state", "session_state", "stopped_state"]
+__all__ = ["STATES", "StampedListing", "claude_code_state", "container_state", "parked_state", "session_state", "stopped_state"]
 
 #: Every state this router reports, in the order the table above checks them.
 STATES: Final = ("closed", "stopped", "parked", "unreachable", "waiting", "working", "idle")
@@ -92,3 +92,16 @@ def claude_code_state(*, link: Any, stopped: bool, closed: bool, waiting: bool =
         waiting=waiting,
         busy=link.turn_running,
     )
+
+
+class StampedListing(list):  # type: ignore[type-arg]
+    """A router's listing (``ContainerSessions.list``, kept by
+    ``TurnRouter.list``'s in-place extend) with ``stamps``: each container
+    session's ``(updated_at, settings' model)`` from the read that made it,
+    so the board describes the sessions without reading the record again."""
+
+    stamps: dict[str, tuple[int, object]]
+
+    def __init__(self, stamps: dict[str, tuple[int, object]]) -> None:
+        super().__init__()
+        self.stamps = stamps

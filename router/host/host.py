@@ -714,16 +714,21 @@ class HostSessions:
         await store.call(store.fork_session, id, parent)
         return HostSession(self.host, id)
 
-    async def list(self) -> list[dict]:
+    async def list(self, *, stamps: dict[str, tuple[int, Any]] | None = None) -> list[dict]:
         """Every session, oldest first: ``{id, parent?, busy, daemon?}``
         (``daemon``: ``{state, reason, container, runtime, launcher,
-        harness}`` of a session whose daemon a launcher runs)."""
+        harness}`` of a session whose daemon a launcher runs). ``stamps``,
+        when given, gets each session's ``(updated_at, settings' model)``
+        from the same read (the board's rows: one read of the record per
+        survey, not two)."""
         store = self.host.store
 
         def read(store: Store) -> list[dict]:
             busy = set(store.open_sessions())
             out = []
             for record in store.sessions():
+                if stamps is not None:
+                    stamps[record.id] = (record.updated_at, record.settings.get("model"))
                 item: dict[str, Any] = {"id": record.id}
                 if record.parent is not None:
                     item["parent"] = record.parent

@@ -596,6 +596,11 @@ class TurnRouter:
                         current = None
                         self._handling.discard(session.id)
                         continue
+                    fenced = await self._fenced(queued.delivery, error)
+                    if fenced is not None:  # this router's lease moved under it: resend (to the holder)
+                        queued.answer(fenced)
+                        current = None
+                        continue
                     log.exception("delivery %r to session %r failed", queued.delivery.event_id, session.id)
                     reply = DeliveryUnanswered(
                         event_id=queued.delivery.event_id,
@@ -619,6 +624,21 @@ class TurnRouter:
                     continue  # its park stays in the record: the next start resumes it
                 left.answer(_closed(left.delivery))
             receive.close()
+
+    async def _fenced(self, delivery: Delivery, error: Exception) -> Reply | None:
+        """The reply to a delivery whose write the cluster's fence refused
+        in the session's inbox (the lease moved after its admission):
+        unanswered ``lease-lost``, resent to the holder. None when
+        ``error`` is not the fence's, or there is no cluster."""
+        if self.remote is None:
+            return None
+        try:
+            return await self.remote.refused(delivery, error)
+        except Exception as failed:  # noqa: BLE001 - recording the refusal failed (the store away): still refused
+            log.warning("delivery %r: the fence's refusal could not be recorded: %s", delivery.event_id, failed)
+            return DeliveryUnanswered(event_id=delivery.event_id, code="lease-lost",
+                                      message=f"this router no longer holds {delivery.session!r}; "
+                                      "resend with the same eventId")
 
     # ------------------------------------------------------------------ plan, write, settle
 

@@ -222,6 +222,29 @@ async def test_the_board_live_stream_shows_a_session_created_anywhere(tmp_path: 
         assert (second, "gamma") in {(s["router"]["name"], s["id"]) for s in fresh["data"]["sessions"]}
 
 
+async def test_a_sessions_row_follows_its_record_and_is_kept_while_it_does_not_change(tmp_path: Path) -> None:
+    """The board keeps each row between listings (router/board/kept.py) and
+    reads the record once per listing: a turn's write shows at once in
+    ``lastActivity``, and a listing with nothing changed answers the same."""
+    async with serve(tmp_path) as served, served.client() as client:
+        assert (await client.post("/sessions", json={"id": "kept"})).status_code == 201
+
+        async def row() -> dict[str, Any]:
+            listed = (await client.get("/sessions")).json()["sessions"]
+            [item] = [item for item in listed if item["id"] == "kept"]
+            return item
+
+        first = await row()
+        assert type(first["lastActivity"]) is int and first["state"] == "idle"
+        assert await row() == first
+        sent = await client.post("/sessions/kept/messages", json={"text": "hi", "eventId": "k1", "wait": True})
+        assert sent.status_code == 200
+        after = await row()  # no wait: the record's write is read by this listing
+        assert after["lastActivity"] > first["lastActivity"] and after["state"] == "idle"
+        assert "daemon" in after  # its first turn started its daemon: the row says so
+        assert await row() == after
+
+
 # --------------------------------------------------------------------------- the CLI
 
 

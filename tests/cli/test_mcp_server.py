@@ -18,7 +18,7 @@ import trio.testing
 
 from router.mcp import StdioServer, tool_list
 from router.mcp_wire import (HANDSHAKE_PROTOCOL_VERSIONS, INVALID_PARAMS, INVALID_REQUEST, Cancelled, McpServerWire,
-                             ToolCall)
+                             ToolCallRequest)
 from tests.api.processes import REPO, environment
 
 SDK_ANSWERS = json.loads((REPO / "tests" / "fixtures" / "mcp" / "sdk-answers.json").read_text())
@@ -83,8 +83,8 @@ def test_a_call_is_answered_once_and_a_cancelled_one_never() -> None:
     wire.receive_data(initialize() + request(2, "tools/call", {"name": "list_sessions"})
                       + request(3, "tools/call", {"name": "abort", "arguments": {"session": "s"}}))
     answers(wire)
-    assert wire.next_call() == ToolCall(2, "list_sessions", {})
-    assert wire.next_call() == ToolCall(3, "abort", {"session": "s"})
+    assert wire.next_call() == ToolCallRequest(2, "list_sessions", {})
+    assert wire.next_call() == ToolCallRequest(3, "abort", {"session": "s"})
     # The same id again while the call runs is refused; a cancellation of it
     # stops it, and it is never answered.
     wire.receive_data(request(2, "ping") + b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":'

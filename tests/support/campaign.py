@@ -539,6 +539,9 @@ class _Routers:
         from tests.host.proxy import CuttingProxy
 
         self.paused.add(name)
+        if name in self.members:  # started again: its last log kept beside the next
+            old_log = self.members[name].stderr
+            old_log.rename(old_log.with_name(f"serve-{len(list(old_log.parent.glob('serve-*.stderr'))) + 1}.stderr"))
         if name not in self.proxies:
             direction = ("down", "up")[len(self.proxies) % 2]
             self.proxies[name] = await self.nursery.start(CuttingProxy(self.daemon.port, direction=direction).run)
@@ -822,6 +825,24 @@ SHARES: dict[str, float] = {
 }
 
 
+#: What a router logs when one of a session's tasks failed and the
+#: session was closed for it (router/turns/registry.py): a fault stopped
+#: that session as surely as a limit's 409 would.
+SESSION_CLOSED = "failed and was closed"
+
+
+def closed_by_faults(row: FaultRow, directory: Path) -> None:
+    """Count in ``row.stopped`` every session a router of the phase closed
+    because one of its tasks failed (:data:`SESSION_CLOSED` in the routers'
+    logs under ``directory``: each start's, and an exited router's kept
+    beside it), with the first lines in the notes."""
+    lines = [line.strip() for log in sorted(directory.rglob("*.stderr"))
+             for line in log.read_text(errors="replace").splitlines() if SESSION_CLOSED in line]
+    if lines:
+        row.stopped = (row.stopped or 0) + len(lines)
+        row.notes += [f"closed by a task's failure: {line[:300]}" for line in lines[:3]]
+
+
 async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[FaultRow], None] = print,
                      only: str | None = None) -> tuple[list[FaultRow], str]:
     """Every fault phase (or ``only`` the one of that name: ``cluster``),
@@ -843,6 +864,8 @@ async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[Fau
         directory = work / name
         directory.mkdir(parents=True, exist_ok=True)
         row = await make(directory)
+        if row.stopped is not None:
+            closed_by_faults(row, directory)
         rows.append(row)
         report(row)
 

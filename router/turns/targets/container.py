@@ -25,8 +25,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
 
 import trio
 
+from router._transient import StoreUnavailable
 from router.asks import Ask, AskBook, AskPolicy, policy_from, rule_for, rule_text
-from router.board.state import container_state
+from router.board.state import StampedListing, container_state
 from router.errors import Refusal
 from router.host import (
     AdapterEvent, EventsLagged, Host, HostEvent, LinkError, MessageStored, OperationEnded, OperationStarted,
@@ -114,9 +115,13 @@ class ContainerSessions:
 
     async def list(self) -> list[dict[str, Any]]:
         """``{id, kind, busy, state[, parent]}`` of every container session,
-        oldest first (``state`` before any stop: the router adds those)."""
-        out: list[dict[str, Any]] = []
-        for item in await self.host.sessions.list():
+        oldest first (``state`` before any stop: the router adds those),
+        with each session's ``(updated_at, model)`` of the same read as its
+        ``stamps`` (the board describes the sessions from them)."""
+        stamps: dict[str, tuple[int, Any]] = {}
+        items = await self.host.sessions.list(stamps=stamps)
+        out = StampedListing(stamps)
+        for item in items:
             if item.get("ended"):
                 continue  # `router end` ended it: off the board, its record kept
             link = self.host.session(item["id"]).link
@@ -206,7 +211,10 @@ class ContainerTarget:
         link for the session fails or closes; the view follows again after
         a pause (viewers are told to take a fresh snapshot, and told again
         once the view follows: a reader who came during the pause missed
-        what came before the new subscription)."""
+        what came before the new subscription). The store read as it
+        subscribes (or as it reads a batch's position back) may fail past
+        its retries (``store-unavailable``): that too is a pause and a
+        reset, never the session's end."""
         assert self.hub is not None
         pause, cap = RESUBSCRIBE_PAUSE
         started = interrupted = False
@@ -239,6 +247,8 @@ class ContainerTarget:
                 why = str(exc)
             except (HostRefused, LinkError) as exc:
                 why = f"the host refused the session's events ({exc.code})"
+            except StoreUnavailable as exc:  # the store blinked past its retries: try again, keep the session
+                why = f"the host's store could not be read ({exc.code})"
             if not started:
                 task_status.started()
                 started = True
