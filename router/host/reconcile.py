@@ -38,6 +38,10 @@ anything is delivered, in this order (as the reference's ``#reconcile``):
    instead: the daemon cannot tell whether an earlier ``configure`` reached
    it, and settings are idempotent.
 2. *Operations the host has open* (queued or running), in submission order:
+   known there by an attempt the record does not stand by (handed to it
+   in an earlier hold, or before the record handed it elsewhere) → **lost**,
+   as below: given up there and handed over again as the next attempt
+   (see "Attempts"), or settled ``unanswered`` / ``container_lost``;
    reported settled by the daemon → settled from that report after
    ``caught-up``, so the kept frames (messages, persisted entries) land
    first; still queued or running there → left alone; running in another
@@ -65,10 +69,28 @@ continued: before step 1 everything it has queued or running is aborted
 the generation it holds open moves to a new number
 (:meth:`~router.host.store.Store.reopen_session`), so step 1 restores the
 record's entries into a new adapter session; in step 2 an open operation it
-already knows settles as lost (it takes an operation id once) and the
-others are handed over afresh; step 3 is that abort; step 4 starts the
+already knows is lost, as with a container lost (its attempt there may
+have run without its result reaching the record): the policy decides, and
+a rerun goes to it as the next attempt; the others are handed over afresh;
+step 3 is that abort; step 4 starts the
 cursor at its ``lastSeq`` and acks it (its frames so far are of the
 earlier hold, never applied).
+
+**Attempts.** A daemon takes an operation id once (npm ``agents@0.32.0``
+``protocol.d.ts``; ours: :class:`~router.daemon.core.SessionCore` ignores a
+``prompt`` whose id it knows), so an operation handed to the same daemon
+again goes by a new id there: ``<operation id>~<n>`` for its ``n``-th
+attempt (:func:`attempt_id`). The record keeps no attempt numbers: every
+``hello`` lists the attempts the daemon knows, and :class:`Attempts`
+reads them against the record's open operations (the latest one is the
+operation's there; older ones are given up). The connection maps the
+latest attempt's frames to the operation (its id; a message's
+``operationId`` and an id the attempt prefixes, ``<attempt id>:…``), so
+the record reads as one run and the person's own message stays
+``<operation id>:user``; frames of an attempt given up are skipped and an
+attempt given up that is still open there is aborted. An operation whose
+settle the record has is never handed over again: only open operations
+have attempts.
 
 A runtime whose ``hello.lastSeq`` is below the stored cursor's seq for the
 same runtime id is a new container that reused the id (npm ``agents@0.32.0`` ``protocol.d.ts`` says
@@ -1060,6 +1082,9 @@ class ConnectionRules:
 
 __all__ = [
     "ACK_EVERY",
+    "ATTEMPT_MARK",
+    "Attempts",
+    "attempt_id",
     "CONTAINER_LOST",
     "ConnectionRules",
     "HISTORY_SETTLED",
