@@ -81,7 +81,7 @@ earlier hold, never applied).
 ``prompt`` whose id it knows), so an operation handed to the same daemon
 again goes by a new id there: ``<operation id>~<n>`` for its ``n``-th
 attempt (:func:`attempt_id`). The record keeps no attempt numbers: every
-``hello`` lists the attempts the daemon knows, and :class:`Attempts`
+``hello`` lists the attempts the daemon knows, and :class:`AttemptsThere`
 reads them against the record's open operations (the latest one is the
 operation's there; older ones are given up). The connection maps the
 latest attempt's frames to the operation (its id; a message's
@@ -233,7 +233,7 @@ def attempt_id(operation_id: str, attempt: int) -> str:
 
 
 @attrs.define
-class Attempts:
+class AttemptsThere:
     """Which attempt of each open operation a daemon knows, from its
     ``hello`` (the record keeps no attempt numbers: a daemon's list is the
     only place they live, and the host reads them again on every
@@ -245,7 +245,7 @@ class Attempts:
     superseded: set[str] = attrs.field(factory=set)
 
     @classmethod
-    def of(cls, hello: Hello, open_ids: set[str]) -> "Attempts":
+    def of(cls, hello: Hello, open_ids: set[str]) -> "AttemptsThere":
         attempts = cls()
         for there in hello.operations:
             wire = there.operation_id
@@ -444,7 +444,7 @@ class _Reconcile:
     deferred: list[str] = attrs.field(factory=list)
     #: The attempts of open operations the daemon knows, and the id each
     #: open operation goes by there where that is not its own.
-    attempts: Attempts = attrs.field(factory=Attempts)
+    attempts: AttemptsThere = attrs.field(factory=AttemptsThere)
     wire_ids: dict[str, str] = attrs.field(factory=dict)
 
     def effects(self) -> Effects:
@@ -636,7 +636,7 @@ class ConnectionRules:
         earlier hold) is :meth:`_given_up`; the others, against a stale
         daemon, are handed over afresh."""
         operations = store.operations(session=self.session, statuses=OPEN_STATUSES)
-        attempts = reconcile.attempts = Attempts.of(hello, {operation.id for operation in operations})
+        attempts = reconcile.attempts = AttemptsThere.of(hello, {operation.id for operation in operations})
         known = {operation_id: there for operation_id, (_, there) in attempts.latest.items()}
         lost_any = False
         for operation in operations:
@@ -1083,7 +1083,7 @@ class ConnectionRules:
 __all__ = [
     "ACK_EVERY",
     "ATTEMPT_MARK",
-    "Attempts",
+    "AttemptsThere",
     "attempt_id",
     "CONTAINER_LOST",
     "ConnectionRules",
