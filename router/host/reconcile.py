@@ -559,6 +559,10 @@ class ConnectionRules:
     def ready(self) -> bool:
         return self.runtime_id is not None
 
+    def wire_id(self, operation_id: str) -> str:
+        """The id this runtime knows the operation by (its attempt's)."""
+        return self.wire_ids.get(operation_id, operation_id)
+
     # ------------------------------------------------------------------ reconcile
 
     def hello(self, store: Store, hello: Hello) -> Effects:

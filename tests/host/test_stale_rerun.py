@@ -92,12 +92,13 @@ def test_the_reconcile_core_hands_a_known_open_operation_over_again_when_the_pol
         "r2", open=1, last_seq=3, capabilities=capabilities,
         operations=[{"operationId": "k", "status": "settled", "outcome": {"status": "done", "text": "old"}}],
     )  # fmt: skip
-    _, effects = connect(store, stale, on_container_lost=policy)
+    core, effects = connect(store, stale, on_container_lost=policy)
     record = store.operation(SESSION, "k")
     prompts = [body["operationId"] for body in sends(effects) if body["type"] == "prompt"]
     if rerun:
         assert record.status in OPEN and record.delivered == "r2"
         assert prompts == ["k~2"]
+        assert core.wire_id("k") == "k~2"  # a person's abort names the attempt
     else:
         assert record.outcome == {"status": "unanswered", "reason": "container_lost"}
         assert prompts == []
