@@ -152,7 +152,7 @@ import contextlib
 import json
 import logging
 import re
-from typing import Any, Final, Literal, Sequence
+from typing import Any, Callable, Final, Literal, Sequence
 
 import attrs
 
@@ -245,7 +245,9 @@ class AttemptsThere:
     superseded: set[str] = attrs.field(factory=set)
 
     @classmethod
-    def of(cls, hello: Hello, open_ids: set[str]) -> "AttemptsThere":
+    def of(cls, hello: Hello, open_ids: set[str], is_operation: Callable[[str], bool]) -> "AttemptsThere":
+        """The attempts ``hello`` lists; ``is_operation`` says whether an
+        id is an operation of the record's own (then never an attempt)."""
         attempts = cls()
         for there in hello.operations:
             wire = there.operation_id
@@ -253,7 +255,7 @@ class AttemptsThere:
                 base, number = wire, 1
             else:
                 match = _ATTEMPT.fullmatch(wire)
-                if match is None or match.group(1) not in open_ids:
+                if match is None or match.group(1) not in open_ids or is_operation(wire):
                     continue
                 base, number = match.group(1), int(match.group(2))
             known = attempts.latest.get(base)
@@ -640,7 +642,10 @@ class ConnectionRules:
         earlier hold) is :meth:`_given_up`; the others, against a stale
         daemon, are handed over afresh."""
         operations = store.operations(session=self.session, statuses=OPEN_STATUSES)
-        attempts = reconcile.attempts = AttemptsThere.of(hello, {operation.id for operation in operations})
+        attempts = reconcile.attempts = AttemptsThere.of(
+            hello, {operation.id for operation in operations},
+            lambda id: store.operation(self.session, id) is not None,
+        )  # fmt: skip
         known = {operation_id: there for operation_id, (_, there) in attempts.latest.items()}
         lost_any = False
         for operation in operations:
@@ -673,7 +678,10 @@ class ConnectionRules:
             self._lose(store, operation.id, False, reconcile)
             return True
         reconcile.attempts.superseded.add(there.operation_id)
-        reconcile.wire_ids[operation.id] = attempt_id(operation.id, number + 1)
+        number += 1
+        while store.operation(self.session, attempt_id(operation.id, number)) is not None:
+            number += 1  # an operation of the record's own goes by that id
+        reconcile.wire_ids[operation.id] = attempt_id(operation.id, number)
         store.requeue(self.session, operation.id)
         if operation.delivered is not None:
             store.set_delivered(self.session, operation.id, None)

@@ -181,3 +181,25 @@ def test_a_connection_lost_before_the_next_attempt_went_out_hands_it_over_on_the
         daemon_a.finish(turn, Done(text="again"))
         fourth.pump()
     assert store.operation(SESSION, "k").outcome == {"status": "done", "text": "again"}
+
+
+def test_an_operation_of_the_records_own_is_never_taken_for_an_attempt(store: Store) -> None:
+    """``k~2`` is an operation of its own (settled): the daemon's report of
+    it is not an attempt of ``k``, and ``k``'s next attempt skips its id."""
+    store.enqueue(SESSION, "k~2", "other")
+    store.settle(SESSION, "k~2", {"status": "done", "text": "t"})
+    store.enqueue(SESSION, "k", "hello")
+    store.set_delivered(SESSION, "k", "r1")
+    store.set_cursor(SESSION, "r1", 4)
+    stale = hello(
+        "r2", open=1, last_seq=3, capabilities=ECHO.capabilities,
+        operations=[
+            {"operationId": "k", "status": "settled", "outcome": {"status": "done", "text": "old"}},
+            {"operationId": "k~2", "status": "settled", "outcome": {"status": "done", "text": "t"}},
+        ],
+    )  # fmt: skip
+    core, effects = connect(store, stale, on_container_lost=POLICY)
+    assert [body["operationId"] for body in sends(effects) if body["type"] == "prompt"] == ["k~3"]
+    receive(store, core, frame(4, settle("k~2", reason="aborted")), frame(5, settle("k~3", text="again")))
+    assert store.operation(SESSION, "k").outcome == {"status": "done", "text": "again"}
+    assert store.operation(SESSION, "k~2").outcome == {"status": "done", "text": "t"}
