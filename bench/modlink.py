@@ -167,6 +167,13 @@ async def bench_events(env: dict[str, str], total: int, batch: int) -> float:
     return (total // batch) * batch / elapsed
 
 
+
+def _polls_waiting(link: Any) -> int:
+    """A link's long polls waiting: ``statistics()`` is an attrs object
+    today and was a dict before (an ``--against`` tree may be older)."""
+    stats = link.statistics()
+    return stats["polls_waiting"] if isinstance(stats, dict) else stats.polls_waiting
+
 async def bench_idle(env: dict[str, str], count: int, idle: float) -> dict[str, Any]:
     # Run first, in a fresh process, so the heap has no freed arenas for the
     # links to reuse; tracemalloc counts Python's own allocations besides.
@@ -186,7 +193,7 @@ async def bench_idle(env: dict[str, str], count: int, idle: float) -> dict[str, 
         await client.stdin.send_all(paths.encode() + b"\n")
         await client.stdin.aclose()
         # Wait until every link holds a poll: an event per link, not a timing.
-        while sum(link.statistics()["polls_waiting"] for link in links) < count:
+        while sum(_polls_waiting(link) for link in links) < count:
             await trio.sleep(0.05)
         held = _rss_kib()
         traced_held = tracemalloc.get_traced_memory()[0]
@@ -197,7 +204,7 @@ async def bench_idle(env: dict[str, str], count: int, idle: float) -> dict[str, 
         cpu = _cpu_seconds() - cpu_start
         wall = time.perf_counter() - wall_start
         expired = sum(link.polls_expired for link in links) - expired_start
-        waiting = sum(link.statistics()["polls_waiting"] for link in links)
+        waiting = sum(_polls_waiting(link) for link in links)
         client.kill()
         await client.wait()
         nursery.cancel_scope.cancel()

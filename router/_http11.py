@@ -7,7 +7,7 @@ Theory of operation
 request head, an :class:`Exchange` hands the handler its method, target and
 headers, reads its body on request (:meth:`Exchange.body`), and lets a held
 request wait for work while watching the socket (:meth:`Exchange.hold`);
-the handler returns an :class:`Answer`, whose bytes are written by hand
+the handler returns an :class:`HttpAnswer`, whose bytes are written by hand
 (:func:`response_bytes`), the rest of an unread body is drained, and the
 connection waits for its next request (keep-alive) or closes. A handler
 that takes the connection over (the daemon's WebSocket upgrade, from
@@ -16,7 +16,7 @@ once it is done with it, and the connection closes. There is no task per
 request, no nursery per connection and no timer task: every deadline is a
 cancel scope around the read it bounds.
 
-What each server may set (:class:`Limits`): the wait for a first request's
+What each server may set (:class:`HttpLimits`): the wait for a first request's
 first byte, the keep-alive wait for a later one's, the time for a head once
 its first byte came (a head over ``max_head`` bytes is refused by h11), the
 time and size for a body (past ``max_body``: 413 from :meth:`Exchange.body`,
@@ -25,7 +25,7 @@ connections served at once (:func:`accept_loop`: past it, accepting waits).
 A request h11 refuses is answered by the server's ``bad_request`` (the mod
 link: a bare 400, as Hypercorn; the daemon: h11's reason, as Node) and the
 connection closed. Keep-alive ends on ``Connection: close``, on HTTP/1.0,
-on an :class:`Answer` with ``close``, and on the idle wait.
+on an :class:`HttpAnswer` with ``close``, and on the idle wait.
 
 The body budget
 ---------------
@@ -65,13 +65,13 @@ import trio
 
 from wire.json import dumps
 
-__all__ = [
+__all__ = ["BodyBudgetStatistics", 
     "BODY_BUDGET_BYTES",
     "BODY_BUDGET_WAIT",
-    "Answer",
+    "HttpAnswer",
     "BodyBudget",
     "Exchange",
-    "Limits",
+    "HttpLimits",
     "PeerGone",
     "accept_loop",
     "refusal",
@@ -106,7 +106,7 @@ _SLOW_BODY: Final = (
 
 
 @attrs.frozen
-class Limits:
+class HttpLimits:
     """One server's deadlines (seconds) and sizes (bytes); see the module
     docstring."""
 
@@ -126,6 +126,18 @@ class Limits:
 
 class PeerGone(Exception):
     """The peer closed (or broke) the connection: nothing is answered."""
+
+
+@attrs.frozen
+class BodyBudgetStatistics:
+    """A :class:`BodyBudget`'s bytes: the total, used now, the peak, the
+    bodies refused, and the takers waiting."""
+
+    total: int
+    used: int
+    peak: int
+    refused: int
+    waiting: int
 
 
 class BodyBudget:
@@ -148,10 +160,9 @@ class BodyBudget:
     def __repr__(self) -> str:
         return f"<BodyBudget {self.used}/{self.total} bytes, {self.refused} refused>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"total": self.total, "used": self.used, "peak": self.peak, "refused": self.refused,
-                "waiting": self.waiting}
-
+    def statistics(self) -> BodyBudgetStatistics:
+        return BodyBudgetStatistics(total=self.total, used=self.used, peak=self.peak, refused=self.refused,
+                                    waiting=self.waiting)
     def try_take(self, size: int) -> bool:
         if self.used + size > self.total:
             return False
@@ -188,7 +199,7 @@ SHARED_BODY_BUDGET: Final = BodyBudget()
 
 
 @attrs.frozen
-class Answer:
+class HttpAnswer:
     """A response: ``status``, ``body`` (``content_type``; none when empty),
     extra headers, and whether the connection closes after it.
     ``unwritten`` is called when the answer could not be written (the peer
@@ -202,21 +213,21 @@ class Answer:
     close: bool = False
 
 
-def refusal(status: int, code: str, message: str) -> Answer:
+def refusal(status: int, code: str, message: str) -> HttpAnswer:
     """The JSON refusal shape of the HTTP edges, ``{"error": code, "message": sentence}``."""
-    return Answer(status, dumps({"error": code, "message": message}).encode())
+    return HttpAnswer(status, dumps({"error": code, "message": message}).encode())
 
 
 #: A bare refusal: 400, no body, ``connection: close`` (Hypercorn's answer
 #: to a request it refused before any app ran; the mod link keeps it).
-BARE_400: Final = Answer(400, b"", content_type=b"", close=True)
+BARE_400: Final = HttpAnswer(400, b"", content_type=b"", close=True)
 
 
-def bare_400(error: h11.RemoteProtocolError) -> Answer:
+def bare_400(error: h11.RemoteProtocolError) -> HttpAnswer:
     return BARE_400
 
 
-def response_bytes(answer: Answer, head_only: bool, close: bool) -> bytes:
+def response_bytes(answer: HttpAnswer, head_only: bool, close: bool) -> bytes:
     """The answer's bytes, as h11 writes a response with these headers
     (status line without a reason phrase; ``connection: close`` last)."""
     parts = [b"HTTP/1.1 %d \r\n" % answer.status]
@@ -241,7 +252,7 @@ class Exchange:
 
     def __init__(
         self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request, raw: bytes,
-        limits: Limits, budget: BodyBudget,
+        limits: HttpLimits, budget: BodyBudget,
     ) -> None:
         self.stream = stream
         self._conn = conn
@@ -287,20 +298,16 @@ class Exchange:
                 return False
         return True
 
-    async def body(self) -> bytes | Answer:
+    async def body(self) -> bytes | HttpAnswer:
         """The whole body, or the refusal to answer: 413 ``too-large`` past
         ``max_body`` (declared or read), 503 ``link-busy`` when the body
         budget has no room for it, 408 when it is slower than the body
         deadline. Raises :class:`PeerGone` when the peer ends the connection
         before the body does."""
         conn, most = self._conn, self._limits.max_body
-        declared = self.header(b"content-length")
-        if declared is not None and int(declared) > most:  # h11 checked it is digits
-            return _too_large(most)
-        if declared is not None and int(declared):
-            if not await self._budget.take(int(declared)):
-                return _BUSY
-            self.reserved = int(declared)
+        refused = await self._reserve_declared(most)
+        if refused is not None:
+            return refused
         if conn.they_are_waiting_for_100_continue:
             await self.stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
         chunks: list[bytes] = []
@@ -310,13 +317,9 @@ class Exchange:
             event = conn.next_event()
             if type(event) is h11.Data:
                 size += len(event.data)
-                if size > most:
-                    return _too_large(most)
-                if size > self.reserved:  # chunked: each chunk as it comes
-                    if not self._budget.try_take(size - self.reserved):
-                        self._budget.refused += 1
-                        return _BUSY
-                    self.reserved = size
+                refused = self._count(size, most)
+                if refused is not None:
+                    return refused
                 chunks.append(event.data)
             elif type(event) is h11.EndOfMessage:
                 return b"".join(chunks)
@@ -330,6 +333,31 @@ class Exchange:
                 return refusal(408, "bad-request", _SLOW_BODY)
             elif type(event) is h11.ConnectionClosed:
                 raise PeerGone
+
+    async def _reserve_declared(self, most: int) -> HttpAnswer | None:
+        """Refuse a declared ``content-length`` past ``most`` (413), or take
+        it from the body budget at once (503 when it has no room)."""
+        declared = self.header(b"content-length")
+        if declared is not None and int(declared) > most:  # h11 checked it is digits
+            return _too_large(most)
+        if declared is not None and int(declared):
+            if not await self._budget.take(int(declared)):
+                return _BUSY
+            self.reserved = int(declared)
+        return None
+
+    def _count(self, size: int, most: int) -> HttpAnswer | None:
+        """The body read so far is ``size`` bytes: 413 past ``most``; past
+        what is reserved (a chunked body), the rest taken from the budget
+        as it comes, 503 when it has no room."""
+        if size > most:
+            return _too_large(most)
+        if size > self.reserved:
+            if not self._budget.try_take(size - self.reserved):
+                self._budget.refused += 1
+                return _BUSY
+            self.reserved = size
+        return None
 
     async def hold(self, held: set[trio.CancelScope]) -> None:
         """Wait until woken: until a scope this puts in ``held`` is
@@ -354,7 +382,7 @@ class Exchange:
             held.discard(wake)
 
 
-def _too_large(most: int) -> Answer:
+def _too_large(most: int) -> HttpAnswer:
     return refusal(413, "too-large", f"the body is larger than {most} bytes")
 
 
@@ -380,9 +408,9 @@ class _Server:
     """What every request of one connection is served with."""
 
     handler: Handler
-    limits: Limits
+    limits: HttpLimits
     budget: BodyBudget
-    bad_request: Callable[[h11.RemoteProtocolError], Answer]
+    bad_request: Callable[[h11.RemoteProtocolError], HttpAnswer]
 
 
 async def serve_connection(
@@ -390,9 +418,9 @@ async def serve_connection(
     handler: Handler,
     log: logging.Logger,
     *,
-    limits: Limits,
+    limits: HttpLimits,
     budget: BodyBudget | None = None,
-    bad_request: Callable[[h11.RemoteProtocolError], Answer] = bare_400,
+    bad_request: Callable[[h11.RemoteProtocolError], HttpAnswer] = bare_400,
 ) -> None:
     """Serve HTTP/1.1 on ``stream`` with ``handler`` until the peer closes,
     a request or its answer asks to close, the handler takes the connection,
@@ -466,7 +494,7 @@ async def _exchange(stream: trio.SocketStream, conn: h11.Connection, server: _Se
     return fresh
 
 
-async def _read_head(stream: trio.SocketStream, conn: h11.Connection, limits: Limits,
+async def _read_head(stream: trio.SocketStream, conn: h11.Connection, limits: HttpLimits,
                      wait: float) -> tuple[h11.Request, bytes] | None:
     """The next request's head and the bytes read for it; None when the peer
     closed between requests or the wait for its first byte ended. Once its
@@ -492,7 +520,7 @@ async def _read_head(stream: trio.SocketStream, conn: h11.Connection, limits: Li
         conn.receive_data(data)
 
 
-async def _drain(stream: trio.SocketStream, conn: h11.Connection, limits: Limits) -> bool:
+async def _drain(stream: trio.SocketStream, conn: h11.Connection, limits: HttpLimits) -> bool:
     """Read and drop what is left of a body the handler did not read (a 404,
     a 409, a 413), so the connection can take the next request: at most
     ``max_body`` more, within the body deadline. Whether it ended."""
@@ -519,7 +547,7 @@ async def accept_loop(
     connections: trio.Nursery,
     serve: Callable[[trio.SocketStream], Awaitable[None]],
     log: logging.Logger,
-    limits: Limits,
+    limits: HttpLimits,
 ) -> None:
     """Accept on ``listener`` and run ``serve(stream)`` for each connection
     as a task of ``connections``, at most ``limits.connections`` at once

@@ -97,7 +97,7 @@ from hypercorn.utils import wrap_app
 
 from wire.json import dumps
 
-__all__ = ["ConnectionGate", "ConnectionLimits", "serve_on_socket"]
+__all__ = ["ConnectionGateStatistics", "ConnectionGate", "ConnectionLimits", "serve_on_socket"]
 
 
 @attrs.frozen(kw_only=True)
@@ -126,6 +126,17 @@ class ConnectionLimits:
 _REFUSAL_LINGER: Final = 1.0
 
 
+@attrs.frozen
+class ConnectionGateStatistics:
+    """A :class:`ConnectionGate`'s connections: open now, served, refused past
+    the limit, and the limit."""
+
+    open: int
+    served: int
+    refused: int
+    max_connections: int
+
+
 class ConnectionGate:
     """The connections of one listener, counted against its limits."""
 
@@ -138,10 +149,9 @@ class ConnectionGate:
     def __repr__(self) -> str:
         return f"<ConnectionGate {self.open}/{self.limits.max_connections} open, {self.refused} refused>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"open": self.open, "served": self.served, "refused": self.refused,
-                "max_connections": self.limits.max_connections}
-
+    def statistics(self) -> ConnectionGateStatistics:
+        return ConnectionGateStatistics(open=self.open, served=self.served, refused=self.refused,
+                                        max_connections=self.limits.max_connections)
     def take(self) -> bool:
         """Count a new connection in; False when the listener is full."""
         if self.open >= self.limits.max_connections:

@@ -97,7 +97,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "answer a permission ask allow or deny (the first answer wins)",
     ),
     "store": (
-        "router.store.cli",
+        "router.record.cli",
         "copy a SQLite data directory into a PostgreSQL database (router store copy --from DIR --to URL)",
     ),
     "pair": (

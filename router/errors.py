@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-__all__ = ["CODE_PATTERN", "Refusal", "code_of", "is_code"]
+__all__ = ["CODE_PATTERN", "Refusal", "code_of", "is_code", "refusal_of"]
 
 #: The shape of every refusal code: kebab-case, starting with a letter.
 CODE_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
@@ -89,3 +89,17 @@ def _rebuild(cls: type[Refusal], code: str, message: str, data: dict[str, Any]) 
     refusal = Refusal.__new__(cls)
     Refusal.__init__(refusal, code, message, **data)
     return refusal
+
+
+def refusal_of(value: object, *, only: bool = False) -> Refusal | None:
+    """A plug-in's refusal as the plug-in protocol spells it in an answer,
+    ``{"code": kebab-case, "message": sentence}`` (plug-in modules need not
+    import this module), as a :class:`Refusal`; None for any other value.
+    ``only``: the two keys and no other (an answer that must be a refusal
+    or nothing)."""
+    if type(value) is not dict or (only and set(value) != {"code", "message"}):
+        return None
+    code, message = value.get("code"), value.get("message")
+    if not is_code(code) or type(message) is not str:
+        return None
+    return Refusal(code, message)

@@ -56,7 +56,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
 import attrs
@@ -66,6 +66,9 @@ from router._trio import sole_error
 from router.errors import Refusal, is_code
 from router.serve import INTERRUPTED, JobConfig, MainJob, StartFailed, add_common, setup_logging
 from wire.json import JsonError, dumps, loads
+
+if TYPE_CHECKING:  # its module loads with the server
+    from router.mcp_wire import McpWireStatistics
 
 __all__ = ["TOOLS", "configure", "run"]
 
@@ -326,7 +329,7 @@ class StdioServer:
     def __repr__(self) -> str:
         return f"<StdioServer {self.wire!r}>"
 
-    def statistics(self) -> Any:
+    def statistics(self) -> McpWireStatistics:
         return self.wire.statistics()
 
     async def run(self) -> None:

@@ -57,7 +57,12 @@ that is not private: ``token-file-unsafe``; a ``--daemon`` that fails its
 check).
 
 :class:`MainJob` is that assembly as a component (``router mcp`` runs it
-too, without the API unless asked).
+too, without the API unless asked). Each part it starts is a
+:class:`Component` (``run(task_status=)`` and ``aclose()``): the job starts
+them one by one, each in its own cancel scope, and stops them in one loop in
+the reverse order: the part's ``aclose``, then its scope cancelled, then its
+end awaited. A part that has nothing to finish is wrapped in
+:class:`StoppedByCancel`.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ import sys
 import uuid
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
 import attrs
 import trio
@@ -80,7 +85,7 @@ import trio
 from router import errors
 from router._trio import sole_error
 
-__all__ = ["JobConfig", "MainJob", "configure", "run"]
+__all__ = ["Component", "JobConfig", "MainJob", "StoppedByCancel", "configure", "run"]
 
 
 if TYPE_CHECKING:  # the parts' classes, for their types: imported when they start
@@ -88,10 +93,11 @@ if TYPE_CHECKING:  # the parts' classes, for their types: imported when they sta
     from router.board.local import LocalServer
     from router.board.service import LocalBoard
     from router.cluster import ClusterNode
+    from router.daemon import Adapter, DaemonServer
     from router.host import Host, Launcher
     from router.notify.outbox import Notifications
     from router.plugins.layer import PluginLayer
-    from router.remote import Reach
+    from router.remote import Reach, ReachConfig
     from router.turns.router import TurnRouter
     from router.worktrees import Worktrees
 
@@ -122,7 +128,7 @@ class JobConfig:
     #: Seconds each ``session.message`` call may take.
     message_deadline: float | None = None
     #: The in-process daemon's adapter (None: the echo adapter).
-    adapter: Any = None
+    adapter: Adapter | None = None
     #: The instance a session the router did not launch is metered as.
     instance: str = "default"
     #: The plug-in tree the layer loads from (None: the shipped one; tests only).
@@ -157,8 +163,8 @@ class JobConfig:
     #: SQLite files in ``data_dir``.
     store: str | None = None
     #: Reach beyond this machine (``--listen``, ``--tls-cert``/``--tls-key``,
-    #: ``--behind-proxy``): a :class:`router.remote.ReachConfig`; None: none.
-    reach: Any = None
+    #: ``--behind-proxy``): None: none.
+    reach: ReachConfig | None = None
     #: Live streams one credential may hold at once (``--max-streams``;
     #: ``router.api.streams``).
     max_streams: int = 32
@@ -172,14 +178,60 @@ class StartFailed(errors.Refusal):
     cannot be used): the commands print it and exit 2."""
 
 
-class _Component:
-    """One started component: its cancel scope and the event its task sets
-    when it is done."""
+class Component(Protocol):
+    """What :class:`MainJob` starts and stops, one shape for every part:
+    ``await nursery.start(component.run)`` returns once it serves (with what
+    it hands back: the API's URL, the socket's path), and ``await
+    component.aclose()`` asks it to stop gracefully. The job cancels the
+    run's scope after ``aclose`` returns, so a part with nothing to finish
+    may return at once (:class:`StoppedByCancel`)."""
 
-    def __init__(self, name: str) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+@attrs.frozen
+class StoppedByCancel:
+    """A :class:`Component` over a part whose run stops when cancelled and
+    has nothing to finish first (the host, the parking, the API ...)."""
+
+    run: Callable[..., Awaitable[None]]
+
+    async def aclose(self) -> None:
+        return None
+
+
+@attrs.frozen
+class InProcessDaemon:
+    """The in-process daemon's server as a :class:`Component`: it serves on
+    listeners already bound (their port is known before it starts)."""
+
+    server: DaemonServer
+    listeners: list[trio.SocketListener]
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.server.run(self.listeners, task_status=task_status)
+
+    async def aclose(self) -> None:
+        await self.server.aclose()
+
+
+class _Started:
+    """One started component: its name, its cancel scope and the event its
+    task sets when it is done."""
+
+    def __init__(self, name: str, component: Component) -> None:
         self.name = name
+        self.component = component
         self.scope = trio.CancelScope()
         self.done = trio.Event()
+
+    async def stop(self) -> None:
+        """Its graceful close, then its scope cancelled, then its end."""
+        await self.component.aclose()
+        self.scope.cancel(reason=f"the main job stops {self.name}")
+        await self.done.wait()
 
 
 class MainJob:
@@ -219,12 +271,13 @@ class MainJob:
         self.worktrees: Worktrees | None = None
         #: This router's part in a cluster when the record is PostgreSQL.
         self.cluster: ClusterNode | None = None
-        self._stops: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+        #: The components started, in order; stopped in the reverse one.
+        self._started: list[_Started] = []
         self._stop = trio.Event()
         self._stopped = trio.Event()
 
     def __repr__(self) -> str:
-        return f"<MainJob {self.config.data_dir} url={self.url!r} components={[name for name, _ in self._stops]}>"
+        return f"<MainJob {self.config.data_dir} url={self.url!r} components={[each.name for each in self._started]}>"
 
     @property
     def headers(self) -> dict[str, str]:
@@ -240,31 +293,21 @@ class MainJob:
         self._stop.set()
         await self._stopped.wait()
 
-    async def _start(
-        self, nursery: trio.Nursery, name: str, run: Callable[..., Awaitable[Any]],
-        *, aclose: Callable[[], Awaitable[None]] | None = None,
-    ) -> Any:
-        """Start a component's ``run`` in its own cancel scope; it stops (in
-        the reverse order of starting) by its own graceful ``aclose`` when it
-        has one, then by cancelling that scope and waiting for the task."""
-        component = _Component(name)
+    async def _start(self, nursery: trio.Nursery, name: str, component: Component) -> Any:
+        """Start ``component`` in its own cancel scope and answer what its
+        ``run`` handed back; it stops in the reverse order of starting
+        (:meth:`_Started.stop`)."""
+        started = _Started(name, component)
 
         async def body(task_status: trio.TaskStatus[Any]) -> None:
             try:
-                with component.scope:
-                    await run(task_status=task_status)
+                with started.scope:
+                    await component.run(task_status=task_status)
             finally:
-                component.done.set()
+                started.done.set()
 
         value = await nursery.start(body, name=name)
-
-        async def stop() -> None:
-            if aclose is not None:
-                await aclose()
-            component.scope.cancel(reason=f"the main job stops {name}")
-            await component.done.wait()
-
-        self._stops.append((name, stop))
+        self._started.append(started)
         return value
 
     async def run(self, *, task_status: trio.TaskStatus[MainJob] = trio.TASK_STATUS_IGNORED) -> None:
@@ -294,9 +337,9 @@ class MainJob:
                     self.cluster.register(api_url=self.url, socket=self.socket, info=getattr(self.board, "info", None))
                 task_status.started(self)
                 await self._stop.wait()
-                for name, stop in reversed(self._stops):
-                    log.info("stopping %s", name)
-                    await stop()
+                for started in reversed(self._started):
+                    log.info("stopping %s", started.name)
+                    await started.stop()
         finally:
             for each in reversed(opened):
                 each.close()
@@ -349,9 +392,9 @@ class MainJob:
         config = self.config
         self.host = Host(record.store, endpoint, HostSettings(on_container_lost="if-declared"),
                          launcher=self.launcher, may_link=getattr(self.cluster, "holds", None))
-        await self._start(nursery, "host", self.host.run)
+        await self._start(nursery, "host", StoppedByCancel(self.host.run))
         registry = SessionRegistry()
-        await self._start(nursery, "registry", registry.run, aclose=registry.aclose)
+        await self._start(nursery, "registry", registry)
         options: dict[str, Any] = {}
         if config.message_deadline is not None:
             options["message_deadline"] = config.message_deadline
@@ -366,7 +409,7 @@ class MainJob:
         # hook before anything is written, then the outbox's worker.
         await self._start_notifications(nursery, record.deliveries, record.store, settings)
         # The provider's usage limits: parks reloaded, resumed at their resets.
-        await self._start(nursery, "parking", self.router.parking.run)
+        await self._start(nursery, "parking", StoppedByCancel(self.router.parking.run))
         return registry
 
     async def _start_api(self, nursery: trio.Nursery, record: Any, target: Any, harness: str) -> None:
@@ -393,7 +436,7 @@ class MainJob:
             self.api = ApiServer(self.router, self.layer, token=self.token, port=config.port,
                                  config=self._api_config(harness), board=self.board, worktrees=self.worktrees,
                                  reach=self.reach, limits=ConnectionLimits(max_connections=config.max_connections))
-            self.url = await self._start(nursery, "api", self.api.run)
+            self.url = await self._start(nursery, "api", StoppedByCancel(self.api.run))
 
     async def _start_notifications(self, nursery: trio.Nursery, deliveries: Any, store: Any, settings: Any) -> None:
         from router.notify.outbox import Notifications
@@ -405,7 +448,7 @@ class MainJob:
                                            loader_root=config.plugins_root, page_url=self._phone_url)
         await self.notifications.attach()
         self.router.notifications = self.notifications
-        await self._start(nursery, "notifications", self.notifications.run)
+        await self._start(nursery, "notifications", StoppedByCancel(self.notifications.run))
 
     def _phone_url(self) -> str | None:
         """The page's address as a phone reaches it (a notification's link),
@@ -435,7 +478,7 @@ class MainJob:
             if isinstance(failed, errors.Refusal):
                 raise StartFailed(failed.code, failed.message, **failed.data) from None
             raise
-        await self._start(nursery, "reach", self.reach.run)
+        await self._start(nursery, "reach", StoppedByCancel(self.reach.run))
 
     async def _join_cluster(self, nursery: trio.Nursery, registry: Any) -> None:
         """Start this router's node of the cluster, when it is one."""
@@ -443,7 +486,7 @@ class MainJob:
         if cluster is None:
             return
         cluster.host, cluster.router, cluster.registry = self.host, self.router, registry
-        await self._start(nursery, "cluster", cluster.run, aclose=cluster.aclose)
+        await self._start(nursery, "cluster", cluster)
 
     def _places(self) -> Callable[[], Any]:
         """Every live place ``router new`` made, by session id (what the
@@ -465,7 +508,7 @@ class MainJob:
         self.worktrees = Worktrees(router=self.router, layer=self.layer, board=self.board, host=self.host,
                                    launcher=None if self.launcher is None else self.launcher.name,
                                    settings_dir=self.config.settings_dir, data_dir=self.config.data_dir, env=self.env)
-        await self._start(nursery, "worktrees", self.worktrees.run)
+        await self._start(nursery, "worktrees", StoppedByCancel(self.worktrees.run))
 
     def _api_config(self, harness: str) -> Any:
         from router.api.config import ApiConfig
@@ -526,11 +569,7 @@ class MainJob:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         adapter = echo_adapter if self.config.adapter is None else self.config.adapter
         server = DaemonServer(Daemon(adapter, runtime), token)
-
-        async def run_daemon(task_status: trio.TaskStatus[Any]) -> None:
-            await server.run(listeners, task_status=task_status)
-
-        await self._start(nursery, "daemon", run_daemon, aclose=server.aclose)
+        await self._start(nursery, "daemon", InProcessDaemon(server, listeners))
         self.daemon_url = f"ws://127.0.0.1:{server.ports[0]}"
         return DaemonEndpoint(self.daemon_url, token), runtime
 
@@ -542,7 +581,7 @@ class MainJob:
                                  data_dir=self.config.data_dir, url=self.url, config=self._api_config(harness),
                                  board=self.board, name=self.config.name, worktrees=self.worktrees, reach=self.reach)
         try:
-            self.socket = await self._start(nursery, "local", self.local.run)
+            self.socket = await self._start(nursery, "local", StoppedByCancel(self.local.run))
         except errors.Refusal as refused:
             raise StartFailed(refused.code, refused.message, **refused.data) from None
 
@@ -565,7 +604,8 @@ async def _open_record(config: JobConfig, opened: list[Any]) -> tuple[Any, Any]:
     """The store target ``--store`` names (None: the data directory) and the
     record opened there (appended to ``opened``); :class:`StartFailed` when
     it cannot be."""
-    from router.store import open_record, parse_target
+    from router.record import open_record
+    from router.store import parse_target
 
     try:
         config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -756,42 +796,46 @@ def setup_logging(level: str, prefix: str) -> None:
     guard_handlers()  # peers' text cut, repeats rate-limited (router/_peerlog.py)
 
 
-def run(args: argparse.Namespace) -> int:
+class BadServeArguments(Exception):
+    """A ``router serve`` argument that cannot be used: its sentence is
+    printed after ``router serve: ``, and the command exits 2."""
+
+
+def _checked_arguments(args: argparse.Namespace) -> tuple[str | None, Any]:
+    """The daemon's token and the reach configuration ``args`` give, once
+    every argument is checked; :class:`BadServeArguments` otherwise."""
     if not 0 <= args.port <= 65535:
-        print(f"router serve: --port {args.port} is not a port (0 to 65535)", file=sys.stderr)
-        return 2
+        raise BadServeArguments(f"--port {args.port} is not a port (0 to 65535)")
     try:
         token = daemon_token("serve", args, os.environ)
     except errors.Refusal as refused:
-        print(f"router serve: {refused}", file=sys.stderr)
-        return 2
+        raise BadServeArguments(str(refused)) from None
     if args.daemon is not None and token is None:
-        print("router serve: no-daemon-token: --daemon needs the daemon's token ($ROUTER_DAEMON_TOKEN or "
-              "--daemon-token-file FILE)", file=sys.stderr)
-        return 2
+        raise BadServeArguments("no-daemon-token: --daemon needs the daemon's token ($ROUTER_DAEMON_TOKEN or "
+                                "--daemon-token-file FILE)")
     if args.daemon is not None and args.launcher is not None:
-        print("router serve: give --daemon (one daemon) or --launcher (a daemon per session), not both",
-              file=sys.stderr)
-        return 2
+        raise BadServeArguments("give --daemon (one daemon) or --launcher (a daemon per session), not both")
     if args.idle_timeout < 0:
-        print("router serve: --idle-timeout is 0 (never) or a number of seconds", file=sys.stderr)
-        return 2
+        raise BadServeArguments("--idle-timeout is 0 (never) or a number of seconds")
     if args.max_streams < 1:
-        print("router serve: --max-streams is at least 1", file=sys.stderr)
-        return 2
+        raise BadServeArguments("--max-streams is at least 1")
     try:
         reach = _reach_config(args)
-    except errors.Refusal as refused:
-        print(f"router serve: {refused}", file=sys.stderr)
-        return 2
-    if args.name is not None:
-        from router.board.local import check_name
+        if args.name is not None:
+            from router.board.local import check_name
 
-        try:
             check_name(args.name)
-        except errors.Refusal as refused:
-            print(f"router serve: {refused}", file=sys.stderr)
-            return 2
+    except errors.Refusal as refused:
+        raise BadServeArguments(str(refused)) from None
+    return token, reach
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        token, reach = _checked_arguments(args)
+    except BadServeArguments as bad:
+        print(f"router serve: {bad}", file=sys.stderr)
+        return 2
     setup_logging(args.log_level, "router serve")
     config = job_config(args, os.environ, token=token, port=args.port, local="serve", store=args.store,
                         launcher=args.launcher, image=args.image, idle_timeout=args.idle_timeout or None,

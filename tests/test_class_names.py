@@ -3,9 +3,9 @@ different things: a reader who meets ``Stop`` or ``LinkCore`` in a traceback,
 a log line or a review should know which one without opening the import.
 
 Each class is named for what it is (``StopContainer``, the lifecycle's effect;
-``MustStop``, a limit check's verdict; ``ExitWith``, a command's exit). The
-names below are still defined twice, in files another engineer is rewriting
-this session; each entry says whose, and goes when they are renamed.
+``MustStop``, a limit check's verdict; ``ExitWith``, a command's exit;
+``HttpLimits``, one h11 server's deadlines and sizes; ``PushSubscription``, a
+browser's Web Push subscription; ``StoreTarget``, where a record lives).
 """
 
 from __future__ import annotations
@@ -21,30 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TWINS: dict[str, str] = {}
 
 #: Defined twice in files under another owner's rewrite: name -> the owner
-#: and what is left to do. Emptied as their branches merge.
-PENDING: dict[str, str] = {
-    # store: router/_db.py's and router/cluster/pg.py's database classes, one
-    # storage layer to come in router/store/.
-    "Database": "store",
-    # store: router/_db.py's store target (a path or a PostgreSQL URL), beside
-    # router/turns/targets/base.py's session target.
-    "Target": "store",
-    # store: router/host/store.py's UsageAfter is the same shape as the
-    # ledger's router.plugins.usage.UsageAfter: one class, the store
-    # answering the ledger's.
-    "UsageAfter": "store",
-    # net: router/modlink/http.py's HTTP response, beside wire/container.py's
-    # `answer` message (a wire name, kept).
-    "Answer": "net",
-    # net: router/_http11.py's server limits, beside router/plugins/limit_checks.py's
-    # `Limits` (our limit checks); one to be named for what it is
-    # (e.g. HttpLimits).
-    "Limits": "net",
-    # notify: router/notify/core.py's Web Push subscription, beside
-    # router/modlink/server.py's subscriber view (net's); one of them is to
-    # be named for what it is (e.g. PushSubscription).
-    "Subscription": "notify",
-}
+#: and what is left to do. Emptied as their branches merge; empty today.
+PENDING: dict[str, str] = {}
 
 
 def defined_classes() -> dict[str, list[str]]:

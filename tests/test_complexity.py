@@ -34,22 +34,8 @@ MAX_LINES = 150
 
 #: Functions over a limit in files another engineer is rewriting this
 #: session; each is split by its owner, and the entry removed when merged.
-#: ``path:qualified name`` -> the owner.
-ALLOWED: dict[str, str] = {
-    # storage layer (owner: store): the constructor is being split with the
-    # host's record into one repository per table.
-    "router/host/store.py:Store.__init__": "store",
-    # network edge (owner: net): the one h11 server loop.
-    "router/_http11.py:Exchange.body": "net",
-    # `router serve`'s command (router/serve.py, shared): grew past 15 with
-    # --max-streams in the last merge (stream); to split along its checks.
-    "router/serve.py:run": "stream",
-    # notifications (owner: notify): new this session, written against the
-    # old limit of 20.
-    "router/notify/cli.py:run": "notify",
-    "router/notify/config.py:_parse": "notify",
-    "router/notify/core.py:parse_subscription": "notify",
-}
+#: ``path:qualified name`` -> the owner. Empty: every function is within.
+ALLOWED: dict[str, str] = {}
 
 _FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
 

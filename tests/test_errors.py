@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from router._fanout import FanOut, FanOutStatistics, Lagged
-from router.errors import Refusal, code_of, is_code
+from router.errors import Refusal, code_of, is_code, refusal_of
 
 
 def test_a_refusal_has_a_code_a_message_and_data():
@@ -78,3 +78,38 @@ async def test_reset_drops_everyone_and_a_closed_fanout_ends_new_subscriptions_a
     with fanout.subscribe() as late:
         with trio.fail_after(1):
             assert [batch async for batch in late] == []
+
+
+@pytest.mark.parametrize(
+    ("value", "only", "expected"),
+    [
+        ({"code": "no-room", "message": "the disk is full"}, False, Refusal("no-room", "the disk is full")),
+        ({"code": "no-room", "message": "full", "retry": 3}, False, Refusal("no-room", "full")),
+        ({"code": "no-room", "message": "full", "retry": 3}, True, None),  # only the two keys
+        ({"code": "No Room", "message": "full"}, False, None),  # not a code
+        ({"code": "no-room"}, False, None),
+        ({"code": "no-room", "message": 3}, False, None),
+        (["no-room", "full"], False, None),
+        (None, False, None),
+    ],
+)
+def test_a_plugins_refusal_answer_is_read_in_one_place(value: object, only: bool, expected: Refusal | None) -> None:
+    assert refusal_of(value, only=only) == expected
+
+
+def test_the_refusal_carrying_outcomes_are_made_with_their_refusal() -> None:
+    """``DeliveryUnanswered``, ``DeliveryRefused`` and ``NoAnswer`` carry a
+    :class:`Refusal` (``refusal=``): a call that still passes ``code=`` or
+    ``message=`` would fail only when its path runs (a rare one, often)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    wrong = []
+    for path in sorted([*(root / "router").rglob("*.py"), *(root / "tests").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("DeliveryUnanswered", "DeliveryRefused", "NoAnswer")
+                    and any(keyword.arg in ("code", "message") for keyword in node.keywords)):
+                wrong.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert wrong == []

@@ -8,7 +8,7 @@ import logging
 import trio
 import trio.testing
 
-from router._http11 import Limits, accept_loop
+from router._http11 import HttpLimits, accept_loop
 from tests.support.polling import until
 
 
@@ -23,7 +23,7 @@ async def test_past_the_connection_cap_accepting_waits_for_one_to_end(nursery: t
         await release.wait()
         await stream.aclose()
 
-    limits = Limits(first_wait=1, idle=1, head=1, body=1, max_head=1024, max_body=1024, connections=1)
+    limits = HttpLimits(first_wait=1, idle=1, head=1, body=1, max_head=1024, max_body=1024, connections=1)
     nursery.start_soon(accept_loop, listener, nursery, serve, logging.getLogger("test"), limits)
     first = await trio.open_tcp_stream("127.0.0.1", port)
     with trio.fail_after(10):

@@ -74,20 +74,12 @@ FACES: dict[str, tuple[str, ...]] = {
                        "router.plugins.limit_checks", "router.plugins.loader", "router.plugins.models",
                        "router.plugins.routing", "router.plugins.settings", "router.plugins.usage",
                        "router.plugins.watched"),
+    "router.record": (),
     "router.remote": (),
-    "router.store": ("router.store.db", "router.store.record", "router.store.sqlite", "router.store.worker"),
+    "router.store": ("router.store.db", "router.store.sqlite", "router.store.worker"),
     "router.turns": ("router.turns.core", "router.turns.delivery_log", "router.turns.registry",
                      "router.turns.requests", "router.turns.router"),
     "router.worktrees": (),
-}
-#: Package cycles known and not yet broken, each with what makes it: a
-#: cycle found must lie inside one of these (a new one fails).
-KNOWN_PACKAGE_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"router.store", "router.host", "router.turns", "router.plugins", "router.asks"}):
-        "router.store holds both the storage layer (db, sqlite, worker: below the records) and the record "
-        "as a whole (record, copy: above the host's store, the delivery log and the usage records)",
-    frozenset({"router.api", "router.notify"}):
-        "router.notify.routes, a Blueprint the API registers, reads the API's context (router.api.context)",
 }
 #: The sans-IO cores: importing one loads none of :data:`NOT_IN_CORES`.
 SANS_IO = (
@@ -309,9 +301,8 @@ def test_no_package_cycles():
     for node in sorted(graph):
         if node not in index:
             visit(node)
-    new = [cycle for cycle in cycles if not any(set(cycle) <= known for known in KNOWN_PACKAGE_CYCLES)]
-    edges = [f"{a} -> {b}: {why[a, b][:3]}" for cycle in new for a in cycle for b in cycle if (a, b) in why]
-    assert new == [], "\n".join(edges)
+    edges = [f"{a} -> {b}: {why[a, b][:3]}" for cycle in cycles for a in cycle for b in cycle if (a, b) in why]
+    assert cycles == [], "\n".join(edges)
 
 
 #: Installed in the probe's interpreter before the core is imported.

@@ -142,7 +142,7 @@ async def test_group_commit_retries_a_whole_call_until_it_succeeds() -> None:
     group = GroupCommit(run_batch, trio.CapacityLimiter(1))
     assert await group.call(flaky) == "done"
     assert len(runs) == 3
-    assert group.statistics()["retries"] == 2 and group.statistics()["unavailable"] == 0
+    assert group.statistics().retries == 2 and group.statistics().unavailable == 0
 
 
 async def test_group_commit_refuses_past_the_budget_and_never_retries_the_statement_s_fault(
@@ -167,7 +167,7 @@ async def test_group_commit_refuses_past_the_budget_and_never_retries_the_statem
         await group.call(full)
     assert refused.value.code == "store-unavailable"
     assert trio.current_time() - began == pytest.approx(DEFAULT_POLICY.budget)
-    assert group.statistics()["unavailable"] == 1
+    assert group.statistics().unavailable == 1
     with pytest.raises(sqlite3.IntegrityError):
         await group.call(constraint)
     assert faults == [1]

@@ -21,7 +21,7 @@ _FACE = {
         "INTERNAL_ERROR INVALID_PARAMS INVALID_REQUEST METHOD_NOT_FOUND PARSE_ERROR ErrorResponse "
         "JsonRpcConnection LocalProtocolError Malformed Notification Request Response"
     ),
-    "router.acp.peer": "PeerClosed PendingCall RpcError RpcPeer",
+    "router.acp.peer": "PeerClosed PendingCall RpcError RpcPeer RpcPeerStatistics",
     "router.acp.projection": "STOP_REASONS TurnProjection outcome_of parse_update usage_of",
 }
 

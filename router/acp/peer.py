@@ -34,13 +34,14 @@ from router.acp.jsonrpc import (
     METHOD_NOT_FOUND,
     ErrorResponse,
     JsonRpcConnection,
+    JsonRpcStatistics,
     Malformed,
     Notification,
     Request,
     Response,
 )
 
-__all__ = ["PeerClosed", "PendingCall", "RpcError", "RpcPeer", "WRITE_DEADLINE"]
+__all__ = ["RpcPeerStatistics", "PeerClosed", "PendingCall", "RpcError", "RpcPeer", "WRITE_DEADLINE"]
 
 log = logging.getLogger("router.acp")
 
@@ -96,6 +97,16 @@ async def _no_requests(request: Request) -> Any:
     raise RpcError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
 
 
+@attrs.frozen
+class RpcPeerStatistics:
+    """What an :class:`RpcPeer` did: its connection's figures, whether it is
+    closed, and the calls waiting for an answer."""
+
+    connection: JsonRpcStatistics
+    closed: bool
+    calls: int
+
+
 class RpcPeer:
     """One JSON-RPC peer over a send and a receive stream."""
 
@@ -123,9 +134,8 @@ class RpcPeer:
     def __repr__(self) -> str:
         return f"<RpcPeer {self.name} closed={self.closed} {self.connection!r}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {**attrs.asdict(self.connection.statistics()), "closed": self.closed, "calls": len(self._calls)}
-
+    def statistics(self) -> RpcPeerStatistics:
+        return RpcPeerStatistics(connection=self.connection.statistics(), closed=self.closed, calls=len(self._calls))
     # ------------------------------------------------------------------ output
 
     async def write(self, data: bytes) -> None:

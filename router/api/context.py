@@ -19,6 +19,7 @@ from quart_trio import QuartTrio
 from router.api.config import ApiConfig  # its home: a module without Quart, for the private socket
 from router.api.streams import StreamSlots
 from router.board.service import LocalBoard
+from router.notify.routes import KEY as NOTIFICATIONS_KEY
 from router.plugins.layer import PluginLayer
 from router.turns.router import TurnRouter
 
@@ -51,6 +52,10 @@ class ApiContext:
 
     def install(self, app: QuartTrio) -> None:
         app.extensions[KEY] = self
+        # How the notification routes (router.notify.routes) find the
+        # router's notifications: read at each request, as they may start
+        # after the app is made.
+        app.extensions[NOTIFICATIONS_KEY] = lambda: getattr(self.router, "notifications", None)
 
 
 def current() -> ApiContext:

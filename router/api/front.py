@@ -43,7 +43,7 @@ from typing import Any, Awaitable, Callable, Final
 import attrs
 import trio
 
-from router._http11 import Answer, Exchange, Limits, serve_connection
+from router._http11 import HttpAnswer, Exchange, HttpLimits, serve_connection
 from router.board.paths import INFO_ROUTE, LOCAL_HOST
 from router.errors import Refusal
 from wire.json import dumps
@@ -64,7 +64,7 @@ SURVEY_TARGETS: Final = {
 #: A survey's request line fits in this many bytes.
 _PEEK_BYTES: Final = 512
 #: The front's deadlines (seconds) and sizes: a survey is two small GETs.
-FRONT_LIMITS: Final = Limits(first_wait=30.0, idle=5.0, head=10.0, body=10.0, max_head=16 * 1024, max_body=0,
+FRONT_LIMITS: Final = HttpLimits(first_wait=30.0, idle=5.0, head=10.0, body=10.0, max_head=16 * 1024, max_body=0,
                              connections=256)
 _CHANNEL_HEADER: Final = b"x-router-channel"
 
@@ -161,23 +161,23 @@ class Front:
             return host == [LOCAL_HOST.encode()]
         return False
 
-    async def _answer(self, exchange: Exchange) -> Answer:
+    async def _answer(self, exchange: Exchange) -> HttpAnswer:
         self.answered += 1
         scope = SURVEY_TARGETS.get(exchange.target)
         if exchange.method != "GET" or exchange.target not in SURVEY_TARGETS or \
                 exchange.header(b"host") != LOCAL_HOST:  # a pipelined request the peek did not see
-            return Answer(400, b"", content_type=b"", close=True)
+            return HttpAnswer(400, b"", content_type=b"", close=True)
         if scope is None:
-            return Answer(200, self._info, close=True)
+            return HttpAnswer(200, self._info, close=True)
         if scope in ("asks", "all-asks"):
             from router import asks
 
             listed = asks.list_asks(self._router.registry.sessions(), every=scope == "all-asks")
-            return Answer(200, dumps({"asks": listed}).encode(), close=True)
+            return HttpAnswer(200, dumps({"asks": listed}).encode(), close=True)
         channel = (exchange.header(_CHANNEL_HEADER) or "").strip() or "webui"
         return await self._own(channel, scope)
 
-    async def _own(self, channel: str, scope: str) -> Answer:
+    async def _own(self, channel: str, scope: str) -> HttpAnswer:
         """``GET /sessions?scope=...`` through the channel, as the app's
         route (:mod:`router.api.dispatch`) answers it."""
         from router.api.responses import status_of
@@ -190,10 +190,10 @@ class Front:
 
         answer = await self._layer.dispatch(channel, "list", {"scope": scope}, core)
         if isinstance(answer, Refusal):
-            return Answer(status_of(answer.code), dumps(answer.to_json()).encode(), close=True)
+            return HttpAnswer(status_of(answer.code), dumps(answer.to_json()).encode(), close=True)
         if type(answer.value) is not tuple:
             log.error("the %s channel answered %r, not the core's answer", channel, answer.value)
             refused = Refusal("channel-failed", f"the {channel} channel answered something other than the core's answer")
-            return Answer(status_of(refused.code), dumps(refused.to_json()).encode(), close=True)
+            return HttpAnswer(status_of(refused.code), dumps(refused.to_json()).encode(), close=True)
         status, body = answer.value
-        return Answer(status, dumps(body).encode(), close=True)
+        return HttpAnswer(status, dumps(body).encode(), close=True)

@@ -57,6 +57,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+import attrs
 import trio
 
 from router._unix import MAX_SOCKET_PATH_BYTES, bind_private_socket, remove_if_bound
@@ -69,13 +70,16 @@ from wire.json import dumps
 if TYPE_CHECKING:  # Quart-Trio and Hypercorn load with the first app built (a private socket's: its first connection)
     from quart_trio import QuartTrio
 
-    from router._hypercorn import ConnectionLimits
+    from router._hypercorn import ConnectionGateStatistics, ConnectionLimits
     from router.api.config import ApiConfig
+    from router.api.front import FrontStatistics
+    from router.api.streams import StreamSlotsStatistics
     from router.board.service import LocalBoard
     from router.plugins.layer import PluginLayer
     from router.turns.router import TurnRouter
 
-__all__ = ["ApiServer", "DEFAULT_PORT", "LOOPBACK", "LocalServer", "build_app"]
+__all__ = ["ApiServer", "ApiServerStatistics", "DEFAULT_PORT", "LOOPBACK", "LocalServer", "LocalServerStatistics",
+           "build_app"]
 
 log = logging.getLogger("router.api")
 
@@ -98,6 +102,15 @@ def build_app(router: Any, layer: Any, config: ApiConfig | None, allowed_hosts: 
     app = make_app(router, layer, config or ApiConfig(), allowed_hosts, token=token, board=board, worktrees=worktrees)
     app.register_blueprint(make_blueprint(reach))
     return app
+
+
+@attrs.frozen
+class ApiServerStatistics:
+    """What an :class:`ApiServer` serves: its URL, its connections and its live streams."""
+
+    url: str | None
+    connections: ConnectionGateStatistics
+    streams: StreamSlotsStatistics
 
 
 class ApiServer:
@@ -195,12 +208,21 @@ class ApiServer:
                                         gate=ConnectionGate(self.limits), **tls))
             log.info("API listening on %s://%s", "https" if tls else "http", each.hostport)
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> ApiServerStatistics:
         from router.api.context import of as current_of
 
-        return {"url": self.url, "connections": self.connections.statistics(),
-                "streams": current_of(self.app).streams.statistics()}
+        return ApiServerStatistics(url=self.url, connections=self.connections.statistics(),
+                                   streams=current_of(self.app).streams.statistics())
 
+
+@attrs.frozen
+class LocalServerStatistics:
+    """Where a :class:`LocalServer` listens, whether it serves, and its
+    front's figures (None: no front, the TCP API serves beside it)."""
+
+    path: str | None
+    serving: bool
+    front: FrontStatistics | None
 
 
 class LocalServer:
@@ -338,9 +360,10 @@ class LocalServer:
         self.app = self._build()
         await serve_on_socket(self.app, None, logger="router.board.http", accepted=handed, task_status=task_status)
 
-    def statistics(self) -> dict[str, Any]:
-        return {"path": self.path, "serving": self.serving,
-                **({"front": self.front.statistics()} if self.front is not None else {})}
+    def statistics(self) -> LocalServerStatistics:
+        return LocalServerStatistics(path=self.path, serving=self.serving,
+                                     front=None if self.front is None else self.front.statistics())
+
 
 def _import_the_app() -> None:
     """Load what the app is built from (Quart-Trio, Hypercorn, the routes)."""

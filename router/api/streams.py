@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator
 
+import attrs
+
 from quart import Response
 
 from router.errors import Refusal
 
-__all__ = ["SSE_HEADERS", "HeldStream", "StreamSlot", "StreamSlots", "stream_response"]
+__all__ = ["StreamSlotsStatistics", "SSE_HEADERS", "HeldStream", "StreamSlot", "StreamSlots", "stream_response"]
 
 #: The headers of every server-sent events response.
 SSE_HEADERS: dict[str, str] = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -47,6 +49,16 @@ class StreamSlot:
             self._slots._release(self.credential)
 
 
+@attrs.frozen
+class StreamSlotsStatistics:
+    """The live streams held: the limit per credential, those held by each
+    credential now, and the streams refused past the limit."""
+
+    limit: int
+    held: dict[str, int]
+    refused: int
+
+
 class StreamSlots:
     """Live streams per credential id, at most ``limit`` each."""
 
@@ -60,9 +72,8 @@ class StreamSlots:
     def __repr__(self) -> str:
         return f"<StreamSlots {sum(self._held.values())} held, at most {self.limit} per credential>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {"limit": self.limit, "held": dict(self._held), "refused": self.refused}
-
+    def statistics(self) -> StreamSlotsStatistics:
+        return StreamSlotsStatistics(limit=self.limit, held=dict(self._held), refused=self.refused)
     def take(self, credential: str) -> StreamSlot:
         """A slot for one more stream of ``credential``; raises
         ``too-many-streams`` when it holds ``limit`` already."""

@@ -1,17 +1,19 @@
 """The asks of every router of this user on this machine, over their
 private sockets (:func:`router.board.client.survey` finds them): listed with
 ``GET /asks`` and answered with ``POST /asks/<id>`` at the router that holds
-the ask. The MCP tools use these; ``router asks`` and ``router answer`` use
-:func:`survey_asks_blocking` and :func:`answer_blocking`, the same on
-:mod:`router._client_sync` (no trio, no httpx: this module imports them only
-when an async function runs)."""
+the ask. ``router asks`` and ``router answer`` call
+:func:`survey_asks_blocking` and :func:`answer_blocking`, on
+:mod:`router._client_sync` (no trio, no httpx); the MCP tools call the same
+from Trio through a worker thread (:func:`survey_asks`,
+:func:`answer_anywhere`)."""
 
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any, Mapping
 
-from router.board.client import ANSWER_TIMEOUT, BASE_URL, CLI_CHANNEL, read_answer, survey, survey_blocking
+from router.board.client import ANSWER_TIMEOUT, CLI_CHANNEL, read_answer, survey_blocking
 from router.errors import Refusal
 
 __all__ = ["answer_anywhere", "answer_blocking", "survey_asks", "survey_asks_blocking"]
@@ -31,65 +33,30 @@ def _unknown_ask(ask_id: str) -> tuple[int, dict[str, Any]]:
                "`router asks` lists the waiting ones"}
 
 
-async def _asks_of(path: str, timeout: float, every: bool) -> list[dict[str, Any]]:
-    import httpx
-    import trio
-
-    from router._httpx import unix_transport
-
-    with trio.fail_after(timeout):
-        async with httpx.AsyncClient(transport=unix_transport(path), base_url=BASE_URL,
-                                     headers=CLI_CHANNEL, timeout=None) as client:
-            response = await client.get(_asks_route(every))
-    return _listed(path, response.status_code, response.content)
-
-
 async def survey_asks(
     env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, every: bool = False
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every waiting ask (``every``: kept ones too) with the router holding it,
-    and the routers left out."""
-    import httpx
+    """:func:`survey_asks_blocking` from Trio, in a worker thread (as
+    :func:`router.board.client.survey`)."""
     import trio
 
-    board = await survey(env, timeout=timeout)
-    found: list[dict[str, Any]] = []
-    left_out = [f"{skipped.name}: {skipped.refusal}" for skipped in board.skipped]
-    for reached in board.reached:
-        try:
-            found += [{**ask, "router": reached.info} for ask in await _asks_of(reached.socket, timeout, every)]
-        except (Refusal, httpx.HTTPError, trio.TooSlowError) as exc:
-            left_out.append(f"{reached.name}: {exc}")
-    return found, left_out
+    return await trio.to_thread.run_sync(partial(survey_asks_blocking, env, timeout=timeout, every=every),
+                                         abandon_on_cancel=True)
 
 
 async def answer_anywhere(env: Mapping[str, str], ask_id: str, decision: str, *, by: str,
                           timeout: float = ANSWER_TIMEOUT) -> tuple[int, dict[str, Any]]:
-    """Answer the ask ``ask_id`` at the router that holds it: ``(0, {ask})``,
-    ``(1, refusal)`` when that router refused it or no router holds it
-    (``unknown-ask``, refused as ``router send`` refuses an
-    ``unknown-session``: docs/cli.md)."""
-    # Kept ones too: a second answer is refused by the router that holds it.
-    import httpx
+    """:func:`answer_blocking` from Trio, in a worker thread."""
     import trio
 
-    from router._httpx import unix_transport
-
-    found, _ = await survey_asks(env, timeout=timeout, every=True)
-    holders = [ask["router"]["socket"] for ask in found if ask.get("id") == ask_id]
-    if not holders:
-        return _unknown_ask(ask_id)
-    with trio.fail_after(timeout):
-        async with httpx.AsyncClient(transport=unix_transport(holders[0]), base_url=BASE_URL,
-                                     headers=CLI_CHANNEL, timeout=None) as client:
-            response = await client.post(f"/asks/{ask_id}", json={"decision": decision, "by": by})
-    return (0 if response.status_code == 200 else 1), response.json()
+    return await trio.to_thread.run_sync(partial(answer_blocking, env, ask_id, decision, by=by, timeout=timeout),
+                                         abandon_on_cancel=True)
 
 
 def survey_asks_blocking(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT,
                          every: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
-    """:func:`survey_asks` without trio, for the command line: the same
-    asks and routers left out (each router asked in turn, within
+    """Every waiting ask (``every``: kept ones too) with the router holding
+    it, and the routers left out (each router asked in turn, within
     ``timeout`` seconds)."""
     from router._client_sync import request
 
@@ -109,7 +76,11 @@ def survey_asks_blocking(env: Mapping[str, str], *, timeout: float = ANSWER_TIME
 
 def answer_blocking(env: Mapping[str, str], ask_id: str, decision: str, *, by: str,
                     timeout: float = ANSWER_TIMEOUT) -> tuple[int, dict[str, Any]]:
-    """:func:`answer_anywhere` without trio, for the command line."""
+    """Answer the ask ``ask_id`` at the router that holds it: ``(0, {ask})``,
+    ``(1, refusal)`` when that router refused it or no router holds it
+    (``unknown-ask``, refused as ``router send`` refuses an
+    ``unknown-session``: docs/cli.md). Kept asks count too: a second answer
+    is refused by the router that holds it."""
     import json
     from urllib.parse import quote
 

@@ -22,11 +22,12 @@ refused (``unsafe-directory``) and nothing in it is asked, since a socket
 in a directory others can write to may be anyone's. A socket file that is
 not this user's is skipped too. A missing directory is an empty board.
 
-The command line asks the same way without trio (:func:`survey_blocking`,
-:func:`holder_blocking`, on :mod:`router._client_sync`): one thread per
-router when there are several, each under the same deadline, and the same
-answers. So this module loads neither trio, httpx, attrs nor logging until
-an async function of it runs: :class:`Reached`, :class:`Skipped` and
+The asking is blocking, on :mod:`router._client_sync`
+(:func:`survey_blocking`, :func:`holder_blocking`): one thread per router
+when there are several, each under its deadline. The command line calls
+these as they are; a router calls :func:`survey` and :func:`holder`, the
+same in a Trio worker thread. So this module never loads httpx, and loads
+neither trio, attrs nor logging until an async function of it runs: :class:`Reached`, :class:`Skipped` and
 :class:`Board` are plain classes (attrs alone was a fifth of ``router
 sessions``'s start-up, docs/bench.md).
 """
@@ -213,40 +214,43 @@ def router_sockets(directory: str) -> list[str]:
 
 async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exclude: str | None = None,
                  unshared: frozenset[str] = frozenset()) -> Board:
+    """:func:`survey_blocking` from Trio: the same board, asked from a
+    worker thread (every router's answer comes within ``timeout`` seconds:
+    the blocking client's deadlines end the thread; a cancelled survey
+    leaves it to finish on its own)."""
+    from functools import partial
+
+    import trio
+
+    return await trio.to_thread.run_sync(
+        partial(survey_blocking, env, timeout=timeout, exclude=exclude, unshared=unshared), abandon_on_cancel=True
+    )
+
+
+def survey_blocking(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exclude: str | None = None,
+                    unshared: frozenset[str] = frozenset()) -> Board:
     """Ask every router of this user (see the module docstring), but the
     one at the socket ``exclude`` (a router surveying the others); those at
     the sockets ``unshared`` (of the surveying router's cluster) for their
-    sessions outside the cluster only. Raises a
-    :class:`~router.errors.Refusal` (``unsafe-directory``) only."""
-    import trio
+    sessions outside the cluster only. Every router is asked at once (a
+    thread each when there are several), each within ``timeout`` seconds.
+    Raises a :class:`~router.errors.Refusal` (``unsafe-directory``) only.
 
+    It runs on :mod:`router._client_sync` (no trio, no httpx), for the
+    command line as it is and for a router (:func:`survey`) in a thread:
+    one implementation, and a ``router mcp`` that never loads httpx to
+    see the board."""
     directory = str(local_directory(env))
-    answers: dict[str, Reached | Skipped | None] = {}
-
-    async def ask(path: str) -> None:
-        answers[path] = await _ask(path, timeout, UNSHARED_SESSIONS_ROUTE if path in unshared else OWN_SESSIONS_ROUTE)
-
     sockets = [path for path in router_sockets(directory) if path != exclude]  # refused before anything is asked
-    async with trio.open_nursery() as nursery:
-        for path in sockets:
-            nursery.start_soon(ask, path, name=f"survey {os.path.basename(path)}")
-    return _board(directory, answers)
-
-
-def survey_blocking(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT) -> Board:
-    """:func:`survey` without trio, for the command line: every router
-    asked at once (a thread each when there are several), each within
-    ``timeout`` seconds; the same board."""
-    directory = str(local_directory(env))
-    sockets = router_sockets(directory)  # refused before anything is asked
     answers: dict[str, Reached | Skipped | None] = {}
+
+    def ask(path: str) -> None:
+        answers[path] = _ask_blocking(path, timeout, UNSHARED_SESSIONS_ROUTE if path in unshared else OWN_SESSIONS_ROUTE)
+
     if len(sockets) == 1:
-        answers[sockets[0]] = _ask_blocking(sockets[0], timeout)
+        ask(sockets[0])
     elif sockets:
         import threading
-
-        def ask(path: str) -> None:
-            answers[path] = _ask_blocking(path, timeout)
 
         threads = [threading.Thread(target=ask, args=(path,), name=f"survey {os.path.basename(path)}", daemon=True)
                    for path in sockets]
@@ -270,34 +274,9 @@ def _board(directory: str, answers: Mapping[str, Reached | Skipped | None]) -> B
     return board
 
 
-async def _ask(path: str, timeout: float, route: str = OWN_SESSIONS_ROUTE) -> Reached | Skipped | None:
-    """One router's answer, a skip, or None once its dead socket is removed."""
-    import httpx
-    import trio
-
-    from router._httpx import unix_transport
-
-    try:
-        before = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    name = os.path.basename(path)[: -len(SOCKET_SUFFIX)]
-    with trio.move_on_after(timeout):
-        try:
-            async with httpx.AsyncClient(transport=unix_transport(path), base_url=BASE_URL,
-                                         headers=CLI_CHANNEL, timeout=None) as client:
-                info = await _get(client, INFO_ROUTE, name)
-                sessions = await _get(client, route, name)
-        except httpx.HTTPError as exc:
-            return _unreachable(path, before, name, exc)
-        except Refusal as refused:
-            return Skipped(path, refused)
-        return reached(path, info, sessions)
-    return _no_answer(path, name, timeout)
-
-
 def _ask_blocking(path: str, timeout: float, route: str = OWN_SESSIONS_ROUTE) -> Reached | Skipped | None:
-    """:func:`_ask` on :mod:`router._client_sync`: both requests within ``timeout``."""
+    """One router's answer (``GET /router`` and ``route``, both within
+    ``timeout``), a skip, or None once its dead socket is removed."""
     import time
 
     from router._client_sync import request
@@ -338,11 +317,6 @@ def _no_answer(path: str, name: str, timeout: float) -> Skipped:
                                  "it may be hung or stopped (it was left alone)"))
 
 
-async def _get(client: Any, route: str, name: str) -> Any:
-    response = await client.get(route)
-    return read_answer(name, route, response.status_code, response.content)
-
-
 def read_answer(name: str, route: str, status: int, content: bytes) -> Any:
     """The JSON a router answered ``GET route`` with, or a
     :class:`~router.errors.Refusal`: the router's own when it refused with a
@@ -379,22 +353,25 @@ NO_ROUTER: Final = frozenset({"no-router", "unknown-router", "unsafe-directory",
 
 async def holder(env: Mapping[str, str], session: str, *, router: str | None = None,
                  timeout: float = ANSWER_TIMEOUT) -> tuple[Reached, Board]:
+    """:func:`holder_blocking` from Trio, in a worker thread (as
+    :func:`survey`)."""
+    from functools import partial
+
+    import trio
+
+    return await trio.to_thread.run_sync(
+        partial(holder_blocking, env, session, router=router, timeout=timeout), abandon_on_cancel=True
+    )
+
+
+def holder_blocking(env: Mapping[str, str], session: str, *, router: str | None = None,
+                    timeout: float = ANSWER_TIMEOUT) -> tuple[Reached, Board]:
     """The router that holds ``session``, and the board it was picked from.
     ``router`` names the router to use instead of looking (its name, as
     ``router sessions`` shows it). Raises a :class:`~router.errors.Refusal`:
     ``no-router`` (none of this user's runs), ``unknown-session`` (none
     lists it), ``ambiguous-session`` (several do: name one), or, for a named
     router, ``unknown-router`` and what :func:`survey` skips a router for."""
-    if router is not None:
-        path = _named_socket(env, router)
-        return _named_answer(env, router, path, await _ask(path, timeout))
-    return _picked(await survey(env, timeout=timeout), session)
-
-
-def holder_blocking(env: Mapping[str, str], session: str, *, router: str | None = None,
-                    timeout: float = ANSWER_TIMEOUT) -> tuple[Reached, Board]:
-    """:func:`holder` without trio, for the command line (on
-    :func:`survey_blocking`): the same answer and refusals."""
     if router is not None:
         path = _named_socket(env, router)
         return _named_answer(env, router, path, _ask_blocking(path, timeout))

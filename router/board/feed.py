@@ -44,10 +44,10 @@ from typing import Any, AsyncIterator, Final, Protocol
 import attrs
 import trio
 
-from router._fanout import FanOut, Lagged
+from router._fanout import FanOut, FanOutStatistics, Lagged
 from router.board.changes import board_changes, by_key
 
-__all__ = ["BOARD_BUFFER", "BOARD_GAP", "BoardFeed"]
+__all__ = ["BoardFeedStatistics", "BOARD_BUFFER", "BOARD_GAP", "BoardFeed"]
 
 log = logging.getLogger("router.board")
 
@@ -80,6 +80,18 @@ def _lagged() -> BoardLagged:
                                        "dropped; reconnect for a fresh snapshot")
 
 
+@attrs.frozen
+class BoardFeedStatistics:
+    """What a :class:`BoardFeed` is doing: its viewers, whether its survey task
+    runs, the surveys made and pokes taken, and its fan-out's figures."""
+
+    viewers: int
+    running: bool
+    surveys: int
+    pokes: int
+    fanout: FanOutStatistics
+
+
 class BoardFeed:
     """The board's changes, surveyed once for every viewer (see the module
     docstring)."""
@@ -101,11 +113,9 @@ class BoardFeed:
     def __repr__(self) -> str:
         return f"<BoardFeed {self._viewers} viewers, {'running' if self._scope else 'stopped'}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {"viewers": self._viewers, "running": self._scope is not None, "surveys": self.surveys,
-                "pokes": self.pokes,
-                **{f"fanout_{key}": value for key, value in attrs.asdict(self._fanout.statistics()).items()}}
-
+    def statistics(self) -> BoardFeedStatistics:
+        return BoardFeedStatistics(viewers=self._viewers, running=self._scope is not None, surveys=self.surveys,
+                                   pokes=self.pokes, fanout=self._fanout.statistics())
     def poke(self) -> None:
         """Something on the board changed: survey now (coalesced; nothing
         while no viewer watches). Synchronous, never blocks."""

@@ -60,7 +60,7 @@ from router.board.client import ANSWER_TIMEOUT, BASE_URL, Board, Reached, Skippe
 from router.errors import Refusal
 from wire.json import Encoded
 
-__all__ = ["Activity", "BOARD_INTERVAL", "FORWARDED_HEADER", "Facts", "Listing", "LocalBoard", "describe", "process_cwd"]
+__all__ = ["LocalBoardStatistics", "Activity", "BOARD_INTERVAL", "FORWARDED_HEADER", "Facts", "Listing", "LocalBoard", "describe", "process_cwd"]
 
 #: The header a forwarded request carries (ours): serve it here.
 FORWARDED_HEADER: Final = "x-router-forwarded"
@@ -217,6 +217,19 @@ class Listing:
         return Encoded(out, partial(listing_text, self.sessions, rest, self.texts))
 
 
+@attrs.frozen
+class LocalBoardStatistics:
+    """The kept rows' figures (:mod:`router.board.kept`): sessions ``described``
+    (made anew), final rows made (``rows_made``, with their router) and
+    taken as they were (``rows_kept``), and rows whose JSON was made
+    (``encoded``)."""
+
+    described: int
+    rows_made: int
+    rows_kept: int
+    encoded: int
+
+
 class LocalBoard:
     """This router's view of the board (see the module docstring).
     ``info`` (this router's ``GET /router`` answer) and ``socket`` are set
@@ -246,17 +259,12 @@ class LocalBoard:
     def name(self) -> str | None:
         return None if self.info is None else str(self.info.get("name"))
 
-    def statistics(self) -> dict[str, Any]:
-        """The kept rows' figures (:mod:`router.board.kept`): ``described``
-        (sessions described: made anew), ``rows_made`` (final rows made,
-        with their router), ``rows_kept`` (taken as they were) and
-        ``encoded`` (rows whose JSON was made)."""
+    def statistics(self) -> LocalBoardStatistics:
         described = [kept.statistics() for kept, _ in self._kept.values()]
         rows = [kept.statistics() for _, kept in self._kept.values()]
-        return {"described": sum(each.made for each in described),
-                "rows_made": sum(each.made for each in rows), "rows_kept": sum(each.kept for each in rows),
-                "encoded": sum(each.encoded for each in rows)}
-
+        return LocalBoardStatistics(described=sum(each.made for each in described),
+                                    rows_made=sum(each.made for each in rows), rows_kept=sum(each.kept for each in rows),
+                                    encoded=sum(each.encoded for each in rows))
     async def own(self, *, shared: bool = True) -> list[dict[str, Any]]:
         """This router's listed sessions, described, each with ``router``;
         ``shared=False``: without its cluster's (``GET

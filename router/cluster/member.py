@@ -59,7 +59,7 @@ from router.cluster.lease import HOLD_MARGIN, HeldLeases, Plan, plan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClusterMember", "ClusterSettings", "LeaseOwner", "Round"]
+__all__ = ["ClusterMemberStatistics", "ClusterMember", "ClusterSettings", "LeaseOwner", "Round"]
 
 #: What answers the inbox's deliveries: ``(event_id, session, body)`` →
 #: ``(reply, final)``.
@@ -133,10 +133,23 @@ def _round(conn: Any, me: str, held: dict[str, int], settings: ClusterSettings, 
                  routers=tuple(routers), plan=moves)
 
 
+@attrs.frozen
+class ClusterMemberStatistics:
+    """What a :class:`ClusterMember` did: leases held, rounds and failed
+    rounds, routers known, inbox deliveries in flight, notifications received."""
+
+    held: int
+    rounds: int
+    failed_rounds: int
+    routers: int
+    in_flight: int
+    notifications: int
+
+
 class ClusterMember:
     """One router in the cluster; see the module docstring."""
 
-    def __init__(self, db: pg.Database, listen_url: str, router_id: str, *, owner: LeaseOwner | None = None,
+    def __init__(self, db: pg.ClusterDatabase, listen_url: str, router_id: str, *, owner: LeaseOwner | None = None,
                  settings: ClusterSettings | None = None) -> None:
         self.db = db
         self.listen_url = listen_url
@@ -162,10 +175,10 @@ class ClusterMember:
     def __repr__(self) -> str:
         return f"<ClusterMember {self.id} held={len(self.held)} rounds={self.rounds} routers={len(self.routers)}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {"held": len(self.held), "rounds": self.rounds, "failedRounds": self.failed_rounds,
-                "routers": len(self.routers), "inFlight": len(self._in_flight), "notifications": self.listener.received}
-
+    def statistics(self) -> ClusterMemberStatistics:
+        return ClusterMemberStatistics(held=len(self.held), rounds=self.rounds, failed_rounds=self.failed_rounds,
+                                       routers=len(self.routers), in_flight=len(self._in_flight),
+                                       notifications=self.listener.received)
     def fencing(self, session: str) -> int | None:
         """The number this router writes ``session`` under, or None: it
         does not hold it (believed, now)."""

@@ -107,8 +107,8 @@ def reply_of(text: str) -> Any:
     if body["type"] == "answered":
         return Answered(answer=body["answer"], from_record=bool(body["fromRecord"]))
     if body["type"] == "unanswered":
-        return DeliveryUnanswered(event_id=body["eventId"], code=body["code"], message=body["message"])
-    return DeliveryRefused(code=body["code"], message=body["message"])
+        return DeliveryUnanswered(event_id=body["eventId"], refusal=Refusal(body["code"], body["message"]))
+    return DeliveryRefused(refusal=Refusal(body["code"], body["message"]))
 
 
 def settings_from(env: Mapping[str, str]) -> ClusterSettings:
@@ -149,7 +149,7 @@ def open_node(store: Any, deliveries: Any, *, env: Mapping[str, str] | None = No
     env = os.environ if env is None else env
     url = store.database.url
     name = router_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
-    db = pg.Database(url)
+    db = pg.ClusterDatabase(url)
     node = ClusterNode(ClusterMember(db, url, name, settings=settings_from(env)))
     for record in (store, deliveries):
         database = getattr(record, "database", None)
@@ -265,8 +265,8 @@ class ClusterNode:
 
         known = await self.member.db.call(_known, delivery.session)
         if not known:
-            return DeliveryRefused(code="unknown-session", message=f"there is no session {delivery.session!r} in the "
-                           "cluster; list the sessions to see which there are")
+            return DeliveryRefused(refusal=Refusal("unknown-session", f"there is no session {delivery.session!r} in "
+                                                   "the cluster; list the sessions to see which there are"))
         text = await self.member.relay(delivery.event_id, delivery.session, delivery_json(delivery))
         return reply_of(text)
 
@@ -280,8 +280,8 @@ class ClusterNode:
         if lost is None:
             return None
         await self.member.db.call(pg.record_refusal, lost)
-        return DeliveryUnanswered(event_id=delivery.event_id, code="lease-lost",
-                          message=f"this router no longer holds {delivery.session!r}; resend with the same eventId")
+        return DeliveryUnanswered(event_id=delivery.event_id, refusal=Refusal(
+            "lease-lost", f"this router no longer holds {delivery.session!r}; resend with the same eventId"))
 
     async def handle(self, event_id: str, session: str, body: str) -> tuple[str, bool]:
         """The inbox's delivery, held here: the turn router delivers it

@@ -5,7 +5,8 @@ database's clock (``clock_timestamp()``), never a router's: routers on
 several machines agree on when a lease expires because only the database
 says.
 
-Tables (``ensure_schema`` creates them; ``cluster_`` names, beside the
+Tables (``ensure_schema`` takes them through :data:`STEPS`, versioned as
+every record's schema is; ``cluster_`` names, beside the
 host's and the deliveries' tables in the same database):
 
 - ``cluster_routers``: membership (id, API URL, private socket, its
@@ -30,7 +31,7 @@ router (an ``UPDATE`` of that row) waits for the commit; every write under
 number *n* is ordered before the lease moves to *n + 1*.
 
 Everything here is synchronous (psycopg 3's sync API; its async API runs
-under asyncio only): :class:`Database` runs each call on the cluster's one
+under asyncio only): :class:`ClusterDatabase` runs each call on the cluster's one
 worker (:mod:`router.store.worker`), on its one connection, and
 :class:`Listener` waits for notifications in Trio itself, on the
 connection's socket.
@@ -47,6 +48,7 @@ import trio
 from router._transient import DEFAULT_POLICY, RetryPolicy
 from router.cluster.lease import Lease
 from router.errors import Refusal
+from router.store.db import PgDatabase, Step, migrate
 from router.store.worker import Worker
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "Database",
+    "ClusterDatabase",
     "BOARD_CHANNEL",
     "INBOX_CHANNEL",
     "LEASE_CHANNEL",
@@ -64,6 +66,7 @@ __all__ = [
     "REPLY_CHANNEL",
     "acquire",
     "answer",
+    "STEPS",
     "ensure_schema",
     "ensure_sessions",
     "FENCED_TABLES",
@@ -103,46 +106,70 @@ BOARD_TABLES: Final = ("sessions", "operations")
 #: The advisory lock that serializes schema creation across routers
 #: starting at once (ours: any number no other part of the record uses).
 SCHEMA_LOCK: Final = 0x726F7574  # "rout"
+#: The cluster's name in ``router_schema`` (its schema version's row).
+COMPONENT: Final = "cluster"
 
-SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS cluster_routers (
-    id text PRIMARY KEY,
-    api_url text,
-    socket text,
-    info text NOT NULL DEFAULT '{}',
-    started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    heartbeat_at timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE TABLE IF NOT EXISTS cluster_leases (
-    session text PRIMARY KEY,
-    holder text,
-    fencing bigint NOT NULL DEFAULT 0,
-    expires_at timestamptz NOT NULL DEFAULT '-infinity',
-    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE INDEX IF NOT EXISTS cluster_leases_holder ON cluster_leases (holder);
-CREATE TABLE IF NOT EXISTS cluster_inbox (
-    event_id text PRIMARY KEY,
-    session text NOT NULL,
-    body text NOT NULL,
-    posted_by text NOT NULL,
-    posted_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    reply text,
-    final boolean NOT NULL DEFAULT false,
-    answered_by text,
-    answered_fencing bigint,
-    answered_at timestamptz
-);
-CREATE INDEX IF NOT EXISTS cluster_inbox_open ON cluster_inbox (session) WHERE reply IS NULL;
-CREATE TABLE IF NOT EXISTS cluster_refused (
-    id bigserial PRIMARY KEY,
-    session text NOT NULL,
-    holder text NOT NULL,
-    fencing bigint NOT NULL,
-    what text NOT NULL,
-    at timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-"""
+#: The cluster's schema, step by step as every record's is
+#: (:class:`router.store.db.Step`; PostgreSQL only: a cluster is a shared
+#: PostgreSQL record): ``STEPS[n]`` takes the ``cluster`` component of
+#: ``router_schema`` from version ``n`` to ``n + 1``. Step 1's statements
+#: are all ``IF NOT EXISTS``, so a database whose tables an older router
+#: made before the cluster had versions (version 0, tables there) is
+#: upgraded in place by recording the version. A new step goes at the end;
+#: a step once released is never changed.
+STEPS: Final = (
+    Step(sqlite=None, postgresql=(
+        """
+        CREATE TABLE IF NOT EXISTS cluster_routers (
+            id text PRIMARY KEY,
+            api_url text,
+            socket text,
+            info text NOT NULL DEFAULT '{}',
+            started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            heartbeat_at timestamptz NOT NULL DEFAULT clock_timestamp()
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS cluster_leases (
+            session text PRIMARY KEY,
+            holder text,
+            fencing bigint NOT NULL DEFAULT 0,
+            expires_at timestamptz NOT NULL DEFAULT '-infinity',
+            created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+        )
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS cluster_leases_holder ON cluster_leases (holder)
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS cluster_inbox (
+            event_id text PRIMARY KEY,
+            session text NOT NULL,
+            body text NOT NULL,
+            posted_by text NOT NULL,
+            posted_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            reply text,
+            final boolean NOT NULL DEFAULT false,
+            answered_by text,
+            answered_fencing bigint,
+            answered_at timestamptz
+        )
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS cluster_inbox_open ON cluster_inbox (session) WHERE reply IS NULL
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS cluster_refused (
+            id bigserial PRIMARY KEY,
+            session text NOT NULL,
+            holder text NOT NULL,
+            fencing bigint NOT NULL,
+            what text NOT NULL,
+            at timestamptz NOT NULL DEFAULT clock_timestamp()
+        )
+        """,
+    )),
+)
 
 
 #: The record's tables whose every row write is fenced (the trigger of
@@ -201,9 +228,17 @@ class LeaseLost(Refusal):
 
 
 def ensure_schema(conn: psycopg.Connection[Any]) -> None:
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-        conn.execute(SCHEMA)
+    """Take the cluster's tables to the latest of :data:`STEPS` on ``conn``
+    (an autocommit connection, the worker's): each step one transaction,
+    under the record's migration lock (routers starting at once migrate one
+    after another); nothing written when up to date. A database newer than
+    this router is refused (``cluster-too-new``)."""
+    migrate(PgDatabase.borrowing(conn, COMPONENT), STEPS, too_new=_too_new)
+
+
+def _too_new(version: int) -> Refusal:
+    return Refusal("cluster-too-new", f"the cluster's tables were written by a newer router (schema {version}); "
+                   "upgrade this one")
 
 
 # --------------------------------------------------------------------------- membership
@@ -544,7 +579,7 @@ def answer(conn: psycopg.Connection[Any], event_id: str, reply: str, holder: str
 # --------------------------------------------------------------------------- Trio
 
 
-class Database:
+class ClusterDatabase:
     """Calls into PostgreSQL from Trio, through the cluster's one worker
     (:class:`router.store.worker.Worker`): each call runs on the worker's
     thread, one after another, on the one connection (opened when first
@@ -575,7 +610,7 @@ class Database:
 
     def __repr__(self) -> str:
         stats = self.worker.statistics()
-        return (f"<Database connected={self._conn is not None} calls={stats.calls} "
+        return (f"<ClusterDatabase connected={self._conn is not None} calls={stats.calls} "
                 f"retries={stats.retries}>")
 
     @property

@@ -69,7 +69,7 @@ from urllib.parse import unquote_to_bytes
 import h11
 import trio
 
-from router._http11 import Answer, Exchange, Limits, accept_loop, response_bytes, serve_connection
+from router._http11 import HttpAnswer, Exchange, HttpLimits, accept_loop, response_bytes, serve_connection
 from router._websocket import HandshakeFailed, WebSocket, WebSocketClosed, text_frame
 from router.daemon.runner import CLOSE_TIMEOUT, Daemon, DaemonClosed, Outbox
 from wire.container import CLOSE_UNAUTHORIZED, CONTAINER_HEALTH_PATH, CONTAINER_SESSION_PATH, CONTAINER_TOKEN_HEADER
@@ -102,7 +102,7 @@ MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 #: Connections served at once (Node's ``maxConnections`` is unset; ours:
 #: far above a host's one per session, below the default descriptor limit).
 MAX_CONNECTIONS: Final = 4096
-LIMITS: Final = Limits(first_wait=HEADERS_TIMEOUT, idle=KEEP_ALIVE_TIMEOUT, head=HEADERS_TIMEOUT,
+LIMITS: Final = HttpLimits(first_wait=HEADERS_TIMEOUT, idle=KEEP_ALIVE_TIMEOUT, head=HEADERS_TIMEOUT,
                        body=HEADERS_TIMEOUT, max_head=MAX_HEAD_BYTES, max_body=MAX_BODY_BYTES,
                        connections=MAX_CONNECTIONS)
 #: Close code and reason at shutdown (RFC 6455 1001 "going away"; the
@@ -171,18 +171,18 @@ def _handshake_problem(exchange: Exchange) -> str | None:
     return None
 
 
-def _plain_text(status: int, text: str) -> Answer:
+def _plain_text(status: int, text: str) -> HttpAnswer:
     """A ``text/plain`` answer that closes the connection (h11's reason for
     a request it refused, or ours for a handshake wsproto would refuse)."""
-    return Answer(status, (text + "\n").encode(), content_type=b"text/plain", close=True)
+    return HttpAnswer(status, (text + "\n").encode(), content_type=b"text/plain", close=True)
 
 
-def _bad_request(error: h11.RemoteProtocolError) -> Answer:
+def _bad_request(error: h11.RemoteProtocolError) -> HttpAnswer:
     return _plain_text(error.error_status_hint, str(error))
 
 
-_HEALTH_OK: Final = Answer(200, b"ok", content_type=b"text/plain")
-_NOT_FOUND: Final = Answer(404, b"", content_type=b"")
+_HEALTH_OK: Final = HttpAnswer(200, b"ok", content_type=b"text/plain")
+_NOT_FOUND: Final = HttpAnswer(404, b"", content_type=b"")
 
 
 class DaemonServer:
@@ -236,7 +236,7 @@ class DaemonServer:
     async def _handle_stream(self, stream: trio.SocketStream) -> None:
         await serve_connection(stream, self._handle, log, limits=LIMITS, bad_request=_bad_request)
 
-    async def _handle(self, exchange: Exchange) -> Answer | None:
+    async def _handle(self, exchange: Exchange) -> HttpAnswer | None:
         """A plain request's answer; an upgrade's WebSocket, served to its end."""
         if _is_upgrade(exchange.headers):
             await self._upgrade(exchange)

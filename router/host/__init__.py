@@ -49,6 +49,7 @@ _FACE = {
         "HostSettings OperationResult Receipt"
     ),
     "router.host.lifecycle": "LifecycleCore",
+    "router.host.record.base": "UsageAfter",
     "router.host.link": "DaemonEndpoint EndpointError LinkError LinkRefused probe",
     "router.host.store": "DaemonRecord Refused SessionRecord SkippedFrame Store StoreMisuse",
     "router.host.supervisor": "Launcher Supervisor workspace_name",

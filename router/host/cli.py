@@ -95,7 +95,7 @@ def store_file(path: str) -> str:
     file itself."""
     from pathlib import Path
 
-    from router.store.record import HOST_FILE
+    from router.record import HOST_FILE
 
     return str(Path(path) / HOST_FILE) if os.path.isdir(path) else path
 

@@ -55,10 +55,10 @@ from router.host.events import DaemonChanged, HostEvent
 from router.host.lifecycle import Publish
 from router.host.link import Backoff, DaemonEndpoint, EndpointError, LinkError, LinkUnreachable
 from router.host.reconcile import OperationResult, end_event
-from router.host.session_link import EventsLagged, SessionLink
+from router.host.session_link import EventsLagged, SessionLink, SessionLinkStatistics
 from router.host.settings import HostSettings
 from router.host.store import OPEN_STATUSES, Refused, SessionRecord, Store
-from router.host.supervisor import Launcher, Supervisor
+from router.host.supervisor import Launcher, Supervisor, SupervisorStatistics
 from wire.container import ContainerInput, converter, structure_or_none
 from wire.json import JsonValue
 
@@ -73,7 +73,7 @@ ROOT_SESSION: Final = "root"
 #: The daemon state of a session :meth:`Host.end_session` ended.
 ENDED: Final = "ended"
 
-__all__ = [
+__all__ = ["HostStatistics", 
     "DaemonEndpoint",
     "EventStream",
     "EventsLagged",
@@ -127,6 +127,16 @@ def _input_json(input: Any) -> JsonValue:
     )
 
 
+@attrs.frozen
+class HostStatistics:
+    """What a :class:`Host` holds: each session's link and daemon supervisor,
+    by session id, and the waits open."""
+
+    links: dict[str, SessionLinkStatistics]
+    daemons: dict[str, SupervisorStatistics]
+    waits: int
+
+
 class Host:
     """The host component. See the module docstring.
 
@@ -175,13 +185,12 @@ class Host:
         where = self.launcher.name if self.launcher is not None else None if self.endpoint is None else self.endpoint.url
         return f"<Host {where} {state} links={len(self._links)} waits={len(self._waits)}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            "links": {session: link.statistics() for session, link in self._links.items()},
-            "daemons": {session: sup.statistics() for session, sup in self._supervisors.items()},
-            "waits": len(self._waits),
-        }
-
+    def statistics(self) -> HostStatistics:
+        return HostStatistics(
+            links={session: link.statistics() for session, link in self._links.items()},
+            daemons={session: sup.statistics() for session, sup in self._supervisors.items()},
+            waits=len(self._waits),
+        )
     # ------------------------------------------------------------------ lifetime
 
     async def run(self, *, task_status: trio.TaskStatus[Host] = trio.TASK_STATUS_IGNORED) -> None:

@@ -59,6 +59,7 @@ import logging
 import math
 from typing import Any, Awaitable, Callable, Final, Iterator, Protocol, Sequence
 
+import attrs
 import trio
 
 from router.store.db import database_errors
@@ -100,7 +101,7 @@ HealthWait = Callable[..., Awaitable[None]]
 #: own endpoint, or its launcher's daemon, which it may wait for).
 EndpointOf = Callable[[], Awaitable[DaemonEndpoint]]
 
-__all__ = ["EventsLagged", "LinkOwner", "SessionLink"]
+__all__ = ["SessionLinkStatistics", "EventsLagged", "LinkOwner", "SessionLink"]
 
 
 class LinkOwner(Protocol):
@@ -179,6 +180,25 @@ class _Inbox:
             self._drained.set()
             self._drained = None
         return batch
+
+
+@attrs.frozen
+class SessionLinkStatistics:
+    """Where a :class:`SessionLink` is: its core's state, the daemon's runtime,
+    connections made, the backoff's attempt, internal failures, frames
+    applied, subscribers, requests pending, the give-up deadline and the
+    last error's code."""
+
+    state: str
+    runtime_id: str | None
+    connections: int
+    attempt: int
+    internal_failures: int
+    frames_applied: int
+    subscribers: int
+    pending: int
+    give_up_deadline: float | None
+    last_error: str | None
 
 
 class SessionLink:
@@ -288,21 +308,20 @@ class SessionLink:
             await self._state_changed.wait()
         return self.state
 
-    def statistics(self) -> dict[str, Any]:
+    def statistics(self) -> SessionLinkStatistics:
         core = self.core
-        return {
-            "state": core.state,
-            "runtime_id": core.runtime_id,
-            "connections": core.connections,
-            "attempt": core.backoff.attempt,
-            "internal_failures": core.internal_failures,
-            "frames_applied": self.frames_applied,
-            "subscribers": len(self._subscribers),
-            "pending": core.pending(),
-            "give_up_deadline": core.give_up_deadline,
-            "last_error": None if core.last_error is None else core.last_error.code,
-        }
-
+        return SessionLinkStatistics(
+            state=core.state,
+            runtime_id=core.runtime_id,
+            connections=core.connections,
+            attempt=core.backoff.attempt,
+            internal_failures=core.internal_failures,
+            frames_applied=self.frames_applied,
+            subscribers=len(self._subscribers),
+            pending=core.pending(),
+            give_up_deadline=core.give_up_deadline,
+            last_error=None if core.last_error is None else core.last_error.code,
+        )
     # ------------------------------------------------------------------ API side
 
     def request_deliver(self) -> None:

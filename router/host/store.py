@@ -155,7 +155,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Final, Iterable, Iterator, Literal, Sequence, TypeVar
 
-from router.store.db import Database, PgDatabase, SqliteDatabase, Target, database_errors, is_postgres_url
+from router.store.db import Database, PgDatabase, SqliteDatabase, StoreTarget, database_errors, is_postgres_url
 from router.store.worker import Worker
 from router.host.record import Tables
 from router.host.record.base import (  # noqa: F401 (the record's types, re-exported: callers import them from here)
@@ -196,6 +196,16 @@ class _Joined:
 
 # --------------------------------------------------------------------------- the store
 
+def _target(path: str | os.PathLike[str] | StoreTarget) -> StoreTarget:
+    """Where a store is: a :class:`StoreTarget` as given, a PostgreSQL URL, or a
+    SQLite file's path."""
+    if isinstance(path, StoreTarget):
+        return path
+    if isinstance(path, str) and is_postgres_url(path):
+        return StoreTarget("postgresql", path)
+    return StoreTarget("sqlite", os.fspath(path))
+
+
 class Store:
     """The durable record. See the module docstring.
 
@@ -212,7 +222,7 @@ class Store:
 
     def __init__(
         self,
-        path: str | os.PathLike[str] | Target,
+        path: str | os.PathLike[str] | StoreTarget,
         *,
         exclusive: bool = True,
         create: bool = True,
@@ -246,29 +256,24 @@ class Store:
         #: Held by the thread in a transaction, and by close().
         self._guard = threading.Lock()
         self._worker: Worker | None = None
-        target = path if isinstance(path, Target) else None
-        if target is None and isinstance(path, str) and is_postgres_url(path):
-            target = Target("postgresql", path)
-        if target is not None and target.kind == "postgresql":
+        target = _target(path)
+        if target.kind == "postgresql":
             self.path = None
             self.location = str(target)
             self._open_postgres(target.location, create=create)
             return
-        self.path = Path(path.location if isinstance(path, Target) else path)
+        self.path = Path(target.location)
         #: Where the record is, as messages name it (a PostgreSQL URL without its password).
         self.location = str(self.path)
+        self._open_sqlite(exclusive=exclusive, create=create, synchronous=synchronous)
+
+    def _open_sqlite(self, *, exclusive: bool, create: bool, synchronous: str) -> None:
+        """The SQLite side of ``__init__``: the file lock (when
+        ``exclusive``), the connection, foreign keys on, the migrations."""
         if not create and not self.path.exists():
             raise Refused("no-store", f"there is no store at {self.path}; check --store")
         if exclusive:
-            try:
-                self._lock_fd = lock_file(self.path)
-            except OSError as error:
-                raise self._bad_store(error.strerror or str(error)) from None
-            if self._lock_fd is None:
-                raise Refused(
-                    "store-busy",
-                    f"another host has the store {self.path} open; stop it or use another store",
-                )
+            self._lock()
         self.sole_writer = exclusive
         try:
             self._db: Database = SqliteDatabase(self.path, "host", synchronous=synchronous)
@@ -286,6 +291,18 @@ class Store:
             if isinstance(error, (sqlite3.DatabaseError, OSError)):
                 raise self._cannot_open(error) from None
             raise
+
+    def _lock(self) -> None:
+        """Take the store file's lock: one host per SQLite store."""
+        try:
+            self._lock_fd = lock_file(self.path)
+        except OSError as error:
+            raise self._bad_store(error.strerror or str(error)) from None
+        if self._lock_fd is None:
+            raise Refused(
+                "store-busy",
+                f"another host has the store {self.path} open; stop it or use another store",
+            )
 
     def _open_postgres(self, url: str, *, create: bool) -> None:
         """The PostgreSQL side of ``__init__``: no file lock (routers share

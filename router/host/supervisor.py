@@ -38,13 +38,14 @@ import attrs
 import trio
 
 from router._transient import StoreUnavailable
-from router.errors import is_code
+from router.errors import refusal_of
 from router.store.db import is_store_failure
 from router.host.lifecycle import (
     DaemonInfo,
     Effect,
     FailOpen,
     LifecycleCore,
+    LifecycleStatistics,
     MAX_FAILURES,
     Publish,
     RedialLink,
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 #: pause and the longest (the store's own retries came before).
 STORE_PAUSE: Final = (0.5, 10.0)
 
-__all__ = ["Launcher", "Supervisor", "SupervisorOwner", "workspace_name"]
+__all__ = ["SupervisorStatistics", "Launcher", "Supervisor", "SupervisorOwner", "workspace_name"]
 
 #: Seconds a start may take (ours: a container is healthy in under a
 #: second here; a cold image on a loaded machine, or a remote Docker host,
@@ -147,9 +148,8 @@ class SupervisorOwner(Protocol):
 def _refusal(answer: object) -> tuple[str, str] | None:
     """A launcher's refusal, ``{"code", "message"}`` with a kebab-case code;
     None for anything else (an answer that is not a refusal)."""
-    if type(answer) is dict and is_code(answer.get("code")) and type(answer.get("message")) is str:
-        return answer["code"], answer["message"]
-    return None
+    refusal = refusal_of(answer)
+    return None if refusal is None else (refusal.code, refusal.message)
 
 
 def describe_exit(outcome: object) -> str:
@@ -160,6 +160,16 @@ def describe_exit(outcome: object) -> str:
     if type(reason) is str and reason:
         return f"{state}: {reason}" if type(state) is str and state not in reason else reason
     return str(state or "stopped")
+
+
+@attrs.frozen
+class SupervisorStatistics:
+    """What a :class:`Supervisor` is doing: its lifecycle's figures, the
+    launcher's name and the daemons watched."""
+
+    lifecycle: LifecycleStatistics
+    launcher: str
+    watches: int
 
 
 class Supervisor:
@@ -183,9 +193,9 @@ class Supervisor:
     def __repr__(self) -> str:
         return f"<Supervisor {self.session!r} {self.launcher.name} {self.core!r}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {**attrs.asdict(self.core.statistics()), "launcher": self.launcher.name, "watches": len(self._watches)}
-
+    def statistics(self) -> SupervisorStatistics:
+        return SupervisorStatistics(lifecycle=self.core.statistics(), launcher=self.launcher.name,
+                                    watches=len(self._watches))
     # ------------------------------------------------------------------ inputs (from the host)
 
     def demand(self) -> None:

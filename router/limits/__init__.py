@@ -12,7 +12,7 @@ _FACE = {
         "limit_of_mod_event limit_of_text"
     ),
     "router.limits.runner": "ParkTimer wall_ms",
-    "router.limits.schedule": "DELAY_MS JITTER_MS STAGGER_MS Park ParkBook Parked Resume",
+    "router.limits.schedule": "DELAY_MS JITTER_MS STAGGER_MS Park ParkBook ParkBookStatistics Parked Resume",
 }
 
 __all__ = names(_FACE)

@@ -73,7 +73,7 @@ from wire.mod import (
     structure_result,
 )
 
-__all__ = ["CallOutcome", "LinkCore", "LinkState", "SubscriberQueue"]
+__all__ = ["LinkCoreStatistics", "CallOutcome", "LinkCore", "LinkState", "SubscriberQueue"]
 
 log = logging.getLogger("router.modlink")
 
@@ -171,6 +171,21 @@ class SubscriberQueue:
         del self._events[victim]
         self.shed += 1
         return True
+
+
+@attrs.frozen
+class LinkCoreStatistics:
+    """What a :class:`LinkCore` holds: the instance on the link, requests queued
+    and pending, subscribers, and the posts refused, results dropped and
+    events accepted so far."""
+
+    instance: str | None
+    queued: int
+    pending: int
+    subscribers: int
+    refused_posts: int
+    dropped_results: int
+    events_accepted: int
 
 
 class LinkCore:
@@ -372,13 +387,13 @@ class LinkCore:
         self._queue.clear()
         return ids
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            "instance": self.state.instance,
-            "queued": len(self._queue),
-            "pending": len(self._pending),
-            "subscribers": len(self._subscribers),
-            "refused_posts": self.refused_posts,
-            "dropped_results": self.dropped_results,
-            "events_accepted": self.events_accepted,
-        }
+    def statistics(self) -> LinkCoreStatistics:
+        return LinkCoreStatistics(
+            instance=self.state.instance,
+            queued=len(self._queue),
+            pending=len(self._pending),
+            subscribers=len(self._subscribers),
+            refused_posts=self.refused_posts,
+            dropped_results=self.dropped_results,
+            events_accepted=self.events_accepted,
+        )

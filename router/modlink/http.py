@@ -49,11 +49,11 @@ from router._http11 import (
     BODY_BUDGET_BYTES,
     BODY_BUDGET_WAIT,
     SHARED_BODY_BUDGET,
-    Answer,
+    HttpAnswer,
     BodyBudget,
     Exchange,
     Handler,
-    Limits,
+    HttpLimits,
     PeerGone,
     refusal,
 )
@@ -67,7 +67,7 @@ __all__ = [
     "KEEP_ALIVE_TIMEOUT",
     "MAX_BODY_BYTES",
     "SHARED_BODY_BUDGET",
-    "Answer",
+    "HttpAnswer",
     "BodyBudget",
     "Exchange",
     "PeerGone",
@@ -98,10 +98,10 @@ BODY_TIMEOUT: Final = 60.0
 MAX_CONNECTIONS: Final = 256
 
 
-def link_limits() -> Limits:
+def link_limits() -> HttpLimits:
     """The link's limits, read from this module's constants when a
     connection begins."""
-    return Limits(first_wait=KEEP_ALIVE_TIMEOUT, idle=KEEP_ALIVE_TIMEOUT, head=HEAD_TIMEOUT, body=BODY_TIMEOUT,
+    return HttpLimits(first_wait=KEEP_ALIVE_TIMEOUT, idle=KEEP_ALIVE_TIMEOUT, head=HEAD_TIMEOUT, body=BODY_TIMEOUT,
                   max_head=MAX_HEAD_BYTES, max_body=MAX_BODY_BYTES, connections=MAX_CONNECTIONS)
 
 
@@ -147,7 +147,7 @@ def guarded(route: Handler) -> Handler:
     """``route`` behind the link's checks of the head (see the module
     docstring), with :attr:`Exchange.path` set for it."""
 
-    async def guard(exchange: Exchange) -> Answer | None:
+    async def guard(exchange: Exchange) -> HttpAnswer | None:
         path = request_path(exchange.target)
         host = _host_problem(exchange.headers)
         if path is None or host == "twice" or _asks_websocket(exchange.headers):

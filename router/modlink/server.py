@@ -49,12 +49,13 @@ import h11
 import trio
 
 from router._unix import bind_private_socket, make_private_directory, remove_if_bound
-from router.modlink.core import DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCore, LinkState, SubscriberQueue
+from router.modlink.core import (DEFAULT_SUBSCRIBER_CAPACITY, CallOutcome, LinkCore, LinkCoreStatistics, LinkState,
+                                  SubscriberQueue)
 from router.modlink.errors import ModCallTimeout, ModLinkClosed, ModLinkRefused, ModSubscriberOverflow
 from router._http11 import accept_loop
 from router.modlink.http import (
     SHARED_BODY_BUDGET,
-    Answer,
+    HttpAnswer,
     BodyBudget,
     Exchange,
     PeerGone,
@@ -82,7 +83,7 @@ from wire.mod import (
     resolve_mod_socket_path,
 )
 
-__all__ = ["ModLink", "Subscription", "probe_health"]
+__all__ = ["ModLinkStatistics", "ModLink", "Subscription", "probe_health"]
 
 log = logging.getLogger("router.modlink")
 #: The connections' logger (a bug in one is logged here).
@@ -99,13 +100,13 @@ DEFAULT_CALL_DEADLINE = 30.0
 
 #: ``GET /healthz``'s answer. ``capabilities`` is ours, not ``mod-protocol.ts``'s: a
 #: mod that knows the asks raises one only at a server that names them.
-_HEALTH: Final = Answer(200, dumps({"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]}).encode())
-_OK: Final = Answer(200, b'{"ok":true}')
+_HEALTH: Final = HttpAnswer(200, dumps({"link": MOD_HEALTH_MARKER, "capabilities": [MOD_CAPABILITY_ASKS]}).encode())
+_OK: Final = HttpAnswer(200, b'{"ok":true}')
 _INSTANCE: Final = MOD_INSTANCE_HEADER.lower().encode("ascii")
 
 
-def _json(value: Any) -> Answer:
-    return Answer(200, dumps(value).encode())
+def _json(value: Any) -> HttpAnswer:
+    return HttpAnswer(200, dumps(value).encode())
 
 
 async def probe_health(path: str, *, timeout: float = PROBE_TIMEOUT) -> bool:
@@ -219,6 +220,19 @@ class _Waiter:
     outcome: CallOutcome | None = None
 
 
+@attrs.frozen
+class ModLinkStatistics:
+    """What a :class:`ModLink` is doing: its core's figures, whether it serves,
+    and its long polls (waiting now; answered with work, expired, unwritten)."""
+
+    core: LinkCoreStatistics
+    serving: bool
+    polls_waiting: int
+    polls_with_work: int
+    polls_expired: int
+    polls_unwritten: int
+
+
 class ModLink:
     """The mod link of one Claude Code session (see the module docstring).
 
@@ -274,16 +288,15 @@ class ModLink:
         """The link's state as of the last event (a frozen snapshot)."""
         return self._core.state
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            **self._core.statistics(),
-            "serving": self._serving,
-            "polls_waiting": len(self._held),
-            "polls_with_work": self.polls_with_work,
-            "polls_expired": self.polls_expired,
-            "polls_unwritten": self.polls_unwritten,
-        }
-
+    def statistics(self) -> ModLinkStatistics:
+        return ModLinkStatistics(
+            core=self._core.statistics(),
+            serving=self._serving,
+            polls_waiting=len(self._held),
+            polls_with_work=self.polls_with_work,
+            polls_expired=self.polls_expired,
+            polls_unwritten=self.polls_unwritten,
+        )
     async def call(self, name: str, args: Any = None, *, deadline: float = DEFAULT_CALL_DEADLINE) -> Any:
         """Ask the mod to make call ``name`` and return its typed result.
 
@@ -416,7 +429,7 @@ class ModLink:
 
     # ----------------------------------------------------------------- the routes
 
-    async def _route(self, exchange: Exchange) -> Answer:
+    async def _route(self, exchange: Exchange) -> HttpAnswer:
         """The answer to one request: its route's, or 404, 405, the
         ``OPTIONS`` of a route (200 with its ``Allow``, as Quart answered
         it), or 500 for a failure of ours (logged; the link goes on)."""
@@ -425,7 +438,7 @@ class ModLink:
             return refusal(404, "not-found", f"{exchange.path} is not a route of the mod link")
         method, allow, serve = entry
         if exchange.method == "OPTIONS":
-            return Answer(200, b"", content_type=b"text/html; charset=utf-8", headers=((b"allow", allow),))
+            return HttpAnswer(200, b"", content_type=b"text/html; charset=utf-8", headers=((b"allow", allow),))
         if exchange.method != method and not (method == "GET" and exchange.method == "HEAD"):
             return refusal(405, "method-not-allowed", f"{exchange.method} is not allowed on {exchange.path}")
         try:
@@ -448,7 +461,7 @@ class ModLink:
         for subscription in self._subscriptions.values():
             subscription._wake()
 
-    async def _admit_and_read(self, exchange: Exchange, route: str) -> tuple[str | None, Any, Answer | None]:
+    async def _admit_and_read(self, exchange: Exchange, route: str) -> tuple[str | None, Any, HttpAnswer | None]:
         """The instance the post names, and its body as JSON: ``(instance,
         value, None)`` or ``(instance, None, refusal)``. Claims nothing; the
         route calls :meth:`_claim` once the body has proved good."""
@@ -457,7 +470,7 @@ class ModLink:
         if not self._core.admit(instance):
             return instance, None, self._taken()
         raw = await exchange.body()
-        if isinstance(raw, Answer):
+        if isinstance(raw, HttpAnswer):
             return instance, None, raw
         if route == MOD_ROUTE_REQUESTS and not raw.strip():
             return instance, {}, None
@@ -466,19 +479,19 @@ class ModLink:
         except (UnicodeDecodeError, JsonError) as exc:
             return instance, None, refusal(400, "not-json", f"the body of POST {route} is not JSON text: {exc}")
 
-    def _claim(self, instance: str | None) -> Answer | None:
+    def _claim(self, instance: str | None) -> HttpAnswer | None:
         """Claim the link for a good post, or the 409 when another instance
         took it while this post was read."""
         return None if self._core.claim(instance) else self._taken()
 
-    def _taken(self) -> Answer:
+    def _taken(self) -> HttpAnswer:
         return refusal(
             MOD_STATUS_TAKEN,
             "taken",
             f"another mod instance ({self._core.state.instance}) holds this link; one server serves one mod",
         )
 
-    async def _read_post(self, exchange: Exchange, route: str, read: Any, shape: str) -> tuple[Any, Answer | None]:
+    async def _read_post(self, exchange: Exchange, route: str, read: Any, shape: str) -> tuple[Any, HttpAnswer | None]:
         """A post's body, admitted, read by ``read`` and claimed:
         ``(read's value, None)``, or ``(None, refusal)`` and nothing
         applied."""
@@ -491,10 +504,10 @@ class ModLink:
             return None, refusal(400, "bad-body", f"POST {route} takes {shape}: {exc}")
         return value, self._claim(instance)
 
-    async def _serve_health(self, exchange: Exchange) -> Answer:
+    async def _serve_health(self, exchange: Exchange) -> HttpAnswer:
         return _HEALTH
 
-    async def _serve_events(self, exchange: Exchange) -> Answer:
+    async def _serve_events(self, exchange: Exchange) -> HttpAnswer:
         value, refused = await self._read_post(exchange, MOD_ROUTE_EVENTS, read_events, "{events: [...]}")
         if refused is not None:
             return refused
@@ -504,7 +517,7 @@ class ModLink:
         self._publish(accepted)
         return _OK
 
-    async def _serve_results(self, exchange: Exchange) -> Answer:
+    async def _serve_results(self, exchange: Exchange) -> HttpAnswer:
         value, refused = await self._read_post(exchange, MOD_ROUTE_RESULTS, read_results, "{results: [...]}")
         if refused is not None:
             return refused
@@ -516,7 +529,7 @@ class ModLink:
         self._settle(self._core.accept_results(good, broken))
         return _OK
 
-    async def _serve_requests(self, exchange: Exchange) -> Answer:
+    async def _serve_requests(self, exchange: Exchange) -> HttpAnswer:
         """The poll: every queued request at once, or held up to
         ``self.hold`` until one is queued. A poll whose answer is not
         written (its client went away, the write failed, or the link
@@ -558,7 +571,7 @@ class ModLink:
 
 #: Each route: its method, its ``Allow`` (as Quart answered ``OPTIONS``),
 #: and the method of :class:`ModLink` that serves it.
-_ROUTES: Final[dict[str, tuple[str, bytes, Callable[[ModLink, Exchange], Awaitable[Answer]]]]] = {
+_ROUTES: Final[dict[str, tuple[str, bytes, Callable[[ModLink, Exchange], Awaitable[HttpAnswer]]]]] = {
     MOD_ROUTE_HEALTH: ("GET", b"OPTIONS, GET, HEAD", ModLink._serve_health),
     MOD_ROUTE_EVENTS: ("POST", b"OPTIONS, POST", ModLink._serve_events),
     MOD_ROUTE_RESULTS: ("POST", b"OPTIONS, POST", ModLink._serve_results),

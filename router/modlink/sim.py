@@ -14,7 +14,7 @@ Trio through anyio):
   at a time, batched while one is out (the mod's ``flush``). An event and a
   result may therefore cross, as they do in the mod.
 - Turns are scripted: a turn is a list of steps, a step a list of chunks
-  (text, a :class:`ToolCall`, or a ``trio.Event`` the turn waits on, so a
+  (text, a :class:`SimulatedToolCall`, or a ``trio.Event`` the turn waits on, so a
   test can hold a turn open). Each chunk adds to the step and sends a
   ``step`` snapshot (the whole step so far), at most ten a second by default.
 
@@ -112,12 +112,12 @@ from wire.mod import (
     unread_row_prompt,
 )
 
-__all__ = ["PLUGIN_NAME", "ModSimulator", "Row", "Step", "TakenPrompt", "ToolCall", "framed_prompt"]
+__all__ = ["PLUGIN_NAME", "ModSimulator", "Row", "Step", "TakenPrompt", "SimulatedToolCall", "framed_prompt"]
 
 log = logging.getLogger("router.modlink.sim")
 
 @attrs.frozen(kw_only=True)
-class ToolCall:
+class SimulatedToolCall:
     """A tool call the model makes in a step: its block streams as one chunk,
     and its result row comes after the step, once ``gate`` (when given) is
     set: the tool runs until then."""
@@ -131,7 +131,7 @@ class ToolCall:
 
 #: One step of a scripted turn: its chunks, each a piece of text, a tool
 #: call, or an event the turn waits on before going on.
-Step = Sequence[Union[str, ToolCall, trio.Event]]
+Step = Sequence[Union[str, SimulatedToolCall, trio.Event]]
 
 #: The plug-in's name, as its manifest spells it (``plugin/.claude-plugin/plugin.json``):
 #: Claude Code stamps it on the rows of the prompts the plug-in submits.
@@ -644,12 +644,12 @@ class ModSimulator:
             # The step's request reads the conversation as it stands now.
             self._unread = []
             parts: list[ModStepPart] = []
-            tools: list[ToolCall] = []
+            tools: list[SimulatedToolCall] = []
             for chunk in chunks:
                 if isinstance(chunk, trio.Event):
                     await chunk.wait()
                     continue
-                if isinstance(chunk, ToolCall):
+                if isinstance(chunk, SimulatedToolCall):
                     tools.append(chunk)
                     parts.append(ModStepToolCall(id=chunk.id, name=chunk.name, args=dumps(dict(chunk.input))))
                 elif parts and isinstance(parts[-1], ModStepText):
@@ -702,7 +702,7 @@ class ModSimulator:
         )
 
 
-def _block_of(part: ModStepPart, tools: Sequence[ToolCall]) -> JsonValue:
+def _block_of(part: ModStepPart, tools: Sequence[SimulatedToolCall]) -> JsonValue:
     """The content block a step part is, as its response row carries it."""
     if isinstance(part, ModStepToolCall):
         tool = next(each for each in tools if each.id == part.id)

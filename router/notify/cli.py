@@ -89,6 +89,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"notifications": found, "errors": errors}, ensure_ascii=False), flush=True)
         return 1 if left_out or errors else 0
+    _print_text(found, errors)
+    return 1 if left_out or errors else 0
+
+
+def _print_text(found: list[dict], errors: list[dict]) -> None:
+    """The survey as lines a person reads: the errors, then each
+    notification with its receipts."""
     for error in errors:
         where = error.get("destination") or error.get("notifier") or "settings"
         print(f"error: {where}: {error['code']}: {error['message']}", flush=True)
@@ -101,4 +108,3 @@ def run(args: argparse.Namespace) -> int:
         for receipt in event["receipts"]:
             status = f" {receipt['status']}" if receipt.get("status") is not None else ""
             print(f"    {receipt['destination']}: {receipt['outcome']}{status}: {receipt['detail']}", flush=True)
-    return 1 if left_out or errors else 0

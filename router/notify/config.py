@@ -88,26 +88,33 @@ def _parse(value: Any) -> NotifySettings:
     notifiers = value.get("notifiers", {})
     if type(notifiers) is not dict or any(type(v) is not dict for v in notifiers.values()):
         raise _bad('"notifiers" is an object of notifier module name to its options (an object)')
-    quiet_value = value.get("quiet_hours")
-    quiet = None
-    if quiet_value is not None:
-        if type(quiet_value) is not dict or set(quiet_value) - {"start", "end", "time_zone"}:
-            raise _bad('"quiet_hours" is {"start": "HH:MM", "end": "HH:MM", "time_zone": "<IANA name>"}')
-        try:
-            quiet = QuietHours(**quiet_value)
-        except (Refusal, TypeError) as error:
-            raise _bad(f'"quiet_hours": {getattr(error, "message", error)}') from None
+    quiet = _quiet_hours(value.get("quiet_hours"))
     turn_ended = value.get("turn_ended", False)
     sessions = value.get("sessions", {})
     if type(turn_ended) is not bool or type(sessions) is not dict:
         raise _bad('"turn_ended" is true or false and "sessions" an object of session settings')
-    kept = {}
-    for session, setting in sessions.items():
-        if (type(setting) is not dict or set(setting) - {"muted", "turn_ended"}
-                or any(type(v) is not bool for v in setting.values())):
-            raise _bad(f'"sessions.{session}" is {{"muted": bool, "turn_ended": bool}}')
-        kept[session] = SessionSetting(**setting)
+    kept = {session: _session_setting(session, setting) for session, setting in sessions.items()}
     return NotifySettings(notifiers=notifiers, quiet=quiet, turn_ended=turn_ended, sessions=kept)
+
+
+def _quiet_hours(value: Any) -> QuietHours | None:
+    """``quiet_hours``: absent, or ``{"start", "end", "time_zone"}``."""
+    if value is None:
+        return None
+    if type(value) is not dict or set(value) - {"start", "end", "time_zone"}:
+        raise _bad('"quiet_hours" is {"start": "HH:MM", "end": "HH:MM", "time_zone": "<IANA name>"}')
+    try:
+        return QuietHours(**value)
+    except (Refusal, TypeError) as error:
+        raise _bad(f'"quiet_hours": {getattr(error, "message", error)}') from None
+
+
+def _session_setting(session: str, setting: Any) -> SessionSetting:
+    """One session's entry of ``sessions``: ``{"muted", "turn_ended"}``, booleans."""
+    if (type(setting) is not dict or set(setting) - {"muted", "turn_ended"}
+            or any(type(v) is not bool for v in setting.values())):
+        raise _bad(f'"sessions.{session}" is {{"muted": bool, "turn_ended": bool}}')
+    return SessionSetting(**setting)
 
 
 def load_settings(settings_dir: Path) -> NotifySettings:

@@ -54,7 +54,7 @@ import attrs
 
 from router.errors import Refusal
 
-__all__ = [
+__all__ = ["PresenceStatistics", 
     "LOCAL_DEVICE",
     "NOTIFY_STATUS",
     "Decision",
@@ -67,7 +67,7 @@ __all__ = [
     "QuietHours",
     "RoutingFacts",
     "SessionSetting",
-    "Subscription",
+    "PushSubscription",
     "ask_event",
     "event_id",
     "park_event",
@@ -311,6 +311,14 @@ def route(event: Event, destinations: Sequence[Destination], facts: RoutingFacts
 # --------------------------------------------------------------------------- presence
 
 
+@attrs.frozen
+class PresenceStatistics:
+    """What a :class:`Presence` knows: the devices seen, and how many show a session."""
+
+    devices: int
+    showing: int
+
+
 class Presence:
     """Which device watches which session (see the module docstring)."""
 
@@ -322,9 +330,9 @@ class Presence:
     def __repr__(self) -> str:
         return f"<Presence devices={len(self._seen)}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"devices": len(self._seen), "showing": sum(1 for _, s, _ in self._seen.values() if s is not None)}
-
+    def statistics(self) -> PresenceStatistics:
+        return PresenceStatistics(devices=len(self._seen),
+                                  showing=sum(1 for _, s, _ in self._seen.values() if s is not None))
     def post(self, device: str, name: str, *, visible: bool, session: str | None, now: float) -> None:
         if visible:
             self._seen[device] = (name, session, now + self._ttl)
@@ -358,7 +366,7 @@ def _b64url(value: object, what: str, size: int | None) -> bytes:
 
 
 @attrs.frozen(kw_only=True)
-class Subscription:
+class PushSubscription:
     """A browser's push subscription (``PushSubscription.toJSON()``)."""
 
     endpoint: str
@@ -376,7 +384,7 @@ class Subscription:
         return {"endpoint": self.endpoint, "keys": {"p256dh": self.p256dh, "auth": self.auth}}
 
 
-def parse_subscription(body: object, *, allow_http: bool = False) -> Subscription:
+def parse_subscription(body: object, *, allow_http: bool = False) -> PushSubscription:
     """A subscription body, or ``bad-subscription`` with a sentence.
     ``allow_http``: an ``http://`` endpoint (tests' loopback push service)."""
     if type(body) is not dict:
@@ -385,14 +393,8 @@ def parse_subscription(body: object, *, allow_http: bool = False) -> Subscriptio
     if unknown:
         raise Refusal("bad-subscription", f"unknown field {sorted(unknown)[0]!r}; a subscription has endpoint, "
                       "expirationTime and keys")
-    endpoint = body.get("endpoint")
-    schemes = ("https://", "http://") if allow_http else ("https://",)
-    if (type(endpoint) is not str or not endpoint.startswith(schemes) or len(endpoint) > 2048
-            or any(c in endpoint for c in " \r\n\t\x00") or not endpoint.isprintable()):
-        raise Refusal("bad-subscription", "endpoint is the push service's https:// URL (at most 2048 characters)")
-    expiration = body.get("expirationTime")
-    if expiration is not None and (type(expiration) not in (int, float) or not 0 <= expiration < 2**53):
-        raise Refusal("bad-subscription", "expirationTime is null or a time in ms since the epoch")
+    endpoint = _endpoint(body.get("endpoint"), allow_http)
+    expiration = _expiration(body.get("expirationTime"))
     keys = body.get("keys")
     if type(keys) is not dict or set(keys) - {"p256dh", "auth"} or "p256dh" not in keys or "auth" not in keys:
         raise Refusal("bad-subscription", "keys is {p256dh, auth}, both base64url")
@@ -400,8 +402,24 @@ def parse_subscription(body: object, *, allow_http: bool = False) -> Subscriptio
     if point[0] != 4:
         raise Refusal("bad-subscription", "keys.p256dh is an uncompressed P-256 point (65 bytes starting 0x04)")
     _b64url(keys["auth"], "auth", 16)
-    return Subscription(endpoint=endpoint, p256dh=keys["p256dh"], auth=keys["auth"],
+    return PushSubscription(endpoint=endpoint, p256dh=keys["p256dh"], auth=keys["auth"],
                         expiration=None if expiration is None else int(expiration))
+
+
+def _endpoint(endpoint: object, allow_http: bool) -> str:
+    """A subscription's ``endpoint``: the push service's URL."""
+    schemes = ("https://", "http://") if allow_http else ("https://",)
+    if (type(endpoint) is not str or not endpoint.startswith(schemes) or len(endpoint) > 2048
+            or any(c in endpoint for c in " \r\n\t\x00") or not endpoint.isprintable()):
+        raise Refusal("bad-subscription", "endpoint is the push service's https:// URL (at most 2048 characters)")
+    return endpoint
+
+
+def _expiration(expiration: object) -> int | float | None:
+    """A subscription's ``expirationTime``: null or ms since the epoch."""
+    if expiration is not None and (type(expiration) not in (int, float) or not 0 <= expiration < 2**53):
+        raise Refusal("bad-subscription", "expirationTime is null or a time in ms since the epoch")
+    return expiration
 
 
 def parse_presence(body: object) -> tuple[bool, str | None]:

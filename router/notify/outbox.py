@@ -50,14 +50,16 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Final
 
+import attrs
 import trio
 
 from router.notify import record
 from router.notify.config import NotifySettings, load_settings, save_settings, vapid_key
-from router.notify.core import LOCAL_DEVICE, Destination, Event, Presence, RoutingFacts, SessionSetting, payload, route
+from router.notify.core import (LOCAL_DEVICE, Destination, Event, Presence, PresenceStatistics, RoutingFacts, SessionSetting,
+                                payload, route)
 from router.plugins.loader import Loader
 
-__all__ = ["Notifications", "POLL", "SEND_DEADLINE"]
+__all__ = ["NotificationsStatistics", "Notifications", "POLL", "SEND_DEADLINE"]
 
 log = logging.getLogger("router.notify")
 
@@ -71,6 +73,18 @@ SEND_DEADLINE: Final = 30.0
 
 def _ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@attrs.frozen
+class NotificationsStatistics:
+    """What the :class:`Notifications` did: sent, suppressed, failed, the
+    notices written, and the devices' presence."""
+
+    sent: int
+    suppressed: int
+    failed: int
+    written: int
+    presence: PresenceStatistics
 
 
 class Notifications:
@@ -120,10 +134,9 @@ class Notifications:
         return (f"<Notifications {self.claimant!r} sent={self.sent} suppressed={self.suppressed} "
                 f"failed={self.failed} {self.presence!r}>")
 
-    def statistics(self) -> dict[str, int]:
-        return {"sent": self.sent, "suppressed": self.suppressed, "failed": self.failed,
-                "written": self.notices.written, **self.presence.statistics()}
-
+    def statistics(self) -> NotificationsStatistics:
+        return NotificationsStatistics(sent=self.sent, suppressed=self.suppressed, failed=self.failed,
+                                       written=self.notices.written, presence=self.presence.statistics())
     # ------------------------------------------------------------------ setup
 
     async def attach(self) -> None:

@@ -44,7 +44,7 @@ import json
 import time
 from typing import Any, Callable, Final, Iterator, Mapping
 
-from router.notify.core import (Event, SessionSetting, Subscription, ask_event, park_event, resumed_event, stop_event,
+from router.notify.core import (Event, SessionSetting, PushSubscription, ask_event, park_event, resumed_event, stop_event,
                                 turn_ended_event, unreachable_event)
 
 __all__ = ["COMPONENT", "Notices", "STEPS", "install"]
@@ -275,7 +275,7 @@ def events(db: Any, *, session: str | None = None, limit: int = 50) -> list[dict
 # --------------------------------------------------------------------------- subscriptions
 
 
-def put_subscription(db: Any, subscription: Subscription, device: str, device_name: str) -> None:
+def put_subscription(db: Any, subscription: PushSubscription, device: str, device_name: str) -> None:
     """Keep ``subscription`` for ``device``; the same endpoint replaces the old row."""
     with atomic(db):
         db.execute("DELETE FROM notify_subscriptions WHERE endpoint = ?", (subscription.endpoint,))
@@ -297,7 +297,7 @@ def subscriptions(db: Any) -> list[dict[str, Any]]:
     rows = db.execute("SELECT id, device, device_name, endpoint, p256dh, auth, expiration FROM notify_subscriptions "
                       "ORDER BY created_at, id").fetchall()
     return [{"id": r[0], "device": r[1], "device_name": r[2],
-             "subscription": Subscription(endpoint=r[3], p256dh=r[4], auth=r[5], expiration=r[6])} for r in rows]
+             "subscription": PushSubscription(endpoint=r[3], p256dh=r[4], auth=r[5], expiration=r[6])} for r in rows]
 
 
 def setting_of(settings: Mapping[str, SessionSetting], session: str) -> SessionSetting:

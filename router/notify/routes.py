@@ -30,14 +30,22 @@ from __future__ import annotations
 from contextlib import aclosing
 from typing import Any, AsyncIterator, Final
 
-from quart import Blueprint, Response, request
+from quart import Blueprint, Response, current_app, request
 
 from router.errors import Refusal
 from router.notify import record
 from router.notify.core import LOCAL_DEVICE, parse_presence, parse_session_setting, parse_subscription
 from wire.json import JsonError, dumps, loads
 
-__all__ = ["blueprint", "gone_when_closed"]
+__all__ = ["KEY", "blueprint", "gone_when_closed"]
+
+#: The key in ``app.extensions`` of how the app finds its router's
+#: notifications: a callable answering the
+#: :class:`router.notify.outbox.Notifications`, or None when it runs none.
+#: The app that registers this Blueprint sets it
+#: (:meth:`router.api.context.ApiContext.install`); these routes read
+#: nothing else of the app.
+KEY: Final = "router.notify"
 
 #: The most notifications one listing answers (NOTIFY_CONTRACT: default 50, max 500).
 MAX_LIMIT: Final = 500
@@ -49,10 +57,14 @@ def _json(value: Any, status: int = 200) -> Response:
     return Response(dumps(value), status=status, content_type="application/json")
 
 
-def _service() -> Any:
-    from router.api.context import current
+def _notifications() -> Any:
+    """The notifications of the app serving this request, or None."""
+    find = current_app.extensions.get(KEY)
+    return None if find is None else find()
 
-    found = getattr(current().router, "notifications", None)
+
+def _service() -> Any:
+    found = _notifications()
     if found is None:
         raise Refusal("notifications-off", "this router sends no notifications (the page's `router serve` does)")
     return found
@@ -71,9 +83,7 @@ def gone_when_closed(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     presence when it ends, however it ends (the page closed it, the
     server did). Call it in the request: the device is read now, not in
     the stream. A router that runs no notifications gets ``body`` as is."""
-    from router.api.context import current
-
-    service = getattr(current().router, "notifications", None)
+    service = _notifications()
     if service is None:
         return body
     device, _ = _device()

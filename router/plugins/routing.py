@@ -52,7 +52,7 @@ from wire.json import dumps, is_json
 from router.plugins.broker import Broker
 from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule
-from router.errors import Refusal, is_code
+from router.errors import Refusal, refusal_of
 from router.plugins.models import InstanceSetting, RoutesDocument, StoredInstance, StoredRoute, structure
 from router.plugins.settings import parse_change
 
@@ -267,9 +267,9 @@ async def preflight(
     value = answer.value
     if value is None:
         return None
-    if (type(value) is dict and set(value) == {"code", "message"} and is_code(value["code"])
-            and type(value["message"]) is str):
-        return Refusal(code=value["code"], message=value["message"])
+    refusal = refusal_of(value, only=True)
+    if refusal is not None:
+        return refusal
     return Refusal(
         code="preflight-failed",
         message=f'the harness module "{module.name}" answered preflight in the wrong shape '

@@ -47,8 +47,9 @@ from router.plugins.broker import Broker
 from router.plugins.loader import LoadedModule, Loader, Log, default_log
 from router.plugins.models import nests_deeper
 from router.errors import Refusal
+from router.host import UsageAfter  # the ledger's answer, the host's store's too
 
-__all__ = [
+__all__ = ["StoreLedgerStatistics", "TableRecordsStatistics", "JsonlRecordsStatistics", 
     "TOKEN_KINDS",
     "Bracket",
     "JsonlRecords",
@@ -177,25 +178,6 @@ def utc_now() -> dt.datetime:
 # --------------------------------------------------------------------------- ledger
 
 
-@attrs.frozen(kw_only=True)
-class UsageAfter:
-    """A session's ``usage`` events after a mark, summed (what
-    :meth:`UsageLedger.usage_after` answers).
-
-    ``mark`` is where the next read starts (the ledger's own position, a
-    count: the mark asked for when no event came after it). The wire's
-    ``usage`` event carries ``inputTokens``, ``outputTokens`` and
-    ``costUsd``, each optional; there are no cache kinds. A sum is ``None``
-    when no event summed reported that figure. The host's store answers
-    objects of this shape (``router.host.store.UsageAfter``).
-    """
-
-    mark: int
-    events: int
-    input_tokens: float | None
-    output_tokens: float | None
-
-
 class UsageLedger(Protocol):
     """The protocol the ``frames`` usage source reads: the usage figures the
     router stored from a container session's ``usage`` events. Events are
@@ -241,6 +223,15 @@ class MemoryLedger:
                           output_tokens=total([o for _, _, o in new]))
 
 
+@attrs.frozen
+class StoreLedgerStatistics:
+    """What a :class:`StoreLedger` did: reads asked of the store, and reads
+    held (answered at once: nothing written since)."""
+
+    reads: int
+    held: int
+
+
 class StoreLedger:
     """The host's store (``router.host.store.Store``) as a
     :class:`UsageLedger`: ``Store.usage_after``, in the store's worker
@@ -267,9 +258,8 @@ class StoreLedger:
     def __repr__(self) -> str:
         return f"<StoreLedger reads={self.reads} held={self.held}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"reads": self.reads, "held": self.held}
-
+    def statistics(self) -> StoreLedgerStatistics:
+        return StoreLedgerStatistics(reads=self.reads, held=self.held)
     def _sole(self) -> bool:
         store = self._store
         return getattr(store, "sole_writer", False) is True and not store.database.fences
@@ -411,6 +401,18 @@ class _IndexedRecords(_OnWorker):
         return self._index.since(start)
 
 
+@attrs.frozen
+class JsonlRecordsStatistics:
+    """What :class:`JsonlRecords` read: the records indexed, the offset read
+    to, the bytes read, the lines parsed and the rereads from the start."""
+
+    records: int
+    offset: int
+    bytes_read: int
+    lines_parsed: int
+    rereads: int
+
+
 class JsonlRecords(_IndexedRecords):
     """Turn records as JSON lines in one file, read incrementally.
 
@@ -454,11 +456,9 @@ class JsonlRecords(_IndexedRecords):
     def __repr__(self) -> str:
         return f"<JsonlRecords {self.path!r} records={len(self._index)} offset={self._offset}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"records": len(self._index), "offset": self._offset,
-                "bytes_read": self._bytes_read, "lines_parsed": self._lines_parsed,
-                "rereads": self._rereads}
-
+    def statistics(self) -> JsonlRecordsStatistics:
+        return JsonlRecordsStatistics(records=len(self._index), offset=self._offset, bytes_read=self._bytes_read,
+                                      lines_parsed=self._lines_parsed, rereads=self._rereads)
     def append(self, record: Mapping[str, Any]) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         line = (dumps(dict(record)) + "\n").encode()
@@ -545,6 +545,16 @@ RECORD_MIGRATIONS: Final[tuple[Step, ...]] = (
 )
 
 
+@attrs.frozen
+class TableRecordsStatistics:
+    """What :class:`TableRecords` read: the records indexed, the last row read
+    and the rows read."""
+
+    records: int
+    last: int
+    rows_read: int
+
+
 class TableRecords(_IndexedRecords):
     """Turn records as rows of ``turn_records`` in a PostgreSQL database,
     read incrementally as :class:`JsonlRecords` reads its file: the reader
@@ -574,9 +584,8 @@ class TableRecords(_IndexedRecords):
     def __repr__(self) -> str:
         return f"<TableRecords records={len(self._index)} last={self._last}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"records": len(self._index), "last": self._last, "rows_read": self._rows_read}
-
+    def statistics(self) -> TableRecordsStatistics:
+        return TableRecordsStatistics(records=len(self._index), last=self._last, rows_read=self._rows_read)
     @property
     def database(self) -> PgDatabase:
         """The connection, for the fencing hook (``database.fences``)."""

@@ -49,11 +49,11 @@ from typing import Any, Final, Hashable, Iterable
 
 import attrs
 
-from router.store.db import Database, SqliteDatabase, Target, migrate, open_migrated
+from router.store.db import Database, SqliteDatabase, StoreTarget, migrate, open_migrated
 from router.errors import Refusal
 from router.store.worker import Worker
 
-__all__ = ["Device", "DeviceStore", "StreamBook", "credential_id", "hash_secret", "name_from_agent"]
+__all__ = ["StreamBookStatistics", "Device", "DeviceStore", "StreamBook", "credential_id", "hash_secret", "name_from_agent"]
 
 #: Random bytes in a device's credential (ours: 256 bits, as the API token).
 SECRET_BYTES: Final = 32
@@ -158,7 +158,7 @@ class DeviceStore:
         return await self.worker.call(fn, *args)
 
     @classmethod
-    def open(cls, target: Target | None, data_dir: Path) -> DeviceStore:
+    def open(cls, target: StoreTarget | None, data_dir: Path) -> DeviceStore:
         def too_new(version: int) -> Exception:
             return Refusal("devices-too-new", f"the devices record was written by a newer router (schema "
                            f"{version}); upgrade this one")
@@ -268,6 +268,15 @@ class DeviceStore:
         return _device(row)
 
 
+@attrs.frozen
+class StreamBookStatistics:
+    """The devices with live streams open, the streams, and the devices revoked."""
+
+    devices: int
+    streams: int
+    revoked: int
+
+
 class StreamBook:
     """Sans-IO: each device's open streams, by a handle the caller cancels.
 
@@ -282,10 +291,9 @@ class StreamBook:
     def __repr__(self) -> str:
         return f"<StreamBook devices={len(self._open)} streams={sum(map(len, self._open.values()))}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"devices": len(self._open), "streams": sum(map(len, self._open.values())),
-                "revoked": len(self._revoked)}
-
+    def statistics(self) -> StreamBookStatistics:
+        return StreamBookStatistics(devices=len(self._open), streams=sum(map(len, self._open.values())),
+                                    revoked=len(self._revoked))
     def open(self, device_id: str, handle: Hashable) -> bool:
         """Record an open stream; False when the device is known revoked
         here (the caller refuses it)."""

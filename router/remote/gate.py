@@ -65,7 +65,7 @@ from wire.json import dumps
 if TYPE_CHECKING:
     from router.remote.reach import Reach
 
-__all__ = ["COOKIE", "Gate", "GateInfo", "LoopbackOrigins", "OPEN_PATHS", "REMOTE_STATUS"]
+__all__ = ["GateStatistics", "COOKIE", "Gate", "GateInfo", "LoopbackOrigins", "OPEN_PATHS", "REMOTE_STATUS"]
 
 log = logging.getLogger("router.remote")
 
@@ -138,6 +138,14 @@ def _first(value: str | None) -> str | None:
     return None if value is None else (value.split(",")[0].strip() or None)
 
 
+@attrs.frozen
+class GateStatistics:
+    """A :class:`Gate`'s listener, and the requests it refused, by code."""
+
+    listener: str
+    refused: dict[str, int]
+
+
 class Gate:
     """See the module docstring. ``Gate(app, reach, listener="remote")``
     is an ASGI app."""
@@ -146,9 +154,8 @@ class Gate:
         self.app, self.reach, self.listener, self.open_paths = app, reach, listener, open_paths
         self.refused: dict[str, int] = {}
 
-    def statistics(self) -> dict[str, Any]:
-        return {"listener": self.listener, "refused": dict(self.refused)}
-
+    def statistics(self) -> GateStatistics:
+        return GateStatistics(listener=self.listener, refused=dict(self.refused))
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)

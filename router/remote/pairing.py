@@ -45,7 +45,7 @@ import attrs
 
 from router.errors import Refusal
 
-__all__ = ["CODE_TTL", "Issued", "LOCKOUT", "MAX_WRONG", "PairingBook", "Redeemed"]
+__all__ = ["PairingBookStatistics", "CODE_TTL", "Issued", "LOCKOUT", "MAX_WRONG", "PairingBook", "Redeemed"]
 
 #: Random bytes in a code (ours: 128 bits, past guessing even without the lockout).
 CODE_BYTES: Final = 16
@@ -92,6 +92,21 @@ class _Code:
     used: bool = False
 
 
+@attrs.frozen
+class PairingBookStatistics:
+    """What a :class:`PairingBook` holds: codes open (unused, unexpired at
+    ``now``), codes remembered, wrong tries counted, the lockout's end, and
+    the codes issued, redeemed and refused."""
+
+    open: int
+    remembered: int
+    wrong: int
+    locked_until: float | None
+    issued: int
+    redeemed: int
+    refused: int
+
+
 class PairingBook:
     """The open and remembered codes, the wrong tries and the lock (see the
     module docstring)."""
@@ -106,15 +121,14 @@ class PairingBook:
         self.issued = self.redeemed = self.refused = 0
 
     def __repr__(self) -> str:
-        return (f"<PairingBook open={self.statistics()['open']} remembered={len(self._codes)} "
+        return (f"<PairingBook open={self.statistics().open} remembered={len(self._codes)} "
                 f"wrong={len(self._wrong)} locked_until={self._locked_until}>")
 
-    def statistics(self, now: float | None = None) -> dict[str, object]:
+    def statistics(self, now: float | None = None) -> PairingBookStatistics:
         open_ = sum(1 for c in self._codes.values() if not c.used and (now is None or now < c.expires_at))
-        return {"open": open_, "remembered": len(self._codes), "wrong": len(self._wrong),
-                "lockedUntil": self._locked_until, "issued": self.issued, "redeemed": self.redeemed,
-                "refused": self.refused}
-
+        return PairingBookStatistics(open=open_, remembered=len(self._codes), wrong=len(self._wrong),
+                                     locked_until=self._locked_until, issued=self.issued, redeemed=self.redeemed,
+                                     refused=self.refused)
     # ------------------------------------------------------------------ inputs
 
     def issue(self, now: float) -> Issued | Refusal:

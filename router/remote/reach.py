@@ -50,11 +50,11 @@ import attrs
 import trio
 
 from router.errors import Refusal
-from router.remote.devices import Device, DeviceStore, StreamBook
-from router.remote.pairing import PairingBook, Redeemed
+from router.remote.devices import Device, DeviceStore, StreamBook, StreamBookStatistics
+from router.remote.pairing import PairingBook, PairingBookStatistics, Redeemed
 from router.remote.tls import Certificates, own_certificates, person_certificates
 
-__all__ = ["Listen", "Reach", "ReachConfig", "check_config", "parse_listen"]
+__all__ = ["ReachStatistics", "Listen", "Reach", "ReachConfig", "check_config", "parse_listen"]
 
 log = logging.getLogger("router.remote")
 
@@ -136,6 +136,16 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}".lower()
 
 
+@attrs.frozen
+class ReachStatistics:
+    """What a :class:`Reach` serves: its listeners, its pairing codes and the
+    devices' live streams."""
+
+    listen: tuple[str, ...]
+    pairing: PairingBookStatistics
+    streams: StreamBookStatistics
+
+
 class Reach:
     """See the module docstring."""
 
@@ -154,10 +164,9 @@ class Reach:
     def __repr__(self) -> str:
         return f"<Reach listen={[each.hostport for each in self.config.listen]} {self.book!r} {self.streams!r}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {"listen": [each.hostport for each in self.config.listen], "pairing": self.book.statistics(self.clock()),
-                "streams": self.streams.statistics()}
-
+    def statistics(self) -> ReachStatistics:
+        return ReachStatistics(listen=tuple(each.hostport for each in self.config.listen),
+                               pairing=self.book.statistics(self.clock()), streams=self.streams.statistics())
     # ------------------------------------------------------------------ addresses
 
     @property

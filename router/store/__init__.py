@@ -1,25 +1,13 @@
-"""The router's storage layer, and its durable record as a whole.
+"""The router's storage layer: below every record, importing none of them.
 
 The layer (docs/store.md): :mod:`router.store.db` (one connection face over
 SQLite and PostgreSQL, targets, errors, migrations), :mod:`router.store.sqlite`
 (the file lock and the WAL connection), :mod:`router.store.worker` (one
 worker per database: the thread every call hops to, group commit, close).
-
-Three records make the whole: the host's store (:class:`router.host.Store`),
-the delivery record (:class:`router.turns.delivery_log.DeliveryLog`) and the
-turn records the limits count (:mod:`router.plugins.usage`). Where they
-live is one ``--store`` value (:func:`router.store.db.parse_target`):
-
-- a SQLite data directory (the default: ``--data-dir``): ``host.sqlite``,
-  ``turns.sqlite`` and ``usage.jsonl`` in it, one router at a time (each
-  SQLite file is locked by the router that has it open);
-- ``postgresql://…``: the three as tables of one PostgreSQL database, which
-  any number of routers share.
-
-:func:`open_record` opens the three; :func:`copy_record` (``router store
-copy``) copies a SQLite data directory into a PostgreSQL database. Both are
-loaded when first named (this package's base modules are imported by the
-records themselves, so its face must not import them back).
+The host's store, the delivery record, the usage records, the devices and
+the cluster each open their database here; the record as a whole (the
+three opened from one ``--store`` value, copied) is :mod:`router.record`,
+above them.
 """
 
 from __future__ import annotations
@@ -28,9 +16,7 @@ from router._face import face, names
 
 #: Where each public name lives; each is imported on first use (router._face).
 _FACE = {
-    "router.store.db": "Target parse_target redact",
-    "router.store.copy": "copy_record",
-    "router.store.record": "Record open_record",
+    "router.store.db": "StoreTarget parse_target redact",
 }
 
 __all__ = names(_FACE)

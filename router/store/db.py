@@ -69,7 +69,7 @@ __all__ = [
     "PgDatabase",
     "SqliteDatabase",
     "Step",
-    "Target",
+    "StoreTarget",
     "connect_postgres",
     "database_errors",
     "is_postgres_url",
@@ -90,7 +90,7 @@ SQLITE_PREFIX: Final = "sqlite:"
 # --------------------------------------------------------------------------- targets
 
 @attrs.frozen
-class Target:
+class StoreTarget:
     """Where the record lives: ``kind`` ``sqlite`` (``location`` a data
     directory, or a file for a single record) or ``postgresql``
     (``location`` the URL, as given)."""
@@ -106,8 +106,8 @@ def is_postgres_url(text: str) -> bool:
     return text.split("://", 1)[0].lower() in POSTGRES_SCHEMES and "://" in text
 
 
-def parse_target(text: str) -> Target:
-    """A ``--store`` value as a :class:`Target`: ``postgresql://…`` (or
+def parse_target(text: str) -> StoreTarget:
+    """A ``--store`` value as a :class:`StoreTarget`: ``postgresql://…`` (or
     ``postgres://…``) is a PostgreSQL database, ``sqlite:PATH`` or any other
     text a SQLite path. Refused (``bad-store-url``) when it is empty, holds
     a NUL, names another URL scheme, or is a PostgreSQL URL libpq cannot
@@ -116,20 +116,20 @@ def parse_target(text: str) -> Target:
         raise Refusal("bad-store-url", f"{text!r} is not a store: give a data directory or postgresql://…")
     if is_postgres_url(text):
         _check_postgres_url(text)
-        return Target("postgresql", text)
+        return StoreTarget("postgresql", text)
     if text.startswith(SQLITE_PREFIX):
         path = text[len(SQLITE_PREFIX):]
         if path.startswith("//"):  # sqlite:///abs/path, the URL spelling
             path = path[2:]
         if not path:
             raise Refusal("bad-store-url", "sqlite: needs a path after it (sqlite:/var/lib/router)")
-        return Target("sqlite", path)
+        return StoreTarget("sqlite", path)
     scheme = text.split("://", 1)[0] if "://" in text else None
     if scheme is not None and scheme.isidentifier():
         raise Refusal(
             "bad-store-url", f"{scheme}:// is not a store this router has: give a data directory or postgresql://…"
         )
-    return Target("sqlite", text)
+    return StoreTarget("sqlite", text)
 
 
 def _check_postgres_url(text: str) -> None:
@@ -392,14 +392,30 @@ class PgDatabase(Database):
         self.url = url
         self.idle_limit = idle_limit
         try:
-            self.raw = connect_postgres(url, idle_limit=idle_limit)
+            raw = connect_postgres(url, idle_limit=idle_limit)
         except Exception as error:
             if isinstance(error, database_errors()):  # the server refused us or is not there
                 raise Refusal(
                     "bad-store", f"{redact(url)} cannot be used as a store ({str(error).strip()}); check --store"
                 ) from None
             raise
-        self._lock = _lock_key(component)
+        self._over(raw)
+
+    @classmethod
+    def borrowing(cls, raw: Any, component: str) -> PgDatabase:
+        """``component``'s record over a connection another part opened and
+        owns (the cluster's worker hands its own to a schema step): never
+        opened again here, and never closed here."""
+        db = cls.__new__(cls)
+        Database.__init__(db, component)
+        db.url, db.idle_limit = "", None
+        db._over(raw)
+        db._shut = True  # a lost connection is its owner's to open again
+        return db
+
+    def _over(self, raw: Any) -> None:
+        self.raw = raw
+        self._lock = _lock_key(self.component)
         #: Whether a transaction this connection began is still open.
         self._began = False
         #: How many times a lost connection was opened again.
@@ -582,7 +598,7 @@ def open_migrated(url: str, component: str, steps: Sequence[Step | Sequence[str]
     return db
 
 
-def open_database(target: Target, component: str, **sqlite_options: Any) -> Database:
+def open_database(target: StoreTarget, component: str, **sqlite_options: Any) -> Database:
     """A connection to ``target`` for ``component``: a SQLite file at
     ``target.location``, or the PostgreSQL database it names."""
     if target.kind == "postgresql":

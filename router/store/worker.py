@@ -142,9 +142,9 @@ class GroupCommit:
         return (f"<GroupCommit calls={self.calls} batches={self.batches} waiting={len(self._queue)} "
                 f"retries={self.retries} unavailable={self.unavailable}>")
 
-    def statistics(self) -> dict[str, int]:
-        return {"calls": self.calls, "batches": self.batches, "waiting": len(self._queue),
-                "retries": self.retries, "unavailable": self.unavailable}
+    def statistics(self) -> WorkerStatistics:
+        return WorkerStatistics(calls=self.calls, batches=self.batches, waiting=len(self._queue),
+                                retries=self.retries, unavailable=self.unavailable)
 
     async def call(self, fn: Callable[[], Any], *, retry: bool = True) -> Any:
         """``fn()`` in the worker thread, in the next batch; run again whole
@@ -197,7 +197,7 @@ class GroupCommit:
 
 @attrs.frozen
 class WorkerStatistics:
-    """What a :class:`Worker` did: calls made, thread hops (batches) that
+    """What a :class:`Worker` (its :class:`GroupCommit`) did: calls made, thread hops (batches) that
     ran them, calls waiting now, tries again after a transient failure, and
     calls refused past the budget."""
 
@@ -243,9 +243,7 @@ class Worker:
                 f"{' closed' if self._closed else ''}>")
 
     def statistics(self) -> WorkerStatistics:
-        group = self._group
-        return WorkerStatistics(calls=group.calls, batches=group.batches, waiting=len(group._queue),
-                                retries=group.retries, unavailable=group.unavailable)
+        return self._group.statistics()
 
     @property
     def closed(self) -> bool:

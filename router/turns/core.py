@@ -92,6 +92,8 @@ from typing import Any, Final, Literal, Mapping, TypeAlias, Union
 
 import attrs
 
+from router.errors import Refusal
+
 __all__ = [
     "AbortOperation",
     "Admission",
@@ -214,19 +216,35 @@ class Answered:
 
 @attrs.frozen(kw_only=True)
 class DeliveryUnanswered:
-    """No answer this time: the sender resends under the same event id."""
+    """No answer this time: the sender resends under the same event id;
+    ``refusal`` says why (its code and sentence)."""
 
     event_id: str
-    code: str
-    message: str
+    refusal: Refusal
+
+    @property
+    def code(self) -> str:
+        return self.refusal.code
+
+    @property
+    def message(self) -> str:
+        return self.refusal.message
 
 
 @attrs.frozen(kw_only=True)
 class DeliveryRefused:
-    """A refusal at admission; resending the same delivery changes nothing."""
+    """A refusal at admission (``refusal``); resending the same delivery
+    changes nothing."""
 
-    code: str
-    message: str
+    refusal: Refusal
+
+    @property
+    def code(self) -> str:
+        return self.refusal.code
+
+    @property
+    def message(self) -> str:
+        return self.refusal.message
 
 
 Reply: TypeAlias = Union[Answered, DeliveryUnanswered, DeliveryRefused]
@@ -299,10 +317,18 @@ class Denied:
 
 @attrs.frozen(kw_only=True)
 class NoAnswer:
-    """No answer: a deadline, a closed link, a failed call, a host refusal."""
+    """No answer: a deadline, a closed link, a failed call, a host refusal;
+    ``refusal`` says which."""
 
-    code: str
-    message: str
+    refusal: Refusal
+
+    @property
+    def code(self) -> str:
+        return self.refusal.code
+
+    @property
+    def message(self) -> str:
+        return self.refusal.message
 
 
 @attrs.frozen(kw_only=True)
@@ -366,18 +392,18 @@ def check_delivery(delivery: Delivery) -> DeliveryRefused | None:
     for name, value in ids:
         if not _is_text(value) or not value or len(value) > MAX_ID_CHARS:
             return DeliveryRefused(
-                code="bad-delivery",
-                message=f"{name} must be a non-empty string of valid Unicode, at most {MAX_ID_CHARS} characters",
+                refusal=Refusal("bad-delivery", f"{name} must be a non-empty string of valid Unicode, at most "
+                                f"{MAX_ID_CHARS} characters"),
             )
     if not _is_text(message.text) or not message.text or len(message.text) > MAX_TEXT_CHARS:
         return DeliveryRefused(
-            code="bad-delivery",
-            message=f"text must be a non-empty string of valid Unicode, at most {MAX_TEXT_CHARS} characters",
+            refusal=Refusal("bad-delivery", f"text must be a non-empty string of valid Unicode, at most "
+                            f"{MAX_TEXT_CHARS} characters"),
         )
     if not message.text.strip():
         # Every surface (CLI, API, page, MCP) delivers through here, so each refuses it alike.
-        return DeliveryRefused(code="empty-message", message="the message is only whitespace; write some text and send it "
-                       "again")
+        return DeliveryRefused(refusal=Refusal("empty-message", "the message is only whitespace; write some text "
+                                               "and send it again"))
     return None
 
 
@@ -414,15 +440,14 @@ def admit(existing: DeliveryEntry | None, delivery: Delivery) -> Admission:
         )
     if existing.session != delivery.session:
         return DeliveryRefused(
-            code="event-id-conflict",
-            message=f"event id {delivery.event_id!r} was already delivered to session "
-            f"{existing.session!r}; a resend names the same session, a new message takes a new event id",
+            refusal=Refusal("event-id-conflict", f"event id {delivery.event_id!r} was already delivered to session "
+                            f"{existing.session!r}; a resend names the same session, a new message takes a new "
+                            "event id"),
         )
     if existing.message != delivery.message:
         return DeliveryRefused(
-            code="event-id-conflict",
-            message=f"event id {delivery.event_id!r} was already used for another message; "
-            "a resend carries the same message, a new message takes a new event id",
+            refusal=Refusal("event-id-conflict", f"event id {delivery.event_id!r} was already used for another "
+                            "message; a resend carries the same message, a new message takes a new event id"),
         )
     if existing.state is State.ANSWERED:
         assert existing.answer is not None
@@ -446,7 +471,7 @@ def plan(entry: DeliveryEntry, target: Readiness) -> tuple[DeliveryEntry, Write 
         text = stopped_sentence(entry.session, target.stopped)
         return (
             attrs.evolve(entry, state=State.UNANSWERED, last=(code, text)),
-            DeliveryUnanswered(event_id=entry.event_id, code=code, message=text),
+            DeliveryUnanswered(event_id=entry.event_id, refusal=Refusal(code, text)),
         )
     if isinstance(target, ClaudeCodeReadiness):
         if not target.connected:
@@ -457,7 +482,7 @@ def plan(entry: DeliveryEntry, target: Readiness) -> tuple[DeliveryEntry, Write 
             )
             return (
                 attrs.evolve(entry, state=State.UNANSWERED, last=(code, text)),
-                DeliveryUnanswered(event_id=entry.event_id, code=code, message=text),
+                DeliveryUnanswered(event_id=entry.event_id, refusal=Refusal(code, text)),
             )
         message = entry.message
         if isinstance(message, Person) and entry.person_spent:
@@ -577,5 +602,5 @@ def settle(entry: DeliveryEntry, write: Write, outcome: Outcome) -> tuple[Delive
         code, text = outcome.code, outcome.message
     return (
         attrs.evolve(entry, state=after, last=(code, text)),
-        DeliveryUnanswered(event_id=entry.event_id, code=code, message=text),
+        DeliveryUnanswered(event_id=entry.event_id, refusal=Refusal(code, text)),
     )

@@ -65,7 +65,7 @@ from typing import Any, Callable, Final, TypeVar
 
 import attrs
 
-from router.store.db import Database, SqliteDatabase, Step, Target, is_postgres_url, migrate, open_migrated
+from router.store.db import Database, SqliteDatabase, Step, StoreTarget, is_postgres_url, migrate, open_migrated
 from router.store.worker import Worker
 from router.store.sqlite import lock_file, release_lock
 from router._transient import is_transient
@@ -258,22 +258,22 @@ class DeliveryLog:
     #: Its tables.
     TABLES: Final = ("deliveries", "stops", "launches", "asks")
 
-    def __init__(self, path: str | os.PathLike[str] | Target, *, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, path: str | os.PathLike[str] | StoreTarget, *, clock: Callable[[], int] = _now_ms) -> None:
         self._clock = clock
         self._lock_fd: int | None = None
         #: Told of each change a notification is made of (an ask kept, a
         #: stop, a park, their end), inside the transaction that writes it:
         #: ``(database, what, record)`` (:class:`router.notify.record.Notices`).
         self.on_change: Callable[[Database, str, dict[str, Any]], None] | None = None
-        url = path.location if isinstance(path, Target) and path.kind == "postgresql" else None
+        url = path.location if isinstance(path, StoreTarget) and path.kind == "postgresql" else None
         if url is None and isinstance(path, str) and is_postgres_url(path):
             url = path
         if url is not None:
             self.path = None
-            self.location = str(Target("postgresql", url))
+            self.location = str(StoreTarget("postgresql", url))
             self._open_postgres(url)
             return
-        self.path = Path(path.location if isinstance(path, Target) else path)
+        self.path = Path(path.location if isinstance(path, StoreTarget) else path)
         #: Where the record is, as messages name it (a PostgreSQL URL without its password).
         self.location = str(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -67,11 +67,11 @@ from router.limits import shared as shared_limits
 from router.plugins.watched import Watched
 from router._transient import DEFAULT_POLICY, StoreUnavailable
 from router.errors import Refusal
-from router.limits import LimitSeen, Park, ParkBook, Parked, ParkTimer, Resume, wall_ms
+from router.limits import LimitSeen, Park, ParkBook, ParkBookStatistics, Parked, ParkTimer, Resume, wall_ms
 from router.turns.core import Answered, Delivery, DeliveryEntry, Reply, State
 from router.turns.registry import Session
 
-__all__ = ["DEFAULT_ACCOUNT", "KeptOperation", "Parking", "ResumeMarker", "parked_answer"]
+__all__ = ["ParkingStatistics", "DEFAULT_ACCOUNT", "KeptOperation", "Parking", "ResumeMarker", "parked_answer"]
 
 log = logging.getLogger("router.limits")
 
@@ -110,6 +110,16 @@ def parked_answer(event_id: str, park: Park) -> dict[str, Any]:
     }
 
 
+@attrs.frozen
+class ParkingStatistics:
+    """What :class:`Parking` holds: its book's figures, the resumes pending
+    and the operations kept."""
+
+    book: ParkBookStatistics
+    pending: int
+    kept: int
+
+
 class Parking:
     """Parks of the router's sessions (see the module docstring). ``router``
     is the :class:`~router.turns.router.TurnRouter` that owns it (its
@@ -142,9 +152,8 @@ class Parking:
     def __repr__(self) -> str:
         return f"<Parking {self.timer.book!r} pending={sorted(self._pending)}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {**attrs.asdict(self.timer.book.statistics()), "pending": len(self._pending), "kept": self.kept}
-
+    def statistics(self) -> ParkingStatistics:
+        return ParkingStatistics(book=self.timer.book.statistics(), pending=len(self._pending), kept=self.kept)
     # ------------------------------------------------------------------ the task
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

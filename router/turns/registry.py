@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from router.turns.live import LiveHub
     from router.turns.session_brackets import SessionBrackets
 
-__all__ = ["Session", "SessionKind", "SessionRegistry", "Starter"]
+__all__ = ["SessionRegistryStatistics", "Session", "SessionKind", "SessionRegistry", "Starter"]
 
 log = logging.getLogger("router.turns.registry")
 
@@ -91,6 +91,14 @@ class Session:
         return f"<Session {self.id!r} {self.kind.value} {state} tasks={self.tasks}>"
 
 
+@attrs.frozen
+class SessionRegistryStatistics:
+    """The sessions a :class:`SessionRegistry` holds: by id, each one's kind
+    and the names of its tasks."""
+
+    sessions: dict[str, tuple[str, tuple[str, ...]]]
+
+
 class SessionRegistry:
     """Every open session (see the module docstring)."""
 
@@ -103,14 +111,10 @@ class SessionRegistry:
         kinds = [session.kind.value for session in self._sessions.values()]
         return f"<SessionRegistry sessions={len(kinds)} claude-code={kinds.count('claude-code')}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            "sessions": {
-                id: {"kind": session.kind.value, "tasks": list(session.tasks)}
-                for id, session in self._sessions.items()
-            }
-        }
-
+    def statistics(self) -> SessionRegistryStatistics:
+        return SessionRegistryStatistics(
+            sessions={id: (session.kind.value, tuple(session.tasks)) for id, session in self._sessions.items()},
+        )
     async def run(self, *, task_status: trio.TaskStatus[SessionRegistry] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold every session's nursery until cancelled."""
         if self._nursery is not None:

@@ -81,6 +81,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Final, Mapping
 
+import attrs
 import trio
 
 from router._transient import StoreUnavailable, is_transient, unavailable
@@ -115,12 +116,12 @@ from router.board.state import parked_state, stopped_state
 from router.limits import ParkBook, is_limit_reason
 from router.turns.delivery_log import DeliveryLog
 from router.turns.parking import Parking, ResumeMarker
-from router.turns.registry import Session, SessionRegistry, Starter
+from router.turns.registry import Session, SessionRegistry, SessionRegistryStatistics, Starter
 from router.turns.seams import Remote, TurnLayer
 from router.turns.session_brackets import SessionBrackets
 from router.turns.targets import ClaudeCodeTarget, ContainerSessions, ContainerTarget, LiveStream, Target
 
-__all__ = ["INBOX_SIZE", "LiveStream", "MEASURE_WAIT", "QueuedDelivery", "TurnRouter", "new_event_id"]
+__all__ = ["TurnRouterStatistics", "INBOX_SIZE", "LiveStream", "MEASURE_WAIT", "QueuedDelivery", "TurnRouter", "new_event_id"]
 
 log = logging.getLogger("router.turns")
 
@@ -154,6 +155,14 @@ class QueuedDelivery:
         if self.reply is None:
             self.reply = reply
             self.done.set()
+
+
+@attrs.frozen
+class TurnRouterStatistics:
+    """What a :class:`TurnRouter` did: deliveries delivered, and its registry's sessions."""
+
+    delivered: int
+    registry: SessionRegistryStatistics
 
 
 class TurnRouter:
@@ -241,9 +250,8 @@ class TurnRouter:
     def __repr__(self) -> str:
         return f"<TurnRouter {self.registry!r} delivered={self.delivered}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {"delivered": self.delivered, **self.registry.statistics()}
-
+    def statistics(self) -> TurnRouterStatistics:
+        return TurnRouterStatistics(delivered=self.delivered, registry=self.registry.statistics())
     # ------------------------------------------------------------------ sessions
 
     async def open_claude_code(self, session_id: str) -> Session:
@@ -472,7 +480,7 @@ class TurnRouter:
                 return await self.remote.relay(delivery)
             return reply
         except StoreUnavailable as refused:  # the store blinked past its retries: not done, resend
-            return DeliveryUnanswered(event_id=delivery.event_id, code=refused.code, message=refused.message)
+            return DeliveryUnanswered(event_id=delivery.event_id, refusal=Refusal(refused.code, refused.message))
 
     async def deliver_here(self, delivery: Delivery) -> Reply:
         """Write one delivery into its session *here*, never relaying it:
@@ -507,8 +515,8 @@ class TurnRouter:
             admission = await self.deliveries.call(self.deliveries.admit, delivery) if admitted else None
         except Refusal as refusal:
             if isinstance(refusal, StoreUnavailable):  # not done: resend with the same eventId
-                return DeliveryUnanswered(event_id=delivery.event_id, code=refusal.code, message=refusal.message)
-            return DeliveryRefused(code=refusal.code, message=refusal.message)
+                return DeliveryUnanswered(event_id=delivery.event_id, refusal=Refusal(refusal.code, refusal.message))
+            return DeliveryRefused(refusal=Refusal(refusal.code, refusal.message))
         if admitted and not isinstance(admission, Proceed):
             return admission  # type: ignore[return-value]
         queued = QueuedDelivery(delivery, admitted=admitted)
@@ -517,9 +525,8 @@ class TurnRouter:
         except trio.WouldBlock:
             return DeliveryUnanswered(
                 event_id=delivery.event_id,
-                code="inbox-full",
-                message=f"session {delivery.session!r} has {self.inbox_size} deliveries waiting; "
-                "resend with the same eventId later",
+                refusal=Refusal("inbox-full", f"session {delivery.session!r} has {self.inbox_size} deliveries "
+                                "waiting; resend with the same eventId later"),
             )
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             return _closed(delivery)
@@ -590,8 +597,8 @@ class TurnRouter:
                     if is_transient(error):  # the store blinked past its retries: resend later
                         refused = unavailable(error)
                         log.warning("delivery %r to session %r: %s", queued.delivery.event_id, session.id, refused)
-                        reply = DeliveryUnanswered(event_id=queued.delivery.event_id, code=refused.code,
-                                           message=refused.message)
+                        reply = DeliveryUnanswered(event_id=queued.delivery.event_id,
+                                                   refusal=Refusal(refused.code, refused.message))
                         queued.answer(reply)
                         current = None
                         self._handling.discard(session.id)
@@ -604,8 +611,8 @@ class TurnRouter:
                     log.exception("delivery %r to session %r failed", queued.delivery.event_id, session.id)
                     reply = DeliveryUnanswered(
                         event_id=queued.delivery.event_id,
-                        code="internal",
-                        message="the router failed on this delivery (it was logged); resend with the same eventId",
+                        refusal=Refusal("internal", "the router failed on this delivery (it was logged); resend "
+                                        "with the same eventId"),
                     )
                 queued.answer(reply)
                 current = None
@@ -636,9 +643,8 @@ class TurnRouter:
             return await self.remote.refused(delivery, error)
         except Exception as failed:  # noqa: BLE001 - recording the refusal failed (the store away): still refused
             log.warning("delivery %r: the fence's refusal could not be recorded: %s", delivery.event_id, failed)
-            return DeliveryUnanswered(event_id=delivery.event_id, code="lease-lost",
-                                      message=f"this router no longer holds {delivery.session!r}; "
-                                      "resend with the same eventId")
+            return DeliveryUnanswered(event_id=delivery.event_id, refusal=Refusal(
+                "lease-lost", f"this router no longer holds {delivery.session!r}; resend with the same eventId"))
 
     # ------------------------------------------------------------------ plan, write, settle
 
@@ -746,9 +752,8 @@ class TurnRouter:
 def _closed(delivery: Delivery) -> DeliveryUnanswered:
     return DeliveryUnanswered(
         event_id=delivery.event_id,
-        code="session-closed",
-        message=f"session {delivery.session!r} closed before this delivery was answered; "
-        "resend with the same eventId",
+        refusal=Refusal("session-closed", f"session {delivery.session!r} closed before this delivery was "
+                        "answered; resend with the same eventId"),
     )
 
 

@@ -41,6 +41,7 @@ import datetime as dt
 import logging
 from typing import Any, Awaitable, Callable, Iterable
 
+import attrs
 import trio
 
 from router._transient import is_transient
@@ -50,9 +51,25 @@ from router.plugins.usage import iso, utc_now
 from router.turns.brackets import Begin, BeginFailed, BracketCore, Effect, End, StopInfo, StopSession, bracket_failure
 from router.turns.seams import TurnLayer
 
-__all__ = ["SessionBrackets"]
+__all__ = ["SessionBracketsStatistics", "SessionBrackets"]
 
 log = logging.getLogger("router.turns.session_brackets")
+
+
+@attrs.frozen
+class SessionBracketsStatistics:
+    """Where a session's brackets are: the phase, the turns running, begun,
+    ended and dropped, the bracket calls that failed, the turns left
+    unchecked, and the stop in force (its JSON; None: none)."""
+
+    phase: str
+    running: list[str]
+    begun: int
+    ended: int
+    dropped: int
+    failures: int
+    unchecked: int
+    stopped: dict[str, Any] | None
 
 
 class SessionBrackets:
@@ -97,18 +114,17 @@ class SessionBrackets:
     def __repr__(self) -> str:
         return f"<SessionBrackets {self.session_id!r} {self.core!r} queued={len(self._queue)}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            "phase": self.core.phase.value,
-            "running": sorted(self.core.running),
-            "begun": self.core.begun_count,
-            "ended": self.core.ended_count,
-            "dropped": self.core.dropped_count,
-            "failures": self.failures,
-            "unchecked": self.unchecked,
-            "stopped": None if self.core.stopped is None else self.core.stopped.to_json(),
-        }
-
+    def statistics(self) -> SessionBracketsStatistics:
+        return SessionBracketsStatistics(
+            phase=self.core.phase.value,
+            running=sorted(self.core.running),
+            begun=self.core.begun_count,
+            ended=self.core.ended_count,
+            dropped=self.core.dropped_count,
+            failures=self.failures,
+            unchecked=self.unchecked,
+            stopped=None if self.core.stopped is None else self.core.stopped.to_json(),
+        )
     # ------------------------------------------------------------------ inputs (synchronous)
 
     def _apply(self, effects: Iterable[Effect]) -> None:

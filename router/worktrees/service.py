@@ -78,7 +78,7 @@ from router.worktrees.core import end_verdict, harness_refusal, plan_new, sessio
 from router.worktrees.projects import Project, add_project, find_project, load_projects, remove_project
 from router.worktrees.records import Place, Places
 
-__all__ = ["NewRequest", "PLUGIN_ENV", "Worktrees", "launch_harness_refusal", "plugin_dir"]
+__all__ = ["WorktreesStatistics", "NewRequest", "PLUGIN_ENV", "Worktrees", "launch_harness_refusal", "plugin_dir"]
 
 log = logging.getLogger("router.worktrees")
 
@@ -147,6 +147,15 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@attrs.frozen
+class WorktreesStatistics:
+    """What :class:`Worktrees` holds: the sessions being prompted, and the
+    places adopted at start."""
+
+    prompting: int
+    adopted: int
+
+
 class Worktrees:
     """See the module docstring. ``router``: the ``TurnRouter``;
     ``layer``: the ``PluginLayer``; ``board``: the ``LocalBoard`` (the
@@ -175,9 +184,8 @@ class Worktrees:
     def __repr__(self) -> str:
         return f"<Worktrees {self.data_dir} prompting={len(self._prompting)} adopted={self._adopted}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {"prompting": len(self._prompting), "adopted": self._adopted}
-
+    def statistics(self) -> WorktreesStatistics:
+        return WorktreesStatistics(prompting=len(self._prompting), adopted=self._adopted)
     # ------------------------------------------------------------------ lifetime
 
     async def run(self, *, task_status: trio.TaskStatus[Worktrees] = trio.TASK_STATUS_IGNORED) -> None:

@@ -70,7 +70,7 @@ async def test_a_prompt_is_answered_with_deltas_a_message_and_usage(tmp_path: Pa
         assert record.persisted == [{"kind": "acp-session", "sessionId": session.acp_session}]
         # The same process answers the next turn.
         assert await turn(session, "again", "op2") == Done(text="echo: again (turn 2)")
-        assert session.statistics()["starts"] == 1
+        assert session.statistics().starts == 1
     finally:
         await session.close()
 
@@ -174,7 +174,7 @@ async def test_an_agent_that_dies_mid_turn_settles_it_with_its_words_and_starts_
         acp_session = session.acp_session
         assert await turn(session, "back", "op2") == Done(text="echo: back (turn 2)")
         assert session.acp_session == acp_session
-        assert session.statistics()["starts"] == 2
+        assert session.statistics().starts == 2
     finally:
         await session.close()
 
@@ -206,7 +206,7 @@ async def test_hostile_output_is_refused_and_the_turn_goes_on(tmp_path: Path) ->
         assert session.peer is not None
         reasons = " / ".join(session.peer.malformed)
         assert "not JSON" in reasons and "never made" in reasons
-        assert session.statistics()["dropped_updates"] == 1
+        assert session.statistics().dropped_updates == 1
         assert any("does not match the ACP schema" in text for _, text in record.logs)
         assert await turn(session, "after", "op2") == Done(text="echo: after (turn 2)")
     finally:

@@ -136,7 +136,7 @@ async def test_an_abort_mid_turn_cancels_and_a_killed_agent_starts_again_on_its_
         # The next turn starts it again and loads the same session.
         fake_api.script(text_reply("It was kumquat."))
         assert await run_turn(session, "op4", "Which word?") == Done(text="It was kumquat.")
-        assert session.statistics()["starts"] == 2
+        assert session.statistics().starts == 2
         last = [r for r in fake_api.messages_requests() if "Which word?" in r.texts()][-1]
         assert "Remember the word kumquat." in last.texts()
     finally:

@@ -158,7 +158,7 @@ async def test_codex_acp_abort_mid_turn_and_killed_mid_turn(codex_acp, fake_open
         fake_openai.script(ResponsesReply(text="It was plum."))
         outcome = await run_turn(session, "op4", "Which fruit?")
         assert isinstance(outcome, Done) and outcome.text.endswith("It was plum.")
-        assert session.statistics()["starts"] == 2
+        assert session.statistics().starts == 2
         texts = [part.get("text") for item in fake_openai.requests[-1].json["input"] if item.get("type") == "message"
                  for part in item.get("content", [])]
         assert "Remember plum." in texts

@@ -185,7 +185,7 @@ async def test_connections_past_the_cap_are_refused_and_idle_ones_closed(edge: A
     # The refused ones closed: the server holds the idle ones, no more.
     with trio.fail_after(PATIENCE):
         await until(lambda: server_sockets(edge.port) <= cap)  # type: ignore[arg-type]
-    assert edge.connections.statistics()["refused"] == 3
+    assert edge.connections.statistics().refused == 3
     for stream in idle:  # never asked: the idle timeout closes each
         assert await read_to_eof(stream) == b""
     await until(lambda: edge.connections.open == 0)

@@ -37,7 +37,7 @@ async def client(api: Api) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def held(server: ApiServer) -> dict[str, int]:
-    return server.statistics()["streams"]["held"]
+    return server.statistics().streams.held
 
 
 async def test_a_credential_holds_at_most_its_cap_of_live_streams(
@@ -89,7 +89,7 @@ async def test_the_board_stream_surveys_once_for_every_viewer(
 
     monkeypatch.setattr(board, "listing", counted)
     monkeypatch.setattr(board.feed, "interval", 0.05)
-    assert board.feed.statistics()["running"] is False
+    assert board.feed.statistics().running is False
     url = f"{server.url}/board/live"
     with trio.fail_after(60):
         async with client.stream("GET", url) as a, client.stream("GET", url) as b, \
@@ -98,12 +98,12 @@ async def test_the_board_stream_surveys_once_for_every_viewer(
             for reader in readers:
                 [snapshot] = await reader.until(lambda event: event["event"] == "snapshot")
                 assert [each["id"] for each in snapshot["data"]["sessions"]] == ["root"]
-            assert board.feed.statistics()["viewers"] == 3
-            surveys = board.feed.statistics()["surveys"]
-            await until(lambda: board.feed.statistics()["surveys"] >= surveys + 5)
+            assert board.feed.statistics().viewers == 3
+            surveys = board.feed.statistics().surveys
+            await until(lambda: board.feed.statistics().surveys >= surveys + 5)
             # One survey for the three: each is one listing, not three (one
             # more may be under way).
-            assert calls - board.feed.statistics()["surveys"] in (0, 1)
+            assert calls - board.feed.statistics().surveys in (0, 1)
             # A session that appears reaches every viewer from the one survey.
             created = await client.post(f"{server.url}/sessions", json={"id": "second"})
             assert created.status_code == 201
@@ -111,7 +111,7 @@ async def test_the_board_stream_surveys_once_for_every_viewer(
                 added = await reader.until(lambda event: event["event"] == "session-added")
                 assert added[-1]["data"]["session"]["id"] == "second"
         # The task ends with its last viewer.
-        await until(lambda: board.feed.statistics()["viewers"] == 0 and not board.feed.statistics()["running"])
+        await until(lambda: board.feed.statistics().viewers == 0 and not board.feed.statistics().running)
 
 
 async def test_a_session_created_here_reaches_a_board_viewer_without_waiting_for_the_next_survey(
@@ -131,7 +131,7 @@ async def test_a_session_created_here_reaches_a_board_viewer_without_waiting_for
             assert created.status_code == 201
             added = await reader.until(lambda event: event["event"] == "session-added")
             assert added[-1]["data"]["session"]["id"] == "poked"
-    assert board.feed.statistics()["pokes"] >= 1
+    assert board.feed.statistics().pokes >= 1
 
 
 async def test_a_board_viewer_that_falls_behind_is_dropped_not_waited_for() -> None:
@@ -160,14 +160,14 @@ async def test_a_board_viewer_that_falls_behind_is_dropped_not_waited_for() -> N
         slow = feed.events(nursery)
         assert (await slow.__anext__())["type"] == "snapshot"
         with trio.fail_after(30):
-            await until(lambda: feed.statistics()["fanout_dropped"] == 1)  # never read again: dropped
+            await until(lambda: feed.statistics().fanout.dropped == 1)  # never read again: dropped
             events = []
             with pytest.raises(Exception) as lagged:
                 while True:
                     events.append(await slow.__anext__())
         assert getattr(lagged.value, "code", None) == "board-lagged" and len(events) <= 2 * 2
         await slow.aclose()
-        assert feed.statistics()["viewers"] == 0 and feed.statistics()["running"] is False
+        assert feed.statistics().viewers == 0 and feed.statistics().running is False
 
 
 async def test_a_quiet_board_stream_sends_a_keep_alive_comment_and_keeps_its_ids(

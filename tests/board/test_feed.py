@@ -44,7 +44,7 @@ async def test_a_poke_makes_the_feed_survey_and_send_the_change_at_once() -> Non
     board = Board()
     feed = BoardFeed(board, interval=NEVER)
     feed.poke()  # no viewer: nothing runs, nothing is counted
-    assert feed.statistics()["pokes"] == 0
+    assert feed.statistics().pokes == 0
     async with trio.open_nursery() as nursery:
         events = feed.events(nursery)
         with trio.fail_after(30):
@@ -55,7 +55,7 @@ async def test_a_poke_makes_the_feed_survey_and_send_the_change_at_once() -> Non
             feed.poke()  # a burst: coalesced
             event = await events.__anext__()
         assert event["type"] == "session-added" and event["session"]["id"] == "b"
-        assert feed.statistics()["pokes"] == 2
+        assert feed.statistics().pokes == 2
         await events.aclose()
 
 

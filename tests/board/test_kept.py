@@ -105,21 +105,21 @@ async def test_a_changed_session_is_described_again_and_an_unchanged_one_is_not(
     board = LocalBoard(router, env={}, facts=Facts(store=store))
     board.info = {"name": "here"}
     first = await board.own()
-    assert board.statistics()["described"] == 3
+    assert board.statistics().described == 3
     second = await board.own()
     assert second == first and all(a is b for a, b in zip(first, second))  # the same rows, kept
-    assert board.statistics()["described"] == 3 and board.statistics()["rows_made"] == 3
+    assert board.statistics().described == 3 and board.statistics().rows_made == 3
 
     router.states["b"] = "working"  # its listing changes
     store.records["c"] = _Record("c", {"model": "opus"}, 200)  # its record changes
     third = {item["id"]: item for item in await board.own()}
-    assert board.statistics()["described"] == 5  # b and c again, a not
+    assert board.statistics().described == 5  # b and c again, a not
     assert third["a"] is first[0]
     assert third["b"]["state"] == "working" and third["c"]["model"] == "opus" and third["c"]["lastActivity"] == 200
 
     del router.states["a"]
     assert [item["id"] for item in await board.own()] == ["b", "c"]
-    assert board.statistics()["described"] == 5
+    assert board.statistics().described == 5
 
 
 async def test_the_listings_body_is_made_of_the_kept_rows() -> None:
@@ -130,7 +130,7 @@ async def test_the_listings_body_is_made_of_the_kept_rows() -> None:
     for _ in range(2):
         body = (await board.listing()).to_json()
         assert dumps(body) == dumps(dict(body)) and loads(dumps(body))["sessions"] == body["sessions"]
-    assert board.statistics()["encoded"] == 2  # each row's text made once over both answers
+    assert board.statistics().encoded == 2  # each row's text made once over both answers
 
 
 async def test_in_a_cluster_a_row_is_made_again_when_its_holder_changes() -> None:
@@ -147,7 +147,7 @@ async def test_in_a_cluster_a_row_is_made_again_when_its_holder_changes() -> Non
     del cluster.held["a"]  # held by none, between a death and a takeover
     after = {item["id"]: item for item in await board.own()}
     assert after["b"]["router"]["cluster"] == "three" and after["a"]["router"] is None
-    assert board.statistics()["described"] == 2 and board.statistics()["rows_made"] == 4  # described once each
+    assert board.statistics().described == 2 and board.statistics().rows_made == 4  # described once each
     assert cluster.holder_reads == 3
     await board.own(shared=False)  # a cluster's router asks for what it alone holds: no container session
     assert cluster.holder_reads == 3  # nothing to name a holder for: not read

@@ -43,7 +43,7 @@ class Node:
     """One member with its own pool, the handler, and its scope."""
 
     def __init__(self, url: str, name: str, settings: ClusterSettings = FAST) -> None:
-        self.db = pg.Database(url)
+        self.db = pg.ClusterDatabase(url)
         self.member = ClusterMember(self.db, url, name, settings=settings)
         self.scope = trio.CancelScope()
         #: The deliveries asked of this member now (cut when it dies).
@@ -79,7 +79,7 @@ class Node:
                 self.db.close()
 
 
-async def _held_by(db: pg.Database) -> dict[str, str | None]:
+async def _held_by(db: pg.ClusterDatabase) -> dict[str, str | None]:
     leases, now = await db.call(pg.leases)
     return {lease.session: lease.holder if lease.live(now) else None for lease in leases}
 
@@ -93,7 +93,7 @@ async def _until(predicate: Any, timeout: float = 60) -> None:
 @pytest.mark.timeout(240)
 async def test_three_members_answer_every_delivery_once_through_a_death_and_a_join(pg_url: str) -> None:
     sessions = [f"s{i:02d}" for i in range(30)]
-    probe = pg.Database(pg_url)
+    probe = pg.ClusterDatabase(pg_url)
     await probe.call(_setup)
     await probe.call(pg.ensure_sessions, sessions)
     nodes = [Node(pg_url, name) for name in ("a", "b", "c")]
@@ -168,7 +168,7 @@ async def test_a_member_that_stops_renewing_loses_its_links_before_the_database_
     """The belief runs out ``margin`` before the database's expiry: the
     owner is told ``lost`` while the database still has the lease (so no
     other router drives the session yet)."""
-    probe = pg.Database(pg_url)
+    probe = pg.ClusterDatabase(pg_url)
     await probe.call(_setup)
     await probe.call(pg.ensure_sessions, ["s"])
     told: list[tuple[str, Any]] = []
@@ -181,7 +181,7 @@ async def test_a_member_that_stops_renewing_loses_its_links_before_the_database_
             told.append(("lost", None))
 
     settings = ClusterSettings(lease_ttl=3.0, renew_every=0.3, router_ttl=3.0, margin=1.5)
-    db = pg.Database(pg_url)
+    db = pg.ClusterDatabase(pg_url)
     member = ClusterMember(db, pg_url, "a", owner=Owner(), settings=settings)
     try:
         async with trio.open_nursery() as nursery:

@@ -123,7 +123,7 @@ async def test_two_routers_answer_every_delivery_once_through_a_death(pg_url: st
         finally:
             probe.close()
         assert sorted(op.id for op in operations) == sorted(f"e{i}" for i in range(60))
-        db = pg.Database(pg_url)
+        db = pg.ClusterDatabase(pg_url)
         try:
             refused = await db.call(pg.refusals)
         finally:
@@ -156,7 +156,7 @@ async def test_the_inbox_handler_never_relays_a_delivery_again(pg_url: str) -> N
         with trio.fail_after(60), pytest.raises(Exception) as raised:
             await a.node.handle("x1", elsewhere, delivery_json(delivery))
         assert "lease" in str(raised.value).lower() or "hold" in str(raised.value).lower(), raised.value
-        db = pg.Database(pg_url)
+        db = pg.ClusterDatabase(pg_url)
         try:
             assert await db.call(pg.reply_of, "x1") is None  # nothing posted to the inbox
         finally:

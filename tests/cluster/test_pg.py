@@ -121,7 +121,7 @@ def test_the_inbox_answers_each_event_id_once(conn) -> None:
 
 
 async def test_the_listener_wakes_on_post_and_answer(pg_url: str) -> None:
-    db = pg.Database(pg_url)
+    db = pg.ClusterDatabase(pg_url)
     try:
         await db.call(pg.ensure_schema)
         await db.call(pg.ensure_sessions, ["s"])
@@ -275,3 +275,35 @@ async def test_a_write_of_a_sessions_record_notifies_the_board(pg_url: str, conn
         with trio.fail_after(30):
             await changed.wait()
         nursery.cancel_scope.cancel()
+
+
+def _version(connection) -> int | None:
+    row = connection.execute("SELECT version FROM router_schema WHERE component = 'cluster'").fetchone()
+    return None if row is None else row[0]
+
+
+def test_a_new_database_takes_every_schema_step(conn) -> None:
+    assert _version(conn) == len(pg.STEPS)
+    pg.ensure_schema(conn)  # up to date: nothing to do
+    assert _version(conn) == len(pg.STEPS)
+
+
+def test_a_database_from_before_the_versions_is_upgraded_in_place(pg_url: str) -> None:
+    from router.errors import Refusal
+
+    with psycopg.connect(pg_url, autocommit=True) as connection:
+        # The tables as a router made them when the cluster's schema had no
+        # version: step 1's statements, and no row in router_schema.
+        for statement in pg.STEPS[0].postgresql:
+            connection.execute(statement)
+        pg.ensure_sessions(connection, ["kept"])
+        assert pg.acquire(connection, "a", ["kept"], 30) == {"kept": 1}
+        pg.ensure_schema(connection)
+        assert _version(connection) == len(pg.STEPS)
+        leases, _ = pg.leases(connection)
+        assert [(lease.session, lease.holder, lease.fencing) for lease in leases] == [("kept", "a", 1)]
+        # A database a newer router took further is refused, not touched.
+        connection.execute("UPDATE router_schema SET version = %s WHERE component = 'cluster'", (len(pg.STEPS) + 1,))
+        with pytest.raises(Refusal) as refused:
+            pg.ensure_schema(connection)
+        assert refused.value.code == "cluster-too-new"

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from router.store.db import parse_target
-from router.store.record import open_record
+from router.record import open_record
 from tests.api.processes import serve
 from tests.support.postgres import Cluster
 

@@ -80,13 +80,13 @@ async def host(mode: str, size_mib: int, connections: int) -> dict:
                 else:
                     await session.submit("x")
                     link = session.link
-                    while link is None or link.statistics()["connections"] < 2:
+                    while link is None or link.statistics().connections < 2:
                         await trio.sleep(0.01)
                         link = session.link
                     figures["second_rss"] = status("VmRSS")
-                    while link.statistics()["connections"] < connections:
+                    while link.statistics().connections < connections:
                         await trio.sleep(0.01)
-                    figures["connections"] = link.statistics()["connections"]
+                    figures["connections"] = link.statistics().connections
                 figures["after_rss"], figures["after_hwm"] = status("VmRSS"), status("VmHWM")
                 nursery.cancel_scope.cancel()
         return figures

@@ -320,7 +320,7 @@ async def test_the_link_gives_up_exactly_at_its_deadline(autojump_clock: trio.ab
         async with trio.open_nursery() as nursery:
             nursery.start_soon(link.run)
             await link.wait_state("connecting")
-            assert link.statistics()["give_up_deadline"] == start + 25.0
+            assert link.statistics().give_up_deadline == start + 25.0
             await link.wait_state("failed")
     assert owner.failed_at == start + 25.0
     assert link.failure is not None and link.failure.code == "daemon-unhealthy"

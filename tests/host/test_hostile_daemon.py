@@ -65,7 +65,7 @@ async def test_a_daemon_failing_right_after_hello_is_redialled_ever_more_slowly(
     with trio.fail_after(60):
         await until(lambda: daemon.connections >= 7)
     statistics = host.session().link.statistics()
-    assert statistics["attempt"] >= 5, statistics
+    assert statistics.attempt >= 5, statistics
     lines = [r.getMessage() for r in caplog.records if "after its reconcile" in r.getMessage()]
     assert lines and all("the daemon at" in line and "closed the session socket (1011)" in line for line in lines)
 

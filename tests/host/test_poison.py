@@ -212,11 +212,11 @@ async def test_a_bug_while_applying_a_batch_is_logged_and_backs_off(
     await host.session().submit("x")
     link = host.session().link
     with trio.fail_after(30):
-        await until(lambda: link.statistics()["internal_failures"] >= 4)
+        await until(lambda: link.statistics().internal_failures >= 4)
     statistics = link.statistics()
     # Every failure reached hello (a connection each), none reset the backoff.
-    assert statistics["attempt"] >= 4 and statistics["connections"] >= 4
-    assert statistics["last_error"] == "internal-error"
+    assert statistics.attempt >= 4 and statistics.connections >= 4
+    assert statistics.last_error == "internal-error"
     failures = [
         record for record in caplog.records
         if record.name == "router.host.session_link" and record.levelno == logging.ERROR

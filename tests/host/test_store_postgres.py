@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router import cli
-from router.store.db import IDLE_IN_TRANSACTION_LIMIT, PgDatabase, Target, parse_target, redact
+from router.store.db import IDLE_IN_TRANSACTION_LIMIT, PgDatabase, StoreTarget, parse_target, redact
 from router.errors import Refusal
 from router.host.store import PG_MIGRATIONS, SCHEMA_VERSION, Refused, Store
 from router.plugins.usage import JsonlRecords, TableRecords
@@ -244,8 +244,8 @@ def test_turn_records_are_read_incrementally_across_routers(postgres_url: str) -
         import datetime as dt
 
         assert [r["n"] for r in two.since(dt.datetime(2026, 12, 1, 10, 30, tzinfo=dt.timezone.utc))] == [3, 2]
-        assert two.statistics()["rows_read"] == 3
-        assert [r["n"] for r in two.read()] == [1, 2, 3] and two.statistics()["rows_read"] == 3
+        assert two.statistics().rows_read == 3
+        assert [r["n"] for r in two.read()] == [1, 2, 3] and two.statistics().rows_read == 3
     finally:
         one.close()
         two.close()
@@ -261,7 +261,7 @@ def test_any_store_value_is_a_target_or_a_refusal(text: str) -> None:
     except Refusal as refused:
         assert refused.code in ("bad-store-url", "no-postgres-driver")
         return
-    assert isinstance(target, Target) and target.location
+    assert isinstance(target, StoreTarget) and target.location
     if target.kind == "postgresql":
         assert text.lower().startswith(("postgresql://", "postgres://"))
 
@@ -276,9 +276,9 @@ def test_a_password_never_shows(password: str) -> None:
 
 
 def test_store_values_name_their_backend() -> None:
-    assert parse_target("/var/lib/router") == Target("sqlite", "/var/lib/router")
-    assert parse_target("sqlite:///var/lib/router") == Target("sqlite", "/var/lib/router")
-    assert parse_target("sqlite:data") == Target("sqlite", "data")
+    assert parse_target("/var/lib/router") == StoreTarget("sqlite", "/var/lib/router")
+    assert parse_target("sqlite:///var/lib/router") == StoreTarget("sqlite", "/var/lib/router")
+    assert parse_target("sqlite:data") == StoreTarget("sqlite", "data")
     assert parse_target("postgres://u@h/db").kind == "postgresql"
     for bad in ("", "sqlite:", "mysql://h/db", "postgresql://h:notaport/db", "a\x00b"):
         with pytest.raises(Refusal) as caught:
@@ -339,7 +339,7 @@ def test_a_copy_slower_than_the_idle_limit_still_lands(tmp_path: Path, postgres_
     # The copy's target transaction waits while the source is read: it is
     # exempt from the idle limit every router connection has.
     import router.store.db
-    import router.store.copy as copy
+    import router.record.copy as copy
 
     data = a_data_dir(tmp_path)
     monkeypatch.setattr(router.store.db, "IDLE_IN_TRANSACTION_LIMIT", 0.2)

@@ -58,7 +58,7 @@ async def test_concurrent_large_bodies_hold_no_more_than_the_budget(
             finish.set()
     assert [answers[n][0] for n in range(4)] == [200, 200, 503, 503]
     assert b'"link-busy"' in answers[2][1] and b'"message"' in answers[2][1]
-    assert budget.statistics()["peak"] <= budget.total and budget.refused == 2
+    assert budget.statistics().peak <= budget.total and budget.refused == 2
     await until(lambda: budget.used == 0)  # given back once answered
     # Room again: the next body goes in.
     for stream in streams:

@@ -127,7 +127,7 @@ def test_results_are_typed_by_call() -> None:
     assert isinstance(by_id[failed.id].error, ModCallError) and by_id[failed.id].error.error == "no session"
     assert isinstance(by_id[malformed.id].error, ModBadResult)
     assert isinstance(by_id[broken.id].error, ModBadResult)
-    assert core.statistics()["pending"] == 0
+    assert core.statistics().pending == 0
 
 
 def test_an_abandoned_call_is_unqueued_and_its_result_dropped() -> None:
@@ -148,7 +148,7 @@ def test_a_bad_call_changes_nothing() -> None:
         core.start_call("session.model", ModSetEffortArgs(effort=1))
     with pytest.raises(ModWireError):
         core.start_call("set-effort", None)
-    assert core.statistics()["pending"] == 0 and not core.has_work
+    assert core.statistics().pending == 0 and not core.has_work
 
 
 def test_close_returns_the_waiting_calls() -> None:
@@ -280,7 +280,7 @@ def test_core_calls_never_double_hand_or_double_settle(ops: list) -> None:  # ty
     assert len(handed) == len(set(handed))
     assert len(settled) == len(set(settled))
     assert not (set(settled) & abandoned)
-    assert core.statistics()["pending"] == len(set(issued) - set(settled) - abandoned)
+    assert core.statistics().pending == len(set(issued) - set(settled) - abandoned)
 
 
 # --------------------------------------------------------------------------- ModLink.call, no socket, virtual time
@@ -291,8 +291,8 @@ async def test_call_times_out_and_the_late_answer_is_dropped(autojump_clock: tri
     with pytest.raises(ModCallTimeout) as caught:
         await link.call("session.model", deadline=7)
     assert isinstance(caught.value, trio.TooSlowError)
-    assert link.statistics()["pending"] == 0
-    assert link.statistics()["queued"] == 0  # never polled: taken back out of the queue
+    assert link.statistics().core.pending == 0
+    assert link.statistics().core.queued == 0  # never polled: taken back out of the queue
 
 
 async def test_call_is_answered_by_a_result(autojump_clock: trio.abc.Clock) -> None:
@@ -315,7 +315,7 @@ async def test_a_cancelled_caller_leaves_nothing_behind(autojump_clock: trio.abc
     link = ModLink("s", env={"XDG_RUNTIME_DIR": "/nonexistent"})
     with trio.move_on_after(1):
         await link.call("session.model", deadline=60)
-    assert link.statistics()["pending"] == 0 and link.statistics()["queued"] == 0
+    assert link.statistics().core.pending == 0 and link.statistics().core.queued == 0
 
 
 async def test_mod_error_is_raised_by_name(autojump_clock: trio.abc.Clock) -> None:

@@ -56,7 +56,7 @@ async def test_a_killing_input_no_longer_ends_the_mod_link(link: ModLink, case: 
         for _ in range(60):
             nursery.start_soon(run_case, unix_dial(link.path), case)
     await healthy(link)
-    assert link.statistics()["serving"]
+    assert link.statistics().serving
     assert os.path.exists(link.path)
     no_tracebacks(caplog)
 
@@ -77,7 +77,7 @@ async def test_a_storm_of_malformed_requests_leaves_the_mod_link_serving(
             seen.append(event)
             if getattr(event, "turn_id", None) == "after":
                 break
-    assert link.statistics()["serving"]
+    assert link.statistics().serving
     no_tracebacks(caplog)
 
 

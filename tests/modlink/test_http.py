@@ -109,16 +109,16 @@ async def test_a_poll_whose_client_goes_away_ends_at_once_and_takes_no_work(
     link: ModLink = await make_link(hold=3600)
     stream = await trio.open_unix_socket(link.path)
     await stream.send_all(POLL)
-    await wait_until(lambda: link.statistics()["polls_waiting"] == 1)
+    await wait_until(lambda: link.statistics().polls_waiting == 1)
     await stream.aclose()
     # Long before its hour-long hold ends, the poll is gone...
     with trio.fail_after(60):
-        await wait_until(lambda: link.statistics()["polls_waiting"] == 0)
+        await wait_until(lambda: link.statistics().polls_waiting == 0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: link.call("session.model", deadline=60))
-        await wait_until(lambda: link.statistics()["pending"] == 1)
+        await wait_until(lambda: link.statistics().core.pending == 1)
         # ...and a call queued after it waits for the next poll, untaken.
-        assert link.statistics()["queued"] == 1
+        assert link.statistics().core.queued == 1
         nursery.cancel_scope.cancel()
     assert link.polls_with_work == 0 and link.polls_expired == 0 and link.polls_unwritten == 0
 
@@ -129,7 +129,7 @@ async def test_a_request_pipelined_behind_a_held_poll_is_answered_after_it(make_
     buffer = bytearray()
     async with stream:
         await stream.send_all(POLL)
-        await wait_until(lambda: link.statistics()["polls_waiting"] == 1)
+        await wait_until(lambda: link.statistics().polls_waiting == 1)
         await stream.send_all(HEALTH)  # while the poll is held
         status, _, body = await read_answer(stream, buffer)
         assert (status, body) == (200, b'{"requests":[]}')
@@ -145,11 +145,11 @@ async def test_a_half_closed_poll_ends_as_a_closed_one(make_link: Any, wait_unti
     stream = await trio.open_unix_socket(link.path)
     async with stream:
         await stream.send_all(POLL)
-        await wait_until(lambda: link.statistics()["polls_waiting"] == 1)
+        await wait_until(lambda: link.statistics().polls_waiting == 1)
         await stream.send_eof()
         with trio.fail_after(60):  # not the hour of the hold
             assert await at_eof(stream)
-    assert link.statistics()["polls_waiting"] == 0
+    assert link.statistics().polls_waiting == 0
 
 
 # --------------------------------------------------------------------------- bodies and deadlines
@@ -167,7 +167,7 @@ async def test_a_declared_body_over_the_limit_is_refused_before_it_is_read(link:
         # The body is beyond the limit, so it is not drained past it: the
         # connection closes once the limit's worth was read (or at once).
         await stream.send_all(b"x" * 65536)
-    assert link.statistics()["serving"]
+    assert link.statistics().serving
 
 
 async def test_a_chunked_body_over_the_limit_is_refused_and_the_connection_goes_on(link: ModLink) -> None:

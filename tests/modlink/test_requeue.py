@@ -29,7 +29,7 @@ def test_send_failed_puts_requests_back_first_in_order() -> None:
     c = core.start_call("session.model")
     assert core.send_failed([a, b]) == [a, b]
     assert core.take_requests() == [a, b, c]  # back at the front, in order
-    assert core.statistics()["pending"] == 3
+    assert core.statistics().pending == 3
 
 
 def test_send_failed_leaves_out_what_was_answered_or_abandoned_or_is_queued() -> None:
@@ -70,7 +70,7 @@ async def test_a_call_whose_poll_client_went_away_reaches_the_next_poll(
     async with open_client(link.path, "mod-a") as mod:
         for number in range(rounds):
             stream = await _held_poll(link.path)
-            await wait_until(lambda: link.statistics()["polls_waiting"] == 1)
+            await wait_until(lambda: link.statistics().polls_waiting == 1)
             await stream.aclose()  # the client goes away mid-hold...
             async with trio.open_nursery() as nursery:
 
@@ -79,7 +79,7 @@ async def test_a_call_whose_poll_client_went_away_reaches_the_next_poll(
                     answered.append(await link.call("session.model", deadline=60))
 
                 nursery.start_soon(caller)
-                await wait_until(lambda: link.statistics()["pending"] == 1)
+                await wait_until(lambda: link.statistics().core.pending == 1)
                 with trio.fail_after(30):  # the next poll gets the request
                     requests: list[Any] = []
                     while not requests:
@@ -90,4 +90,4 @@ async def test_a_call_whose_poll_client_went_away_reaches_the_next_poll(
                 assert response.json() == {"ok": True}
     assert answered == [f"m{number}" for number in range(rounds)]
     stats = link.statistics()
-    assert stats["pending"] == 0 and stats["queued"] == 0
+    assert stats.core.pending == 0 and stats.core.queued == 0

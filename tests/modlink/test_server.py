@@ -84,7 +84,7 @@ async def test_bad_bodies_get_400_and_apply_nothing(
         # The link goes on serving.
         assert (await client.get("/healthz")).status_code == 200
     after = link.statistics()
-    assert after["events_accepted"] == before["events_accepted"]
+    assert after.core.events_accepted == before.core.events_accepted
 
 
 async def test_1e400_inside_a_body_is_refused_not_crashed(link: ModLink, open_client: Any) -> None:
@@ -158,7 +158,7 @@ async def test_work_queued_mid_hold_is_answered_before_the_hold_ends(
             answered.append(response.json())
 
         nursery.start_soon(poll)
-        await wait_until(lambda: link.statistics()["polls_waiting"] == 1)
+        await wait_until(lambda: link.statistics().polls_waiting == 1)
         order.append("call queued")
 
         async def caller() -> None:
@@ -185,7 +185,7 @@ async def test_a_request_goes_to_exactly_one_of_two_polls(
 
         nursery.start_soon(poll, one)
         nursery.start_soon(poll, two)
-        await wait_until(lambda: link.statistics()["polls_waiting"] == 2)
+        await wait_until(lambda: link.statistics().polls_waiting == 2)
         nursery.start_soon(lambda: _expect_timeout(link))
         await wait_until(lambda: len(got) == 2)
     assert sorted(len(requests) for requests in got) == [0, 1]
@@ -217,9 +217,9 @@ async def test_another_instance_is_refused_and_nothing_of_it_applied(
             results.append(await link.call("session.model", deadline=60))
 
         nursery.start_soon(caller)
-        await wait_until(lambda: link.statistics()["queued"] == 1)
+        await wait_until(lambda: link.statistics().core.queued == 1)
         assert (await b.post("/requests")).status_code == MOD_STATUS_TAKEN
-        assert link.statistics()["queued"] == 1
+        assert link.statistics().core.queued == 1
         # A post naming no instance is served, and claims nothing.
         (request,) = (await anon.post("/requests")).json()["requests"]
         forged = await b.post("/results", {"results": [{"id": request["id"], "ok": True, "value": "forged"}]})
@@ -228,7 +228,7 @@ async def test_another_instance_is_refused_and_nothing_of_it_applied(
         await wait_until(lambda: bool(results))
     assert results == ["real"]
     assert link.state.instance == "mod-a"
-    assert link.statistics()["refused_posts"] == 3
+    assert link.statistics().core.refused_posts == 3
 
 
 async def test_the_first_named_instance_wins_even_after_anonymous_posts(link: ModLink, open_client: Any) -> None:
@@ -272,7 +272,7 @@ async def test_a_call_whose_mod_never_answers_times_out_and_its_late_answer_is_d
         late = await client.post("/results", {"results": [{"id": request["id"], "ok": True, "value": "late"}]})
     assert late.status_code == 200
     assert isinstance(outcome[0], ModCallTimeout)
-    assert link.statistics()["dropped_results"] == 1 and link.statistics()["pending"] == 0
+    assert link.statistics().core.dropped_results == 1 and link.statistics().core.pending == 0
 
 
 async def test_a_result_for_an_unknown_id_is_dropped(link: ModLink, open_client: Any) -> None:
@@ -281,7 +281,7 @@ async def test_a_result_for_an_unknown_id_is_dropped(link: ModLink, open_client:
             "/results", {"results": [{"id": "nobody", "ok": False, "error": "x"}, {"ok": True}, {"id": "b", "ok": 3}]}
         )
     assert response.json() == {"ok": True}
-    assert link.statistics()["dropped_results"] == 2
+    assert link.statistics().core.dropped_results == 2
 
 
 async def test_a_malformed_result_fails_its_call(

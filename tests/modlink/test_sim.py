@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from router.modlink import ModCallError, ModLink
-from router.modlink.sim import PLUGIN_NAME, ModSimulator, ToolCall, framed_prompt
+from router.modlink.sim import PLUGIN_NAME, ModSimulator, SimulatedToolCall, framed_prompt
 from tests.support.polling import until
 from wire.json import JsonValue, loads
 from wire.mod import (
@@ -71,7 +71,7 @@ async def test_hello_and_state(link: ModLink, env: dict[str, str], nursery: trio
 async def test_the_simulator_refuses_below_the_minimum(link: ModLink, env: dict[str, str], nursery: trio.Nursery) -> None:
     sim = await start_sim(nursery, env, claude_version="2.1.309")
     assert sim.stopped == "too-old"
-    assert link.state.instance is None and link.statistics()["events_accepted"] == 0
+    assert link.state.instance is None and link.statistics().core.events_accepted == 0
 
 
 async def test_two_simulators_race_exactly_one_holds(
@@ -88,7 +88,7 @@ async def test_two_simulators_race_exactly_one_holds(
         assert len(holder) == 1 and len(stopped) == 1
         assert link.state.instance == holder[0].instance
         assert await link.call("session.model", deadline=10) == holder[0].model
-        assert link.statistics()["refused_posts"] >= 1
+        assert link.statistics().core.refused_posts >= 1
         race.cancel_scope.cancel()
 
 
@@ -336,7 +336,7 @@ async def test_the_simulator_matches_a_recorded_typed_turn(link: ModLink, env: d
 
 async def test_the_simulator_matches_a_recorded_tool_turn(link: ModLink, env: dict[str, str], nursery: trio.Nursery) -> None:
     recorder, sim = await _replay(link, env, nursery, "typed-tool")
-    tool = ToolCall(name="Bash", input={"command": "echo hi-from-bash"}, result="hi-from-bash")
+    tool = SimulatedToolCall(name="Bash", input={"command": "echo hi-from-bash"}, result="hi-from-bash")
     sim.type_prompt("Run echo hi-from-bash.", steps=[["I will run it.", tool], ["It printed hi-from-bash."]])
     await sim.wait_idle()
     assert await recorder.shapes_of(recorded("typed-tool")[0]) == recorded("typed-tool")[0]
@@ -347,7 +347,7 @@ async def test_the_simulator_matches_recorded_rows_mid_turn_and_the_pointer(
 ) -> None:
     recorder, sim = await _replay(link, env, nursery, "rows-mid-turn")
     running, last_step = trio.Event(), trio.Event()
-    tool = ToolCall(name="Bash", input={"command": "wait"}, result="released", gate=running)
+    tool = SimulatedToolCall(name="Bash", input={"command": "wait"}, result="released", gate=running)
     sim.type_prompt("Start the work.", steps=[["Working.", tool], ["A slow ", last_step, "last step."]])
     with trio.fail_after(10):
         await until(lambda: any(shape[0] == "step-done" for shape in recorder.shapes()))

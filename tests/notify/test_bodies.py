@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.errors import Refusal
-from router.notify.core import (MAX_PAYLOAD, Event, SessionSetting, Subscription, parse_presence,
+from router.notify.core import (MAX_PAYLOAD, Event, SessionSetting, PushSubscription, parse_presence,
                                 parse_session_setting, parse_subscription, payload)
 
 json_values = st.recursive(
@@ -54,7 +54,7 @@ def _refuses_or_parses(fn: Any, body: Any, code: str) -> Any:
 def test_a_subscription_body_parses_or_is_refused(body: Any) -> None:
     parsed = _refuses_or_parses(parse_subscription, body, "bad-subscription")
     if parsed is not None:
-        assert isinstance(parsed, Subscription)
+        assert isinstance(parsed, PushSubscription)
         assert parsed.endpoint.startswith("https://") and parsed.endpoint.isprintable()
         assert json.loads(json.dumps(parsed.info()))["keys"]["p256dh"] == body["keys"]["p256dh"]
 

@@ -46,9 +46,9 @@ def test_a_read_after_an_append_costs_the_new_line_only(tmp_path: Path, count: i
         records.append(record(count + turn))
         assert len(records.read()) == count + turn + 1
         after = records.statistics()
-        assert after["lines_parsed"] - before["lines_parsed"] == 1
-        assert after["bytes_read"] - before["bytes_read"] == len(line(record(count + turn)))
-        assert after["rereads"] == 0
+        assert after.lines_parsed - before.lines_parsed == 1
+        assert after.bytes_read - before.bytes_read == len(line(record(count + turn)))
+        assert after.rereads == 0
 
 
 def test_a_partial_last_line_waits_for_its_newline(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def test_a_partial_last_line_waits_for_its_newline(tmp_path: Path) -> None:
     with open(path, "ab") as f:
         f.write(whole[10:])
     assert records.read()[-1] == record(7)
-    assert records.statistics()["rereads"] == 0
+    assert records.statistics().rereads == 0
 
 
 def test_another_writer_appending_is_seen(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def test_a_file_replaced_shrunk_or_rewritten_is_read_again(tmp_path: Path) -> No
     # Removed.
     path.unlink()
     assert records.read() == []
-    assert records.statistics()["rereads"] == 4
+    assert records.statistics().rereads == 4
 
 
 def test_bad_lines_are_skipped_as_before(tmp_path: Path) -> None:
@@ -194,9 +194,9 @@ async def _turn_ends(settings_dir: Path, data: Path, count: int, limits: dict | 
     launch = await layer.launch("default", session="s-1")
     parsed = []
     for _ in range(3):
-        before = records.statistics()["lines_parsed"]
+        before = records.statistics().lines_parsed
         await layer.end_turn(await layer.begin_turn(launch))
-        parsed.append(records.statistics()["lines_parsed"] - before)
+        parsed.append(records.statistics().lines_parsed - before)
     module = layer.loader.module("limit-check", "counter").module
     # The checks are asked in a worker thread, never on the loop.
     assert module.ON_MAIN == [False] * 4

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from router.store.db import Target
+from router.store.db import StoreTarget
 from router.errors import Refusal
 from router.remote import DeviceStore, StreamBook
-from router.remote.devices import hash_secret, name_from_agent
+from router.remote.devices import StreamBookStatistics, hash_secret, name_from_agent
 
 IPHONE = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 Version/17.5 Mobile/15E148 Safari/604.1"
 
 
-def _target(store_url: str, tmp_path: Path) -> Target:
-    return Target("postgresql", store_url) if store_url.startswith("postgresql") else Target("sqlite", str(tmp_path))
+def _target(store_url: str, tmp_path: Path) -> StoreTarget:
+    return StoreTarget("postgresql", store_url) if store_url.startswith("postgresql") else StoreTarget("sqlite", str(tmp_path))
 
 
 def test_pair_authenticate_rename_revoke(store_url: str, tmp_path: Path) -> None:
@@ -56,8 +56,8 @@ def test_the_record_holds_only_the_secret_hash(tmp_path: Path) -> None:
 
 
 def test_routers_sharing_postgresql_share_devices(postgres_url: str, tmp_path: Path) -> None:
-    one = DeviceStore.open(Target("postgresql", postgres_url), tmp_path / "one")
-    two = DeviceStore.open(Target("postgresql", postgres_url), tmp_path / "two")
+    one = DeviceStore.open(StoreTarget("postgresql", postgres_url), tmp_path / "one")
+    two = DeviceStore.open(StoreTarget("postgresql", postgres_url), tmp_path / "two")
     try:
         device, secret = one.pair(IPHONE)
         assert two.authenticate(secret).id == device.id  # type: ignore[union-attr]
@@ -74,7 +74,7 @@ def test_stream_book() -> None:
     book.close("d1", "a")
     assert book.watched() == ["d1", "d2"]
     assert book.revoked("d1") == ["b"]
-    assert not book.open("d1", "e") and book.statistics() == {"devices": 1, "streams": 1, "revoked": 1}
+    assert not book.open("d1", "e") and book.statistics() == StreamBookStatistics(devices=1, streams=1, revoked=1)
 
 
 @pytest.mark.parametrize(("agent", "name"), [
@@ -91,7 +91,7 @@ async def test_a_revocation_by_another_router_closes_the_streams_open_here(postg
 
     from router.remote import Reach, ReachConfig
 
-    target = Target("postgresql", postgres_url)
+    target = StoreTarget("postgresql", postgres_url)
     here = Reach(ReachConfig(), settings_dir=tmp_path / "here", devices=DeviceStore.open(target, tmp_path / "here"))
     there = DeviceStore.open(target, tmp_path / "there")
     try:
@@ -104,7 +104,7 @@ async def test_a_revocation_by_another_router_closes_the_streams_open_here(postg
                 await trio.to_thread.run_sync(there.revoke, device.name)
                 with trio.fail_after(10):  # the watcher's round, not a timing this asserts
                     await trio.sleep_forever()
-            assert stream.cancelled_caught and here.streams.statistics()["streams"] == 0
+            assert stream.cancelled_caught and here.streams.statistics().streams == 0
             assert await here.authenticate(secret) is None
             nursery.cancel_scope.cancel()
     finally:

@@ -53,7 +53,7 @@ def test_a_used_or_expired_code_is_no_wrong_try() -> None:
     for n in range(MAX_WRONG * 2):
         assert book.redeem(issued.code, 2.0 + n).code == "pairing-code-used"  # type: ignore[union-attr]
     assert isinstance(book.issue(50.0), Issued)  # not locked
-    assert book.statistics(50.0)["wrong"] == 0
+    assert book.statistics(50.0).wrong == 0
 
 
 # ---------------------------------------------------------------------- hypothesis
@@ -107,4 +107,4 @@ def test_invariants(steps: list[tuple[str, int, float]]) -> None:
             assert result.code in ("bad-pairing-code", "pairing-code-used", "pairing-code-expired", "pairing-locked")
             if result.code == "pairing-locked":
                 locked_until = max(locked_until, now + result.data["retryAfter"] - 1)
-        assert book.statistics(now)["remembered"] <= 256 + 1
+        assert book.statistics(now).remembered <= 256 + 1

@@ -329,7 +329,7 @@ async def test_the_meter_fails_closed_and_goes_on(nursery: trio.Nursery) -> None
     await meter.wait_until(lambda core: core.stopped is not None)
     assert "end_turn raised OSError" in meter.core.stopped.reason
     assert [s.check for s in stops] == ["turn-bracket", "turn-bracket"]
-    assert meter.statistics()["failures"] == 2
+    assert meter.statistics().failures == 2
 
     meter.resume()
     layer.end_raises = False

@@ -4,6 +4,8 @@ and the settle table, case by case."""
 from __future__ import annotations
 
 import attrs
+
+from router.errors import Refusal
 import pytest
 
 from router.turns.core import (
@@ -97,7 +99,7 @@ def test_a_container_prompt_steers_only_when_the_adapter_does(steers: bool, when
         (PromptTaken(), State.ANSWERED, {"status": "delivered", "as": "prompt"}),
         (Denied(deny="gone", as_="prompt"), State.ANSWERED, {"status": "dropped", "as": "prompt", "reason": "gone"}),
         (Denied(deny="no", as_="row"), State.UNANSWERED, None),
-        (NoAnswer(code="no-answer", message="late"), State.UNANSWERED, None),
+        (NoAnswer(refusal=Refusal("no-answer", "late")), State.UNANSWERED, None),
     ],
 )
 def test_the_mods_answers(outcome: object, state: State, answer: dict | None) -> None:

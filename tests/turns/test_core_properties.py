@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+
+from router.errors import Refusal
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -63,19 +65,19 @@ class Mod:
     def write(self, step: WriteMessage, behaviour: str) -> Any:
         known = self.record.get(step.event_id)
         if known is not None:
-            return NoAnswer(code="no-answer", message="late") if behaviour.startswith("late") else known
+            return NoAnswer(refusal=Refusal("no-answer", "late")) if behaviour.startswith("late") else known
         if behaviour == "error":
-            return NoAnswer(code="mod-error", message="failed")
+            return NoAnswer(refusal=Refusal("mod-error", "failed"))
         if behaviour in ("deny-row", "deny-prompt"):
             return Denied(deny="no", as_=behaviour.removeprefix("deny-"))  # type: ignore[arg-type]
         if behaviour == "late-unwritten":
-            return NoAnswer(code="no-answer", message="late")
+            return NoAnswer(refusal=Refusal("no-answer", "late"))
         kind = "person" if isinstance(step.message, Person) else "card"
         self.writes.append((step.event_id, kind))
         self.uuids += 1
         answer = RowWritten(uuid=f"u{self.uuids}") if behaviour == "row" else PromptTaken()
         self.record[step.event_id] = answer
-        return NoAnswer(code="no-answer", message="late") if behaviour == "late-written" else answer
+        return NoAnswer(refusal=Refusal("no-answer", "late")) if behaviour == "late-written" else answer
 
 
 class Deliveries(RuleBasedStateMachine):
@@ -124,7 +126,7 @@ class Deliveries(RuleBasedStateMachine):
             if outcome is None:
                 self.submitted.setdefault(event, []).append(step)
                 outcome, abort = after_write(
-                    NoAnswer(code="host-not-running", message="down") if behaviour == "error"
+                    NoAnswer(refusal=Refusal("host-not-running", "down")) if behaviour == "error"
                     else Queued(operation_id=event, when_busy=step.when_busy),
                     "limit" if behaviour == "stop-after" else None,
                 )

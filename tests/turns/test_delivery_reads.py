@@ -29,7 +29,7 @@ from router.host.supervisor import Supervisor
 from router.plugins import watched
 from router.plugins.layer import PluginLayer
 from router.plugins.settings import SettingsDir
-from router.plugins.usage import MemoryRecords, StoreLedger
+from router.plugins.usage import MemoryRecords, StoreLedger, StoreLedgerStatistics
 from router.turns.core import Answered, DeliveryRefused, Delivery, Person
 from tests.support.polling import until
 
@@ -122,17 +122,17 @@ async def test_the_ledger_answers_from_memory_until_a_usage_row_is_written(tmp_p
     try:
         ledger = StoreLedger(store)
         first = await ledger.usage_after("s", None)
-        assert ledger.statistics() == {"reads": 1, "held": 0}
+        assert ledger.statistics() == StoreLedgerStatistics(reads=1, held=0)
         # A turn's end and the next turn's beginning, nothing written: no read.
         assert (await ledger.usage_after("s", first.mark)).events == 0
         assert (await ledger.usage_after("s", None)).mark == first.mark
-        assert ledger.statistics() == {"reads": 1, "held": 2}
+        assert ledger.statistics() == StoreLedgerStatistics(reads=1, held=2)
         await store.call(store.record_usage, "s", "op", "r", 1, {"type": "usage", "inputTokens": 4, "outputTokens": 2})
         after = await ledger.usage_after("s", first.mark)
         assert (after.events, after.input_tokens, after.output_tokens) == (1, 4, 2)
-        assert ledger.statistics() == {"reads": 2, "held": 2}
+        assert ledger.statistics() == StoreLedgerStatistics(reads=2, held=2)
         assert (await ledger.usage_after("s", after.mark)).events == 0
-        assert ledger.statistics() == {"reads": 2, "held": 3}
+        assert ledger.statistics() == StoreLedgerStatistics(reads=2, held=3)
     finally:
         store.close()
 
@@ -145,7 +145,7 @@ async def test_a_store_that_is_not_the_sole_writer_is_always_read(tmp_path: Path
         mark = (await ledger.usage_after("s", None)).mark
         await ledger.usage_after("s", mark)
         await ledger.usage_after("s", None)
-        assert ledger.statistics() == {"reads": 3, "held": 0}
+        assert ledger.statistics() == StoreLedgerStatistics(reads=3, held=0)
     finally:
         store.close()
 

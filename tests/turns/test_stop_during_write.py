@@ -72,7 +72,7 @@ async def test_a_stop_that_lands_while_the_next_write_is_prepared_writes_nothing
     assert isinstance(reply, DeliveryUnanswered) and reply.code == "session-stopped" and REASON in reply.message
     assert not daemon_knows(rig.daemon, "root", "e2")
     session = await rig.router.session("root")
-    assert session.brackets.statistics()["stopped"]["reason"] == REASON
-    assert "e2" not in session.brackets.statistics()["running"]
+    assert session.brackets.statistics().stopped["reason"] == REASON
+    assert "e2" not in session.brackets.statistics().running
     settled = await rig.deliveries.call(rig.deliveries.get, "e2")
     assert settled.state.value == "unanswered" and settled.last[0] == "session-stopped"

@@ -73,6 +73,7 @@ from router.acp import (
     Request,
     RpcError,
     RpcPeer,
+    RpcPeerStatistics,
     TurnProjection,
     outcome_of,
     parse_update,
@@ -84,7 +85,7 @@ from router.daemon.adapter import AdapterContext, AdapterTurn
 from router.daemon.adapters.process_per_turn import CWD_ENV
 from wire.container import AdapterInfo, ContainerOutcome, ContainerSettings, Unanswered, input_text
 
-__all__ = ["ASK_DEADLINE", "AcpAdapter", "AcpSession", "START_DEADLINE", "agent_from_settings", "from_cli",
+__all__ = ["AcpSessionStatistics", "ASK_DEADLINE", "AcpAdapter", "AcpSession", "START_DEADLINE", "agent_from_settings", "from_cli",
            "session_entry"]
 
 #: Seconds the agent has to answer ``initialize`` and make (or load) its
@@ -168,6 +169,19 @@ class AcpAdapter:
         return AcpSession(self, context)
 
 
+@attrs.frozen
+class AcpSessionStatistics:
+    """What an :class:`AcpSession` did: agent starts, turns, asks open, whether
+    it is ready, updates dropped, and its peer's figures (None: no agent)."""
+
+    starts: int
+    turns: int
+    asks: int
+    ready: bool
+    dropped_updates: int
+    peer: RpcPeerStatistics | None
+
+
 class AcpSession:
     """One harness session's ACP agent (see the module docstring)."""
 
@@ -194,11 +208,10 @@ class AcpSession:
         return (f"<AcpSession {self._context.session!r} acp={self.acp_session!r} pid={pid} ready={self._ready} "
                 f"turns={self.turns} asks={len(self._asks)}>")
 
-    def statistics(self) -> dict[str, Any]:
-        return {"starts": self.starts, "turns": self.turns, "asks": len(self._asks), "ready": self._ready,
-                "dropped_updates": self.dropped_updates,
-                "peer": None if self.peer is None else self.peer.statistics()}
-
+    def statistics(self) -> AcpSessionStatistics:
+        return AcpSessionStatistics(starts=self.starts, turns=self.turns, asks=len(self._asks), ready=self._ready,
+                                    dropped_updates=self.dropped_updates,
+                                    peer=None if self.peer is None else self.peer.statistics())
     async def configure(self, settings: ContainerSettings) -> None:
         self._settings = settings
 

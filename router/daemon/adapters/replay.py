@@ -62,7 +62,7 @@ from router.errors import Refusal
 from wire.container import AdapterInfo, ContainerInput, ContainerOutcome, Done, input_text
 from wire.json import JsonValue, loads
 
-__all__ = [
+__all__ = ["ReplaySessionStatistics", 
     "PACE_ENV",
     "RECORDING_ENV",
     "STAMP",
@@ -203,6 +203,16 @@ def _stamped(event: dict[str, Any], mark: str) -> dict[str, Any]:
     return {**event, "delta": event["delta"] + mark}
 
 
+@attrs.frozen
+class ReplaySessionStatistics:
+    """Where a :class:`ReplaySession` is: the next recorded turn, the turns
+    played, and the entries stamped."""
+
+    next_turn: int
+    played: int
+    stamped: int
+
+
 class ReplaySession:
     """One session's replay: which recorded turn comes next, and its count
     of stamped events."""
@@ -218,9 +228,8 @@ class ReplaySession:
     def __repr__(self) -> str:
         return f"<ReplaySession {self._context.session} next={self.next_turn} played={self.played} stamped={self.stamped}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"next_turn": self.next_turn, "played": self.played, "stamped": self.stamped}
-
+    def statistics(self) -> ReplaySessionStatistics:
+        return ReplaySessionStatistics(next_turn=self.next_turn, played=self.played, stamped=self.stamped)
     async def run(self, turn: AdapterTurn) -> ContainerOutcome:
         plan = plan_of(input_text(turn.input), self._pace)
         outcome: ContainerOutcome = Done(text="")

@@ -191,10 +191,16 @@ class UsageRecord:
 
 @attrs.frozen(kw_only=True)
 class UsageAfter:
-    """A session's ``usage`` events after a mark (:meth:`Store.usage_after`):
-    the new ``mark`` (the last event's rowid; the mark asked for when there
-    is none after it, 0 when the session has none), how many ``events``,
-    and their sums (None when no event reported the figure)."""
+    """A session's ``usage`` events after a mark, summed: what
+    :meth:`Store.usage_after` and every usage ledger
+    (:class:`router.plugins.usage.UsageLedger`) answer.
+
+    ``mark`` is where the next read starts (the store's: the last event's
+    rowid, the mark asked for when there is none after it, 0 when the
+    session has none; a memory ledger's: a count), ``events`` how many were
+    summed. The wire's ``usage`` event carries ``inputTokens`` and
+    ``outputTokens``, each optional: a sum is None when no event summed
+    reported that figure."""
 
     mark: int
     events: int

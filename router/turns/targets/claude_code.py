@@ -368,19 +368,18 @@ class ClaudeCodeTarget:
             result = await self.link.call("session.message", args, deadline=self.deadline)
         except ModCallTimeout:
             return NoAnswer(
-                code="no-answer",
-                message=f"the Claude Code session did not answer within {self.deadline:g} s; resend "
-                "with the same eventId (a resend goes as a card, and the session answers it from its record "
-                "if this write landed)",
+                refusal=Refusal("no-answer", f"the Claude Code session did not answer within {self.deadline:g} s; "
+                                "resend with the same eventId (a resend goes as a card, and the session answers it "
+                                "from its record if this write landed)"),
             )
         except ModLinkClosed:
             return NoAnswer(
-                code="link-closed",
-                message="the session's mod link closed before it answered; resend with the same eventId",
+                refusal=Refusal("link-closed", "the session's mod link closed before it answered; resend with the "
+                                "same eventId"),
             )
         except ModCallError as exc:
             return NoAnswer(
-                code="mod-error", message=f"the mod failed the write ({exc.error}); resend with the same eventId"
+                refusal=Refusal("mod-error", f"the mod failed the write ({exc.error}); resend with the same eventId"),
             )
         if isinstance(result, ModRowWritten):
             return RowWritten(uuid=result.uuid)

@@ -418,7 +418,7 @@ class ContainerTarget:
             )
         except HostRefused as exc:
             self.withdraw(step, brackets)
-            return NoAnswer(code=exc.code, message=f"{exc.message}; resend with the same eventId")
+            return NoAnswer(refusal=Refusal(exc.code, f"{exc.message}; resend with the same eventId"))
         except BaseException:
             self.withdraw(step, brackets)
             raise

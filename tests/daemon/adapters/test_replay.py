@@ -15,6 +15,7 @@ from trio_websocket import open_websocket_url
 from router.daemon.adapter import AdapterTurn
 from router.daemon.adapters.claude_code import ClaudeProjection
 from router.daemon.adapters.replay import (
+    ReplaySessionStatistics,
     DEFAULT_RECORDING, PACE_ENV, RECORDING_ENV, STAMP, Recording, RecordingError, ReplayAdapter, adapter, plan_of,
 )
 from router.daemon.cli import load_adapter
@@ -79,7 +80,7 @@ async def test_every_turn_plays_in_order_and_complete(pace, autojump_clock):
         assert isinstance(outcome, Done)
         assert [_plain(event) for event in recorder.events] == expected(number % 3)
         assert all(event["message"]["operationId"] == f"op-{number}" for event in recorder.of_type("message"))
-    assert session.statistics() == {"next_turn": 1, "played": 4, "stamped": 0}
+    assert session.statistics() == ReplaySessionStatistics(next_turn=1, played=4, stamped=0)
 
 
 async def test_one_prompt_plays_many_turns_stamped_with_consecutive_numbers(autojump_clock):

@@ -1,7 +1,7 @@
 """``router store copy --from DIR --to postgresql://… [--replace]``: copy a
 SQLite data directory (``host.sqlite``, ``turns.sqlite``, ``usage.jsonl``)
 into a PostgreSQL database, for ``router serve --store postgresql://…``
-(:mod:`router.store.copy` has the rules). Stop the router on DIR first.
+(:mod:`router.record.copy` has the rules). Stop the router on DIR first.
 
 Output: one line per table, ``TABLE: N rows``, then ``copied DIR into
 URL`` (the URL without its password). Exit 0 when copied; 2 on a usage
@@ -29,7 +29,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from router.store import copy_record, parse_target
+    from router.record import copy_record
+    from router.store import parse_target
 
     try:
         target = parse_target(args.target)

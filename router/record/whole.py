@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from router.store.db import Target
+from router.store.db import StoreTarget
 from router.host import Store
 from router.plugins.usage import JsonlRecords, TableRecords
 from router.turns.delivery_log import DeliveryLog
@@ -23,7 +23,7 @@ RECORDS_FILE = "usage.jsonl"
 class Record:
     """The three records, open; :meth:`close` closes them (each once)."""
 
-    target: Target
+    target: StoreTarget
     store: Store
     deliveries: DeliveryLog
     #: A :class:`router.plugins.usage.RecordStore`.
@@ -37,13 +37,13 @@ class Record:
         self.store.close()
 
 
-def open_record(target: Target | None, data_dir: Path, records: Path | None = None) -> Record:
+def open_record(target: StoreTarget | None, data_dir: Path, records: Path | None = None) -> Record:
     """Open the records at ``target`` (None: the SQLite data directory
     ``data_dir``). ``records`` names a turn-records file to use instead of
     the target's (``JobConfig.records``). A record that cannot open raises
     its :class:`router.errors.Refusal` with nothing left open."""
     if target is None:
-        target = Target("sqlite", str(data_dir))
+        target = StoreTarget("sqlite", str(data_dir))
     location: Any = target if target.kind == "postgresql" else None
     opened: list[Any] = []
     try:

@@ -26,11 +26,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from router.store.db import Database, Target
+from router.store.db import Database, StoreTarget
 from router.errors import Refusal
 from router.host import Store
 from router.plugins.usage import JsonlRecords, TableRecords
-from router.store.record import HOST_FILE, RECORDS_FILE, TURNS_FILE
+from router.record.whole import HOST_FILE, RECORDS_FILE, TURNS_FILE
 from router.turns.delivery_log import DeliveryLog
 
 __all__ = ["copy_record"]
@@ -39,7 +39,7 @@ __all__ = ["copy_record"]
 RECORD_TABLES = ("turn_records",)
 
 
-def copy_record(source: Path, target: Target, *, replace: bool = False) -> dict[str, int]:
+def copy_record(source: Path, target: StoreTarget, *, replace: bool = False) -> dict[str, int]:
     """Copy the data directory ``source`` into ``target`` (see the module
     docstring); the rows copied, by table."""
     if target.kind != "postgresql":
@@ -69,7 +69,7 @@ def copy_record(source: Path, target: Target, *, replace: bool = False) -> dict[
     return counts
 
 
-def _refuse_unless_empty(target: Target, records: Sequence[tuple[Database, Sequence[str]]]) -> None:
+def _refuse_unless_empty(target: StoreTarget, records: Sequence[tuple[Database, Sequence[str]]]) -> None:
     for db, tables in records:
         for table in tables:
             if db.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]:
