@@ -38,6 +38,10 @@ anything is delivered, in this order (as the reference's ``#reconcile``):
    instead: the daemon cannot tell whether an earlier ``configure`` reached
    it, and settings are idempotent.
 2. *Operations the host has open* (queued or running), in submission order:
+   known there by an attempt the record does not stand by (handed to it
+   in an earlier hold, or before the record handed it elsewhere) → **lost**,
+   as below: given up there and handed over again as the next attempt
+   (see "Attempts"), or settled ``unanswered`` / ``container_lost``;
    reported settled by the daemon → settled from that report after
    ``caught-up``, so the kept frames (messages, persisted entries) land
    first; still queued or running there → left alone; running in another
@@ -65,10 +69,28 @@ continued: before step 1 everything it has queued or running is aborted
 the generation it holds open moves to a new number
 (:meth:`~router.host.store.Store.reopen_session`), so step 1 restores the
 record's entries into a new adapter session; in step 2 an open operation it
-already knows settles as lost (it takes an operation id once) and the
-others are handed over afresh; step 3 is that abort; step 4 starts the
+already knows is lost, as with a container lost (its attempt there may
+have run without its result reaching the record): the policy decides, and
+a rerun goes to it as the next attempt; the others are handed over afresh;
+step 3 is that abort; step 4 starts the
 cursor at its ``lastSeq`` and acks it (its frames so far are of the
 earlier hold, never applied).
+
+**Attempts.** A daemon takes an operation id once (npm ``agents@0.32.0``
+``protocol.d.ts``; ours: :class:`~router.daemon.core.SessionCore` ignores a
+``prompt`` whose id it knows), so an operation handed to the same daemon
+again goes by a new id there: ``<operation id>~<n>`` for its ``n``-th
+attempt (:func:`attempt_id`). The record keeps no attempt numbers: every
+``hello`` lists the attempts the daemon knows, and :class:`AttemptsThere`
+reads them against the record's open operations (the latest one is the
+operation's there; older ones are given up). The connection maps the
+latest attempt's frames to the operation (its id; a message's
+``operationId`` and an id the attempt prefixes, ``<attempt id>:…``), so
+the record reads as one run and the person's own message stays
+``<operation id>:user``; frames of an attempt given up are skipped and an
+attempt given up that is still open there is aborted. An operation whose
+settle the record has is never handed over again: only open operations
+have attempts.
 
 A runtime whose ``hello.lastSeq`` is below the stored cursor's seq for the
 same runtime id is a new container that reused the id (npm ``agents@0.32.0`` ``protocol.d.ts`` says
@@ -130,7 +152,7 @@ import contextlib
 import json
 import logging
 import re
-from typing import Any, Final, Literal, Sequence
+from typing import Any, Callable, Final, Literal, Sequence
 
 import attrs
 
@@ -197,6 +219,53 @@ HISTORY_SETTLED: Final = "history-settled"
 
 #: The reason an operation lost with its container settles with (the wire's).
 CONTAINER_LOST: Final = "container_lost"
+
+#: Between an operation's id and its attempt's number in the id a daemon
+#: knows a second (third ...) attempt by: ``<operation id>~<n>``.
+ATTEMPT_MARK: Final = "~"
+_ATTEMPT: Final = re.compile(r"(.+)~([1-9][0-9]*)", re.DOTALL)
+
+
+def attempt_id(operation_id: str, attempt: int) -> str:
+    """The id a daemon knows an operation's ``attempt`` by: the operation's
+    own id for the first, ``<operation id>~<n>`` after."""
+    return operation_id if attempt <= 1 else f"{operation_id}{ATTEMPT_MARK}{attempt}"
+
+
+@attrs.define
+class AttemptsThere:
+    """Which attempt of each open operation a daemon knows, from its
+    ``hello`` (the record keeps no attempt numbers: a daemon's list is the
+    only place they live, and the host reads them again on every
+    connection)."""
+
+    #: Open operation id → (the latest attempt the daemon knows, its report).
+    latest: dict[str, tuple[int, Any]] = attrs.field(factory=dict)
+    #: Older attempts' ids: their frames are of an attempt given up.
+    superseded: set[str] = attrs.field(factory=set)
+
+    @classmethod
+    def of(cls, hello: Hello, open_ids: set[str], is_operation: Callable[[str], bool]) -> "AttemptsThere":
+        """The attempts ``hello`` lists; ``is_operation`` says whether an
+        id is an operation of the record's own (then never an attempt)."""
+        attempts = cls()
+        for there in hello.operations:
+            wire = there.operation_id
+            if wire in open_ids:
+                base, number = wire, 1
+            else:
+                match = _ATTEMPT.fullmatch(wire)
+                if match is None or match.group(1) not in open_ids or is_operation(wire):
+                    continue
+                base, number = match.group(1), int(match.group(2))
+            known = attempts.latest.get(base)
+            if known is None or known[0] < number:
+                if known is not None:
+                    attempts.superseded.add(attempt_id(base, known[0]))
+                attempts.latest[base] = (number, there)
+            else:
+                attempts.superseded.add(wire)
+        return attempts
 
 
 @attrs.frozen(kw_only=True)
@@ -375,6 +444,10 @@ class _Reconcile:
     settled_there: list[tuple[str, dict]] = attrs.field(factory=list)
     #: Operations handed to this runtime that it does not list.
     deferred: list[str] = attrs.field(factory=list)
+    #: The attempts of open operations the daemon knows, and the id each
+    #: open operation goes by there where that is not its own.
+    attempts: AttemptsThere = attrs.field(factory=AttemptsThere)
+    wire_ids: dict[str, str] = attrs.field(factory=dict)
 
     def effects(self) -> Effects:
         return Effects(sends=tuple(self.sends), events=tuple(self.events), settled=tuple(self.settled))
@@ -459,6 +532,12 @@ class ConnectionRules:
         #: Operations delivered to this runtime that ``hello`` did not list:
         #: handed over again at ``caught-up`` if the replay did not settle them.
         self.deferred: list[str] = []
+        #: Operation id → the id this runtime knows it by, where that is
+        #: not the operation's own (a later attempt), and back.
+        self.wire_ids: dict[str, str] = {}
+        self.operation_ids: dict[str, str] = {}
+        #: Ids of attempts given up on this runtime: their frames are passed.
+        self.superseded: set[str] = set()
         #: Frames and ``caught-up`` received before the reconcile.
         self.early: list[FrameMessage | CaughtUp | UnreadableFrame] = []
         self.frames_applied = 0
@@ -481,6 +560,10 @@ class ConnectionRules:
     @property
     def ready(self) -> bool:
         return self.runtime_id is not None
+
+    def wire_id(self, operation_id: str) -> str:
+        """The id this runtime knows the operation by (its attempt's)."""
+        return self.wire_ids.get(operation_id, operation_id)
 
     # ------------------------------------------------------------------ reconcile
 
@@ -528,6 +611,9 @@ class ConnectionRules:
         self.generation = record.generation
         self.settled_there = reconcile.settled_there
         self.deferred = reconcile.deferred
+        self.wire_ids = reconcile.wire_ids
+        self.operation_ids = {wire: operation_id for operation_id, wire in reconcile.wire_ids.items()}
+        self.superseded = reconcile.attempts.superseded
         effects = reconcile.effects()
         if self.early:
             early, self.early = self.early, []
@@ -551,27 +637,63 @@ class ConnectionRules:
         self, store: Store, hello: Hello, regressed: bool, reconcile: _Reconcile, *, stale: bool = False
     ) -> None:
         """Step 2: every operation the host has open, against what the
-        daemon reports. A stale daemon's report is of an earlier hold: an
-        operation it knows cannot be handed to it again (it takes an
-        operation id once), so it settles as lost; the others are handed
-        over afresh."""
-        known = {operation.operation_id: operation for operation in hello.operations}
+        daemon reports (by its latest attempt there). One the daemon knows
+        but was not handed by the record (a stale daemon's report is of an
+        earlier hold) is :meth:`_given_up`; the others, against a stale
+        daemon, are handed over afresh."""
+        operations = store.operations(session=self.session, statuses=OPEN_STATUSES)
+        attempts = reconcile.attempts = AttemptsThere.of(
+            hello, {operation.id for operation in operations},
+            lambda id: store.operation(self.session, id) is not None,
+        )  # fmt: skip
+        known = {operation_id: there for operation_id, (_, there) in attempts.latest.items()}
         lost_any = False
-        for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
-            if stale:
+        for operation in operations:
+            latest = attempts.latest.get(operation.id)
+            if latest is not None and latest[0] > 1:
+                reconcile.wire_ids[operation.id] = attempt_id(operation.id, latest[0])
+            if latest is not None and (stale or operation.delivered != hello.runtime_id):
+                lost_any |= self._given_up(store, hello, operation, latest, reconcile)
+            elif stale:
                 lost_any |= self._stale_operation(store, hello, known, operation, reconcile)
             else:
                 lost_any |= self._open_operation(store, hello, regressed, known, operation, reconcile)
         if lost_any:
             reconcile.events.insert(0, ContainerLost())
 
+    def _given_up(
+        self, store: Store, hello: Hello, operation: Any, latest: tuple[int, Any], reconcile: _Reconcile
+    ) -> bool:
+        """An open operation this daemon knows from a hand-over the record
+        no longer stands by (an earlier hold, or a hand-over to another
+        runtime since): its attempt there may have run without its result
+        reaching the record, as with a container lost, so the policy
+        decides. Under a rerun the attempt there is given up (aborted if
+        still open there: step 3, or step 0 for a stale daemon; its frames
+        are passed) and the operation goes to this daemon again as the next
+        attempt, ``<operation id>~<n>``, as the daemon takes an operation id
+        once (npm ``agents@0.32.0`` ``protocol.d.ts``). True: it is lost."""
+        number, there = latest
+        if not self._rerun(hello):
+            self._lose(store, operation.id, False, reconcile)
+            return True
+        reconcile.attempts.superseded.add(there.operation_id)
+        number += 1
+        while store.operation(self.session, attempt_id(operation.id, number)) is not None:
+            number += 1  # an operation of the record's own goes by that id
+        reconcile.wire_ids[operation.id] = attempt_id(operation.id, number)
+        store.requeue(self.session, operation.id)
+        if operation.delivered is not None:
+            store.set_delivered(self.session, operation.id, None)
+        return True
+
     def _stale_operation(
         self, store: Store, hello: Hello, known: dict[str, Any], operation: Any, reconcile: _Reconcile
     ) -> bool:
-        """One open operation against a stale daemon's report; True when it
-        is lost."""
-        if operation.id in known or operation.status == "running":
-            self._lose(store, operation.id, operation.id not in known and self._rerun(hello), reconcile)
+        """One open operation against a stale daemon's report, which does
+        not list it; True when it is lost."""
+        if operation.status == "running":
+            self._lose(store, operation.id, self._rerun(hello), reconcile)
             return True
         if operation.delivered is not None:
             store.set_delivered(self.session, operation.id, None)
@@ -628,13 +750,18 @@ class ConnectionRules:
 
     def _abort_unknown(self, store: Store, hello: Hello, reconcile: _Reconcile) -> None:
         """Step 3: what the daemon has open but the host settled or never
-        had is aborted there."""
+        had, or an attempt given up, is aborted there."""
+        current = {wire: operation_id for operation_id, wire in reconcile.wire_ids.items()}
         for there in hello.operations:
             if type(there) is not PendingOperation:
                 continue
-            mine = store.operation(self.session, there.operation_id)
+            wire = there.operation_id
+            if wire in reconcile.attempts.superseded:
+                reconcile.sends.append(Abort(operation_id=wire))
+                continue
+            mine = store.operation(self.session, current.get(wire, wire))
             if mine is None or mine.settled:
-                reconcile.sends.append(Abort(operation_id=there.operation_id))
+                reconcile.sends.append(Abort(operation_id=wire))
 
     def _replay_from(
         self, store: Store, record: SessionRecord, hello: Hello, regressed: bool, reconcile: _Reconcile,
@@ -684,7 +811,7 @@ class ConnectionRules:
             input = operation.input if handoff is None else with_handoff(operation.input, handoff)
             sends.append(
                 Prompt(
-                    operation_id=operation.id,
+                    operation_id=self.wire_ids.get(operation.id, operation.id),
                     input=converter.structure(input, ContainerInput),
                     when_busy=operation.when_busy,
                 )
@@ -797,6 +924,12 @@ class ConnectionRules:
         if batch.cursor_runtime == runtime and seq <= batch.cursor_seq:
             batch.skipped += 1
             return
+        if (item := self._as_operation(item)) is None:
+            # An attempt given up (:meth:`_given_up`): nothing of it
+            # reaches the record.
+            batch.skipped += 1
+            batch.cursor_runtime, batch.cursor_seq, batch.moved = runtime, seq, True
+            return
         if type(item) is UnreadableFrame:
             self._pass(store, runtime, seq, item.reason, item.text, batch)
         elif (refused := self._rewrites_history(store, item.frame, batch)) is not None:
@@ -828,6 +961,35 @@ class ConnectionRules:
                     batch.settled.append(result)
                     batch.ack_now = True
         batch.cursor_runtime, batch.cursor_seq, batch.moved = runtime, seq, True
+
+    def _as_operation(self, item: FrameMessage | UnreadableFrame) -> FrameMessage | UnreadableFrame | None:
+        """A frame of a later attempt as its operation's: the operation id,
+        and a message's ``operationId`` and an id the attempt prefixes
+        (``<attempt id>:…``), so the record reads as one run. None for a
+        frame of an attempt given up; any other frame as it is."""
+        if not (self.superseded or self.operation_ids) or type(item) is UnreadableFrame:
+            return item
+        wire = getattr(item.frame, "operation_id", None)
+        if wire is None:
+            return item
+        if wire in self.superseded:
+            return None
+        operation_id = self.operation_ids.get(wire)
+        if operation_id is None:
+            return item
+        return attrs.evolve(item, frame=self._frame_as(item.frame, wire, operation_id))
+
+    @staticmethod
+    def _frame_as(frame: Any, wire: str, operation_id: str) -> Any:
+        if type(frame) is EventFrame and frame.event.get("type") == "message":
+            message = dict(frame.event["message"])
+            if message.get("operationId") == wire:
+                message["operationId"] = operation_id
+            id = message.get("id")
+            if type(id) is str and (id == wire or id.startswith(wire + ":")):
+                message["id"] = operation_id + id[len(wire):]
+            return attrs.evolve(frame, operation_id=operation_id, event={**frame.event, "message": message})
+        return attrs.evolve(frame, operation_id=operation_id)
 
     def _rewrites_history(self, store: Store, frame: Any, batch: _Batch) -> str | None:
         """Why a ``message`` event would rewrite settled history (None when
@@ -932,6 +1094,9 @@ class ConnectionRules:
 
 __all__ = [
     "ACK_EVERY",
+    "ATTEMPT_MARK",
+    "AttemptsThere",
+    "attempt_id",
     "CONTAINER_LOST",
     "ConnectionRules",
     "HISTORY_SETTLED",

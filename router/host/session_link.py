@@ -573,7 +573,7 @@ class SessionLink:
 
     async def _run_requests(self, ws: WebSocket, core: ConnectionRules, requests: Requests) -> None:
         store = self.store
-        effects = Effects(sends=tuple(Abort(operation_id=op) for op in requests.aborts)
+        effects = Effects(sends=tuple(Abort(operation_id=core.wire_id(op)) for op in requests.aborts)
                           + tuple(Answer(ask_id=ask, decision=decision)  # type: ignore[arg-type]
                                   for ask, decision in requests.answers))
         if requests.deliver:
