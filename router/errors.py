@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-__all__ = ["CODE_PATTERN", "Refusal", "code_of", "is_code", "refusal_of"]
+__all__ = ["CODE_PATTERN", "CarriesRefusal", "Refusal", "code_of", "is_code", "refusal_of"]
 
 #: The shape of every refusal code: kebab-case, starting with a letter.
 CODE_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
@@ -83,6 +83,25 @@ class Refusal(Exception):
         "The HTTP API"). The plug-in modules' protocol is not ours to spell:
         a module answers ``{"code", "message"}`` (docs/plugins.md)."""
         return {**self.data, "error": self.code, "message": self.message}
+
+
+class CarriesRefusal:
+    """A value that carries a :class:`Refusal` in its ``refusal`` field (a
+    delivery unanswered or refused, a limit check that could not answer):
+    its ``code`` and ``message`` read through to it, so the value is
+    spelled as the refusal is wherever it is shown."""
+
+    __slots__ = ()
+
+    refusal: Refusal
+
+    @property
+    def code(self) -> str:
+        return self.refusal.code
+
+    @property
+    def message(self) -> str:
+        return self.refusal.message
 
 
 def _rebuild(cls: type[Refusal], code: str, message: str, data: dict[str, Any]) -> Refusal:

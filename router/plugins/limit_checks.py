@@ -47,7 +47,7 @@ import attrs
 from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.loader import LoadedModule, Log, default_log
 from router.plugins.models import Json, LimitTree, NonEmpty, nests_deeper, structure
-from router.errors import Refusal
+from router.errors import CarriesRefusal, Refusal
 from router.plugins.usage import TOKEN_KINDS, copy_json, iso, parse_time
 
 __all__ = [
@@ -121,19 +121,11 @@ def stop_reason(check: str, hit: Mapping[str, Any]) -> str:
 
 
 @attrs.frozen(kw_only=True)
-class CheckFailure:
+class CheckFailure(CarriesRefusal):
     """A limit check that could not give an answer, and the refusal that says why."""
 
     check: str
     refusal: Refusal
-
-    @property
-    def code(self) -> str:
-        return self.refusal.code
-
-    @property
-    def message(self) -> str:
-        return self.refusal.message
 
 
 @attrs.frozen(kw_only=True)

@@ -92,7 +92,7 @@ from typing import Any, Final, Literal, Mapping, TypeAlias, Union
 
 import attrs
 
-from router.errors import Refusal
+from router.errors import CarriesRefusal, Refusal
 
 __all__ = [
     "AbortOperation",
@@ -215,36 +215,20 @@ class Answered:
 
 
 @attrs.frozen(kw_only=True)
-class DeliveryUnanswered:
+class DeliveryUnanswered(CarriesRefusal):
     """No answer this time: the sender resends under the same event id;
     ``refusal`` says why (its code and sentence)."""
 
     event_id: str
     refusal: Refusal
 
-    @property
-    def code(self) -> str:
-        return self.refusal.code
-
-    @property
-    def message(self) -> str:
-        return self.refusal.message
-
 
 @attrs.frozen(kw_only=True)
-class DeliveryRefused:
+class DeliveryRefused(CarriesRefusal):
     """A refusal at admission (``refusal``); resending the same delivery
     changes nothing."""
 
     refusal: Refusal
-
-    @property
-    def code(self) -> str:
-        return self.refusal.code
-
-    @property
-    def message(self) -> str:
-        return self.refusal.message
 
 
 Reply: TypeAlias = Union[Answered, DeliveryUnanswered, DeliveryRefused]
@@ -316,19 +300,11 @@ class Denied:
 
 
 @attrs.frozen(kw_only=True)
-class NoAnswer:
+class NoAnswer(CarriesRefusal):
     """No answer: a deadline, a closed link, a failed call, a host refusal;
     ``refusal`` says which."""
 
     refusal: Refusal
-
-    @property
-    def code(self) -> str:
-        return self.refusal.code
-
-    @property
-    def message(self) -> str:
-        return self.refusal.message
 
 
 @attrs.frozen(kw_only=True)
