@@ -18,6 +18,14 @@ from tests.api.processes import REPO, ROUTER, environment, serve, stop
 from tests.support.daemons import spawn_daemon
 
 
+def _sigint_default() -> None:
+    """In the child before exec: SIGINT as a terminal's foreground command
+    has it. A suite started in the background by a non-interactive shell
+    runs with SIGINT ignored, which every child would inherit (and a
+    Python whose SIGINT is ignored at start never raises KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def interrupted(process: trio.Process, stderr: Path) -> list[str]:
     """SIGINT, then the process's exit status is 130 and stderr's lines."""
     process.send_signal(signal.SIGINT)
@@ -42,7 +50,8 @@ async def test_router_send_while_it_waits(tmp_path: Path) -> None:
         with open(stderr, "wb") as err:
             send = await trio.lowlevel.open_process(
                 [*ROUTER, "send", "root", "slow 30000 wait for me", "--url", served.url],
-                stdout=subprocess.DEVNULL, stderr=err, env=environment({"ROUTER_TOKEN": served.token}), cwd=REPO)
+                stdout=subprocess.DEVNULL, stderr=err, env=environment({"ROUTER_TOKEN": served.token}), cwd=REPO,
+                preexec_fn=_sigint_default)
         try:
             async with served.client() as client:
                 with trio.fail_after(60):
@@ -62,7 +71,7 @@ async def test_router_prompt_while_it_waits(tmp_path: Path) -> None:
             prompt = await trio.lowlevel.open_process(
                 [*ROUTER, "prompt", "--daemon", daemon.url, "--store", str(store), "slow 30000 wait for me"],
                 stdout=subprocess.DEVNULL, stderr=err, env=environment({"ROUTER_DAEMON_TOKEN": "sigint-token"}),
-                cwd=REPO)
+                cwd=REPO, preexec_fn=_sigint_default)
         try:
             with trio.fail_after(60):
                 while True:  # the turn runs once its user message is in the transcript
