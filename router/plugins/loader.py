@@ -90,7 +90,7 @@ import trio
 from wire.json import dumps
 
 from router.plugins.kinds import KINDS, Kind, check_kind_setting, is_name, names_of
-from router.errors import Refusal
+from router.errors import CarriesRefusal, Refusal
 
 __all__ = [
     "DEFAULT_ROOT",
@@ -132,7 +132,7 @@ class LoadedModule:
 
 
 @attrs.frozen(kw_only=True)
-class RefusedPlugin:
+class RefusedPlugin(CarriesRefusal):
     """A kind the loader refused: the module (or the kind's whole setting),
     the :class:`~router.errors.Refusal`, and the names the kind kept."""
 
@@ -144,14 +144,6 @@ class RefusedPlugin:
     refusal: Refusal
     #: The names the kind kept switched on.
     kept: tuple[str, ...]
-
-    @property
-    def code(self) -> str:
-        return self.refusal.code
-
-    @property
-    def message(self) -> str:
-        return self.refusal.message
 
     def log_entry(self) -> dict[str, Any]:
         return {
