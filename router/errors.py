@@ -87,8 +87,8 @@ class Refusal(Exception):
 
 class CarriesRefusal:
     """A value that carries a :class:`Refusal` in its ``refusal`` field (a
-    delivery unanswered or refused, a limit check that could not answer):
-    its ``code`` and ``message`` read through to it, so the value is
+    delivery unanswered or refused, a limit check that could not answer, a
+    plug-in the loader refused): its ``code`` and ``message`` read through to it, so the value is
     spelled as the refusal is wherever it is shown."""
 
     __slots__ = ()
