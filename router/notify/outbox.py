@@ -55,8 +55,9 @@ import trio
 
 from router.notify import record
 from router.notify.config import NotifySettings, load_settings, save_settings, vapid_key
-from router.notify.core import (LOCAL_DEVICE, Destination, Event, Presence, PresenceStatistics, RoutingFacts, SessionSetting,
-                                payload, route)
+from router.errors import Refusal
+from router.notify.core import (LOCAL_DEVICE, Destination, Event, NotifyProblem, Presence, PresenceStatistics,
+                                RoutingFacts, SessionSetting, check_problems, payload, route)
 from router.plugins.loader import Loader
 
 __all__ = ["NotificationsStatistics", "Notifications", "POLL", "SEND_DEADLINE"]
@@ -73,6 +74,10 @@ SEND_DEADLINE: Final = 30.0
 
 def _ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _json_of(problem: NotifyProblem | None) -> dict[str, Any] | None:
+    return None if problem is None else problem.to_json()
 
 
 @attrs.frozen
@@ -127,8 +132,9 @@ class Notifications:
         #: router listens beyond loopback. A revoked device's subscriptions
         #: are removed before anything is sent to it.
         self.revoked_devices: Callable[[list[str]], Awaitable[set[str]]] | None = None
-        #: destination id -> the last failure's sentence (shown with the settings).
-        self.last_error: dict[str, dict[str, Any]] = {}
+        #: destination id -> its last failure (``send-failed``, the sentence,
+        #: when), shown with the settings.
+        self.last_error: dict[str, NotifyProblem] = {}
 
     def __repr__(self) -> str:
         return (f"<Notifications {self.claimant!r} sent={self.sent} suppressed={self.suppressed} "
@@ -319,7 +325,8 @@ class Notifications:
             self.last_error.pop(destination.id, None)
         else:
             self.failed += 1
-            self.last_error[destination.id] = {"code": "send-failed", "message": detail, "at": _ms()}
+            self.last_error[destination.id] = NotifyProblem(notifier=destination.notifier,
+                                                            refusal=Refusal("send-failed", detail), at=_ms())
             log.warning("notification %s to %s failed: %s", event.id, destination.label, detail)
 
     # ------------------------------------------------------------------ what the routes and the CLI read
@@ -332,25 +339,25 @@ class Notifications:
         found.sort(key=lambda event: event["at"], reverse=True)
         return found[:limit]
 
-    async def problems(self) -> list[dict[str, Any]]:
+    async def problems(self) -> list[NotifyProblem]:
         """Every configuration error now: the settings file's, each
         notifier's own checks, a notifier the loader refused."""
         settings = await self.read_settings()
-        out: list[dict[str, Any]] = []
+        out: list[NotifyProblem] = []
         if settings.error is not None:
-            out.append({"notifier": None, "code": settings.error.code, "message": settings.error.message})
+            out.append(NotifyProblem(notifier=None, refusal=settings.error))
         modules = await self.notifiers()
         refused = self._loader.refused("notifier")
         if refused is not None:
-            out.append({"notifier": refused.name, "code": refused.code, "message": refused.message})
+            out.append(NotifyProblem(notifier=refused.name, refusal=refused.refusal))
         for module in modules:
             try:
                 found = await trio.to_thread.run_sync(module.function("check"), self._context(module, settings, []))
-                out += [{"notifier": module.name, "code": str(p["code"]), "message": str(p["message"])}
-                        for p in found]
-            except Exception as error:  # noqa: BLE001
-                out.append({"notifier": module.name, "code": "notifier-check-failed",
-                            "message": f"{type(error).__name__}: {error}"})
+            except Exception as error:  # noqa: BLE001 - a notifier's crash is a configuration error it shows
+                out.append(NotifyProblem(notifier=module.name, refusal=Refusal(
+                    "notifier-check-failed", f"the {module.name} notifier's check failed: {type(error).__name__}: {error}")))
+                continue
+            out += check_problems(module.name, found)
         return out
 
     async def view(self) -> dict[str, Any]:
@@ -361,14 +368,14 @@ class Notifications:
         return {
             "notifiers": on,
             "destinations": [{"id": d.id, "notifier": d.notifier, "label": d.label, "device": d.device,
-                              "last_error": self.last_error.get(d.id)} for _, d in pairs],
+                              "last_error": _json_of(self.last_error.get(d.id))} for _, d in pairs],
             "quiet_hours": None if settings.quiet is None else {"start": settings.quiet.start,
                                                                 "end": settings.quiet.end,
                                                                 "time_zone": settings.quiet.time_zone},
             "turn_ended": settings.turn_ended,
             "sessions": {k: {"muted": v.muted, "turn_ended": v.turn_ended}
                          for k, v in sorted(settings.sessions.items())},
-            "errors": await self.problems(),
+            "errors": [problem.to_json() for problem in await self.problems()],
         }
 
     async def set_session(self, session: str, change: Callable[[SessionSetting], SessionSetting]) -> SessionSetting:
