@@ -54,11 +54,13 @@ import attrs
 import trio
 
 from router.notify import record
+from router.notify.record import NoticeSource
 from router.notify.config import NotifySettings, load_settings, save_settings, vapid_key
 from router.errors import Refusal
 from router.notify.core import (LOCAL_DEVICE, Destination, Event, NotifyProblem, Presence, PresenceStatistics,
                                 RoutingFacts, SessionSetting, check_problems, payload, route)
-from router.plugins.loader import Loader
+from router.plugins.loader import LoadedModule, Loader
+from router.plugins.settings import SettingsDir
 
 __all__ = ["NotificationsStatistics", "Notifications", "POLL", "SEND_DEADLINE"]
 
@@ -99,8 +101,8 @@ class Notifications:
     ``settings`` the plug-in settings directory (``plugins.json``:
     which notifiers are on); ``claimant`` this router's id."""
 
-    def __init__(self, *, deliveries: Any, settings: Any, settings_dir: Path, data_dir: Path, claimant: str,
-                 host_store: Any = None, loader_root: str | None = None,
+    def __init__(self, *, deliveries: NoticeSource, settings: SettingsDir, settings_dir: Path, data_dir: Path,
+                 claimant: str, host_store: NoticeSource | None = None, loader_root: str | None = None,
                  page_url: Callable[[], str | None] = lambda: None, clock: Callable[[], float] = time.time) -> None:
         self.deliveries = deliveries
         #: The host's store (:class:`router.host.store.Store`): its turns'
@@ -109,7 +111,7 @@ class Notifications:
         #: Where events are read from: the delivery record, and the host's
         #: store when it is a database of its own (a SQLite file; with
         #: PostgreSQL both write the one table).
-        self.sources: list[Any] = [deliveries]
+        self.sources: list[NoticeSource] = [deliveries]
         self.settings = settings
         self.settings_dir = Path(settings_dir)
         self.data_dir = Path(data_dir)
@@ -118,7 +120,7 @@ class Notifications:
         self.page_url = page_url
         self._clock = clock
         self._loader = Loader(root=loader_root, log=lambda entry: log.warning("notifier refused: %s", entry))
-        self._plugins_mark: Any = None
+        self._plugins_mark: str | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._wakeup = trio.Event()
         self._settings_lock = trio.Lock()
@@ -179,7 +181,7 @@ class Notifications:
             with trio.move_on_after(POLL):
                 await self._wakeup.wait()
 
-    async def _db(self, fn: Callable[..., Any], *args: Any, source: Any = None, **kwargs: Any) -> Any:
+    async def _db(self, fn: Callable[..., Any], *args: Any, source: NoticeSource | None = None, **kwargs: Any) -> Any:
         """``fn(database, ...)`` on ``source``'s worker thread (default: the delivery record)."""
         owner = self.deliveries if source is None else source
         db = owner.database
@@ -203,7 +205,7 @@ class Notifications:
                     handled += 1
         return handled
 
-    async def notifiers(self) -> list[Any]:
+    async def notifiers(self) -> list[LoadedModule]:
         """The notifier modules ``plugins.json`` switches on, in order
         (loaded again when the file changed)."""
         from router.plugins.settings import plugins_value
@@ -221,7 +223,7 @@ class Notifications:
         self._settings = await trio.to_thread.run_sync(load_settings, self.settings_dir)
         return self._settings
 
-    def _context(self, module: Any, settings: NotifySettings, subs: list[dict[str, Any]]) -> dict[str, Any]:
+    def _context(self, module: LoadedModule, settings: NotifySettings, subs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"options": dict(settings.notifiers.get(module.name, {})),
                 "subscriptions": [{"id": s["id"], "device": s["device"], "device_name": s["device_name"]}
                                   for s in subs]}
@@ -240,7 +242,7 @@ class Notifications:
                 log.info("removed subscription %s: device %s was revoked", sub["id"], sub["device"])
         return [s for s in subs if s["device"] not in revoked]
 
-    async def destinations(self, settings: NotifySettings) -> list[tuple[Any, Destination]]:
+    async def destinations(self, settings: NotifySettings) -> list[tuple[LoadedModule, Destination]]:
         subs = await self.live_subscriptions()
         out = []
         for module in await self.notifiers():
@@ -257,7 +259,7 @@ class Notifications:
                 log.warning("notifier %s: destinations failed: %s: %s", module.name, type(error).__name__, error)
         return out
 
-    async def handle(self, event: Event, source: Any = None) -> None:
+    async def handle(self, event: Event, source: NoticeSource | None = None) -> None:
         settings = await self.read_settings()
         destinations = await self.destinations(settings)
         facts = await self._facts(event, settings)
@@ -292,8 +294,8 @@ class Notifications:
         return RoutingFacts(now=now, watching=self.presence.watching(event.session, now),
                             setting=settings.setting(event.session), quiet=settings.quiet, ask_state=ask_state)
 
-    async def _send(self, event: Event, module: Any, destination: Destination, settings: NotifySettings,
-                    source: Any) -> None:
+    async def _send(self, event: Event, module: LoadedModule, destination: Destination, settings: NotifySettings,
+                    source: NoticeSource | None) -> None:
         await self._db(record.renew, self.claimant, _ms(), source=source)
         await self._db(record.put_receipt, event.id, destination.id, destination.label, "pending",
                        detail="sending", source=source)
