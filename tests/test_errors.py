@@ -158,3 +158,12 @@ def test_no_refusal_is_spelled_by_hand() -> None:
                 found.add(name)
     assert sorted(found - set(NOT_OUR_REFUSALS) - set(SPELLED_BY_HAND)) == []
     assert sorted(set(SPELLED_BY_HAND) - found) == []  # an entry whose file is done is removed
+
+
+def test_a_refusal_read_back_from_its_json_is_the_same_refusal() -> None:
+    refused = Refusal("no-room", "the disk is full", path="/data")
+    assert Refusal.from_json(refused.to_json()) == refused
+    assert Refusal.from_json({"code": "no-room", "message": "full"}) is None  # the plug-in protocol's, not ours
+    assert Refusal.from_json({"error": "No Room", "message": "full"}) is None
+    assert Refusal.from_json({"error": "no-room", "message": 3}) is None
+    assert Refusal.from_json("no-room: full") is None
