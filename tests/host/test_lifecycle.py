@@ -431,8 +431,9 @@ async def test_ending_a_session_removes_its_workspace_and_marks_it_ended(store: 
         await host.end_session("root", reason="ended by a test")
         assert module.removed == [launcher(module).context("root", harness="echo")["workspace"]]
         assert await host.ended("root")
-        record = await store.call(store.require_session, "root")
-        assert (record.daemon.state, record.daemon.reason) == ("ended", "ended by a test")
+        (listed,) = await host.sessions.list()
+        assert listed["ended"] is True
+        assert (listed["daemon"]["state"], listed["daemon"]["reason"]) == ("ended", "ended by a test")
         host.close()
 
 
