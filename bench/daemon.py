@@ -62,7 +62,7 @@ from trio_websocket import open_websocket_url  # noqa: E402
 TOKEN = "bench-token"
 #: Frames an echo operation makes: start, text-delta, message, persist, settle.
 FRAMES_PER_OP = 5
-#: The host acks every 32 frames (DESIGN.md, "Apply frames").
+#: The host acks every 32 frames (docs/host.md, "Reconcile, deliver, apply").
 ACK_EVERY = 32
 
 

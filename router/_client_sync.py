@@ -53,7 +53,7 @@ from typing import Any, Final, Mapping
 
 import h11
 
-from router.errors import Refusal, is_code
+from router.errors import Refusal
 
 __all__ = ["MAX_BODY", "MAX_HEAD", "ClientExchange", "ClientResponse", "refusal_of", "request"]
 
@@ -102,10 +102,7 @@ def refusal_of(response: ClientResponse) -> Refusal | None:
         body = response.json()
     except (ValueError, RecursionError):
         return None
-    if type(body) is not dict or not is_code(body.get("error")) or type(body.get("message")) is not str:
-        return None
-    data = {key: value for key, value in body.items() if key not in ("error", "message")}
-    return Refusal(body["error"], body["message"], **data)
+    return Refusal.from_json(body)
 
 
 class ClientExchange:

@@ -63,6 +63,7 @@ import attrs
 import h11
 import trio
 
+from router.errors import Refusal
 from wire.json import dumps
 
 __all__ = ["BodyBudgetStatistics", 
@@ -215,7 +216,7 @@ class HttpAnswer:
 
 def refusal(status: int, code: str, message: str) -> HttpAnswer:
     """The JSON refusal shape of the HTTP edges, ``{"error": code, "message": sentence}``."""
-    return HttpAnswer(status, dumps({"error": code, "message": message}).encode())
+    return HttpAnswer(status, dumps(Refusal(code, message).to_json()).encode())
 
 
 #: A bare refusal: 400, no body, ``connection: close`` (Hypercorn's answer

@@ -95,6 +95,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
 
+from router.errors import Refusal
 from wire.json import dumps
 
 __all__ = ["ConnectionGateStatistics", "ConnectionGate", "ConnectionLimits", "serve_on_socket"]
@@ -166,11 +167,11 @@ class ConnectionGate:
 
     def refusal(self) -> bytes:
         """The whole answer to a connection past the limit."""
-        body = dumps({
-            "error": "too-many-connections",
-            "message": f"this server already holds the {self.limits.max_connections} connections it serves at "
-                       "once; close an idle one, or retry in a few seconds",
-        }).encode()
+        body = dumps(Refusal(
+            "too-many-connections",
+            f"this server already holds the {self.limits.max_connections} connections it serves at "
+            "once; close an idle one, or retry in a few seconds",
+        ).to_json()).encode()
         return (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
                 b"content-length: %d\r\nretry-after: %d\r\nconnection: close\r\n\r\n"
                 % (len(body), max(1, round(self.limits.idle_timeout)))) + body
@@ -227,15 +228,14 @@ class _Connection(TCPServer):
 
 #: The answer to a ``Host`` that is not a host name (both servers' refusal
 #: shape: ``{"error": code, "message": sentence}``).
-_BAD_HOST_BODY: Final = b'{"error":"bad-host","message":"the Host header is not a host name"}'
+_BAD_HOST_BODY: Final = dumps(Refusal("bad-host", "the Host header is not a host name").to_json()).encode()
 
 
 #: The answer to an upgrade (a WebSocket handshake): this server speaks
 #: plain HTTP/1.1 only.
-_BAD_UPGRADE_BODY: Final = dumps({
-    "error": "bad-upgrade",
-    "message": "this server takes no WebSocket or other upgrade; send plain HTTP/1.1 requests",
-}).encode()
+_BAD_UPGRADE_BODY: Final = dumps(Refusal(
+    "bad-upgrade", "this server takes no WebSocket or other upgrade; send plain HTTP/1.1 requests",
+).to_json()).encode()
 
 
 def _refuse_bad_hosts(app: Any) -> Any:

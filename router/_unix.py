@@ -2,8 +2,8 @@
 removing it again.
 
 Both socket servers of the router put their socket in a directory only this
-user can enter: the mod link (``<base>/claude-envoy``, DESIGN.md "The mod
-link") and every router's local socket (``router.board.local``). The
+user can enter: the mod link (``<base>/claude-envoy``, docs/modlink.md "Where
+the socket is") and every router's local socket (``router.board.local``). The
 directory is the lock on the door: a socket in it is reachable only by
 someone who can enter it, so before anything is bound in it (or, for a
 client, trusted in it) it must be a real directory (not a symbolic link),

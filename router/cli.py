@@ -12,8 +12,8 @@ another from starting. A subcommand module provides two functions:
 Exit status 2 is reserved for usage errors, as argparse uses it. SIGINT
 ends a command with 130 (128 + SIGINT, what a shell reports) and one line
 on stderr, ``router NAME: interrupted``, never a traceback; ``router
-modlink`` and ``router daemon`` keep what DESIGN.md fixes for them (a
-clean close, exit 0). docs/cli.md lists every command's refusals.
+modlink`` and ``router daemon`` keep their fixed behaviour (docs/cli.md,
+"Fixed names": a clean close, exit 0). docs/cli.md lists every command's refusals.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ refusal codes, and never pass through this class.
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Any, Final, Self
 
 __all__ = ["CODE_PATTERN", "CarriesRefusal", "Refusal", "code_of", "is_code", "refusal_of"]
 
@@ -84,11 +84,20 @@ class Refusal(Exception):
         a module answers ``{"code", "message"}`` (docs/plugins.md)."""
         return {**self.data, "error": self.code, "message": self.message}
 
+    @classmethod
+    def from_json(cls, body: object) -> Self | None:
+        """The refusal :meth:`to_json` spelled (another router's answer read
+        back), its data included; None for any other value."""
+        if type(body) is not dict or not is_code(body.get("error")) or type(body.get("message")) is not str:
+            return None
+        return cls(body["error"], body["message"],
+                   **{key: value for key, value in body.items() if key not in ("error", "message")})
+
 
 class CarriesRefusal:
     """A value that carries a :class:`Refusal` in its ``refusal`` field (a
     delivery unanswered or refused, a limit check that could not answer, a
-    plug-in the loader refused): its ``code`` and ``message`` read through to it, so the value is
+    plug-in the loader refused, a notifications problem): its ``code`` and ``message`` read through to it, so the value is
     spelled as the refusal is wherever it is shown."""
 
     __slots__ = ()

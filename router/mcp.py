@@ -1,7 +1,7 @@
 """``router mcp``: an MCP server on stdio with the router inside.
 
-This is the embedding DESIGN.md names: the process Claude Code starts as a
-plug-in's MCP server. It runs the main job (:class:`router.serve.MainJob`:
+This is the embedding the plug-in's ``.mcp.json`` asks for: the process
+Claude Code starts as a plug-in's MCP server. It runs the main job (:class:`router.serve.MainJob`:
 the host's store, the in-process echo daemon, the session registry and the
 user-turn router; no HTTP API unless ``--port``), serves the mod link of the
 Claude Code session named by ``--claude-session``, or by Claude Code itself

@@ -1,15 +1,16 @@
 """The MCP server's wire checks, sans I/O: each line the client sends, and
 each tool call's arguments (``router mcp``, :mod:`router.mcp`).
 
-**Lines.** The MCP SDK drops, without an answer, a request it cannot read:
-params that are not an object, a string holding a lone surrogate, a
-``jsonrpc`` other than ``"2.0"``, no ``method``, trailing bytes after the
-JSON (a NUL), a line that is not JSON at all. Its client would wait for
-ever. :func:`check_line` decides first, for every line, one of three:
+**Lines.** The MCP SDK (which served ``router mcp`` before this module)
+dropped, without an answer, a request it could not read: params that are
+not an object, a string holding a lone surrogate, a ``jsonrpc`` other than
+``"2.0"``, no ``method``, trailing bytes after the JSON (a NUL), a line
+that is not JSON at all; its client would wait for ever. :func:`check_line`
+decides first, for every line, one of three:
 
-- hand it to the SDK (a well-formed request, notification or response;
-  the SDK answers an unknown method ``-32601`` and a bad ``tools/call``
-  envelope ``-32602`` itself);
+- hand it on to :class:`McpServerWire`'s JSON-RPC reader (a well-formed
+  request, notification or response; an unknown method is answered
+  ``-32601`` and a bad ``tools/call`` envelope ``-32602`` there);
 - answer it here with JSON-RPC 2.0's error (section 5.1): ``-32700`` a
   line that is not JSON text (not UTF-8 included), ``-32600`` not a
   request object (``jsonrpc``, ``method``, ``id`` of the wrong kind, a
@@ -85,7 +86,7 @@ METHOD_NOT_FOUND: Final = -32601
 
 @attrs.frozen
 class Checked:
-    """What to do with one line: ``forward`` (the text for the SDK), or
+    """What to do with one line: ``forward`` (the text for the JSON-RPC reader), or
     ``answer`` (our JSON-RPC error line), or neither (dropped); ``why``
     says what was wrong, for the log."""
 

@@ -913,7 +913,7 @@ async def _serve(config: JobConfig, *, private: bool = False) -> int:
                     await trio.to_thread.run_sync(write_private, url_file, f"{page}\n")
                 except OSError as exc:
                     raise StartFailed("cannot-write-url", f"could not write {url_file}: {exc.strerror or exc}") from None
-                # The first line (DESIGN.md's fixed one): the URL with its
+                # The first line (a fixed name, docs/cli.md): the URL with its
                 # token only where no one else can read it; a file it is
                 # redirected to is as readable as the umask made it.
                 print(page if private else f"{job.url}/", flush=True)

@@ -21,7 +21,7 @@ a daemon's token (``serve``,      ``ROUTER_DAEMON_``   ``--daemon-token-file``
 ``mcp``)                          ``TOKEN``
 a daemon's token (``prompt``,     ``ROUTER_DAEMON_``   ``--token-file``
 whose ``--token`` is a fixed      ``TOKEN``
-name of DESIGN.md)
+name: docs/cli.md)
 ================================  ===================  ==========================
 
 Precedence: the flag, then the file, then the environment; a flag and a

@@ -3,7 +3,9 @@
 The upstream protocol documents are named by package, version and file
 (npm ``agents@0.32.0`` ``protocol.d.ts``, claude-envoy 1.19.0
 ``hooks/mod-protocol.ts``, the Mosaic plug-in layer's README), never as a
-nickname; no comment, docstring or page points at an issue number; and
+nickname (nor in a test's name), and never as a document the repository does
+not hold (the project's design card, a contract by its nickname); no
+comment, docstring or page points at an issue number; and
 ``docs/bench.md`` names no ``/tmp`` folder in its commands.
 """
 
@@ -33,7 +35,11 @@ SKIPPED = {".venv", "node_modules", "__pycache__", ".pytest_cache", ".hypothesis
 FORBIDDEN = (
     (
         "a nickname for an upstream document",
-        re.compile(r"\bthe seeds?\b|\bseed's\b|(?<!['\"])\bseeds'(?=\s)", re.IGNORECASE),
+        re.compile(r"(?<![a-z])the[ _]seeds?(?![a-z])|\bseed's\b|(?<!['\"])\bseeds'(?=\s)", re.IGNORECASE),
+    ),
+    (
+        "a document outside the repository",
+        re.compile(r"\b(?:DESIGN|STYLE|COMMON)\.md\b|\b[A-Z]+_CONTRACT\b"),
     ),
     ("an issue number", re.compile(r"\bissues? #?\d+", re.IGNORECASE)),
 )

@@ -113,3 +113,57 @@ def test_the_refusal_carrying_outcomes_are_made_with_their_refusal() -> None:
                     and any(keyword.arg in ("code", "message") for keyword in node.keywords)):
                 wrong.append(f"{path.relative_to(root)}:{node.lineno}")
     assert wrong == []
+
+
+#: Dict literals spelled like a refusal that are not one of ours, each with
+#: what it is: another protocol's error object, or an event that carries a code.
+NOT_OUR_REFUSALS: dict[str, str] = {
+    "router/acp/jsonrpc.py": "JSON-RPC 2.0's error object ({code: int, message})",
+    "router/mcp_wire.py": "JSON-RPC 2.0's error object ({code: int, message})",
+    "router/turns/requests.py": "JSON-RPC 2.0's error object ({code: int, message})",
+    "router/turns/live.py": "the live view's notices ({type: notice, level, code, message}): events, not refusals",
+    "router/plugins/broker.py": "the plug-in log's lines (docs/plugins.md: {event, code, message})",
+    "router/plugins/layer.py": "the plug-in log's lines (docs/plugins.md: {event, code, message})",
+    "router/plugins/limit_checks.py": "the plug-in log's lines (docs/plugins.md: {event, code, message})",
+    "router/plugins/loader.py": "the plug-in log's lines (docs/plugins.md: {event, code, message})",
+    "router/plugins/usage.py": "the plug-in log's lines (docs/plugins.md: {event, code, message})",
+}
+#: Refusals still spelled by hand in files under another owner's work, each
+#: with its owner; emptied as they become ``Refusal(...).to_json()``.
+SPELLED_BY_HAND: dict[str, str] = {
+    "router/board/client.py": "board: the survey's skipped routers",
+    "router/cluster/node.py": "board (cluster): the inbox's stored replies, {type, code, message}",
+    "router/turns/cli.py": "deliver: the commands' --json refusals",
+    "router/turns/router.py": "deliver: a delivery's unanswered reply",
+}
+
+
+def test_no_refusal_is_spelled_by_hand() -> None:
+    """A refusal at an edge of ours is ``Refusal.to_json()``: a dict literal
+    with ``message`` beside ``error`` or ``code`` anywhere else in ``router/``
+    (the plug-in modules, which speak the plug-in protocol, aside) is a
+    second spelling waiting to drift."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    found = set()
+    for path in sorted((root / "router").rglob("*.py")):
+        name = path.relative_to(root).as_posix()
+        if name.startswith("router/plugins/") and name.count("/") > 2 or name == "router/errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            keys = {key.value for key in getattr(node, "keys", ()) if isinstance(key, ast.Constant)}
+            if isinstance(node, ast.Dict) and "message" in keys and keys & {"error", "code"}:
+                found.add(name)
+    assert sorted(found - set(NOT_OUR_REFUSALS) - set(SPELLED_BY_HAND)) == []
+    assert sorted(set(SPELLED_BY_HAND) - found) == []  # an entry whose file is done is removed
+
+
+def test_a_refusal_read_back_from_its_json_is_the_same_refusal() -> None:
+    refused = Refusal("no-room", "the disk is full", path="/data")
+    assert Refusal.from_json(refused.to_json()) == refused
+    assert Refusal.from_json({"code": "no-room", "message": "full"}) is None  # the plug-in protocol's, not ours
+    assert Refusal.from_json({"error": "No Room", "message": "full"}) is None
+    assert Refusal.from_json({"error": "no-room", "message": 3}) is None
+    assert Refusal.from_json("no-room: full") is None

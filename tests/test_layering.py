@@ -96,11 +96,14 @@ SANS_IO = (
     "router.host.lifecycle",
     "router.limits.detect",
     "router.limits.schedule",
+    "router.mcp_wire",
     "router.modlink.core",
+    "router.notify.core",
     "router.remote.pairing",
     "router.turns.brackets",
     "router.turns.core",
     "router.turns.requests",
+    "router.turns.resume",
     "router.worktrees.core",
 )
 #: Decisions docs/architecture.md names as cores whose module loads I/O
@@ -341,7 +344,7 @@ def _cores_on_the_map() -> set[str]:
         directory = ""
         for path in re.findall(r"`([a-z_/]+\.py)`", row.split("|")[1]):
             directory = path.rpartition("/")[0] if "/" in path else directory
-            found.add("router." + f"{directory}/{path.rpartition('/')[2]}"[:-3].replace("/", "."))
+            found.add(".".join(["router", *filter(None, directory.split("/")), path.rpartition("/")[2][:-3]]))
     return found
 
 

@@ -29,8 +29,8 @@ def _listed(path: str, status: int, content: bytes) -> list[dict[str, Any]]:
 
 
 def _unknown_ask(ask_id: str) -> tuple[int, dict[str, Any]]:
-    return 1, {"error": "unknown-ask", "message": f"no router of yours has an ask {ask_id!r}; "
-               "`router asks` lists the waiting ones"}
+    return 1, Refusal("unknown-ask", f"no router of yours has an ask {ask_id!r}; "
+                      "`router asks` lists the waiting ones").to_json()
 
 
 async def survey_asks(
@@ -96,6 +96,6 @@ def answer_blocking(env: Mapping[str, str], ask_id: str, decision: str, *, by: s
                            body=json.dumps({"decision": decision, "by": by}).encode(), timeout=timeout)
         return (0 if response.status == 200 else 1), response.json()
     except Refusal as failed:  # the router stopped, hung or answered garbage since the survey
-        return 1, {"error": failed.code, "message": f"{holders[0]}: {failed.message}"}
+        return 1, Refusal(failed.code, f"{holders[0]}: {failed.message}").to_json()
     except ValueError:
-        return 1, {"error": "not-a-router", "message": f"{holders[0]} answered {response.status} with no JSON"}
+        return 1, Refusal("not-a-router", f"{holders[0]} answered {response.status} with no JSON").to_json()

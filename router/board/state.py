@@ -1,6 +1,6 @@
 """A session's state, derived from what its router knows (sans-IO).
 
-DESIGN.md names the states: ``idle``, ``working``, ``waiting`` (a
+The states are fixed names (docs/cli.md, "Fixed names"): ``idle``, ``working``, ``waiting`` (a
 permission ask waits on the person), ``parked`` (the provider's usage
 limit), ``stopped`` (one of our limits stopped it), ``unreachable``,
 ``closed``. The router knows all seven:

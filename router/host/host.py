@@ -51,6 +51,7 @@ import attrs
 import trio
 
 from router._fanout import FanOutSubscription
+from router.errors import refusal_of
 from router.host.events import DaemonChanged, HostEvent
 from router.host.lifecycle import Publish
 from router.host.link import Backoff, DaemonEndpoint, EndpointError, LinkError, LinkUnreachable
@@ -271,8 +272,12 @@ class Host:
             context = self.launcher.context(id, harness=record.daemon.harness or self.launcher.default_harness)
             remove = getattr(self.launcher.module, "remove_workspace", None)
             answer = await remove(context) if remove is not None else None
-            if type(answer) is dict and type(answer.get("code")) is str:
-                raise Refused(answer["code"], str(answer.get("message", "")))
+            refusal = refusal_of(answer)
+            if refusal is not None:
+                raise Refused(refusal.code, refusal.message)
+            if answer is not None:
+                raise Refused("malformed-answer", f"the {self.launcher.name} launcher's remove_workspace answered "
+                              f"{str(answer)[:200]}, not null or {{code, message}}")
         await store.call(lambda: store.set_daemon(id, state=ENDED, reason=reason, url=None, token=None,
                                                   container=None))
 

@@ -145,13 +145,6 @@ class SupervisorOwner(Protocol):
         """Settle the session's open operations ``unanswered``/``code``."""
 
 
-def _refusal(answer: object) -> tuple[str, str] | None:
-    """A launcher's refusal, ``{"code", "message"}`` with a kebab-case code;
-    None for anything else (an answer that is not a refusal)."""
-    refusal = refusal_of(answer)
-    return None if refusal is None else (refusal.code, refusal.message)
-
-
 def describe_exit(outcome: object) -> str:
     """A sentence for what ``wait`` answered."""
     if type(outcome) is not dict:
@@ -385,10 +378,10 @@ class Supervisor:
         except Exception as exc:
             log.exception("session %r: the %s launcher's start failed", self.session, launcher.name)
             return self.core.start_failed("start-crashed", f"the {launcher.name} launcher failed: {exc!r:.300}")
-        refused = _refusal(answer)
+        refused = refusal_of(answer)  # the plug-in protocol's {"code", "message"}
         if refused is not None:
-            log.warning("session %r: the %s launcher refused: %s: %s", self.session, launcher.name, *refused)
-            return self.core.start_failed(*refused)
+            log.warning("session %r: the %s launcher refused: %s", self.session, launcher.name, refused)
+            return self.core.start_failed(refused.code, refused.message)
         daemon = self._daemon_of(answer, runtime, token)
         if isinstance(daemon, str):
             return self.core.start_failed("malformed-answer", daemon)

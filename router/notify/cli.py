@@ -98,7 +98,7 @@ def _print_text(found: list[dict], errors: list[dict]) -> None:
     notification with its receipts."""
     for error in errors:
         where = error.get("destination") or error.get("notifier") or "settings"
-        print(f"error: {where}: {error['code']}: {error['message']}", flush=True)
+        print(f"error: {where}: {error['error']}: {error['message']}", flush=True)
     if not found:
         print("no notifications yet", flush=True)
     for event in found:

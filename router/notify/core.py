@@ -33,7 +33,7 @@ destination**. The first reason that applies wins, in the order above.
 :class:`Presence` keeps which device watches which session: a page that
 posts ``{"visible": true, "session": S}`` watches ``S`` until it posts
 again or :data:`PRESENCE_TTL` seconds pass without a renewal (the page
-renews every 15 s while visible: NOTIFY_CONTRACT ``POST /presence``).
+renews every 15 s while visible: docs/notifications.md, "On the phone").
 
 Times are passed in (``now``: seconds since the epoch); nothing here reads a
 clock or awaits.
@@ -52,11 +52,12 @@ from typing import Any, Final, Iterable, Literal, Mapping, Sequence
 
 import attrs
 
-from router.errors import Refusal
+from router.errors import CarriesRefusal, Refusal, refusal_of
 
 __all__ = ["PresenceStatistics", 
     "LOCAL_DEVICE",
     "NOTIFY_STATUS",
+    "NotifyProblem",
     "Decision",
     "Destination",
     "Event",
@@ -69,6 +70,7 @@ __all__ = ["PresenceStatistics",
     "SessionSetting",
     "PushSubscription",
     "ask_event",
+    "check_problems",
     "event_id",
     "park_event",
     "parse_presence",
@@ -85,12 +87,12 @@ __all__ = ["PresenceStatistics",
 #: counts as: this machine, never revoked.
 LOCAL_DEVICE: Final = "local"
 
-#: The kinds of event, as the push payload names them (NOTIFY_CONTRACT).
+#: The kinds of event, as the push payload names them (docs/notifications.md, "HTTP").
 KINDS: Final = ("ask", "turn-ended", "unreachable", "limit-stopped", "parked", "resumed")
-#: Seconds a page's "visible" counts without a renewal (NOTIFY_CONTRACT: the
-#: page renews every 15 s; three renewals missed).
+#: Seconds a page's "visible" counts without a renewal (ours: the page renews
+#: every 15 s, docs/notifications.md "On the phone"; three renewals missed).
 PRESENCE_TTL: Final = 45.0
-#: The push payload's largest size in bytes (NOTIFY_CONTRACT: ≤ 3 kB; push
+#: The push payload's largest size in bytes (docs/notifications.md, "HTTP": ≤ 3 kB; push
 #: services take 4096 bytes of record, RFC 8291 section 4 less the header).
 MAX_PAYLOAD: Final = 3000
 #: A title's and a body's longest text, in characters (ours: a lock screen
@@ -149,7 +151,7 @@ class Event:
 
 
 def payload(event: Event, *, base: str = "/") -> dict[str, Any]:
-    """The push payload (NOTIFY_CONTRACT "The push payload"), at most
+    """The push payload (docs/notifications.md, "HTTP"), at most
     :data:`MAX_PAYLOAD` bytes of JSON: the body is shortened until it fits."""
     from urllib.parse import quote
 
@@ -305,6 +307,42 @@ def route(event: Event, destinations: Sequence[Destination], facts: RoutingFacts
             continue
         why = _suppression(event, destination, facts)
         out.append(Decision(destination, True) if why is None else Decision(destination, False, why[0], why[1]))
+    return out
+
+
+# --------------------------------------------------------------------------- configuration errors
+
+
+@attrs.frozen(kw_only=True)
+class NotifyProblem(CarriesRefusal):
+    """A configuration error that stops notifications, or a destination's
+    last failure: the notifier it is about (``None``: the settings file),
+    the :class:`~router.errors.Refusal` saying what is wrong, and for a
+    failure when it happened (ms since the epoch)."""
+
+    notifier: str | None
+    refusal: Refusal
+    at: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"notifier", "error": code, "message", "at"?}``: the refusal's
+        one JSON spelling (:meth:`router.errors.Refusal.to_json`)."""
+        return {"notifier": self.notifier, **self.refusal.to_json(),
+                **({} if self.at is None else {"at": self.at})}
+
+
+def check_problems(notifier: str, found: object) -> list[NotifyProblem]:
+    """What a notifier's ``check`` answered (a list of ``{"code", "message"}``,
+    docs/plugins.md), each row as a :class:`NotifyProblem`; an answer or a row
+    of another shape is itself one (``notifier-check-malformed``)."""
+    rows = found if isinstance(found, (list, tuple)) else [found]
+    out = []
+    for row in rows:
+        refusal = refusal_of(row)
+        if refusal is None:
+            refusal = Refusal("notifier-check-malformed", f"the {notifier} notifier's check answered "
+                              f"{str(row)[:200]}, not a list of {{code, message}}")
+        out.append(NotifyProblem(notifier=notifier, refusal=refusal))
     return out
 
 

@@ -54,10 +54,13 @@ import attrs
 import trio
 
 from router.notify import record
+from router.notify.record import NoticeSource
 from router.notify.config import NotifySettings, load_settings, save_settings, vapid_key
-from router.notify.core import (LOCAL_DEVICE, Destination, Event, Presence, PresenceStatistics, RoutingFacts, SessionSetting,
-                                payload, route)
-from router.plugins.loader import Loader
+from router.errors import Refusal
+from router.notify.core import (LOCAL_DEVICE, Destination, Event, NotifyProblem, Presence, PresenceStatistics,
+                                RoutingFacts, SessionSetting, check_problems, payload, route)
+from router.plugins.loader import LoadedModule, Loader
+from router.plugins.settings import SettingsDir
 
 __all__ = ["NotificationsStatistics", "Notifications", "POLL", "SEND_DEADLINE"]
 
@@ -73,6 +76,10 @@ SEND_DEADLINE: Final = 30.0
 
 def _ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _json_of(problem: NotifyProblem | None) -> dict[str, Any] | None:
+    return None if problem is None else problem.to_json()
 
 
 @attrs.frozen
@@ -94,8 +101,8 @@ class Notifications:
     ``settings`` the plug-in settings directory (``plugins.json``:
     which notifiers are on); ``claimant`` this router's id."""
 
-    def __init__(self, *, deliveries: Any, settings: Any, settings_dir: Path, data_dir: Path, claimant: str,
-                 host_store: Any = None, loader_root: str | None = None,
+    def __init__(self, *, deliveries: NoticeSource, settings: SettingsDir, settings_dir: Path, data_dir: Path,
+                 claimant: str, host_store: NoticeSource | None = None, loader_root: str | None = None,
                  page_url: Callable[[], str | None] = lambda: None, clock: Callable[[], float] = time.time) -> None:
         self.deliveries = deliveries
         #: The host's store (:class:`router.host.store.Store`): its turns'
@@ -104,7 +111,7 @@ class Notifications:
         #: Where events are read from: the delivery record, and the host's
         #: store when it is a database of its own (a SQLite file; with
         #: PostgreSQL both write the one table).
-        self.sources: list[Any] = [deliveries]
+        self.sources: list[NoticeSource] = [deliveries]
         self.settings = settings
         self.settings_dir = Path(settings_dir)
         self.data_dir = Path(data_dir)
@@ -113,7 +120,7 @@ class Notifications:
         self.page_url = page_url
         self._clock = clock
         self._loader = Loader(root=loader_root, log=lambda entry: log.warning("notifier refused: %s", entry))
-        self._plugins_mark: Any = None
+        self._plugins_mark: str | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._wakeup = trio.Event()
         self._settings_lock = trio.Lock()
@@ -127,8 +134,9 @@ class Notifications:
         #: router listens beyond loopback. A revoked device's subscriptions
         #: are removed before anything is sent to it.
         self.revoked_devices: Callable[[list[str]], Awaitable[set[str]]] | None = None
-        #: destination id -> the last failure's sentence (shown with the settings).
-        self.last_error: dict[str, dict[str, Any]] = {}
+        #: destination id -> its last failure (``send-failed``, the sentence,
+        #: when), shown with the settings.
+        self.last_error: dict[str, NotifyProblem] = {}
 
     def __repr__(self) -> str:
         return (f"<Notifications {self.claimant!r} sent={self.sent} suppressed={self.suppressed} "
@@ -173,7 +181,7 @@ class Notifications:
             with trio.move_on_after(POLL):
                 await self._wakeup.wait()
 
-    async def _db(self, fn: Callable[..., Any], *args: Any, source: Any = None, **kwargs: Any) -> Any:
+    async def _db(self, fn: Callable[..., Any], *args: Any, source: NoticeSource | None = None, **kwargs: Any) -> Any:
         """``fn(database, ...)`` on ``source``'s worker thread (default: the delivery record)."""
         owner = self.deliveries if source is None else source
         db = owner.database
@@ -197,7 +205,7 @@ class Notifications:
                     handled += 1
         return handled
 
-    async def notifiers(self) -> list[Any]:
+    async def notifiers(self) -> list[LoadedModule]:
         """The notifier modules ``plugins.json`` switches on, in order
         (loaded again when the file changed)."""
         from router.plugins.settings import plugins_value
@@ -215,7 +223,7 @@ class Notifications:
         self._settings = await trio.to_thread.run_sync(load_settings, self.settings_dir)
         return self._settings
 
-    def _context(self, module: Any, settings: NotifySettings, subs: list[dict[str, Any]]) -> dict[str, Any]:
+    def _context(self, module: LoadedModule, settings: NotifySettings, subs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"options": dict(settings.notifiers.get(module.name, {})),
                 "subscriptions": [{"id": s["id"], "device": s["device"], "device_name": s["device_name"]}
                                   for s in subs]}
@@ -234,7 +242,7 @@ class Notifications:
                 log.info("removed subscription %s: device %s was revoked", sub["id"], sub["device"])
         return [s for s in subs if s["device"] not in revoked]
 
-    async def destinations(self, settings: NotifySettings) -> list[tuple[Any, Destination]]:
+    async def destinations(self, settings: NotifySettings) -> list[tuple[LoadedModule, Destination]]:
         subs = await self.live_subscriptions()
         out = []
         for module in await self.notifiers():
@@ -251,7 +259,7 @@ class Notifications:
                 log.warning("notifier %s: destinations failed: %s: %s", module.name, type(error).__name__, error)
         return out
 
-    async def handle(self, event: Event, source: Any = None) -> None:
+    async def handle(self, event: Event, source: NoticeSource | None = None) -> None:
         settings = await self.read_settings()
         destinations = await self.destinations(settings)
         facts = await self._facts(event, settings)
@@ -286,8 +294,8 @@ class Notifications:
         return RoutingFacts(now=now, watching=self.presence.watching(event.session, now),
                             setting=settings.setting(event.session), quiet=settings.quiet, ask_state=ask_state)
 
-    async def _send(self, event: Event, module: Any, destination: Destination, settings: NotifySettings,
-                    source: Any) -> None:
+    async def _send(self, event: Event, module: LoadedModule, destination: Destination, settings: NotifySettings,
+                    source: NoticeSource | None) -> None:
         await self._db(record.renew, self.claimant, _ms(), source=source)
         await self._db(record.put_receipt, event.id, destination.id, destination.label, "pending",
                        detail="sending", source=source)
@@ -319,7 +327,8 @@ class Notifications:
             self.last_error.pop(destination.id, None)
         else:
             self.failed += 1
-            self.last_error[destination.id] = {"code": "send-failed", "message": detail, "at": _ms()}
+            self.last_error[destination.id] = NotifyProblem(notifier=destination.notifier,
+                                                            refusal=Refusal("send-failed", detail), at=_ms())
             log.warning("notification %s to %s failed: %s", event.id, destination.label, detail)
 
     # ------------------------------------------------------------------ what the routes and the CLI read
@@ -332,25 +341,25 @@ class Notifications:
         found.sort(key=lambda event: event["at"], reverse=True)
         return found[:limit]
 
-    async def problems(self) -> list[dict[str, Any]]:
+    async def problems(self) -> list[NotifyProblem]:
         """Every configuration error now: the settings file's, each
         notifier's own checks, a notifier the loader refused."""
         settings = await self.read_settings()
-        out: list[dict[str, Any]] = []
+        out: list[NotifyProblem] = []
         if settings.error is not None:
-            out.append({"notifier": None, "code": settings.error.code, "message": settings.error.message})
+            out.append(NotifyProblem(notifier=None, refusal=settings.error))
         modules = await self.notifiers()
         refused = self._loader.refused("notifier")
         if refused is not None:
-            out.append({"notifier": refused.name, "code": refused.code, "message": refused.message})
+            out.append(NotifyProblem(notifier=refused.name, refusal=refused.refusal))
         for module in modules:
             try:
                 found = await trio.to_thread.run_sync(module.function("check"), self._context(module, settings, []))
-                out += [{"notifier": module.name, "code": str(p["code"]), "message": str(p["message"])}
-                        for p in found]
-            except Exception as error:  # noqa: BLE001
-                out.append({"notifier": module.name, "code": "notifier-check-failed",
-                            "message": f"{type(error).__name__}: {error}"})
+            except Exception as error:  # noqa: BLE001 - a notifier's crash is a configuration error it shows
+                out.append(NotifyProblem(notifier=module.name, refusal=Refusal(
+                    "notifier-check-failed", f"the {module.name} notifier's check failed: {type(error).__name__}: {error}")))
+                continue
+            out += check_problems(module.name, found)
         return out
 
     async def view(self) -> dict[str, Any]:
@@ -361,14 +370,14 @@ class Notifications:
         return {
             "notifiers": on,
             "destinations": [{"id": d.id, "notifier": d.notifier, "label": d.label, "device": d.device,
-                              "last_error": self.last_error.get(d.id)} for _, d in pairs],
+                              "last_error": _json_of(self.last_error.get(d.id))} for _, d in pairs],
             "quiet_hours": None if settings.quiet is None else {"start": settings.quiet.start,
                                                                 "end": settings.quiet.end,
                                                                 "time_zone": settings.quiet.time_zone},
             "turn_ended": settings.turn_ended,
             "sessions": {k: {"muted": v.muted, "turn_ended": v.turn_ended}
                          for k, v in sorted(settings.sessions.items())},
-            "errors": await self.problems(),
+            "errors": [problem.to_json() for problem in await self.problems()],
         }
 
     async def set_session(self, session: str, change: Callable[[SessionSetting], SessionSetting]) -> SessionSetting:

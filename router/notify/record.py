@@ -42,8 +42,9 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from typing import Any, Callable, Final, Iterator, Mapping
+from typing import Any, Callable, Final, Iterator, Mapping, Protocol, TypeVar
 
+from router.store.db import Database
 from router.notify.core import (Event, SessionSetting, PushSubscription, ask_event, park_event, resumed_event, stop_event,
                                 turn_ended_event, unreachable_event)
 
@@ -114,7 +115,7 @@ def _ms() -> int:
 
 
 @contextlib.contextmanager
-def atomic(db: Any) -> Iterator[None]:
+def atomic(db: Database) -> Iterator[None]:
     """A transaction, unless one is open already (a group commit's)."""
     if db.in_transaction:
         yield
@@ -123,7 +124,7 @@ def atomic(db: Any) -> Iterator[None]:
         yield
 
 
-def install(db: Any) -> None:
+def install(db: Database) -> None:
     """Take the ``notify`` component to ``len(STEPS)`` in ``db`` (the
     delivery record's database). A newer schema is left alone."""
     with atomic(db):
@@ -146,6 +147,22 @@ def install(db: Any) -> None:
 # --------------------------------------------------------------------------- events
 
 
+T = TypeVar("T")
+
+
+class NoticeSource(Protocol):
+    """A record the ``notify`` tables live in (the delivery record, the
+    host's store): its database, the hook it calls inside each change's
+    transaction, and its one worker thread."""
+
+    @property
+    def database(self) -> Database: ...
+
+    on_change: Callable[[Database, str, dict[str, Any]], None] | None
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+
 class Notices:
     """The hook the delivery record calls inside a change's transaction
     (``DeliveryLog.on_change``): ``(database, what, record)``. ``claimant``
@@ -164,7 +181,7 @@ class Notices:
     def __repr__(self) -> str:
         return f"<Notices {self.claimant!r} written={self.written}>"
 
-    def __call__(self, db: Any, what: str, record: Mapping[str, Any]) -> None:
+    def __call__(self, db: Database, what: str, record: Mapping[str, Any]) -> None:
         now = self._clock()
         if what == "turn-ended" and not self.turn_ended(str(record.get("session", ""))):
             return
@@ -199,7 +216,7 @@ class Notices:
         return None
 
 
-def add_event(db: Any, event: Event, *, dedup: str, claimant: str, until: int) -> bool:
+def add_event(db: Database, event: Event, *, dedup: str, claimant: str, until: int) -> bool:
     """Insert ``event`` (nothing when ``dedup`` was written before)."""
     return db.execute(
         "INSERT INTO notify_events (id, seq, dedup, session, kind, record, at, claimant, claimed_until) "
@@ -209,7 +226,7 @@ def add_event(db: Any, event: Event, *, dedup: str, claimant: str, until: int) -
     ).rowcount > 0
 
 
-def claim(db: Any, claimant: str, now: int, *, limit: int = 32) -> list[Event]:
+def claim(db: Database, claimant: str, now: int, *, limit: int = 32) -> list[Event]:
     """The open events this router sends: its own, and any whose claim
     expired (taken over), oldest first; their claims renewed."""
     until = now + int(CLAIM * 1000)
@@ -221,28 +238,28 @@ def claim(db: Any, claimant: str, now: int, *, limit: int = 32) -> list[Event]:
     return [Event.from_json(json.loads(row[0])) for row in rows]
 
 
-def renew(db: Any, claimant: str, now: int) -> None:
+def renew(db: Database, claimant: str, now: int) -> None:
     """Renew this router's claims on its open events (before each send)."""
     db.execute("UPDATE notify_events SET claimed_until = ? WHERE done = 0 AND claimant = ?",
                (now + int(CLAIM * 1000), claimant))
 
 
-def finish(db: Any, event: str) -> None:
+def finish(db: Database, event: str) -> None:
     db.execute("UPDATE notify_events SET done = 1 WHERE id = ?", (event,))
 
 
-def final_receipts(db: Any, event: str) -> set[str]:
+def final_receipts(db: Database, event: str) -> set[str]:
     return {row[0] for row in db.execute(
         "SELECT destination FROM notify_receipts WHERE event = ? AND outcome != 'pending'", (event,)).fetchall()}
 
 
-def pending_receipts(db: Any, event: str) -> list[tuple[str, str]]:
+def pending_receipts(db: Database, event: str) -> list[tuple[str, str]]:
     """``(destination, label)`` of each receipt still ``pending``."""
     return [tuple(row) for row in db.execute(
         "SELECT destination, label FROM notify_receipts WHERE event = ? AND outcome = 'pending'", (event,)).fetchall()]
 
 
-def put_receipt(db: Any, event: str, destination: str, label: str, outcome: str, *, detail: str,
+def put_receipt(db: Database, event: str, destination: str, label: str, outcome: str, *, detail: str,
                 code: str | None = None, status: int | None = None, at: int | None = None) -> bool:
     """Write a receipt; a final one is never replaced. Whether it was written."""
     return db.execute(
@@ -254,12 +271,12 @@ def put_receipt(db: Any, event: str, destination: str, label: str, outcome: str,
     ).rowcount > 0
 
 
-def ask_state(db: Any, ask: str) -> str | None:
+def ask_state(db: Database, ask: str) -> str | None:
     row = db.execute("SELECT state FROM asks WHERE ask_id = ?", (ask,)).fetchone()
     return None if row is None else row[0]
 
 
-def events(db: Any, *, session: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+def events(db: Database, *, session: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """The newest events (of ``session``), each with its receipts, newest first."""
     if session is None:
         rows = db.execute("SELECT record FROM notify_events ORDER BY seq DESC LIMIT ?", (limit,)).fetchall()
@@ -284,7 +301,7 @@ def events(db: Any, *, session: str | None = None, limit: int = 50) -> list[dict
 # --------------------------------------------------------------------------- subscriptions
 
 
-def put_subscription(db: Any, subscription: PushSubscription, device: str, device_name: str) -> None:
+def put_subscription(db: Database, subscription: PushSubscription, device: str, device_name: str) -> None:
     """Keep ``subscription`` for ``device``; the same endpoint replaces the old row."""
     with atomic(db):
         db.execute("DELETE FROM notify_subscriptions WHERE endpoint = ?", (subscription.endpoint,))
@@ -294,14 +311,14 @@ def put_subscription(db: Any, subscription: PushSubscription, device: str, devic
                     subscription.auth, subscription.expiration, _ms()))
 
 
-def drop_subscription(db: Any, sub_id: str, device: str | None = None) -> bool:
+def drop_subscription(db: Database, sub_id: str, device: str | None = None) -> bool:
     """Remove one subscription (``device``: only if it is that device's)."""
     if device is None:
         return db.execute("DELETE FROM notify_subscriptions WHERE id = ?", (sub_id,)).rowcount > 0
     return db.execute("DELETE FROM notify_subscriptions WHERE id = ? AND device = ?", (sub_id, device)).rowcount > 0
 
 
-def subscriptions(db: Any) -> list[dict[str, Any]]:
+def subscriptions(db: Database) -> list[dict[str, Any]]:
     """Every subscription, ``{id, device, device_name, subscription}``, oldest first."""
     rows = db.execute("SELECT id, device, device_name, endpoint, p256dh, auth, expiration FROM notify_subscriptions "
                       "ORDER BY created_at, id").fetchall()

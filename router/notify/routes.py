@@ -47,7 +47,7 @@ __all__ = ["KEY", "blueprint", "gone_when_closed"]
 #: nothing else of the app.
 KEY: Final = "router.notify"
 
-#: The most notifications one listing answers (NOTIFY_CONTRACT: default 50, max 500).
+#: The most notifications one listing answers (ours, docs/notifications.md "HTTP": default 50, max 500).
 MAX_LIMIT: Final = 500
 
 blueprint = Blueprint("notify", __name__)

@@ -28,6 +28,8 @@ import os
 import sys
 from typing import Any
 
+from router.errors import Refusal
+
 __all__ = ["configure_devices", "configure_pair", "run_devices", "run_pair"]
 
 #: Seconds each router has to answer (ours, as ``router sessions``).
@@ -45,20 +47,26 @@ def configure_devices(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, body: Any) -> None:
-        self.status, self.body = status, body
+class DevicesRefused(Refusal):
+    """The router refused the request (exit 1; no router serving other
+    devices is a plain :class:`Refusal`, exit 2)."""
+
+
+def _refused(status: int, body: Any) -> DevicesRefused:
+    """The router's refusal as its body spells it (``Refusal.to_json``)."""
+    refused = DevicesRefused.from_json(body)
+    return refused if refused is not None else \
+        DevicesRefused("not-a-router", f"the router answered {status}: {str(body)[:200]}")
 
 
 async def _ask(method: str, path: str, body: Any = None) -> Any:
     """The answer of the first router that serves devices; raises
-    :class:`_Refused` for its refusal, ``Refusal`` when none does."""
+    :class:`DevicesRefused` for its refusal, ``Refusal`` when none does."""
     import httpx
     import trio
 
     from router.board.client import BASE_URL, CLI_CHANNEL, router_sockets
     from router.board.paths import local_directory
-    from router.errors import Refusal
 
     directory = str(local_directory(os.environ))
     for path_ in router_sockets(directory):
@@ -77,27 +85,19 @@ async def _ask(method: str, path: str, body: Any = None) -> Any:
             if response.status_code == 404 and type(answer) is dict and answer.get("error") == "no-remote":
                 continue
             if response.status_code >= 400:
-                raise _Refused(response.status_code, answer)
+                raise _refused(response.status_code, answer)
             return answer
     raise Refusal("no-remote", "no router of yours serves other devices; start one with `router serve --listen "
                   "HOST:PORT` (or --behind-proxy URL)")
 
 
-def _refusal_text(body: Any) -> str:
-    if type(body) is dict and "error" in body:
-        return f"{body.get('error')}: {body.get('message')}"
-    return str(body)
-
-
 def _run(command: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     import trio
 
-    from router.errors import Refusal
-
     try:
         return 0, trio.run(_ask, method, path, body)
-    except _Refused as refused:
-        print(f"router {command}: {_refusal_text(refused.body)}", file=sys.stderr)
+    except DevicesRefused as refused:
+        print(f"router {command}: {refused}", file=sys.stderr)
         return 1, None
     except Refusal as refused:
         print(f"router {command}: {refused}", file=sys.stderr)

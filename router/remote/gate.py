@@ -274,7 +274,7 @@ def _cookie(value: str | None) -> str | None:
 
 
 async def _refuse(send: Any, refused: Refusal) -> None:
-    body = dumps({"error": refused.code, "message": refused.message}).encode()
+    body = dumps(refused.to_json()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
                (b"connection", b"close")]
     if REMOTE_STATUS[refused.code] == 401:

@@ -163,9 +163,11 @@ def _request(command: str, args: argparse.Namespace, method: str, path: str,
     """The answer's JSON; raises :class:`_Stop` once stderr said why not."""
     import trio
 
+    from router.errors import Refusal
+
     status, answer = trio.run(partial(_call, command, args, method, path, body))
     if status not in (200, 201) or type(answer) is not dict or "error" in answer:
-        error = answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)}
+        error = answer if type(answer) is dict else Refusal("not-a-router", str(answer)).to_json()
         _say(command, f"{error.get('error', 'not-a-router')}: {error.get('message', answer)}")
         if getattr(args, "json", False):
             print(json.dumps(error))

@@ -1,7 +1,7 @@
 """SIGINT ends a long-running command with exit 130 (128 + SIGINT) and
 one line on stderr, never a traceback (router.cli, docs/cli.md
-"Interrupting a command"); ``router modlink`` keeps what DESIGN.md fixes
-for it (SIGINT removes its socket, exit 0: tests/modlink/test_cli.py).
+"Interrupting a command"); ``router modlink`` keeps its fixed behaviour
+(docs/cli.md "Fixed names") (SIGINT removes its socket, exit 0: tests/modlink/test_cli.py).
 Each command is interrupted while it waits: the turn it waits for is
 seen running first."""
 

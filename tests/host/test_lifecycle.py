@@ -403,3 +403,55 @@ async def test_a_start_that_hangs_is_cut_by_its_deadline(
         result = await session.wait("op1")
         assert (result.status, result.reason) == ("unanswered", "start-timeout")
         host.close()
+
+
+# --------------------------------------------------------------------------- ending a session
+
+
+class RefusesRemoval(FakeModule):
+    """A launcher whose ``remove_workspace`` answers ``answer`` (the docker
+    launcher's ``workspace-in-use`` while a container still mounts it)."""
+
+    def __init__(self, answer: object) -> None:
+        super().__init__()
+        self.answer = answer
+        self.removed: list[str] = []
+
+    async def remove_workspace(self, context: dict) -> object:
+        await trio.lowlevel.checkpoint()
+        self.removed.append(context["workspace"])
+        return self.answer
+
+
+async def test_ending_a_session_removes_its_workspace_and_marks_it_ended(store: Store) -> None:
+    module = RefusesRemoval(None)
+    host = Host(store, None, HostSettings(), launcher=launcher(module))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(host.run)
+        await host.end_session("root", reason="ended by a test")
+        assert module.removed == [launcher(module).context("root", harness="echo")["workspace"]]
+        assert await host.ended("root")
+        (listed,) = await host.sessions.list()
+        assert listed["ended"] is True
+        assert (listed["daemon"]["state"], listed["daemon"]["reason"]) == ("ended", "ended by a test")
+        host.close()
+
+
+async def test_a_launchers_refusal_to_remove_the_workspace_is_the_hosts_refusal(store: Store) -> None:
+    module = RefusesRemoval({"code": "workspace-in-use", "message": "the workspace w1 is still mounted"})
+    host = Host(store, None, HostSettings(), launcher=launcher(module))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(host.run)
+        with pytest.raises(Refusal) as refused:
+            await host.end_session("root")
+        assert (refused.value.code, refused.value.message) == ("workspace-in-use", "the workspace w1 is still mounted")
+        assert refused.value.to_json() == {"error": "workspace-in-use", "message": "the workspace w1 is still mounted"}
+        assert not await host.ended("root")  # not ended: the person may try again once the workspace is free
+        module.answer = {"code": "Not Kebab", "message": 7}  # neither null nor a refusal
+        with pytest.raises(Refusal) as malformed:
+            await host.end_session("root")
+        assert (malformed.value.code, malformed.value.message) == (
+            "malformed-answer", "the fake launcher's remove_workspace answered {'code': 'Not Kebab', 'message': 7}, "
+            "not null or {code, message}")
+        assert not await host.ended("root")
+        host.close()

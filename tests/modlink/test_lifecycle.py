@@ -264,7 +264,7 @@ def test_hostile_bodies_never_crash_the_server(runtime_dir: str, posts: list[tup
     trio.run(scenario)
 
 
-async def test_health_marker_is_the_seeds(env: dict[str, str], nursery: trio.Nursery) -> None:
+async def test_health_marker_is_the_mod_protocols(env: dict[str, str], nursery: trio.Nursery) -> None:
     link = ModLink(SESSION, env=env)
     await _start(link, nursery)
     async with _open_client(link.path) as client:

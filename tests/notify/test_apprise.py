@@ -91,8 +91,8 @@ async def test_mail_and_json_arrive_once_each(rig: Rig, smtp: Any, receiver: Any
     text = json.dumps(events)
     assert f"{smtp_port}?to" not in text and "hook" not in text
     problems = await rig.service.problems()
-    assert [p["code"] for p in problems] == ["apprise-bad-url"]
-    assert "secret-token" not in json.dumps(problems)
+    assert [p.code for p in problems] == ["apprise-bad-url"]
+    assert "secret-token" not in json.dumps([p.to_json() for p in problems])
     view = await rig.service.view()
     assert "secret-token" not in json.dumps(view) and str(http_port) not in json.dumps(view)
     # Sent once: nothing more goes out on the next passes.
@@ -115,4 +115,4 @@ async def test_an_unreachable_service_fails_its_receipt_and_is_shown(rig: Rig) -
     assert "connection" in receipts[0]["detail"].lower()
     view = await rig.service.view()
     (destination,) = view["destinations"]
-    assert destination["last_error"]["code"] == "send-failed"
+    assert (destination["last_error"]["error"], destination["last_error"]["notifier"]) == ("send-failed", "apprise")

@@ -59,7 +59,7 @@ async def test_killed_before_the_send_sends_once_after_the_restart(tmp_path: Pat
                 setting = await client.post("/sessions/other/notify", json={"muted": True})
                 assert setting.json() == {"session": "other", "muted": True, "turn_ended": False}
                 view = (await client.get("/notifications/settings")).json()
-                assert [e["code"] for e in view["errors"]] == ["apprise-bad-url"]
+                assert [e["error"] for e in view["errors"]] == ["apprise-bad-url"]
                 assert "tok3n" not in json.dumps(view) and view["sessions"]["other"]["muted"] is True
                 sent = await client.post("/sessions/root/messages", json={"text": "hi"})
                 assert sent.status_code == 200, sent.text
@@ -86,7 +86,7 @@ async def test_killed_before_the_send_sends_once_after_the_restart(tmp_path: Pat
                                              capture_stderr=True, check=False, env=environment(), cwd=REPO)
                 listed = json.loads(cli.stdout)
                 assert cli.returncode == 1  # the bad apprise URL is a configuration error
-                assert [e["code"] for e in listed["errors"]] == ["apprise-bad-url"]
+                assert [e["error"] for e in listed["errors"]] == ["apprise-bad-url"]
                 assert [n["id"] for n in listed["notifications"]] == [event["id"]]
                 text = await trio.run_process([*ROUTER, "notifications"], capture_stdout=True, check=False,
                                               env=environment(), cwd=REPO)

@@ -27,7 +27,7 @@ from wire.mod import (
 )
 
 
-def test_constants_are_the_seeds() -> None:
+def test_constants_are_the_mod_protocols() -> None:
     assert mod.MOD_HEALTH_MARKER == "claude-envoy-mod"
     assert mod.MOD_POLL_HOLD_MS == 5000
     assert mod.MOD_MIN_CLAUDE_VERSION == "2.1.310"
@@ -82,7 +82,7 @@ NAMES = [
 
 
 @pytest.mark.parametrize(("session_id", "name"), NAMES)
-def test_socket_name_matches_the_seed(session_id: str, name: str | None) -> None:
+def test_socket_name_matches_the_mod_protocol(session_id: str, name: str | None) -> None:
     resolution = resolve_mod_socket_path(session_id, RUN)
     if name is None:
         assert resolution.path is None
@@ -129,7 +129,7 @@ BASES = [
 
 
 @pytest.mark.parametrize(("env", "path"), BASES)
-def test_socket_base_matches_the_seed(env: dict[str, str], path: str | None) -> None:
+def test_socket_base_matches_the_mod_protocol(env: dict[str, str], path: str | None) -> None:
     resolution = resolve_mod_socket_path("abc", env)
     assert resolution.path == path
     assert (resolution.refusal is None) == (path is not None)

@@ -8,7 +8,7 @@ the machine, spends no account, and is the default route on a first start.
 INTERFACE_VERSION = 1
 
 #: The echo adapter's version, as the reference's echo adapter reports it
-#: (DESIGN.md: "echo, version 1").
+#: (``echo``, version ``1``: ``router.daemon.adapters.echo``'s ``AdapterInfo``).
 ADAPTER_VERSION = "1"
 
 
