@@ -35,8 +35,9 @@ levels deep would otherwise raise ``RecursionError`` instead of refusing.
 from __future__ import annotations
 
 import collections.abc
+import copy
 import typing
-from typing import Any, Final, Literal, Mapping, NewType
+from typing import Any, Final, Literal, Mapping, NewType, TypeVar
 
 import attrs
 import cattrs
@@ -47,6 +48,7 @@ from wire._convert import Builder, Json, describe
 from wire.json import dumps
 
 from router.errors import Refusal
+from router.plugins.kinds import KINDS, check_kind_setting, is_name, names_of, unknown_kind
 
 __all__ = [
     "AskRuleSetting",
@@ -56,6 +58,14 @@ __all__ = [
     "MAX_SETTINGS_BYTES",
     "read_capped",
     "FallbackSetting",
+    "KindSwitch",
+    "KindSwitches",
+    "LimitsSettings",
+    "ModelEntry",
+    "PluginsSettings",
+    "RoutesSettings",
+    "read_settings",
+    "refusal_from",
     "Json",
     "LimitTree",
     "NonEmpty",
@@ -77,6 +87,8 @@ __all__ = [
     "shape_problem",
     "structure",
 ]
+
+T = TypeVar("T")
 
 #: The deepest nesting a settings document or patch may have. The deepest
 #: shape the router itself reads is a limit under
@@ -259,6 +271,91 @@ class ProjectsDocument:
     projects: Mapping[NonEmpty, ProjectSetting] = attrs.field(factory=dict)
 
 
+# --------------------------------------------------------------------------- read settings
+#
+# What the layer reads from a stored document, typed. These never refuse a
+# whole document that is JSON: today's rule is that one bad entry costs that
+# entry only (one kind keeps what it had, one instance refuses its launches),
+# so a bad entry is structured into a value that carries its refusal, and a
+# part of the wrong type reads as empty. Hooks: :func:`make_converter`.
+
+
+@attrs.frozen(kw_only=True)
+class KindSwitch:
+    """One kind's setting under ``plugins`` as the loader reads it: the
+    modules it switches on, in order, or why it is refused (``invalid-plugins``,
+    ``bad-name``, ``unknown-kind``) and the name at fault, when one is. ``null``
+    switches the kind off, as an absent key does."""
+
+    value: Json
+    names: tuple[str, ...] = ()
+    refusal: Refusal | None = None
+    bad: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class KindSwitches:
+    """The ``plugins`` object: kind -> :class:`KindSwitch` (unknown kinds
+    included, refused), or ``None`` when it is not an object (every kind is
+    refused and keeps what it had)."""
+
+    by_kind: Mapping[str, KindSwitch] | None
+
+    def get(self, kind: str) -> KindSwitch | None:
+        return None if self.by_kind is None else self.by_kind.get(kind)
+
+
+#: Module options: kind -> module -> its options object.
+KindOptions = Mapping[str, Mapping[str, Json]]
+
+
+@attrs.frozen(kw_only=True)
+class PluginsSettings:
+    """``plugins.json`` as the layer reads it. A document that is not an
+    object switches nothing (every kind refused); an absent ``plugins`` is
+    every kind off. Options that are not objects (a kind's or a module's)
+    read as none."""
+
+    switches: KindSwitches
+    options: Mapping[str, KindOptions] = attrs.field(factory=dict)
+
+    def kind_options(self, kind: str) -> KindOptions:
+        return self.options.get(kind, {})
+
+    def module_options(self, kind: str, name: str) -> dict[str, Any]:
+        """A copy of one module's options (``{}`` when none are set)."""
+        return copy.deepcopy(dict(self.kind_options(kind).get(name, {})))
+
+
+@attrs.frozen(kw_only=True)
+class ModelEntry:
+    """A configured model; a ``provider`` that is not a string reads as
+    unknown."""
+
+    provider: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RoutesSettings:
+    """``routes.json`` as a launch reads it: the configured models (an entry
+    that is not an object is not one) and each instance's route, or the
+    refusal a launch of that instance gets (``no-route`` for a setting that
+    is not an object, ``invalid-settings`` naming the path for one of the
+    wrong shape): one instance is never refused for another's mistake."""
+
+    models: Mapping[str, ModelEntry] = attrs.field(factory=dict)
+    instances: Mapping[str, "StoredInstance | Refusal"] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class LimitsSettings:
+    """``limits.json`` as the limit checks read it: the ``limits`` tree
+    (``{}`` when it is not an object). The tree is handed to the limit-check
+    modules as JSON, their wire; :mod:`router.plugins.limit_checks` walks it."""
+
+    limits: Mapping[str, Json] = attrs.field(factory=dict)
+
+
 #: Patches refuse keys they do not take; documents keep them.
 PATCHES: Final = (FallbackSetting, InstanceSetting, ModelSetting, RoutesPatch, PluginsPatch,
                   LimitsPatch)
@@ -309,6 +406,7 @@ def make_converter() -> cattrs.Converter:
 
     conv.register_structure_hook_factory(_is_mapping, structure_mapping)
     conv.register_structure_hook(LimitTree, lambda value, _: _structure_tree(value))
+    _read_settings_hooks(conv)
     # A generated hook looks its fields' hooks up when it is made: each class
     # after the classes its fields name (the order of the tuples above).
     for cls in PATCHES + DOCUMENTS:
@@ -316,6 +414,75 @@ def make_converter() -> cattrs.Converter:
         structure = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=cls in PATCHES)
         builder.register(cls, structure, conv.get_unstructure_hook(cls))
     return conv
+
+
+def _object(value: object) -> dict:
+    """A stored part that should be an object: itself, else empty."""
+    return value if type(value) is dict else {}
+
+
+def _kind_switch(key: str, value: object) -> KindSwitch:
+    """One kind's setting, checked by its kind (``kinds.check_kind_setting``)."""
+    kind = KINDS.get(key)
+    if kind is None:
+        return KindSwitch(value=value, refusal=unknown_kind(key))
+    if value is None:
+        return KindSwitch(value=None)
+    refusal = check_kind_setting(kind, value)
+    if refusal is None:
+        return KindSwitch(value=value, names=tuple(names_of(kind, value)))
+    bad = value if kind.switch == "one" and type(value) is str else None
+    if refusal.code == "bad-name" and bad is None:
+        bad = next((n for n in value if not is_name(n)), None)  # type: ignore[union-attr]
+    return KindSwitch(value=value, refusal=refusal, bad=bad)
+
+
+def _switches(value: object) -> KindSwitches:
+    if type(value) is not dict:
+        return KindSwitches(by_kind=None)
+    return KindSwitches(by_kind={key: _kind_switch(key, item) for key, item in value.items()})
+
+
+def _plugins_settings(value: object) -> PluginsSettings:
+    if type(value) is not dict:
+        return PluginsSettings(switches=KindSwitches(by_kind=None))
+    options = {
+        kind: {name: opts for name, opts in per_module.items() if type(opts) is dict}
+        for kind, per_module in _object(value.get("options")).items() if type(per_module) is dict
+    }
+    return PluginsSettings(switches=_switches(value.get("plugins", {})), options=options)
+
+
+def _instance(conv: cattrs.Converter, name: str, setting: object) -> StoredInstance | Refusal:
+    if type(setting) is not dict:
+        return Refusal(code="no-route",
+                       message=f'no route is set for instance "{name}"; set one with `router routes set`')
+    try:
+        return conv.structure(setting, StoredInstance)
+    except Exception as exc:  # noqa: BLE001 - every structuring error refuses
+        refusal = refusal_from(exc, what="routes.json", code="invalid-settings", at=f"instances[{dumps(name)}]")
+        return Refusal(code=refusal.code, message=f"{refusal.message}; fix it by hand")
+
+
+def _routes_settings(conv: cattrs.Converter, value: object) -> RoutesSettings:
+    document = _object(value)
+    models = {
+        name: ModelEntry(provider=entry.get("provider") if type(entry.get("provider")) is str else None)
+        for name, entry in _object(document.get("models")).items() if type(entry) is dict
+    }
+    instances = {name: _instance(conv, name, setting)
+                 for name, setting in _object(document.get("instances")).items()}
+    return RoutesSettings(models=models, instances=instances)
+
+
+def _read_settings_hooks(conv: cattrs.Converter) -> None:
+    """The stored documents as the layer reads them (see "read settings"
+    above): any JSON value structures, a bad entry carrying its refusal."""
+    conv.register_structure_hook(KindSwitches, lambda value, _: _switches(value))
+    conv.register_structure_hook(PluginsSettings, lambda value, _: _plugins_settings(value))
+    conv.register_structure_hook(RoutesSettings, lambda value, _: _routes_settings(conv, value))
+    conv.register_structure_hook(
+        LimitsSettings, lambda value, _: LimitsSettings(limits=_object(_object(value).get("limits"))))
 
 
 def _structure_tree(value: object) -> dict:
@@ -404,7 +571,22 @@ def structure(value: object, cls: Any, *, what: str, code: str,
     try:
         return converter.structure(value, cls)
     except Exception as exc:  # noqa: BLE001 - every structuring error refuses
-        steps, message = shape_problem(exc)
-        where = (at + "".join(steps)).lstrip(".")
-        chosen = inner_code if inner_code is not None and len(steps) >= 2 else code
-        return Refusal(code=chosen, message=f"{what}: {where + ': ' if where else ''}{message}")
+        return refusal_from(exc, what=what, code=code, inner_code=inner_code, at=at)
+
+
+def refusal_from(exc: BaseException, *, what: str, code: str, inner_code: str | None = None,
+                 at: str = "") -> Refusal:
+    """A structuring error as a refusal: ``<what>: <path>: <what is wrong>``
+    (see :func:`structure`)."""
+    steps, message = shape_problem(exc)
+    where = (at + "".join(steps)).lstrip(".")
+    chosen = inner_code if inner_code is not None and len(steps) >= 2 else code
+    return Refusal(code=chosen, message=f"{what}: {where + ': ' if where else ''}{message}")
+
+
+def read_settings(value: object, cls: type[T]) -> T:
+    """A stored document's value (JSON, its depth checked when it was read)
+    as the typed settings ``cls`` (:class:`PluginsSettings`,
+    :class:`RoutesSettings`, :class:`LimitsSettings`). Never raises on JSON:
+    a bad entry carries its refusal."""
+    return converter.structure(value, cls)
