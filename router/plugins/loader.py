@@ -458,11 +458,11 @@ class Loader:
         return plan
 
     def _plan_kind(self, plan: _Plan, kind: Kind, switch: KindSwitch | None) -> None:
-        if switch is None or (switch.refusal is None and not switch.names):  # absent or off
-            plan.modules[kind.name] = ()
-            return
-        if switch.refusal is not None:
+        if switch is not None and switch.refusal is not None:
             plan.refuse(self, kind.name, switch.bad, switch.refusal)
+            return
+        if switch is None or not switch.names:  # absent or off
+            plan.modules[kind.name] = ()
             return
         loaded = []
         for name in switch.names:

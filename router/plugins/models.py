@@ -283,9 +283,11 @@ class ProjectsDocument:
 @attrs.frozen(kw_only=True)
 class KindSwitch:
     """One kind's setting under ``plugins`` as the loader reads it: the
-    modules it switches on, in order, or why it is refused (``invalid-plugins``,
-    ``bad-name``, ``unknown-kind``) and the name at fault, when one is. ``null``
-    switches the kind off, as an absent key does."""
+    names it lists, in order (the strings of a list kind's array, a one-module
+    kind's string), and why the loader refuses it, if it does
+    (``invalid-plugins``, ``bad-name``, ``unknown-kind``) with the name at
+    fault, when one is. Only a setting with no refusal switches its names on.
+    ``null`` switches the kind off, as an absent key does."""
 
     value: Json
     names: tuple[str, ...] = ()
@@ -318,6 +320,11 @@ class PluginsSettings:
 
     switches: KindSwitches
     options: Mapping[str, KindOptions] = attrs.field(factory=dict)
+
+    def listed(self, kind: str) -> tuple[str, ...]:
+        """The names ``kind``'s setting lists (see :class:`KindSwitch`)."""
+        switch = self.switches.get(kind)
+        return () if switch is None else switch.names
 
     def kind_options(self, kind: str) -> KindOptions:
         return self.options.get(kind, {})
@@ -431,10 +438,14 @@ def _kind_switch(key: str, value: object) -> KindSwitch:
     refusal = check_kind_setting(kind, value)
     if refusal is None:
         return KindSwitch(value=value, names=tuple(names_of(kind, value)))
-    bad = value if kind.switch == "one" and type(value) is str else None
+    if kind.switch == "one":
+        listed: tuple[str, ...] = (value,) if type(value) is str else ()
+    else:
+        listed = tuple(n for n in value if type(n) is str) if type(value) is list else ()  # type: ignore[union-attr]
+    bad = listed[0] if kind.switch == "one" and listed else None
     if refusal.code == "bad-name" and bad is None:
-        bad = next((n for n in value if not is_name(n)), None)  # type: ignore[union-attr]
-    return KindSwitch(value=value, refusal=refusal, bad=bad)
+        bad = next((n for n in listed if not is_name(n)), None)
+    return KindSwitch(value=value, names=listed, refusal=refusal, bad=bad)
 
 
 def _switches(value: object) -> KindSwitches:
