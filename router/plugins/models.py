@@ -58,6 +58,11 @@ __all__ = [
     "MAX_SETTINGS_BYTES",
     "read_capped",
     "FallbackSetting",
+    "Names",
+    "ReachAnswer",
+    "SearchAnswer",
+    "SearchResult",
+    "answer_as",
     "KindSwitch",
     "KindSwitches",
     "LimitsSettings",
@@ -363,10 +368,47 @@ class LimitsSettings:
     limits: Mapping[str, Json] = attrs.field(factory=dict)
 
 
-#: Patches refuse keys they do not take; documents keep them.
+# --------------------------------------------------------------------------- plug-in answers
+#
+# A module's answer is foreign data too (a module is anyone's code): where it
+# has a structure, it goes through the same converter (:func:`answer_as`).
+
+#: A list of names a module answers (a harness's ``levels()``); a Python
+#: module may answer a tuple as well as a list.
+Names = NewType("Names", tuple)
+
+
+@attrs.frozen(kw_only=True)
+class ReachAnswer:
+    """What a harness module's ``reach()`` holds beside any other JSON: how
+    the session is reached."""
+
+    via: str
+
+
+@attrs.frozen(kw_only=True)
+class SearchResult:
+    title: str
+    url: str
+    snippet: str
+
+
+@attrs.frozen(kw_only=True)
+class SearchAnswer:
+    """A search-source module's answer: exactly these keys, strings
+    throughout, ``total`` a count."""
+
+    query: str
+    total: int
+    results: tuple[SearchResult, ...]
+
+
+#: Patches (and the answers with exact keys) refuse keys they do not take;
+#: documents keep them.
 PATCHES: Final = (FallbackSetting, InstanceSetting, ModelSetting, RoutesPatch, PluginsPatch,
                   LimitsPatch)
-DOCUMENTS: Final = (StoredRoute, StoredInstance, RoutesDocument, PluginsDocument, AskRuleSetting, AsksSetting,
+ANSWERS: Final = (SearchResult, SearchAnswer)
+DOCUMENTS: Final = (ReachAnswer, StoredRoute, StoredInstance, RoutesDocument, PluginsDocument, AskRuleSetting, AsksSetting,
                     AsksDocument, ProjectSetting, ProjectsDocument)
 
 
@@ -416,9 +458,12 @@ def make_converter() -> cattrs.Converter:
     _read_settings_hooks(conv)
     # A generated hook looks its fields' hooks up when it is made: each class
     # after the classes its fields name (the order of the tuples above).
-    for cls in PATCHES + DOCUMENTS:
+    strings = conv.get_structure_hook(tuple[str, ...])
+    conv.register_structure_hook(
+        Names, lambda value, _: strings(list(value) if type(value) is tuple else value, tuple[str, ...]))
+    for cls in PATCHES + ANSWERS + DOCUMENTS:
         attrs.resolve_types(cls)
-        structure = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=cls in PATCHES)
+        structure = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=cls not in DOCUMENTS)
         builder.register(cls, structure, conv.get_unstructure_hook(cls))
     return conv
 
@@ -593,6 +638,12 @@ def refusal_from(exc: BaseException, *, what: str, code: str, inner_code: str | 
     where = (at + "".join(steps)).lstrip(".")
     chosen = inner_code if inner_code is not None and len(steps) >= 2 else code
     return Refusal(code=chosen, message=f"{what}: {where + ': ' if where else ''}{message}")
+
+
+def answer_as(value: object, tp: Any, *, what: str) -> Any:
+    """A module's answer as ``tp``, or a ``malformed-answer`` refusal naming
+    ``what`` and the failing path."""
+    return structure(value, tp, what=what, code="malformed-answer")
 
 
 def read_settings(value: object, cls: type[T]) -> T:

@@ -47,14 +47,14 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import attrs
 
-from wire.json import is_json
 
 from router.plugins.broker import Broker
 from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule
 from router.errors import Refusal, refusal_of
-from router.plugins.models import (InstanceSetting, ModelEntry, PluginsSettings, RoutesDocument, RoutesSettings,
-                                   StoredInstance, StoredRoute, read_settings)
+from router.plugins.models import (InstanceSetting, Json, ModelEntry, Names, PluginsSettings, ReachAnswer,
+                                   RoutesDocument, RoutesSettings, StoredInstance, StoredRoute, answer_as,
+                                   read_settings)
 from router.plugins.settings import parse_change
 
 __all__ = [
@@ -168,14 +168,16 @@ def harness_facts(broker: Broker, module: LoadedModule,
     levels = broker.call_sync(module, "levels", copy.deepcopy(options))
     if isinstance(levels, Refusal):
         return refused(f"failed in levels() ({levels.code}: {levels.message})")
-    if type(levels.value) not in (list, tuple) or any(type(v) is not str for v in levels.value):
-        return refused("answered levels() with something other than a list of names")
+    names = answer_as(levels.value, Names, what="levels()")
+    if isinstance(names, Refusal):
+        return refused(f"answered levels() with something other than a list of names ({names.message})")
     counts = broker.call_sync(module, "counts_account", options)
     if isinstance(counts, Refusal):
         return refused(f"failed in counts_account() ({counts.code}: {counts.message})")
-    if type(counts.value) is not bool:
+    counts_account = answer_as(counts.value, bool, what="counts_account()")
+    if isinstance(counts_account, Refusal):
         return refused("answered counts_account() with something other than true or false")
-    return HarnessFacts(module=module, levels=tuple(levels.value), counts_account=counts.value)
+    return HarnessFacts(module=module, levels=names, counts_account=counts_account)
 
 
 LoadHarness = Callable[[str], "LoadedModule | Refusal"]
@@ -392,9 +394,8 @@ async def _record(
                                 crash_code="version-failed")
     # A version probe that fails does not stop a launch that passed its
     # checks; the record says the version is unknown (None).
-    harness_version = (
-        version.value if not isinstance(version, Refusal) and type(version.value) is str else None
-    )
+    named = None if isinstance(version, Refusal) else answer_as(version.value, str, what="version()")
+    harness_version = None if isinstance(named, Refusal) else named
     model = models.get(route.model)
     return LaunchRecord(
         instance=routes.instance, session=session, route=chosen, route_reason=reason,
@@ -418,18 +419,18 @@ def _reach_and_env(
     reach = broker.call_sync(module, "reach", copy.deepcopy(dict(context)))
     if isinstance(reach, Refusal):
         return refused(f"failed in reach() ({reach.code}: {reach.message})")
-    if type(reach.value) is not dict or not is_json(reach.value) or type(
-        reach.value.get("via")
-    ) is not str:
-        return refused('answered reach() with something other than a JSON object with "via"')
+    via = answer_as(reach.value, Mapping[str, Json], what="reach()")
+    if not isinstance(via, Refusal):
+        via = answer_as(reach.value, ReachAnswer, what="reach()")
+    if isinstance(via, Refusal):
+        return refused(f'answered reach() with something other than a JSON object with "via" ({via.message})')
     env = broker.call_sync(module, "env", copy.deepcopy(dict(context)))
     if isinstance(env, Refusal):
         return refused(f"failed in env() ({env.code}: {env.message})")
-    if type(env.value) is not dict or any(
-        type(k) is not str or type(v) is not str for k, v in env.value.items()
-    ):
-        return refused("answered env() with something other than an object of strings")
-    return reach.value, env.value
+    strings = answer_as(env.value, Mapping[str, str], what="env()")
+    if isinstance(strings, Refusal):
+        return refused(f"answered env() with something other than an object of strings ({strings.message})")
+    return reach.value, strings
 
 
 # --------------------------------------------------------------------------- writing
