@@ -118,11 +118,27 @@ def redact(value: Any) -> Any:
     return value
 
 
+#: Typed settings by (class, file, revision, exists): a revision names the
+#: file's bytes, so the same bytes structure to the same value. A launch
+#: reads three files; this keeps it from structuring every instance of an
+#: unchanged ``routes.json`` again. Bounded: cleared when it fills.
+_TYPED: dict[tuple[type, str, str, bool], Any] = {}
+_TYPED_MAX: Final = 32
+
+
 def settings_of(document: "Document | Refusal", cls: type[T]) -> T:
     """A document's typed settings (:func:`~router.plugins.models.read_settings`).
     A document that cannot be read structures as ``null`` does: for
     ``plugins.json``, every kind refused (each keeps what it had)."""
-    return read_settings(None if isinstance(document, Refusal) else document.value, cls)
+    if isinstance(document, Refusal):
+        return read_settings(None, cls)
+    key = (cls, document.name, document.revision, document.exists)
+    typed = _TYPED.get(key)
+    if typed is None:
+        if len(_TYPED) >= _TYPED_MAX:
+            _TYPED.clear()
+        typed = _TYPED[key] = read_settings(document.value, cls)
+    return typed
 
 
 def plugins_value(document: "Document | Refusal") -> Any:
