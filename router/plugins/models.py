@@ -58,6 +58,19 @@ __all__ = [
     "MAX_SETTINGS_BYTES",
     "read_capped",
     "FallbackSetting",
+    "Allowed",
+    "CountLike",
+    "Counted",
+    "GoesOn",
+    "LaunchAnswer",
+    "LimitHit",
+    "NotAllowed",
+    "NotEnforced",
+    "ReportEntry",
+    "StopAnswer",
+    "Stops",
+    "TokenCounts",
+    "is_count_like",
     "Names",
     "ReachAnswer",
     "SearchAnswer",
@@ -403,11 +416,99 @@ class SearchAnswer:
     results: tuple[SearchResult, ...]
 
 
+#: A count in a limit check's answer: a non-negative integer (not a bool) or
+#: a string of digits (:func:`is_count_like`).
+CountLike = NewType("CountLike", object)
+
+
+def is_count_like(value: object) -> bool:
+    """A non-negative integer (not a bool), or a non-empty string of digits."""
+    if type(value) is int:
+        return value >= 0  # type: ignore[operator]
+    return type(value) is str and value.isascii() and value.isdigit()  # type: ignore[union-attr]
+
+
+@attrs.frozen(kw_only=True)
+class LimitHit:
+    """The limit a check's answer says was reached. Its ``path`` must name a
+    limit whose ``limit`` is this one (checked against the tree after)."""
+
+    path: tuple[str, ...]
+    limit: Json
+    count: CountLike
+    unknown_turns: CountLike
+
+
+@attrs.frozen(kw_only=True)
+class Allowed:
+    allow: Literal[True]
+
+
+@attrs.frozen(kw_only=True)
+class NotAllowed:
+    allow: Literal[False]
+    hit: LimitHit
+
+
+@attrs.frozen(kw_only=True)
+class GoesOn:
+    stop: Literal[False]
+
+
+@attrs.frozen(kw_only=True)
+class Stops:
+    stop: Literal[True]
+    hit: LimitHit
+
+
+#: ``may_launch`` and ``must_stop`` answers, told apart by their tag's value.
+LaunchAnswer = Allowed | NotAllowed
+StopAnswer = GoesOn | Stops
+ANSWER_TAGS: Final[Mapping[type, tuple[str, object]]] = {
+    Allowed: ("allow", True), NotAllowed: ("allow", False), GoesOn: ("stop", False), Stops: ("stop", True),
+}
+
+
+@attrs.frozen(kw_only=True)
+class TokenCounts:
+    """A counted entry's ``kinds``: the four token kinds
+    (``usage.TOKEN_KINDS``), each a count."""
+
+    input: CountLike
+    output: CountLike
+    cache_creation: CountLike
+    cache_read: CountLike
+
+
+@attrs.frozen(kw_only=True)
+class NotEnforced:
+    path: tuple[str, ...]
+    limit: Json
+    since: str | None
+    not_enforced: str
+
+
+@attrs.frozen(kw_only=True)
+class Counted:
+    path: tuple[str, ...]
+    limit: Json
+    since: str | None
+    count: CountLike
+    kinds: TokenCounts
+    unknown_turns: CountLike
+    note: str = ""
+
+
+#: A ``report`` entry: :class:`NotEnforced` when it has ``not_enforced``.
+ReportEntry = NotEnforced | Counted
+
+
 #: Patches (and the answers with exact keys) refuse keys they do not take;
 #: documents keep them.
 PATCHES: Final = (FallbackSetting, InstanceSetting, ModelSetting, RoutesPatch, PluginsPatch,
                   LimitsPatch)
-ANSWERS: Final = (SearchResult, SearchAnswer)
+ANSWERS: Final = (SearchResult, SearchAnswer, LimitHit, Allowed, NotAllowed, GoesOn, Stops, TokenCounts,
+                  NotEnforced, Counted)
 DOCUMENTS: Final = (ReachAnswer, StoredRoute, StoredInstance, RoutesDocument, PluginsDocument, AskRuleSetting, AsksSetting,
                     AsksDocument, ProjectSetting, ProjectsDocument)
 
@@ -422,7 +523,7 @@ def _is_mapping(tp: Any) -> bool:
 def make_converter() -> cattrs.Converter:
     """The settings converter: the wires' strict leaves, objects keyed by
     strings, the limits tree, and the models above."""
-    builder = Builder(SettingsShapeError, tags={}, detailed=True)
+    builder = Builder(SettingsShapeError, tags=ANSWER_TAGS, detailed=True)
     conv = builder.conv
 
     def structure_non_empty(value: object, _: Any) -> str:
@@ -458,6 +559,22 @@ def make_converter() -> cattrs.Converter:
     _read_settings_hooks(conv)
     # A generated hook looks its fields' hooks up when it is made: each class
     # after the classes its fields name (the order of the tuples above).
+    def structure_count_like(value: object, _: Any) -> object:
+        if not is_count_like(value):
+            raise SettingsShapeError(f"expected a count (a non-negative integer or a string of digits), "
+                                     f"got {describe(value)}")
+        return value
+
+    conv.register_structure_hook(CountLike, structure_count_like)
+    builder.union(LaunchAnswer, "a may_launch answer")
+    builder.union(StopAnswer, "a must_stop answer")
+
+    def structure_entry(value: object, _: Any) -> Any:
+        if type(value) is not dict:
+            builder.fail(value, "a report entry (an object)")
+        return conv.structure(value, NotEnforced if "not_enforced" in value else Counted)  # type: ignore[operator]
+
+    conv.register_structure_hook(ReportEntry, structure_entry)
     strings = conv.get_structure_hook(tuple[str, ...])
     conv.register_structure_hook(
         Names, lambda value, _: strings(list(value) if type(value) is tuple else value, tuple[str, ...]))

@@ -5,6 +5,8 @@ looks at the JSON again."""
 from __future__ import annotations
 
 import json
+
+import attrs
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -15,9 +17,10 @@ from router.plugins.defaults import LIMITS, PLUGINS, ROUTES
 from router.plugins.kinds import KINDS
 from router.plugins.loader import Loader
 from router.plugins.models import (KindSwitch, LimitsSettings, ModelEntry, PluginsSettings, RoutesSettings,
-                                   StoredInstance, read_settings)
+                                   StoredInstance, TokenCounts, read_settings)
 from router.plugins.routing import InstanceRoutes, instance_routes
 from router.plugins.settings import SettingsDir, settings_of
+from router.plugins.usage import TOKEN_KINDS
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
@@ -144,3 +147,7 @@ def test_a_document_that_is_not_an_object_switches_nothing(tmp_path: Path) -> No
         assert len(result.refused) == len(KINDS)
     # An absent "plugins" is every kind off, not refused.
     assert read_settings({}, PluginsSettings).switches.by_kind == {}
+
+
+def test_a_counted_report_entry_names_the_token_kinds_the_records_count() -> None:
+    assert tuple(attrs.fields_dict(TokenCounts)) == TOKEN_KINDS
