@@ -70,6 +70,8 @@ __all__ = [
     "StopAnswer",
     "Stops",
     "TokenCounts",
+    "TurnAnswer",
+    "TurnUsage",
     "is_count_like",
     "Names",
     "ReachAnswer",
@@ -499,6 +501,26 @@ class Counted:
     note: str = ""
 
 
+@attrs.frozen(kw_only=True)
+class TurnUsage:
+    """A turn's usage as a usage source answers it: the four token kinds
+    (``usage.TOKEN_KINDS``), each a count, and nothing else."""
+
+    input: int
+    output: int
+    cache_creation: int
+    cache_read: int
+
+
+@attrs.frozen(kw_only=True)
+class TurnAnswer:
+    """A usage source's ``read_turn`` answer when the turn is its own:
+    exactly ``mark`` (any JSON) and ``usage`` (``null`` until it is known)."""
+
+    mark: Json
+    usage: TurnUsage | None
+
+
 #: A ``report`` entry: :class:`NotEnforced` when it has ``not_enforced``.
 ReportEntry = NotEnforced | Counted
 
@@ -508,7 +530,7 @@ ReportEntry = NotEnforced | Counted
 PATCHES: Final = (FallbackSetting, InstanceSetting, ModelSetting, RoutesPatch, PluginsPatch,
                   LimitsPatch)
 ANSWERS: Final = (SearchResult, SearchAnswer, LimitHit, Allowed, NotAllowed, GoesOn, Stops, TokenCounts,
-                  NotEnforced, Counted)
+                  NotEnforced, Counted, TurnUsage, TurnAnswer)
 DOCUMENTS: Final = (ReachAnswer, StoredRoute, StoredInstance, RoutesDocument, PluginsDocument, AskRuleSetting, AsksSetting,
                     AsksDocument, ProjectSetting, ProjectsDocument)
 
