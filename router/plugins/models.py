@@ -403,6 +403,8 @@ class ReachAnswer:
 
 @attrs.frozen(kw_only=True)
 class SearchResult:
+    """One result of a search answer: three strings, nothing else."""
+
     title: str
     url: str
     snippet: str
@@ -443,22 +445,31 @@ class LimitHit:
 
 @attrs.frozen(kw_only=True)
 class Allowed:
+    """``may_launch``: the launch may start."""
+
     allow: Literal[True]
 
 
 @attrs.frozen(kw_only=True)
 class NotAllowed:
+    """``may_launch``: refused, at the limit of ``hit``."""
+
     allow: Literal[False]
     hit: LimitHit
 
 
 @attrs.frozen(kw_only=True)
 class GoesOn:
+    """``must_stop``: the session may go on after this turn."""
+
     stop: Literal[False]
 
 
 @attrs.frozen(kw_only=True)
 class Stops:
+    """``must_stop``: the session stops at the end of its turn, at the limit
+    of ``hit``."""
+
     stop: Literal[True]
     hit: LimitHit
 
