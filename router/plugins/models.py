@@ -346,12 +346,15 @@ class PluginsSettings:
         switch = self.switches.get(kind)
         return () if switch is None else switch.names
 
-    def kind_options(self, kind: str) -> KindOptions:
-        return self.options.get(kind, {})
+    def kind_options(self, kind: str) -> dict[str, Any]:
+        """A copy of one kind's options, module name -> its options (the
+        settings are shared by every reader of the same file revision, and a
+        module may change what it is handed)."""
+        return copy.deepcopy(dict(self.options.get(kind, {})))
 
     def module_options(self, kind: str, name: str) -> dict[str, Any]:
         """A copy of one module's options (``{}`` when none are set)."""
-        return copy.deepcopy(dict(self.kind_options(kind).get(name, {})))
+        return copy.deepcopy(dict(self.options.get(kind, {}).get(name, {})))
 
 
 @attrs.frozen(kw_only=True)
