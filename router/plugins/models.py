@@ -1,5 +1,6 @@
-"""The settings documents and their patches as attrs models, through one
-cattrs converter.
+"""The settings documents and their patches, the typed settings the layer
+reads, and the plug-in modules' answers, as attrs models through one cattrs
+converter.
 
 ``plugins.json``, ``routes.json`` and ``limits.json`` (and the patches of
 ``router plugins|routes|limits set``) are read by structuring them into the
@@ -21,6 +22,24 @@ back: a file keeps the bytes a person wrote (and so its revision) unless a
 patch changes it, and a stored document may hold keys the router does not
 read (a person's note): the document models take extra keys, the patch
 models refuse them.
+
+Reading, and modules' answers
+-----------------------------
+
+What the layer reads from a stored file is structured once more, into
+:class:`PluginsSettings`, :class:`RoutesSettings` and :class:`LimitsSettings`
+(:func:`read_settings`); the loader, the layer, routing, the commands and the
+channels read those objects, never the JSON. Reading keeps today's rule that
+one bad entry costs that entry only: a kind's setting becomes a
+:class:`KindSwitch` carrying the loader's refusal (decided by the kind's own
+``kinds.check_kind_setting``), an instance's route a :class:`StoredInstance`
+or the refusal a launch of it gets; a part of the wrong type reads as empty.
+So any JSON structures, and the hooks for these classes are written by hand
+(``_read_settings_hooks``), in this one place.
+
+A module's answer is foreign data too: :func:`answer_as` structures it with
+the same converter, as ``malformed-answer`` naming the path when it does not
+fit (search answers, a harness's ``reach``, a limit check's tagged answers).
 
 Depth
 -----
