@@ -41,6 +41,7 @@ import attrs
 import trio
 
 from router.plugins.loader import LoadedModule, Log, Loader, default_log
+from router.plugins.models import SearchAnswer, answer_as
 from router.errors import Refusal, code_of
 
 __all__ = ["Broker", "BrokerStatistics", "DEFAULT_DEADLINES", "ModuleAnswer", "check_search_answer"]
@@ -220,24 +221,11 @@ class Broker:
 def check_search_answer(value: object) -> str | None:
     """What is wrong with a search answer, or ``None`` when it is
     ``{"query": str, "total": count, "results": [{"title", "url", "snippet"}]}``
-    with strings throughout."""
-    from wire.json import is_count
-
-    if type(value) is not dict or set(value) != {"query", "total", "results"}:
-        return "expected an object with exactly query, total and results"
-    if type(value["query"]) is not str:
-        return "query is not a string"
-    if not is_count(value["total"]):
-        return "total is not a count"
-    results = value["results"]
-    if type(results) is not list:
-        return "results is not a list"
-    for index, item in enumerate(results):
-        if type(item) is not dict or set(item) != {"title", "url", "snippet"}:
-            return f"result {index} is not an object with exactly title, url and snippet"
-        if any(type(item[k]) is not str for k in item):
-            return f"result {index} has a field that is not a string"
-    if value["total"] < len(results):
+    with strings throughout (:class:`~router.plugins.models.SearchAnswer`,
+    through the plug-in layer's converter)."""
+    parsed = answer_as(value, SearchAnswer, what="the answer")
+    if isinstance(parsed, Refusal):
+        return parsed.message
+    if parsed.total < len(parsed.results):
         return "total is less than the number of results"
     return None
-

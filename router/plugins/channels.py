@@ -42,7 +42,8 @@ from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule, Loader
 from router.errors import Refusal
-from router.plugins.settings import SettingsDir, plugins_value
+from router.plugins.models import PluginsSettings
+from router.plugins.settings import SettingsDir, settings_of
 from router.plugins.watched import Watched
 
 __all__ = [
@@ -121,13 +122,12 @@ class Channels:
             return kept
         key, began = self._watched.begin()
         document = await trio.to_thread.run_sync(self._settings.read, "plugins.json")
-        # A file that is broken gives None: the loader keeps its last good selection.
-        plugins = plugins_value(document)
-        await self._loader.load_async(plugins, only=["channel"])
+        # A file that is broken switches nothing: the loader keeps its last good selection.
+        plugins = settings_of(document, PluginsSettings)
+        await self._loader.load_async(plugins.switches, only=["channel"])
         self.loads += 1
         captured = self._loader.modules("channel")  # frozen: a reload cannot change it
-        wanted = plugins.get("channel") if type(plugins) is dict else None
-        named = {n for n in (wanted if type(wanted) is list else [wanted]) if type(n) is str and is_name(n)}
+        named = {n for n in plugins.listed("channel") if is_name(n)}
         names = frozenset(named | {m.name for m in captured})
         if names != self._names:
             # The key was taken over the old names: keep nothing, so the next

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from wire.json import JsonError, dumps, loads
 
@@ -30,9 +30,9 @@ from router.plugins.broker import Broker
 from router.plugins.kinds import KINDS
 from router.plugins.limit_checks import Limits, apply_limits_patch, format_path
 from router.plugins.loader import LoadedModule, Loader, check_paths
-from router.plugins.models import MAX_SETTINGS_BYTES, read_capped
+from router.plugins.models import MAX_SETTINGS_BYTES, LimitsSettings, ModelEntry, PluginsSettings, RoutesSettings, read_capped, read_settings
 from router.errors import Refusal
-from router.plugins.routing import Route, apply_routes_patch, check_route, harness_options, parse_routes
+from router.plugins.routing import CheckRoute, Route, apply_routes_patch, check_route, instance_routes
 from router.plugins.settings import (
     Document,
     SettingsDir,
@@ -41,7 +41,7 @@ from router.plugins.settings import (
     default_actor,
     default_data_dir,
     default_settings_dir,
-    plugins_value,
+    settings_of,
     redact,
 )
 from router.plugins.usage import JsonlRecords, TableRecords, utc_now
@@ -167,13 +167,12 @@ def run_plugins(args: argparse.Namespace, *, root: str | None = None) -> int:
     document = _read("plugins", settings, "plugins.json", as_json=args.json)
     if isinstance(document, int):
         return document
-    value = document.value if type(document.value) is dict else {}
-    plugins = value.get("plugins") if type(value.get("plugins")) is dict else {}
-    options = value.get("options") if type(value.get("options")) is dict else {}
+    typed = settings_of(document, PluginsSettings)
     if args.json:
-        _print_json({"revision": document.revision, "plugins": plugins, "options": redact(options)})
+        plugins = {kind: switch.value for kind, switch in (typed.switches.by_kind or {}).items()}
+        _print_json({"revision": document.revision, "plugins": plugins, "options": redact(typed.options)})
         return 0
-    _print_plugins(settings, document, plugins, options)
+    _print_plugins(settings, document, typed)
     return 0
 
 
@@ -194,20 +193,20 @@ def _set_plugins(args: argparse.Namespace, settings: Any, *, root: str | None) -
     )
 
 
-def _print_plugins(settings: Any, document: Any, plugins: dict[str, Any], options: dict[str, Any]) -> None:
+def _print_plugins(settings: Any, document: Any, typed: PluginsSettings) -> None:
     """``router plugins`` for a person: each kind, then each module's options."""
     source = "" if document.exists else " (defaults: the file does not exist yet)"
     print(f"{settings.path / 'plugins.json'} revision {document.revision}{source}")
     width = max(len(k) for k in KINDS)
     for kind in KINDS:
-        value = plugins.get(kind)
-        shown = "off" if value is None or value == [] else (
-            value if type(value) is str else ", ".join(map(str, value)))
+        switch = typed.switches.get(kind)
+        shown = "off" if switch is None else ", ".join(switch.names) or "off"
+        if switch is not None and switch.refusal is not None:
+            shown = f"{dumps(switch.value)} (refused: {switch.refusal.code})"
         print(f"  {kind.ljust(width)}  {shown}")
-    for kind, per_module in options.items():
-        if type(per_module) is dict:
-            for name, opts in per_module.items():
-                print(f"  options {kind}/{name}: {dumps(redact(opts))}")
+    for kind, per_module in typed.options.items():
+        for name, opts in per_module.items():
+            print(f"  options {kind}/{name}: {dumps(redact(opts))}")
 
 
 # --------------------------------------------------------------------------- routes
@@ -219,10 +218,8 @@ def configure_routes(parser: argparse.ArgumentParser) -> None:
     _set_parser(subparsers, "routes")
 
 
-def _route_checker(plugins_doc: Any, *, root: str | None) -> Callable[[Route, object], Any]:
-    plugins = plugins_doc.get("plugins") if type(plugins_doc) is dict else None
-    switched_on = plugins.get("harness") if type(plugins) is dict else None
-    switched_on = switched_on if type(switched_on) is list else []
+def _route_checker(plugins: PluginsSettings, *, root: str | None) -> CheckRoute:
+    switched_on = plugins.listed("harness")
     broker = Broker(log=lambda entry: None)
 
     def load_harness(name: str) -> LoadedModule | Refusal:
@@ -230,18 +227,17 @@ def _route_checker(plugins_doc: Any, *, root: str | None) -> Callable[[Route, ob
         result = loader.load({"harness": [name]}, only=["harness"])
         return result.refused[0].refusal if result.refused else loader.modules("harness")[0]
 
-    def check(route: Route, models: object) -> Any:
+    def check(route: Route, models: Mapping[str, ModelEntry]) -> Any:
         return check_route(route, switched_on=switched_on, load_harness=load_harness,
                            models=models, broker=broker,
-                           options=harness_options(plugins_doc, route.harness))
+                           options=plugins.module_options("harness", route.harness))
 
     return check
 
 
-def _route_row(value: dict[str, Any], name: str, models: Any,
-               check: Callable[[Route, object], Any]) -> dict[str, Any]:
+def _route_row(typed: RoutesSettings, name: str, check: CheckRoute) -> dict[str, Any]:
     """One instance's routes and each route's check, as ``router routes`` shows them."""
-    routes = parse_routes(value, name)
+    routes = instance_routes(typed, name)
     row: dict[str, Any] = {"instance": name}
     if isinstance(routes, Refusal):
         row["primary"] = {"status": routes.code, "message": routes.message}
@@ -251,18 +247,17 @@ def _route_row(value: dict[str, Any], name: str, models: Any,
         if isinstance(route, Refusal):
             row[which] = {"status": route.code, "message": route.message}
         elif route is not None:
-            answer = check(route, models)
+            answer = check(route, typed.models)
             row[which] = {**route.to_json(), "status": "ok"}
             if isinstance(answer, Refusal):
                 row[which].update(status=answer.code, message=answer.message)
     return row
 
 
-def _print_routes(settings: SettingsDir, document: Document, models: dict[str, Any],
+def _print_routes(settings: SettingsDir, document: Document, models: Mapping[str, ModelEntry],
                   shown: list[dict[str, Any]]) -> None:
     print(f"{settings.path / 'routes.json'} revision {document.revision}")
-    print("  models: " + (", ".join(
-        f"{m} ({s.get('provider')})" for m, s in models.items() if type(s) is dict) or "none"))
+    print("  models: " + (", ".join(f"{m} ({s.provider})" for m, s in models.items()) or "none"))
     for row in shown:
         print(f"  {row['instance']}" + (f" (account {row['account']})" if row.get("account") else ""))
         for which in ("primary", "fallback"):
@@ -279,7 +274,7 @@ def run_routes(args: argparse.Namespace, *, root: str | None = None) -> int:
     plugins_doc = _read("routes", settings, "plugins.json", as_json=args.json)
     if isinstance(plugins_doc, int):
         return plugins_doc
-    check = _route_checker(plugins_doc.value, root=root)
+    check = _route_checker(settings_of(plugins_doc, PluginsSettings), root=root)
     if getattr(args, "action", None) == "set":
         patch = _read_patch("routes set", args.file, as_json=args.json)
         if isinstance(patch, int):
@@ -293,16 +288,23 @@ def run_routes(args: argparse.Namespace, *, root: str | None = None) -> int:
     document = _read("routes", settings, "routes.json", as_json=args.json)
     if isinstance(document, int):
         return document
-    value = document.value if type(document.value) is dict else {}
-    models = value.get("models") if type(value.get("models")) is dict else {}
-    instances = value.get("instances") if type(value.get("instances")) is dict else {}
-    shown = [_route_row(value, name, models, check) for name in instances]
+    typed = settings_of(document, RoutesSettings)
+    shown = [_route_row(typed, name, check) for name in typed.instances]
     if args.json:
-        _print_json({"revision": document.revision, "models": models, "instances": instances,
-                     "checks": shown})
+        # The document's parts as written (a person's notes included), beside
+        # what the checks read from them.
+        written = document.value if type(document.value) is dict else {}
+        _print_json({"revision": document.revision, "models": _written(written, "models"),
+                     "instances": _written(written, "instances"), "checks": shown})
     else:
-        _print_routes(settings, document, models, shown)
+        _print_routes(settings, document, typed.models, shown)
     return 0
+
+
+def _written(document: dict[str, Any], key: str) -> Any:
+    """A part of a document as written, for showing (``{}`` when it is not an object)."""
+    part = document.get(key)
+    return part if type(part) is dict else {}
 
 
 # --------------------------------------------------------------------------- limits
@@ -328,21 +330,19 @@ def _limit_checks(settings: SettingsDir, *, root: str | None) -> tuple[list[str]
     document = settings.read("plugins.json")
     if isinstance(document, Refusal):
         return document
-    plugins = plugins_value(document)
+    plugins = settings_of(document, PluginsSettings)
     loader = Loader(root=root, log=lambda entry: None)
-    loader.load(plugins, only=["limit-check"])
-    value = plugins.get("limit-check") if type(plugins) is dict else None
-    switched_on = [v for v in value if type(v) is str] if type(value) is list else []
-    return switched_on, loader.modules("limit-check"), Limits(broker=Broker(log=lambda e: None),
+    loader.load(plugins.switches, only=["limit-check"])
+    return list(plugins.listed("limit-check")), loader.modules("limit-check"), Limits(broker=Broker(log=lambda e: None),
                                                               log=lambda e: None)
 
 
 def _checked_limits_patch(
     current: Any, limits_patch: Any, reset: Any, checks: tuple[list[str], Any, Limits]
 ) -> Any:
-    if type(current) is not dict:
+    if type(current) is not dict:  # the writer needs an object to write the new tree into
         return Refusal(code="invalid-settings", message="limits.json is not an object; fix it by hand")
-    limits = current.get("limits") if type(current.get("limits")) is dict else {}
+    limits = read_settings(current, LimitsSettings).limits
     result = apply_limits_patch(limits, limits_patch, reset, utc_now())
     if isinstance(result, Refusal):
         return result
@@ -396,12 +396,13 @@ def run_limits(args: argparse.Namespace, *, root: str | None = None) -> int:
     records = _turn_records(args.records)
     if isinstance(records, int):
         return records
-    limits = document.value.get("limits") if type(document.value) is dict else None
-    report = composer.report(switched_on=switched_on, modules=modules,
-                             limits=limits if type(limits) is dict else {}, records=records,
+    limits = settings_of(document, LimitsSettings).limits
+    report = composer.report(switched_on=switched_on, modules=modules, limits=limits, records=records,
                              now=utc_now())
     if args.json:
-        _print_json({"revision": document.revision, "limits": limits, "report": report})
+        # As written: ``null`` when limits.json has no ``limits`` object.
+        written = document.value.get("limits") if type(document.value) is dict else None
+        _print_json({"revision": document.revision, "limits": written, "report": report})
         return 0
     print(f"{settings.path / 'limits.json'} revision {document.revision}")
     if not report:

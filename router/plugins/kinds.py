@@ -53,6 +53,7 @@ __all__ = [
     "check_kind_setting",
     "is_name",
     "names_of",
+    "unknown_kind",
 ]
 
 #: A module name: what may appear as a directory under a kind. Starting with
@@ -140,6 +141,12 @@ KINDS: Final[Mapping[str, Kind]] = {
         ),
     )
 }
+
+
+def unknown_kind(name: str) -> Refusal:
+    """The refusal of a key of ``plugins`` (or of a patch) that is not a kind."""
+    return Refusal(code="unknown-kind",
+                   message=f'"{name}" is not a plug-in kind; the kinds are {", ".join(KINDS)}')
 
 
 def names_of(kind: Kind, value: object) -> list[str]:

@@ -40,7 +40,8 @@ from router.plugins.limit_checks import CheckFailure, Limits, MustStop, counting
 from router.plugins.loader import LoadedModule, Loader, LoadResult, Log, default_log
 from router.errors import Refusal
 from router.plugins.routing import LaunchRecord, plan_launch
-from router.plugins.settings import Document, SettingsDir, plugins_value, redact
+from router.plugins.models import KindSwitch, KindSwitches, LimitsSettings, PluginsSettings, RoutesSettings
+from router.plugins.settings import Document, SettingsDir, redact, settings_of
 from router.plugins.usage import Bracket, RecordStore, TurnMeter, utc_now
 from router.plugins.watched import Watched
 
@@ -51,10 +52,9 @@ __all__ = ["PluginLayer", "RUNTIME_KINDS"]
 RUNTIME_KINDS = ("usage-source", "limit-check", "search-source")
 
 
-def _value(document: Document | Refusal, key: str) -> Any:
-    if isinstance(document, Refusal) or type(document.value) is not dict:
-        return None
-    return document.value.get(key)
+def _limits(document: Document | Refusal) -> Mapping[str, Any]:
+    """The ``limits`` tree of ``limits.json`` (``{}`` when it has none)."""
+    return settings_of(document, LimitsSettings).limits
 
 
 class PluginLayer:
@@ -81,8 +81,8 @@ class PluginLayer:
         self._deps = dict(deps or {})
         self._env = dict(os.environ if env is None else env)
         self._now = now
-        self._plugins: dict[str, Any] = {}
-        self._options: dict[str, Any] = {}
+        #: ``plugins.json`` as last loaded (a broken file keeps the one before).
+        self._plugins = PluginsSettings(switches=KindSwitches(by_kind={}))
         #: ``limits.json`` as every turn's end reads it: kept while the file
         #: keeps its identity (:mod:`router.plugins.watched`), so an
         #: unchanged file is not read and parsed again per turn.
@@ -97,23 +97,18 @@ class PluginLayer:
     async def reload(self) -> LoadResult:
         """Read ``plugins.json`` and load the runtime kinds. A file that does
         not parse refuses every kind, which keeps what it had."""
-        document = await self._read("plugins.json")
-        plugins = plugins_value(document)
-        result = await self.loader.load_async(plugins, only=RUNTIME_KINDS)
-        if type(plugins) is dict:
-            self._plugins = plugins
-            options = _value(document, "options")
-            self._options = options if type(options) is dict else {}
+        settings = settings_of(await self._read("plugins.json"), PluginsSettings)
+        result = await self.loader.load_async(settings.switches, only=RUNTIME_KINDS)
+        if settings.switches.by_kind is not None:
+            self._plugins = settings
         return result
 
     def _switched_on(self, kind: str) -> list[str]:
-        value = self._plugins.get(kind)
-        if type(value) is list:
-            return [v for v in value if type(v) is str]
-        if type(value) is str:
-            return [value]
-        if value is None:
+        switch = self._plugins.switches.get(kind)
+        if switch is None:
             return []
+        if switch.refusal is None or switch.names:
+            return list(switch.names)
         # A setting of the wrong shape: the loader refused the kind and kept
         # what it had, and what it kept stays on (limits fail closed).
         return [module.name for module in self.loader.modules(kind)]
@@ -123,9 +118,8 @@ class PluginLayer:
         last loaded)."""
         return self._switched_on(kind)
 
-    def _kind_options(self, kind: str) -> dict[str, Any]:
-        value = self._options.get(kind)
-        return value if type(value) is dict else {}
+    def _kind_options(self, kind: str) -> Mapping[str, Any]:
+        return self._plugins.kind_options(kind)
 
     @staticmethod
     async def _off_loop(ask: Callable[..., Any], **kwargs: Any) -> Any:
@@ -162,18 +156,16 @@ class PluginLayer:
         for document in (plugins_doc, routes_doc, limits_doc):
             if isinstance(document, Refusal):
                 return document
-        assert isinstance(plugins_doc, Document) and isinstance(routes_doc, Document)
         record = await plan_launch(
             instance,
-            plugins_doc=plugins_doc.value if type(plugins_doc.value) is dict else {},
-            routes_doc=routes_doc.value if type(routes_doc.value) is dict else {},
+            plugins=settings_of(plugins_doc, PluginsSettings),
+            routes=settings_of(routes_doc, RoutesSettings),
             load_harness=self._load_harness, broker=self.broker, env=self._env, session=session,
         )
         if isinstance(record, Refusal):
             self._log({"event": "launch-refused", "instance": instance, **record.data, "code": record.code, "message": record.message})
             return record
-        limits = _value(limits_doc, "limits")
-        limits = limits if type(limits) is dict else {}
+        limits = _limits(limits_doc)
         refusal = await self._off_loop(
             self.limits.may_launch,
             switched_on=self._switched_on("limit-check"),
@@ -194,19 +186,16 @@ class PluginLayer:
         """The ``launcher`` module ``name`` (else the one ``plugins.json``
         switches on, else the default's), loaded afresh, and its options
         (``options.launcher.<name>``); or the loader's refusal."""
-        document = await self._read("plugins.json")
-        plugins = plugins_value(document)
+        settings = settings_of(await self._read("plugins.json"), PluginsSettings)
         if name is None:
-            chosen = plugins.get("launcher") if type(plugins) is dict else None
-            name = chosen if type(chosen) is str else PLUGINS["plugins"]["launcher"]
+            # A name the loader refuses (``bad-name``) is loaded, to be refused with its reason.
+            switch = settings.switches.get("launcher") or KindSwitch(value=None)
+            name = next(iter(switch.names), PLUGINS["plugins"]["launcher"])
         fresh = Loader(root=self.loader.root, log=self._log)
         result = await fresh.load_async({"launcher": name}, only=["launcher"])
         if result.refused:
             return result.refused[0].refusal
-        options = _value(document, "options")
-        kind_options = options.get("launcher") if type(options) is dict else None
-        mine = kind_options.get(name) if type(kind_options) is dict else None
-        return fresh.modules("launcher")[0], dict(mine) if type(mine) is dict else {}
+        return fresh.modules("launcher")[0], settings.module_options("launcher", name)
 
     # ------------------------------------------------------------------ turns
 
@@ -260,8 +249,7 @@ class PluginLayer:
             self._log({"event": "session-stop", "check": "limits.json", "code": document.code,
                        "reason": stop.reason, "subject": subject})
             return stop
-        limits = _value(document, "limits")
-        limits = limits if type(limits) is dict else {}
+        limits = _limits(document)
         any_limit, start = counting_window(limits)
         return self.limits.must_stop(
             switched_on=switched_on,
@@ -294,8 +282,7 @@ class PluginLayer:
         document = await self._read("limits.json")
         if isinstance(document, Refusal):
             return document
-        limits = _value(document, "limits")
-        limits = limits if type(limits) is dict else {}
+        limits = _limits(document)
         return await self._off_loop(
             self.limits.may_launch,
             switched_on=self._switched_on("limit-check"),
@@ -312,12 +299,11 @@ class PluginLayer:
         document = await self._read("limits.json")
         if isinstance(document, Refusal):
             return document
-        limits = _value(document, "limits")
         return await self._off_loop(
             self.limits.report,
             switched_on=self._switched_on("limit-check"),
             modules=self.loader.modules("limit-check"),
-            limits=limits if type(limits) is dict else {},
+            limits=_limits(document),
             records=await self.records.call(self.records.read),
             now=self._now(),
         )

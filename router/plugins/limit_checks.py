@@ -22,7 +22,10 @@ order the settings list them, with a deep copy of its arguments::
 ``subject`` is ``{instance, provider, model, account}``; ``records`` are the
 turn records (see ``router.plugins.usage``); ``now`` is an ISO time. A path
 must name a limit of ``limits`` whose ``limit`` is the answer's ``limit``. A
-count is a non-negative integer or a string of digits.
+count is a non-negative integer or a string of digits. The shapes are
+classes of the plug-in layer's converter (``models.LaunchAnswer``,
+``StopAnswer``, ``ReportEntry``); only the paths are checked here, against
+the tree.
 
 Fail closed: a check that raises, answers in the wrong shape, answers with an
 awaitable, or is switched on but not loaded *fails*. A failure refuses the
@@ -46,9 +49,10 @@ import attrs
 
 from router.plugins.broker import Broker, ModuleAnswer
 from router.plugins.loader import LoadedModule, Log, default_log
-from router.plugins.models import Json, LimitTree, NonEmpty, nests_deeper, structure
+from router.plugins.models import (Json, LaunchAnswer, LimitTree, NonEmpty, NotAllowed, ReportEntry, StopAnswer, Stops,
+                                   answer_as, is_count_like, nests_deeper, structure)
 from router.errors import CarriesRefusal, Refusal
-from router.plugins.usage import TOKEN_KINDS, copy_json, iso, parse_time
+from router.plugins.usage import copy_json, iso, parse_time
 
 __all__ = [
     "CheckFailure",
@@ -109,13 +113,6 @@ def format_path(path: Sequence[str]) -> str:
     return ".".join(path)
 
 
-def is_count_like(value: object) -> bool:
-    """A non-negative integer (not a bool), or a non-empty string of digits."""
-    if type(value) is int:
-        return value >= 0
-    return type(value) is str and value.isascii() and value.isdigit()
-
-
 def stop_reason(check: str, hit: Mapping[str, Any]) -> str:
     return f"limit: {check} {format_path(hit['path'])} limit {hit['limit']} count {hit['count']}"
 
@@ -141,78 +138,40 @@ class MustStop:
 # --------------------------------------------------------------------------- answers
 
 
-def _check_path(value: object, limits: object, limit: object) -> str | None:
-    if type(value) is not list or not value or any(type(k) is not str for k in value):
-        return "path is not a non-empty list of strings"
-    target = resolve_limit(limits, value)
+def _check_path(path: Sequence[str], limit: object, limits: object) -> str | None:
+    """What the shape cannot say: the path names a limit of ``limits`` whose
+    ``limit`` is the answer's."""
+    if not path:
+        return "path is empty"
+    target = resolve_limit(limits, path)
     if target is None:
-        return f"path {format_path(value)} names no limit"
+        return f"path {format_path(path)} names no limit"
     if target["limit"] != limit:
-        return f"limit {limit!r} is not the limit at {format_path(value)} ({target['limit']!r})"
+        return f"limit {limit!r} is not the limit at {format_path(path)} ({target['limit']!r})"
     return None
-
-
-def _check_hit(hit: object, limits: object) -> str | None:
-    if type(hit) is not dict or set(hit) != {"path", "limit", "count", "unknown_turns"}:
-        return "hit is not an object with exactly path, limit, count and unknown_turns"
-    if not is_count_like(hit["count"]) or not is_count_like(hit["unknown_turns"]):
-        return "hit's count or unknown_turns is not a count"
-    return _check_path(hit["path"], limits, hit["limit"])
 
 
 def _check_decision(value: object, key: str, limits: object) -> str | None:
-    if type(value) is not dict or type(value.get(key)) is not bool:
-        return f"expected an object with {key} true or false"
-    passes = (key == "allow") == value[key]  # allow: True passes; stop: False passes
-    if passes:
-        return None if set(value) == {key} else f"an answer with {key} {str(value[key]).lower()} has no other key"
-    if set(value) != {key, "hit"}:
-        return f"an answer with {key} {str(value[key]).lower()} has exactly {key} and hit"
-    return _check_hit(value["hit"], limits)
+    """What is wrong with a ``may_launch`` (``key`` ``allow``) or
+    ``must_stop`` (``stop``) answer, or ``None``: its shape through the
+    plug-in layer's converter, then its hit's path against the tree."""
+    parsed = answer_as(value, LaunchAnswer if key == "allow" else StopAnswer, what="the answer")
+    if isinstance(parsed, Refusal):
+        return parsed.message
+    if isinstance(parsed, (NotAllowed, Stops)):
+        return _check_path(parsed.hit.path, parsed.hit.limit, limits)
+    return None
 
 
 def _check_report(value: object, limits: object) -> str | None:
-    if type(value) is not list:
-        return "report is not a list"
-    for index, entry in enumerate(value):
-        problem = _check_report_entry(entry, limits)
+    """What is wrong with a ``report`` answer, or ``None``."""
+    parsed = answer_as(value, tuple[ReportEntry, ...], what="the report")
+    if isinstance(parsed, Refusal):
+        return parsed.message
+    for index, entry in enumerate(parsed):
+        problem = _check_path(entry.path, entry.limit, limits)
         if problem is not None:
-            return f"entry {index}{problem}"
-    return None
-
-
-def _check_report_entry(entry: object, limits: object) -> str | None:
-    """What is wrong with one report entry, as the rest of a sentence that
-    begins with "entry N" (None when nothing is)."""
-    if type(entry) is not dict:
-        return " is not an object"
-    problem = _check_not_enforced(entry) if "not_enforced" in entry else _check_counted(entry)
-    if problem is not None:
-        return f": {problem}"
-    if entry["since"] is not None and type(entry["since"]) is not str:
-        return ": since is not a time or null"
-    problem = _check_path(entry["path"], limits, entry["limit"])
-    return None if problem is None else f": {problem}"
-
-
-def _check_not_enforced(entry: dict[str, Any]) -> str | None:
-    if set(entry) != {"path", "limit", "since", "not_enforced"} or type(entry["not_enforced"]) is not str:
-        return "a not-enforced entry is path, limit, since, not_enforced"
-    return None
-
-
-def _check_counted(entry: dict[str, Any]) -> str | None:
-    if set(entry) - {"note"} != {"path", "limit", "since", "count", "kinds", "unknown_turns"}:
-        return "a counted entry is path, limit, since, count, kinds, unknown_turns"
-    if not is_count_like(entry["count"]) or not is_count_like(entry["unknown_turns"]):
-        return "count or unknown_turns is not a count"
-    kinds = entry["kinds"]
-    if type(kinds) is not dict or set(kinds) != set(TOKEN_KINDS) or not all(
-        is_count_like(kinds[k]) for k in TOKEN_KINDS
-    ):
-        return "kinds is not the four token kinds with counts"
-    if "note" in entry and type(entry["note"]) is not str:
-        return "note is not a string"
+            return f"entry {index}: {problem}"
     return None
 
 
@@ -379,7 +338,7 @@ class Limits:
             elif path in counted:
                 entry = counted[path]
                 text = f"{entry['count']} of {node['limit']} since {entry['since']}"
-                if is_count_like(entry["unknown_turns"]) and str(entry["unknown_turns"]) != "0":
+                if str(entry["unknown_turns"]) != "0":  # a count: the converter checked it
                     text += f" ({entry['unknown_turns']} turns of unknown usage not counted)"
                 if "note" in entry:
                     text += f"; {entry['note']}"

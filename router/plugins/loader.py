@@ -89,7 +89,8 @@ import trio
 
 from wire.json import dumps
 
-from router.plugins.kinds import KINDS, Kind, check_kind_setting, is_name, names_of
+from router.plugins.kinds import KINDS, Kind, is_name
+from router.plugins.models import KindSwitch, KindSwitches, read_settings
 from router.errors import CarriesRefusal, Refusal
 
 __all__ = [
@@ -435,10 +436,13 @@ class Loader:
 
     def _plan(self, plugins: object, only: Iterable[str] | None) -> _Plan:
         """Everything a load decides, changing nothing: which kinds get
-        which modules, and the refusals (each with what its kind keeps)."""
+        which modules, and the refusals (each with what its kind keeps).
+        ``plugins`` is structured by the settings converter (each kind's
+        setting checked by its kind) unless it already was."""
+        switches = plugins if isinstance(plugins, KindSwitches) else read_settings(plugins, KindSwitches)
         plan = _Plan()
         kinds = [KINDS[k] for k in (only if only is not None else KINDS)]
-        if type(plugins) is not dict:
+        if switches.by_kind is None:
             for kind in kinds:
                 plan.refuse(self, kind.name, None, Refusal(
                     code="invalid-plugins",
@@ -446,28 +450,22 @@ class Loader:
                     "every kind keeps what it had"))
             return plan
         if only is None:
-            for key in plugins:
-                if key not in KINDS:
-                    plan.refuse(self, str(key), None, Refusal(
-                        code="unknown-kind",
-                        message=f'"{key}" is not a plug-in kind; the kinds are {", ".join(KINDS)}'))
+            for key, switch in switches.by_kind.items():
+                if key not in KINDS and switch.refusal is not None:
+                    plan.refuse(self, key, None, switch.refusal)
         for kind in kinds:
-            self._plan_kind(plan, kind, plugins.get(kind.name))
+            self._plan_kind(plan, kind, switches.get(kind.name))
         return plan
 
-    def _plan_kind(self, plan: _Plan, kind: Kind, value: object) -> None:
-        if value is None:  # absent: the kind is off
+    def _plan_kind(self, plan: _Plan, kind: Kind, switch: KindSwitch | None) -> None:
+        if switch is not None and switch.refusal is not None:
+            plan.refuse(self, kind.name, switch.bad, switch.refusal)
+            return
+        if switch is None or not switch.names:  # absent or off
             plan.modules[kind.name] = ()
             return
-        refusal = check_kind_setting(kind, value)
-        if refusal is not None:
-            bad = value if kind.switch == "one" and type(value) is str else None
-            if refusal.code == "bad-name" and bad is None:
-                bad = next((n for n in value if not is_name(n)), None)  # type: ignore[union-attr]
-            plan.refuse(self, kind.name, bad, refusal)
-            return
         loaded = []
-        for name in names_of(kind, value):
+        for name in switch.names:
             result = import_module(kind.name, name, root=self._root)
             if isinstance(result, Refusal):
                 plan.refuse(self, kind.name, name, result)

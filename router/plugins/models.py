@@ -1,5 +1,6 @@
-"""The settings documents and their patches as attrs models, through one
-cattrs converter.
+"""The settings documents and their patches, the typed settings the layer
+reads, and the plug-in modules' answers, as attrs models through one cattrs
+converter.
 
 ``plugins.json``, ``routes.json`` and ``limits.json`` (and the patches of
 ``router plugins|routes|limits set``) are read by structuring them into the
@@ -22,6 +23,24 @@ patch changes it, and a stored document may hold keys the router does not
 read (a person's note): the document models take extra keys, the patch
 models refuse them.
 
+Reading, and modules' answers
+-----------------------------
+
+What the layer reads from a stored file is structured once more, into
+:class:`PluginsSettings`, :class:`RoutesSettings` and :class:`LimitsSettings`
+(:func:`read_settings`); the loader, the layer, routing, the commands and the
+channels read those objects, never the JSON. Reading keeps today's rule that
+one bad entry costs that entry only: a kind's setting becomes a
+:class:`KindSwitch` carrying the loader's refusal (decided by the kind's own
+``kinds.check_kind_setting``), an instance's route a :class:`StoredInstance`
+or the refusal a launch of it gets; a part of the wrong type reads as empty.
+So any JSON structures, and the hooks for these classes are written by hand
+(``_read_settings_hooks``), in this one place.
+
+A module's answer is foreign data too: :func:`answer_as` structures it with
+the same converter, as ``malformed-answer`` naming the path when it does not
+fit (search answers, a harness's ``reach``, a limit check's tagged answers).
+
 Depth
 -----
 
@@ -35,8 +54,9 @@ levels deep would otherwise raise ``RecursionError`` instead of refusing.
 from __future__ import annotations
 
 import collections.abc
+import copy
 import typing
-from typing import Any, Final, Literal, Mapping, NewType
+from typing import Any, Final, Literal, Mapping, NewType, TypeVar
 
 import attrs
 import cattrs
@@ -47,6 +67,7 @@ from wire._convert import Builder, Json, describe
 from wire.json import dumps
 
 from router.errors import Refusal
+from router.plugins.kinds import KINDS, check_kind_setting, is_name, names_of, unknown_kind
 
 __all__ = [
     "AskRuleSetting",
@@ -56,6 +77,34 @@ __all__ = [
     "MAX_SETTINGS_BYTES",
     "read_capped",
     "FallbackSetting",
+    "Allowed",
+    "CountLike",
+    "Counted",
+    "GoesOn",
+    "LaunchAnswer",
+    "LimitHit",
+    "NotAllowed",
+    "NotEnforced",
+    "ReportEntry",
+    "StopAnswer",
+    "Stops",
+    "TokenCounts",
+    "TurnAnswer",
+    "TurnUsage",
+    "is_count_like",
+    "Names",
+    "ReachAnswer",
+    "SearchAnswer",
+    "SearchResult",
+    "answer_as",
+    "KindSwitch",
+    "KindSwitches",
+    "LimitsSettings",
+    "ModelEntry",
+    "PluginsSettings",
+    "RoutesSettings",
+    "read_settings",
+    "refusal_from",
     "Json",
     "LimitTree",
     "NonEmpty",
@@ -77,6 +126,8 @@ __all__ = [
     "shape_problem",
     "structure",
 ]
+
+T = TypeVar("T")
 
 #: The deepest nesting a settings document or patch may have. The deepest
 #: shape the router itself reads is a limit under
@@ -259,10 +310,261 @@ class ProjectsDocument:
     projects: Mapping[NonEmpty, ProjectSetting] = attrs.field(factory=dict)
 
 
-#: Patches refuse keys they do not take; documents keep them.
+# --------------------------------------------------------------------------- read settings
+#
+# What the layer reads from a stored document, typed. These never refuse a
+# whole document that is JSON: today's rule is that one bad entry costs that
+# entry only (one kind keeps what it had, one instance refuses its launches),
+# so a bad entry is structured into a value that carries its refusal, and a
+# part of the wrong type reads as empty. Hooks: :func:`make_converter`.
+
+
+@attrs.frozen(kw_only=True)
+class KindSwitch:
+    """One kind's setting under ``plugins`` as the loader reads it: the
+    names it lists, in order (the strings of a list kind's array, a one-module
+    kind's string), and why the loader refuses it, if it does
+    (``invalid-plugins``, ``bad-name``, ``unknown-kind``) with the name at
+    fault, when one is. Only a setting with no refusal switches its names on.
+    ``null`` switches the kind off, as an absent key does."""
+
+    value: Json
+    names: tuple[str, ...] = ()
+    refusal: Refusal | None = None
+    bad: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class KindSwitches:
+    """The ``plugins`` object: kind -> :class:`KindSwitch` (unknown kinds
+    included, refused), or ``None`` when it is not an object (every kind is
+    refused and keeps what it had)."""
+
+    by_kind: Mapping[str, KindSwitch] | None
+
+    def get(self, kind: str) -> KindSwitch | None:
+        return None if self.by_kind is None else self.by_kind.get(kind)
+
+
+#: Module options: kind -> module -> its options object.
+KindOptions = Mapping[str, Mapping[str, Json]]
+
+
+@attrs.frozen(kw_only=True)
+class PluginsSettings:
+    """``plugins.json`` as the layer reads it. A document that is not an
+    object switches nothing (every kind refused); an absent ``plugins`` is
+    every kind off. Options that are not objects (a kind's or a module's)
+    read as none."""
+
+    switches: KindSwitches
+    options: Mapping[str, KindOptions] = attrs.field(factory=dict)
+
+    def listed(self, kind: str) -> tuple[str, ...]:
+        """The names ``kind``'s setting lists (see :class:`KindSwitch`)."""
+        switch = self.switches.get(kind)
+        return () if switch is None else switch.names
+
+    def kind_options(self, kind: str) -> dict[str, Any]:
+        """A copy of one kind's options, module name -> its options (the
+        settings are shared by every reader of the same file revision, and a
+        module may change what it is handed)."""
+        return copy.deepcopy(dict(self.options.get(kind, {})))
+
+    def module_options(self, kind: str, name: str) -> dict[str, Any]:
+        """A copy of one module's options (``{}`` when none are set)."""
+        return copy.deepcopy(dict(self.options.get(kind, {}).get(name, {})))
+
+
+@attrs.frozen(kw_only=True)
+class ModelEntry:
+    """A configured model; a ``provider`` that is not a string reads as
+    unknown."""
+
+    provider: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RoutesSettings:
+    """``routes.json`` as a launch reads it: the configured models (an entry
+    that is not an object is not one) and each instance's route, or the
+    refusal a launch of that instance gets (``no-route`` for a setting that
+    is not an object, ``invalid-settings`` naming the path for one of the
+    wrong shape): one instance is never refused for another's mistake."""
+
+    models: Mapping[str, ModelEntry] = attrs.field(factory=dict)
+    instances: Mapping[str, "StoredInstance | Refusal"] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class LimitsSettings:
+    """``limits.json`` as the limit checks read it: the ``limits`` tree
+    (``{}`` when it is not an object). The tree is handed to the limit-check
+    modules as JSON, their wire; :mod:`router.plugins.limit_checks` walks it."""
+
+    limits: Mapping[str, Json] = attrs.field(factory=dict)
+
+
+# --------------------------------------------------------------------------- plug-in answers
+#
+# A module's answer is foreign data too (a module is anyone's code): where it
+# has a structure, it goes through the same converter (:func:`answer_as`).
+
+#: A list of names a module answers (a harness's ``levels()``); a Python
+#: module may answer a tuple as well as a list.
+Names = NewType("Names", tuple)
+
+
+@attrs.frozen(kw_only=True)
+class ReachAnswer:
+    """What a harness module's ``reach()`` holds beside any other JSON: how
+    the session is reached."""
+
+    via: str
+
+
+@attrs.frozen(kw_only=True)
+class SearchResult:
+    """One result of a search answer: three strings, nothing else."""
+
+    title: str
+    url: str
+    snippet: str
+
+
+@attrs.frozen(kw_only=True)
+class SearchAnswer:
+    """A search-source module's answer: exactly these keys, strings
+    throughout, ``total`` a count."""
+
+    query: str
+    total: int
+    results: tuple[SearchResult, ...]
+
+
+#: A count in a limit check's answer: a non-negative integer (not a bool) or
+#: a string of digits (:func:`is_count_like`).
+CountLike = NewType("CountLike", object)
+
+
+def is_count_like(value: object) -> bool:
+    """A non-negative integer (not a bool), or a non-empty string of digits."""
+    if type(value) is int:
+        return value >= 0  # type: ignore[operator]
+    return type(value) is str and value.isascii() and value.isdigit()  # type: ignore[union-attr]
+
+
+@attrs.frozen(kw_only=True)
+class LimitHit:
+    """The limit a check's answer says was reached. Its ``path`` must name a
+    limit whose ``limit`` is this one (checked against the tree after)."""
+
+    path: tuple[str, ...]
+    limit: Json
+    count: CountLike
+    unknown_turns: CountLike
+
+
+@attrs.frozen(kw_only=True)
+class Allowed:
+    """``may_launch``: the launch may start."""
+
+    allow: Literal[True]
+
+
+@attrs.frozen(kw_only=True)
+class NotAllowed:
+    """``may_launch``: refused, at the limit of ``hit``."""
+
+    allow: Literal[False]
+    hit: LimitHit
+
+
+@attrs.frozen(kw_only=True)
+class GoesOn:
+    """``must_stop``: the session may go on after this turn."""
+
+    stop: Literal[False]
+
+
+@attrs.frozen(kw_only=True)
+class Stops:
+    """``must_stop``: the session stops at the end of its turn, at the limit
+    of ``hit``."""
+
+    stop: Literal[True]
+    hit: LimitHit
+
+
+#: ``may_launch`` and ``must_stop`` answers, told apart by their tag's value.
+LaunchAnswer = Allowed | NotAllowed
+StopAnswer = GoesOn | Stops
+ANSWER_TAGS: Final[Mapping[type, tuple[str, object]]] = {
+    Allowed: ("allow", True), NotAllowed: ("allow", False), GoesOn: ("stop", False), Stops: ("stop", True),
+}
+
+
+@attrs.frozen(kw_only=True)
+class TokenCounts:
+    """A counted entry's ``kinds``: the four token kinds
+    (``usage.TOKEN_KINDS``), each a count."""
+
+    input: CountLike
+    output: CountLike
+    cache_creation: CountLike
+    cache_read: CountLike
+
+
+@attrs.frozen(kw_only=True)
+class NotEnforced:
+    path: tuple[str, ...]
+    limit: Json
+    since: str | None
+    not_enforced: str
+
+
+@attrs.frozen(kw_only=True)
+class Counted:
+    path: tuple[str, ...]
+    limit: Json
+    since: str | None
+    count: CountLike
+    kinds: TokenCounts
+    unknown_turns: CountLike
+    note: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class TurnUsage:
+    """A turn's usage as a usage source answers it: the four token kinds
+    (``usage.TOKEN_KINDS``), each a count, and nothing else."""
+
+    input: int
+    output: int
+    cache_creation: int
+    cache_read: int
+
+
+@attrs.frozen(kw_only=True)
+class TurnAnswer:
+    """A usage source's ``read_turn`` answer when the turn is its own:
+    exactly ``mark`` (any JSON) and ``usage`` (``null`` until it is known)."""
+
+    mark: Json
+    usage: TurnUsage | None
+
+
+#: A ``report`` entry: :class:`NotEnforced` when it has ``not_enforced``.
+ReportEntry = NotEnforced | Counted
+
+
+#: Patches (and the answers with exact keys) refuse keys they do not take;
+#: documents keep them.
 PATCHES: Final = (FallbackSetting, InstanceSetting, ModelSetting, RoutesPatch, PluginsPatch,
                   LimitsPatch)
-DOCUMENTS: Final = (StoredRoute, StoredInstance, RoutesDocument, PluginsDocument, AskRuleSetting, AsksSetting,
+ANSWERS: Final = (SearchResult, SearchAnswer, LimitHit, Allowed, NotAllowed, GoesOn, Stops, TokenCounts,
+                  NotEnforced, Counted, TurnUsage, TurnAnswer)
+DOCUMENTS: Final = (ReachAnswer, StoredRoute, StoredInstance, RoutesDocument, PluginsDocument, AskRuleSetting, AsksSetting,
                     AsksDocument, ProjectSetting, ProjectsDocument)
 
 
@@ -276,7 +578,7 @@ def _is_mapping(tp: Any) -> bool:
 def make_converter() -> cattrs.Converter:
     """The settings converter: the wires' strict leaves, objects keyed by
     strings, the limits tree, and the models above."""
-    builder = Builder(SettingsShapeError, tags={}, detailed=True)
+    builder = Builder(SettingsShapeError, tags=ANSWER_TAGS, detailed=True)
     conv = builder.conv
 
     def structure_non_empty(value: object, _: Any) -> str:
@@ -309,13 +611,106 @@ def make_converter() -> cattrs.Converter:
 
     conv.register_structure_hook_factory(_is_mapping, structure_mapping)
     conv.register_structure_hook(LimitTree, lambda value, _: _structure_tree(value))
+    _read_settings_hooks(conv)
     # A generated hook looks its fields' hooks up when it is made: each class
     # after the classes its fields name (the order of the tuples above).
-    for cls in PATCHES + DOCUMENTS:
+    def structure_count_like(value: object, _: Any) -> object:
+        if not is_count_like(value):
+            raise SettingsShapeError(f"expected a count (a non-negative integer or a string of digits), "
+                                     f"got {describe(value)}")
+        return value
+
+    conv.register_structure_hook(CountLike, structure_count_like)
+    builder.union(LaunchAnswer, "a may_launch answer")
+    builder.union(StopAnswer, "a must_stop answer")
+
+    def structure_entry(value: object, _: Any) -> Any:
+        if type(value) is not dict:
+            builder.fail(value, "a report entry (an object)")
+        return conv.structure(value, NotEnforced if "not_enforced" in value else Counted)  # type: ignore[operator]
+
+    conv.register_structure_hook(ReportEntry, structure_entry)
+    strings = conv.get_structure_hook(tuple[str, ...])
+    conv.register_structure_hook(
+        Names, lambda value, _: strings(list(value) if type(value) is tuple else value, tuple[str, ...]))
+    for cls in PATCHES + ANSWERS + DOCUMENTS:
         attrs.resolve_types(cls)
-        structure = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=cls in PATCHES)
+        structure = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=cls not in DOCUMENTS)
         builder.register(cls, structure, conv.get_unstructure_hook(cls))
     return conv
+
+
+def _object(value: object) -> dict:
+    """A stored part that should be an object: itself, else empty."""
+    return value if type(value) is dict else {}
+
+
+def _kind_switch(key: str, value: object) -> KindSwitch:
+    """One kind's setting, checked by its kind (``kinds.check_kind_setting``)."""
+    kind = KINDS.get(key)
+    if kind is None:
+        return KindSwitch(value=value, refusal=unknown_kind(key))
+    if value is None:
+        return KindSwitch(value=None)
+    refusal = check_kind_setting(kind, value)
+    if refusal is None:
+        return KindSwitch(value=value, names=tuple(names_of(kind, value)))
+    if kind.switch == "one":
+        listed: tuple[str, ...] = (value,) if type(value) is str else ()
+    else:
+        listed = tuple(n for n in value if type(n) is str) if type(value) is list else ()  # type: ignore[union-attr]
+    bad = listed[0] if kind.switch == "one" and listed else None
+    if refusal.code == "bad-name" and bad is None:
+        bad = next((n for n in listed if not is_name(n)), None)
+    return KindSwitch(value=value, names=listed, refusal=refusal, bad=bad)
+
+
+def _switches(value: object) -> KindSwitches:
+    if type(value) is not dict:
+        return KindSwitches(by_kind=None)
+    return KindSwitches(by_kind={key: _kind_switch(key, item) for key, item in value.items()})
+
+
+def _plugins_settings(value: object) -> PluginsSettings:
+    if type(value) is not dict:
+        return PluginsSettings(switches=KindSwitches(by_kind=None))
+    options = {
+        kind: {name: opts for name, opts in per_module.items() if type(opts) is dict}
+        for kind, per_module in _object(value.get("options")).items() if type(per_module) is dict
+    }
+    return PluginsSettings(switches=_switches(value.get("plugins", {})), options=options)
+
+
+def _instance(conv: cattrs.Converter, name: str, setting: object) -> StoredInstance | Refusal:
+    if type(setting) is not dict:
+        return Refusal(code="no-route",
+                       message=f'no route is set for instance "{name}"; set one with `router routes set`')
+    try:
+        return conv.structure(setting, StoredInstance)
+    except Exception as exc:  # noqa: BLE001 - every structuring error refuses
+        refusal = refusal_from(exc, what="routes.json", code="invalid-settings", at=f"instances[{dumps(name)}]")
+        return Refusal(code=refusal.code, message=f"{refusal.message}; fix it by hand")
+
+
+def _routes_settings(conv: cattrs.Converter, value: object) -> RoutesSettings:
+    document = _object(value)
+    models = {
+        name: ModelEntry(provider=entry.get("provider") if type(entry.get("provider")) is str else None)
+        for name, entry in _object(document.get("models")).items() if type(entry) is dict
+    }
+    instances = {name: _instance(conv, name, setting)
+                 for name, setting in _object(document.get("instances")).items()}
+    return RoutesSettings(models=models, instances=instances)
+
+
+def _read_settings_hooks(conv: cattrs.Converter) -> None:
+    """The stored documents as the layer reads them (see "read settings"
+    above): any JSON value structures, a bad entry carrying its refusal."""
+    conv.register_structure_hook(KindSwitches, lambda value, _: _switches(value))
+    conv.register_structure_hook(PluginsSettings, lambda value, _: _plugins_settings(value))
+    conv.register_structure_hook(RoutesSettings, lambda value, _: _routes_settings(conv, value))
+    conv.register_structure_hook(
+        LimitsSettings, lambda value, _: LimitsSettings(limits=_object(_object(value).get("limits"))))
 
 
 def _structure_tree(value: object) -> dict:
@@ -404,7 +799,28 @@ def structure(value: object, cls: Any, *, what: str, code: str,
     try:
         return converter.structure(value, cls)
     except Exception as exc:  # noqa: BLE001 - every structuring error refuses
-        steps, message = shape_problem(exc)
-        where = (at + "".join(steps)).lstrip(".")
-        chosen = inner_code if inner_code is not None and len(steps) >= 2 else code
-        return Refusal(code=chosen, message=f"{what}: {where + ': ' if where else ''}{message}")
+        return refusal_from(exc, what=what, code=code, inner_code=inner_code, at=at)
+
+
+def refusal_from(exc: BaseException, *, what: str, code: str, inner_code: str | None = None,
+                 at: str = "") -> Refusal:
+    """A structuring error as a refusal: ``<what>: <path>: <what is wrong>``
+    (see :func:`structure`)."""
+    steps, message = shape_problem(exc)
+    where = (at + "".join(steps)).lstrip(".")
+    chosen = inner_code if inner_code is not None and len(steps) >= 2 else code
+    return Refusal(code=chosen, message=f"{what}: {where + ': ' if where else ''}{message}")
+
+
+def answer_as(value: object, tp: Any, *, what: str) -> Any:
+    """A module's answer as ``tp``, or a ``malformed-answer`` refusal naming
+    ``what`` and the failing path."""
+    return structure(value, tp, what=what, code="malformed-answer")
+
+
+def read_settings(value: object, cls: type[T]) -> T:
+    """A stored document's value (JSON, its depth checked when it was read)
+    as the typed settings ``cls`` (:class:`PluginsSettings`,
+    :class:`RoutesSettings`, :class:`LimitsSettings`). Never raises on JSON:
+    a bad entry carries its refusal."""
+    return converter.structure(value, cls)

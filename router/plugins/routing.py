@@ -47,13 +47,14 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import attrs
 
-from wire.json import dumps, is_json
 
 from router.plugins.broker import Broker
 from router.plugins.kinds import is_name
 from router.plugins.loader import LoadedModule
 from router.errors import Refusal, refusal_of
-from router.plugins.models import InstanceSetting, RoutesDocument, StoredInstance, StoredRoute, structure
+from router.plugins.models import (InstanceSetting, Json, ModelEntry, Names, PluginsSettings, ReachAnswer,
+                                   RoutesDocument, RoutesSettings, StoredInstance, StoredRoute, answer_as,
+                                   read_settings)
 from router.plugins.settings import parse_change
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "check_loaded_route",
     "check_route",
     "harness_facts",
+    "instance_routes",
     "parse_routes",
     "plan_launch",
 ]
@@ -111,20 +113,23 @@ def _route(value: StoredRoute | StoredInstance | None, what: str, instance: str)
 
 
 def parse_routes(routes_doc: object, instance: str) -> InstanceRoutes | Refusal:
+    """The routes a ``routes.json`` value sets for ``instance``
+    (:func:`instance_routes` of the value structured)."""
+    return instance_routes(read_settings(routes_doc, RoutesSettings), instance)
+
+
+def instance_routes(routes: RoutesSettings, instance: str) -> InstanceRoutes | Refusal:
     """The routes ``routes.json`` sets for ``instance``: ``no-route`` when
     it sets none, ``invalid-settings`` (naming the path) when the
-    instance's setting is of the wrong shape. Other instances are not read."""
-    instances = routes_doc.get("instances") if type(routes_doc) is dict else None
-    setting = instances.get(instance) if type(instances) is dict else None
-    if type(setting) is not dict:
+    instance's setting is of the wrong shape (the converter decided both)."""
+    stored = routes.instances.get(instance)
+    if stored is None:
         return Refusal(
             code="no-route",
             message=f'no route is set for instance "{instance}"; set one with `router routes set`',
         )
-    stored = structure(setting, StoredInstance, what="routes.json", code="invalid-settings",
-                       at=f"instances[{dumps(instance)}]")
     if isinstance(stored, Refusal):
-        return Refusal(code=stored.code, message=f"{stored.message}; fix it by hand")
+        return stored
     primary = _route(stored, "primary", instance)
     if primary is None:
         primary = Refusal(
@@ -150,7 +155,8 @@ class HarnessFacts:
     counts_account: bool
 
 
-def harness_facts(broker: Broker, module: LoadedModule, options: object) -> HarnessFacts | Refusal:
+def harness_facts(broker: Broker, module: LoadedModule,
+                  options: Mapping[str, Any] | None) -> HarnessFacts | Refusal:
     def refused(what: str) -> Refusal:
         return Refusal(
             code="harness-refused",
@@ -158,18 +164,20 @@ def harness_facts(broker: Broker, module: LoadedModule, options: object) -> Harn
             "another harness",
         )
 
-    options = copy.deepcopy(options) if type(options) is dict else {}
+    options = copy.deepcopy(dict(options or {}))
     levels = broker.call_sync(module, "levels", copy.deepcopy(options))
     if isinstance(levels, Refusal):
         return refused(f"failed in levels() ({levels.code}: {levels.message})")
-    if type(levels.value) not in (list, tuple) or any(type(v) is not str for v in levels.value):
-        return refused("answered levels() with something other than a list of names")
+    names = answer_as(levels.value, Names, what="levels()")
+    if isinstance(names, Refusal):
+        return refused(f"answered levels() with something other than a list of names ({names.message})")
     counts = broker.call_sync(module, "counts_account", options)
     if isinstance(counts, Refusal):
         return refused(f"failed in counts_account() ({counts.code}: {counts.message})")
-    if type(counts.value) is not bool:
+    counts_account = answer_as(counts.value, bool, what="counts_account()")
+    if isinstance(counts_account, Refusal):
         return refused("answered counts_account() with something other than true or false")
-    return HarnessFacts(module=module, levels=tuple(levels.value), counts_account=counts.value)
+    return HarnessFacts(module=module, levels=names, counts_account=counts_account)
 
 
 LoadHarness = Callable[[str], "LoadedModule | Refusal"]
@@ -191,8 +199,8 @@ def _harness_off(route: Route, switched_on: Sequence[str]) -> Refusal | None:
 
 
 def check_loaded_route(
-    route: Route, module: LoadedModule | Refusal, *, models: object, broker: Broker,
-    options: object = None,
+    route: Route, module: LoadedModule | Refusal, *, models: Mapping[str, ModelEntry], broker: Broker,
+    options: Mapping[str, Any] | None = None,
 ) -> HarnessFacts | Refusal:
     """Checks 2–4 of a route whose harness module the loader answered."""
     if isinstance(module, Refusal):
@@ -210,8 +218,8 @@ def check_loaded_route(
             message=f'the harness "{route.harness}" does not apply the thinking level '
             f'"{route.thinking}"; it applies {", ".join(facts.levels) or "none"}',
         )
-    if type(models) is not dict or type(models.get(route.model)) is not dict:
-        known = ", ".join(sorted(models)) if type(models) is dict else "none"
+    if route.model not in models:
+        known = ", ".join(sorted(models)) or "none"
         return Refusal(
             code="unknown-model",
             message=f'the model "{route.model}" is not a configured model ({known}); add it to '
@@ -225,9 +233,9 @@ def check_route(
     *,
     switched_on: Sequence[str],
     load_harness: LoadHarness,
-    models: object,
+    models: Mapping[str, ModelEntry],
     broker: Broker,
-    options: object = None,
+    options: Mapping[str, Any] | None = None,
 ) -> HarnessFacts | Refusal:
     """Checks 1–4 of a route (no preflight), synchronously (the commands).
     Loads the harness module only when it is switched on. ``options`` are
@@ -237,21 +245,18 @@ def check_route(
 
 
 def harness_options(plugins_doc: object, harness: str) -> dict[str, Any]:
-    """The options ``plugins.json`` holds for one harness module."""
-    options = plugins_doc.get("options") if type(plugins_doc) is dict else None
-    per_kind = options.get("harness") if type(options) is dict else None
-    mine = per_kind.get(harness) if type(per_kind) is dict else None
-    return copy.deepcopy(mine) if type(mine) is dict else {}
+    """The options a ``plugins.json`` value holds for one harness module."""
+    return read_settings(plugins_doc, PluginsSettings).module_options("harness", harness)
 
 
 def harness_context(
-    instance: str, route: Route, options: object, env: Mapping[str, str], session: str | None
+    instance: str, route: Route, options: Mapping[str, Any], env: Mapping[str, str], session: str | None
 ) -> dict[str, Any]:
     return {
         "instance": instance,
         "session": session,
         "route": route.to_json(),
-        "options": copy.deepcopy(options) if type(options) is dict else {},
+        "options": copy.deepcopy(dict(options)),
         "env": dict(env),
     }
 
@@ -310,8 +315,8 @@ async def _try_route(
     routes: InstanceRoutes,
     route: Route,
     *,
-    plugins_doc: Mapping[str, Any],
-    models: object,
+    plugins: PluginsSettings,
+    models: Mapping[str, ModelEntry],
     load_harness: LoadHarnessAsync,
     broker: Broker,
     env: Mapping[str, str],
@@ -319,10 +324,8 @@ async def _try_route(
 ) -> tuple[HarnessFacts, dict[str, Any], Refusal | None] | Refusal:
     """Checks 1–4 (a refusal) then preflight (returned beside the facts, so
     the caller decides whether to fall back)."""
-    plugins = plugins_doc.get("plugins") if type(plugins_doc.get("plugins")) is dict else {}
-    switched_on = plugins.get("harness") if type(plugins.get("harness")) is list else []
-    options = harness_options(plugins_doc, route.harness)
-    off = _harness_off(route, switched_on)
+    options = plugins.module_options("harness", route.harness)
+    off = _harness_off(route, plugins.listed("harness"))
     if off is not None:
         return off
     module = load_harness(route.harness)
@@ -338,8 +341,8 @@ async def _try_route(
 async def plan_launch(
     instance: str,
     *,
-    plugins_doc: Mapping[str, Any],
-    routes_doc: Mapping[str, Any],
+    plugins: PluginsSettings,
+    routes: RoutesSettings,
     load_harness: LoadHarnessAsync,
     broker: Broker,
     env: Mapping[str, str],
@@ -347,13 +350,13 @@ async def plan_launch(
 ) -> LaunchRecord | Refusal:
     """Route a launch of ``instance``: the checks above, then the record.
     Limits are asked by the caller, with the record's subject."""
-    routes = parse_routes(routes_doc, instance)
+    models = routes.models
+    routes = instance_routes(routes, instance)  # type: ignore[assignment]
     if isinstance(routes, Refusal):
         return routes
     if isinstance(routes.primary, Refusal):
         return routes.primary
-    models = routes_doc.get("models") if type(routes_doc) is dict else None
-    kwargs = dict(plugins_doc=plugins_doc, models=models, load_harness=load_harness,
+    kwargs = dict(plugins=plugins, models=models, load_harness=load_harness,
                   broker=broker, env=env, session=session)
     primary = await _try_route(routes, routes.primary, **kwargs)  # type: ignore[arg-type]
     if isinstance(primary, Refusal):
@@ -380,7 +383,7 @@ async def plan_launch(
 
 async def _record(
     routes: InstanceRoutes, route: Route, chosen: str, reason: str, facts: HarnessFacts,
-    context: Mapping[str, Any], models: object, broker: Broker, session: str | None,
+    context: Mapping[str, Any], models: Mapping[str, ModelEntry], broker: Broker, session: str | None,
 ) -> LaunchRecord | Refusal:
     module = facts.module
     reached = _reach_and_env(module, context, broker)
@@ -391,15 +394,13 @@ async def _record(
                                 crash_code="version-failed")
     # A version probe that fails does not stop a launch that passed its
     # checks; the record says the version is unknown (None).
-    harness_version = (
-        version.value if not isinstance(version, Refusal) and type(version.value) is str else None
-    )
-    model_setting = models.get(route.model) if type(models) is dict else None
-    provider = model_setting.get("provider") if type(model_setting) is dict else None
+    named = None if isinstance(version, Refusal) else answer_as(version.value, str, what="version()")
+    harness_version = None if isinstance(named, Refusal) else named
+    model = models.get(route.model)
     return LaunchRecord(
         instance=routes.instance, session=session, route=chosen, route_reason=reason,
         harness=route.harness, model=route.model, thinking=route.thinking,
-        provider=provider if type(provider) is str else None,
+        provider=model.provider if model is not None else None,
         account=routes.account if facts.counts_account else None,
         harness_version=harness_version, reach=reach, env=env,
     )
@@ -418,24 +419,25 @@ def _reach_and_env(
     reach = broker.call_sync(module, "reach", copy.deepcopy(dict(context)))
     if isinstance(reach, Refusal):
         return refused(f"failed in reach() ({reach.code}: {reach.message})")
-    if type(reach.value) is not dict or not is_json(reach.value) or type(
-        reach.value.get("via")
-    ) is not str:
-        return refused('answered reach() with something other than a JSON object with "via"')
+    via = answer_as(reach.value, Mapping[str, Json], what="reach()")
+    if not isinstance(via, Refusal):
+        via = answer_as(reach.value, ReachAnswer, what="reach()")
+    if isinstance(via, Refusal):
+        return refused(f'answered reach() with something other than a JSON object with "via" ({via.message})')
     env = broker.call_sync(module, "env", copy.deepcopy(dict(context)))
     if isinstance(env, Refusal):
         return refused(f"failed in env() ({env.code}: {env.message})")
-    if type(env.value) is not dict or any(
-        type(k) is not str or type(v) is not str for k, v in env.value.items()
-    ):
-        return refused("answered env() with something other than an object of strings")
-    return reach.value, env.value
+    strings = answer_as(env.value, Mapping[str, str], what="env()")
+    if isinstance(strings, Refusal):
+        return refused(f"answered env() with something other than an object of strings ({strings.message})")
+    return reach.value, strings
 
 
 # --------------------------------------------------------------------------- writing
 
 
-CheckRoute = Callable[[Route, object], "HarnessFacts | Refusal"]
+#: Checks 1–4 of a route against the configured models.
+CheckRoute = Callable[[Route, Mapping[str, ModelEntry]], "HarnessFacts | Refusal"]
 
 
 def _setting_refusal(name: str, setting: InstanceSetting) -> Refusal | None:
@@ -458,17 +460,17 @@ def _setting_refusal(name: str, setting: InstanceSetting) -> Refusal | None:
     return None
 
 
-def _check_changed(name: str, old: object, value: dict[str, Any], models: object,
+def _check_changed(name: str, new: RoutesSettings, old: RoutesSettings,
                    check: CheckRoute) -> Refusal | None:
-    """Checks 1–4 on each route of ``value`` that differs from ``old``'s."""
-    new_routes = parse_routes({"instances": {name: value}}, name)
-    assert isinstance(new_routes, InstanceRoutes)  # the patch's shape was checked
-    old_routes = parse_routes({"instances": {name: old}}, name)
-    before = (old_routes.primary, old_routes.fallback) if isinstance(old_routes, InstanceRoutes) \
-        else (None, None)
+    """Checks 1–4 on each route of ``name`` in ``new`` that differs from ``old``'s."""
+    new_routes = instance_routes(new, name)
+    if isinstance(new_routes, Refusal):  # not reached: the patch's shape was checked
+        return new_routes
+    old_routes = instance_routes(old, name)
+    before = (None, None) if isinstance(old_routes, Refusal) else (old_routes.primary, old_routes.fallback)
     for route, was in zip((new_routes.primary, new_routes.fallback), before):
         if isinstance(route, Route) and route != was:
-            answer = check(route, models)
+            answer = check(route, new.models)
             if isinstance(answer, Refusal):
                 return Refusal(code=answer.code, message=f"instances.{name}: {answer.message}")
     return None
@@ -493,25 +495,29 @@ def apply_routes_patch(
     if not parsed.instances and not parsed.models:
         return Refusal(code="empty-patch",
                        message="the patch changes nothing: name at least one instance or model")
-    assert type(patch) is dict and type(current) is dict
-    new = copy.deepcopy(current)
+    # Both are objects now (parse_change structured them); what is stored is
+    # the JSON as written, so the writer edits the JSON, not the models.
+    stored: dict[str, Any] = current  # type: ignore[assignment]
+    given: dict[str, Any] = patch  # type: ignore[assignment]
+    before = read_settings(stored, RoutesSettings)
+    new = copy.deepcopy(stored)
     instances = new.setdefault("instances", {})
     models = new.setdefault("models", {})
     changes: dict[str, Any] = {}
-    for name, value in patch.get("models", {}).items():
+    for name, value in given.get("models", {}).items():
         changes[f"models.{name}"] = {"old": copy.deepcopy(models.get(name)), "new": value}
         if value is None:
             models.pop(name, None)
         else:
             models[name] = copy.deepcopy(value)
-    for name, value in patch.get("instances", {}).items():
-        old = instances.get(name)
-        changes[f"instances.{name}"] = {"old": copy.deepcopy(old), "new": copy.deepcopy(value)}
+    for name, value in given.get("instances", {}).items():
+        changes[f"instances.{name}"] = {"old": copy.deepcopy(instances.get(name)), "new": copy.deepcopy(value)}
         if value is None:
             instances.pop(name, None)
             continue
+        after = read_settings({"models": models, "instances": {name: value}}, RoutesSettings)
         refusal = _setting_refusal(name, parsed.instances[name]) or _check_changed(
-            name, old, value, models, check)
+            name, after, before, check)
         if refusal is not None:
             return refusal
         instances[name] = copy.deepcopy(value)

@@ -58,7 +58,7 @@ import hashlib
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Callable, Final, Iterator, Mapping
+from typing import Any, Callable, Final, Iterator, Mapping, TypeVar
 
 import attrs
 
@@ -66,8 +66,8 @@ from wire.json import JsonError, dumps, loads
 
 from router.dirs import default_data_dir, default_settings_dir  # re-exported: their names here stay
 from router.plugins.defaults import DOCUMENTS
-from router.plugins.kinds import KINDS, check_kind_setting, is_name, names_of
-from router.plugins.models import MAX_DEPTH, MAX_SETTINGS_BYTES, LimitsPatch, PluginsDocument, PluginsPatch, RoutesPatch, nests_deeper, read_capped, structure
+from router.plugins.kinds import KINDS, check_kind_setting, is_name, names_of, unknown_kind
+from router.plugins.models import MAX_DEPTH, MAX_SETTINGS_BYTES, LimitsPatch, PluginsDocument, PluginsPatch, RoutesPatch, nests_deeper, read_capped, read_settings, structure
 from router.errors import Refusal
 from router.plugins.usage import iso, read_json_lines, utc_now
 
@@ -82,7 +82,10 @@ __all__ = [
     "plugins_value",
     "redact",
     "revision_of",
+    "settings_of",
 ]
+
+T = TypeVar("T")
 
 LOCK_NAME = ".settings.lock"
 CHANGES_NAME = "changes.jsonl"
@@ -113,6 +116,29 @@ def redact(value: Any) -> Any:
     if type(value) is list:
         return [redact(v) for v in value]
     return value
+
+
+#: Typed settings by (class, file, revision, exists): a revision names the
+#: file's bytes, so the same bytes structure to the same value. A launch
+#: reads three files; this keeps it from structuring every instance of an
+#: unchanged ``routes.json`` again. Bounded: cleared when it fills.
+_TYPED: dict[tuple[type, str, str, bool], Any] = {}
+_TYPED_MAX: Final = 32
+
+
+def settings_of(document: "Document | Refusal", cls: type[T]) -> T:
+    """A document's typed settings (:func:`~router.plugins.models.read_settings`).
+    A document that cannot be read structures as ``null`` does: for
+    ``plugins.json``, every kind refused (each keeps what it had)."""
+    if isinstance(document, Refusal):
+        return read_settings(None, cls)
+    key = (cls, document.name, document.revision, document.exists)
+    typed = _TYPED.get(key)
+    if typed is None:
+        if len(_TYPED) >= _TYPED_MAX:
+            _TYPED.clear()
+        typed = _TYPED[key] = read_settings(document.value, cls)
+    return typed
 
 
 def plugins_value(document: "Document | Refusal") -> Any:
@@ -323,11 +349,6 @@ def parse_change(patch: object, what: str, current: object, document: type) -> A
 ModuleExists = Callable[[str, str], Refusal | None]
 
 
-def _unknown_kind(kind_name: str) -> Refusal:
-    return Refusal(code="unknown-kind",
-                   message=f'"{kind_name}" is not a plug-in kind; the kinds are {", ".join(KINDS)}')
-
-
 def _unknown_plugin(kind_name: str, name: str, missing: Refusal) -> Refusal:
     return Refusal(code="unknown-plugin",
                    message=f'there is no {kind_name} module "{name}" in the plug-in tree '
@@ -339,7 +360,7 @@ def _patch_kind(plugins: dict[str, Any], kind_name: str, value: Any,
     """Set one kind's setting in ``plugins``; its change, or a refusal."""
     kind = KINDS.get(kind_name)
     if kind is None:
-        return _unknown_kind(kind_name)
+        return unknown_kind(kind_name)
     old = copy.deepcopy(plugins.get(kind_name))
     if value is None:
         plugins.pop(kind_name, None)
@@ -359,7 +380,7 @@ def _patch_options(options: dict[str, Any], kind_name: str, per_module: Mapping[
                    module_exists: ModuleExists, changes: dict[str, Any]) -> Refusal | None:
     """Set or remove each module's options of one kind in ``options``."""
     if kind_name not in KINDS:
-        return _unknown_kind(kind_name)
+        return unknown_kind(kind_name)
     kind_options = options.get(kind_name)
     if type(kind_options) is not dict:
         kind_options = options[kind_name] = {}
@@ -398,8 +419,8 @@ def apply_plugins_patch(
         return Refusal(code="empty-patch",
                        message="the patch changes nothing: name at least one kind under plugins "
                        "or one module under options")
-    assert type(current) is dict
-    new = copy.deepcopy(current)
+    # An object: parse_change structured it as a PluginsDocument.
+    new: dict[str, Any] = copy.deepcopy(current)  # type: ignore[assignment]
     plugins = new.setdefault("plugins", {})
     options = new.setdefault("options", {})
     changes: dict[str, Any] = {}

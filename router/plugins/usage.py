@@ -38,14 +38,14 @@ from typing import Any, Callable, Final, Mapping, Protocol, Sequence
 
 import attrs
 
-from wire.json import dumps, is_count, is_json, loads
+from wire.json import dumps, loads
 
 from router import errors
 from router.store.db import PgDatabase, Step, open_migrated
 from router.store.worker import Worker
 from router.plugins.broker import Broker
 from router.plugins.loader import LoadedModule, Loader, Log, default_log
-from router.plugins.models import nests_deeper
+from router.plugins.models import TurnAnswer, TurnUsage, answer_as, nests_deeper
 from router.errors import Refusal
 from router.host import UsageAfter  # the ledger's answer, the host's store's too
 
@@ -83,12 +83,8 @@ def zero_usage() -> dict[str, int]:
 
 def check_usage(value: object) -> bool:
     """Whether ``value`` is ``{input, output, cache_creation, cache_read}``
-    with a count for each and nothing else."""
-    return (
-        type(value) is dict
-        and set(value) == set(TOKEN_KINDS)
-        and all(is_count(value[k]) for k in TOKEN_KINDS)
-    )
+    with a count for each and nothing else (:class:`~router.plugins.models.TurnUsage`)."""
+    return not isinstance(answer_as(value, TurnUsage, what="usage"), Refusal)
 
 
 def add_usage(total: dict[str, int], usage: Mapping[str, int]) -> None:
@@ -651,14 +647,10 @@ def check_turn_answer(value: object, *, first: bool) -> str | None:
     """What is wrong with a ``read_turn`` answer (``None`` is "not mine")."""
     if value is None:
         return None
-    if type(value) is not dict or set(value) != {"mark", "usage"}:
-        return "expected None or an object with exactly mark and usage"
-    if not is_json(value["mark"]):
-        return "mark is not a JSON value"
-    usage = value["usage"]
-    if usage is not None and not check_usage(usage):
-        return "usage is not null or an object of the four token kinds with counts"
-    if first and usage is not None:
+    parsed = answer_as(value, TurnAnswer, what="the answer (null, or exactly mark and usage)")
+    if isinstance(parsed, Refusal):
+        return parsed.message
+    if first and parsed.usage is not None:
         return "the first read of a turn has no usage yet (answer usage: null)"
     return None
 

@@ -168,3 +168,20 @@ def test_limits_report_shows_a_failed_check(run, settings_dir: Path, tmp_path: P
     status, out, _ = run("limits", "--records", str(tmp_path / "none.jsonl"))
     assert status == 0
     assert "tokens.instances.default: check failed: invalid-limit" in out
+
+
+def test_plugins_shows_a_hand_edited_setting_as_written_with_its_refusal(run, settings_dir: Path) -> None:
+    settings_dir.mkdir(parents=True, exist_ok=True)
+    (settings_dir / "plugins.json").write_text(json.dumps({
+        "plugins": {"harness": "echo", "channel": ["cli"]},
+        "options": {"harness": {"echo": {"token": "s3cret"}, "other": [1]}},
+        "note": "kept",
+    }))
+    status, out, _ = run("plugins")
+    assert status == 0
+    assert '"echo" (refused: invalid-plugins)' in out
+    assert "options harness/echo" in out and "s3cret" not in out and "harness/other" not in out
+    status, out, _ = run("plugins", "--json")
+    shown = json.loads(out)
+    assert shown["plugins"] == {"harness": "echo", "channel": ["cli"]}
+    assert shown["options"] == {"harness": {"echo": {"token": "<redacted>"}}}

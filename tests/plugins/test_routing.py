@@ -10,6 +10,7 @@ import trio
 
 from router.plugins.broker import Broker
 from router.plugins.loader import Loader
+from router.plugins.models import PluginsSettings, RoutesSettings, read_settings
 from router.errors import Refusal
 from router.plugins.routing import Route, apply_routes_patch, check_route, plan_launch
 
@@ -81,7 +82,9 @@ async def launch(root: str, plugins_doc, routes_doc, instance="coder", broker=No
         result = loader.load({"harness": [name]}, only=["harness"])
         return result.refused[0].refusal if result.refused else loader.modules("harness")[0]
 
-    return await plan_launch(instance, plugins_doc=plugins_doc, routes_doc=routes_doc,
+    # As the layer reads them: each document through the settings converter.
+    return await plan_launch(instance, plugins=read_settings(plugins_doc, PluginsSettings),
+                             routes=read_settings(routes_doc, RoutesSettings),
                              load_harness=load_harness, broker=broker or Broker(log=lambda e: None),
                              env={"HOME": "/nowhere"}, session="s-1")
 

@@ -352,12 +352,15 @@ class _SettingsReader:
     def __call__(self, data: bytes | str) -> None:
         from router.plugins.limit_checks import limit_paths
         from router.plugins.routing import harness_options, parse_routes
-        from router.plugins.settings import Document, SettingsDir, plugins_value, redact
+        from router.plugins.models import LimitsSettings, PluginsSettings, RoutesSettings
+        from router.plugins.settings import Document, SettingsDir, plugins_value, redact, settings_of
 
         self.turn += 1
         name = ("plugins.json", "routes.json", "limits.json")[self.turn % 3]
         (self.directory / name).write_bytes(as_bytes(data))
         document = SettingsDir(self.directory).read(name)
+        for typed in (PluginsSettings, RoutesSettings, LimitsSettings):
+            settings_of(document, typed)  # typed settings for any document, a refusal's too
         if not isinstance(document, Document):
             return  # a refusal: the contract for a file that is not JSON
         redact(document.value)
