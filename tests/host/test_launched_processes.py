@@ -122,9 +122,9 @@ def assert_nothing_lost(data: Path) -> None:
     with Store(data / "host.sqlite", exclusive=False, create=False) as store:
         assert [m["id"] for m in store.messages.all("a")] == ["a1:user", "a1:assistant", "a2:user", "a2:assistant"]
         assert store.entries.all("b") == [{"turn": 1, "text": "one"}, {"turn": 2, "text": "cut"},
-                                      {"turn": 3, "text": "three"}]
+                                          {"turn": 3, "text": "three"}]
         assert [m["id"] for m in store.messages.all("b")] == ["b1:user", "b1:assistant", "b2:user", "b2:assistant",
-                                                          "b3:user", "b3:assistant"]
+                                                              "b3:user", "b3:assistant"]
 
 
 async def test_three_sessions_three_daemons_and_a_killed_one_is_replaced_unnoticed_by_the_others(
@@ -258,7 +258,7 @@ async def test_a_restarted_router_stops_the_daemon_its_record_names_and_says_so(
         with Store(data / "host.sqlite") as store:
             store.sessions.create("root")
             store.sessions.set_daemon("root", url=f"ws://127.0.0.1:{port}", token=token, runtime=runtime,
-                             container=str(left.pid), launcher="process", harness="echo", state="running")
+                                      container=str(left.pid), launcher="process", harness="echo", state="running")
         async with serve(tmp_path, "--launcher", "process") as served:
             with trio.fail_after(60):
                 await left.wait()
