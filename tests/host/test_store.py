@@ -469,3 +469,21 @@ def test_repr_runs_no_query(tmp_path: Path) -> None:
         store.database.raw.set_trace_callback(executed.append)
         assert repr(store) == f"<Store {str(tmp_path / 'repr.db')!r} v{SCHEMA_VERSION}>"
         assert executed == []
+
+
+def test_the_repositories_tell_the_change_hook_inside_the_transaction_that_writes_it(store: Store) -> None:
+    told: list[tuple[str, dict, bool]] = []
+    store.on_change = lambda db, what, record: told.append((what, record, db.in_transaction))
+    store.sessions.create("s")
+    store.operations.enqueue("s", "a", "hi")
+    store.operations.enqueue("s", "b", "hi")
+    assert store.operations.settle("s", "a", {"status": "done", "text": "answer"})
+    assert store.operations.settle_record("s", "b", {"status": "unanswered", "reason": "gone"}) is not None
+    assert not store.operations.settle("s", "a", {"status": "done", "text": "again"})  # settled already: no change
+    store.sessions.set_daemon("s", state="running")
+    store.sessions.set_daemon("s", state="unreachable", reason="no image")
+    assert told == [("turn-ended", {"session": "s", "operation": "a", "text": "answer"}, True),
+                    ("unreachable", {"session": "s", "reason": "no image"}, True)]
+    assert store.usage.writes("s") == 0
+    store.usage.record("s", "a", "rt", 1, {"type": "usage", "inputTokens": 1})
+    assert store.usage.writes("s") == 1 and store.usage.after("s", 0).events == 1
