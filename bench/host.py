@@ -120,10 +120,10 @@ def hello(session: str, runtime: str = "bench") -> Hello:
 def prepared(store: Store, session: str, operations: int) -> tuple[ConnectionRules, list[FrameMessage]]:
     ids = [f"{session}-op{i}" for i in range(operations)]
     with store.transaction():
-        store.create_session(session)
+        store.sessions.create(session)
         for op in ids:
-            store.enqueue(session, op, f"a prompt for {op}")
-            store.set_delivered(session, op, "bench")
+            store.operations.enqueue(session, op, f"a prompt for {op}")
+            store.operations.set_delivered(session, op, "bench")
     core = ConnectionRules(session)
     with store.transaction():
         core.hello(store, hello(session))
@@ -137,7 +137,7 @@ async def bench_apply_one(directory: Path, frames: int, batch: int) -> float:
         for at in range(0, len(stream), batch):
             await store.transact(core.receive, stream[at : at + batch])
         elapsed = time.perf_counter() - start
-        assert store.require_session("s").cursor_seq == len(stream)
+        assert store.sessions.require("s").cursor_seq == len(stream)
     return len(stream) / elapsed
 
 
@@ -321,11 +321,11 @@ async def bench_replay(kind: str, directory: Path) -> dict[str, float]:
                     last = message["seq"]
         with Store(directory / f"replay-{kind}.db") as store:
             with store.transaction():
-                store.create_session(session)
+                store.sessions.create(session)
                 for i in range(REPLAY_TURNS):
-                    store.enqueue(session, f"r{i}", f"turn {i}")
-                    store.set_delivered(session, f"r{i}", daemon.runtime_id)
-                store.set_cursor(session, daemon.runtime_id, 0)
+                    store.operations.enqueue(session, f"r{i}", f"turn {i}")
+                    store.operations.set_delivered(session, f"r{i}", daemon.runtime_id)
+                store.sessions.set_cursor(session, daemon.runtime_id, 0)
             host = Host(store, DaemonEndpoint(daemon.url, daemon.token), FAST)
             async with trio.open_nursery() as nursery:
                 start = time.perf_counter()
@@ -333,9 +333,9 @@ async def bench_replay(kind: str, directory: Path) -> dict[str, float]:
                 await host.session(session).wait(f"r{REPLAY_TURNS - 1}")
                 elapsed = time.perf_counter() - start
                 host.close()
-            record = store.require_session(session)
+            record = store.sessions.require(session)
             assert record.cursor_seq == REPLAY_TURNS * 5, record
-            assert len(store.entries(session)) == REPLAY_TURNS
+            assert len(store.entries.all(session)) == REPLAY_TURNS
     return {"seconds": elapsed, "frames": REPLAY_TURNS * 5}
 
 

@@ -130,7 +130,7 @@ async def read_facts(entries: list[dict[str, Any]], facts: Facts,
     if containers:
         if facts.store is not None and (stamps is None or any(each not in stamps for each in containers)):
             stamps = {record.id: (record.updated_at, record.settings.get("model"))
-                      for record in await facts.store.call(facts.store.sessions)}
+                      for record in await facts.store.call(facts.store.sessions.all)}
         if facts.deliveries is not None:
             launches = await facts.deliveries.call(facts.deliveries.launches)
     return stamps or {}, launches

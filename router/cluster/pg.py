@@ -31,8 +31,9 @@ router (an ``UPDATE`` of that row) waits for the commit; every write under
 number *n* is ordered before the lease moves to *n + 1*.
 
 Everything here is synchronous (psycopg 3's sync API; its async API runs
-under asyncio only): :class:`ClusterDatabase` runs each call on the cluster's one
-worker (:mod:`router.store.worker`), on its one connection, and
+under asyncio only): :class:`ClusterDatabase` is the cluster's record as a
+:class:`router.store.db.PgDatabase`, and runs each call on its one worker
+(:mod:`router.store.worker`), on its one connection, and
 :class:`Listener` waits for notifications in Trio itself, on the
 connection's socket.
 """
@@ -580,15 +581,22 @@ def answer(conn: psycopg.Connection[Any], event_id: str, reply: str, holder: str
 
 
 class ClusterDatabase:
-    """Calls into PostgreSQL from Trio, through the cluster's one worker
-    (:class:`router.store.worker.Worker`): each call runs on the worker's
-    thread, one after another, on the one connection (opened when first
-    needed, kept for the next call).
+    """Calls into PostgreSQL from Trio: the cluster's record as a
+    :class:`router.store.db.PgDatabase` (component ``cluster``), reached
+    through its one worker (:class:`router.store.worker.Worker`), as every
+    record of the router is. Each call runs on the worker's thread, one
+    after another, on the one connection (opened when first needed, kept
+    for the next call), and is handed psycopg's connection (``db.raw``):
+    the cluster's statements take their own transactions (``conn.transaction()``),
+    not the record lock a store transaction begins with
+    (:meth:`router.store.db.Database.begin`), since the lease rounds of
+    many routers must not wait for one another.
 
     Resource handling: a call is never abandoned on cancellation (its
     transaction commits or rolls back before the cancelled task moves on);
-    a connection that failed is closed and opened again at the next call;
-    :meth:`close` waits for a call in the thread, then closes it.
+    a connection that failed is opened again at the next call
+    (:meth:`router.store.db.PgDatabase.live`); :meth:`close` waits for a
+    call in the thread, then closes it.
 
     Error handling: a call that meets a transient failure (the server
     restarting, a terminated backend: :mod:`router._transient`) is run
@@ -601,16 +609,16 @@ class ClusterDatabase:
     lease rounds, the heartbeat and the inbox share the one thread.
     """
 
-    def __init__(self, url: str, *, connect: Callable[[str], Any] | None = None,
-                 policy: RetryPolicy = DEFAULT_POLICY) -> None:
+    def __init__(self, url: str, *, policy: RetryPolicy = DEFAULT_POLICY) -> None:
         self.url = url
-        self._connect = connect or _connect
-        self._conn: Any = None
+        #: The record's connection, once the first call opened it.
+        self.db: PgDatabase | None = None
         self.worker = Worker("the cluster's database", grouped=False, policy=policy)
 
     def __repr__(self) -> str:
         stats = self.worker.statistics()
-        return (f"<ClusterDatabase connected={self._conn is not None} calls={stats.calls} "
+        connected = self.db is not None and not self.db.raw.closed
+        return (f"<ClusterDatabase connected={connected} calls={stats.calls} "
                 f"retries={stats.retries}>")
 
     @property
@@ -629,27 +637,25 @@ class ClusterDatabase:
     def _on_connection(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         """In the worker's thread: ``fn`` on the connection, opened first
         when there is none or the server dropped it."""
-        conn = self._conn
-        if conn is not None and (conn.closed or conn.broken):
-            conn.close()
-            conn = self._conn = None
-        if conn is None:
-            conn = self._conn = self._connect(self.url)
+        db = self.db
+        if db is None:
+            db = self.db = PgDatabase.dialing(self.url, COMPONENT)
+        else:
+            db.live()
         try:
-            return fn(conn, *args)
+            return fn(db.raw, *args)
         except BaseException:
-            if conn.closed or conn.broken:  # not kept: the next call opens another
-                self._conn = None
-                conn.close()
+            if db.raw.broken and not db.raw.closed:  # not kept: the next call dials again
+                db.raw.close()
             raise
 
     def close(self) -> None:
         """Close the connection once no call runs; calls after it are refused."""
         with self.worker.held():
             self.worker.close_held()
-            conn, self._conn = self._conn, None
-            if conn is not None:
-                conn.close()
+            db, self.db = self.db, None
+            if db is not None:
+                db.close()
 
 
 def _connect(url: str) -> Any:

@@ -169,7 +169,7 @@ def configure_transcript(parser: argparse.ArgumentParser) -> None:
 def run_transcript(args: argparse.Namespace) -> int:
     try:
         with Store(store_file(args.store), exclusive=False, create=False) as store:
-            messages = store.messages(args.session)
+            messages = store.messages.all(args.session)
     except Refused as error:
         return _error("transcript", error.code, error.message)
     print(dumps(messages), flush=True)

@@ -106,7 +106,7 @@ class MessageStored:
     message: dict[str, Any]
     operation_id: str | None
     #: ``(generation, version)`` the store gave it in the transaction that
-    #: stored it (``Store.put_message``); None when not known.
+    #: stored it (``store.messages.put``); None when not known.
     stored: tuple[int, int] | None = None
 
 
@@ -146,7 +146,7 @@ class FrameSkipped:
     """The host passed frame ``seq`` of runtime ``runtime_id`` without
     applying it: it could not parse it, or applying it failed (``reason``
     says which, and why). It is kept in the store
-    (``Store.skipped_frames``) and acknowledged, so the daemon drops it and
+    (``store.skipped_frames``) and acknowledged, so the daemon drops it and
     the session goes on; whatever it carried (a message, an entry, a settle)
     is missing."""
 

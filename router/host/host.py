@@ -200,7 +200,7 @@ class Host:
         if self._nursery is not None:
             raise RuntimeError("this host is already running")
         await self.store.call(
-            functools.partial(self.store.create_session, ROOT_SESSION, settings=self.settings.defaults)
+            functools.partial(self.store.sessions.create, ROOT_SESSION, settings=self.settings.defaults)
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -208,12 +208,12 @@ class Host:
                 if self.launcher is not None:
                     # Daemons an earlier run left are adopted or stopped now,
                     # not when their session is next used.
-                    for record in await self.store.call(self.store.sessions):
+                    for record in await self.store.call(self.store.sessions.all):
                         if (record.daemon.container is not None and record.daemon.launcher == self.launcher.name
                                 and (self.may_link is None or self.may_link(record.id))):
                             self.supervisor(record.id)
                 if self.settings.wake_open:
-                    for session in await self.store.call(self.store.open_sessions):
+                    for session in await self.store.call(self.store.operations.open_sessions):
                         if self.may_link is None or self.may_link(session):
                             self._ensure_link(session)
                 task_status.started(self)
@@ -261,14 +261,14 @@ class Host:
         off the listings. Raises :class:`Refused` (``workspace-in-use`` and
         the like) when the launcher cannot remove the workspace."""
         store = self.store
-        await store.call(store.require_session, id)
+        await store.call(store.sessions.require, id)
         await self.session(id).abort()
         await self.close_session(id)
         supervisor = self._supervisors.pop(id, None)
         if supervisor is not None:
             await supervisor.aclose()
         if self.launcher is not None:
-            record = await store.call(store.require_session, id)
+            record = await store.call(store.sessions.require, id)
             context = self.launcher.context(id, harness=record.daemon.harness or self.launcher.default_harness)
             remove = getattr(self.launcher.module, "remove_workspace", None)
             answer = await remove(context) if remove is not None else None
@@ -278,12 +278,12 @@ class Host:
             if answer is not None:
                 raise Refused("malformed-answer", f"the {self.launcher.name} launcher's remove_workspace answered "
                               f"{str(answer)[:200]}, not null or {{code, message}}")
-        await store.call(lambda: store.set_daemon(id, state=ENDED, reason=reason, url=None, token=None,
-                                                  container=None))
+        await store.call(lambda: store.sessions.set_daemon(id, state=ENDED, reason=reason, url=None, token=None,
+                                                           container=None))
 
     async def ended(self, id: str) -> bool:
         """Whether session ``id`` was ended (:meth:`end_session`)."""
-        record = await self.store.call(self.store.session, id)
+        record = await self.store.call(self.store.sessions.get, id)
         return record is not None and record.daemon.state == ENDED
 
     # ------------------------------------------------------------------ links
@@ -327,7 +327,7 @@ class Host:
         supervisor = self.supervisor(session)
         if supervisor is not None:
             return await supervisor.endpoint()
-        record = await self.store.call(self.store.require_session, session)
+        record = await self.store.call(self.store.sessions.require, session)
         daemon = record.daemon
         if daemon.url is not None:
             try:
@@ -378,16 +378,16 @@ def _settle_open(
     open one) of ``session`` with ``outcome``. Returns the results and the
     ids of those a daemon had been handed."""
     if operation_id is None:
-        targets = store.operations(session=session, statuses=OPEN_STATUSES)
+        targets = store.operations.all(session=session, statuses=OPEN_STATUSES)
     else:
-        one = store.operation(session, operation_id)
+        one = store.operations.get(session, operation_id)
         targets = [one] if one is not None and not one.settled else []
     results, delivered = [], []
     for target in targets:
-        if store.settle(session, target.id, outcome):
+        if store.operations.settle(session, target.id, outcome):
             if target.delivered is not None:
                 delivered.append(target.id)
-            record = store.operation(session, target.id)
+            record = store.operations.get(session, target.id)
             result = OperationResult.of(record) if record is not None else None
             if result is not None:
                 results.append(result)
@@ -478,7 +478,7 @@ class HostSession:
         if type(operation_id) is not str or not operation_id:
             raise Refused("bad-operation-id", "an operation id is a non-empty string")
         store = host.store
-        record, accepted = await store.call(store.enqueue, self.id, operation_id, body, when_busy)
+        record, accepted = await store.call(store.operations.enqueue, self.id, operation_id, body, when_busy)
         if not record.settled:
             supervisor = host.supervisor(self.id)
             if supervisor is not None:
@@ -521,7 +521,7 @@ class HostSession:
                 entry = host._waits[key] = _Wait()
             entry.waiters += 1
             try:
-                record = await store.call(store.operation, self.id, operation_id)
+                record = await store.call(store.operations.get, self.id, operation_id)
                 if record is None:
                     return OperationResult(
                         operation_id=operation_id, session=self.id, status="unanswered", reason="not_found"
@@ -586,7 +586,7 @@ class HostSession:
         store = host.store
         if handoff is not None and type(handoff) is not str:
             raise Refused("bad-handoff", "a handoff note is a string")
-        generation = await store.call(store.reset_session, self.id, handoff)
+        generation = await store.call(store.sessions.reset, self.id, handoff)
         link = host._links.get(self.id)
         if link is not None:
             link.reconnect()
@@ -600,8 +600,8 @@ class HostSession:
         store = host.store
 
         def update(store: Store) -> None:
-            record = store.require_session(self.id)
-            store.set_settings(self.id, {**record.settings, "model": model})
+            record = store.sessions.require(self.id)
+            store.sessions.set_settings(self.id, {**record.settings, "model": model})
 
         await store.transact(update)
         link = host._links.get(self.id)
@@ -612,12 +612,12 @@ class HostSession:
 
     async def record(self) -> SessionRecord:
         store = self.host.store
-        return await store.call(store.require_session, self.id)
+        return await store.call(store.sessions.require, self.id)
 
     async def messages(self) -> list[dict]:
         """The transcript since the last reset, oldest first."""
         store = self.host.store
-        return await store.call(store.messages, self.id)
+        return await store.call(store.messages.all, self.id)
 
     async def busy(self) -> bool:
         """Whether anything is queued or running."""
@@ -627,7 +627,7 @@ class HostSession:
         """Open operations, oldest first: ``{operationId, session, status}``."""
         store = self.host.store
         records = await store.call(
-            functools.partial(store.operations, session=self.id, statuses=OPEN_STATUSES)
+            functools.partial(store.operations.all, session=self.id, statuses=OPEN_STATUSES)
         )
         return [
             {"operationId": record.id, "session": self.id, "status": record.status}
@@ -643,11 +643,11 @@ class HostSession:
         def read(store: Store) -> dict:
             pending = [
                 {"operationId": record.id, "session": self.id, "status": record.status}
-                for record in store.operations(session=self.id, statuses=OPEN_STATUSES)
+                for record in store.operations.all(session=self.id, statuses=OPEN_STATUSES)
             ]
             out: dict[str, Any] = {"session": self.id, "pending": pending, "busy": bool(pending)}
             if messages:
-                out["messages"] = store.messages(self.id)
+                out["messages"] = store.messages.all(self.id)
             return out
 
         return await store.transact(read)
@@ -667,7 +667,7 @@ class HostSession:
         ``SUBSCRIBER_BUFFER`` batches behind is dropped and its iteration
         raises :class:`EventsLagged`."""
         host = self.host
-        await host.store.call(host.store.require_session, self.id)
+        await host.store.call(host.store.sessions.require, self.id)
         link = host._ensure_link(self.id)
         with link.subscribe() as subscription:
             snapshot = await self.snapshot(messages=messages)
@@ -710,12 +710,12 @@ class HostSessions:
         settings = self.host.settings.defaults
 
         def create(store: Store) -> None:
-            _, created = store.create_session(id, settings=settings)
+            _, created = store.sessions.create(id, settings=settings)
             fields = {} if endpoint is None else {"url": endpoint.url, "token": endpoint.token}
             if harness is not None:
                 fields["harness"] = harness
             if created and fields:
-                store.set_daemon(id, **fields)
+                store.sessions.set_daemon(id, **fields)
 
         await store.transact(create)
         return HostSession(self.host, id)
@@ -725,7 +725,7 @@ class HostSessions:
         transcript and the adapter's persisted entries) as a branch."""
         store = self.host.store
         id = id if id is not None else str(uuid.uuid4())
-        await store.call(store.fork_session, id, parent)
+        await store.call(store.sessions.fork, id, parent)
         return HostSession(self.host, id)
 
     async def list(self, *, stamps: dict[str, tuple[int, Any]] | None = None) -> list[dict]:
@@ -738,9 +738,9 @@ class HostSessions:
         store = self.host.store
 
         def read(store: Store) -> list[dict]:
-            busy = set(store.open_sessions())
+            busy = set(store.operations.open_sessions())
             out = []
-            for record in store.sessions():
+            for record in store.sessions.all():
                 if stamps is not None:
                     stamps[record.id] = (record.updated_at, record.settings.get("model"))
                 item: dict[str, Any] = {"id": record.id}

@@ -67,7 +67,7 @@ meets its own daemon as it left it, turns behind the record) is never
 continued: before step 1 everything it has queued or running is aborted
 (before ``open``, which would start its queue on the new adapter session);
 the generation it holds open moves to a new number
-(:meth:`~router.host.store.Store.reopen_session`), so step 1 restores the
+(:meth:`~router.host.record.Sessions.reopen`), so step 1 restores the
 record's entries into a new adapter session; in step 2 an open operation it
 already knows is lost, as with a container lost (its attempt there may
 have run without its result reaching the record): the policy decides, and
@@ -429,7 +429,7 @@ class _Batch:
         try:
             return self.operations[operation_id]
         except KeyError:
-            record = self.operations[operation_id] = store.operation(session, operation_id)
+            record = self.operations[operation_id] = store.operations.get(session, operation_id)
             return record
 
 
@@ -477,7 +477,7 @@ def with_handoff(input: JsonValue, handoff: str) -> JsonValue:
 
 def settle_in_store(store: Store, session: str, operation_id: str, outcome: dict) -> OperationResult | None:
     """Settle an open operation; its result, or None when it was not open."""
-    record = store.settle_record(session, operation_id, outcome)
+    record = store.operations.settle_record(session, operation_id, outcome)
     return None if record is None else OperationResult.of(record)
 
 
@@ -574,7 +574,7 @@ class ConnectionRules:
         to 4, one method each."""
         if self.ready:
             raise RuntimeError("hello on a connection that is already reconciled")
-        record = store.require_session(self.session)
+        record = store.sessions.require(self.session)
         runtime = hello.runtime_id
         regressed = record.cursor_runtime == runtime and hello.last_seq < record.cursor_seq
         reconcile = _Reconcile()
@@ -592,8 +592,8 @@ class ConnectionRules:
                 if type(there) is PendingOperation
             ]
             if hello.open == record.generation:
-                store.reopen_session(self.session)
-                record = store.require_session(self.session)
+                store.sessions.reopen(self.session)
+                record = store.sessions.require(self.session)
             log.warning(
                 "session %r: runtime %r kept this session from an earlier hold (open generation %s, "
                 "frame %d) while the record moved on under runtime %r; its queued and running work is "
@@ -627,11 +627,11 @@ class ConnectionRules:
         if hello.open == record.generation:
             reconcile.sends.append(Configure(settings=settings))
             return
-        groups = chunk_entries(store.entries(self.session, record.generation))
+        groups = chunk_entries(store.entries.all(self.session, record.generation))
         last = groups.pop() if groups else []
         reconcile.sends += [Restore(generation=record.generation, entries=tuple(group)) for group in groups]
         reconcile.sends.append(Open(generation=record.generation, settings=settings, restore=tuple(last)))
-        store.set_open_mark(self.session, hello.runtime_id, hello.last_seq)
+        store.sessions.set_open_mark(self.session, hello.runtime_id, hello.last_seq)
 
     def _open_operations(
         self, store: Store, hello: Hello, regressed: bool, reconcile: _Reconcile, *, stale: bool = False
@@ -641,10 +641,10 @@ class ConnectionRules:
         but was not handed by the record (a stale daemon's report is of an
         earlier hold) is :meth:`_given_up`; the others, against a stale
         daemon, are handed over afresh."""
-        operations = store.operations(session=self.session, statuses=OPEN_STATUSES)
+        operations = store.operations.all(session=self.session, statuses=OPEN_STATUSES)
         attempts = reconcile.attempts = AttemptsThere.of(
             hello, {operation.id for operation in operations},
-            lambda id: store.operation(self.session, id) is not None,
+            lambda id: store.operations.get(self.session, id) is not None,
         )  # fmt: skip
         known = {operation_id: there for operation_id, (_, there) in attempts.latest.items()}
         lost_any = False
@@ -679,12 +679,12 @@ class ConnectionRules:
             return True
         reconcile.attempts.superseded.add(there.operation_id)
         number += 1
-        while store.operation(self.session, attempt_id(operation.id, number)) is not None:
+        while store.operations.get(self.session, attempt_id(operation.id, number)) is not None:
             number += 1  # an operation of the record's own goes by that id
         reconcile.wire_ids[operation.id] = attempt_id(operation.id, number)
-        store.requeue(self.session, operation.id)
+        store.operations.requeue(self.session, operation.id)
         if operation.delivered is not None:
-            store.set_delivered(self.session, operation.id, None)
+            store.operations.set_delivered(self.session, operation.id, None)
         return True
 
     def _stale_operation(
@@ -696,7 +696,7 @@ class ConnectionRules:
             self._lose(store, operation.id, self._rerun(hello), reconcile)
             return True
         if operation.delivered is not None:
-            store.set_delivered(self.session, operation.id, None)
+            store.operations.set_delivered(self.session, operation.id, None)
         return False
 
     def _open_operation(
@@ -722,7 +722,7 @@ class ConnectionRules:
                 # are in, so a kept settle wins over a second run.
                 reconcile.deferred.append(operation.id)
             elif operation.delivered is not None:
-                store.set_delivered(self.session, operation.id, None)
+                store.operations.set_delivered(self.session, operation.id, None)
             return False
         self._lose(store, operation.id, self._rerun(hello), reconcile)
         return True
@@ -739,7 +739,7 @@ class ConnectionRules:
         policy and the new runtime's adapter decide) or settled
         ``unanswered``/``container_lost``."""
         if rerun:
-            store.requeue(self.session, operation_id)
+            store.operations.requeue(self.session, operation_id)
             return
         result = settle_in_store(
             store, self.session, operation_id, {"status": "unanswered", "reason": CONTAINER_LOST}
@@ -759,7 +759,7 @@ class ConnectionRules:
             if wire in reconcile.attempts.superseded:
                 reconcile.sends.append(Abort(operation_id=wire))
                 continue
-            mine = store.operation(self.session, current.get(wire, wire))
+            mine = store.operations.get(self.session, current.get(wire, wire))
             if mine is None or mine.settled:
                 reconcile.sends.append(Abort(operation_id=wire))
 
@@ -775,12 +775,12 @@ class ConnectionRules:
         cursor_seq = record.cursor_seq
         if stale:
             cursor_seq = hello.last_seq
-            store.set_cursor(self.session, runtime, cursor_seq)
+            store.sessions.set_cursor(self.session, runtime, cursor_seq)
             if cursor_seq > 0:
                 reconcile.sends.append(Ack(seq=cursor_seq))
         elif record.cursor_runtime != runtime or regressed:
             cursor_seq = 0
-            store.set_cursor(self.session, runtime, 0)
+            store.sessions.set_cursor(self.session, runtime, 0)
         reconcile.sends.append(Replay(after=cursor_seq))
 
     # ------------------------------------------------------------------ deliver
@@ -792,12 +792,12 @@ class ConnectionRules:
         the new generation and delivers."""
         if not self.ready:
             return NOTHING
-        if store.marks(self.session).generation != self.generation:
+        if store.sessions.marks(self.session).generation != self.generation:
             return NOTHING
         runtime = self.runtime_id
         sends: list[HostMessage] = []
         held = set(self.deferred)
-        for operation in store.operations(session=self.session, statuses=OPEN_STATUSES):
+        for operation in store.operations.all(session=self.session, statuses=OPEN_STATUSES):
             if operation.id in held:
                 # Decided at ``caught-up``; nothing after it goes first, so
                 # the daemon still gets operations in submission order.
@@ -807,7 +807,7 @@ class ConnectionRules:
             handoff = operation.handoff
             taken = None
             if handoff is None:
-                taken = handoff = store.take_handoff(self.session)
+                taken = handoff = store.sessions.take_handoff(self.session)
             input = operation.input if handoff is None else with_handoff(operation.input, handoff)
             sends.append(
                 Prompt(
@@ -816,14 +816,14 @@ class ConnectionRules:
                     when_busy=operation.when_busy,
                 )
             )
-            store.set_delivered(self.session, operation.id, runtime, handoff=taken)
+            store.operations.set_delivered(self.session, operation.id, runtime, handoff=taken)
         return Effects(sends=tuple(sends))
 
     def configure(self, store: Store) -> Effects:
         """``configure`` with the session's stored settings."""
         if not self.ready:
             return NOTHING
-        record = store.require_session(self.session)
+        record = store.sessions.require(self.session)
         return Effects(sends=(Configure(settings=converter.structure(record.settings, ContainerSettings)),))
 
     # ------------------------------------------------------------------ apply
@@ -855,7 +855,7 @@ class ConnectionRules:
     def _apply(
         self, store: Store, items: Sequence[FrameMessage | CaughtUp | UnreadableFrame], careful: bool
     ) -> Effects:
-        record = store.marks(self.session)
+        record = store.sessions.marks(self.session)
         runtime = self.runtime_id
         assert runtime is not None
         batch = _Batch(
@@ -870,7 +870,7 @@ class ConnectionRules:
             else:
                 self._frame(store, record, runtime, item, batch, careful)
         if batch.moved:
-            store.set_cursor(self.session, runtime, batch.cursor_seq)
+            store.sessions.set_cursor(self.session, runtime, batch.cursor_seq)
 
         # Written: now the in-memory state, and the ack.
         self.settled_there = batch.settled_there
@@ -898,9 +898,9 @@ class ConnectionRules:
                 batch.settled.append(result)
                 batch.events.append(end_event(result))
         for operation_id in batch.deferred:
-            operation = store.operation(self.session, operation_id)
+            operation = store.operations.get(self.session, operation_id)
             if operation is not None and not operation.settled and operation.delivered == runtime:
-                store.set_delivered(self.session, operation_id, None)
+                store.operations.set_delivered(self.session, operation_id, None)
             batch.redeliver = True
         batch.settled_there = []
         batch.deferred = []
@@ -1007,7 +1007,7 @@ class ConnectionRules:
         if operation is not None:
             generation = operation.generation
         assert generation is not None
-        stored = store.message_owner(self.session, generation, message["id"])
+        stored = store.messages.owner(self.session, generation, message["id"])
         if stored is None:
             return None
         owner_id, existing = stored
@@ -1027,7 +1027,7 @@ class ConnectionRules:
     def _pass(self, store: Store, runtime: str, seq: int, reason: str, text: str, batch: _Batch) -> None:
         """Pass a frame without applying it: recorded, told, and acked at
         once (so the daemon drops it, and a replay does not bring it back)."""
-        store.skip_frame(self.session, runtime, seq, reason, text)
+        store.skipped_frames.add(self.session, runtime, seq, reason, text)
         batch.events.append(FrameSkipped(runtime_id=runtime, seq=seq, reason=reason))
         batch.passed += 1
         batch.ack_now = True
@@ -1040,7 +1040,7 @@ class ConnectionRules:
         kind = type(frame)
         if kind is StartFrame:
             operation_id = frame.operation_id
-            operation = store.start_record(session, operation_id)
+            operation = store.operations.start_record(session, operation_id)
             if operation is not None:
                 batch.operations[operation_id] = operation
                 message = {
@@ -1050,7 +1050,7 @@ class ConnectionRules:
                     "operationId": operation.id,
                     "createdAt": operation.created_at,
                 }
-                version = store.put_message(session, operation.generation, message, operation.id)
+                version = store.messages.put(session, operation.generation, message, operation.id)
                 events.append(MessageStored(message=message, operation_id=operation.id,
                                             stored=(operation.generation, version)))
                 events.append(OperationStarted(operation_id=operation_id))
@@ -1065,11 +1065,11 @@ class ConnectionRules:
                     operation = batch.operation(store, session, operation_id)
                     if operation is not None:
                         generation = operation.generation
-                version = store.put_message(session, generation, message, operation_id)
+                version = store.messages.put(session, generation, message, operation_id)
                 events.append(MessageStored(message=message, operation_id=operation_id, stored=(generation, version)))
                 return None
             if event["type"] == "usage":
-                store.record_usage(session, operation_id, runtime, seq, event)
+                store.usage.record(session, operation_id, runtime, seq, event)
             events.append(AdapterEvent(event=event, operation_id=operation_id))
             return None
         if kind is PersistFrame:
@@ -1078,11 +1078,11 @@ class ConnectionRules:
             # generation's. Later ones belong to the generation this
             # connection opened, not to one a ``reset`` started since.
             if not (record.open_runtime == runtime and seq <= record.open_seq):
-                store.append_entries(session, self.generation, frame.entries)
+                store.entries.append(session, self.generation, frame.entries)
             return None
         if kind is SettleFrame:
             outcome = converter.unstructure(frame.outcome)
-            settled = store.settle_record(session, frame.operation_id, outcome)
+            settled = store.operations.settle_record(session, frame.operation_id, outcome)
             if settled is None:
                 return None
             batch.operations[frame.operation_id] = settled

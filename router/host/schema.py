@@ -27,7 +27,7 @@ __all__ = ["MIGRATIONS", "OPEN_TERM", "PG_MIGRATIONS", "SCHEMA_VERSION", "STEPS"
 #: The partial index of a session's open operations (schema v8), as both
 #: dialects write it. A query uses it only when its ``WHERE`` holds this very
 #: term, literals and all (SQLite's rule for a partial index; PostgreSQL's
-#: planner proves the same): :meth:`Store.operations` writes it so.
+#: planner proves the same): ``store.operations.all`` writes it so.
 OPEN_TERM: Final = "status IN ('queued', 'running')"
 
 
@@ -348,7 +348,7 @@ def _migrate_to_8(db: Any) -> None:
     # ever had (``operations_order``, status filtered row by row): this
     # partial index holds only the open ones. And the ``frames`` usage
     # source reads the usage recorded after a mark, its rowid
-    # (:meth:`Store.usage_after`): an index on ``session`` (SQLite appends
+    # (``store.usage.after``): an index on ``session`` (SQLite appends
     # the rowid to every index) answers that from the mark on, where
     # ``usage_operation`` made it sum every event the session ever had.
     db.execute(f"CREATE INDEX operations_session_open ON operations (session, ordinal) WHERE {OPEN_TERM}")

@@ -14,15 +14,21 @@ Theory of operation
 
 **One repository per table** (:mod:`router.host.record`): the sessions,
 operations, messages, entries, usage and skipped frames each have a module
-of their own holding that table's SQL. :class:`Store` holds what they share
-(the connection, the worker, the transactions, the schema, the file lock)
-and answers every repository method under its name (``store.enqueue`` is
-``store.tables.operations.enqueue``), so callers hold one object.
+of their own holding that table's SQL, and the store holds one of each,
+named for its table: ``store.sessions.get(id)``,
+``store.operations.enqueue(...)``, ``store.messages.log(...)``. No table
+has a repository of its own only for the writes that go with another's:
+the writes that span tables (one applied frame: the transcript, the
+entries, the usage, the operation's settlement and the cursor) are one
+transaction because the caller runs them in one (:meth:`Store.transact`),
+each repository method joining it. :class:`Store` holds only what the
+repositories share: the connection, the worker, the transactions, the
+schema, the file lock, the clock and the change hook (:attr:`Store.on_change`).
 
 **One connection, one thread at a time.** A :class:`Store` owns one
 connection (SQLite's opened with ``check_same_thread=False``) and one
-:class:`router.store.worker.Worker`. Trio code never calls its methods on
-the event loop: it goes through :meth:`Store.call` or :meth:`Store.transact`,
+:class:`router.store.worker.Worker`. Trio code never calls its repositories
+on the event loop: it goes through :meth:`Store.call` or :meth:`Store.transact`,
 which run the work in the worker's thread (one ``CapacityLimiter(1)``
 hop per batch), so the loop never waits on the disk and two threads never
 share the connection. A sync method entered from a second thread while
@@ -31,8 +37,8 @@ silently interleaving (trio's ``ConflictDetector`` idea).
 
 **Transactions.** :meth:`Store.transaction` is ``BEGIN IMMEDIATE`` …
 ``COMMIT`` (``ROLLBACK`` on any exception); nested use joins the outer
-transaction. Every public method runs inside one, so each call is atomic on
-its own, and :meth:`Store.transact` runs a whole function (one applied frame,
+transaction. Every repository method runs inside one, so each call is atomic
+on its own, and :meth:`Store.transact` runs a whole function (one applied frame,
 or a batch of them, with the cursor) as one transaction. A worker-thread call
 is not abandoned on cancellation: a Trio task that is cancelled while its
 transaction runs waits for it to commit or roll back, so nothing is left
@@ -113,20 +119,20 @@ JavaScript peer survives the UTF-8 database).
     frame is kept out by the cursor, as every other frame is), ``input_tokens``,
     ``output_tokens``, ``cost_usd`` (NULL when the adapter did not report
     the figure or reported something that is not a finite number), ``raw``
-    (the whole event, JSON), ``at``. Read it with :meth:`Store.usage_records`.
+    (the whole event, JSON), ``at``. Read it with ``store.usage.records``.
 ``skipped_frames`` (schema version 5)
     one row per frame the host passed without applying it (it could not
     parse or apply it; see :mod:`router.host.reconcile`): ``session``,
     ``runtime``, ``seq``, ``reason``, ``text`` (its first
     :data:`SKIPPED_TEXT_CHARS` characters), ``at``. Read it with
-    :meth:`Store.skipped_frames`.
+    ``store.skipped_frames.all``.
 ``messages.version`` (schema version 6)
     a per-session counter of transcript changes: a message's ``version`` is
     set, by triggers, to one more than the session's highest whenever it is
     inserted or its ``data`` changes (a rewrite with the same data keeps
     it). The live view's resume point across a restart: the messages of a
     session changed since version ``v`` are those above it
-    (:meth:`Store.message_log`, :meth:`Store.message_versions`).
+    (``store.messages.log``, ``store.messages.versions``).
 ``sessions`` daemon columns (schema version 7)
     each container session's own daemon: ``daemon_url`` and
     ``daemon_token`` (its endpoint; NULL: the host's default endpoint),
@@ -136,12 +142,12 @@ JavaScript peer survives the UTF-8 database).
     (what the daemon runs: ``echo``, ``claude-code`` ...), and
     ``launcher_state`` / ``launcher_reason`` (where its lifecycle stands,
     :mod:`router.host.lifecycle`, and why). Read as
-    :attr:`SessionRecord.daemon`; written with :meth:`Store.set_daemon`.
+    :attr:`SessionRecord.daemon`; written with ``store.sessions.set_daemon``.
 History indexes (schema version 8)
     so that no read of a turn costs more as history grows:
     ``operations_session_open``, a partial index of each session's open
-    operations (:meth:`Store.operations` writes its term), and
-    ``usage_session``, the usage after a mark (:meth:`Store.usage_after`;
+    operations (``store.operations.all`` writes its term), and
+    ``usage_session``, the usage after a mark (``store.usage.after``;
     on PostgreSQL over a ``rowid`` identity column added to ``usage``).
 """
 
@@ -157,7 +163,7 @@ from typing import Any, Callable, Final, Iterable, Iterator, Literal, Sequence, 
 
 from router.store.db import Database, PgDatabase, SqliteDatabase, StoreTarget, database_errors, is_postgres_url
 from router.store.worker import Worker
-from router.host.record import Tables
+from router.host.record import Entries, Messages, Operations, Sessions, SkippedFrames, Usage
 from router.host.record.base import (  # noqa: F401 (the record's types, re-exported: callers import them from here)
     DAEMON_COLUMNS, OPEN_STATUSES, SETTLED_STATUSES, SKIPPED_TEXT_CHARS, DaemonRecord, Marks, MessageLog, OperationRecord,
     OperationStatus, Refused, SessionRecord, SkippedFrame, UsageAfter, UsageRecord, WhenBusy,
@@ -165,7 +171,6 @@ from router.host.record.base import (  # noqa: F401 (the record's types, re-expo
 from router.host.schema import MIGRATIONS, OPEN_TERM, PG_MIGRATIONS, SCHEMA_VERSION, STEPS  # noqa: F401 (the steps, re-exported)
 from router.store.sqlite import lock_file, release_lock
 from router._transient import is_transient
-from wire.json import JsonValue
 
 T = TypeVar("T")
 
@@ -235,12 +240,12 @@ class Store:
         #: writes it: ``(database, what, record)`` (:class:`router.notify.record.Notices`).
         self.on_change: Callable[[Database, str, dict[str, Any]], None] | None = None
         #: The repositories, one per table (:mod:`router.host.record`).
-        self.tables = Tables.over(self)
-        #: ``usage`` rows this store was asked to write, per session (counted
-        #: before each insert, in the worker thread): what lets a reader that
-        #: remembers the count at its last read know nothing came since
-        #: (:meth:`usage_writes`; only meaningful while :attr:`sole_writer`).
-        self._usage_writes: dict[str, int] = {}
+        self.sessions = Sessions(self)
+        self.operations = Operations(self)
+        self.messages = Messages(self)
+        self.entries = Entries(self)
+        self.usage = Usage(self)
+        self.skipped_frames = SkippedFrames(self)
         #: Whether this store is the only writer of its record: a SQLite file
         #: under this store's lock (PostgreSQL is shared by a cluster's routers).
         self.sole_writer = False
@@ -505,231 +510,6 @@ class Store:
                     self._db.set_schema_version(version + 1)
                 version = self.schema_version()
         self._opened_version = version
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-    # ---------------------------------------------------------------- sessions (Sessions, router/host/record/sessions.py)
-
-    def session(self, id: str) -> SessionRecord | None:
-        """See :meth:`router.host.record.Sessions.session`."""
-        return self.tables.sessions.session(id)
-
-    def require_session(self, id: str) -> SessionRecord:
-        """See :meth:`router.host.record.Sessions.require_session`."""
-        return self.tables.sessions.require_session(id)
-
-    def marks(self, id: str) -> Marks:
-        """See :meth:`router.host.record.Sessions.marks`."""
-        return self.tables.sessions.marks(id)
-
-    def sessions(self) -> list[SessionRecord]:
-        """See :meth:`router.host.record.Sessions.sessions`."""
-        return self.tables.sessions.sessions()
-
-    def create_session(
-        self, id: str, *, settings: dict | None = None, parent: str | None = None
-    ) -> tuple[SessionRecord, bool]:
-        """See :meth:`router.host.record.Sessions.create_session`."""
-        return self.tables.sessions.create_session(id, settings=settings, parent=parent)
-
-    def fork_session(self, id: str, parent: str) -> SessionRecord:
-        """See :meth:`router.host.record.Sessions.fork_session`."""
-        return self.tables.sessions.fork_session(id, parent)
-
-    def set_cursor(self, id: str, runtime: str, seq: int) -> None:
-        """See :meth:`router.host.record.Sessions.set_cursor`."""
-        return self.tables.sessions.set_cursor(id, runtime, seq)
-
-    def set_open_mark(self, id: str, runtime: str, seq: int) -> None:
-        """See :meth:`router.host.record.Sessions.set_open_mark`."""
-        return self.tables.sessions.set_open_mark(id, runtime, seq)
-
-    def set_daemon(self, id: str, **fields: str | None) -> DaemonRecord:
-        """See :meth:`router.host.record.Sessions.set_daemon`; a daemon that
-        became unreachable is told to :attr:`on_change` in the same transaction."""
-        with self.transaction():
-            daemon = self.tables.sessions.set_daemon(id, **fields)
-            if fields.get("state") == "unreachable" and self.on_change is not None:
-                self.on_change(self._db, "unreachable", {"session": id, "reason": fields.get("reason") or ""})
-            return daemon
-
-    def set_settings(self, id: str, settings: dict) -> None:
-        """See :meth:`router.host.record.Sessions.set_settings`."""
-        return self.tables.sessions.set_settings(id, settings)
-
-    def take_handoff(self, id: str) -> str | None:
-        """See :meth:`router.host.record.Sessions.take_handoff`."""
-        return self.tables.sessions.take_handoff(id)
-
-    def reset_session(self, id: str, handoff: str | None) -> int:
-        """See :meth:`router.host.record.Sessions.reset_session`."""
-        return self.tables.sessions.reset_session(id, handoff)
-
-    def reopen_session(self, id: str) -> int:
-        """See :meth:`router.host.record.Sessions.reopen_session`."""
-        return self.tables.sessions.reopen_session(id)
-
-    # ---------------------------------------------------------------- operations (Operations, router/host/record/operations.py)
-
-    def enqueue(
-        self, session: str, id: str, input: JsonValue, when_busy: WhenBusy = "followUp"
-    ) -> tuple[OperationRecord, bool]:
-        """See :meth:`router.host.record.Operations.enqueue`."""
-        return self.tables.operations.enqueue(session, id, input, when_busy)
-
-    def operation(self, session: str, id: str) -> OperationRecord | None:
-        """See :meth:`router.host.record.Operations.operation`."""
-        return self.tables.operations.operation(session, id)
-
-    def operations(
-        self, *, session: str | None = None, statuses: Sequence[str] | None = None
-    ) -> list[OperationRecord]:
-        """See :meth:`router.host.record.Operations.operations`."""
-        return self.tables.operations.operations(session=session, statuses=statuses)
-
-    def open_sessions(self) -> list[str]:
-        """See :meth:`router.host.record.Operations.open_sessions`."""
-        return self.tables.operations.open_sessions()
-
-    def start(self, session: str, id: str) -> bool:
-        """See :meth:`router.host.record.Operations.start`."""
-        return self.tables.operations.start(session, id)
-
-    def start_record(self, session: str, id: str) -> OperationRecord | None:
-        """See :meth:`router.host.record.Operations.start_record`."""
-        return self.tables.operations.start_record(session, id)
-
-    def requeue(self, session: str, id: str) -> bool:
-        """See :meth:`router.host.record.Operations.requeue`."""
-        return self.tables.operations.requeue(session, id)
-
-    def settle(self, session: str, id: str, outcome: dict) -> bool:
-        """See :meth:`router.host.record.Operations.settle`; a turn that ended
-        ``done`` is told to :attr:`on_change` in the same transaction."""
-        return self.settle_record(session, id, outcome) is not None
-
-    def settle_record(self, session: str, id: str, outcome: dict) -> OperationRecord | None:
-        """See :meth:`router.host.record.Operations.settle_record`; told to
-        :attr:`on_change` as :meth:`settle` is."""
-        with self.transaction():
-            settled = self.tables.operations.settle_record(session, id, outcome)
-            if settled is not None and outcome.get("status") == "done" and self.on_change is not None:
-                self.on_change(self._db, "turn-ended", {"session": session, "operation": id,
-                                                        "text": str(outcome.get("text") or "")})
-            return settled
-
-    def set_delivered(
-        self, session: str, id: str, runtime: str | None, *, handoff: str | None = None
-    ) -> None:
-        """See :meth:`router.host.record.Operations.set_delivered`."""
-        return self.tables.operations.set_delivered(session, id, runtime, handoff=handoff)
-
-    # ---------------------------------------------------------------- messages (Messages, router/host/record/messages.py)
-
-    def put_message(
-        self, session: str, generation: int, message: dict, operation_id: str | None = None
-    ) -> int:
-        """See :meth:`router.host.record.Messages.put_message`."""
-        return self.tables.messages.put_message(session, generation, message, operation_id)
-
-    def message_owner(self, session: str, generation: int, id: str) -> tuple[str | None, dict] | None:
-        """See :meth:`router.host.record.Messages.message_owner`."""
-        return self.tables.messages.message_owner(session, generation, id)
-
-    def messages(self, session: str, generation: int | None = None) -> list[dict]:
-        """See :meth:`router.host.record.Messages.messages`."""
-        return self.tables.messages.messages(session, generation)
-
-    def message_log(self, session: str, since: int | None = None) -> MessageLog:
-        """See :meth:`router.host.record.Messages.message_log`."""
-        return self.tables.messages.message_log(session, since)
-
-    def message_versions(self, session: str, ids: Sequence[str]) -> MessageLog:
-        """See :meth:`router.host.record.Messages.message_versions`."""
-        return self.tables.messages.message_versions(session, ids)
-
-    # ---------------------------------------------------------------- entries (Entries, router/host/record/entries.py)
-
-    def append_entries(self, session: str, generation: int, entries: Sequence[JsonValue]) -> None:
-        """See :meth:`router.host.record.Entries.append_entries`."""
-        return self.tables.entries.append_entries(session, generation, entries)
-
-    def entries(self, session: str, generation: int | None = None) -> list[JsonValue]:
-        """See :meth:`router.host.record.Entries.entries`."""
-        return self.tables.entries.entries(session, generation)
-
-    # ---------------------------------------------------------------- usage (Usage, router/host/record/usage.py)
-
-    def record_usage(
-        self, session: str, operation_id: str | None, runtime: str, seq: int, event: dict
-    ) -> None:
-        """See :meth:`router.host.record.Usage.record_usage`."""
-        self._usage_writes[session] = self._usage_writes.get(session, 0) + 1  # before the row: see usage_writes
-        return self.tables.usage.record_usage(session, operation_id, runtime, seq, event)
-
-    def usage_writes(self, session: str) -> int:
-        """How many ``usage`` rows of ``session`` this store was asked to
-        write since it opened (any thread; no query). Counted before each
-        insert, so a reader that took this count inside a read in the
-        worker thread and finds it unchanged later knows no row of the
-        session was written since, as long as :attr:`sole_writer`."""
-        return self._usage_writes.get(session, 0)
-
-    def usage_records(
-        self, session_id: str | None = None, since: int | None = None
-    ) -> list[UsageRecord]:
-        """See :meth:`router.host.record.Usage.usage_records`."""
-        return self.tables.usage.usage_records(session_id, since)
-
-    def usage_after(self, session: str, mark: int | None = None) -> UsageAfter:
-        """See :meth:`router.host.record.Usage.usage_after`."""
-        return self.tables.usage.usage_after(session, mark)
-
-    # ---------------------------------------------------------------- skipped frames (SkippedFrames, router/host/record/skipped_frames.py)
-
-    def skip_frame(self, session: str, runtime: str, seq: int, reason: str, text: str) -> None:
-        """See :meth:`router.host.record.SkippedFrames.skip_frame`."""
-        return self.tables.skipped_frames.skip_frame(session, runtime, seq, reason, text)
-
-    def skipped_frames(self, session: str) -> list[SkippedFrame]:
-        """See :meth:`router.host.record.SkippedFrames.skipped_frames`."""
-        return self.tables.skipped_frames.skipped_frames(session)
 
     # ---------------------------------------------------------------- inspection
 

@@ -217,7 +217,7 @@ class Supervisor:
     # ------------------------------------------------------------------ the task
 
     async def run(self, *, task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED) -> None:
-        record = await self._read(self.store.require_session, self.session)
+        record = await self._read(self.store.sessions.require, self.session)
         self.harness = record.daemon.harness or self.launcher.default_harness
         try:
             async with trio.open_nursery() as nursery:
@@ -298,7 +298,7 @@ class Supervisor:
     async def _open_work(self) -> bool:
         store = self.store
         records = await self._read(
-            lambda: store.operations(session=self.session, statuses=OPEN_STATUSES)
+            lambda: store.operations.all(session=self.session, statuses=OPEN_STATUSES)
         )
         return bool(records)
 
@@ -354,7 +354,7 @@ class Supervisor:
         elif change.state != "running":
             fields.update(url=None, token=None, container=None)
         try:
-            await self.store.call(lambda: self.store.set_daemon(self.session, **fields))
+            await self.store.call(lambda: self.store.sessions.set_daemon(self.session, **fields))
         except Exception as error:
             if not is_store_failure(error):
                 raise

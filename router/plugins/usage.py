@@ -230,13 +230,13 @@ class StoreLedgerStatistics:
 
 class StoreLedger:
     """The host's store (``router.host.store.Store``) as a
-    :class:`UsageLedger`: ``Store.usage_after``, in the store's worker
+    :class:`UsageLedger`: ``store.usage.after``, in the store's worker
     thread (a mark is the rowid of the session's last event).
 
     A read the store need not be asked is answered from memory: each read
     in the worker thread also notes, per session, the mark it answered and
     the store's count of the session's usage writes
-    (``Store.usage_writes``, counted before each row). While that count is
+    (``store.usage.writes``, counted before each row). While that count is
     unchanged no row of the session was written since, so a read from that
     same mark (a turn's end after its beginning) or of the mark alone (a
     turn's beginning) is answered at once, no thread hop: nothing after it.
@@ -263,9 +263,9 @@ class StoreLedger:
     async def usage_after(self, session: str, mark: int | None) -> Any:
         if not self._sole():
             self.reads += 1
-            return await self._store.call(self._store.usage_after, session, mark)
+            return await self._store.call(self._store.usage.after, session, mark)
         seen = self._seen.get(session)
-        if seen is not None and seen[0] == self._store.usage_writes(session) and mark in (None, seen[1]):
+        if seen is not None and seen[0] == self._store.usage.writes(session) and mark in (None, seen[1]):
             self.held += 1
             return UsageAfter(mark=seen[1], events=0, input_tokens=None, output_tokens=None)
         self.reads += 1
@@ -277,7 +277,7 @@ class StoreLedger:
         """In the store's worker thread: the store's usage writes of the
         session, taken before the read (a row written after it is a
         change), and the read."""
-        return self._store.usage_writes(session), self._store.usage_after(session, mark)
+        return self._store.usage.writes(session), self._store.usage.after(session, mark)
 
 
 # --------------------------------------------------------------------------- records

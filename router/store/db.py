@@ -402,6 +402,19 @@ class PgDatabase(Database):
         self._over(raw)
 
     @classmethod
+    def dialing(cls, url: str, component: str, *, idle_limit: float | None = None) -> PgDatabase:
+        """``component``'s record in ``url``, its connection opened now and
+        a failure to open it raised as psycopg's own error (transient:
+        :mod:`router._transient`), not refused ``bad-store``: for an owner
+        whose calls are run again after a transient failure (the cluster's
+        database, whose server may be restarting when it first dials)."""
+        db = cls.__new__(cls)
+        Database.__init__(db, component)
+        db.url, db.idle_limit = url, idle_limit
+        db._over(connect_postgres(url, idle_limit=idle_limit))
+        return db
+
+    @classmethod
     def borrowing(cls, raw: Any, component: str) -> PgDatabase:
         """``component``'s record over a connection another part opened and
         owns (the cluster's worker hands its own to a schema step): never
@@ -423,7 +436,7 @@ class PgDatabase(Database):
         #: Closed by its owner: never opened again.
         self._shut = False
 
-    def _live(self) -> None:
+    def live(self) -> None:
         """A connection the server dropped (a restart, a terminated backend,
         a network cut) is opened again before the next transaction or
         statement outside one: the one that met the loss raised (its
@@ -443,7 +456,7 @@ class PgDatabase(Database):
         super().rollback()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        self._live()
+        self.live()
         if sql in ("COMMIT", "ROLLBACK"):
             self._began = False
         # Without parameters psycopg sends the text as it is (a ``%`` stays one).
@@ -463,7 +476,7 @@ class PgDatabase(Database):
         # One round trip: without parameters psycopg sends a simple query,
         # which may hold two statements (the key is our own integer).
         self._began = False
-        self._live()
+        self.live()
         try:
             self.raw.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(self._lock)})")
         except BaseException:
@@ -492,7 +505,7 @@ class PgDatabase(Database):
         again (``relation "sessions" already exists``, two starts in three
         seen). A migration that begins after this lock sees every one
         committed before it."""
-        self._live()
+        self.live()
         key = _lock_key(f"migrate:{self.component}")
         self.raw.execute("SELECT pg_advisory_lock(%s)", (key,))
         try:

@@ -326,7 +326,7 @@ class Parking:
         if containers is None:
             return
         store = containers.host.store
-        record = await store.call(store.operation, session.id, operation_id)
+        record = await store.call(store.operations.get, session.id, operation_id)
         if record is None:
             log.warning("session %r: kept operation %r is not in the record", session.id, operation_id)
             return

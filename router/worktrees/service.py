@@ -326,7 +326,7 @@ class Worktrees:
             raise Refusal("session-exists", f"a session named {name!r} exists; end it (`router end {name}`) or give "
                           "another --name")
         if self.router.is_open(session_id) or (self.host is not None and
-                                               await self.host.store.call(self.host.store.session, session_id)):
+                                               await self.host.store.call(self.host.store.sessions.get, session_id)):
             raise Refusal("session-exists", f"a session {session_id!r} exists already; give another --name")
 
     async def _start(self, place: Place, argv: list[str] | None) -> None:
@@ -467,7 +467,7 @@ class Worktrees:
         """A session ``router new`` did not make: a container session of
         this router ends (its daemon, its workspace); anything else is
         not this router's to end."""
-        if self.host is not None and await self.host.store.call(self.host.store.session, key) is not None:
+        if self.host is not None and await self.host.store.call(self.host.store.sessions.get, key) is not None:
             if await self.host.ended(key):
                 raise Refusal("session-ended", f"{key!r} was ended already")
             await self._end_container(key)

@@ -172,7 +172,7 @@ async def test_skipped_frames_are_notices_live_and_in_the_snapshot(api: Api) -> 
     assert "frame 7 of runtime r1" in notice["message"] and "it does not parse" in notice["message"]
     await api.send("root", {"text": "first", "eventId": "e0", "wait": True})
     store = api.host.store
-    await store.call(store.skip_frame, "root", "r1", 7, "it does not parse", "{")
+    await store.call(store.skipped_frames.add, "root", "r1", 7, "it does not parse", "{")
     async with api.client.stream("GET", LIVE) as response:
         snapshot = await SseReader(response).next()
     assert snapshot["data"]["notices"] == [{**notice}]

@@ -32,8 +32,8 @@ async def test_serve_keeps_its_record_in_postgresql(tmp_path: Path, postgres_url
         assert status == 0 and later["reply"]["text"] == "echo: later (turn 2)"  # the session's entries restored
         assert await stop(served.process, signal.SIGINT) == 130, served.log()  # SIGINT: 128 + 2
     with Store(postgres_url) as store:
-        texts = [message.get("text") or message.get("content") for message in store.messages("root")]
-        assert len(texts) == 4, store.messages("root")
+        texts = [message.get("text") or message.get("content") for message in store.messages.all("root")]
+        assert len(texts) == 4, store.messages.all("root")
 
 
 async def test_serve_refuses_a_store_it_cannot_use(tmp_path: Path, postgres: object) -> None:

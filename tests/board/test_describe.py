@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import attrs
@@ -24,16 +25,14 @@ class _Launch:
 
 
 class _Store:
-    """The host store's face that describe reads: ``call`` and ``sessions``."""
+    """The host store's face that describe reads: ``call`` and ``sessions.all``."""
 
     def __init__(self, records: list[_Record]) -> None:
         self.records = records
+        self.sessions = SimpleNamespace(all=lambda: self.records)
 
     async def call(self, fn: Any, *args: Any) -> Any:
         return fn(*args)
-
-    def sessions(self) -> list[_Record]:
-        return self.records
 
 
 class _Deliveries(_Store):

@@ -6,6 +6,7 @@ the listing's kept JSON text is what encoding it afresh gives."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import attrs
@@ -24,17 +25,18 @@ class _Record:
 
 
 class _Store:
-    """The host store's face the board reads (``call``, ``sessions``),
+    """The host store's face the board reads (``call``, ``sessions.all``),
     counting the reads."""
 
     def __init__(self, records: dict[str, _Record]) -> None:
         self.records = records
         self.reads = 0
+        self.sessions = SimpleNamespace(all=self._all)
 
     async def call(self, fn: Any, *args: Any) -> Any:
         return fn(*args)
 
-    def sessions(self) -> list[_Record]:
+    def _all(self) -> list[_Record]:
         self.reads += 1
         return list(self.records.values())
 

@@ -129,7 +129,7 @@ def make_sessions(store: str, ids: list[str]) -> None:
 
     with Store(store, exclusive=False) as record:
         for each in ids:
-            record.create_session(each)
+            record.sessions.create(each)
 
 
 async def deliver(member: Member, client: Any, session: str, event_id: str, text: str) -> tuple[int, Any]:
@@ -167,9 +167,9 @@ def record_check(store: str, sessions: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with Store(store, exclusive=False) as record:
         for session in sessions:
-            operations = {op.id: op.status for op in record.operations(session=session)}
+            operations = {op.id: op.status for op in record.operations.all(session=session)}
             turns = []
-            for message in record.messages(session):
+            for message in record.messages.all(session):
                 if message.get("role") != "assistant":
                     continue
                 found = _TURN.search(json.dumps(message))

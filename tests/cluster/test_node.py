@@ -116,7 +116,7 @@ async def test_two_routers_answer_every_delivery_once_through_a_death(pg_url: st
         try:
             with trio.fail_after(120):
                 while True:
-                    operations = await probe.call(probe.operations)
+                    operations = await probe.call(probe.operations.all)
                     if {op.status for op in operations} == {"done"}:
                         break
                     await trio.sleep(0.2)

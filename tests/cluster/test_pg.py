@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from router.cluster import pg
+from router.store.db import PgDatabase
 
 #: A short lease for the expiry tests (seconds of the database's clock).
 SHORT = 0.3
@@ -307,3 +308,21 @@ def test_a_database_from_before_the_versions_is_upgraded_in_place(pg_url: str) -
         with pytest.raises(Refusal) as refused:
             pg.ensure_schema(connection)
         assert refused.value.code == "cluster-too-new"
+
+
+def _backend(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+
+async def test_the_cluster_database_is_a_store_database_dialled_again_after_a_lost_connection(pg_url: str) -> None:
+    db = pg.ClusterDatabase(pg_url)
+    try:
+        first = await db.call(_backend)
+        assert isinstance(db.db, PgDatabase) and db.db.component == pg.COMPONENT
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (first,))
+        second = await db.call(_backend)  # met the loss, run again whole on a new connection
+        assert second != first and db.retries == 1 and db.db.reconnects == 1
+    finally:
+        db.close()
+    assert db.db is None

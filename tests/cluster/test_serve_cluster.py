@@ -245,7 +245,7 @@ def _messages(store: str, session: str) -> set[str]:
     from router.host import Store
 
     with Store(store, exclusive=False) as record:
-        return {str(message.get("id")) for message in record.messages(session)}
+        return {str(message.get("id")) for message in record.messages.all(session)}
 
 
 def _refusals(store: str, holder: str) -> list[dict[str, Any]]:

@@ -110,7 +110,7 @@ async def test_a_session_taken_back_continues_from_the_record(
     answers: list[Any] = []
     async with own_daemon(kind, "runtime-a", docker) as daemon_a, own_daemon(kind, "runtime-b", docker) as daemon_b:
         with Store(pg_url, exclusive=False) as record:
-            record.create_session(SESSION)
+            record.sessions.create(SESSION)
         async with trio.open_nursery() as nursery:
             a = await hold(nursery, pg_url, daemon_a, "a")
             for n in (1, 2, 3):
@@ -135,10 +135,10 @@ async def test_a_session_taken_back_continues_from_the_record(
     assert [turn_number(answer) for answer in answers] == list(range(1, 10))
     probe = Store(pg_url, exclusive=False)
     try:
-        entries = probe.entries(SESSION)
-        messages = probe.messages(SESSION)
-        operations = probe.operations(session=SESSION)
-        skipped = probe.skipped_frames(SESSION)
+        entries = probe.entries.all(SESSION)
+        messages = probe.messages.all(SESSION)
+        operations = probe.operations.all(session=SESSION)
+        skipped = probe.skipped_frames.all(SESSION)
     finally:
         probe.close()
     assert [entry["turn"] for entry in entries] == list(range(1, 10))
@@ -185,7 +185,7 @@ async def test_a_session_handed_back_to_a_live_router_with_the_process_launcher(
     sessions = [f"s{i}" for i in range(4)]
     with Store(pg_url, exclusive=False) as record:
         for each in sessions:
-            record.create_session(each)
+            record.sessions.create(each)
     async with trio.open_nursery() as nursery:
         a = LaunchedRouter(pg_url, "a", str(tmp_path / "a"))
         await nursery.start(a.run)
@@ -218,8 +218,8 @@ async def test_a_session_handed_back_to_a_live_router_with_the_process_launcher(
         nursery.cancel_scope.cancel()
 
     with Store(pg_url, exclusive=False) as probe:
-        entries = probe.entries(moved)
-        messages = probe.messages(moved)
+        entries = probe.entries.all(moved)
+        messages = probe.messages.all(moved)
     assert [entry["turn"] for entry in entries] == [1, 2, 3, 4, 5, 6]
     assert [m["id"] for m in messages] == [f"{moved}-{n}:{role}" for n in range(1, 7) for role in ("user", "assistant")]
 

@@ -45,7 +45,7 @@ def claude_context(label: str, image: str, fake: FakeAnthropic) -> dict[str, Any
 
 
 def session_ids(store: Store) -> list[str]:
-    return [e["values"]["sessionId"] for e in store.entries("root")
+    return [e["values"]["sessionId"] for e in store.entries.all("root")
             if isinstance(e, dict) and e.get("kind") == "state"]
 
 

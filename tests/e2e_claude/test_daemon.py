@@ -258,7 +258,7 @@ async def test_through_the_host_api_the_live_events_show_the_turn_and_usage_reac
                     messages = await session.messages()
                 finally:
                     await host.aclose()
-        usage = store.usage_records("chat-api")
+        usage = store.usage.records("chat-api")
     assert (result.status, result.text) == ("done", "Saw host-api-7, in pieces.")
     kinds = [e["type"] for e in live]
     assert kinds.index("operation-start") < kinds.index("text-delta") < kinds.index("operation-end")

@@ -46,7 +46,7 @@ def user_texts(request) -> list[str]:
 
 async def settled(host, store, session: str, operation_id: str):
     """The operation's result, once the resume submitted it and it settled."""
-    while await store.call(store.operation, session, operation_id) is None:
+    while await store.call(store.operations.get, session, operation_id) is None:
         await trio.sleep(0.05)  # the resume comes at the reset
     return await host.session(session).wait(operation_id)
 

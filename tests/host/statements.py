@@ -53,9 +53,9 @@ def statements(store: Store, work: Callable[[Store], Any]) -> list[tuple[str, tu
 
 def check_v7_migrated(store: Store) -> None:
     """A store opened on :data:`V7_ROWS` reads them through schema 8."""
-    assert [op.id for op in store.operations(session="s", statuses=("running", "queued"))] == ["open"]
-    assert store.usage_after("s", 0).input_tokens == 4  # the old usage counts from the mark 0
-    mark = store.usage_after("s").mark
-    store.record_usage("s", "open", "r", 2, {"type": "usage", "inputTokens": 6})
-    after = store.usage_after("s", mark)
+    assert [op.id for op in store.operations.all(session="s", statuses=("running", "queued"))] == ["open"]
+    assert store.usage.after("s", 0).input_tokens == 4  # the old usage counts from the mark 0
+    mark = store.usage.after("s").mark
+    store.usage.record("s", "open", "r", 2, {"type": "usage", "inputTokens": 6})
+    after = store.usage.after("s", mark)
     assert (after.input_tokens, after.events) == (6, 1)

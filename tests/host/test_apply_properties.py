@@ -82,10 +82,10 @@ SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W
 
 def fresh_store(directory: str, name: str) -> Store:
     store = Store(Path(directory) / name, clock=lambda: 1_000)
-    store.create_session(SESSION)
+    store.sessions.create(SESSION)
     for op in OPERATIONS:
-        store.enqueue(SESSION, op, f"input {op}")
-        store.set_delivered(SESSION, op, "r1")
+        store.operations.enqueue(SESSION, op, f"input {op}")
+        store.operations.set_delivered(SESSION, op, "r1")
     return store
 
 
@@ -121,7 +121,7 @@ def test_any_disturbed_delivery_ends_as_one_in_order_delivery(log: list[dict], d
             connections = data.draw(st.integers(1, 5), label="connections")
             for number in range(connections):
                 core = connection(disturbed, log)
-                after = disturbed.require_session(SESSION).cursor_seq
+                after = disturbed.sessions.require(SESSION).cursor_seq
                 stream: list[Any] = []
                 for item in frames[after:]:
                     # Re-send earlier frames now and then (duplicates, replays).

@@ -71,7 +71,7 @@ async def test_a_daemon_killed_mid_turn_is_replaced_and_the_session_resumes(
                         break
                 assert {"type": "container", "status": "lost"} in seen
                 assert host.session().link.runtime_id == "runtime-2" == second.runtime_id
-    store_entries = store.entries("root")
+    store_entries = store.entries.all("root")
     if policy == "fail":
         assert (lost.status, lost.reason) == ("unanswered", "container_lost")
         # The restored entry (turn 1) reached the new daemon: it counts on.
@@ -81,7 +81,7 @@ async def test_a_daemon_killed_mid_turn_is_replaced_and_the_session_resumes(
         assert lost.text == "echo: second (turn 2)"
         assert third.text == "echo: third (turn 3)"
         assert [e["turn"] for e in store_entries] == [1, 2, 3]
-    ids = [m["id"] for m in store.messages("root")]
+    ids = [m["id"] for m in store.messages.all("root")]
     assert len(ids) == len(set(ids))  # the retried turn's user message is there once
     assert {"second:user", "third:user", "third:assistant"} <= set(ids)
     await host.aclose()
@@ -109,9 +109,9 @@ async def run_workload(host: Host, session_id: str) -> dict:
     store = host.store
     return {
         "results": results,
-        "messages": normalized(await store.call(store.messages, session_id)),
-        "entries": await store.call(store.entries, session_id),
-        "operations": [(o.id, o.status) for o in await store.call(store.operations)],
+        "messages": normalized(await store.call(store.messages.all, session_id)),
+        "entries": await store.call(store.entries.all, session_id),
+        "operations": [(o.id, o.status) for o in await store.call(store.operations.all)],
     }
 
 
@@ -262,13 +262,13 @@ async def test_a_host_killed_at_random_points_loses_nothing_and_doubles_nothing(
         f'{{"status":"done","text":"echo: message {n} (turn {n})"}}' for n in range(1, operations + 1)
     ]
     with Store(store_path) as store:
-        assert [(o.id, o.status) for o in store.operations()] == [
+        assert [(o.id, o.status) for o in store.operations.all()] == [
             (f"op-{n}", "done") for n in range(1, operations + 1)
         ]
-        assert [m["id"] for m in store.messages("root")] == [
+        assert [m["id"] for m in store.messages.all("root")] == [
             f"op-{n}:{role}" for n in range(1, operations + 1) for role in ("user", "assistant")
         ]
-        assert store.entries("root") == [
+        assert store.entries.all("root") == [
             {"turn": n, "text": f"message {n}"} for n in range(1, operations + 1)
         ]
 
@@ -278,9 +278,9 @@ def _phase(store_path: Path, operation_id: str) -> str:
     if not store_path.exists():
         return "no store"
     with Store(store_path, exclusive=False) as store:
-        if store.session("root") is None:
+        if store.sessions.get("root") is None:
             return "no session"
-        record = store.operation("root", operation_id)
+        record = store.operations.get("root", operation_id)
         if record is None:
             return "not submitted"
         if record.status == "queued" and record.delivered is None:
@@ -320,10 +320,10 @@ async def test_two_hundred_sessions_and_concurrent_submissions_settle_exactly_on
             assert first.text.startswith(prefix)
             turns.append(int(first.text[len(prefix) : -1]))
         assert sorted(turns) == list(range(1, per_session + 1))
-    assert len(store.operations(statuses=("done",))) == 200 * per_session
+    assert len(store.operations.all(statuses=("done",))) == 200 * per_session
     for session in sessions[:: 20]:
-        assert len(store.messages(session.id)) == 2 * per_session
-        assert len(store.entries(session.id)) == per_session
+        assert len(store.messages.all(session.id)) == 2 * per_session
+        assert len(store.entries.all(session.id)) == per_session
 
 
 async def test_a_new_daemon_gets_a_large_history_in_restore_chunks(
@@ -339,7 +339,7 @@ async def test_a_new_daemon_gets_a_large_history_in_restore_chunks(
         for n in range(1, 4):
             result, _ = await session.prompt(f"{n}" + "x" * big)
             assert result.text.endswith(f"(turn {n})")
-        assert len(chunk_entries(store.entries("root"))) == 3
+        assert len(chunk_entries(store.entries.all("root"))) == 3
         first.kill()
         await first.process.wait()
         async with spawn_daemon(kind, runtime_id="runtime-2", port=first.port):  # type: ignore[arg-type]

@@ -53,7 +53,7 @@ async def test_prompt_answers_and_records_the_transcript(host: Host) -> None:
     assert [m["id"] for m in messages] == ["op-1:user", "op-1:assistant"]
     result, _ = await session.prompt("again")
     assert result.text == "echo: again (turn 2)"
-    assert host.store.entries("root") == [{"turn": 1, "text": "hello"}, {"turn": 2, "text": "again"}]
+    assert host.store.entries.all("root") == [{"turn": 1, "text": "hello"}, {"turn": 2, "text": "again"}]
     assert not await session.busy() and await session.pending() == []
 
 

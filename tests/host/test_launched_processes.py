@@ -56,7 +56,7 @@ async def reply(served: Served, session: str, text: str, event_id: str) -> dict[
 
 def operation_status(data: Path, session: str, operation_id: str) -> str | None:
     with Store(data / "host.sqlite", exclusive=False, create=False) as store:
-        record = store.operation(session, operation_id)
+        record = store.operations.get(session, operation_id)
     return None if record is None else record.status
 
 
@@ -120,11 +120,11 @@ def assert_nothing_lost(data: Path) -> None:
     """What :func:`three_sessions_and_a_kill` left in the record: every
     turn once, the cut one included."""
     with Store(data / "host.sqlite", exclusive=False, create=False) as store:
-        assert [m["id"] for m in store.messages("a")] == ["a1:user", "a1:assistant", "a2:user", "a2:assistant"]
-        assert store.entries("b") == [{"turn": 1, "text": "one"}, {"turn": 2, "text": "cut"},
-                                      {"turn": 3, "text": "three"}]
-        assert [m["id"] for m in store.messages("b")] == ["b1:user", "b1:assistant", "b2:user", "b2:assistant",
-                                                          "b3:user", "b3:assistant"]
+        assert [m["id"] for m in store.messages.all("a")] == ["a1:user", "a1:assistant", "a2:user", "a2:assistant"]
+        assert store.entries.all("b") == [{"turn": 1, "text": "one"}, {"turn": 2, "text": "cut"},
+                                          {"turn": 3, "text": "three"}]
+        assert [m["id"] for m in store.messages.all("b")] == ["b1:user", "b1:assistant", "b2:user", "b2:assistant",
+                                                              "b3:user", "b3:assistant"]
 
 
 async def test_three_sessions_three_daemons_and_a_killed_one_is_replaced_unnoticed_by_the_others(
@@ -256,9 +256,9 @@ async def test_a_restarted_router_stops_the_daemon_its_record_names_and_says_so(
                 line += await left.stdout.receive_some()
         port = int(line.split(b":")[-1].split(b" ")[0])
         with Store(data / "host.sqlite") as store:
-            store.create_session("root")
-            store.set_daemon("root", url=f"ws://127.0.0.1:{port}", token=token, runtime=runtime,
-                             container=str(left.pid), launcher="process", harness="echo", state="running")
+            store.sessions.create("root")
+            store.sessions.set_daemon("root", url=f"ws://127.0.0.1:{port}", token=token, runtime=runtime,
+                                      container=str(left.pid), launcher="process", harness="echo", state="running")
         async with serve(tmp_path, "--launcher", "process") as served:
             with trio.fail_after(60):
                 await left.wait()

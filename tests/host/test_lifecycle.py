@@ -286,14 +286,14 @@ async def test_supervisor_start_on_demand_replace_and_idle_on_virtual_time(
         supervisor.demand()  # no open work: a spent demand
         await settle_down()
         assert module.starts == [] and supervisor.core.state == "stopped"
-        await store.call(store.enqueue, "root", "op1", "hi", "followUp")
+        await store.call(store.operations.enqueue, "root", "op1", "hi", "followUp")
         supervisor.demand()
         endpoint = await supervisor.endpoint()
         assert endpoint.url == "ws://127.0.0.1:1" and len(module.starts) == 1
         first = module.starts[0]
         assert first["labels"] == {"router.owner": "o1", "router.session": "root"}
         assert first["harness"] == "echo" and first["token"] and first["runtime"].startswith("r-")
-        record = await store.call(store.require_session, "root")
+        record = await store.call(store.sessions.require, "root")
         assert (record.daemon.state, record.daemon.container, record.daemon.url) == ("running", "c1", endpoint.url)
 
         module.kill("c1")  # lost with work open: replaced at once, a new runtime
@@ -302,7 +302,7 @@ async def test_supervisor_start_on_demand_replace_and_idle_on_virtual_time(
         assert module.stops == ["c1"] and module.starts[1]["runtime"] != first["runtime"]
         assert module.starts[1]["token"] != first["token"]
 
-        await store.call(store.settle, "root", "op1", {"status": "done", "text": "hi"})
+        await store.call(store.operations.settle, "root", "op1", {"status": "done", "text": "hi"})
         checked = trio.current_time()
         supervisor.check_idle()  # nothing open: idle from now
         while math.isinf(supervisor.core.idle_deadline):
@@ -313,7 +313,7 @@ async def test_supervisor_start_on_demand_replace_and_idle_on_virtual_time(
             await trio.sleep(0.25)
         assert deadline <= trio.current_time() <= deadline + 0.25
         assert module.stops == ["c1", "c2"] and supervisor.core.losses == 1  # its own stop is no loss
-        await store.call(store.enqueue, "root", "op2", "again", "followUp")
+        await store.call(store.operations.enqueue, "root", "op2", "again", "followUp")
         supervisor.demand()
         await supervisor.endpoint()
         assert len(module.starts) == 3
@@ -336,7 +336,7 @@ async def test_supervisor_unreachable_settles_open_work_and_tries_again_later(
         assert len(module.starts) == 2
         supervisor = host.supervisor("root")
         assert supervisor.core.state == "unreachable"
-        record = await store.call(store.require_session, "root")
+        record = await store.call(store.sessions.require, "root")
         assert record.daemon.state == "unreachable"
         assert "image-missing: no image router:nope" in record.daemon.reason
         listed = await host.sessions.list()
@@ -367,14 +367,14 @@ async def test_each_step_is_an_event_and_a_live_view_notice(
                     seen.extend(event for event in batch if type(event) is DaemonChanged)
 
             nursery.start_soon(collect)
-            await store.call(store.enqueue, "root", "op1", "hi", "followUp")
+            await store.call(store.operations.enqueue, "root", "op1", "hi", "followUp")
             supervisor = host.supervisor("root")
             supervisor.demand()
             await supervisor.endpoint()
             module.kill("c1")
             while supervisor.core.starts < 2:
                 await trio.sleep(0.05)
-            await store.call(store.settle, "root", "op1", {"status": "done", "text": "hi"})
+            await store.call(store.operations.settle, "root", "op1", {"status": "done", "text": "hi"})
             supervisor.check_idle()
             while not seen or seen[-1].state != "idle-stopped":  # the event comes after the core's state and its record
                 await trio.sleep(0.5)

@@ -177,7 +177,7 @@ async def test_what_does_not_parse_is_dropped_and_the_session_goes_on(
     assert result.text == "ok"
     assert [m["id"] for m in messages] == [f"{result.operation_id}:user"]
     assert daemon.paths[-1] == "/sessions/root" and daemon.connections == 1
-    (skipped,) = await store.call(store.skipped_frames, "root")
+    (skipped,) = await store.call(store.skipped_frames.all, "root")
     assert (skipped.runtime, skipped.seq) == ("fake", 1) and skipped.reason.startswith("it does not parse")
 
 

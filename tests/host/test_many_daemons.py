@@ -46,7 +46,7 @@ async def test_each_session_dials_its_own_daemon_and_a_dead_one_delays_no_other(
                 assert dead.state in ("connecting", "backoff") and dead.connections == 0
                 assert dead.last_error is not None and dead.last_error.code == "daemon-unreachable"
                 assert (await host.session("dead").pending())[0]["status"] == "queued"
-                record = await store.call(store.require_session, "a")
+                record = await store.call(store.sessions.require, "a")
                 assert (record.daemon.url, record.daemon.token) == (a.url, "token-a")
                 await host.aclose()
 
@@ -69,7 +69,7 @@ async def test_a_session_without_an_endpoint_uses_the_default_and_an_old_store_o
     async with spawn_daemon("ours") as daemon:
         with Store(path) as store:
             assert store.schema_version() == SCHEMA_VERSION >= 7  # migrated to the current schema
-            record = store.require_session("old")
+            record = store.sessions.require("old")
             assert record.daemon.url is None and record.daemon.state is None
             async with trio.open_nursery() as nursery:
                 host = await start_host(nursery, store, DaemonEndpoint(daemon.url, daemon.token))

@@ -21,6 +21,7 @@ from router.host.events import FrameSkipped, OperationEnded
 from router.host.host import Host, HostSettings
 from router.host.link import DaemonEndpoint
 from router.host.reconcile import ConnectionRules, UnreadableFrame, frame_seq
+from router.host.record import Entries, Messages
 from router.host.store import Store
 from tests.host.conftest import FAST
 from tests.host.core_driver import SESSION, connect, event, frame, hello, message, persist, receive, sends, start
@@ -140,7 +141,7 @@ async def test_a_poisoned_frame_replayed_on_every_connection_is_passed_and_the_s
             result = await session.wait(receipt.operation_id)
         await until(lambda: any(type(event) is OperationEnded for event in seen))
     assert (result.status, result.text) == ("done", "ok")
-    skipped = await store.call(store.skipped_frames, "root")
+    skipped = await store.call(store.skipped_frames.all, "root")
     passed = poison == "unappliable" or refused_by_the_parser(poison_frames(receipt.operation_id)[poison])
     if passed:
         # Recorded with its seq and why, told to subscribers, acked: the
@@ -184,7 +185,7 @@ async def test_a_message_that_is_not_a_frame_and_does_not_parse_keeps_the_connec
         result, _ = await host.session().prompt("x")
     assert result.text == "still here"
     assert daemon.connections == 1 and host.session().link.last_error is None
-    assert await store.call(store.skipped_frames, "root") == []
+    assert await store.call(store.skipped_frames.all, "root") == []
     logged = [record.getMessage() for record in caplog.records if record.name == "router.host.session_link"]
     assert sum("dropped a message that does not parse" in line for line in logged) >= 2
 
@@ -232,73 +233,73 @@ async def test_a_bug_while_applying_a_batch_is_logged_and_backs_off(
 @pytest.fixture
 def core_store(tmp_path):
     store = Store(tmp_path / "core.db")
-    store.create_session(SESSION)
+    store.sessions.create(SESSION)
     yield store
     store.close()
 
 
 def test_the_core_passes_an_unreadable_frame_in_its_place_and_acks_it(core_store: Store) -> None:
     store = core_store
-    store.enqueue(SESSION, "a", "hi", "followUp")
+    store.operations.enqueue(SESSION, "a", "hi", "followUp")
     core, _ = connect(store, hello())
     unreadable = UnreadableFrame(seq=2, reason="it does not parse: no", text='{"type":"frame","seq":2}')
     effects = receive(store, core, frame(1, start("a")), unreadable, frame(3, persist({"n": 1})))
     assert sends(effects) == [{"type": "ack", "seq": 3}]  # a pass acks at once
     assert FrameSkipped(runtime_id="r1", seq=2, reason="it does not parse: no") in effects.events
     assert (core.frames_applied, core.frames_passed) == (2, 1)
-    (skipped,) = store.skipped_frames(SESSION)
+    (skipped,) = store.skipped_frames.all(SESSION)
     assert (skipped.runtime, skipped.seq, skipped.text) == ("r1", 2, '{"type":"frame","seq":2}')
-    assert store.entries(SESSION) == [{"n": 1}]
+    assert store.entries.all(SESSION) == [{"n": 1}]
     # Replayed (the ack was lost): below the cursor, so neither applied nor
     # recorded again.
     again = receive(store, core, frame(1, start("a")), unreadable, frame(3, persist({"n": 1})))
-    assert core.frames_skipped == 3 and len(store.skipped_frames(SESSION)) == 1
-    assert store.entries(SESSION) == [{"n": 1}] and not again.events
+    assert core.frames_skipped == 3 and len(store.skipped_frames.all(SESSION)) == 1
+    assert store.entries.all(SESSION) == [{"n": 1}] and not again.events
 
 
 def test_a_frame_that_cannot_be_applied_is_undone_alone_and_passed(
     core_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = core_store
-    store.enqueue(SESSION, "a", "hi", "followUp")
+    store.operations.enqueue(SESSION, "a", "hi", "followUp")
     core, _ = connect(store, hello())
-    real = Store.put_message
+    real = Messages.put
 
-    def put_message(self: Store, session: str, generation: int, message: dict, operation_id: object) -> None:
+    def put(self: Messages, session: str, generation: int, message: dict, operation_id: object) -> None:
         real(self, session, generation, message, operation_id)  # written, then undone by the savepoint
         if message["id"] == "poison":
             raise RecursionError("too deep to encode")
 
-    monkeypatch.setattr(Store, "put_message", put_message)
+    monkeypatch.setattr(Messages, "put", put)
     frames = [frame(1, event("a", message("poison", "x", "a"))), frame(2, event("a", message("m", "fine", "a")))]
     # Quickly, the batch raises whole: nothing written, the core unchanged.
     with pytest.raises(RecursionError):
         receive(store, core, *frames)
-    assert store.messages(SESSION) == [] and store.require_session(SESSION).cursor_seq == 0
+    assert store.messages.all(SESSION) == [] and store.sessions.require(SESSION).cursor_seq == 0
     assert (core.frames_applied, core.since_ack) == (0, 0)
     # Carefully (what the link does next), the frame is undone alone and passed.
     with store.transaction():
         effects = core.receive(store, frames, careful=True)
-    assert [message["id"] for message in store.messages(SESSION)] == ["m"]
-    (skipped,) = store.skipped_frames(SESSION)
+    assert [message["id"] for message in store.messages.all(SESSION)] == ["m"]
+    (skipped,) = store.skipped_frames.all(SESSION)
     assert skipped.seq == 1 and skipped.reason == "it cannot be applied: RecursionError('too deep to encode')"
     assert '"poison"' in skipped.text
     assert [type(event).__name__ for event in effects.events] == ["FrameSkipped", "MessageStored"]
     assert sends(effects) == [{"type": "ack", "seq": 2}]
-    assert store.require_session(SESSION).cursor_seq == 2
+    assert store.sessions.require(SESSION).cursor_seq == 2
 
 
 def test_a_store_failure_is_not_the_frames_doing(core_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     store = core_store
     core, _ = connect(store, hello())
 
-    def full(self: Store, *args: object) -> None:
+    def full(self: Entries, *args: object) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(Store, "append_entries", full)
+    monkeypatch.setattr(Entries, "append", full)
     with pytest.raises(sqlite3.OperationalError), store.transaction():
         core.receive(store, [frame(1, persist({"n": 1}))], careful=True)
-    assert store.skipped_frames(SESSION) == [] and store.require_session(SESSION).cursor_seq == 0
+    assert store.skipped_frames.all(SESSION) == [] and store.sessions.require(SESSION).cursor_seq == 0
     assert core.frames_passed == 0
 
 

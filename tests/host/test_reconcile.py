@@ -30,7 +30,7 @@ from wire.container import MAX_CHUNK_CHARS, chunk_entries
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     store = Store(tmp_path / "core.db")
-    store.create_session(SESSION, settings={"model": "m"})
+    store.sessions.create(SESSION, settings={"model": "m"})
     yield store
     store.close()
 
@@ -49,7 +49,7 @@ def test_a_daemon_without_the_generation_gets_open_then_replay(store: Store) -> 
         {"type": "open", "generation": 1, "settings": {"model": "m"}, "restore": []},
         {"type": "replay", "after": 0},
     ]
-    record = store.require_session(SESSION)
+    record = store.sessions.require(SESSION)
     assert (record.cursor_runtime, record.cursor_seq) == ("r1", 0)
     assert (record.open_runtime, record.open_seq) == ("r1", 0)
     assert core.ready and core.runtime_id == "r1"
@@ -58,7 +58,7 @@ def test_a_daemon_without_the_generation_gets_open_then_replay(store: Store) -> 
 def test_stored_entries_go_as_restore_chunks_with_the_last_in_open(store: Store) -> None:
     big = "x" * (MAX_CHUNK_CHARS // 3)
     entries = [{"turn": i, "text": big} for i in range(7)]
-    store.append_entries(SESSION, 1, entries)
+    store.entries.append(SESSION, 1, entries)
     groups = chunk_entries(entries)
     assert len(groups) > 2
     _, effects = connect(store, hello("r2", open=None, last_seq=4))
@@ -67,11 +67,11 @@ def test_stored_entries_go_as_restore_chunks_with_the_last_in_open(store: Store)
     assert [body["entries"] for body in wire[:-2]] == groups[:-1]
     assert wire[-2]["restore"] == groups[-1]
     assert all(body["generation"] == 1 for body in wire[:-1])
-    assert store.require_session(SESSION).open_seq == 4
+    assert store.sessions.require(SESSION).open_seq == 4
 
 
 def test_a_daemon_holding_the_generation_gets_configure_instead(store: Store) -> None:
-    store.set_cursor(SESSION, "r1", 7)
+    store.sessions.set_cursor(SESSION, "r1", 7)
     _, effects = connect(store, hello(open=1, last_seq=9))
     assert sends(effects) == [
         {"type": "configure", "settings": {"model": "m"}},
@@ -80,7 +80,7 @@ def test_a_daemon_holding_the_generation_gets_configure_instead(store: Store) ->
 
 
 def test_another_generation_open_there_is_replaced(store: Store) -> None:
-    store.reset_session(SESSION, None)
+    store.sessions.reset(SESSION, None)
     _, effects = connect(store, hello(open=1))
     assert sends(effects)[0] == {"type": "open", "generation": 2, "settings": {"model": "m"}, "restore": []}
 
@@ -89,17 +89,17 @@ def test_another_generation_open_there_is_replaced(store: Store) -> None:
 
 
 def test_the_same_runtime_replays_from_the_cursor(store: Store) -> None:
-    store.set_cursor(SESSION, "r1", 12)
+    store.sessions.set_cursor(SESSION, "r1", 12)
     _, effects = connect(store, hello("r1", open=1, last_seq=20))
     assert sends(effects)[-1] == {"type": "replay", "after": 12}
-    assert store.require_session(SESSION).cursor_seq == 12
+    assert store.sessions.require(SESSION).cursor_seq == 12
 
 
 def test_a_new_runtime_resets_the_cursor(store: Store) -> None:
-    store.set_cursor(SESSION, "r1", 12)
+    store.sessions.set_cursor(SESSION, "r1", 12)
     _, effects = connect(store, hello("r2", open=None, last_seq=0))
     assert sends(effects)[-1] == {"type": "replay", "after": 0}
-    record = store.require_session(SESSION)
+    record = store.sessions.require(SESSION)
     assert (record.cursor_runtime, record.cursor_seq) == ("r2", 0)
 
 
@@ -109,13 +109,13 @@ def test_a_runtime_that_kept_the_session_from_an_earlier_hold_is_opened_again(st
     queued and running work is aborted first, the generation moves to a new
     number so r2 restores the record's entries into a new adapter session,
     and r2's frames so far are acknowledged, never applied."""
-    store.append_entries(SESSION, 1, [{"turn": 1}, {"turn": 2}])
-    store.put_message(SESSION, 1, {"id": "m1", "role": "assistant", "parts": []})
-    store.enqueue(SESSION, "old", "x")
-    store.settle(SESSION, "old", {"status": "done", "text": "t"})
-    store.enqueue(SESSION, "new", "y")
-    store.set_delivered(SESSION, "new", "r1")
-    store.set_cursor(SESSION, "r1", 12)
+    store.entries.append(SESSION, 1, [{"turn": 1}, {"turn": 2}])
+    store.messages.put(SESSION, 1, {"id": "m1", "role": "assistant", "parts": []})
+    store.operations.enqueue(SESSION, "old", "x")
+    store.operations.settle(SESSION, "old", {"status": "done", "text": "t"})
+    store.operations.enqueue(SESSION, "new", "y")
+    store.operations.set_delivered(SESSION, "new", "r1")
+    store.sessions.set_cursor(SESSION, "r1", 12)
     stale = hello("r2", open=1, last_seq=9, operations=[{"operationId": "old", "status": "running"}])
     _, effects = connect(store, stale)
     assert sends(effects) == [
@@ -125,52 +125,52 @@ def test_a_runtime_that_kept_the_session_from_an_earlier_hold_is_opened_again(st
         {"type": "replay", "after": 9},
         {"type": "prompt", "operationId": "new", "input": "y", "whenBusy": "followUp"},
     ][: len(sends(effects))]
-    record = store.require_session(SESSION)
+    record = store.sessions.require(SESSION)
     assert (record.generation, record.cursor_runtime, record.cursor_seq) == (2, "r2", 9)
-    assert store.messages(SESSION) == [{"id": "m1", "role": "assistant", "parts": []}]
-    assert store.entries(SESSION) == [{"turn": 1}, {"turn": 2}]
+    assert store.messages.all(SESSION) == [{"id": "m1", "role": "assistant", "parts": []}]
+    assert store.entries.all(SESSION) == [{"turn": 1}, {"turn": 2}]
 
 
 def test_a_runtime_behind_the_cursor_is_a_new_container_with_a_reused_id(store: Store) -> None:
-    store.enqueue(SESSION, "a", "x")
-    store.set_delivered(SESSION, "a", "r1")
-    store.start(SESSION, "a")
-    store.set_cursor(SESSION, "r1", 12)
+    store.operations.enqueue(SESSION, "a", "x")
+    store.operations.set_delivered(SESSION, "a", "r1")
+    store.operations.start(SESSION, "a")
+    store.sessions.set_cursor(SESSION, "r1", 12)
     core, effects = connect(store, hello("r1", open=None, last_seq=0))
     assert sends(effects)[-1] == {"type": "replay", "after": 0}
-    assert store.require_session(SESSION).cursor_seq == 0
+    assert store.sessions.require(SESSION).cursor_seq == 0
     # ... and what was running there is lost with it.
-    assert store.operation(SESSION, "a").outcome == {"status": "unanswered", "reason": "container_lost"}
+    assert store.operations.get(SESSION, "a").outcome == {"status": "unanswered", "reason": "container_lost"}
 
 
 # ---------------------------------------------------------------- reconcile: operations
 
 
 def _running(store: Store, operation_id: str, runtime: str) -> None:
-    store.enqueue(SESSION, operation_id, operation_id)
-    store.set_delivered(SESSION, operation_id, runtime)
-    store.start(SESSION, operation_id)
+    store.operations.enqueue(SESSION, operation_id, operation_id)
+    store.operations.set_delivered(SESSION, operation_id, runtime)
+    store.operations.start(SESSION, operation_id)
 
 
 def test_a_running_operation_of_a_lost_runtime_fails_by_default(store: Store) -> None:
     _running(store, "a", "r1")
-    store.enqueue(SESSION, "b", "queued one")
-    store.set_delivered(SESSION, "b", "r1")
+    store.operations.enqueue(SESSION, "b", "queued one")
+    store.operations.set_delivered(SESSION, "b", "r1")
     core, effects = connect(store, hello("r2"))
-    assert store.operation(SESSION, "a").outcome == {"status": "unanswered", "reason": "container_lost"}
+    assert store.operations.get(SESSION, "a").outcome == {"status": "unanswered", "reason": "container_lost"}
     assert [r.operation_id for r in effects.settled] == ["a"]
     assert jsons(effects.events)[0] == {"type": "container", "status": "lost"}
     assert jsons(effects.events)[1]["type"] == "operation-end"
     # The queued one is handed to the new runtime.
     prompts = [body for body in sends(effects) if body["type"] == "prompt"]
     assert [p["operationId"] for p in prompts] == ["b"]
-    assert store.operation(SESSION, "b").delivered == "r2"
+    assert store.operations.get(SESSION, "b").delivered == "r2"
 
 
 def test_a_running_operation_of_a_lost_runtime_runs_again_under_retry(store: Store) -> None:
     _running(store, "a", "r1")
     core, effects = connect(store, hello("r2"), on_container_lost="retry")
-    record = store.operation(SESSION, "a")
+    record = store.operations.get(SESSION, "a")
     assert record.status == "queued" and record.delivered == "r2"
     assert not effects.settled and jsons(effects.events) == ({"type": "container", "status": "lost"},)
     assert [b["operationId"] for b in sends(effects) if b["type"] == "prompt"] == ["a"]
@@ -184,7 +184,7 @@ def test_under_if_declared_a_lost_operation_runs_again_only_where_the_adapter_de
 ) -> None:
     _running(store, "a", "r1")
     core, effects = connect(store, hello("r2", capabilities=capabilities), on_container_lost="if-declared")
-    record = store.operation(SESSION, "a")
+    record = store.operations.get(SESSION, "a")
     if rerun:
         assert record.status == "queued" and record.delivered == "r2" and not effects.settled
         assert [b["operationId"] for b in sends(effects) if b["type"] == "prompt"] == ["a"]
@@ -196,44 +196,44 @@ def test_under_if_declared_a_lost_operation_runs_again_only_where_the_adapter_de
 
 def test_operations_the_daemon_still_has_are_left_alone(store: Store) -> None:
     _running(store, "a", "r1")
-    store.enqueue(SESSION, "b", "b")
-    store.set_delivered(SESSION, "b", "r1")
-    store.set_cursor(SESSION, "r1", 3)
+    store.operations.enqueue(SESSION, "b", "b")
+    store.operations.set_delivered(SESSION, "b", "r1")
+    store.sessions.set_cursor(SESSION, "r1", 3)
     ops = [{"operationId": "a", "status": "running"}, {"operationId": "b", "status": "queued"}]
     _, effects = connect(store, hello("r1", open=1, last_seq=3, operations=ops))
     assert kinds(effects) == ["configure", "replay"]
-    assert store.operation(SESSION, "a").status == "running"
+    assert store.operations.get(SESSION, "a").status == "running"
 
 
 def test_an_operation_delivered_but_unknown_there_is_delivered_again_after_caught_up(store: Store) -> None:
-    store.enqueue(SESSION, "a", "x")
-    store.set_delivered(SESSION, "a", "r1")  # the prompt was lost with the socket
-    store.set_cursor(SESSION, "r1", 0)
+    store.operations.enqueue(SESSION, "a", "x")
+    store.operations.set_delivered(SESSION, "a", "r1")  # the prompt was lost with the socket
+    store.sessions.set_cursor(SESSION, "r1", 0)
     core, effects = connect(store, hello("r1", open=1))
     assert kinds(effects) == ["configure", "replay"]
     effects = receive(store, core, caught_up(0))
     assert sends(effects) == [{"type": "prompt", "operationId": "a", "input": "x", "whenBusy": "followUp"}]
-    assert store.operation(SESSION, "a").delivered == "r1"
+    assert store.operations.get(SESSION, "a").delivered == "r1"
 
 
 def test_an_operation_the_daemon_forgot_but_whose_frames_it_kept_is_not_run_twice(store: Store) -> None:
     # The daemon forgets settled operations beyond 1,000 but keeps 10,000
     # frames: "a" is not in hello, yet its settle is among the kept frames.
-    store.enqueue(SESSION, "a", "x")
-    store.set_delivered(SESSION, "a", "r1")
-    store.set_cursor(SESSION, "r1", 0)
+    store.operations.enqueue(SESSION, "a", "x")
+    store.operations.set_delivered(SESSION, "a", "r1")
+    store.sessions.set_cursor(SESSION, "r1", 0)
     core, effects = connect(store, hello("r1", open=1, last_seq=2))
     assert "prompt" not in kinds(effects)
     effects = receive(store, core, frame(1, start("a")), frame(2, settle("a", "t")), caught_up(2))
     assert "prompt" not in kinds(effects)
-    assert store.operation(SESSION, "a").outcome == {"status": "done", "text": "t"}
+    assert store.operations.get(SESSION, "a").outcome == {"status": "done", "text": "t"}
 
 
 def test_operations_behind_a_deferred_one_wait_with_it(store: Store) -> None:
-    store.enqueue(SESSION, "a", "first")
-    store.set_delivered(SESSION, "a", "r1")  # its prompt was lost with the socket
-    store.enqueue(SESSION, "b", "second")  # submitted while the link was down
-    store.set_cursor(SESSION, "r1", 0)
+    store.operations.enqueue(SESSION, "a", "first")
+    store.operations.set_delivered(SESSION, "a", "r1")  # its prompt was lost with the socket
+    store.operations.enqueue(SESSION, "b", "second")  # submitted while the link was down
+    store.sessions.set_cursor(SESSION, "r1", 0)
     core, effects = connect(store, hello("r1", open=1))
     assert "prompt" not in kinds(effects)
     effects = receive(store, core, caught_up(0))
@@ -241,31 +241,31 @@ def test_operations_behind_a_deferred_one_wait_with_it(store: Store) -> None:
 
 
 def test_an_operation_handed_to_another_runtime_is_delivered_at_once(store: Store) -> None:
-    store.enqueue(SESSION, "a", "x")
-    store.set_delivered(SESSION, "a", "r0")
+    store.operations.enqueue(SESSION, "a", "x")
+    store.operations.set_delivered(SESSION, "a", "r0")
     _, effects = connect(store, hello("r1"))
     assert kinds(effects) == ["open", "replay", "prompt"]
 
 
 def test_operations_settled_there_settle_after_caught_up(store: Store) -> None:
     _running(store, "a", "r1")
-    store.set_cursor(SESSION, "r1", 1)
+    store.sessions.set_cursor(SESSION, "r1", 1)
     report = [{"operationId": "a", "status": "settled", "outcome": {"status": "done", "text": "t"}}]
     core, effects = connect(store, hello("r1", open=1, last_seq=3, operations=report))
-    assert not effects.settled and store.operation(SESSION, "a").status == "running"
+    assert not effects.settled and store.operations.get(SESSION, "a").status == "running"
     # A kept frame lands before the report settles the operation.
     effects = receive(store, core, frame(2, event("a", message("a:assistant", "t", "a"))))
-    assert store.operation(SESSION, "a").status == "running"
+    assert store.operations.get(SESSION, "a").status == "running"
     effects = receive(store, core, caught_up(3))
     assert [r.operation_id for r in effects.settled] == ["a"]
-    assert store.operation(SESSION, "a").outcome == {"status": "done", "text": "t"}
-    assert [m["id"] for m in store.messages(SESSION)] == ["a:assistant"]
+    assert store.operations.get(SESSION, "a").outcome == {"status": "done", "text": "t"}
+    assert [m["id"] for m in store.messages.all(SESSION)] == ["a:assistant"]
 
 
 def test_a_settle_frame_replayed_before_caught_up_wins_and_settles_once(store: Store) -> None:
     _running(store, "a", "r1")
     report = [{"operationId": "a", "status": "settled", "outcome": {"status": "done", "text": "t"}}]
-    store.set_cursor(SESSION, "r1", 0)
+    store.sessions.set_cursor(SESSION, "r1", 0)
     core, _ = connect(store, hello("r1", open=1, last_seq=1, operations=report))
     effects = receive(store, core, frame(1, settle("a", "t")), caught_up(1))
     assert [r.operation_id for r in effects.settled] == ["a"]
@@ -273,8 +273,8 @@ def test_a_settle_frame_replayed_before_caught_up_wins_and_settles_once(store: S
 
 
 def test_operations_the_host_settled_or_never_had_are_aborted_there(store: Store) -> None:
-    store.enqueue(SESSION, "gone", "x")
-    store.settle(SESSION, "gone", {"status": "unanswered", "reason": "aborted"})
+    store.operations.enqueue(SESSION, "gone", "x")
+    store.operations.settle(SESSION, "gone", {"status": "unanswered", "reason": "aborted"})
     ops = [
         {"operationId": "gone", "status": "running"},
         {"operationId": "stranger", "status": "queued"},
@@ -294,8 +294,8 @@ def test_operations_the_host_settled_or_never_had_are_aborted_there(store: Store
 
 def test_deliver_hands_each_open_operation_to_a_runtime_once(store: Store) -> None:
     core, _ = connect(store, hello())
-    store.enqueue(SESSION, "a", "one")
-    store.enqueue(SESSION, "b", [{"type": "text", "text": "two"}], "steer")
+    store.operations.enqueue(SESSION, "a", "one")
+    store.operations.enqueue(SESSION, "b", [{"type": "text", "text": "two"}], "steer")
     with store.transaction():
         effects = core.deliver(store)
     assert sends(effects) == [
@@ -307,16 +307,16 @@ def test_deliver_hands_each_open_operation_to_a_runtime_once(store: Store) -> No
 
 
 def test_the_handoff_goes_in_front_of_the_next_prompt_and_stays_with_it(store: Store) -> None:
-    store.reset_session(SESSION, "we were talking about cats")
+    store.sessions.reset(SESSION, "we were talking about cats")
     core, _ = connect(store, hello())
-    store.enqueue(SESSION, "a", "go on")
-    store.enqueue(SESSION, "b", "and?")
+    store.operations.enqueue(SESSION, "a", "go on")
+    store.operations.enqueue(SESSION, "b", "and?")
     with store.transaction():
         wire = sends(core.deliver(store))
     note = {"type": "text", "text": "we were talking about cats"}
     assert wire[0]["input"] == [note, {"type": "text", "text": "go on"}]
     assert wire[1]["input"] == "and?"
-    assert store.require_session(SESSION).handoff is None
+    assert store.sessions.require(SESSION).handoff is None
     # Delivered again (a new container): the note is still in front.
     _, effects = connect(store, hello("r2"))
     prompts = [body for body in sends(effects) if body["type"] == "prompt"]
@@ -327,10 +327,10 @@ def test_the_handoff_goes_in_front_of_the_next_prompt_and_stays_with_it(store: S
 
 
 def test_start_records_the_user_message_once(store: Store) -> None:
-    store.enqueue(SESSION, "a", [{"type": "text", "text": "hi"}, {"type": "image", "mediaType": "image/png", "data": "AA=="}])
+    store.operations.enqueue(SESSION, "a", [{"type": "text", "text": "hi"}, {"type": "image", "mediaType": "image/png", "data": "AA=="}])
     core, _ = connect(store, hello())
     effects = receive(store, core, frame(1, start("a")), frame(2, start("a")))
-    created = store.operation(SESSION, "a").created_at
+    created = store.operations.get(SESSION, "a").created_at
     user = {
         "id": "a:user",
         "role": "user",
@@ -338,13 +338,13 @@ def test_start_records_the_user_message_once(store: Store) -> None:
         "operationId": "a",
         "createdAt": created,
     }
-    assert store.messages(SESSION) == [user]
+    assert store.messages.all(SESSION) == [user]
     assert [e["type"] for e in jsons(effects.events)] == ["message", "operation-start"]
-    assert store.operation(SESSION, "a").status == "running"
+    assert store.operations.get(SESSION, "a").status == "running"
 
 
 def test_events_go_out_and_messages_are_stored_and_updated_in_place(store: Store) -> None:
-    store.enqueue(SESSION, "a", "x")
+    store.operations.enqueue(SESSION, "a", "x")
     core, _ = connect(store, hello())
     delta = {"type": "text-delta", "messageId": "a:assistant", "delta": "ec"}
     effects = receive(
@@ -357,12 +357,12 @@ def test_events_go_out_and_messages_are_stored_and_updated_in_place(store: Store
         frame(5, event("a", message("a:assistant", "final", "a"))),
     )
     assert {**delta, "operationId": "a"} in jsons(effects.events)
-    assert [m["id"] for m in store.messages(SESSION)] == ["a:user", "a:assistant"]
-    assert store.messages(SESSION)[1]["parts"] == [{"type": "text", "text": "final"}]
+    assert [m["id"] for m in store.messages.all(SESSION)] == ["a:user", "a:assistant"]
+    assert store.messages.all(SESSION)[1]["parts"] == [{"type": "text", "text": "final"}]
 
 
 def test_persist_appends_entries_and_settle_settles(store: Store) -> None:
-    store.enqueue(SESSION, "a", "x")
+    store.operations.enqueue(SESSION, "a", "x")
     core, _ = connect(store, hello())
     effects = receive(
         store,
@@ -372,51 +372,51 @@ def test_persist_appends_entries_and_settle_settles(store: Store) -> None:
         frame(3, persist({"turn": 2})),
         frame(4, settle("a", "echo")),
     )
-    assert store.entries(SESSION) == [{"turn": 1}, {"turn": 1.5}, {"turn": 2}]
+    assert store.entries.all(SESSION) == [{"turn": 1}, {"turn": 1.5}, {"turn": 2}]
     assert [r.to_json() for r in effects.settled] == [
         {"operationId": "a", "session": SESSION, "status": "done", "text": "echo"}
     ]
     assert jsons(effects.events)[-1] == {"type": "operation-end", "result": effects.settled[0].to_json()}
     assert sends(effects) == [{"type": "ack", "seq": 4}]  # a settle is acked at once
-    record = store.require_session(SESSION)
+    record = store.sessions.require(SESSION)
     assert (record.cursor_runtime, record.cursor_seq) == ("r1", 4)
 
 
 def test_usage_is_recorded_per_operation_once(store: Store) -> None:
-    store.enqueue(SESSION, "a", "x")
+    store.operations.enqueue(SESSION, "a", "x")
     core, _ = connect(store, hello())
     usage = {"type": "usage", "inputTokens": 7, "outputTokens": 3, "costUsd": 0.01}
     receive(store, core, frame(1, start("a")), frame(2, event("a", usage)))
     receive(store, core, frame(2, event("a", usage)))  # replayed: skipped
-    [record] = store.usage_records()
+    [record] = store.usage.records()
     assert (record.operation_id, record.input_tokens, record.output_tokens, record.cost_usd) == ("a", 7, 3, 0.01)
 
 
 def test_usage_of_a_container_that_reused_a_runtime_id_is_counted(store: Store) -> None:
     usage = {"type": "usage", "inputTokens": 7}
-    store.enqueue(SESSION, "a", "x")
+    store.operations.enqueue(SESSION, "a", "x")
     core, _ = connect(store, hello("r1"))
     receive(store, core, frame(1, start("a")), frame(2, event("a", usage)), frame(3, settle("a", "one")))
     # A new container under the same id numbers its frames from 1 again.
-    store.enqueue(SESSION, "b", "y")
+    store.operations.enqueue(SESSION, "b", "y")
     core, _ = connect(store, hello("r1", open=None, last_seq=0))
     receive(store, core, frame(1, start("b")), frame(2, event("b", usage)), frame(3, settle("b", "two")))
-    assert [(r.operation_id, r.input_tokens) for r in store.usage_records()] == [("a", 7), ("b", 7)]
+    assert [(r.operation_id, r.input_tokens) for r in store.usage.records()] == [("a", 7), ("b", 7)]
 
 
 def test_frames_at_or_below_the_cursor_are_skipped(store: Store) -> None:
-    store.enqueue(SESSION, "a", "x")
+    store.operations.enqueue(SESSION, "a", "x")
     core, _ = connect(store, hello())
     receive(store, core, frame(1, start("a")), frame(2, persist({"n": 1})))
     receive(store, core, frame(1, start("a")), frame(2, persist({"n": 1})), frame(3, persist({"n": 2})))
-    assert store.entries(SESSION) == [{"n": 1}, {"n": 2}]
+    assert store.entries.all(SESSION) == [{"n": 1}, {"n": 2}]
     assert core.frames_applied == 3 and core.frames_skipped == 2
     # A new connection to the same runtime replays from the cursor.
     running = [{"operationId": "a", "status": "running"}]
     again, effects = connect(store, hello("r1", open=1, last_seq=3, operations=running))
     assert sends(effects)[-1] == {"type": "replay", "after": 3}
     receive(store, again, frame(3, persist({"n": 2})), frame(4, persist({"n": 3})))
-    assert store.entries(SESSION) == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert store.entries.all(SESSION) == [{"n": 1}, {"n": 2}, {"n": 3}]
 
 
 def test_an_ack_goes_every_32_frames(store: Store) -> None:
@@ -435,14 +435,14 @@ def test_a_batch_acks_its_last_frame(store: Store) -> None:
 
 
 def test_frames_before_the_reconcile_are_buffered_and_applied_after(store: Store) -> None:
-    store.enqueue(SESSION, "a", "x")
+    store.operations.enqueue(SESSION, "a", "x")
     core = ConnectionRules(SESSION)
     with store.transaction():
         early = core.receive(store, [frame(1, start("a")), frame(2, settle("a", "t"))])
-    assert not early and store.operation(SESSION, "a").status == "queued"
+    assert not early and store.operations.get(SESSION, "a").status == "queued"
     with store.transaction():
         effects = core.hello(store, hello())
-    assert store.operation(SESSION, "a").status == "done"
+    assert store.operations.get(SESSION, "a").status == "done"
     assert kinds(effects) == ["open", "replay", "ack"]
     assert [r.operation_id for r in effects.settled] == ["a"]
 
@@ -450,43 +450,43 @@ def test_frames_before_the_reconcile_are_buffered_and_applied_after(store: Store
 def test_persisted_entries_of_an_older_generation_are_not_kept(store: Store) -> None:
     # The daemon still had generation 1 open (and unacked frames of it)
     # when the host reset to generation 2.
-    store.set_cursor(SESSION, "r1", 2)
-    store.reset_session(SESSION, None)
+    store.sessions.set_cursor(SESSION, "r1", 2)
+    store.sessions.reset(SESSION, None)
     core, effects = connect(store, hello("r1", open=1, last_seq=4))
     assert kinds(effects)[0] == "open"
     receive(store, core, frame(3, persist({"old": 3})), frame(4, persist({"old": 4})), frame(5, persist({"new": 5})))
-    assert store.entries(SESSION) == [{"new": 5}]
+    assert store.entries.all(SESSION) == [{"new": 5}]
 
 
 def test_a_late_message_of_an_old_operation_stays_in_its_generation(store: Store) -> None:
-    store.enqueue(SESSION, "a", "x")
+    store.operations.enqueue(SESSION, "a", "x")
     core, _ = connect(store, hello())
     receive(store, core, frame(1, start("a")))
-    store.settle(SESSION, "a", {"status": "unanswered", "reason": "aborted"})
-    store.reset_session(SESSION, None)
+    store.operations.settle(SESSION, "a", {"status": "unanswered", "reason": "aborted"})
+    store.sessions.reset(SESSION, None)
     receive(store, core, frame(2, event("a", message("a:assistant", "late", "a"))))
-    assert store.messages(SESSION) == []
-    assert [m["id"] for m in store.messages(SESSION, 1)] == ["a:user", "a:assistant"]
+    assert store.messages.all(SESSION) == []
+    assert [m["id"] for m in store.messages.all(SESSION, 1)] == ["a:user", "a:assistant"]
 
 
 def test_late_frames_of_the_connection_open_before_a_reset_stay_in_the_old_generation(store: Store) -> None:
     # The reset commits while this connection (generation 1 open there) is
     # still live; its frames keep coming until the link redials. An
     # operation aborted here runs on there, and persists.
-    store.enqueue(SESSION, "a", "x")
+    store.operations.enqueue(SESSION, "a", "x")
     core, _ = connect(store, hello())
     receive(store, core, frame(1, start("a")))
-    store.settle(SESSION, "a", {"status": "unanswered", "reason": "aborted"})
-    store.reset_session(SESSION, None)
+    store.operations.settle(SESSION, "a", {"status": "unanswered", "reason": "aborted"})
+    store.sessions.reset(SESSION, None)
     receive(
         store,
         core,
         frame(2, persist({"turn": 1})),
         frame(3, event(None, message("between", "not of generation 2"))),
     )
-    assert store.entries(SESSION) == []
-    assert store.messages(SESSION) == []
-    assert store.entries(SESSION, 1) == [{"turn": 1}]
+    assert store.entries.all(SESSION) == []
+    assert store.messages.all(SESSION) == []
+    assert store.entries.all(SESSION, 1) == [{"turn": 1}]
     # The new connection opens generation 2 with nothing to restore.
     _, effects = connect(store, hello("r1", open=1, last_seq=3))
     assert sends(effects)[0] == {"type": "open", "generation": 2, "settings": {"model": "m"}, "restore": []}
@@ -498,13 +498,13 @@ def test_a_connection_that_opened_the_old_generation_delivers_nothing_after_a_re
     # redial, or it runs in the old adapter session (without the new
     # context), and the ``open`` of generation 2 then aborts it.
     core, _ = connect(store, hello())
-    store.reset_session(SESSION, "the note")
-    store.enqueue(SESSION, "b", "after the reset")
+    store.sessions.reset(SESSION, "the note")
+    store.operations.enqueue(SESSION, "b", "after the reset")
     with store.transaction():
         assert not core.deliver(store)
-    record = store.operation(SESSION, "b")
+    record = store.operations.get(SESSION, "b")
     assert record.delivered is None and record.handoff is None
-    assert store.require_session(SESSION).handoff == "the note"
+    assert store.sessions.require(SESSION).handoff == "the note"
     # The next connection opens generation 2 and hands it over, note in front.
     _, effects = connect(store, hello("r1", open=1))
     assert kinds(effects) == ["open", "replay", "prompt"]
@@ -540,12 +540,12 @@ def test_a_new_runtime_cannot_rewrite_a_settled_operations_messages(store: Store
     the record keeps what it had, the outcome stays, and the session goes
     on: a new message and a new operation still land."""
     core, _ = connect(store, hello("r1", open=None))
-    store.enqueue(SESSION, "a", "hi")
+    store.operations.enqueue(SESSION, "a", "hi")
     with store.transaction():
         core.deliver(store)
     receive(store, core, frame(1, start("a")), frame(2, event("a", message("a:assistant", "echo: hi", "a"))),
             frame(3, settle("a", "echo: hi")))
-    before = store.messages(SESSION)
+    before = store.messages.all(SESSION)
     assert [m["id"] for m in before] == ["a:user", "a:assistant"]
 
     later, _ = connect(store, hello("r2", open=None))
@@ -554,25 +554,25 @@ def test_a_new_runtime_cannot_rewrite_a_settled_operations_messages(store: Store
     effects = receive(store, later, frame(1, event("a", message("a:assistant", "rewritten", "a"))),
                       frame(2, event("a", forged_user)), frame(3, event(None, message("a:user", "again"))),
                       frame(4, event(None, message("n1", "a new message"))))
-    assert store.messages(SESSION) == before + [store.messages(SESSION)[-1]]
-    assert store.messages(SESSION)[-1]["id"] == "n1"
-    assert store.operation(SESSION, "a").outcome == {"status": "done", "text": "echo: hi"}
-    skipped = store.skipped_frames(SESSION)
+    assert store.messages.all(SESSION) == before + [store.messages.all(SESSION)[-1]]
+    assert store.messages.all(SESSION)[-1]["id"] == "n1"
+    assert store.operations.get(SESSION, "a").outcome == {"status": "done", "text": "echo: hi"}
+    skipped = store.skipped_frames.all(SESSION)
     assert [(f.runtime, f.seq) for f in skipped] == [("r2", 1), ("r2", 2), ("r2", 3)]
     assert all(f.reason.startswith("history-settled: ") for f in skipped)
     assert later.frames_refused == 3
     assert {"type": "ack", "seq": 4} in sends(effects)
-    store.enqueue(SESSION, "b", "more")
+    store.operations.enqueue(SESSION, "b", "more")
     with store.transaction():
         assert [m.operation_id for m in later.deliver(store).sends] == ["b"]
 
 
 def test_an_open_operations_message_may_still_be_updated(store: Store) -> None:
     core, _ = connect(store, hello("r1", open=None))
-    store.enqueue(SESSION, "a", "hi")
+    store.operations.enqueue(SESSION, "a", "hi")
     with store.transaction():
         core.deliver(store)
     receive(store, core, frame(1, start("a")), frame(2, event("a", message("a:assistant", "part", "a"))),
             frame(3, event("a", message("a:assistant", "part and whole", "a"))))
-    assert store.messages(SESSION)[-1]["parts"] == [{"type": "text", "text": "part and whole"}]
-    assert store.skipped_frames(SESSION) == []
+    assert store.messages.all(SESSION)[-1]["parts"] == [{"type": "text", "text": "part and whole"}]
+    assert store.skipped_frames.all(SESSION) == []

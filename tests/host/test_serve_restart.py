@@ -25,7 +25,7 @@ def running(data: Path, operation_id: str) -> bool:
     if not path.exists():
         return False
     with Store(path, exclusive=False, create=False) as store:
-        record = store.operation("root", operation_id)
+        record = store.operations.get("root", operation_id)
     return record is not None and record.status == "running"
 
 
@@ -46,7 +46,7 @@ async def test_a_turn_cut_by_a_restart_of_serve_runs_again_and_is_answered_once(
         await stop(served.process, signal.SIGKILL)  # mid-turn: the daemon dies with it
 
     with Store(tmp_path / "data" / "host.sqlite", exclusive=False, create=False) as store:
-        assert store.operation("root", "e1").status == "running"  # cut, not settled
+        assert store.operations.get("root", "e1").status == "running"  # cut, not settled
 
     async with serve(tmp_path, name="second") as served:
         with trio.fail_after(120):
@@ -59,9 +59,9 @@ async def test_a_turn_cut_by_a_restart_of_serve_runs_again_and_is_answered_once(
         assert await stop(served.process, signal.SIGTERM) == 0
 
     with Store(tmp_path / "data" / "host.sqlite", exclusive=False, create=False) as store:
-        record = store.operation("root", "e1")
-        messages = store.messages("root")
-        entries = store.entries("root")
+        record = store.operations.get("root", "e1")
+        messages = store.messages.all("root")
+        entries = store.entries.all("root")
     assert record.outcome == {"status": "done", "text": "echo: hi (turn 1)"}
     # Answered once: one assistant message, one persisted turn.
     assert [message["id"] for message in messages] == ["e1:user", "e1:assistant"]

@@ -32,7 +32,7 @@ OPEN = ("queued", "running")
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     store = Store(tmp_path / "stale.db")
-    store.create_session(SESSION, settings={})
+    store.sessions.create(SESSION, settings={})
     yield store
     store.close()
 
@@ -84,16 +84,16 @@ def test_the_reconcile_core_hands_a_known_open_operation_over_again_when_the_pol
     settled in its earlier hold (its frames never reached the record): the
     policy decides, as for a container lost; a rerun goes as the next
     attempt's id, which the daemon has not taken."""
-    store.enqueue(SESSION, "k", "hello")
-    store.set_delivered(SESSION, "k", "r1")
-    store.start(SESSION, "k")
-    store.set_cursor(SESSION, "r1", 4)
+    store.operations.enqueue(SESSION, "k", "hello")
+    store.operations.set_delivered(SESSION, "k", "r1")
+    store.operations.start(SESSION, "k")
+    store.sessions.set_cursor(SESSION, "r1", 4)
     stale = hello(
         "r2", open=1, last_seq=3, capabilities=capabilities,
         operations=[{"operationId": "k", "status": "settled", "outcome": {"status": "done", "text": "old"}}],
     )  # fmt: skip
     core, effects = connect(store, stale, on_container_lost=policy)
-    record = store.operation(SESSION, "k")
+    record = store.operations.get(SESSION, "k")
     prompts = [body["operationId"] for body in sends(effects) if body["type"] == "prompt"]
     if rerun:
         assert record.status in OPEN and record.delivered == "r2"
@@ -105,9 +105,9 @@ def test_the_reconcile_core_hands_a_known_open_operation_over_again_when_the_pol
 
 
 def test_frames_of_the_given_up_attempt_are_passed_and_the_next_attempts_are_the_operations(store: Store) -> None:
-    store.enqueue(SESSION, "k", "hello")
-    store.set_delivered(SESSION, "k", "r1")
-    store.set_cursor(SESSION, "r1", 4)
+    store.operations.enqueue(SESSION, "k", "hello")
+    store.operations.set_delivered(SESSION, "k", "r1")
+    store.sessions.set_cursor(SESSION, "r1", 4)
     stale = hello("r2", open=1, last_seq=3, capabilities=ECHO.capabilities,
                   operations=[{"operationId": "k", "status": "running"}])
     core, effects = connect(store, stale, on_container_lost=POLICY)
@@ -119,10 +119,10 @@ def test_frames_of_the_given_up_attempt_are_passed_and_the_next_attempts_are_the
         frame(6, event("k~2", message("k~2:assistant", "again", operation_id="k~2"))),
         frame(7, settle("k~2", text="again")),
     )  # fmt: skip
-    assert store.operation(SESSION, "k").outcome == {"status": "done", "text": "again"}
-    ids = [entry["id"] for entry in store.messages(SESSION)]
+    assert store.operations.get(SESSION, "k").outcome == {"status": "done", "text": "again"}
+    ids = [entry["id"] for entry in store.messages.all(SESSION)]
     assert ids == ["k:user", "k:assistant"]
-    assert store.messages(SESSION)[1]["operationId"] == "k"
+    assert store.messages.all(SESSION)[1]["operationId"] == "k"
 
 
 def test_an_operation_the_stale_daemon_held_runs_again_and_is_done(store: Store) -> None:
@@ -130,18 +130,18 @@ def test_an_operation_the_stale_daemon_held_runs_again_and_is_done(store: Store)
     fresh daemon gets ``k`` again under the policy); router A takes it back
     while its daemon still holds ``k`` from the first hold. ``k`` must end
     ``done`` (run again, as the policy says), never ``container-lost``."""
-    store.enqueue(SESSION, "k", "hello")
+    store.operations.enqueue(SESSION, "k", "hello")
     daemon_a = Driver(SessionCore(SESSION, runtime_id="rA", adapter=ECHO))
     first = Pair(store, daemon_a, "a1")
     first.pump()
     assert [turn.operation.id for turn in daemon_a.turns] == ["k"]
-    assert store.operation(SESSION, "k").status == "running"
+    assert store.operations.get(SESSION, "k").status == "running"
 
     # Router A stops (its daemon runs on); router B takes the session.
     daemon_b = Driver(SessionCore(SESSION, runtime_id="rB", adapter=ECHO))
     second = Pair(store, daemon_b, "b1")
     second.pump()
-    assert store.operation(SESSION, "k").delivered == "rB"
+    assert store.operations.get(SESSION, "k").delivered == "rB"
     # Router B is lost before ``k`` settles there; A's turn ends meanwhile.
     daemon_a.finish(daemon_a.turns[0], Done(text="first"))
 
@@ -151,7 +151,7 @@ def test_an_operation_the_stale_daemon_held_runs_again_and_is_done(store: Store)
     for turn in list(daemon_a.turns):
         daemon_a.finish(turn, Done(text="again"))
         third.pump()
-    record = store.operation(SESSION, "k")
+    record = store.operations.get(SESSION, "k")
     assert record.outcome == {"status": "done", "text": "again"}, record
 
 
@@ -160,7 +160,7 @@ def test_a_connection_lost_before_the_next_attempt_went_out_hands_it_over_on_the
     the reconcile, before the next attempt's ``prompt`` went out: the next
     connection (the same daemon, no longer stale) does not take the first
     attempt's report for the operation's outcome."""
-    store.enqueue(SESSION, "k", "hello")
+    store.operations.enqueue(SESSION, "k", "hello")
     daemon_a = Driver(SessionCore(SESSION, runtime_id="rA", adapter=ECHO))
     Pair(store, daemon_a, "a1").pump()
     daemon_b = Driver(SessionCore(SESSION, runtime_id="rB", adapter=ECHO))
@@ -180,17 +180,17 @@ def test_a_connection_lost_before_the_next_attempt_went_out_hands_it_over_on_the
     for turn in list(daemon_a.turns):
         daemon_a.finish(turn, Done(text="again"))
         fourth.pump()
-    assert store.operation(SESSION, "k").outcome == {"status": "done", "text": "again"}
+    assert store.operations.get(SESSION, "k").outcome == {"status": "done", "text": "again"}
 
 
 def test_an_operation_of_the_records_own_is_never_taken_for_an_attempt(store: Store) -> None:
     """``k~2`` is an operation of its own (settled): the daemon's report of
     it is not an attempt of ``k``, and ``k``'s next attempt skips its id."""
-    store.enqueue(SESSION, "k~2", "other")
-    store.settle(SESSION, "k~2", {"status": "done", "text": "t"})
-    store.enqueue(SESSION, "k", "hello")
-    store.set_delivered(SESSION, "k", "r1")
-    store.set_cursor(SESSION, "r1", 4)
+    store.operations.enqueue(SESSION, "k~2", "other")
+    store.operations.settle(SESSION, "k~2", {"status": "done", "text": "t"})
+    store.operations.enqueue(SESSION, "k", "hello")
+    store.operations.set_delivered(SESSION, "k", "r1")
+    store.sessions.set_cursor(SESSION, "r1", 4)
     stale = hello(
         "r2", open=1, last_seq=3, capabilities=ECHO.capabilities,
         operations=[
@@ -201,5 +201,5 @@ def test_an_operation_of_the_records_own_is_never_taken_for_an_attempt(store: St
     core, effects = connect(store, stale, on_container_lost=POLICY)
     assert [body["operationId"] for body in sends(effects) if body["type"] == "prompt"] == ["k~3"]
     receive(store, core, frame(4, settle("k~2", reason="aborted")), frame(5, settle("k~3", text="again")))
-    assert store.operation(SESSION, "k").outcome == {"status": "done", "text": "again"}
-    assert store.operation(SESSION, "k~2").outcome == {"status": "done", "text": "t"}
+    assert store.operations.get(SESSION, "k").outcome == {"status": "done", "text": "again"}
+    assert store.operations.get(SESSION, "k~2").outcome == {"status": "done", "text": "t"}

@@ -42,7 +42,7 @@ def test_a_new_store_has_the_current_schema_in_wal_mode(store_path: Path) -> Non
     with Store(store_path) as store:
         assert store.schema_version() == SCHEMA_VERSION
         assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert store.session("root") is None
+        assert store.sessions.get("root") is None
 
 
 def test_an_old_store_is_migrated(tmp_path: Path) -> None:
@@ -57,10 +57,10 @@ def test_an_old_store_is_migrated(tmp_path: Path) -> None:
     db.close()
     with Store(path) as store:
         assert store.schema_version() == SCHEMA_VERSION
-        assert store.require_session("s").generation == 1
+        assert store.sessions.require("s").generation == 1
         # The step added the usage table.
-        store.record_usage("s", None, "r", 1, {"type": "usage", "inputTokens": 3})
-        assert store.usage_records()[0].input_tokens == 3
+        store.usage.record("s", None, "r", 1, {"type": "usage", "inputTokens": 3})
+        assert store.usage.records()[0].input_tokens == 3
 
 
 def old_store(path: Path, version: int) -> sqlite3.Connection:
@@ -86,8 +86,8 @@ def test_usage_kept_under_the_old_frame_key_survives_the_rebuild(tmp_path: Path)
     with Store(path) as store:
         assert store.schema_version() == SCHEMA_VERSION
         # The same frame key again (a container that reused the id) counts.
-        store.record_usage("s", "a", "r", 4, {"type": "usage", "inputTokens": 1})
-        [record] = store.usage_records()
+        store.usage.record("s", "a", "r", 4, {"type": "usage", "inputTokens": 1})
+        [record] = store.usage.records()
         assert (record.input_tokens, record.output_tokens, record.cost_usd, record.events) == (11, 2, 0.5, 2)
 
 
@@ -113,14 +113,14 @@ def test_a_store_newer_than_the_code_is_refused(tmp_path: Path) -> None:
 
 def test_a_second_host_on_one_store_is_refused_and_a_reader_is_not(store_path: Path) -> None:
     with Store(store_path) as first:
-        first.create_session("s")
+        first.sessions.create("s")
         with pytest.raises(Refused) as caught:
             Store(store_path)
         assert caught.value.code == "store-busy"
         with Store(store_path, exclusive=False) as reader:
-            assert reader.require_session("s").id == "s"
+            assert reader.sessions.require("s").id == "s"
     with Store(store_path) as again:  # the lock went with the first
-        assert again.session("s") is not None
+        assert again.sessions.get("s") is not None
 
 
 def test_a_missing_store_is_refused_when_it_may_not_be_created(tmp_path: Path) -> None:
@@ -146,15 +146,15 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_unlocked(tmp_path: Path)
 
 
 def test_sessions_are_created_once_and_listed_in_order(store: Store) -> None:
-    record, created = store.create_session("b", settings={"model": "m"})
+    record, created = store.sessions.create("b", settings={"model": "m"})
     assert created and record.generation == 1 and record.settings == {"model": "m"}
     assert record.cursor_runtime is None and record.cursor_seq == 0
-    again, created = store.create_session("b", settings={"model": "other"})
+    again, created = store.sessions.create("b", settings={"model": "other"})
     assert not created and again.settings == {"model": "m"}
-    store.create_session("a")
-    assert [s.id for s in store.sessions()] == ["b", "a"]
+    store.sessions.create("a")
+    assert [s.id for s in store.sessions.all()] == ["b", "a"]
     with pytest.raises(Refused) as caught:
-        store.require_session("nope")
+        store.sessions.require("nope")
     assert caught.value.code == "unknown-session"
 
 
@@ -164,7 +164,7 @@ def test_closing_waits_for_a_transaction_another_thread_is_running(store_path: P
     # while a host's worker thread still applied a frame). close() waits for
     # the transaction; a later one is refused, never run on a closed file.
     store = Store(store_path)
-    store.create_session("s")
+    store.sessions.create("s")
     inside, release = threading.Event(), threading.Event()
     outcome: list[object] = []
 
@@ -172,7 +172,7 @@ def test_closing_waits_for_a_transaction_another_thread_is_running(store_path: P
         with store.transaction():
             inside.set()
             release.wait(10)
-            outcome.append(store.session("s").id)
+            outcome.append(store.sessions.get("s").id)
 
     worker = threading.Thread(target=slow_transaction)
     worker.start()
@@ -186,7 +186,7 @@ def test_closing_waits_for_a_transaction_another_thread_is_running(store_path: P
     closer.join(10)
     assert outcome == ["s"] and not closer.is_alive()
     with pytest.raises(StoreMisuse):
-        store.session("s")
+        store.sessions.get("s")
     store.close()  # closing twice is harmless
 
 
@@ -194,122 +194,122 @@ def test_an_empty_session_id_is_refused(store: Store) -> None:
     # The daemon closes a socket for an empty id with 4003 ("unauthorized"),
     # which would read as a wrong token; the store refuses it up front.
     with pytest.raises(Refused) as refused:
-        store.create_session("")
+        store.sessions.create("")
     assert refused.value.code == "bad-session-id"
-    store.create_session("parent")
+    store.sessions.create("parent")
     with pytest.raises(Refused):
-        store.fork_session("", "parent")
-    assert [record.id for record in store.sessions()] == ["parent"]
+        store.sessions.fork("", "parent")
+    assert [record.id for record in store.sessions.all()] == ["parent"]
 
 
 def test_enqueue_is_idempotent_on_the_key(store: Store) -> None:
-    store.create_session("s")
-    first, accepted = store.enqueue("s", "op", "hello", "steer")
+    store.sessions.create("s")
+    first, accepted = store.operations.enqueue("s", "op", "hello", "steer")
     assert accepted and first.status == "queued" and first.input == "hello"
     assert first.when_busy == "steer" and first.generation == 1
-    second, accepted = store.enqueue("s", "op", "something else")
+    second, accepted = store.operations.enqueue("s", "op", "something else")
     assert not accepted and second == first
     with pytest.raises(Refused) as caught:
-        store.enqueue("nope", "op", "x")
+        store.operations.enqueue("nope", "op", "x")
     assert caught.value.code == "unknown-session"
     with pytest.raises(Refused):
-        store.enqueue("s", "op2", "x", "later")  # type: ignore[arg-type]
+        store.operations.enqueue("s", "op2", "x", "later")  # type: ignore[arg-type]
 
 
 def test_operation_transitions(store: Store) -> None:
-    store.create_session("s")
-    store.enqueue("s", "a", "x")
-    store.set_delivered("s", "a", "r1")
-    assert not store.requeue("s", "a")  # not running
-    assert store.start("s", "a") and not store.start("s", "a")
-    assert store.operation("s", "a").status == "running"
-    assert store.requeue("s", "a")
-    requeued = store.operation("s", "a")
+    store.sessions.create("s")
+    store.operations.enqueue("s", "a", "x")
+    store.operations.set_delivered("s", "a", "r1")
+    assert not store.operations.requeue("s", "a")  # not running
+    assert store.operations.start("s", "a") and not store.operations.start("s", "a")
+    assert store.operations.get("s", "a").status == "running"
+    assert store.operations.requeue("s", "a")
+    requeued = store.operations.get("s", "a")
     assert requeued.status == "queued" and requeued.delivered is None
-    assert store.settle("s", "a", {"status": "done", "text": "t"})
-    assert not store.settle("s", "a", {"status": "unanswered", "reason": "late"})
-    settled = store.operation("s", "a")
+    assert store.operations.settle("s", "a", {"status": "done", "text": "t"})
+    assert not store.operations.settle("s", "a", {"status": "unanswered", "reason": "late"})
+    settled = store.operations.get("s", "a")
     assert settled.status == "done" and settled.outcome == {"status": "done", "text": "t"}
-    assert not store.settle("s", "missing", {"status": "done", "text": ""})
-    assert store.open_sessions() == []
+    assert not store.operations.settle("s", "missing", {"status": "done", "text": ""})
+    assert store.operations.open_sessions() == []
 
 
 def test_messages_are_replaced_in_place_per_generation(store: Store) -> None:
-    store.create_session("s")
-    store.put_message("s", 1, {"id": "m1", "role": "user", "parts": []})
-    store.put_message("s", 1, {"id": "m2", "role": "assistant", "parts": []})
-    store.put_message("s", 1, {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "v2"}]})
-    store.put_message("s", 2, {"id": "m1", "role": "user", "parts": []})
-    assert [m["id"] for m in store.messages("s")] == ["m1", "m2"]
-    assert store.messages("s")[0]["parts"] == [{"type": "text", "text": "v2"}]
-    assert [m["id"] for m in store.messages("s", 2)] == ["m1"]
+    store.sessions.create("s")
+    store.messages.put("s", 1, {"id": "m1", "role": "user", "parts": []})
+    store.messages.put("s", 1, {"id": "m2", "role": "assistant", "parts": []})
+    store.messages.put("s", 1, {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "v2"}]})
+    store.messages.put("s", 2, {"id": "m1", "role": "user", "parts": []})
+    assert [m["id"] for m in store.messages.all("s")] == ["m1", "m2"]
+    assert store.messages.all("s")[0]["parts"] == [{"type": "text", "text": "v2"}]
+    assert [m["id"] for m in store.messages.all("s", 2)] == ["m1"]
 
 
 def test_reset_opens_a_new_generation_and_is_refused_while_busy(store: Store) -> None:
-    store.create_session("s")
-    store.put_message("s", 1, {"id": "m", "role": "user", "parts": []})
-    store.append_entries("s", 1, [{"turn": 1}])
-    store.enqueue("s", "a", "x")
+    store.sessions.create("s")
+    store.messages.put("s", 1, {"id": "m", "role": "user", "parts": []})
+    store.entries.append("s", 1, [{"turn": 1}])
+    store.operations.enqueue("s", "a", "x")
     with pytest.raises(Refused) as caught:
-        store.reset_session("s", None)
+        store.sessions.reset("s", None)
     assert caught.value.code == "session-busy" and "abort" in caught.value.message
-    store.settle("s", "a", {"status": "done", "text": ""})
-    assert store.reset_session("s", "note") == 2
-    record = store.require_session("s")
+    store.operations.settle("s", "a", {"status": "done", "text": ""})
+    assert store.sessions.reset("s", "note") == 2
+    record = store.sessions.require("s")
     assert record.generation == 2 and record.handoff == "note"
-    assert store.messages("s") == [] and store.entries("s") == []
-    assert store.entries("s", 1) == [{"turn": 1}]
-    assert store.take_handoff("s") == "note" and store.take_handoff("s") is None
+    assert store.messages.all("s") == [] and store.entries.all("s") == []
+    assert store.entries.all("s", 1) == [{"turn": 1}]
+    assert store.sessions.take_handoff("s") == "note" and store.sessions.take_handoff("s") is None
 
 
 def test_fork_continues_the_parent_current_generation(store: Store) -> None:
-    store.create_session("p", settings={"model": "m"})
-    store.put_message("p", 1, {"id": "old", "role": "user", "parts": []})
-    store.append_entries("p", 1, [{"turn": 1}])
-    store.reset_session("p", None)
-    store.put_message("p", 2, {"id": "new", "role": "user", "parts": []})
-    store.append_entries("p", 2, [{"turn": 1, "text": "a"}, {"turn": 2, "text": "b"}])
-    child = store.fork_session("c", "p")
+    store.sessions.create("p", settings={"model": "m"})
+    store.messages.put("p", 1, {"id": "old", "role": "user", "parts": []})
+    store.entries.append("p", 1, [{"turn": 1}])
+    store.sessions.reset("p", None)
+    store.messages.put("p", 2, {"id": "new", "role": "user", "parts": []})
+    store.entries.append("p", 2, [{"turn": 1, "text": "a"}, {"turn": 2, "text": "b"}])
+    child = store.sessions.fork("c", "p")
     assert child.parent == "p" and child.generation == 1 and child.settings == {"model": "m"}
-    assert [m["id"] for m in store.messages("c")] == ["new"]
-    assert store.entries("c") == [{"turn": 1, "text": "a"}, {"turn": 2, "text": "b"}]
+    assert [m["id"] for m in store.messages.all("c")] == ["new"]
+    assert store.entries.all("c") == [{"turn": 1, "text": "a"}, {"turn": 2, "text": "b"}]
     with pytest.raises(Refused) as caught:
-        store.fork_session("c", "p")
+        store.sessions.fork("c", "p")
     assert caught.value.code == "session-exists"
     with pytest.raises(Refused) as caught:
-        store.fork_session("d", "missing")
+        store.sessions.fork("d", "missing")
     assert caught.value.code == "unknown-session"
 
 
 def test_usage_records_sum_per_operation_and_filter_by_time(store_path: Path) -> None:
     clock = Clock()
     with Store(store_path, clock=clock) as store:
-        store.create_session("s")
-        store.create_session("t")
-        store.record_usage("s", "a", "r", 1, {"type": "usage", "inputTokens": 10, "outputTokens": 2})
+        store.sessions.create("s")
+        store.sessions.create("t")
+        store.usage.record("s", "a", "r", 1, {"type": "usage", "inputTokens": 10, "outputTokens": 2})
         clock.now = 2_000
-        store.record_usage("s", "a", "r", 5, {"type": "usage", "inputTokens": 1, "costUsd": 0.5})
-        store.record_usage("t", "b", "r", 1, {"type": "usage", "outputTokens": "lots"})
+        store.usage.record("s", "a", "r", 5, {"type": "usage", "inputTokens": 1, "costUsd": 0.5})
+        store.usage.record("t", "b", "r", 1, {"type": "usage", "outputTokens": "lots"})
         clock.now = 3_000
-        store.record_usage("s", None, "r", 9, {"type": "usage", "costUsd": 0.25})
-        records = store.usage_records()
+        store.usage.record("s", None, "r", 9, {"type": "usage", "costUsd": 0.25})
+        records = store.usage.records()
         assert [(r.session, r.operation_id) for r in records] == [("s", "a"), ("t", "b"), ("s", None)]
         a = records[0]
         assert (a.input_tokens, a.output_tokens, a.cost_usd, a.events) == (11, 2, 0.5, 2)
         assert (a.first_at, a.last_at) == (1_000, 2_000)
         assert records[1].output_tokens is None  # not a number: not counted
-        assert [r.operation_id for r in store.usage_records("s")] == ["a", None]
-        recent = store.usage_records(since=2_000)
+        assert [r.operation_id for r in store.usage.records("s")] == ["a", None]
+        recent = store.usage.records(since=2_000)
         assert [(r.operation_id, r.input_tokens) for r in recent] == [("a", 1), ("b", None), (None, None)]
 
 
 def test_a_failed_transaction_leaves_nothing(store: Store) -> None:
-    store.create_session("s")
+    store.sessions.create("s")
     with pytest.raises(ZeroDivisionError):
         with store.transaction():
-            store.enqueue("s", "a", "x")
+            store.operations.enqueue("s", "a", "x")
             1 / 0
-    assert store.operation("s", "a") is None
+    assert store.operations.get("s", "a") is None
 
 
 def test_entering_the_store_from_two_threads_is_flagged(store: Store) -> None:
@@ -326,27 +326,27 @@ def test_entering_the_store_from_two_threads_is_flagged(store: Store) -> None:
     try:
         assert inside.wait(10)
         with pytest.raises(StoreMisuse):
-            store.session("x")
+            store.sessions.get("x")
     finally:
         release.set()
         worker.join()
-    assert store.session("x") is None
+    assert store.sessions.get("x") is None
 
 
 async def test_async_calls_run_one_at_a_time_in_worker_threads(store: Store) -> None:
-    store.create_session("s")
+    store.sessions.create("s")
     loop_thread = threading.get_ident()
     seen: list[int] = []
 
     def enqueue(store: Store, i: int) -> None:
         seen.append(threading.get_ident())
-        store.enqueue("s", f"op{i}", str(i))
+        store.operations.enqueue("s", f"op{i}", str(i))
 
     async with trio.open_nursery() as nursery:
         for i in range(20):
             nursery.start_soon(store.transact, enqueue, i)
     assert loop_thread not in seen
-    assert len(await store.call(store.operations)) == 20
+    assert len(await store.call(store.operations.all)) == 20
 
 
 def test_a_v4_store_gains_the_skipped_frames_table(tmp_path: Path) -> None:
@@ -356,23 +356,23 @@ def test_a_v4_store_gains_the_skipped_frames_table(tmp_path: Path) -> None:
     db.close()
     with Store(path) as store:
         assert store.schema_version() == SCHEMA_VERSION >= 5
-        assert store.skipped_frames("s") == []
+        assert store.skipped_frames.all("s") == []
         # A lone surrogate (JSON from JavaScript) is kept as SQLite can hold it.
-        store.skip_frame("s", "r", 7, "it does not parse: why", '{"seq":7,"x":"\ud800"}' + "y" * 5000)
-        [skipped] = store.skipped_frames("s")
+        store.skipped_frames.add("s", "r", 7, "it does not parse: why", '{"seq":7,"x":"\ud800"}' + "y" * 5000)
+        [skipped] = store.skipped_frames.all("s")
     assert (skipped.session, skipped.runtime, skipped.seq, skipped.reason) == ("s", "r", 7, "it does not parse: why")
     assert skipped.text.startswith('{"seq":7,"x":"?"}') and len(skipped.text) == 2000
 
 
 def test_a_savepoint_undoes_its_part_alone(store: Store) -> None:
-    store.create_session("s")
+    store.sessions.create("s")
     with store.transaction():
         with pytest.raises(ValueError):
             with store.savepoint():
-                store.put_message("s", 1, {"id": "gone", "role": "user", "parts": [], "createdAt": 1}, None)
+                store.messages.put("s", 1, {"id": "gone", "role": "user", "parts": [], "createdAt": 1}, None)
                 raise ValueError("undo this part")
-        store.put_message("s", 1, {"id": "kept", "role": "user", "parts": [], "createdAt": 1}, None)
-    assert [message["id"] for message in store.messages("s")] == ["kept"]
+        store.messages.put("s", 1, {"id": "kept", "role": "user", "parts": [], "createdAt": 1}, None)
+    assert [message["id"] for message in store.messages.all("s")] == ["kept"]
     with pytest.raises(StoreMisuse):
         with store.savepoint():
             pass  # outside a transaction
@@ -390,18 +390,18 @@ def _plans(store: Store, work) -> dict[str, list[str]]:
 def _turn(store: Store, i: int) -> None:
     """What one delivery to a container session writes and reads in the
     host's store (the host's path: submit, hand over, frames, settle)."""
-    store.enqueue("s", f"op{i}", "hi")
-    store.start("s", f"op{i}")
-    store.set_delivered("s", f"op{i}", "rt")
-    store.operations(session="s", statuses=("queued", "running"))
-    store.put_message("s", 1, {"id": f"u{i}", "role": "user"}, f"op{i}")
-    store.put_message("s", 1, {"id": f"a{i}", "role": "assistant"}, f"op{i}")
-    store.append_entries("s", 1, [{"n": i}])
-    store.record_usage("s", f"op{i}", "rt", i, {"type": "usage", "inputTokens": 2, "outputTokens": 3})
-    store.settle("s", f"op{i}", {"status": "done", "text": "ok"})
-    store.usage_after("s", store.usage_after("s").mark - 1)
-    store.message_log("s", store.message_log("s", 10**9).version - 2)
-    store.message_versions("s", [f"a{i}"])
+    store.operations.enqueue("s", f"op{i}", "hi")
+    store.operations.start("s", f"op{i}")
+    store.operations.set_delivered("s", f"op{i}", "rt")
+    store.operations.all(session="s", statuses=("queued", "running"))
+    store.messages.put("s", 1, {"id": f"u{i}", "role": "user"}, f"op{i}")
+    store.messages.put("s", 1, {"id": f"a{i}", "role": "assistant"}, f"op{i}")
+    store.entries.append("s", 1, [{"n": i}])
+    store.usage.record("s", f"op{i}", "rt", i, {"type": "usage", "inputTokens": 2, "outputTokens": 3})
+    store.operations.settle("s", f"op{i}", {"status": "done", "text": "ok"})
+    store.usage.after("s", store.usage.after("s").mark - 1)
+    store.messages.log("s", store.messages.log("s", 10**9).version - 2)
+    store.messages.versions("s", [f"a{i}"])
 
 
 def test_no_read_of_a_turn_walks_the_history(store_path: Path) -> None:
@@ -412,7 +412,7 @@ def test_no_read_of_a_turn_walks_the_history(store_path: Path) -> None:
     # open operations through ``operations_order``, row by row, and the
     # usage through ``usage_operation``, every event.)
     with Store(store_path) as store:
-        store.create_session("s")
+        store.sessions.create("s")
         for i in range(200):
             _turn(store, i)
         plans = _plans(store, lambda s: _turn(s, 200))
@@ -429,21 +429,21 @@ def test_no_read_of_a_turn_walks_the_history(store_path: Path) -> None:
 
 
 def test_usage_after_sums_the_events_after_a_mark(store: Store) -> None:
-    store.create_session("s")
-    store.create_session("t")
-    assert store.usage_after("s") == store.usage_after("s", 0)  # no events: the mark 0
-    assert store.usage_after("s", 0).events == 0
-    store.record_usage("s", "a", "r", 1, {"type": "usage", "inputTokens": 10, "outputTokens": 2})
-    mark = store.usage_after("s").mark
-    store.record_usage("t", "b", "r", 1, {"type": "usage", "inputTokens": 99})  # another session's
-    store.record_usage("s", "a", "r", 2, {"type": "usage", "inputTokens": 1.5})
-    store.record_usage("s", None, "r", 3, {"type": "usage", "outputTokens": "lots"})  # not a figure
-    after = store.usage_after("s", mark)
+    store.sessions.create("s")
+    store.sessions.create("t")
+    assert store.usage.after("s") == store.usage.after("s", 0)  # no events: the mark 0
+    assert store.usage.after("s", 0).events == 0
+    store.usage.record("s", "a", "r", 1, {"type": "usage", "inputTokens": 10, "outputTokens": 2})
+    mark = store.usage.after("s").mark
+    store.usage.record("t", "b", "r", 1, {"type": "usage", "inputTokens": 99})  # another session's
+    store.usage.record("s", "a", "r", 2, {"type": "usage", "inputTokens": 1.5})
+    store.usage.record("s", None, "r", 3, {"type": "usage", "outputTokens": "lots"})  # not a figure
+    after = store.usage.after("s", mark)
     assert (after.events, after.input_tokens, after.output_tokens) == (2, 1.5, None)
     assert after.mark > mark
-    again = store.usage_after("s", after.mark)  # nothing new: the same mark, nothing summed
+    again = store.usage.after("s", after.mark)  # nothing new: the same mark, nothing summed
     assert (again.mark, again.events, again.input_tokens) == (after.mark, 0, None)
-    assert store.usage_after("t", 0).input_tokens == 99
+    assert store.usage.after("t", 0).input_tokens == 99
 
 
 def test_a_v7_store_gains_the_history_indexes(tmp_path: Path) -> None:
@@ -469,3 +469,21 @@ def test_repr_runs_no_query(tmp_path: Path) -> None:
         store.database.raw.set_trace_callback(executed.append)
         assert repr(store) == f"<Store {str(tmp_path / 'repr.db')!r} v{SCHEMA_VERSION}>"
         assert executed == []
+
+
+def test_the_repositories_tell_the_change_hook_inside_the_transaction_that_writes_it(store: Store) -> None:
+    told: list[tuple[str, dict, bool]] = []
+    store.on_change = lambda db, what, record: told.append((what, record, db.in_transaction))
+    store.sessions.create("s")
+    store.operations.enqueue("s", "a", "hi")
+    store.operations.enqueue("s", "b", "hi")
+    assert store.operations.settle("s", "a", {"status": "done", "text": "answer"})
+    assert store.operations.settle_record("s", "b", {"status": "unanswered", "reason": "gone"}) is not None
+    assert not store.operations.settle("s", "a", {"status": "done", "text": "again"})  # settled already: no change
+    store.sessions.set_daemon("s", state="running")
+    store.sessions.set_daemon("s", state="unreachable", reason="no image")
+    assert told == [("turn-ended", {"session": "s", "operation": "a", "text": "answer"}, True),
+                    ("unreachable", {"session": "s", "reason": "no image"}, True)]
+    assert store.usage.writes("s") == 0
+    store.usage.record("s", "a", "rt", 1, {"type": "usage", "inputTokens": 1})
+    assert store.usage.writes("s") == 1 and store.usage.after("s", 0).events == 1

@@ -34,14 +34,14 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 def test_two_stores_on_one_database_see_each_others_writes(postgres_url: str) -> None:
     with Store(postgres_url) as one, Store(postgres_url) as two:
-        one.create_session("a")
-        two.create_session("b")
-        two.enqueue("a", "op", "hi")
-        assert [s.id for s in one.sessions()] == ["a", "b"]
-        assert one.operation("a", "op") is not None and one.open_sessions() == ["a"]
-        one.put_message("a", 1, {"id": "m", "text": "1"})
-        two.put_message("a", 1, {"id": "m", "text": "2"})
-        assert one.message_log("a").messages == [(2, {"id": "m", "text": "2"})]
+        one.sessions.create("a")
+        two.sessions.create("b")
+        two.operations.enqueue("a", "op", "hi")
+        assert [s.id for s in one.sessions.all()] == ["a", "b"]
+        assert one.operations.get("a", "op") is not None and one.operations.open_sessions() == ["a"]
+        one.messages.put("a", 1, {"id": "m", "text": "1"})
+        two.messages.put("a", 1, {"id": "m", "text": "2"})
+        assert one.messages.log("a").messages == [(2, {"id": "m", "text": "2"})]
 
 
 def test_many_routers_writing_at_once_number_in_one_order(postgres_url: str) -> None:
@@ -49,18 +49,18 @@ def test_many_routers_writing_at_once_number_in_one_order(postgres_url: str) -> 
     # transactions go one at a time across every connection (the lock).
     stores = [Store(postgres_url) for _ in range(3)]
     try:
-        stores[0].create_session("s")
+        stores[0].sessions.create("s")
 
         def submit(store: Store, n: int) -> None:
             for i in range(30):
-                store.enqueue("s", f"{n}-{i}", "x")
+                store.operations.enqueue("s", f"{n}-{i}", "x")
 
         threads = [threading.Thread(target=submit, args=(store, n)) for n, store in enumerate(stores)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        ordinals = [op.ordinal for op in stores[1].operations(session="s")]
+        ordinals = [op.ordinal for op in stores[1].operations.all(session="s")]
         assert ordinals == list(range(1, 91))
     finally:
         for store in stores:
@@ -71,10 +71,10 @@ KILLED_MID_TRANSACTION = """
 import os, signal, sys
 from router.host.store import Store
 store = Store(sys.argv[1])
-store.create_session("s")
-store.enqueue("s", "committed", "kept")
+store.sessions.create("s")
+store.operations.enqueue("s", "committed", "kept")
 with store.transaction():
-    store.enqueue("s", "uncommitted", "lost")
+    store.operations.enqueue("s", "uncommitted", "lost")
     os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -84,21 +84,21 @@ def test_a_router_killed_mid_transaction_loses_nothing_committed(postgres_url: s
                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
     assert done.returncode == -9, done.stderr
     with Store(postgres_url) as store:  # the lock went with the dead connection's transaction
-        assert [op.id for op in store.operations(session="s")] == ["committed"]
-        store.enqueue("s", "after", "x")
-        assert [op.ordinal for op in store.operations(session="s")] == [1, 2]
+        assert [op.id for op in store.operations.all(session="s")] == ["committed"]
+        store.operations.enqueue("s", "after", "x")
+        assert [op.ordinal for op in store.operations.all(session="s")] == [1, 2]
 
 
 STOPPED_MID_TRANSACTION = """
 import os, signal, sys
 from router.host.store import Store
 store = Store(sys.argv[1])
-store.create_session("s")
+store.sessions.create("s")
 with store.transaction():
-    store.enqueue("s", "stalled", "lost")
+    store.operations.enqueue("s", "stalled", "lost")
     print("in", flush=True)
     os.kill(os.getpid(), signal.SIGSTOP)  # holds the record's write lock, idle, until continued
-    store.enqueue("s", "late", "lost")
+    store.operations.enqueue("s", "late", "lost")
 print("committed", flush=True)
 """
 
@@ -118,7 +118,7 @@ def test_a_router_stopped_mid_transaction_holds_the_record_only_until_the_idle_l
             done = threading.Event()
 
             def write() -> None:
-                store.enqueue("s", "other", "kept")
+                store.operations.enqueue("s", "other", "kept")
                 done.set()
 
             writer = threading.Thread(target=write, daemon=True)
@@ -129,7 +129,7 @@ def test_a_router_stopped_mid_transaction_holds_the_record_only_until_the_idle_l
             out, err = child.communicate(timeout=60)
             assert child.returncode != 0 and "committed" not in out, (out, err)
             assert "idle-in-transaction" in err, err
-            assert [op.id for op in store.operations(session="s")] == ["other"]
+            assert [op.id for op in store.operations.all(session="s")] == ["other"]
     finally:
         if child.poll() is None:
             child.send_signal(signal.SIGCONT)
@@ -158,10 +158,10 @@ def test_an_older_database_is_migrated_step_by_step(postgres_url: str) -> None:
     db.close()
     with Store(postgres_url) as store:
         assert store.schema_version() == SCHEMA_VERSION
-        assert store.message_log("s").messages == [(1, {"id": "m"})]
-        store.record_usage("s", None, "r", 1, {"inputTokens": 1})
-        store.record_usage("s", None, "r", 1, {"inputTokens": 2})  # the old key would refuse it
-        assert store.usage_records()[0].input_tokens == 3
+        assert store.messages.log("s").messages == [(1, {"id": "m"})]
+        store.usage.record("s", None, "r", 1, {"inputTokens": 1})
+        store.usage.record("s", None, "r", 1, {"inputTokens": 2})  # the old key would refuse it
+        assert store.usage.records()[0].input_tokens == 3
 
 
 def test_a_database_newer_than_the_code_is_refused(postgres_url: str) -> None:
@@ -204,7 +204,7 @@ def test_a_server_that_is_not_there_is_a_bad_store(postgres: object) -> None:
 
 def test_a_fence_runs_in_every_transaction_and_refuses_the_write(postgres_url: str) -> None:
     with Store(postgres_url) as store, DeliveryLog(postgres_url) as log:
-        store.create_session("s")
+        store.sessions.create("s")
         fenced: list[str] = []
 
         def fence(db: object) -> None:
@@ -214,15 +214,15 @@ def test_a_fence_runs_in_every_transaction_and_refuses_the_write(postgres_url: s
 
         store.database.fences.append(fence)
         log.database.fences.append(fence)
-        store.enqueue("s", "first", "x")
+        store.operations.enqueue("s", "first", "x")
         with pytest.raises(Refusal):
-            store.enqueue("s", "second", "x")
+            store.operations.enqueue("s", "second", "x")
         with pytest.raises(Refusal):
             log.admit(Delivery(event_id="e", session="s", message=Person(text="hi", message_id=None)))
         assert fenced == ["host", "host", "turns"]
         store.database.fences.clear()
         log.database.fences.clear()
-        assert [op.id for op in store.operations()] == ["first"]
+        assert [op.id for op in store.operations.all()] == ["first"]
         assert log.get("e") is None
 
 
@@ -292,16 +292,16 @@ def a_data_dir(root: Path) -> Path:
     data = root / "data"
     data.mkdir()
     with Store(data / "host.sqlite") as store:
-        store.create_session("a")
-        store.create_session("b", parent="a", settings={"model": "m"})
-        store.enqueue("a", "op1", "hi")
-        store.settle("a", "op1", {"status": "done", "text": "echo: hi"})
-        store.put_message("a", 1, {"id": "m1", "text": "one"}, "op1")
-        store.put_message("a", 1, {"id": "m2", "text": "two"})
-        store.put_message("a", 1, {"id": "m1", "text": "one, again"}, "op1")
-        store.append_entries("a", 1, [{"turn": 1}, {"turn": 2}])
-        store.record_usage("a", "op1", "r", 3, {"inputTokens": 2, "costUsd": 0.25})
-        store.skip_frame("a", "r", 4, "it does not parse", "{")
+        store.sessions.create("a")
+        store.sessions.create("b", parent="a", settings={"model": "m"})
+        store.operations.enqueue("a", "op1", "hi")
+        store.operations.settle("a", "op1", {"status": "done", "text": "echo: hi"})
+        store.messages.put("a", 1, {"id": "m1", "text": "one"}, "op1")
+        store.messages.put("a", 1, {"id": "m2", "text": "two"})
+        store.messages.put("a", 1, {"id": "m1", "text": "one, again"}, "op1")
+        store.entries.append("a", 1, [{"turn": 1}, {"turn": 2}])
+        store.usage.record("a", "op1", "r", 3, {"inputTokens": 2, "costUsd": 0.25})
+        store.skipped_frames.add("a", "r", 4, "it does not parse", "{")
     with DeliveryLog(data / "turns.sqlite") as log:
         log.admit(Delivery(event_id="e1", session="a", message=Person(text="hi", message_id="m")))
         log.put_ask({"id": "k1", "session": "a", "state": "open", "tool": "Bash"})
@@ -319,9 +319,9 @@ def test_a_data_dir_copies_into_postgresql_whole(tmp_path: Path, postgres_url: s
     assert "messages: 2 rows" in out and "turn_records: 1 rows" in out
     with Store(data / "host.sqlite") as source, Store(postgres_url) as copied:
         assert copied.dump(timestamps=True) == source.dump(timestamps=True)
-        assert copied.message_log("a", since=0).messages == source.message_log("a", since=0).messages
-        copied.put_message("a", 1, {"id": "m3"})  # the versions go on from the copied ones
-        assert copied.message_log("a").version == source.message_log("a").version + 1
+        assert copied.messages.log("a", since=0).messages == source.messages.log("a", since=0).messages
+        copied.messages.put("a", 1, {"id": "m3"})  # the versions go on from the copied ones
+        assert copied.messages.log("a").version == source.messages.log("a").version + 1
     with DeliveryLog(postgres_url) as log:
         assert [e.event_id for e in log.entries()] == ["e1"] and log.asks_of("a")[0]["id"] == "k1"
     records = TableRecords(postgres_url)
@@ -382,15 +382,15 @@ def test_a_copy_from_a_running_router_or_nowhere_is_refused(tmp_path: Path, post
 
 def test_a_connection_the_server_dropped_is_opened_again(postgres_url: str) -> None:
     with Store(postgres_url) as store, DeliveryLog(postgres_url) as log, _raw(postgres_url) as admin:
-        store.create_session("s")
+        store.sessions.create("s")
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'router'")
         with pytest.raises(psycopg.OperationalError):
-            store.enqueue("s", "lost", "x")  # the write that met the loss fails, and is not kept
-        store.enqueue("s", "after", "x")
+            store.operations.enqueue("s", "lost", "x")  # the write that met the loss fails, and is not kept
+        store.operations.enqueue("s", "after", "x")
         with pytest.raises(psycopg.OperationalError):
             log.get("e")
         assert log.get("e") is None
-        assert [op.id for op in store.operations()] == ["after"]
+        assert [op.id for op in store.operations.all()] == ["after"]
         assert store.database.reconnects == 1 and log.database.reconnects == 1
 
 
@@ -431,7 +431,7 @@ async def test_a_fence_that_refuses_a_batch_answers_every_caller_with_its_refusa
     import trio
 
     with Store(postgres_url) as store, DeliveryLog(postgres_url) as log:
-        await store.call(store.create_session, "s")
+        await store.call(store.sessions.create, "s")
 
         def refuse(db: object) -> None:
             raise Refusal("stale-lease", "this router lost the session's lease")
@@ -441,7 +441,7 @@ async def test_a_fence_that_refuses_a_batch_answers_every_caller_with_its_refusa
         codes: list[str] = []
 
         async def write(n: int) -> None:
-            for calling in (store.call(store.enqueue, "s", f"op{n}", "x"),
+            for calling in (store.call(store.operations.enqueue, "s", f"op{n}", "x"),
                             log.call(log.admit, Delivery(event_id=f"e{n}", session="s",
                                                          message=Person(text="hi", message_id=None)))):
                 try:
@@ -455,7 +455,7 @@ async def test_a_fence_that_refuses_a_batch_answers_every_caller_with_its_refusa
         assert codes == ["stale-lease"] * 16
         store.database.fences.clear()
         log.database.fences.clear()
-        assert await store.call(store.operations) == [] and await log.call(log.entries) == []
+        assert await store.call(store.operations.all) == [] and await log.call(log.entries) == []
 
 
 def test_a_v7_database_gains_the_history_indexes_and_its_reads_use_them(postgres_url: str) -> None:
@@ -472,8 +472,8 @@ def test_a_v7_database_gains_the_history_indexes_and_its_reads_use_them(postgres
     with Store(postgres_url) as store:
         assert store.schema_version() == SCHEMA_VERSION >= 8
         check_v7_migrated(store)
-        reads = statements(store, lambda s: (s.operations(session="s", statuses=("queued", "running")),
-                                             s.usage_after("s", 1)))
+        reads = statements(store, lambda s: (s.operations.all(session="s", statuses=("queued", "running")),
+                                             s.usage.after("s", 1)))
         execute = store._db.execute
         with store.transaction():
             # On tables this small a sequential scan is cheapest; without it the

@@ -206,10 +206,12 @@ async def test_a_container_turn_that_ended_and_an_unreachable_daemon_are_events(
         with PushService() as service:
             await _phone(rig, service)  # before the events: a destination to send them to
             for session in ("s-on", "s-off"):
-                await store.call(store.create_session, session)
-                await store.call(store.enqueue, session, "op-1", "hello")
-                await store.call(store.settle, session, "op-1", {"status": "done", "text": "\nAll done.\nmore"})
-            await store.call(lambda: store.set_daemon("s-off", state="unreachable", reason="image-missing: no image"))
+                await store.call(store.sessions.create, session)
+                await store.call(store.operations.enqueue, session, "op-1", "hello")
+                await store.call(store.operations.settle, session, "op-1",
+                                 {"status": "done", "text": "\nAll done.\nmore"})
+            await store.call(lambda: store.sessions.set_daemon("s-off", state="unreachable",
+                                                               reason="image-missing: no image"))
             with trio.fail_after(20):
                 while len(service.received) < 2:
                     await trio.sleep(0.01)

@@ -76,12 +76,12 @@ async def test_frames_reads_the_hosts_store(tmp_path: Path) -> None:
 
     with Store(tmp_path / "host.db") as store:
         ledger = StoreLedger(store)
-        store.record_usage("s", "op-0", "rt-1", 1, {"type": "usage", "inputTokens": 500})
+        store.usage.record("s", "op-0", "rt-1", 1, {"type": "usage", "inputTokens": 500})
         request = {"session": "s", "reach": {"via": "in-process"}, "mark": None}
         first = await FRAMES.read_turn(request, {"ledger": ledger})
-        store.record_usage("s", "op-1", "rt-1", 2,
+        store.usage.record("s", "op-1", "rt-1", 2,
                            {"type": "usage", "inputTokens": 12, "outputTokens": 8})
-        store.record_usage("s", "op-1", "rt-1", 3,
+        store.usage.record("s", "op-1", "rt-1", 3,
                            {"type": "usage", "inputTokens": 2.6, "outputTokens": "lots"})
         second = await FRAMES.read_turn({**request, "mark": first["mark"]}, {"ledger": ledger})
         assert second["usage"] == {"input": 15, "output": 8, "cache_creation": 0, "cache_read": 0}
@@ -94,15 +94,15 @@ async def test_the_frames_mark_does_not_grow_with_the_sessions_history(tmp_path:
     from router.host.store import Store
 
     with Store(tmp_path / "host.db") as store:
-        store.create_session("s")
+        store.sessions.create("s")
         ledger = StoreLedger(store)
         request = {"session": "s", "reach": {"via": "in-process"}, "mark": None}
         for i in range(300):
-            store.record_usage("s", f"op-{i}", "rt-1", i, {"type": "usage", "inputTokens": 1, "outputTokens": 1})
+            store.usage.record("s", f"op-{i}", "rt-1", i, {"type": "usage", "inputTokens": 1, "outputTokens": 1})
         first = await FRAMES.read_turn(request, {"ledger": ledger})
         assert set(first["mark"]) == {"after"} and type(first["mark"]["after"]) is int
-        store.record_usage("s", "op-new", "rt-1", 300, {"type": "usage", "inputTokens": 5, "outputTokens": 2})
-        read = await store.call(store.usage_after, "s", first["mark"]["after"])
+        store.usage.record("s", "op-new", "rt-1", 300, {"type": "usage", "inputTokens": 5, "outputTokens": 2})
+        read = await store.call(store.usage.after, "s", first["mark"]["after"])
         assert read.events == 1  # what the second read sums: the one event after the mark
         second = await FRAMES.read_turn({**request, "mark": first["mark"]}, {"ledger": ledger})
         assert second["usage"] == {"input": 5, "output": 2, "cache_creation": 0, "cache_read": 0}

@@ -144,9 +144,9 @@ def judge(row: FaultRow, store: Store, session: str, expected: dict[str, str]) -
       ``echo: <text> (turn N)`` where the restored entry N is that text);
     - duplicated: a transcript message id twice, or a turn's entry twice.
     """
-    records = {o.id: o for o in store.operations() if o.session == session}
-    entries = store.entries(session)
-    messages = store.messages(session)
+    records = {o.id: o for o in store.operations.all() if o.session == session}
+    entries = store.entries.all(session)
+    messages = store.messages.all(session)
     row.operations += len(expected)
     ids = Counter(m["id"] for m in messages)
     row.duplicated += sum(n - 1 for n in ids.values() if n > 1)

@@ -228,7 +228,7 @@ async def phase_hostile_daemons(target: int, seed: int, work: Path) -> FaultRow:
     (work / "data").mkdir(parents=True, exist_ok=True)
     with Store(work / "data" / "host.sqlite") as store:
         for session in ["good", *sessions]:
-            store.create_session(session)
+            store.sessions.create(session)
     async with trio.open_nursery() as nursery:
         fake: FakeDaemon = await nursery.start(FakeDaemon(daemons.script).run)
         async with serve(work, "--daemon", fake.url, env={"ROUTER_DAEMON_TOKEN": "t"}) as served:
@@ -258,8 +258,8 @@ def judge_answered(row: FaultRow, store: Any, session: str, expected: dict[str, 
     settled ``answered <id>``, its user message once in the transcript."""
     from collections import Counter
 
-    records = {o.id: o for o in store.operations() if o.session == session}
-    ids = Counter(m["id"] for m in store.messages(session))
+    records = {o.id: o for o in store.operations.all() if o.session == session}
+    ids = Counter(m["id"] for m in store.messages.all(session))
     row.operations += len(expected)
     row.duplicated += sum(n - 1 for n in ids.values() if n > 1)
     for operation_id in expected:

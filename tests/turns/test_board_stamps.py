@@ -15,6 +15,7 @@ class _Unread:
     async def call(self, fn, *args):
         raise AssertionError("the board read the record again")
 
+    @property
     def sessions(self):
         raise AssertionError("the board read the record again")
 
@@ -25,7 +26,7 @@ async def test_the_listing_carries_its_reads_stamps_and_the_board_takes_them(mak
     await rig.router.send("s1", "hi", event_id="e1", wait=True)
     listed = await rig.router.list()
     assert isinstance(listed, StampedListing)
-    record = await rig.store.call(rig.store.session, "s1")
+    record = await rig.store.call(rig.store.sessions.get, "s1")
     assert listed.stamps["s1"] == (record.updated_at, record.settings.get("model"))
     [item] = [each for each in await describe(listed, Facts(store=_Unread()), Activity(), stamps=listed.stamps)
               if each["id"] == "s1"]

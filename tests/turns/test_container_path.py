@@ -55,7 +55,7 @@ async def test_a_resend_is_answered_from_the_record(make_rig: Any) -> None:
     again = await rig.router.deliver(person("e1", "once"))
     assert isinstance(first, Answered) and isinstance(again, Answered)
     assert again.from_record and again.answer == first.answer
-    operations = await rig.store.call(rig.store.operations)
+    operations = await rig.store.call(rig.store.operations.all)
     assert [operation.id for operation in operations] == ["e1"]
     messages = (await rig.router.messages("root"))["messages"]
     assert [m["id"] for m in messages] == ["e1:user", "e1:assistant"]
@@ -74,7 +74,7 @@ async def test_concurrent_resends_write_once(make_rig: Any) -> None:
     assert all(isinstance(reply, Answered) for reply in replies)
     assert len({tuple(sorted(reply.answer.items())) for reply in replies}) == 1
     assert sum(not reply.from_record for reply in replies) == 1
-    operations = await rig.store.call(rig.store.operations)
+    operations = await rig.store.call(rig.store.operations.all)
     assert [operation.id for operation in operations] == ["e1"]
     assert (await rig.router.reply_of("root", "e1"))["text"] == "echo: many times (turn 1)"
 

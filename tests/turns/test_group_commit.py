@@ -114,10 +114,10 @@ async def test_the_host_store_groups_transactions_and_isolates_a_failing_one(tmp
 
     path = tmp_path / "host.sqlite"
     with Store(path) as store:
-        await store.call(store.create_session, "s")
+        await store.call(store.sessions.create, "s")
 
         def enqueue(_: Store, n: int) -> None:
-            store.enqueue("s", f"op{n}", {"type": "prompt", "text": f"{n}"}, "followUp")
+            store.operations.enqueue("s", f"op{n}", {"type": "prompt", "text": f"{n}"}, "followUp")
             if n == 2:
                 raise ValueError("this transaction fails after its write")
 

@@ -16,24 +16,24 @@ def _message(mid: str, text: str) -> dict:
 
 def test_a_change_bumps_the_version_and_a_same_rewrite_does_not(tmp_path: Path) -> None:
     with Store(tmp_path / "host.db") as store:
-        store.create_session("s")
-        store.create_session("t")
-        store.put_message("s", 1, _message("a", "one"))
-        store.put_message("s", 1, _message("b", "two"))
-        store.put_message("t", 1, _message("x", "other session"))
-        first = store.message_log("s")
+        store.sessions.create("s")
+        store.sessions.create("t")
+        store.messages.put("s", 1, _message("a", "one"))
+        store.messages.put("s", 1, _message("b", "two"))
+        store.messages.put("t", 1, _message("x", "other session"))
+        first = store.messages.log("s")
         assert [(v, m["id"]) for v, m in first.messages] == [(1, "a"), (2, "b")] and first.version == 2
-        store.put_message("s", 1, _message("a", "one"))  # the same data: no change
-        assert store.message_log("s").version == 2
-        store.put_message("s", 1, _message("a", "one, edited"))
-        since = store.message_log("s", 2)
+        store.messages.put("s", 1, _message("a", "one"))  # the same data: no change
+        assert store.messages.log("s").version == 2
+        store.messages.put("s", 1, _message("a", "one, edited"))
+        since = store.messages.log("s", 2)
         assert since.version == 3 and [(v, m["parts"][0]["text"]) for v, m in since.messages] == [(3, "one, edited")]
         # In transcript order when read whole; by change when read since.
-        assert [m["id"] for _, m in store.message_log("s").messages] == ["a", "b"]
-        assert [m["id"] for _, m in store.message_log("s", 0).messages] == ["b", "a"]
-        now = store.message_versions("s", ["a", "zzz", "a"])
+        assert [m["id"] for _, m in store.messages.log("s").messages] == ["a", "b"]
+        assert [m["id"] for _, m in store.messages.log("s", 0).messages] == ["b", "a"]
+        now = store.messages.versions("s", ["a", "zzz", "a"])
         assert (now.generation, now.version, now.messages) == (1, 3, [(3, _message("a", "one, edited"))])
-        assert store.message_log("t").version == 1
+        assert store.messages.log("t").version == 1
 
 
 def test_a_v5_store_is_backfilled_in_order(tmp_path: Path) -> None:
@@ -49,9 +49,9 @@ def test_a_v5_store_is_backfilled_in_order(tmp_path: Path) -> None:
     db.commit()
     db.close()
     with Store(path) as store:
-        before = store.message_log("s")
+        before = store.messages.log("s")
         assert [m["id"] for _, m in before.messages] == ["a", "b"]
         assert before.messages[0][0] < before.messages[1][0] == before.version
-        store.put_message("s", 1, _message("c", "three"))
-        after = store.message_log("s", before.version)
+        store.messages.put("s", 1, _message("c", "three"))
+        after = store.messages.log("s", before.version)
         assert [(v, m["id"]) for v, m in after.messages] == [(before.version + 1, "c")]

@@ -3,11 +3,14 @@
 The record (:class:`router.host.store.Store`) is split into one repository
 per table, each a module of this package: :mod:`.sessions`,
 :mod:`.operations`, :mod:`.messages`, :mod:`.entries`, :mod:`.usage`,
-:mod:`.skipped_frames`. A repository holds the :class:`Unit` it works
-through (the store: its connection, its transactions, its clock, and the
-other repositories as ``tables``) and nothing else; each of its methods is
-one transaction of its own, or joins the caller's (nested transactions
-join the outer one). They run in the store's worker thread
+:mod:`.skipped_frames`; the store holds one of each, named for its table
+(``store.sessions.get(id)``, ``store.operations.enqueue(...)``). A
+repository holds the :class:`Unit` it works through (the store: its
+connection, its transactions, its clock, the change hook, and the other
+repositories) and nothing else; each of its methods is one transaction of
+its own, or joins the caller's (nested transactions join the outer one),
+so the statements of one call, or of one applied frame across tables,
+commit together. They run in the store's worker thread
 (:meth:`router.host.store.Store.call`), or synchronously where no Trio
 runs. This module holds the rows they read into (frozen attrs records),
 the JSON helpers and the refusal type.
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, ContextManager, Final, Iterable, Literal, Protocol, Sequence
+from typing import Any, Callable, ContextManager, Final, Iterable, Literal, Protocol, Sequence
 
 import attrs
 
@@ -34,8 +37,19 @@ __all__ = [
 class Unit(Protocol):
     """What a repository works through: the store (see the module docstring)."""
 
-    #: The repositories, by table (:class:`router.host.record.Tables`).
-    tables: Any
+    #: The repositories another one reads through (a reset asks for open
+    #: operations; an enqueue reads the session's generation): the
+    #: :class:`router.host.record.Sessions` and
+    #: :class:`router.host.record.Operations` of the same store (typed Any
+    #: here: their modules import this one).
+    sessions: Any
+    operations: Any
+    #: Told of a change a notification is made of, inside the transaction
+    #: that writes it: ``(database, what, record)``; None: nobody listens.
+    on_change: Callable[[Any, str, dict[str, Any]], None] | None
+
+    @property
+    def database(self) -> Any: ...
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
 
@@ -60,7 +74,7 @@ SKIPPED_TEXT_CHARS: Final = 2000
 
 @attrs.frozen(kw_only=True)
 class MessageLog:
-    """A session's transcript changes as :meth:`Store.message_log` reads
+    """A session's transcript changes as :meth:`router.host.record.Messages.log` reads
     them: the current ``generation``, the session's highest message
     ``version``, and ``messages`` as ``(version, message)`` pairs."""
 
@@ -192,7 +206,7 @@ class UsageRecord:
 @attrs.frozen(kw_only=True)
 class UsageAfter:
     """A session's ``usage`` events after a mark, summed: what
-    :meth:`Store.usage_after` and every usage ledger
+    :meth:`router.host.record.Usage.after` and every usage ledger
     (:class:`router.plugins.usage.UsageLedger`) answer.
 
     ``mark`` is where the next read starts (the store's: the last event's

@@ -1,9 +1,9 @@
 """The host's record: the adapter's persisted entries, in order, per generation.
 
 One repository of :mod:`router.host.record` (its module docstring says how
-they work); :class:`router.host.store.Store` answers each method of it
-under the same name. The table is described in :mod:`router.host.store`'s
-docstring.
+they work); callers reach it as an attribute of the store
+(:class:`router.host.store.Store`), named for its table. The table is
+described in :mod:`router.host.store`'s docstring.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Entries:
     def __repr__(self) -> str:
         return "<Entries>"
 
-    def append_entries(self, session: str, generation: int, entries: Sequence[JsonValue]) -> None:
+    def append(self, session: str, generation: int, entries: Sequence[JsonValue]) -> None:
         if not entries:
             return
         with self._unit.transaction():
@@ -38,12 +38,12 @@ class Entries:
                 [(session, generation, session, generation, dump_json(e)) for e in entries],
             )
 
-    def entries(self, session: str, generation: int | None = None) -> list[JsonValue]:
+    def all(self, session: str, generation: int | None = None) -> list[JsonValue]:
         """The adapter's persisted entries of ``generation`` (default: the
         current one), in order."""
         with self._unit.transaction():
             if generation is None:
-                generation = self._unit.tables.sessions.require_session(session).generation
+                generation = self._unit.sessions.require(session).generation
             rows = self._unit.execute(
                 "SELECT data FROM entries WHERE session = ? AND generation = ? ORDER BY position",
                 (session, generation),

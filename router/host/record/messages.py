@@ -1,9 +1,9 @@
 """The host's record: the transcript: messages stored in place, read by generation and by version.
 
 One repository of :mod:`router.host.record` (its module docstring says how
-they work); :class:`router.host.store.Store` answers each method of it
-under the same name. The table is described in :mod:`router.host.store`'s
-docstring.
+they work); callers reach it as an attribute of the store
+(:class:`router.host.store.Store`), named for its table. The table is
+described in :mod:`router.host.store`'s docstring.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Messages:
     def __repr__(self) -> str:
         return "<Messages>"
 
-    def put_message(
+    def put(
         self, session: str, generation: int, message: dict, operation_id: str | None = None
     ) -> int:
         """Store a transcript message; one with the same id in the same
@@ -51,7 +51,7 @@ class Messages:
             ).fetchone()
         return version
 
-    def message_owner(self, session: str, generation: int, id: str) -> tuple[str | None, dict] | None:
+    def owner(self, session: str, generation: int, id: str) -> tuple[str | None, dict] | None:
         """The stored message ``id`` of ``generation`` as ``(operation id,
         message)``; None when there is none."""
         with self._unit.transaction():
@@ -61,12 +61,12 @@ class Messages:
             ).fetchone()
         return None if row is None else (row[0], json.loads(row[1]))
 
-    def messages(self, session: str, generation: int | None = None) -> list[dict]:
+    def all(self, session: str, generation: int | None = None) -> list[dict]:
         """The transcript of ``generation`` (default: the current one, that
         is, since the last reset), in order of first appearance."""
         with self._unit.transaction():
             if generation is None:
-                generation = self._unit.tables.sessions.require_session(session).generation
+                generation = self._unit.sessions.require(session).generation
             rows = self._unit.execute(
                 "SELECT data FROM messages WHERE session = ? AND generation = ? ORDER BY position",
                 (session, generation),
@@ -77,13 +77,13 @@ class Messages:
         (version,) = self._unit.execute("SELECT COALESCE(MAX(version), 0) FROM messages WHERE session = ?", (session,)).fetchone()
         return version
 
-    def message_log(self, session: str, since: int | None = None) -> MessageLog:
+    def log(self, session: str, since: int | None = None) -> MessageLog:
         """The current generation's messages changed after version
         ``since``, oldest change first; with ``since`` None, every message
         in transcript order. One transaction, so ``version`` is exactly what
         the messages read reflect."""
         with self._unit.transaction():
-            generation = self._unit.tables.sessions.require_session(session).generation
+            generation = self._unit.sessions.require(session).generation
             version = self._message_version(session)
             if since is None:
                 sql = "SELECT version, data FROM messages WHERE session = ? AND generation = ? ORDER BY position"
@@ -99,12 +99,12 @@ class Messages:
             generation=generation, version=version, messages=[(row[0], json.loads(row[1])) for row in rows]
         )
 
-    def message_versions(self, session: str, ids: Sequence[str]) -> MessageLog:
+    def versions(self, session: str, ids: Sequence[str]) -> MessageLog:
         """The current generation, the session's highest message version,
         and the ``(version, message)`` now of each of ``ids`` stored in
         the generation (in the order asked, each once)."""
         with self._unit.transaction():
-            generation = self._unit.tables.sessions.require_session(session).generation
+            generation = self._unit.sessions.require(session).generation
             version = self._message_version(session)
             found: list[tuple[int, dict]] = []
             for mid in dict.fromkeys(ids):

@@ -1,9 +1,9 @@
 """The host's record: the operations: queued idempotently, started, requeued, settled, delivered.
 
 One repository of :mod:`router.host.record` (its module docstring says how
-they work); :class:`router.host.store.Store` answers each method of it
-under the same name. The table is described in :mod:`router.host.store`'s
-docstring.
+they work); callers reach it as an attribute of the store
+(:class:`router.host.store.Store`), named for its table. The table is
+described in :mod:`router.host.store`'s docstring.
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ class Operations:
         if when_busy not in ("followUp", "steer"):
             raise Refused("bad-when-busy", f"whenBusy is 'followUp' or 'steer', not {when_busy!r}")
         with self._unit.transaction():
-            existing = self.operation(session, id)
+            existing = self.get(session, id)
             if existing is not None:
                 return existing, False
-            generation = self._unit.tables.sessions.marks(session).generation
+            generation = self._unit.sessions.marks(session).generation
             (ordinal,) = self._unit.execute("SELECT COALESCE(MAX(ordinal), 0) + 1 FROM operations").fetchone()
             rows = self._unit.execute(
                 "INSERT INTO operations (session, id, ordinal, generation, input, when_busy,"
@@ -74,7 +74,7 @@ class Operations:
             ).fetchall()
             return self._operation_of(rows[0]), True
 
-    def operation(self, session: str, id: str) -> OperationRecord | None:
+    def get(self, session: str, id: str) -> OperationRecord | None:
         with self._unit.transaction():
             row = self._unit.execute(
                 f"SELECT {self._OPERATION_COLUMNS} FROM operations WHERE session = ? AND id = ?",
@@ -82,7 +82,7 @@ class Operations:
             ).fetchone()
         return None if row is None else self._operation_of(row)
 
-    def operations(
+    def all(
         self, *, session: str | None = None, statuses: Sequence[str] | None = None
     ) -> list[OperationRecord]:
         """Operations in submission order, narrowed to a session and statuses."""
@@ -150,7 +150,8 @@ class Operations:
     def settle_record(self, session: str, id: str, outcome: dict) -> OperationRecord | None:
         """:meth:`settle`, returning the settled record (one statement: the
         update returns the row), or None when it had settled already or
-        does not exist."""
+        does not exist. A turn that ended ``done`` is told to the unit's
+        ``on_change`` in the same transaction."""
         status = outcome.get("status")
         if status not in SETTLED_STATUSES:
             raise ValueError(f"not an outcome: {outcome!r}")
@@ -161,6 +162,10 @@ class Operations:
                 f" RETURNING {self._OPERATION_COLUMNS}",
                 (status, dump_json(outcome), self._unit.now(), session, id),
             ).fetchall()
+            on_change = self._unit.on_change
+            if rows and status == "done" and on_change is not None:
+                on_change(self._unit.database, "turn-ended",
+                          {"session": session, "operation": id, "text": str(outcome.get("text") or "")})
         return self._operation_of(rows[0]) if rows else None
 
     def set_delivered(

@@ -1,9 +1,9 @@
 """The host's record: the sessions: creation, forks, the cursor, the open mark, settings, the handoff, the daemon columns, generations.
 
 One repository of :mod:`router.host.record` (its module docstring says how
-they work); :class:`router.host.store.Store` answers each method of it
-under the same name. The table is described in :mod:`router.host.store`'s
-docstring.
+they work); callers reach it as an attribute of the store
+(:class:`router.host.store.Store`), named for its table. The table is
+described in :mod:`router.host.store`'s docstring.
 """
 
 from __future__ import annotations
@@ -56,13 +56,13 @@ class Sessions:
             daemon=DaemonRecord(**dict(zip(DAEMON_COLUMNS, row[11:19]))),
         )
 
-    def session(self, id: str) -> SessionRecord | None:
+    def get(self, id: str) -> SessionRecord | None:
         with self._unit.transaction():
             row = self._unit.execute(f"SELECT {self._SESSION_COLUMNS} FROM sessions WHERE id = ?", (id,)).fetchone()
         return None if row is None else self._session_of(row)
 
-    def require_session(self, id: str) -> SessionRecord:
-        record = self.session(id)
+    def require(self, id: str) -> SessionRecord:
+        record = self.get(id)
         if record is None:
             raise Refused(
                 "unknown-session", f"there is no container session {id!r}; create it first"
@@ -78,16 +78,16 @@ class Sessions:
                 (id,),
             ).fetchone()
         if row is None:
-            self.require_session(id)  # the refusal
+            self.require(id)  # the refusal
         return Marks(*row)
 
-    def sessions(self) -> list[SessionRecord]:
+    def all(self) -> list[SessionRecord]:
         """Every session, oldest first."""
         with self._unit.transaction():
             rows = self._unit.execute(f"SELECT {self._SESSION_COLUMNS} FROM sessions ORDER BY ordinal").fetchall()
         return [self._session_of(row) for row in rows]
 
-    def create_session(
+    def create(
         self, id: str, *, settings: dict | None = None, parent: str | None = None
     ) -> tuple[SessionRecord, bool]:
         """Create a session, or return the one with this id unchanged.
@@ -98,7 +98,7 @@ class Sessions:
                 f"a session id must be a non-empty string, not {id!r}; a daemon refuses an empty one",
             )
         with self._unit.transaction():
-            existing = self.session(id)
+            existing = self.get(id)
             if existing is not None:
                 return existing, False
             now = self._unit.now()
@@ -108,19 +108,19 @@ class Sessions:
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (id, parent, ordinal, dump_json(settings or {}), now, now),
             )
-            return self.require_session(id), True
+            return self.require(id), True
 
-    def fork_session(self, id: str, parent: str) -> SessionRecord:
+    def fork(self, id: str, parent: str) -> SessionRecord:
         """A new session ``id`` that continues ``parent``'s current
         generation: its messages and persisted entries, copied, and its
         settings. The fork starts at generation 1 with no cursor."""
         with self._unit.transaction():
-            source = self.require_session(parent)
-            if self.session(id) is not None:
+            source = self.require(parent)
+            if self.get(id) is not None:
                 raise Refused(
                     "session-exists", f"a container session {id!r} exists; fork into a new id"
                 )
-            record, _ = self.create_session(id, settings=source.settings, parent=parent)
+            record, _ = self.create(id, settings=source.settings, parent=parent)
             self._unit.execute(
                 "INSERT INTO messages (session, generation, id, position, operation_id, data,"
                 " created_at, updated_at)"
@@ -153,38 +153,44 @@ class Sessions:
 
     def set_daemon(self, id: str, **fields: str | None) -> DaemonRecord:
         """Set some of a session's daemon fields (:data:`DAEMON_COLUMNS`;
-        None clears one); the others stay. Returns the daemon record."""
+        None clears one); the others stay. Returns the daemon record. A
+        daemon that became unreachable is told to the unit's ``on_change``
+        in the same transaction."""
         unknown = set(fields) - set(DAEMON_COLUMNS)
         if unknown:
             raise ValueError(f"not daemon fields: {sorted(unknown)}")
         with self._unit.transaction():
-            self.require_session(id)
+            self.require(id)
             if fields:
                 names = list(fields)
                 self._touch(id, ", ".join(f"{self._DAEMON_COLUMN[name]} = ?" for name in names),
                             [fields[name] for name in names])
-            return self.require_session(id).daemon
+            daemon = self.require(id).daemon
+            on_change = self._unit.on_change
+            if fields.get("state") == "unreachable" and on_change is not None:
+                on_change(self._unit.database, "unreachable", {"session": id, "reason": fields.get("reason") or ""})
+            return daemon
 
     def set_settings(self, id: str, settings: dict) -> None:
         with self._unit.transaction():
-            self.require_session(id)
+            self.require(id)
             self._touch(id, "settings = ?", (dump_json(settings),))
 
     def take_handoff(self, id: str) -> str | None:
         """The pending handoff note, removed from the session."""
         with self._unit.transaction():
-            record = self.require_session(id)
+            record = self.require(id)
             if record.handoff is not None:
                 self._touch(id, "handoff = NULL", ())
             return record.handoff
 
-    def reset_session(self, id: str, handoff: str | None) -> int:
+    def reset(self, id: str, handoff: str | None) -> int:
         """Start a new generation (no entries, an empty transcript) with an
         optional handoff note. Refused while the session has open
         operations. Returns the new generation."""
         with self._unit.transaction():
-            record = self.require_session(id)
-            if self._unit.tables.operations.operations(session=id, statuses=OPEN_STATUSES):
+            record = self.require(id)
+            if self._unit.operations.all(session=id, statuses=OPEN_STATUSES):
                 raise Refused(
                     "session-busy",
                     f"container session {id!r} has operations queued or running; "
@@ -194,7 +200,7 @@ class Sessions:
             self._touch(id, "generation = ?, handoff = ?", (generation, handoff))
             return generation
 
-    def reopen_session(self, id: str) -> int:
+    def reopen(self, id: str) -> int:
         """Move the current generation, as it stands, to a new number: its
         transcript, persisted entries and operations are relabelled (nothing
         copied, nothing dropped), so a daemon that holds the old number open
@@ -203,7 +209,7 @@ class Sessions:
         stale daemon: :mod:`router.host.reconcile`). Returns the new
         generation."""
         with self._unit.transaction():
-            record = self.require_session(id)
+            record = self.require(id)
             old, new = record.generation, record.generation + 1
             for table in ("messages", "entries", "operations"):
                 self._unit.execute(

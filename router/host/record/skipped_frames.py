@@ -1,9 +1,9 @@
 """The host's record: the frames the host passed without applying them, and why.
 
 One repository of :mod:`router.host.record` (its module docstring says how
-they work); :class:`router.host.store.Store` answers each method of it
-under the same name. The table is described in :mod:`router.host.store`'s
-docstring.
+they work); callers reach it as an attribute of the store
+(:class:`router.host.store.Store`), named for its table. The table is
+described in :mod:`router.host.store`'s docstring.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class SkippedFrames:
     def __repr__(self) -> str:
         return "<SkippedFrames>"
 
-    def skip_frame(self, session: str, runtime: str, seq: int, reason: str, text: str) -> None:
+    def add(self, session: str, runtime: str, seq: int, reason: str, text: str) -> None:
         """Keep the note of a frame passed without applying it: its runtime
         and seq, why, and the start of its text (at most
         :data:`SKIPPED_TEXT_CHARS` characters)."""
@@ -32,7 +32,7 @@ class SkippedFrames:
                 (session, runtime, seq, reason, storable(text[:SKIPPED_TEXT_CHARS]), self._unit.now()),
             )
 
-    def skipped_frames(self, session: str) -> list[SkippedFrame]:
+    def all(self, session: str) -> list[SkippedFrame]:
         """The frames of ``session`` the host passed without applying, oldest first."""
         with self._unit.transaction():
             rows = self._unit.execute(

@@ -1,9 +1,9 @@
 """The host's record: the usage events: kept one per frame, summed per operation and after a mark.
 
 One repository of :mod:`router.host.record` (its module docstring says how
-they work); :class:`router.host.store.Store` answers each method of it
-under the same name. The table is described in :mod:`router.host.store`'s
-docstring.
+they work); callers reach it as an attribute of the store
+(:class:`router.host.store.Store`), named for its table. The table is
+described in :mod:`router.host.store`'s docstring.
 """
 
 from __future__ import annotations
@@ -18,15 +18,19 @@ class Usage:
 
     def __init__(self, unit: Unit) -> None:
         self._unit = unit
+        #: Rows this repository was asked to write, per session (counted
+        #: before each insert, in the worker thread): see :meth:`writes`.
+        self._writes: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return "<Usage>"
 
-    def record_usage(
+    def record(
         self, session: str, operation_id: str | None, runtime: str, seq: int, event: dict
     ) -> None:
         """Keep one ``usage`` event, which came in frame ``runtime``/``seq``.
         Called once per frame: the apply core's cursor skips replays."""
+        self._writes[session] = self._writes.get(session, 0) + 1  # before the row: see writes
         with self._unit.transaction():
             self._unit.execute(
                 "INSERT INTO usage (session, runtime, seq, operation_id,"
@@ -45,7 +49,16 @@ class Usage:
                 ),
             )
 
-    def usage_records(
+    def writes(self, session: str) -> int:
+        """How many ``usage`` rows of ``session`` this repository was asked
+        to write since the store opened (any thread; no query). Counted
+        before each insert, so a reader that took this count inside a read
+        in the worker thread and finds it unchanged later knows no row of
+        the session was written since, as long as the store is its
+        record's sole writer (``Store.sole_writer``)."""
+        return self._writes.get(session, 0)
+
+    def records(
         self, session_id: str | None = None, since: int | None = None
     ) -> list[UsageRecord]:
         """Usage figures per operation, for the plug-in layer's limits.
@@ -87,7 +100,7 @@ class Usage:
             for row in rows
         ]
 
-    def usage_after(self, session: str, mark: int | None = None) -> UsageAfter:
+    def after(self, session: str, mark: int | None = None) -> UsageAfter:
         """The ``usage`` events of ``session`` recorded after ``mark``
         (a :attr:`UsageAfter.mark` this method answered before), summed,
         and the new mark: the session's last event so far. ``mark`` None

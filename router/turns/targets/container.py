@@ -107,7 +107,7 @@ class ContainerSessions:
         """Whether the host has session ``session_id``; one that was ended
         (``router end``) is refused ``session-ended``."""
         store = self.host.store
-        record = await store.call(store.session, session_id)
+        record = await store.call(store.sessions.get, session_id)
         if record is not None and record.daemon.state == "ended":
             raise Refusal("session-ended", f"session {session_id!r} was ended; its transcript stays readable "
                           f"(`router transcript {session_id}`), start a new one with `router new` or `router launch`")
@@ -227,7 +227,7 @@ class ContainerTarget:
             try:
                 # Read before subscribing: every change above it comes as
                 # an event (the view's durable position never runs ahead).
-                floor = await self._read(self.sessions.host.store.message_versions, ())
+                floor = await self._read(self.sessions.host.store.messages.versions, ())
                 async with self.host_session.events(messages=False) as events:  # only "pending" is read
                     repeated = None
                     if interrupted:
@@ -377,7 +377,7 @@ class ContainerTarget:
         shown = [item["message"] for item in items if item["type"] == "message"]
         if not shown:
             return None
-        now = await self._read(self.sessions.host.store.message_versions, [m["id"] for m in shown])
+        now = await self._read(self.sessions.host.store.messages.versions, [m["id"] for m in shown])
         stored = {message["id"]: version for version, message in now.messages if message in shown}
         if not stored:
             return None
@@ -482,7 +482,7 @@ class ContainerTarget:
                 return
             if point is not None and point.durable is not None:
                 generation, version = point.durable
-                log = await self._read(self.sessions.host.store.message_log, version)
+                log = await self._read(self.sessions.host.store.messages.log, version)
                 if log.generation == generation and version <= log.version:
                     replay = [
                         (str(LiveId(durable=(generation, changed))), {"type": "message", "message": message})
@@ -504,8 +504,8 @@ class ContainerTarget:
         last :data:`SNAPSHOT_NOTICES` frames the host skipped), and the
         reader's cursor from it."""
         store = self.sessions.host.store
-        log = await self._read(store.message_log, None)
-        skipped = await self._read(store.skipped_frames)
+        log = await self._read(store.messages.log, None)
+        skipped = await self._read(store.skipped_frames.all)
         messages = [message for _, message in log.messages]
         snapshot = {
             "session": self.id,
