@@ -105,10 +105,13 @@ def _dump():
 #: functions called from Python) while a level runs (see CALL_COUNTER): a
 #: measure of work the machine's load does not stretch.
 CALLS = False
+#: ``--calls-by``: ``package`` or ``task``.
+CALLS_BY = "package"
 #: The ``sitecustomize`` that ``--calls`` puts on the server's path: a
 #: profile function on every thread counts ``call`` and ``c_call`` events
 #: while counting is on, by where the function called lives (a package, or
-#: ``router/<part>``); SIGUSR1 zeroes the counts and turns counting on,
+#: ``router/<part>``) or, with ``--calls-by task``, by the Trio task it runs
+#: in (its coroutine's function; every worker thread as one); SIGUSR1 zeroes the counts and turns counting on,
 #: SIGUSR2 turns it off and writes the counts (JSON) to ``$SERVE_LOAD_CALLS``.
 CALL_COUNTER = """
 import collections, json, os, signal, sys, threading
@@ -127,9 +130,21 @@ def _where(frame, event, arg):
     if "site-packages/" in name:
         return name.split("site-packages/", 1)[1].split("/")[0].removesuffix(".py")
     return name.rsplit("/", 1)[-1].removesuffix(".py")
+def _task(frame, event, arg):
+    while frame is not None:
+        back = frame.f_back
+        if back is None:
+            return "worker threads"
+        if back.f_code.co_name == "unrolled_run":
+            if "site-packages/trio/" in frame.f_code.co_filename:
+                return "trio's scheduler"
+            return frame.f_code.co_qualname
+        frame = back
+    return "?"
+_key = _task if os.environ.get("SERVE_LOAD_CALLS_BY") == "task" else _where
 def _count(frame, event, arg):
     if _state[0] and (event == "call" or event == "c_call"):
-        _by[_where(frame, event, arg)] += 1
+        _by[_key(frame, event, arg)] += 1
 def _on(signum, frame):
     _by.clear()
     _state[0] = True
@@ -187,6 +202,7 @@ class Server:
             path = f"{site}{os.pathsep}{path}"
             env["SERVE_LOAD_HOPS"] = str(self.hops_file)
             env["SERVE_LOAD_CALLS"] = str(self.calls_file)
+            env["SERVE_LOAD_CALLS_BY"] = CALLS_BY
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "router", "serve", "--port", "0", "--data-dir", str(self.data_dir / "data"),
              "--settings", str(self.data_dir / "settings"), *self.extra],
@@ -638,8 +654,9 @@ async def main(args: argparse.Namespace) -> None:
 
 def print_calls(results: dict[str, list[Level]], floors: list[Level]) -> None:
     """``--calls``: per directory and number of senders, the function calls
-    per reply by where the function lives (those above 1 % of a column),
-    summed over the level's repeats; the floor's too."""
+    per reply by where the function lives, or (``--calls-by task``) by the
+    task calling it (those above 1 % of a column), summed over the level's
+    repeats; the floor's too."""
     columns: dict[str, tuple[dict[str, int], int]] = {}
     for name, levels in [*results.items(), ("GET /healthz", floors)]:
         for level in levels:
@@ -651,7 +668,7 @@ def print_calls(results: dict[str, list[Level]], floors: list[Level]) -> None:
     places = {where for by, replies in columns.values() for where, count in by.items()
               if count > 0.01 * sum(by.values())}
     totals = {where: sum(by.get(where, 0) / max(1, replies) for by, replies in columns.values()) for where in places}
-    print("calls per reply, by where the function lives:")
+    print(f"calls per reply, by {'the task calling' if CALLS_BY == 'task' else 'where the function lives'}:")
     header = ["where", *columns]
     rows = [[where, *(f"{by.get(where, 0) / max(1, replies):,.0f}" for by, replies in columns.values())]
             for where in sorted(places, key=lambda where: -totals[where])]
@@ -740,6 +757,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hops", action="store_true", help="count the server's worker-thread hops, per reply")
     parser.add_argument("--calls", action="store_true",
                         help="count the server's function calls per reply while each level runs (slows it)")
+    parser.add_argument("--calls-by", choices=["package", "task"], default="package",
+                        help="--calls: by the package of the function called, or by the Trio task calling it")
     parser.add_argument("--serve-arg", action="append", default=[], help="an extra argument for router serve")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="URL", help="router serve --store URL for every router (default: each "
@@ -758,4 +777,5 @@ if __name__ == "__main__":
     PROFILE = arguments.py_spy
     HOPS = arguments.hops
     CALLS = arguments.calls
+    CALLS_BY = arguments.calls_by
     trio.run(main, arguments)
