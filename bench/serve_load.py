@@ -25,8 +25,12 @@ the same invocation, alternating level by level.
 
 ``--against CHECKOUT`` runs every level against another checkout's router
 too (alternating: a before/after in one run); ``--floor`` adds ``GET
-/healthz`` at each level (the HTTP stack's own cost); ``--py-spy PATH`` runs
-the server under ``py-spy record --gil`` (collapsed stacks to PATH);
+/healthz`` at each level, after the level's deliveries (the HTTP stack's
+own cost), and prints per directory and level the medians over a level's
+repeats (``--senders 1,20,1,20``) of the server's CPU per delivery and of
+the p50, each divided by the floor's; ``--py-spy PATH`` runs
+the server under ``py-spy record --gil`` (collapsed stacks to PATH, and
+with ``--against`` the other checkout's to ``PATH.dir1.0``);
 ``--hops`` counts the server's worker-thread hops (every
 ``trio.to_thread.run_sync``, by the four calling functions outside trio),
 printed per reply and by call site for each directory once its server has
@@ -97,6 +101,64 @@ def _dump():
     with open(os.environ["SERVE_LOAD_HOPS"], "w") as out:
         json.dump(dict(_counts), out)
 """
+#: ``--calls``: the server counts the Python functions it calls (and the C
+#: functions called from Python) while a level runs (see CALL_COUNTER): a
+#: measure of work the machine's load does not stretch.
+CALLS = False
+#: ``--calls-by``: ``package`` or ``task``.
+CALLS_BY = "package"
+#: The ``sitecustomize`` that ``--calls`` puts on the server's path: a
+#: profile function on every thread counts ``call`` and ``c_call`` events
+#: while counting is on, by where the function called lives (a package, or
+#: ``router/<part>``) or, with ``--calls-by task``, by the Trio task it runs
+#: in (its coroutine's function; every worker thread as one); SIGUSR1 zeroes the counts and turns counting on,
+#: SIGUSR2 turns it off and writes the counts (JSON) to ``$SERVE_LOAD_CALLS``.
+CALL_COUNTER = """
+import collections, json, os, signal, sys, threading
+_state = [False]
+_by = collections.Counter()
+def _where(frame, event, arg):
+    if event == "call":
+        name = frame.f_code.co_filename.replace(os.sep, "/")
+    else:
+        name = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__ or "?"
+        return name.split(".")[0] if not name.startswith(("router.", "wire.")) else "/".join(name.split(".")[:2])
+    for root in ("/router/", "/wire/"):
+        if root in name and "site-packages" not in name:
+            parts = name[name.rfind(root) + 1:].split("/")
+            return "/".join(parts[:2]).removesuffix(".py")
+    if "site-packages/" in name:
+        return name.split("site-packages/", 1)[1].split("/")[0].removesuffix(".py")
+    return name.rsplit("/", 1)[-1].removesuffix(".py")
+def _task(frame, event, arg):
+    while frame is not None:
+        back = frame.f_back
+        if back is None:
+            return "worker threads"
+        if back.f_code.co_name == "unrolled_run":
+            if "site-packages/trio/" in frame.f_code.co_filename:
+                return "trio's scheduler"
+            return frame.f_code.co_qualname
+        frame = back
+    return "?"
+_key = _task if os.environ.get("SERVE_LOAD_CALLS_BY") == "task" else _where
+def _count(frame, event, arg):
+    if _state[0] and (event == "call" or event == "c_call"):
+        _by[_key(frame, event, arg)] += 1
+def _on(signum, frame):
+    _by.clear()
+    _state[0] = True
+def _off(signum, frame):
+    _state[0] = False
+    path = os.environ["SERVE_LOAD_CALLS"]
+    with open(path + ".tmp", "w") as out:
+        json.dump(dict(_by), out)
+    os.replace(path + ".tmp", path)
+signal.signal(signal.SIGUSR1, _on)
+signal.signal(signal.SIGUSR2, _off)
+sys.setprofile(_count)
+threading.setprofile(_count)
+"""
 #: The first line ``router serve`` prints once it listens: its page's URL
 #: (with the token), or ``listening on URL`` in older checkouts.
 LISTENING = re.compile(r"(?:listening on )?(http://[^\s]+)")
@@ -131,14 +193,16 @@ class Server:
         env = {**os.environ, "XDG_CONFIG_HOME": str(self.data_dir / "config"), "XDG_RUNTIME_DIR": str(self.data_dir / "run")}
         (self.data_dir / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
         prefix = [] if not PROFILE else [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw",
-                                         "--rate", "200", "--gil", "-o", PROFILE, "--"]
+                                         "--rate", "200", "--gil", "-o", self.profile, "--"]
         path = str(self.repo)
-        if HOPS:
-            site = self.data_dir / "hop-counter"
+        if HOPS or CALLS:
+            site = self.data_dir / "counters"
             site.mkdir(exist_ok=True)
-            (site / "sitecustomize.py").write_text(HOP_COUNTER)
+            (site / "sitecustomize.py").write_text((HOP_COUNTER if HOPS else "") + (CALL_COUNTER if CALLS else ""))
             path = f"{site}{os.pathsep}{path}"
             env["SERVE_LOAD_HOPS"] = str(self.hops_file)
+            env["SERVE_LOAD_CALLS"] = str(self.calls_file)
+            env["SERVE_LOAD_CALLS_BY"] = CALLS_BY
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "router", "serve", "--port", "0", "--data-dir", str(self.data_dir / "data"),
              "--settings", str(self.data_dir / "settings"), *self.extra],
@@ -158,9 +222,36 @@ class Server:
         self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
         self.token = (parse_qs(url.query).get("token") or [None])[0]
 
+    @property
+    def profile(self) -> str:
+        """``--py-spy PATH``: where this server's stacks go: PATH for the
+        first directory's first router, ``PATH.dir<N>.<K>`` for the others
+        (``--against``: ``PATH.dir1.0`` is the other checkout's)."""
+        assert PROFILE is not None
+        name = f"{self.data_dir.parent.name}.{self.data_dir.name}"
+        return PROFILE if name == "dir0.0" else f"{PROFILE}.{name}"
+
     def cpu(self) -> float:
         assert self.proc is not None
         return _cpu_seconds(self._server_pid())
+
+    @property
+    def calls_file(self) -> Path:
+        return self.data_dir / "calls.txt"
+
+    def count_calls(self, on: bool) -> None:
+        """``--calls``: start counting (zeroed), or stop and write the count."""
+        if on:
+            self.calls_file.unlink(missing_ok=True)
+        os.kill(self._server_pid(), signal.SIGUSR1 if on else signal.SIGUSR2)
+
+    async def calls(self) -> dict[str, int]:
+        """The counts written by ``count_calls(False)``, by where the
+        function lives (waits for them)."""
+        with trio.fail_after(30):
+            while not self.calls_file.exists():
+                await trio.sleep(0.01)
+        return json.loads(self.calls_file.read_text())
 
     @property
     def hops_file(self) -> Path:
@@ -308,6 +399,9 @@ class Level:
         #: The database's CPU and transactions over the level (None: not measured).
         self.db_cpu: float | None = None
         self.db_transactions: int | None = None
+        #: ``--calls``: the server's function calls over the level (None: not counted).
+        self.calls: int | None = None
+        self.calls_by: dict[str, int] = {}
 
     @property
     def rate(self) -> float:
@@ -343,12 +437,23 @@ async def run_level(fleet: Fleet, senders: int, duration: float, floor: bool = F
                 level.errors.append(f"{status} {body}")
 
     xacts0 = fleet.db_transactions()
+    if CALLS:
+        for server in fleet.servers:
+            server.count_calls(True)
     cpu0, db0, mine0, wall0 = fleet.cpu(), fleet.db_cpu(), time.process_time(), time.perf_counter()
     async with trio.open_nursery() as nursery:
         for index, client in enumerate(clients):
             nursery.start_soon(sender, index, client)
     level.seconds = time.perf_counter() - wall0
     level.server_cpu, level.client_cpu = fleet.cpu() - cpu0, time.process_time() - mine0
+    if CALLS:
+        for server in fleet.servers:
+            server.count_calls(False)
+        level.calls_by = {}
+        for server in fleet.servers:
+            for where, count in (await server.calls()).items():
+                level.calls_by[where] = level.calls_by.get(where, 0) + count
+        level.calls = sum(level.calls_by.values())
     db1 = fleet.db_cpu()
     level.db_cpu = None if db0 is None or db1 is None else db1 - db0
     if xacts0 is not None:
@@ -398,13 +503,64 @@ def _row(name: str, level: Level) -> list[str]:
         name, str(level.senders), f"{len(level.latencies):,}", f"{level.rate:,.0f}",
         f"{statistics.median(ms):.2f}", f"{_percentile(ms, 0.9):.2f}", f"{_percentile(ms, 0.99):.2f}",
         f"{level.server_cpu / count * 1e6:,.0f}", db, xacts, f"{level.client_cpu / count * 1e6:,.0f}",
-        str(len(level.errors)),
+        str(len(level.errors)), "-" if level.calls is None else f"{level.calls / count:,.0f}",
     ]
 
 
 def print_table(rows: list[list[str]]) -> None:
     header = ["directory", "senders", "replies", "per s", "p50 ms", "p90 ms", "p99 ms",
-              "server CPU µs/req", "db CPU µs/req", "db xacts/req", "client CPU µs/req", "errors"]
+              "server CPU µs/req", "db CPU µs/req", "db xacts/req", "client CPU µs/req", "errors", "calls/req"]
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for line in [header, ["-" * w for w in widths], *rows]:
+        print("  ".join(str(cell).rjust(width) if i else str(cell).ljust(width)
+                        for i, (cell, width) in enumerate(zip(line, widths))))
+
+
+def _median_of(levels: list[Level], measure: Any) -> float:
+    return statistics.median(measure(level) for level in levels)
+
+
+def _cpu_per_reply(level: Level) -> float:
+    return level.server_cpu / max(1, len(level.latencies))
+
+
+def _p50(level: Level) -> float:
+    return statistics.median(level.latencies) if level.latencies else float("nan")
+
+
+def _calls_per_reply(level: Level) -> float:
+    return float("nan") if level.calls is None else level.calls / max(1, len(level.latencies))
+
+
+def print_floor_ratios(results: dict[str, list[Level]], floors: list[Level]) -> None:
+    """``--floor``: per directory and number of senders, the medians over
+    the repeats of a level (``--senders 1,20,1,20``: two each) of the
+    server's CPU per delivery, of the p50 and (``--calls``) of the
+    function calls per delivery, each against the floor's (``GET /healthz``
+    on the first directory's server, at the same level, in the same
+    alternation); with ``--against``, the median of each repeat's CPU per
+    delivery against the other checkout's in the same repeat (paired:
+    the load of that moment cancels)."""
+    names = list(results)
+    header = ["directory", "senders", "runs", "server CPU µs/delivery", "÷ floor's", "p50 ms", "÷ floor's",
+              "calls/delivery", "÷ floor's", "CPU ÷ the other's, paired"]
+    rows = []
+    for name, levels in results.items():
+        for senders in dict.fromkeys(level.senders for level in levels):
+            mine = [level for level in levels if level.senders == senders]
+            floor = [level for level in floors if level.senders == senders]
+            cpu, floor_cpu = _median_of(mine, _cpu_per_reply), _median_of(floor, _cpu_per_reply)
+            p50, floor_p50 = _median_of(mine, _p50), _median_of(floor, _p50)
+            calls, floor_calls = _median_of(mine, _calls_per_reply), _median_of(floor, _calls_per_reply)
+            paired = "-"
+            if len(names) == 2:
+                other = [level for level in results[names[1 - names.index(name)]] if level.senders == senders]
+                paired = f"{statistics.median(_cpu_per_reply(a) / _cpu_per_reply(b) for a, b in zip(mine, other)):.2f}"
+            rows.append([name, str(senders), str(len(mine)), f"{cpu * 1e6:,.0f}", f"{cpu / floor_cpu:.1f}×",
+                         f"{p50 * 1000:.2f}", f"{p50 / floor_p50:.1f}×",
+                         "-" if calls != calls else f"{calls:,.0f}",
+                         "-" if calls != calls else f"{calls / floor_calls:.1f}×", paired])
+    print("medians against the floor (GET /healthz), per level:")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for line in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(str(cell).rjust(width) if i else str(cell).ljust(width)
@@ -462,6 +618,7 @@ async def main(args: argparse.Namespace) -> None:
                     await load_history(fleet, args.history)
             print(f"store: {_describe(args)}; {args.routers} router(s) per directory", flush=True)
             results: dict[str, list[Level]] = {name: [] for name in names}
+            floors: list[Level] = []
             rows = []
             for senders in levels:
                 for name in names:  # alternating, so both meet the same noise
@@ -470,11 +627,12 @@ async def main(args: argparse.Namespace) -> None:
                     rows.append(_row(name, level))
                     for error in level.errors[:3]:
                         print(f"  error ({name}, {senders} senders): {error}", file=sys.stderr)
-            if args.floor:
-                for senders in levels:
-                    level = await run_level(servers[names[0]], senders, args.duration, floor=True)
-                    rows.append(_row(f"{names[0]}: GET /healthz", level))
+                if args.floor:  # the floor at each level too, in the same alternation
+                    floors.append(await run_level(servers[names[0]], senders, args.duration, floor=True))
+                    rows.append(_row(f"{names[0]}: GET /healthz", floors[-1]))
             print_table(rows)
+            if floors:
+                print_floor_ratios(results, floors)
             if len(names) == 2 and args.against:
                 for ours, theirs in zip(results[names[0]], results[names[1]]):
                     print(f"{ours.senders} senders: rate this tree / {names[1]} = {ours.rate / theirs.rate:.2f}")
@@ -483,6 +641,8 @@ async def main(args: argparse.Namespace) -> None:
                     print(f"{fresh.senders} senders: rate {names[1]} / fresh = {old.rate / fresh.rate:.2f}")
             if args.plot:
                 plot(results, Path(args.plot))
+            if args.calls:
+                print_calls(results, floors)
             if args.hops:
                 report_hops(servers, results)
         finally:
@@ -490,6 +650,33 @@ async def main(args: argparse.Namespace) -> None:
                 fleet.stop()
             if cluster is not None:
                 cluster.stop()
+
+
+def print_calls(results: dict[str, list[Level]], floors: list[Level]) -> None:
+    """``--calls``: per directory and number of senders, the function calls
+    per reply by where the function lives, or (``--calls-by task``) by the
+    task calling it (those above 1 % of a column), summed over the level's
+    repeats; the floor's too."""
+    columns: dict[str, tuple[dict[str, int], int]] = {}
+    for name, levels in [*results.items(), ("GET /healthz", floors)]:
+        for level in levels:
+            key = f"{name}, {level.senders}"
+            by, replies = columns.get(key, ({}, 0))
+            for where, count in level.calls_by.items():
+                by[where] = by.get(where, 0) + count
+            columns[key] = (by, replies + len(level.latencies))
+    places = {where for by, replies in columns.values() for where, count in by.items()
+              if count > 0.01 * sum(by.values())}
+    totals = {where: sum(by.get(where, 0) / max(1, replies) for by, replies in columns.values()) for where in places}
+    print(f"calls per reply, by {'the task calling' if CALLS_BY == 'task' else 'where the function lives'}:")
+    header = ["where", *columns]
+    rows = [[where, *(f"{by.get(where, 0) / max(1, replies):,.0f}" for by, replies in columns.values())]
+            for where in sorted(places, key=lambda where: -totals[where])]
+    rows.append(["all", *(f"{sum(by.values()) / max(1, replies):,.0f}" for by, replies in columns.values())])
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for line in [header, ["-" * w for w in widths], *rows]:
+        print("  ".join(str(cell).rjust(width) if i else str(cell).ljust(width)
+                        for i, (cell, width) in enumerate(zip(line, widths))))
 
 
 def report_hops(servers: dict[str, Fleet], results: dict[str, list[Level]]) -> None:
@@ -568,6 +755,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--against", metavar="CHECKOUT", help="also measure another checkout's router, alternating")
     parser.add_argument("--py-spy", metavar="PATH", help="profile the server with py-spy (collapsed stacks to PATH)")
     parser.add_argument("--hops", action="store_true", help="count the server's worker-thread hops, per reply")
+    parser.add_argument("--calls", action="store_true",
+                        help="count the server's function calls per reply while each level runs (slows it)")
+    parser.add_argument("--calls-by", choices=["package", "task"], default="package",
+                        help="--calls: by the package of the function called, or by the Trio task calling it")
     parser.add_argument("--serve-arg", action="append", default=[], help="an extra argument for router serve")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--store", metavar="URL", help="router serve --store URL for every router (default: each "
@@ -585,4 +776,6 @@ if __name__ == "__main__":
     arguments = parse_args()
     PROFILE = arguments.py_spy
     HOPS = arguments.hops
+    CALLS = arguments.calls
+    CALLS_BY = arguments.calls_by
     trio.run(main, arguments)
