@@ -265,8 +265,15 @@ const CACHE = "router-shell-" + VERSION;
 // The loopback token the page gave (a page opened from `router serve`'s URL),
 // kept apart from the shell: a paired device has none, its cookie goes instead.
 const CREDENTIAL = "router-credential", TOKEN_KEY = "/.router-token";
+const SHELL = SHELL_PATHS;
+// Each part of the shell is kept on its own: one that fails to load (the link
+// blinked) still leaves a worker that shows notifications, and is fetched when
+// next asked for; an install that failed as a whole would leave none until the
+// page's next load.
 self.addEventListener("install", (event) => {
-  event.waitUntil(caches.open(CACHE).then((cache) => cache.addAll(SHELL)).then(() => self.skipWaiting()));
+  event.waitUntil(caches.open(CACHE)
+    .then((cache) => Promise.all(SHELL.map((path) => cache.add(path).catch(() => null))))
+    .then(() => self.skipWaiting()));
 });
 self.addEventListener("activate", (event) => {
   event.waitUntil(caches.keys()
@@ -362,8 +369,7 @@ async function clicked(notification, action) {
   }
 }
 """.replace('"router-shell-" + VERSION', json.dumps("router-shell-" + VERSION)).replace(
-    "SHELL.includes", json.dumps(list(SHELL)) + ".includes"
-).replace("cache.addAll(SHELL)", "cache.addAll(" + json.dumps(list(SHELL)) + ")")
+    "SHELL_PATHS", json.dumps(list(SHELL)))
 
 _PAGE_BYTES: Final = PAGE.encode("utf-8")
 _PAGE_GZIP: Final = gzip.compress(_PAGE_BYTES, 9, mtime=0)

@@ -24,7 +24,8 @@ from __future__ import annotations
 from router._face import face, names
 
 #: Where each public name lives; each is imported on first use (router._face).
-_FACE = {"router.notify.core": "KINDS NOTIFY_STATUS Event Presence route"}
+_FACE = {"router.notify.core": "KINDS NOTIFY_STATUS Event Presence route",
+         "router.notify.record": "NOTIFY_TABLES install"}
 
 __all__ = names(_FACE)
 __getattr__, __dir__ = face(__name__, _FACE)

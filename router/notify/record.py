@@ -47,7 +47,7 @@ from typing import Any, Callable, Final, Iterator, Mapping
 from router.notify.core import (Event, SessionSetting, PushSubscription, ask_event, park_event, resumed_event, stop_event,
                                 turn_ended_event, unreachable_event)
 
-__all__ = ["COMPONENT", "Notices", "STEPS", "install"]
+__all__ = ["COMPONENT", "NOTIFY_TABLES", "Notices", "STEPS", "install"]
 
 COMPONENT: Final = "notify"
 
@@ -93,6 +93,15 @@ STEPS: Final = (
         )""",
     ),
 )
+
+#: The tables, each after the ones its rows refer to, and their columns
+#: (``router store copy`` copies them by name).
+NOTIFY_TABLES: Final[dict[str, tuple[str, ...]]] = {
+    "notify_events": ("id", "seq", "dedup", "session", "kind", "record", "at", "claimant", "claimed_until", "done"),
+    "notify_receipts": ("event", "destination", "label", "outcome", "code", "detail", "status", "at"),
+    "notify_subscriptions": ("id", "device", "device_name", "endpoint", "p256dh", "auth", "expiration",
+                             "created_at"),
+}
 
 _SCHEMA_TABLE: Final = "CREATE TABLE IF NOT EXISTS router_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 #: Seconds a router's claim on an event lasts before another may take it

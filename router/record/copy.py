@@ -2,9 +2,19 @@
 
 What it copies: ``host.sqlite`` (every table of the host's store, rows in
 insertion order, the messages' versions as they are: the live view's
-resume points), ``turns.sqlite`` (the delivery record) and ``usage.jsonl``
+resume points), ``turns.sqlite`` (the delivery record), ``usage.jsonl``
 (the turn records; a line that is not a JSON object is skipped, as a reader
-skips it). A file the directory lacks is left out.
+skips it), the notifications' tables of both files (:mod:`router.notify.record`:
+events, receipts, the browsers' push subscriptions) and ``devices.sqlite``
+(the paired devices, their credentials' hashes and revocations: a phone
+paired before the move stays paired). A file the directory lacks is left
+out.
+
+The notifications' events sit in two files in a SQLite directory (an
+event lives where the change that made it was written) and in one table
+in PostgreSQL: the two files' events are merged in the order they were
+made (``at``, then the file, then the file's own order) and numbered
+anew, so the outbox sends what is still open oldest first, as before.
 
 Rules:
 
@@ -16,8 +26,8 @@ Rules:
   and copied in the same transaction, so copying again gives the same
   database (the copy is idempotent), and a failure leaves that record as
   it was.
-- Each record is one transaction; the three are three transactions (three
-  connections). A copy that fails half-way leaves the records before it
+- Each record is one transaction; the five (host, deliveries,
+  notifications, turn records, devices) are five transactions. A copy that fails half-way leaves the records before it
   copied: copy again with ``replace``.
 """
 
@@ -29,14 +39,18 @@ from typing import Sequence
 from router.store.db import Database, StoreTarget
 from router.errors import Refusal
 from router.host import Store
+from router.notify import NOTIFY_TABLES, install as install_notify
 from router.plugins.usage import JsonlRecords, TableRecords
 from router.record.whole import HOST_FILE, RECORDS_FILE, TURNS_FILE
+from router.remote import DEVICES_FILE, DeviceStore
 from router.turns.delivery_log import DeliveryLog
 
 __all__ = ["copy_record"]
 
 #: The turn records' table (:class:`router.plugins.usage.TableRecords`).
 RECORD_TABLES = ("turn_records",)
+#: The paired devices' table (:mod:`router.remote.devices`).
+DEVICE_TABLES = ("devices",)
 
 
 def copy_record(source: Path, target: StoreTarget, *, replace: bool = False) -> dict[str, int]:
@@ -45,26 +59,42 @@ def copy_record(source: Path, target: StoreTarget, *, replace: bool = False) -> 
     if target.kind != "postgresql":
         raise Refusal("bad-copy-target", f"the copy goes into a PostgreSQL database, not {target}; give postgresql://…")
     host, turns, records = source / HOST_FILE, source / TURNS_FILE, source / RECORDS_FILE
-    if not (host.exists() or turns.exists() or records.exists()):
-        raise Refusal("no-store", f"{source} holds no record ({HOST_FILE}, {TURNS_FILE}, {RECORDS_FILE}); check --from")
+    devices = source / DEVICES_FILE
+    if not (host.exists() or turns.exists() or records.exists() or devices.exists()):
+        raise Refusal("no-store", f"{source} holds no record ({HOST_FILE}, {TURNS_FILE}, {RECORDS_FILE}, "
+                      f"{DEVICES_FILE}); check --from")
     counts: dict[str, int] = {}
     with Store(target) as into_store, DeliveryLog(target) as into_log:
+        install_notify(into_log.database)
         into_records = TableRecords(target.location)
+        into_devices = DeviceStore.open(target, source)
         try:
             if not replace:
                 _refuse_unless_empty(target, [
                     (into_store.database, Store.TABLES), (into_log.database, DeliveryLog.TABLES),
-                    (into_records.database, RECORD_TABLES),
+                    (into_log.database, tuple(NOTIFY_TABLES)), (into_records.database, RECORD_TABLES),
+                    (into_devices.database, DEVICE_TABLES),
                 ])
+            notices: list[dict[str, list[tuple[object, ...]]]] = []
             if host.exists():
                 with Store(host, create=False) as store:
                     counts |= _copy_tables(store.database, into_store.database, Store.TABLES)
+                    notices.append(_notify_rows(store.database))
             if turns.exists():
                 with DeliveryLog(turns) as log:
                     counts |= _copy_tables(log.database, into_log.database, DeliveryLog.TABLES)
+                    notices.append(_notify_rows(log.database))
+            counts |= _copy_notices(notices, into_log.database)
             if records.exists():
                 counts["turn_records"] = _copy_records(JsonlRecords(records), into_records.database)
+            if devices.exists():
+                from_devices = DeviceStore.open(None, source)
+                try:
+                    counts |= _copy_tables(from_devices.database, into_devices.database, DEVICE_TABLES)
+                finally:
+                    from_devices.close()
         finally:
+            into_devices.close()
             into_records.close()
     return counts
 
@@ -111,6 +141,39 @@ def _copy_tables(source: Database, into: Database, tables: Sequence[str]) -> dic
                 into.execute("ALTER TABLE messages ENABLE TRIGGER USER")
             counts[table] = len(rows)
     return counts
+
+
+def _notify_rows(db: Database) -> dict[str, list[tuple[object, ...]]]:
+    """The notifications' rows of one SQLite file, by table, in the order
+    written (none when no router with notifications ran on it)."""
+    rows: dict[str, list[tuple[object, ...]]] = {table: [] for table in NOTIFY_TABLES}
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'notify_events'").fetchone() is None:
+        return rows
+    for table, columns in NOTIFY_TABLES.items():
+        rows[table] = [tuple(row) for row in db.execute(
+            f"SELECT {', '.join(columns)} FROM {table} ORDER BY rowid").fetchall()]
+    return rows
+
+
+def _copy_notices(files: Sequence[dict[str, list[tuple[object, ...]]]], into: Database) -> dict[str, int]:
+    """The notifications' rows of ``files`` (host's, then the delivery
+    record's) into their one set of tables in one transaction, the
+    target's rows deleted first; events numbered anew in the order they
+    were made (see the module docstring)."""
+    seq, at = NOTIFY_TABLES["notify_events"].index("seq"), NOTIFY_TABLES["notify_events"].index("at")
+    merged = sorted(((event[at], index, event[seq]), event) for index, rows in enumerate(files)
+                    for event in rows["notify_events"])
+    events = [(*event[:seq], number, *event[seq + 1:]) for number, (_, event) in enumerate(merged, start=1)]
+    tables = {"notify_events": events,
+              "notify_receipts": [row for rows in files for row in rows["notify_receipts"]],
+              "notify_subscriptions": [row for rows in files for row in rows["notify_subscriptions"]]}
+    with into.transaction():
+        for table in reversed(NOTIFY_TABLES):
+            into.execute(f"DELETE FROM {table}")
+        for table, columns in NOTIFY_TABLES.items():
+            into.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                             tables[table])
+    return {table: len(rows) for table, rows in tables.items()}
 
 
 def _copy_records(source: JsonlRecords, into: Database) -> int:

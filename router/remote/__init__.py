@@ -19,7 +19,7 @@ from router._face import face, names
 
 #: Where each public name lives; each is imported on first use (router._face).
 _FACE = {
-    "router.remote.devices": "Device DeviceStore StreamBook credential_id",
+    "router.remote.devices": "DEVICES_FILE Device DeviceStore StreamBook credential_id",
     "router.remote.gate": "COOKIE OPEN_PATHS REMOTE_STATUS Gate GateInfo LoopbackOrigins",
     "router.remote.pairing": "PairingBook",
     "router.remote.reach": "Listen Reach ReachConfig check_config parse_listen",

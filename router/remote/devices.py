@@ -178,6 +178,12 @@ class DeviceStore:
     def __repr__(self) -> str:
         return f"<DeviceStore {self._db.dialect}>"
 
+    @property
+    def database(self) -> Database:
+        """The record's database (``router store copy`` reads and writes its
+        table whole)."""
+        return self._db
+
     def close(self) -> None:
         """Close the connection once no call runs in the worker thread;
         calls after it are refused."""

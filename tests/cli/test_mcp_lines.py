@@ -115,19 +115,26 @@ class Mcp:
         assert line, "router mcp closed its stdout"
         return json.loads(line)
 
-    def answers_to(self, line: bytes) -> list[dict[str, Any]]:
+    def answers_to(self, line: bytes, request_id: Any = None) -> list[dict[str, Any]]:
         """Every answer ``line`` gets: what comes before the answer to the
-        ``ping`` sent right after it."""
+        ``ping`` sent right after it, and, for a request (``request_id``),
+        until its own answer. JSON-RPC lets a server answer in any order: a
+        ``tools/call`` runs as a task while the ``ping`` is answered at once.
+        An answer that came late to a notification shows up among a later
+        line's answers, where its id is wrong."""
         self.marks += 1
         mark = f"mark-{self.marks}"
         self.write(line)
         self.write(json.dumps({"jsonrpc": "2.0", "id": mark, "method": "ping"}).encode())
-        got = []
-        while True:
+        got: list[dict[str, Any]] = []
+        marked = False
+        while not (marked and (request_id is None or any(answer.get("id") == request_id for answer in got))):
             answer = self.read()
             if answer.get("id") == mark:
-                return got
-            got.append(answer)
+                marked = True
+            else:
+                got.append(answer)
+        return got
 
     def close(self) -> None:
         if self.process.stdin is not None:
@@ -172,7 +179,7 @@ CASES = [
 
 @pytest.mark.parametrize(("line", "request_id", "code"), CASES)
 def test_router_mcp_answers_each_request_once(mcp: Mcp, line: bytes, request_id: Any, code: int) -> None:
-    answers = mcp.answers_to(line)
+    answers = mcp.answers_to(line, request_id)
     assert len(answers) == 1, answers
     assert answers[0]["id"] == request_id and answers[0]["error"]["code"] == code, answers
 
@@ -187,7 +194,7 @@ def test_router_mcp_never_answers_a_notification(mcp: Mcp) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_router_mcp_under_hostile_lines(mcp: Mcp, drawn: tuple[bytes, Any]) -> None:
     line, request_id = drawn
-    answers = mcp.answers_to(line)
+    answers = mcp.answers_to(line, request_id)
     if request_id is None:
         assert answers == []
     else:

@@ -34,7 +34,7 @@ from tests.e2e_mod.conftest import claude_binary, fake_api, router_api, world  #
 from tests.e2e_mod.helpers import ModWorld, RouterApi
 from tests.e2e_mod.test_asks import COMMAND, FILE, TURN, asked, tool_result
 from tests.fakes.anthropic import FakeAnthropic
-from tests.notify_page.worker import SHOWN, click_action, deliver, grant_notifications, registration_id
+from tests.notify_page.worker import SHOWN, click_action, controlled, deliver, grant_notifications, registration_id
 from tests.remote.test_netns import paired_phone, served
 from tests.remote.test_netns_ask import tool_results
 from tests.support.netns import netns_pair
@@ -66,7 +66,7 @@ async def test_allow_on_the_phones_notification_runs_the_tool_once(
                 # the tap comes within seconds of it, as Claude Code's tool.check hook waits
                 # only so long here (docs/notifications.md, "On the phone").
                 await grant_notifications(phone.browser, router.origin)
-                await phone.wait_for("navigator.serviceWorker.controller !== null", timeout=60)
+                await controlled(phone, timeout=60)
                 await registration_id(phone, router.origin)
                 holder = HoldingRouter(world.env)
                 session_id, ask = await asked(world, holder, fake_api, deadline=300)

@@ -40,6 +40,21 @@ SHOWN = """navigator.serviceWorker.ready.then((r) => r.getNotifications()).then(
   actions: n.actions.map((a) => ({action: a.action, title: a.title}))})))"""
 
 
+#: The page's worker registration as plain values: what a failed wait says.
+REGISTRATION = """navigator.serviceWorker.getRegistration().then((r) => r ? {
+  installing: r.installing && r.installing.state, waiting: r.waiting && r.waiting.state,
+  active: r.active && r.active.state, scope: r.scope} : 'no registration')"""
+
+
+async def controlled(page: Page, timeout: float = 30) -> None:
+    """Wait until the page's service worker controls it; a timeout says
+    where the worker's registration got to (installing, waiting, active)."""
+    try:
+        await page.wait_for("navigator.serviceWorker.controller !== null", timeout=timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nthe worker's registration: {await page.evaluate(REGISTRATION)!r}") from None
+
+
 def stub_push_manager(subscription: dict[str, Any]) -> str:
     """The script that gives the page ``subscription`` (a
     ``PushSubscription.toJSON()``) as the browser's push subscription."""
@@ -90,7 +105,7 @@ async def registration_id(page: Page, origin: str) -> str:
 
 async def deliver(page: Page, origin: str, payload: dict[str, Any]) -> None:
     """``payload`` handed to the page's worker as a push's data."""
-    await page.wait_for("navigator.serviceWorker.controller !== null", timeout=30)
+    await controlled(page)
     registration = await registration_id(page, origin)
     await page.send("ServiceWorker.deliverPushMessage",
                     {"origin": origin, "registrationId": registration, "data": json.dumps(payload)})
