@@ -20,7 +20,8 @@ On one machine with nothing else installed it starts, in this order:
    unreachable after three failed starts (:mod:`router.host.lifecycle`).
    The ``in-process`` launcher shares one in-process daemon with the echo
    adapter (reporting usage: words in and out as tokens) on a loopback port
-   with a random token, which the job starts here; ``process`` runs a
+   with a random token, which the job binds here (the daemon itself is
+   built on its first connection: :class:`InProcessDaemon`); ``process`` runs a
    ``router daemon`` per session, ``docker`` a container per session from
    ``--image``. ``--daemon URL`` points the host at one real daemon
    instead, with ``$ROUTER_DAEMON_TOKEN`` or ``--daemon-token-file`` (or

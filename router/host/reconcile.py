@@ -152,7 +152,7 @@ import contextlib
 import json
 import logging
 import re
-from typing import Any, Callable, Final, Literal, Sequence
+from typing import Any, Callable, Final, Sequence
 
 import attrs
 
@@ -168,6 +168,9 @@ from router.host.events import (
 )
 from router.store.db import is_store_failure as database_failure
 from router.host.store import OPEN_STATUSES, Marks, OperationRecord, SessionRecord, Store, StoreMisuse
+# Defined with the settings that name them, so that module does not import
+# this one (and the container wire with it).
+from router.host.settings import ACK_EVERY, LOST_POLICIES, LostPolicy
 from wire.container import (
     Abort,
     Ack,
@@ -194,10 +197,6 @@ from wire.container import (
     dump_message,
 )
 from wire.json import JsonValue
-
-# Defined with the settings that name them, so that module does not import
-# this one (and the container wire with it).
-from router.host.settings import ACK_EVERY, LOST_POLICIES, LostPolicy
 
 log = logging.getLogger(__name__)
 
