@@ -10,8 +10,8 @@ it: ``import ssl`` then binds the stand-in, and the first attribute read
 from it (``ssl.SSLContext``, ``from ssl import ...``) runs the module's own
 code into the stand-in, which from then on *is* the module (the same object,
 its class a plain module's again). What the import machinery reads of a
-module (``__spec__``, ``__path__`` and the other double-underscore names)
-does not load it.
+module (its ``__spec__``, and ``__path__``, which it does not have) does
+not load it.
 
 This is what :class:`importlib.util.LazyLoader` does, except that
 LazyLoader loads on any attribute read, and Python 3.11's ``import``
@@ -37,7 +37,7 @@ class _Deferred(types.ModuleType):
     """A module not yet run: its first attribute read runs it."""
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") and name.endswith("__"):
+        if name == "__path__":  # ``from X import y`` asks whether X is a package first
             raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
         with _LOCK:
             if type(self) is _Deferred and not self.__dict__.get("_deferred_loading", False):
