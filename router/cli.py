@@ -144,6 +144,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
 }
 
+#: command -> modules its process loads on first use rather than when
+#: imported (:mod:`router._deferred`): ``router mcp`` runs once per Claude
+#: Code session and never speaks TLS itself, but trio imports ``ssl``.
+DEFERRED: Final[dict[str, tuple[str, ...]]] = {"mcp": ("ssl",)}
+
 
 def version() -> str:
     """This package's version, as installed (``pyproject.toml``)."""
@@ -183,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"router: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module_name, help_ = COMMANDS[name]
+    if name in DEFERRED:
+        from router._deferred import defer
+
+        defer(*DEFERRED[name])
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"router {name}", description=help_)
     attribute = name.replace("-", "_")

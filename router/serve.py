@@ -20,7 +20,8 @@ On one machine with nothing else installed it starts, in this order:
    unreachable after three failed starts (:mod:`router.host.lifecycle`).
    The ``in-process`` launcher shares one in-process daemon with the echo
    adapter (reporting usage: words in and out as tokens) on a loopback port
-   with a random token, which the job starts here; ``process`` runs a
+   with a random token, which the job binds here (the daemon itself is
+   built on its first connection: :class:`InProcessDaemon`); ``process`` runs a
    ``router daemon`` per session, ``docker`` a container per session from
    ``--image``. ``--daemon URL`` points the host at one real daemon
    instead, with ``$ROUTER_DAEMON_TOKEN`` or ``--daemon-token-file`` (or
@@ -202,19 +203,42 @@ class StoppedByCancel:
         return None
 
 
-@attrs.frozen
 class InProcessDaemon:
-    """The in-process daemon's server as a :class:`Component`: it serves on
-    listeners already bound (their port is known before it starts)."""
+    """The in-process daemon as a :class:`Component`. Its listeners are
+    bound before it starts (their port is the endpoint the launcher hands
+    out); its server (:mod:`router.daemon`, the adapter, the WebSocket) is
+    built, in a worker thread, and run when the first connection arrives,
+    so a router that never drives a container session (a Claude Code
+    session's ``router mcp``) never loads it. That first connection waits
+    for it; the ones after are served as by a server started at once."""
 
-    server: DaemonServer
-    listeners: list[trio.SocketListener]
+    def __init__(self, build: Callable[[], DaemonServer], listeners: list[trio.SocketListener]) -> None:
+        self.build = build
+        self.listeners = listeners
+        #: The server, once the first connection built it.
+        self.server: DaemonServer | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        await self.server.run(self.listeners, task_status=task_status)
+        task_status.started()
+        try:
+            async with trio.open_nursery() as waiting:  # until one listener has a connection waiting
+                for listener in self.listeners:
+                    waiting.start_soon(self._first_connection, listener, waiting.cancel_scope)
+            self.server = await trio.to_thread.run_sync(self.build)
+        finally:
+            if self.server is None:  # stopped before any connection: nothing else holds them
+                for listener in self.listeners:
+                    listener.socket.close()
+        await self.server.run(self.listeners)
+
+    @staticmethod
+    async def _first_connection(listener: trio.SocketListener, waiting: trio.CancelScope) -> None:
+        await trio.lowlevel.wait_readable(listener.socket)
+        waiting.cancel()
 
     async def aclose(self) -> None:
-        await self.server.aclose()
+        if self.server is not None:
+            await self.server.aclose()
 
 
 class _Started:
@@ -500,10 +524,9 @@ class MainJob:
         """Sessions in git worktrees (``router new``, ``router end``), in
         ``router serve`` only: the places an earlier run made are adopted
         first."""
-        from router.worktrees import Worktrees
-
         if self.config.local != "serve":
             return
+        from router.worktrees import Worktrees
 
         self.worktrees = Worktrees(router=self.router, layer=self.layer, board=self.board, host=self.host,
                                    launcher=None if self.launcher is None else self.launcher.name,
@@ -559,18 +582,23 @@ class MainJob:
 
     async def _in_process_daemon(self, nursery: trio.Nursery) -> tuple[Any, str]:
         """Start the in-process daemon (the echo adapter that reports
-        usage, unless the config names another): its endpoint and runtime."""
-        from router.daemon.adapters.echo import counting as echo_adapter
-        from router.daemon import Daemon, DaemonServer
+        usage, unless the config names another; built on its first
+        connection, :class:`InProcessDaemon`): its endpoint and runtime."""
         from router.host import DaemonEndpoint
 
         token = secrets.token_hex(16)
         runtime = f"in-process-{uuid.uuid4().hex[:12]}"
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        adapter = echo_adapter if self.config.adapter is None else self.config.adapter
-        server = DaemonServer(Daemon(adapter, runtime), token)
-        await self._start(nursery, "daemon", InProcessDaemon(server, listeners))
-        self.daemon_url = f"ws://127.0.0.1:{server.ports[0]}"
+        adapter = self.config.adapter
+
+        def build() -> DaemonServer:
+            from router.daemon import Daemon, DaemonServer
+            from router.daemon.adapters.echo import counting
+
+            return DaemonServer(Daemon(counting if adapter is None else adapter, runtime), token)
+
+        await self._start(nursery, "daemon", InProcessDaemon(build, listeners))
+        self.daemon_url = f"ws://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
         return DaemonEndpoint(self.daemon_url, token), runtime
 
     async def _start_local(self, nursery: trio.Nursery, harness: str) -> None:

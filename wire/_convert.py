@@ -74,6 +74,11 @@ A generated class hook looks up its fields' hooks once, when it is made, and
 so do the array and nullable hooks; a tagged union's hook looks its members
 up when it is called. So a wire registers its leaves and special hooks, then
 its unions, then its classes, each class after the classes its fields name.
+A wire whose peer uses few of its many classes (the mod wire: 91, of which
+a session's mod link exchanges a handful) has each class's hooks generated
+on the first call instead (``classes(..., on_first_use=True)``): by then
+every hook is registered, and generating them costs memory a process that
+never exchanges that class would hold for nothing.
 """
 
 from __future__ import annotations
@@ -426,11 +431,33 @@ class Builder:
         """How an error names an object that should have been a ``cls``."""
         return f"a {cls.__name__.removeprefix(self.class_prefix)} (an object)"
 
-    def classes(self, *classes: type) -> None:
-        """Generate and register each class's hooks, in the order given."""
+    def classes(self, *classes: type, on_first_use: bool = False) -> None:
+        """Generate and register each class's hooks, in the order given;
+        with ``on_first_use``, register hooks that generate them when one is
+        first called (once; a class never structured or written costs no
+        generated code)."""
         for cls in classes:
-            structure, unstructure = self.class_hooks(cls)
-            self.register(cls, structure, unstructure)
+            if on_first_use:
+                self._register_on_first_use(cls)
+            else:
+                structure, unstructure = self.class_hooks(cls)
+                self.register(cls, structure, unstructure)
+
+    def _register_on_first_use(self, cls: type) -> None:
+        made: list[tuple[Any, Any]] = []
+
+        def hooks() -> tuple[Any, Any]:
+            if not made:
+                made.append(self.class_hooks(cls))
+            return made[0]
+
+        def structure(value: Any, tp: Any) -> Any:
+            return hooks()[0](value, tp)
+
+        def unstructure(instance: Any) -> Any:
+            return hooks()[1](instance)
+
+        self.register(cls, structure, unstructure)
 
     def register(self, cls: type, structure: Any, unstructure: Any) -> None:
         """Register hooks made from :meth:`class_hooks`: the value is checked

@@ -948,9 +948,10 @@ def make_converter() -> cattrs.Converter:
     _register_requests(build)
 
     # ---- attrs classes: camelCase keys, absent fields left out, tags first.
-    # Generated last: a generated function binds its fields' hooks when it is
-    # made.
-    build.classes(*_CLASSES)
+    # Registered last, each generated on its first use (a session's mod link
+    # exchanges a few of them): a generated function binds its fields' hooks
+    # when it is made.
+    build.classes(*_CLASSES, on_first_use=True)
     return build.conv
 
 

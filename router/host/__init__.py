@@ -45,9 +45,10 @@ _FACE = {
         "MessageStored OperationEnded OperationStarted event_json"
     ),
     "router.host.host": (
-        "ROOT_SESSION EventStream EventsLagged Host HostSession HostSessions "
-        "HostSettings OperationResult Receipt"
+        "ROOT_SESSION EventStream Host HostSession HostSessions HostSettings Receipt"
     ),
+    "router.host.reconcile": "OperationResult",
+    "router.host.session_link": "EventsLagged",
     "router.host.lifecycle": "LifecycleCore",
     "router.host.record.base": "UsageAfter",
     "router.host.link": "DaemonEndpoint EndpointError LinkError LinkRefused probe",

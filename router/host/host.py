@@ -45,7 +45,7 @@ import functools
 import logging
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Final, Literal, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Final, Literal, Sequence
 
 import attrs
 import trio
@@ -53,15 +53,21 @@ import trio
 from router._fanout import FanOutSubscription
 from router.errors import refusal_of
 from router.host.events import DaemonChanged, HostEvent
-from router.host.lifecycle import Publish
 from router.host.link import Backoff, DaemonEndpoint, EndpointError, LinkError, LinkUnreachable
-from router.host.reconcile import OperationResult, end_event
-from router.host.session_link import EventsLagged, SessionLink, SessionLinkStatistics
 from router.host.settings import HostSettings
 from router.host.store import OPEN_STATUSES, Refused, SessionRecord, Store
 from router.host.supervisor import Launcher, Supervisor, SupervisorStatistics
-from wire.container import ContainerInput, converter, structure_or_none
 from wire.json import JsonValue
+
+if TYPE_CHECKING:
+    from router.host.lifecycle import Publish
+    from router.host.reconcile import OperationResult
+    from router.host.session_link import SessionLink, SessionLinkStatistics
+
+# The session links (router.host.session_link: the WebSocket, the container
+# wire and its converter, the reconcile core) are imported where a session is
+# first driven, not with the host: a router that drives no container session
+# (a Claude Code session's ``router mcp``) never loads them.
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +83,11 @@ ENDED: Final = "ended"
 __all__ = ["HostStatistics", 
     "DaemonEndpoint",
     "EventStream",
-    "EventsLagged",
     "Host",
     "HostSession",
     "HostSessions",
     "HostSettings",
     "LinkError",
-    "OperationResult",
     "ROOT_SESSION",
     "Receipt",
     "Refused",
@@ -112,6 +116,8 @@ class _Wait:
 
 def _input_json(input: Any) -> JsonValue:
     """The wire JSON of a prompt input, or :class:`Refused`."""
+    from wire.container import ContainerInput, converter, structure_or_none
+
     if type(input) is str:
         return input
     if isinstance(input, tuple):  # typed parts
@@ -301,6 +307,8 @@ class Host:
         if self.may_link is not None and not self.may_link(session):
             raise Refused("not-holder", f"another router of the cluster drives session {session!r}; "
                           "ask it (the board names it)", session=session)
+        from router.host.session_link import SessionLink
+
         link = SessionLink(
             self._owner, session, store=self.store, endpoint=self.endpoint, settings=self.settings,
             endpoint_of=functools.partial(self._endpoint_of, session),
@@ -341,6 +349,8 @@ class Host:
     async def _fail_open(self, session: str, code: str) -> None:
         """Settle every open operation of ``session`` ``unanswered`` with
         ``code`` (its daemon cannot be started), and wake their waiters."""
+        from router.host.reconcile import end_event
+
         results, _ = await self.store.transact(
             functools.partial(_settle_open, session=session, operation_id=None,
                               outcome={"status": "unanswered", "reason": code})
@@ -377,6 +387,8 @@ def _settle_open(
     """In one transaction: settle one open operation (or, with no id, every
     open one) of ``session`` with ``outcome``. Returns the results and the
     ids of those a daemon had been handed."""
+    from router.host.reconcile import OperationResult
+
     if operation_id is None:
         targets = store.operations.all(session=session, statuses=OPEN_STATUSES)
     else:
@@ -510,6 +522,8 @@ class HostSession:
         reference). Raises the link's :class:`LinkError` when the link gave
         up (``unauthorized``, ``protocol-mismatch``, or unreachable past
         ``give_up_after``), and ``host-not-running`` when the host stops."""
+        from router.host.reconcile import OperationResult
+
         host = self.host
         store = host.store
         key = (self.id, operation_id)
@@ -551,6 +565,8 @@ class HostSession:
         abort-everything could reach the daemon after later operations and
         stop those too). Returns whether anything was open to abort (always
         True with no id, as the reference)."""
+        from router.host.reconcile import end_event
+
         host = self.host
         store = host.store
 

@@ -22,24 +22,22 @@ import logging
 import math
 import random
 import ssl
-from typing import Awaitable, Callable, Final
+from typing import TYPE_CHECKING, Awaitable, Callable, Final
 from urllib.parse import quote, urlsplit
 
 import attrs
 import trio
 
 from router.errors import Refusal
-from router._websocket import WebSocket, HandshakeFailed, WebSocketClosed
-from wire.container import (
-    CLOSE_REPLACED,
-    CLOSE_UNAUTHORIZED,
-    CONTAINER_HEALTH_PATH,
-    CONTAINER_PROTOCOL_VERSION,
-    CONTAINER_SESSION_PATH,
-    CONTAINER_TOKEN_HEADER,
-    Hello,
-    parse_daemon_message,
-)
+
+if TYPE_CHECKING:
+    from router._websocket import WebSocket, WebSocketClosed
+    from wire.container import Hello
+
+# The WebSocket (wsproto) and the container wire (its converter) are
+# imported where a link first dials, not with this module: a router that
+# drives no container session (a Claude Code session's ``router mcp``)
+# imports this module for :class:`DaemonEndpoint` and the errors alone.
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +136,14 @@ class DaemonEndpoint:
         object.__setattr__(self, "prefix", parts.path.rstrip("/"))
 
     def session_path(self, session: str) -> str:
+        from wire.container import CONTAINER_SESSION_PATH
+
         return f"{self.prefix}{CONTAINER_SESSION_PATH}{quote(session, safe='')}"
 
     @property
     def health_path(self) -> str:
+        from wire.container import CONTAINER_HEALTH_PATH
+
         return f"{self.prefix}{CONTAINER_HEALTH_PATH}"
 
     @property
@@ -263,6 +265,9 @@ async def dial(
     Resource handling: the caller owns the socket and closes it; on failure
     nothing is left open. Error handling: every failure to reach the daemon
     is :class:`LinkUnreachable`."""
+    from router._websocket import HandshakeFailed, WebSocket
+    from wire.container import CONTAINER_TOKEN_HEADER
+
     stream: trio.abc.Stream | None = None
     try:
         with trio.fail_after(connect_timeout):
@@ -294,6 +299,8 @@ async def dial(
 def closed_error(error: WebSocketClosed, endpoint: DaemonEndpoint) -> LinkError:
     """The :class:`LinkError` for a closed session socket, naming the side
     that closed it (the daemon, the host, or the network)."""
+    from wire.container import CLOSE_REPLACED, CLOSE_UNAUTHORIZED
+
     code = error.code
     if code == CLOSE_UNAUTHORIZED:
         return LinkRefused(
@@ -326,6 +333,9 @@ async def read_hello(
     put back for the connection's reader. Raises :class:`ProtocolMismatch` for a protocol
     other than :data:`CONTAINER_PROTOCOL_VERSION`, :class:`LinkRefused` for a
     4003 close, :class:`LinkUnreachable` when nothing comes in time."""
+    from router._websocket import WebSocketClosed
+    from wire.container import CONTAINER_PROTOCOL_VERSION
+
     try:
         with trio.fail_after(timeout):
             message = await _hello(ws)
@@ -348,6 +358,8 @@ async def read_hello(
 
 
 async def _hello(ws: WebSocket) -> Hello:
+    from wire.container import Hello, parse_daemon_message
+
     while True:
         messages = await ws.receive()
         for index, raw in enumerate(messages):

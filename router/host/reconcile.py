@@ -152,7 +152,7 @@ import contextlib
 import json
 import logging
 import re
-from typing import Any, Callable, Final, Literal, Sequence
+from typing import Any, Callable, Final, Sequence
 
 import attrs
 
@@ -168,6 +168,9 @@ from router.host.events import (
 )
 from router.store.db import is_store_failure as database_failure
 from router.host.store import OPEN_STATUSES, Marks, OperationRecord, SessionRecord, Store, StoreMisuse
+# Defined with the settings that name them, so that module does not import
+# this one (and the container wire with it).
+from router.host.settings import ACK_EVERY, LOST_POLICIES, LostPolicy
 from wire.container import (
     Abort,
     Ack,
@@ -197,16 +200,6 @@ from wire.json import JsonValue
 
 log = logging.getLogger(__name__)
 
-#: Frames between acknowledgements, so the daemon can forget them. The
-#: reference's ``ACK_EVERY`` (32).
-ACK_EVERY: Final = 32
-
-LostPolicy = Literal["fail", "retry", "if-declared"]
-#: What happens to an operation whose container was lost while it ran: the
-#: reference's ``onContainerLost`` values (``"fail"``, its default, and
-#: ``"retry"``), and ours, ``"if-declared"``: retry when the adapter of the
-#: new runtime declares :data:`RERUN_CAPABILITY`, else fail.
-LOST_POLICIES: Final = ("fail", "retry", "if-declared")
 #: The adapter capability (in ``hello.adapter.capabilities``) saying its
 #: turns are safe to run again: an operation it lost with its container may
 #: run a second time (ours: the echo adapter declares it). The reference

@@ -7,6 +7,8 @@ link must not import the host (the host starts links).
 
 from __future__ import annotations
 
+from typing import Final, Literal
+
 import attrs
 
 from router.host.link import (
@@ -16,9 +18,20 @@ from router.host.link import (
     RECONNECT_BASE,
     RECONNECT_CAP,
 )
-from router.host.reconcile import ACK_EVERY, LOST_POLICIES, LostPolicy
 
-__all__ = ["HostSettings"]
+__all__ = ["ACK_EVERY", "LOST_POLICIES", "HostSettings", "LostPolicy"]
+
+#: Frames between acknowledgements, so the daemon can forget them. The
+#: reference's ``ACK_EVERY`` (32).
+ACK_EVERY: Final = 32
+
+LostPolicy = Literal["fail", "retry", "if-declared"]
+#: What happens to an operation whose container was lost while it ran: the
+#: reference's ``onContainerLost`` values (``"fail"``, its default, and
+#: ``"retry"``), and ours, ``"if-declared"``: retry when the adapter of the
+#: new runtime declares :data:`~router.host.reconcile.RERUN_CAPABILITY`,
+#: else fail.
+LOST_POLICIES: Final = ("fail", "retry", "if-declared")
 
 
 @attrs.frozen(kw_only=True)

@@ -229,7 +229,10 @@ def _socket_of(tmp: Path) -> str:
 def _get(path: str, target: str, **headers: str) -> Any:
     import httpx
 
-    with httpx.Client(transport=httpx.HTTPTransport(uds=path), base_url="http://localhost") as client:
+    # The first request the front hands the app waits for its modules to
+    # load (0.3 s of CPU; seconds on a loaded machine): httpx's 5 s is no
+    # deadline of ours.
+    with httpx.Client(transport=httpx.HTTPTransport(uds=path), base_url="http://localhost", timeout=60) as client:
         return client.get(target, headers=headers)
 
 

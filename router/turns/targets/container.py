@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Final, Mapping
 
 import trio
 
@@ -30,7 +30,7 @@ from router.asks import Ask, AskBook, AskPolicy, policy_from, rule_for, rule_tex
 from router.board.state import StampedListing, container_state
 from router.errors import Refusal
 from router.host import (
-    AdapterEvent, EventsLagged, Host, HostEvent, LinkError, MessageStored, OperationEnded, OperationStarted,
+    AdapterEvent, Host, HostEvent, LinkError, MessageStored, OperationEnded, OperationStarted,
 )
 from router.host import Refused as HostRefused
 from router.plugins.routing import LaunchRecord
@@ -45,7 +45,9 @@ from router.turns.resume import LiveId, StreamCursor, parse_live_id
 from router.turns.registry import Session, SessionKind, Starter
 from router.turns.session_brackets import SessionBrackets
 from router.turns.targets.base import LiveStream, stale
-from wire.container import AdapterInfo
+
+if TYPE_CHECKING:  # the container wire loads with the host's session links, when one is driven
+    from wire.container import AdapterInfo
 
 __all__ = ["ContainerSessions", "ContainerTarget", "RESUBSCRIBE_PAUSE", "SNAPSHOT_NOTICES"]
 
@@ -215,6 +217,8 @@ class ContainerTarget:
         subscribes (or as it reads a batch's position back) may fail past
         its retries (``store-unavailable``): that too is a pause and a
         reset, never the session's end."""
+        from router.host import EventsLagged  # the session links' (loaded when the session is driven)
+
         assert self.hub is not None
         pause, cap = RESUBSCRIBE_PAUSE
         started = interrupted = False
