@@ -392,6 +392,8 @@ class MainJob:
         config = self.config
         self.host = Host(record.store, endpoint, HostSettings(on_container_lost="if-declared"),
                          launcher=self.launcher, may_link=getattr(self.cluster, "holds", None))
+        if self.cluster is not None:  # the record's list kept between the cluster's notifications
+            self.host.kept_list = self.cluster.kept_list
         await self._start(nursery, "host", StoppedByCancel(self.host.run))
         registry = SessionRegistry()
         await self._start(nursery, "registry", registry)
