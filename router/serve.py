@@ -426,7 +426,7 @@ class MainJob:
             facts = Facts(store=record.store, deliveries=record.deliveries, harness=harness, cwd=process_cwd(),
                           cluster=self.cluster, places=self._places())
             self.board = LocalBoard(self.router, env=self.env, facts=facts, hidden=frozenset(config.hidden))
-            self.router.on_change = self.board.feed.poke  # a change here: the live board surveys at once
+            self.router.on_change = self.board.changed_here  # the live board surveys at once; the cluster is told
             await self._start_worktrees(nursery)
         if config.port is not None:
             self.token = await trio.to_thread.run_sync(_token, config.settings_dir)

@@ -55,7 +55,7 @@ from typing import Any, Final, Mapping
 
 import attrs
 
-__all__ = ["MirrorStatistics", "Plan", "REREAD_EVERY", "RecordMirror"]
+__all__ = ["MirrorStatistics", "ReadPlan", "REREAD_EVERY", "RecordMirror"]
 
 #: Seconds after which the rows are read whole again, notifications or not
 #: (ours: the safety net for a notification lost in a way the listener
@@ -64,7 +64,7 @@ REREAD_EVERY: Final = 30.0
 
 
 @attrs.frozen(kw_only=True)
-class Plan:
+class ReadPlan:
     """What one read is to read: every session (``full``) or the sessions
     ``ids`` (none: the rows are as fresh as a read), and what the rows
     will then count from (``epoch``: the listener's connection, None when
@@ -114,7 +114,7 @@ class RecordMirror:
         else:
             self._all = True
 
-    def plan(self, *, epoch: int, live: bool, synced: bool, now: float) -> Plan:
+    def plan(self, *, epoch: int, live: bool, synced: bool, now: float) -> ReadPlan:
         """The next read's plan, taking what was named (see the module
         docstring): ``epoch``, ``live``: the listener's connection count
         and whether it listens now; ``synced``: every notification of a
@@ -124,14 +124,14 @@ class RecordMirror:
         if not trusted:
             self._all, self._named = False, set()
             self.full += 1
-            return Plan(full=True, epoch=epoch if live else None, at=now)
+            return ReadPlan(full=True, epoch=epoch if live else None, at=now)
         ids, self._named = frozenset(self._named), set()
         if ids:
             self.partial += 1
             self.named_read += len(ids)
-        return Plan(full=False, ids=ids, epoch=epoch, at=now)
+        return ReadPlan(full=False, ids=ids, epoch=epoch, at=now)
 
-    def read(self, plan: Plan, rows: Mapping[str, Any]) -> list[Any]:
+    def read(self, plan: ReadPlan, rows: Mapping[str, Any]) -> list[Any]:
         """``plan``'s read is done: ``rows`` (session id -> row) of every
         session in order (a full plan) or of the sessions of ``plan.ids``
         found (a partial one). Every row now, in order."""
@@ -148,7 +148,7 @@ class RecordMirror:
                     self._rows[session] = row
         return list(self._rows.values())
 
-    def failed(self, plan: Plan) -> None:
+    def failed(self, plan: ReadPlan) -> None:
         """``plan``'s read did not finish: what it took is to read again."""
         if plan.full:
             self._all = True

@@ -67,6 +67,10 @@ DRIVE_WAITS: Final = 64
 #: channel before it reads the record whole instead (ours: far above a
 #: loaded machine's round trip, ~10 ms; the full read is always right).
 SYNC_TIMEOUT: Final = 2.0
+#: Seconds between two notifications of this router's own sessions having
+#: changed (ours: as the board's survey gap; a streaming turn's burst of
+#: changes is one notification per gap).
+ANNOUNCE_GAP: Final = 0.05
 
 
 def delivery_json(delivery: Any) -> str:
@@ -190,6 +194,8 @@ class ClusterNode:
         #: Whether every table of ``pg.BOARD_TABLES`` notifies (a record
         #: whose tables were made after the node joined: not yet).
         self._notifying = False
+        self._announce = False
+        self._announcing = False
         member.listener.tap(pg.BOARD_CHANNEL, self.mirror.named)
         member.listener.tap(pg.SYNC_CHANNEL, self._mark_back)
 
@@ -382,8 +388,48 @@ class ClusterNode:
 
     async def sockets(self) -> set[str]:
         """The private sockets of the cluster's live routers (this one's too)."""
+        return set(await self.routers())
+
+    async def routers(self) -> dict[str, str]:
+        """The cluster's live routers (this one too): private socket -> id."""
         routers = await self.member.db.call(pg.live_routers, self.member.settings.router_ttl)
-        return {each["socket"] for each in routers if each["socket"]}
+        return {each["socket"]: each["id"] for each in routers if each["socket"]}
+
+    def listening(self) -> tuple[int, bool]:
+        """The listener's connection count and whether it listens now: what
+        was kept from its notifications holds while both stay."""
+        return self.member.listener.connections, self.member.listener.live
+
+    def on_router_changed(self, callback: Any) -> None:
+        """Call ``callback(router id)`` when a router of the cluster tells
+        that its sessions outside the record may have changed
+        (:meth:`announce`; this router's own included)."""
+        self.member.listener.tap(pg.ROUTER_CHANNEL, callback)
+
+    def announce(self) -> None:
+        """This router's sessions outside the record (its Claude Code
+        sessions) may have changed: tell the cluster's routers, which keep
+        its last answer until then (``pg.ROUTER_CHANNEL``; at most one
+        notification per :data:`ANNOUNCE_GAP`, the last change always
+        told). Synchronous, never blocks; nothing before :meth:`run`."""
+        self._announce = True
+        if not self._announcing and self._nursery is not None:
+            self._announcing = True
+            self._nursery.start_soon(self._announcer, name="cluster announce")
+
+    async def _announcer(self) -> None:
+        try:
+            while self._announce:
+                self._announce = False
+                try:
+                    await self.member.db.call(pg.notify, pg.ROUTER_CHANNEL, self.id)
+                except Exception as error:  # the record blinking: the others re-ask within their age limit
+                    if not is_transient(error):
+                        raise
+                    log.warning("cluster %s: cannot tell of a change of its sessions: %s", self.id, error)
+                await trio.sleep(ANNOUNCE_GAP)
+        finally:
+            self._announcing = False
 
     # ------------------------------------------------------------------ lifetime
 

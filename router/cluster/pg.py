@@ -60,6 +60,7 @@ __all__ = [
     "ClusterDatabase",
     "BOARD_CHANNEL",
     "SYNC_CHANNEL",
+    "ROUTER_CHANNEL",
     "INBOX_CHANNEL",
     "LEASE_CHANNEL",
     "LeaseLost",
@@ -108,6 +109,10 @@ BOARD_CHANNEL: Final = "cluster_board"
 #: before it was sent has come too (PostgreSQL delivers them in commit
 #: order), so what the listener was told is as fresh as a read.
 SYNC_CHANNEL: Final = "cluster_sync"
+#: A router's sessions outside the record (its Claude Code sessions) may
+#: have changed, its id as the payload: the others ask it again instead
+#: of answering from what it last said.
+ROUTER_CHANNEL: Final = "cluster_router"
 #: The record's tables whose writes change what the board lists (a
 #: session's record and its ``lastActivity``; its operations: ``busy``),
 #: each with the column that names the row's session.
@@ -698,7 +703,7 @@ class Listener:
 
     def __init__(self, url: str,
                  channels: Iterable[str] = (INBOX_CHANNEL, REPLY_CHANNEL, LEASE_CHANNEL, BOARD_CHANNEL,
-                                            SYNC_CHANNEL), *,
+                                            SYNC_CHANNEL, ROUTER_CHANNEL), *,
                  retry: float = 1.0) -> None:
         self.url = url
         self.channels = tuple(channels)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.cluster.mirror import Plan, RecordMirror
+from router.cluster.mirror import ReadPlan, RecordMirror
 
 LIVE = {"epoch": 1, "live": True, "synced": True}
 
@@ -13,7 +13,7 @@ LIVE = {"epoch": 1, "live": True, "synced": True}
 def filled(every: float = 30.0) -> RecordMirror:
     mirror = RecordMirror(every=every)
     plan = mirror.plan(**LIVE, now=0.0)
-    assert plan == Plan(full=True, epoch=1, at=0.0)
+    assert plan == ReadPlan(full=True, epoch=1, at=0.0)
     assert mirror.read(plan, {"a": "a0", "b": "b0", "c": "c0"}) == ["a0", "b0", "c0"]
     return mirror
 
@@ -21,7 +21,7 @@ def filled(every: float = 30.0) -> RecordMirror:
 def test_nothing_named_reads_nothing_and_keeps_every_row() -> None:
     mirror = filled()
     plan = mirror.plan(**LIVE, now=1.0)
-    assert plan == Plan(full=False, ids=frozenset(), epoch=1, at=1.0)
+    assert plan == ReadPlan(full=False, ids=frozenset(), epoch=1, at=1.0)
     assert mirror.read(plan, {}) == ["a0", "b0", "c0"]
     assert mirror.statistics().full == 1 and mirror.statistics().partial == 0
 
@@ -63,7 +63,7 @@ def test_what_cannot_be_trusted_is_read_whole(why: str) -> None:
 def test_rows_read_while_the_listener_was_away_are_read_whole_once_it_is_back() -> None:
     mirror = filled()
     plan = mirror.plan(epoch=1, live=False, synced=False, now=1.0)
-    assert plan == Plan(full=True, epoch=None, at=1.0)
+    assert plan == ReadPlan(full=True, epoch=None, at=1.0)
     mirror.read(plan, {"a": "a1"})
     assert mirror.plan(epoch=2, live=True, synced=True, now=2.0).full
 
