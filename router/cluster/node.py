@@ -191,6 +191,8 @@ class ClusterNode:
         #: This router's marks on the sync channel waiting to come back.
         self._marks: dict[str, trio.Event] = {}
         self._marked = 0
+        #: Seconds a mark may take to come back (:meth:`synced`).
+        self.sync_timeout = SYNC_TIMEOUT
         #: Whether every table of ``pg.BOARD_TABLES`` notifies (a record
         #: whose tables were made after the node joined: not yet).
         self._notifying = False
@@ -355,13 +357,14 @@ class ClusterNode:
                 raise
             return self.mirror.read(plan, rows)
 
-    async def synced(self, timeout: float = SYNC_TIMEOUT) -> bool:
+    async def synced(self, timeout: float | None = None) -> bool:
         """Whether the listener has taken every notification of a
         transaction committed before this call: this router's mark, sent
         on ``pg.SYNC_CHANNEL``, came back within ``timeout`` on the
         connection that listened when it was sent (PostgreSQL delivers
         notifications in commit order). False when it did not, or could
-        not be sent (the record blinking)."""
+        not be sent (the record blinking). ``timeout``: else
+        :attr:`sync_timeout`."""
         listener = self.member.listener
         if not listener.live:
             return False
@@ -371,7 +374,7 @@ class ClusterNode:
         back = self._marks[mark] = trio.Event()
         try:
             await self.member.db.call(pg.notify, pg.SYNC_CHANNEL, mark)
-            with trio.move_on_after(timeout):
+            with trio.move_on_after(self.sync_timeout if timeout is None else timeout):
                 await back.wait()
         except Exception as error:
             if not is_transient(error):

@@ -14,48 +14,32 @@ import psycopg
 import pytest
 import trio
 
-from router.cluster import open_node
-from router.host import DaemonEndpoint, Host, HostSettings, Store
-from router.turns.delivery_log import DeliveryLog
+from router.host import DaemonEndpoint
+from tests.cluster.test_node import Router
 
-ENV = {"ROUTER_CLUSTER_LEASE_TTL": "3"}
 #: No daemon: nothing here opens a link (no session has work).
 NOWHERE = DaemonEndpoint("ws://127.0.0.1:9", "unused")
 
 
-class Member:
+def _member(url: str, name: str) -> Router:
     """A router of the cluster as the main job assembles its host's list."""
-
-    def __init__(self, url: str, name: str) -> None:
-        self.store = Store(url)
-        self.deliveries = DeliveryLog(url)
-        self.node = open_node(self.store, self.deliveries, env=ENV, router_id=name)
-        self.host = Host(self.store, NOWHERE, HostSettings(on_container_lost="if-declared"), may_link=self.node.holds)
-        self.host.kept_list = self.node.kept_list
-        self.node.host = self.host
-
-    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(self.host.run)
-                await nursery.start(self.node.run)
-                task_status.started()
-                await trio.sleep_forever()
-        finally:
-            self.node.close()
-            self.deliveries.close()
-            self.store.close()
-
-    async def listed(self) -> dict[str, dict[str, Any]]:
-        return {item["id"]: item for item in await self.host.sessions.list()}
+    member = Router(url, NOWHERE, name)
+    member.host.kept_list = member.node.kept_list
+    member.node.sync_timeout = 60.0  # a loaded machine's mark is never taken for a lost one here
+    return member
 
 
-async def _members(nursery: trio.Nursery, pg_url: str) -> tuple[Member, Member]:
-    a, b = Member(pg_url, "a"), Member(pg_url, "b")
+async def _listed(member: Router) -> dict[str, dict[str, Any]]:
+    return {item["id"]: item for item in await member.host.sessions.list()}
+
+
+async def _members(nursery: trio.Nursery, pg_url: str) -> tuple[Router, Router]:
+    a, b = _member(pg_url, "a"), _member(pg_url, "b")
     for member in (a, b):
         await nursery.start(member.run)
     await a.host.sessions.create("s1")
     await a.host.sessions.create("s2")
+    await _listed(b)
     return a, b
 
 
@@ -69,7 +53,7 @@ def _write(pg_url: str, sql: str) -> None:
 async def test_a_change_written_by_one_router_shows_in_anothers_list_by_its_notification(pg_url: str) -> None:
     async with trio.open_nursery() as nursery:
         a, b = await _members(nursery, pg_url)
-        assert {"s1", "s2"} <= set(await b.listed())
+        assert {"s1", "s2"} <= set(await _listed(b))
         with trio.fail_after(60):  # a session router a holds (its writes are fenced)
             while not (held := [each for each in ("s1", "s2") if a.node.holds(each)]):
                 await trio.sleep(0.05)
@@ -78,13 +62,13 @@ async def test_a_change_written_by_one_router_shows_in_anothers_list_by_its_noti
         # the write (its mark on the sync channel makes sure the
         # notification came first), reads that session alone.
         await a.store.call(partial(a.store.set_daemon, held[0], state="starting", launcher="test"))
-        listed = await b.listed()
+        listed = await _listed(b)
         assert listed[held[0]]["daemon"]["state"] == "starting"
         after = b.node.mirror.statistics()
         assert (after.full, after.named) == (before.full, before.named + 1)
         # A session made by one router is added to the other's list, last.
         await a.host.sessions.create("s3")
-        assert list(await b.listed())[-1] == "s3"
+        assert list(await _listed(b))[-1] == "s3"
         assert b.node.mirror.statistics().full == before.full
         nursery.cancel_scope.cancel()
 
@@ -93,17 +77,16 @@ async def test_a_change_written_by_one_router_shows_in_anothers_list_by_its_noti
 async def test_a_lost_notification_converges_at_the_next_full_read(pg_url: str) -> None:
     async with trio.open_nursery() as nursery:
         a, b = await _members(nursery, pg_url)
-        await b.listed()
         # A write whose notification is lost (its trigger off for it).
         _write(pg_url, "BEGIN; ALTER TABLE sessions DISABLE TRIGGER cluster_board_row; "
                        "UPDATE sessions SET launcher_state = 'starting', launcher = 'test' WHERE id = 's2'; "
                        "ALTER TABLE sessions ENABLE TRIGGER cluster_board_row; COMMIT")
-        assert "daemon" not in (await b.listed())["s2"]  # kept: nothing named it
+        assert "daemon" not in (await _listed(b))["s2"]  # kept: nothing named it
         b.node.mirror.every = 0.2  # the safety net's period, short for the test
         with trio.fail_after(30):
-            while "daemon" not in (await b.listed())["s2"]:
+            while "daemon" not in (await _listed(b))["s2"]:
                 await trio.sleep(0.05)
-        assert (await b.listed())["s2"]["daemon"]["state"] == "starting"
+        assert (await _listed(b))["s2"]["daemon"]["state"] == "starting"
         nursery.cancel_scope.cancel()
 
 
@@ -111,7 +94,6 @@ async def test_a_lost_notification_converges_at_the_next_full_read(pg_url: str) 
 async def test_a_listener_that_reconnected_reads_the_record_whole(pg_url: str) -> None:
     async with trio.open_nursery() as nursery:
         a, b = await _members(nursery, pg_url)
-        await b.listed()
         listener = b.node.member.listener
         connections, full = listener.connections, b.node.mirror.statistics().full
         # Every listening connection cut, and a write meanwhile: its
@@ -122,6 +104,6 @@ async def test_a_listener_that_reconnected_reads_the_record_whole(pg_url: str) -
         with trio.fail_after(30):
             while listener.connections == connections or not listener.live:
                 await trio.sleep(0.05)
-        assert (await b.listed())["s2"]["daemon"]["state"] == "starting"
+        assert (await _listed(b))["s2"]["daemon"]["state"] == "starting"
         assert b.node.mirror.statistics().full == full + 1
         nursery.cancel_scope.cancel()
