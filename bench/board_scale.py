@@ -14,7 +14,10 @@ waits until every one has a holder. Then, against the first router:
 - **``GET /sessions``**: ``--samples`` requests one after another on one
   keep-alive connection (the board: every session of every router), their
   p50, p90, p99 and the body's size; beside it ``GET /healthz`` on the same
-  connection, the HTTP stack's own cost in the same run.
+  connection, the HTTP stack's own cost in the same run; and the CPU the
+  routers (all of them: the others answer the first's survey) used per
+  request meanwhile, from ``/proc`` (their background work, the lease
+  rounds, included: load stretches it least).
 - **The page**: a headless Chromium (``tests/support/chromium.py``) opens
   the page, at a desktop's size and at a phone's (390×844, scale 3, mobile,
   touch; no throttling: the figure is the page's own work on this
@@ -138,6 +141,18 @@ async def timed_gets(url: str, headers: dict[str, str], path: str, samples: int)
             assert response.status_code == 200, (path, response.status_code, response.text[:200])
             size = len(response.content)
     return times, size
+
+
+def cpu_ms(members: list[Any]) -> float:
+    """The routers' CPU so far (user and system, ms), from ``/proc``."""
+    import os
+
+    total = 0
+    for member in members:
+        with open(f"/proc/{member.process.pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (the 14th and 15th of the whole line)
+    return total * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 async def open_page(browser: Browser, url: str, *, phone: bool) -> Page:
@@ -314,8 +329,12 @@ async def measure(args: argparse.Namespace, members: list[Any], ids: list[str]) 
     async with trio.open_nursery() as nursery:
         if args.py_spy and args.py_spy_phase == "sessions":
             nursery.start_soon(profile, first, args.py_spy, args.py_spy_seconds)
+        cpu = cpu_ms(members)
         sessions_ms, size = await timed_gets(first.url, first.headers, "/sessions", args.samples)
+        cpu_sessions = (cpu_ms(members) - cpu) / args.samples
+    cpu = cpu_ms(members)
     health_ms, _ = await timed_gets(first.url, first.headers, "/healthz", args.samples)
+    cpu_health = (cpu_ms(members) - cpu) / args.samples
     ratio = statistics.median(sessions_ms) / statistics.median(health_ms)
     print(f"\n## {args.sessions} sessions, {args.routers} routers on one PostgreSQL (ms)\n")
     print("| what | n | p50 | p90 | p99 | max | note |\n|---|---:|---:|---:|---:|---:|---|")
@@ -323,6 +342,8 @@ async def measure(args: argparse.Namespace, members: list[Any], ids: list[str]) 
     print(row("GET /sessions", sessions_ms, f"{size:,} B; {ratio:.1f}× /healthz's p50; "
               f"{per_session:.0f} µs a session at p50"))
     print(row("GET /healthz (the stack's floor)", health_ms), flush=True)
+    print(f"\nthe routers' CPU (all {len(members)}, ms a request, their background work included): "
+          f"GET /sessions {cpu_sessions:.1f}, GET /healthz {cpu_health:.1f}\n", flush=True)
     page_url = f"{first.url.rstrip('/')}/?token={first.token}"
     async with chromium() as browser, trio.open_nursery() as nursery:
         if args.py_spy and args.py_spy_phase == "changes":
