@@ -14,7 +14,10 @@ waits until every one has a holder. Then, against the first router:
 - **``GET /sessions``**: ``--samples`` requests one after another on one
   keep-alive connection (the board: every session of every router), their
   p50, p90, p99 and the body's size; beside it ``GET /healthz`` on the same
-  connection, the HTTP stack's own cost in the same run.
+  connection, the HTTP stack's own cost in the same run; and the CPU the
+  routers (all of them: the others answer the first's survey) used per
+  request meanwhile, from ``/proc`` (their background work, the lease
+  rounds, included: load stretches it least).
 - **The page**: a headless Chromium (``tests/support/chromium.py``) opens
   the page, at a desktop's size and at a phone's (390×844, scale 3, mobile,
   touch; no throttling: the figure is the page's own work on this
@@ -34,7 +37,13 @@ waits until every one has a holder. Then, against the first router:
   the POST's start (the bench's clock: one machine, one wall clock, read
   with ``Date.now()`` and ``time.time()``, both milliseconds) to then.
   Beside it, ``GET /board/live`` read by the bench on the page's router: the
-  time to the stream's event that changes the row (the server's part).
+  time to the stream's event that changes the row. Both include the
+  delivery's own write of the record (relayed through the cluster's inbox
+  to the holder, which writes it): the row "the session's record written"
+  is that part (the ``lastActivity`` the stream's row carries, the
+  holder's clock, the same machine's), and the two rows "the board: ..."
+  the rest, per change: from that write to the stream's event and to the
+  page's row (what the board itself takes to show a change).
 
 ``--against TREE`` measures the routers of another source tree first (an
 export of main, say), then this tree's, in one run: the routers run from
@@ -58,6 +67,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import trio
 
@@ -133,6 +143,18 @@ async def timed_gets(url: str, headers: dict[str, str], path: str, samples: int)
     return times, size
 
 
+def cpu_ms(members: list[Any]) -> float:
+    """The routers' CPU so far (user and system, ms), from ``/proc``."""
+    import os
+
+    total = 0
+    for member in members:
+        with open(f"/proc/{member.process.pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (the 14th and 15th of the whole line)
+    return total * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 async def open_page(browser: Browser, url: str, *, phone: bool) -> Page:
     context = await browser.send("Target.createBrowserContext", {"disposeOnDetach": True})
     target = await browser.send("Target.createTarget", {"url": "about:blank",
@@ -200,16 +222,28 @@ class Stream:
         return next(((at, seen[1]) for at, seen in self.changes.get(session, []) if at >= started), None)
 
 
-async def changes_shown(browser: Browser, url: str, members: list[Any], fresh: list[str],
-                        sessions: int) -> tuple[list[float], list[float], list[float], list[str]]:
+@attrs.define
+class Shown:
+    """The changes' figures (ms), each from the POST: ``shown`` on the page,
+    ``streamed`` in ``GET /board/live``, ``written`` the record's write
+    (the delivery's part); ``board_shown``, ``board_streamed``: from that
+    write to the page's row and to the stream's event (the board's part),
+    for the changes whose write the stream's row carried."""
+
+    shown: list[float] = attrs.Factory(list)
+    streamed: list[float] = attrs.Factory(list)
+    written: list[float] = attrs.Factory(list)
+    board_shown: list[float] = attrs.Factory(list)
+    board_streamed: list[float] = attrs.Factory(list)
+    missed: list[str] = attrs.Factory(list)
+
+
+async def changes_shown(browser: Browser, url: str, members: list[Any], fresh: list[str], sessions: int) -> Shown:
     sender = members[-1]
     page = await open_page(browser, url, phone=False)
     with trio.fail_after(300):
         await page.evaluate(f"({LISTED})({sessions})")
-    shown: list[float] = []
-    streamed: list[float] = []
-    written: list[float] = []  # the record's write the stream's row carries (its lastActivity)
-    missed: list[str] = []
+    out = Shown()
     stream = Stream()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stream.read, members[0])
@@ -226,16 +260,18 @@ async def changes_shown(browser: Browser, url: str, members: list[Any], fresh: l
                 try:
                     changed = await page.wait_for("window.changedAt", timeout=SHOWN_WITHIN)
                 except AssertionError:  # counted, and the run goes on
-                    missed.append(session)
+                    out.missed.append(session)
                     continue
-                shown.append(changed - started)
+                out.shown.append(changed - started)
                 found = stream.changed_after(session, started)
                 if found is not None:
-                    streamed.append(found[0] - started)
-                    if isinstance(found[1], int) and found[1] >= started:
-                        written.append(found[1] - started)
+                    out.streamed.append(found[0] - started)
+                    if isinstance(found[1], int) and found[1] >= started:  # the record's write the row carries
+                        out.written.append(found[1] - started)
+                        out.board_shown.append(changed - found[1])
+                        out.board_streamed.append(found[0] - found[1])
         nursery.cancel_scope.cancel()
-    return shown, streamed, written, missed
+    return out
 
 
 async def profile(member: Any, path: str, seconds: int) -> None:
@@ -293,8 +329,12 @@ async def measure(args: argparse.Namespace, members: list[Any], ids: list[str]) 
     async with trio.open_nursery() as nursery:
         if args.py_spy and args.py_spy_phase == "sessions":
             nursery.start_soon(profile, first, args.py_spy, args.py_spy_seconds)
+        cpu = cpu_ms(members)
         sessions_ms, size = await timed_gets(first.url, first.headers, "/sessions", args.samples)
+        cpu_sessions = (cpu_ms(members) - cpu) / args.samples
+    cpu = cpu_ms(members)
     health_ms, _ = await timed_gets(first.url, first.headers, "/healthz", args.samples)
+    cpu_health = (cpu_ms(members) - cpu) / args.samples
     ratio = statistics.median(sessions_ms) / statistics.median(health_ms)
     print(f"\n## {args.sessions} sessions, {args.routers} routers on one PostgreSQL (ms)\n")
     print("| what | n | p50 | p90 | p99 | max | note |\n|---|---:|---:|---:|---:|---:|---|")
@@ -302,19 +342,25 @@ async def measure(args: argparse.Namespace, members: list[Any], ids: list[str]) 
     print(row("GET /sessions", sessions_ms, f"{size:,} B; {ratio:.1f}× /healthz's p50; "
               f"{per_session:.0f} µs a session at p50"))
     print(row("GET /healthz (the stack's floor)", health_ms), flush=True)
+    print(f"\nthe routers' CPU (all {len(members)}, ms a request, their background work included): "
+          f"GET /sessions {cpu_sessions:.1f}, GET /healthz {cpu_health:.1f}\n", flush=True)
     page_url = f"{first.url.rstrip('/')}/?token={first.token}"
     async with chromium() as browser, trio.open_nursery() as nursery:
         if args.py_spy and args.py_spy_phase == "changes":
             nursery.start_soon(profile, first, args.py_spy, args.py_spy_seconds)
-        shown, streamed, written, missed = await changes_shown(browser, page_url, members, ids[: args.changes],
-                                                               args.sessions)
-        print(row("the session's record written", written or [float("nan")],
-                  "from the POST to the lastActivity the stream's row carries (the holder's write)"))
-        print(row("a change in GET /board/live", streamed or [float("nan")],
-                  "from the POST to the stream's event (the server's part)"))
-        print(row("a change shown on the page", shown or [float("nan")],
-                  f"from the POST to the row changing; {len(missed)} not shown within {SHOWN_WITHIN} s"
-                  + (f" ({', '.join(missed)})" if missed else "")), flush=True)
+        got = await changes_shown(browser, page_url, members, ids[: args.changes], args.sessions)
+        nan = [float("nan")]
+        print(row("the session's record written", got.written or nan,
+                  "from the POST to the lastActivity the stream's row carries (the holder's write: the delivery's part)"))
+        print(row("a change in GET /board/live", got.streamed or nan,
+                  "from the POST to the stream's event"))
+        print(row("a change shown on the page", got.shown or nan,
+                  f"from the POST to the row changing; {len(got.missed)} not shown within {SHOWN_WITHIN} s"
+                  + (f" ({', '.join(got.missed)})" if got.missed else "")))
+        print(row("the board: the write to GET /board/live", got.board_streamed or nan,
+                  "from the record's write to the stream's event (the board's part)"))
+        print(row("the board: the write shown on the page", got.board_shown or nan,
+                  "from the record's write to the row changing (the board's part)"), flush=True)
         print("\n## the page's first paint (ms from the navigation) and its JS heap\n")
         print("| profile | first paint | first contentful paint | every session listed | heap listed (MB) "
               f"| heap {HEAP_AFTER} s later (MB) |\n|---|---:|---:|---:|---:|---:|")

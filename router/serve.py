@@ -416,6 +416,8 @@ class MainJob:
         config = self.config
         self.host = Host(record.store, endpoint, HostSettings(on_container_lost="if-declared"),
                          launcher=self.launcher, may_link=getattr(self.cluster, "holds", None))
+        if self.cluster is not None:  # the record's list kept between the cluster's notifications
+            self.host.kept_list = self.cluster.kept_list
         await self._start(nursery, "host", StoppedByCancel(self.host.run))
         registry = SessionRegistry()
         await self._start(nursery, "registry", registry)
@@ -448,7 +450,7 @@ class MainJob:
             facts = Facts(store=record.store, deliveries=record.deliveries, harness=harness, cwd=process_cwd(),
                           cluster=self.cluster, places=self._places())
             self.board = LocalBoard(self.router, env=self.env, facts=facts, hidden=frozenset(config.hidden))
-            self.router.on_change = self.board.feed.poke  # a change here: the live board surveys at once
+            self.router.on_change = self.board.changed_here  # the live board surveys at once; the cluster is told
             await self._start_worktrees(nursery)
         if config.port is not None:
             self.token = await trio.to_thread.run_sync(_token, config.settings_dir)

@@ -213,7 +213,7 @@ def router_sockets(directory: str) -> list[str]:
 
 
 async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exclude: str | None = None,
-                 unshared: frozenset[str] = frozenset()) -> Board:
+                 unshared: frozenset[str] = frozenset(), known: Mapping[str, Reached] | None = None) -> Board:
     """:func:`survey_blocking` from Trio: the same board, asked from a
     worker thread (every router's answer comes within ``timeout`` seconds:
     the blocking client's deadlines end the thread; a cancelled survey
@@ -223,17 +223,21 @@ async def survey(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exc
     import trio
 
     return await trio.to_thread.run_sync(
-        partial(survey_blocking, env, timeout=timeout, exclude=exclude, unshared=unshared), abandon_on_cancel=True
+        partial(survey_blocking, env, timeout=timeout, exclude=exclude, unshared=unshared, known=known),
+        abandon_on_cancel=True
     )
 
 
 def survey_blocking(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, exclude: str | None = None,
-                    unshared: frozenset[str] = frozenset()) -> Board:
+                    unshared: frozenset[str] = frozenset(), known: Mapping[str, Reached] | None = None) -> Board:
     """Ask every router of this user (see the module docstring), but the
     one at the socket ``exclude`` (a router surveying the others); those at
     the sockets ``unshared`` (of the surveying router's cluster) for their
-    sessions outside the cluster only. Every router is asked at once (a
-    thread each when there are several), each within ``timeout`` seconds.
+    sessions outside the cluster only; those at the sockets ``known`` not
+    at all: their answer is the one given (a router's cluster peers'
+    answers, kept until they tell of a change). Every router is asked at
+    once (a thread each when there are several), each within ``timeout``
+    seconds.
     Raises a :class:`~router.errors.Refusal` (``unsafe-directory``) only.
 
     It runs on :mod:`router._client_sync` (no trio, no httpx), for the
@@ -243,6 +247,9 @@ def survey_blocking(env: Mapping[str, str], *, timeout: float = ANSWER_TIMEOUT, 
     directory = str(local_directory(env))
     sockets = [path for path in router_sockets(directory) if path != exclude]  # refused before anything is asked
     answers: dict[str, Reached | Skipped | None] = {}
+    if known:
+        answers.update((path, known[path]) for path in sockets if path in known)
+        sockets = [path for path in sockets if path not in known]
 
     def ask(path: str) -> None:
         answers[path] = _ask_blocking(path, timeout, UNSHARED_SESSIONS_ROUTE if path in unshared else OWN_SESSIONS_ROUTE)

@@ -14,7 +14,9 @@ resume, a read or a live view stand on:
   /sessions?scope=router``), so no survey ever recurses. The others are
   asked while this router lists its own, and the records a listing reads
   besides the router's list (launches, a cluster's holders) are read beside
-  it. The record is read once per listing: the router's list hands each
+  it. The routers of its cluster are asked only for what they alone hold,
+  and their answers are kept until they announce a change of their own
+  sessions, for a second at most (:mod:`router.board.peers`). The record is read once per listing: the router's list hands each
   container session's ``updated_at`` and model from its own read
   (:class:`router.board.state.StampedListing`).
 - **Kept rows.** Each session's row (and its JSON text) is made once and
@@ -56,6 +58,7 @@ import trio
 from router._httpx import unix_transport
 from router.board.feed import BoardFeed
 from router.board.kept import Kept, listing_text
+from router.board.peers import PeerAnswers
 from router.board.client import ANSWER_TIMEOUT, BASE_URL, Board, Reached, Skipped, holder, survey
 from router.errors import Refusal
 from wire.json import Encoded
@@ -251,6 +254,23 @@ class LocalBoard:
         #: The kept rows (:mod:`router.board.kept`), described and final,
         #: of the listing with the cluster's sessions (True) and without.
         self._kept: dict[bool, tuple[Kept, Kept]] = {True: (Kept(), Kept()), False: (Kept(), Kept())}
+        #: The cluster's other routers' last answers (router.board.peers).
+        self.peers = PeerAnswers()
+        if self.facts.cluster is not None:
+            self.facts.cluster.on_router_changed(self._peer_changed)
+
+    def _peer_changed(self, router: str) -> None:
+        self.peers.changed(router)
+        if router != self.facts.cluster.id:
+            self.feed.poke()  # another router's own sessions changed: the live board surveys
+
+    def changed_here(self) -> None:
+        """Something of this router's sessions may have changed (the turn
+        router's ``on_change``): the live board surveys at once, and the
+        cluster's other routers are told (they ask this router again)."""
+        self.feed.poke()
+        if self.facts.cluster is not None:
+            self.facts.cluster.announce()
 
     def __repr__(self) -> str:
         return f"<LocalBoard {self.info['name'] if self.info else 'unnamed'} hidden={sorted(self.hidden)}>"
@@ -326,12 +346,13 @@ class LocalBoard:
         and its pokes only)."""
         return None if self.facts.cluster is None else self.facts.cluster.board_changed()
 
-    async def others(self, *, unshared: frozenset[str] = frozenset()) -> Board:
+    async def others(self, *, unshared: frozenset[str] = frozenset(), known: Mapping[str, Reached] | None = None) -> Board:
         """Every other router's sessions; a directory that is not private
         is one skipped entry, not an error. The routers at the sockets
-        ``unshared`` are asked for their sessions outside the cluster."""
+        ``unshared`` are asked for their sessions outside the cluster,
+        those at the sockets ``known`` not at all (their answer given)."""
         try:
-            return await survey(self.env, timeout=self.timeout, exclude=self.socket, unshared=unshared)
+            return await survey(self.env, timeout=self.timeout, exclude=self.socket, unshared=unshared, known=known)
         except Refusal as refused:
             directory = str(refused.data.get("path", ""))
             return Board(directory=directory, skipped=[Skipped(directory, refused)])
@@ -341,16 +362,28 @@ class LocalBoard:
         routers of this router's cluster are asked only for what they
         alone hold (their Claude Code sessions): this router lists the
         cluster's sessions from the shared record already."""
-        async def survey_others() -> Board:
-            peers = frozenset(await self.facts.cluster.sockets()) if self.facts.cluster is not None else frozenset()
-            return await self.others(unshared=peers)
-
-        board, own = await _gather(survey_others, self.own)  # the other routers asked while this one lists its own
+        board, own = await _gather(self._survey_others, self.own)  # the other routers asked while this one lists its own
         others = board.sessions()
         if self.facts.cluster is not None:  # the cluster's sessions: listed once, by this router
             mine = _cluster_holders(own)
             others = [item for item in others if not _same_cluster_session(item, mine)]
         return Listing(sessions=own + others, skipped=board.skipped, texts=self._kept[True][1].text)
+
+    async def _survey_others(self) -> Board:
+        """The other routers' sessions; of the cluster's routers their own
+        (unshared) only, answered from what each last said while it can
+        be trusted (:mod:`router.board.peers`)."""
+        cluster = self.facts.cluster
+        if cluster is None:
+            return await self.others()
+        peers = await cluster.routers()
+        epoch, live = cluster.listening()
+        now = trio.current_time()
+        marks = self.peers.marks(peers)
+        board = await self.others(unshared=frozenset(peers),
+                                  known=self.peers.known(peers, epoch=epoch, live=live, now=now))
+        self.peers.answered(peers, marks, board.reached, epoch=epoch, live=live, now=now)
+        return board
 
     async def holder(self, session: str, *, named: str | None = None) -> Reached | None:
         """The router to forward ``session``'s request to, or None to serve

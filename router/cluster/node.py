@@ -16,9 +16,11 @@ it changes.
   (:meth:`ClusterNode.handle`), exactly once by event id in the shared
   delivery record;
 - **the board** names each session's holder (:meth:`ClusterNode.holders`),
-  hears of every change of the record (:meth:`ClusterNode.board_changed`)
-  and knows which local routers are of this cluster
-  (:meth:`ClusterNode.sockets`).
+  hears of every change of the record (:meth:`ClusterNode.board_changed`),
+  keeps the record's session list between the notifications naming each
+  session written (:meth:`ClusterNode.kept_list`,
+  :mod:`router.cluster.mirror`) and knows which local routers are of this
+  cluster (:meth:`ClusterNode.sockets`).
 
 Resource handling: :meth:`run` owns the member and the tasks that open and
 close links; the database pool is the caller's.
@@ -31,7 +33,7 @@ import math
 import os
 import secrets
 import socket
-from typing import Any, Final, Mapping
+from typing import Any, Awaitable, Callable, Final, Mapping
 
 import trio
 
@@ -39,6 +41,7 @@ from router._transient import DEFAULT_POLICY, is_transient
 from router.cluster import pg
 from router.cluster.lease import HOLD_MARGIN
 from router.cluster.member import ClusterMember, ClusterSettings
+from router.cluster.mirror import RecordMirror
 from router.errors import Refusal
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,15 @@ TRUST_BELIEF_ENV: Final = "ROUTER_CLUSTER_TRUST_BELIEF"
 
 #: Open operations a gained session's drive waits on at once (ours).
 DRIVE_WAITS: Final = 64
+
+#: Seconds a router waits for its own mark to come back on the sync
+#: channel before it reads the record whole instead (ours: far above a
+#: loaded machine's round trip, ~10 ms; the full read is always right).
+SYNC_TIMEOUT: Final = 2.0
+#: Seconds between two notifications of this router's own sessions having
+#: changed (ours: as the board's survey gap; a streaming turn's burst of
+#: changes is one notification per gap).
+ANNOUNCE_GAP: Final = 0.05
 
 
 def delivery_json(delivery: Any) -> str:
@@ -173,6 +185,21 @@ class ClusterNode:
         self._numbers: Mapping[str, int] = {}
         self._nursery: trio.Nursery | None = None
         self.takeovers = 0
+        #: The record's session list, kept between notifications (kept_list).
+        self.mirror = RecordMirror()
+        self._mirror_lock = trio.Lock()
+        #: This router's marks on the sync channel waiting to come back.
+        self._marks: dict[str, trio.Event] = {}
+        self._marked = 0
+        #: Seconds a mark may take to come back (:meth:`synced`).
+        self.sync_timeout = SYNC_TIMEOUT
+        #: Whether every table of ``pg.BOARD_TABLES`` notifies (a record
+        #: whose tables were made after the node joined: not yet).
+        self._notifying = False
+        self._announce = False
+        self._announcing = False
+        member.listener.tap(pg.BOARD_CHANNEL, self.mirror.named)
+        member.listener.tap(pg.SYNC_CHANNEL, self._mark_back)
 
     def __repr__(self) -> str:
         return f"<ClusterNode {self.member.id} held={len(self._numbers)} takeovers={self.takeovers}>"
@@ -307,17 +334,112 @@ class ClusterNode:
         listener's connection was lost). Take it before reading."""
         return self.member.listener.event(pg.BOARD_CHANNEL)
 
+    async def kept_list(self, read_all: Callable[[], Awaitable[Mapping[str, Any]]],
+                        read_some: Callable[[frozenset[str]], Awaitable[Mapping[str, Any]]]) -> list[Any]:
+        """Every session's row of the record, in order, as fresh as a read:
+        kept between the notifications that name each session written, the
+        named ones read again (``read_some(ids)``: id -> row of those
+        found), or every one (``read_all()``: id -> row, in order) when
+        the notifications cannot be trusted (see
+        :mod:`router.cluster.mirror`). One read at a time."""
+        notifying = self._notifying  # else what was written before the triggers was never named: read whole
+        if not notifying:  # the record's tables made since the node joined: their triggers now
+            self._notifying = set(await self.member.db.call(pg.install_board_notify)) == set(pg.BOARD_TABLES)
+        synced = notifying and await self.synced()
+        listener = self.member.listener
+        async with self._mirror_lock:
+            plan = self.mirror.plan(epoch=listener.connections, live=listener.live, synced=synced,
+                                    now=trio.current_time())
+            try:
+                rows = await read_all() if plan.full else (await read_some(plan.ids) if plan.ids else {})
+            except BaseException:
+                self.mirror.failed(plan)
+                raise
+            return self.mirror.read(plan, rows)
+
+    async def synced(self, timeout: float | None = None) -> bool:
+        """Whether the listener has taken every notification of a
+        transaction committed before this call: this router's mark, sent
+        on ``pg.SYNC_CHANNEL``, came back within ``timeout`` on the
+        connection that listened when it was sent (PostgreSQL delivers
+        notifications in commit order). False when it did not, or could
+        not be sent (the record blinking). ``timeout``: else
+        :attr:`sync_timeout`."""
+        listener = self.member.listener
+        if not listener.live:
+            return False
+        epoch = listener.connections
+        self._marked += 1
+        mark = f"{self.id} {self._marked}"
+        back = self._marks[mark] = trio.Event()
+        try:
+            await self.member.db.call(pg.notify, pg.SYNC_CHANNEL, mark)
+            with trio.move_on_after(self.sync_timeout if timeout is None else timeout):
+                await back.wait()
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            log.warning("cluster %s: cannot mark the notifications (%s); the record is read whole", self.id, error)
+        finally:
+            self._marks.pop(mark, None)
+        return back.is_set() and listener.live and listener.connections == epoch
+
+    def _mark_back(self, payload: str) -> None:
+        event = self._marks.pop(payload, None)
+        if event is not None:
+            event.set()
+
     async def sockets(self) -> set[str]:
         """The private sockets of the cluster's live routers (this one's too)."""
+        return set(await self.routers())
+
+    async def routers(self) -> dict[str, str]:
+        """The cluster's live routers (this one too): private socket -> id."""
         routers = await self.member.db.call(pg.live_routers, self.member.settings.router_ttl)
-        return {each["socket"] for each in routers if each["socket"]}
+        return {each["socket"]: each["id"] for each in routers if each["socket"]}
+
+    def listening(self) -> tuple[int, bool]:
+        """The listener's connection count and whether it listens now: what
+        was kept from its notifications holds while both stay."""
+        return self.member.listener.connections, self.member.listener.live
+
+    def on_router_changed(self, callback: Any) -> None:
+        """Call ``callback(router id)`` when a router of the cluster tells
+        that its sessions outside the record may have changed
+        (:meth:`announce`; this router's own included)."""
+        self.member.listener.tap(pg.ROUTER_CHANNEL, callback)
+
+    def announce(self) -> None:
+        """This router's sessions outside the record (its Claude Code
+        sessions) may have changed: tell the cluster's routers, which keep
+        its last answer until then (``pg.ROUTER_CHANNEL``; at most one
+        notification per :data:`ANNOUNCE_GAP`, the last change always
+        told). Synchronous, never blocks; nothing before :meth:`run`."""
+        self._announce = True
+        if not self._announcing and self._nursery is not None:
+            self._announcing = True
+            self._nursery.start_soon(self._announcer, name="cluster announce")
+
+    async def _announcer(self) -> None:
+        try:
+            while self._announce:
+                self._announce = False
+                try:
+                    await self.member.db.call(pg.notify, pg.ROUTER_CHANNEL, self.id)
+                except Exception as error:  # the record blinking: the others re-ask within their age limit
+                    if not is_transient(error):
+                        raise
+                    log.warning("cluster %s: cannot tell of a change of its sessions: %s", self.id, error)
+                await trio.sleep(ANNOUNCE_GAP)
+        finally:
+            self._announcing = False
 
     # ------------------------------------------------------------------ lifetime
 
     async def run(self, *, task_status: trio.TaskStatus[ClusterNode] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await self.member.db.call(_join_record)
+            self._notifying = set(await self.member.db.call(_join_record)) == set(pg.BOARD_TABLES)
             await nursery.start(self.member.run)
             await nursery.start(self.member.serve_inbox, self.handle)
             task_status.started(self)
@@ -354,14 +476,16 @@ def _known(conn: Any, session: str) -> bool:
     return conn.execute("SELECT 1 FROM cluster_leases WHERE session = %s", (session,)).fetchone() is not None
 
 
-def _join_record(conn: Any) -> None:
+def _join_record(conn: Any) -> list[str]:
     """The cluster's tables and the fences over the record, and every
-    session of the record in the cluster (a record made before it was)."""
+    session of the record in the cluster (a record made before it was);
+    the record's tables that notify the board."""
     pg.ensure_schema(conn)
     pg.install_fences(conn)
-    pg.install_board_notify(conn)
+    notifying = pg.install_board_notify(conn)
     if conn.execute("SELECT to_regclass('sessions')").fetchone() != (None,):
         conn.execute("INSERT INTO cluster_leases (session) SELECT id FROM sessions ON CONFLICT (session) DO NOTHING")
+    return notifying
 
 
 def _holders(conn: Any, ttl: float) -> dict[str, dict[str, Any]]:

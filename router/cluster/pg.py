@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ClusterDatabase",
     "BOARD_CHANNEL",
+    "SYNC_CHANNEL",
+    "ROUTER_CHANNEL",
     "INBOX_CHANNEL",
     "LEASE_CHANNEL",
     "LeaseLost",
@@ -79,6 +81,7 @@ __all__ = [
     "heartbeat",
     "leases",
     "leave",
+    "notify",
     "live_routers",
     "pending_for",
     "post",
@@ -98,12 +101,23 @@ INBOX_CHANNEL: Final = "cluster_inbox"
 #: run a round now instead of at their next tick.
 LEASE_CHANNEL: Final = "cluster_leases"
 REPLY_CHANNEL: Final = "cluster_reply"
-#: Some router changed a session's record (its row or its operations):
-#: the board's live stream surveys now (:func:`install_board_notify`).
+#: Some router changed a session's record (its row or its operations),
+#: the session's id as the payload (an empty one: anything may have
+#: changed): the board re-reads that session (:func:`install_board_notify`).
 BOARD_CHANNEL: Final = "cluster_board"
+#: A router's mark in the notifications' order (the payload is its own):
+#: once it comes back, every notification of a transaction committed
+#: before it was sent has come too (PostgreSQL delivers them in commit
+#: order), so what the listener was told is as fresh as a read.
+SYNC_CHANNEL: Final = "cluster_sync"
+#: A router's sessions outside the record (its Claude Code sessions) may
+#: have changed, its id as the payload: the others ask it again instead
+#: of answering from what it last said.
+ROUTER_CHANNEL: Final = "cluster_router"
 #: The record's tables whose writes change what the board lists (a
-#: session's record and its ``lastActivity``; its operations: ``busy``).
-BOARD_TABLES: Final = ("sessions", "operations")
+#: session's record and its ``lastActivity``; its operations: ``busy``),
+#: each with the column that names the row's session.
+BOARD_TABLES: Final = {"sessions": "id", "operations": "session"}
 #: The advisory lock that serializes schema creation across routers
 #: starting at once (ours: any number no other part of the record uses).
 SCHEMA_LOCK: Final = 0x726F7574  # "rout"
@@ -420,34 +434,48 @@ def install_fences(conn: psycopg.Connection[Any], tables: Mapping[str, tuple[str
 
 
 BOARD_FUNCTION: Final = f"""
-CREATE OR REPLACE FUNCTION cluster_board_notify() RETURNS trigger LANGUAGE plpgsql AS $board$
+CREATE OR REPLACE FUNCTION cluster_board_row() RETURNS trigger LANGUAGE plpgsql AS $board$
 BEGIN
-    PERFORM pg_notify('{BOARD_CHANNEL}', '');
+    PERFORM pg_notify('{BOARD_CHANNEL}',
+        CASE WHEN TG_OP = 'DELETE' THEN to_jsonb(OLD) ELSE to_jsonb(NEW) END ->> TG_ARGV[0]);
     RETURN NULL;
 END
 $board$;
 """
 
 
-def install_board_notify(conn: psycopg.Connection[Any], tables: Iterable[str] = BOARD_TABLES) -> list[str]:
-    """Notify :data:`BOARD_CHANNEL` after every statement that writes one
-    of the record's ``tables`` (those that exist): one notification per
-    transaction however many rows (PostgreSQL folds equal ones), sent at
-    its commit. Idempotent; returns the tables that notify."""
+def install_board_notify(conn: psycopg.Connection[Any], tables: Mapping[str, str] = BOARD_TABLES) -> list[str]:
+    """Notify :data:`BOARD_CHANNEL` after every row written in one of the
+    record's ``tables`` (those that exist; table -> the column naming the
+    row's session), the session's id as the payload: one notification per
+    session a transaction writes (PostgreSQL folds equal ones), sent at
+    its commit. The statement trigger of routers before it (an empty
+    payload: "something changed") is dropped; a router that still
+    installs it makes listeners re-read everything, never miss a change.
+    Idempotent; returns the tables that notify."""
     done = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-        if conn.execute("SELECT 1 FROM pg_proc WHERE proname = 'cluster_board_notify'").fetchone() is None:
+        if conn.execute("SELECT 1 FROM pg_proc WHERE proname = 'cluster_board_row'").fetchone() is None:
             conn.execute(BOARD_FUNCTION)
-        for table in tables:
+        for table, column in tables.items():
             if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,):
                 continue
-            if conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'cluster_board' AND tgrelid = %s::regclass",
-                            (table,)).fetchone() is None:
-                conn.execute(f'CREATE TRIGGER cluster_board AFTER INSERT OR UPDATE OR DELETE ON "{table}" '
-                             "FOR EACH STATEMENT EXECUTE FUNCTION cluster_board_notify()")
+            triggers = {row[0] for row in conn.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgname IN ('cluster_board', 'cluster_board_row') "
+                "AND tgrelid = %s::regclass", (table,)).fetchall()}
+            if "cluster_board_row" not in triggers:  # DDL only when missing: it locks the table
+                conn.execute(f'CREATE TRIGGER cluster_board_row AFTER INSERT OR UPDATE OR DELETE ON "{table}" '
+                             f"FOR EACH ROW EXECUTE FUNCTION cluster_board_row('{column}')")
+            if "cluster_board" in triggers:
+                conn.execute(f'DROP TRIGGER cluster_board ON "{table}"')
             done.append(table)
     return done
+
+
+def notify(conn: psycopg.Connection[Any], channel: str, payload: str) -> None:
+    """``NOTIFY channel, payload`` (sent when this call's transaction commits)."""
+    conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
 
 def fence_settings(holder: str, numbers: Mapping[str, int], idle_limit: float) -> tuple[str, tuple[str, str, str]]:
@@ -668,23 +696,30 @@ class Listener:
     """LISTEN on the cluster's channels, waited for in Trio on the
     connection's socket (``wait_readable``: cancellable, no thread parked).
     Each notification sets the events of its ``(channel, payload)`` and of
-    its channel; a connection lost is redialled (every waiter is woken
-    then, to look again: notifications sent meanwhile are gone).
+    its channel, and hands its payload to the channel's taps (:meth:`tap`);
+    a connection lost is redialled (every waiter is woken then, to look
+    again: notifications sent meanwhile are gone). ``live`` says whether
+    it listens now, ``connections`` counts the connections it listened on:
+    a reader that kept what it was told compares both to know whether it
+    may have missed some.
 
     Resource handling: :meth:`run` owns the connection and closes it on
     every exit.
     """
 
     def __init__(self, url: str,
-                 channels: Iterable[str] = (INBOX_CHANNEL, REPLY_CHANNEL, LEASE_CHANNEL, BOARD_CHANNEL), *,
+                 channels: Iterable[str] = (INBOX_CHANNEL, REPLY_CHANNEL, LEASE_CHANNEL, BOARD_CHANNEL,
+                                            SYNC_CHANNEL, ROUTER_CHANNEL), *,
                  retry: float = 1.0) -> None:
         self.url = url
         self.channels = tuple(channels)
         #: Seconds between two dials after the connection was lost (ours).
         self.retry = retry
         self._waiters: dict[tuple[str, str | None], trio.Event] = {}
+        self._taps: dict[str, list[Callable[[str], None]]] = {}
         self.received = 0
         self.connections = 0
+        self.live = False
 
     def __repr__(self) -> str:
         return f"<Listener {self.channels} received={self.received} waiters={len(self._waiters)}>"
@@ -698,6 +733,11 @@ class Listener:
         if event is None:
             event = self._waiters[key] = trio.Event()
         return event
+
+    def tap(self, channel: str, callback: Callable[[str], None]) -> None:
+        """Call ``callback(payload)`` for every notification on ``channel``
+        (synchronously, in the listener's task: it must not block)."""
+        self._taps.setdefault(channel, []).append(callback)
 
     def _fire(self, key: tuple[str, str | None]) -> None:
         event = self._waiters.pop(key, None)
@@ -722,6 +762,7 @@ class Listener:
                 for channel in self.channels:
                     await trio.to_thread.run_sync(conn.execute, f"LISTEN {channel}")
                 self.connections += 1
+                self.live = True
                 self._wake_all()
                 if not started:
                     started = True
@@ -730,6 +771,7 @@ class Listener:
             except Exception as exc:
                 log.warning("cluster listener: connection lost: %s", exc)
             finally:
+                self.live = False
                 conn.close()
             self._wake_all()
             await trio.sleep(self.retry)
@@ -741,7 +783,9 @@ class Listener:
             pgconn.consume_input()  # raises OperationalError when the connection is gone
             while (note := pgconn.notifies()) is not None:
                 self.received += 1
-                channel = note.relname.decode()
-                self._fire((channel, note.extra.decode()))
+                channel, payload = note.relname.decode(), note.extra.decode()
+                for callback in self._taps.get(channel, ()):
+                    callback(payload)
+                self._fire((channel, payload))
                 self._fire((channel, None))
 

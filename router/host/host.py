@@ -178,6 +178,10 @@ class Host:
         #: Starts each session's daemon (None: sessions dial their endpoints).
         self.launcher = launcher
         self.sessions = HostSessions(self)
+        #: Keeps the session list between reads (a cluster's
+        #: ``ClusterNode.kept_list``: re-reads only the sessions its
+        #: notifications name); None: every list reads every session.
+        self.kept_list: Callable[..., Any] | None = None
         self._owner = _LinkOwner(self)
         self._links: dict[str, SessionLink] = {}
         self._supervisors: dict[str, Supervisor] = {}
@@ -703,6 +707,37 @@ class EventStream:
         return self._subscription
 
 
+def _listed(record: SessionRecord, busy: bool) -> tuple[dict[str, Any], tuple[int, Any]]:
+    """A session's row in :meth:`HostSessions.list` and its stamp."""
+    item: dict[str, Any] = {"id": record.id}
+    if record.parent is not None:
+        item["parent"] = record.parent
+    item["busy"] = busy
+    daemon = record.daemon
+    if daemon.state == ENDED:
+        item["ended"] = True
+    if daemon.state is not None:
+        item["daemon"] = {"state": daemon.state, "reason": daemon.reason, "container": daemon.container,
+                          "runtime": daemon.runtime, "launcher": daemon.launcher, "harness": daemon.harness}
+    return item, (record.updated_at, record.settings.get("model"))
+
+
+def _read_sessions(store: Store) -> dict[str, tuple[dict[str, Any], tuple[int, Any]]]:
+    """Every session's row and stamp, oldest first."""
+    busy = set(store.operations.open_sessions())
+    return {record.id: _listed(record, record.id in busy) for record in store.sessions.all()}
+
+
+def _read_named(store: Store, ids: frozenset[str]) -> dict[str, tuple[dict[str, Any], tuple[int, Any]]]:
+    """The rows and stamps of the sessions ``ids`` that exist."""
+    out = {}
+    for session in sorted(ids):
+        record = store.sessions.get(session)
+        if record is not None:
+            out[session] = _listed(record, bool(store.operations.all(session=session, statuses=OPEN_STATUSES)))
+    return out
+
+
 class HostSessions:
     """Every session of a host: create, fork, list."""
 
@@ -750,27 +785,18 @@ class HostSessions:
         harness}`` of a session whose daemon a launcher runs). ``stamps``,
         when given, gets each session's ``(updated_at, settings' model)``
         from the same read (the board's rows: one read of the record per
-        survey, not two)."""
+        survey, not two). With :attr:`Host.kept_list` (a cluster's), the
+        rows are kept between the notifications of the sessions written
+        and only those are read again."""
         store = self.host.store
-
-        def read(store: Store) -> list[dict]:
-            busy = set(store.operations.open_sessions())
-            out = []
-            for record in store.sessions.all():
-                if stamps is not None:
-                    stamps[record.id] = (record.updated_at, record.settings.get("model"))
-                item: dict[str, Any] = {"id": record.id}
-                if record.parent is not None:
-                    item["parent"] = record.parent
-                item["busy"] = record.id in busy
-                daemon = record.daemon
-                if daemon.state == ENDED:
-                    item["ended"] = True
-                if daemon.state is not None:
-                    item["daemon"] = {"state": daemon.state, "reason": daemon.reason, "container": daemon.container,
-                                      "runtime": daemon.runtime, "launcher": daemon.launcher,
-                                      "harness": daemon.harness}
-                out.append(item)
-            return out
-
-        return await store.transact(read)
+        if self.host.kept_list is None:
+            rows = list((await store.transact(_read_sessions)).values())
+        else:
+            rows = await self.host.kept_list(functools.partial(store.transact, _read_sessions),
+                                             functools.partial(store.transact, _read_named))
+        out = []
+        for item, stamp in rows:
+            if stamps is not None:
+                stamps[item["id"]] = stamp
+            out.append(dict(item))  # the kept row stays as it was read
+        return out

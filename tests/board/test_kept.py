@@ -73,6 +73,17 @@ class _Cluster:
     async def sockets(self) -> set[str]:
         return set()
 
+    id = "here"
+
+    async def routers(self) -> dict[str, str]:
+        return {}
+
+    def listening(self) -> tuple[int, bool]:
+        return 1, True
+
+    def on_router_changed(self, callback: Any) -> None:
+        pass
+
 
 def _router_row(name: str) -> dict[str, Any]:
     return {"id": name, "apiUrl": f"http://{name}", "socket": None, "info": dumps({"name": name})}

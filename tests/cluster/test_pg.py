@@ -265,17 +265,33 @@ def test_renew_renews_a_lease_whose_row_is_locked_now_once_the_lock_is_gone(pg_u
     assert pg.renew(conn, "b", held, 30) == set()  # another router's: nothing
 
 
-async def test_a_write_of_a_sessions_record_notifies_the_board(pg_url: str, conn) -> None:
+async def test_a_write_of_a_sessions_record_notifies_the_board_with_its_id(pg_url: str, conn) -> None:
     conn.execute("CREATE TABLE IF NOT EXISTS sessions (id text PRIMARY KEY, note text)")
-    assert pg.install_board_notify(conn) == ["sessions"]
-    assert pg.install_board_notify(conn) == ["sessions"]  # idempotent
+    conn.execute("CREATE TABLE IF NOT EXISTS operations (session text, id text, status text)")
+    # A record whose board trigger an older router installed (one empty
+    # notification per statement): replaced by the row trigger.
+    conn.execute("CREATE OR REPLACE FUNCTION cluster_board_notify() RETURNS trigger LANGUAGE plpgsql AS "
+                 "$f$ BEGIN PERFORM pg_notify('cluster_board', ''); RETURN NULL; END $f$")
+    conn.execute("CREATE TRIGGER cluster_board AFTER INSERT OR UPDATE OR DELETE ON sessions "
+                 "FOR EACH STATEMENT EXECUTE FUNCTION cluster_board_notify()")
+    assert pg.install_board_notify(conn) == ["sessions", "operations"]
+    assert pg.install_board_notify(conn) == ["sessions", "operations"]  # idempotent
+    triggers = conn.execute("SELECT tgname, tgrelid::regclass::text FROM pg_trigger WHERE tgname LIKE 'cluster_board%' "
+                            "ORDER BY 2").fetchall()
+    assert triggers == [("cluster_board_row", "operations"), ("cluster_board_row", "sessions")]
+    named: list[str] = []
     async with trio.open_nursery() as nursery:
         listener = await nursery.start(pg.Listener(pg_url).run)
-        changed = listener.event(pg.BOARD_CHANNEL)
-        conn.execute("INSERT INTO sessions (id) VALUES ('b1'), ('b2')")
+        listener.tap(pg.BOARD_CHANNEL, named.append)
+        changed = listener.event(pg.BOARD_CHANNEL, "b3")
+        with conn.transaction():
+            conn.execute("INSERT INTO sessions (id) VALUES ('b1'), ('b2')")
+            conn.execute("UPDATE sessions SET note = 'x' WHERE id = 'b1'")  # b1 again: folded into one
+        conn.execute("INSERT INTO operations (session, id, status) VALUES ('b3', 'o1', 'queued')")
         with trio.fail_after(30):
             await changed.wait()
         nursery.cancel_scope.cancel()
+    assert named == ["b1", "b2", "b3"]
 
 
 def _version(connection) -> int | None:
