@@ -176,12 +176,13 @@ async def _fault(kind: str, container: str, rng: Random) -> bool:
     return True
 
 
-async def _afterwards(client: Any, session: str, container: str) -> str:
-    """What became of ``session``'s daemon after a fault on ``container``:
-    running in a new container, or in the same one (for :data:`STABLE`
-    seconds on end: a loss the router has not noticed yet is not taken for
-    that), and how soon; or not running within :data:`HANG` × 3 (its state
-    then)."""
+async def _afterwards(client: Any, session: str, container: str, kind: str) -> str:
+    """What became of ``session``'s daemon after a fault on ``container``,
+    and how soon: running in a new container (what a kill, a removal or a
+    restart should give: the router learns of it from ``docker wait``, and
+    lists the old container as running until it has stopped and removed
+    it), or, after a pause, in the same one (for :data:`STABLE` seconds on
+    end); else its state after :data:`HANG` × 3."""
     started = time.monotonic()
     since: float | None = None
     daemon: dict = {}
@@ -192,10 +193,11 @@ async def _afterwards(client: Any, session: str, container: str) -> str:
             if daemon.get("state") == "running" and daemon.get("container") != container:
                 return f"running in a new container within {_bucket(now - started)}"
             since = (since or now) if daemon.get("state") == "running" else None
-            if since is not None and now - since >= STABLE:
+            if kind == "pause" and since is not None and now - since >= STABLE:
                 return f"running in the same container within {_bucket(since - started)}"
             await trio.sleep(0.1)
-    return f"not running after {HANG * 3:g} s ({daemon.get('state')}: {str(daemon.get('reason'))[:120]})"
+    same = " (the same container)" if daemon.get("container") == container else ""
+    return f"after {HANG * 3:g} s {daemon.get('state')}{same}: {str(daemon.get('reason'))[:120]}"
 
 
 def _bucket(seconds: float) -> str:
@@ -221,7 +223,7 @@ async def _faults(row: FaultRow, rng: Random, client: Any, label: str, target: i
         if await _fault(kind, container, rng):
             row.faults += 1
             row.kinds[kind] = row.kinds.get(kind, 0) + 1
-            outcomes[kind][await _afterwards(client, ours[container], container)] += 1
+            outcomes[kind][await _afterwards(client, ours[container], container, kind)] += 1
     if row.faults < target:
         row.notes.append(f"the phase's bound ended its faults at {row.faults} of {target} (a loaded machine)")
 
