@@ -271,7 +271,8 @@ async def phase_docker(target: int, seed: int, work: Path) -> FaultRow | str:
                         nursery.start_soon(senders.run, session, 3)
                     await _faults(row, rng, client, label, target, outcomes, served.process)
                     senders.enough.set()
-                await _resend(row, client, senders)
+                if served.process.returncode is None:  # else the row says the router exited
+                    await _resend(row, client, senders)
             if served.process.returncode is not None:
                 row.exits = 1
                 row.notes.append(f"router serve exited ({served.process.returncode})")
