@@ -6,7 +6,8 @@ processes on loopback. Prints two tables.
 ``--faults`` is the number of faults to aim for across the phases (SIGKILL
 of ``router prompt``, of a host in its own process, of ``router serve``, of
 our daemon and the reference daemon; TCP cuts through the cutting proxy;
-a Docker container where an engine runs; three ``router serve`` on one
+``router serve``'s session containers killed, removed, paused and
+restarted where a Docker engine runs; three ``router serve`` on one
 private PostgreSQL, each SIGKILLed, stopped past its lease, and their
 shared daemon SIGKILLed; PostgreSQL restarted fast and immediate and its
 backends terminated under three routers, in both cluster modes; a full
@@ -14,7 +15,7 @@ and a slow disk; hostile daemons and HTTP peers; a second local user);
 ``--inputs`` the number of generated inputs per parser, a tenth of it per
 live endpoint. ``--short`` is the test suite's size (tests/faults);
 ``--only NAME`` runs that group of phases alone (``cluster``,
-``postgres``, ``disk``, ``hostile``, ``user``; with ``--faults`` their
+``postgres``, ``disk``, ``hostile``, ``user``, ``docker``; with ``--faults`` their
 share of them). The same seed draws the same inputs and the same fault
 plan. The phases and the checks are in
 ``tests/support/campaign.py``; docs/reliability.md has the figures.
@@ -35,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.support.campaign import FaultRow, InputRow, run_faults, run_inputs  # noqa: E402
+from tests.support.campaign_docker import PHASE  # noqa: E402
 
 #: A full run: the issue's floor of 1,000 faults and 100,000 inputs per
 #: parser (10,000 per live endpoint).
@@ -85,14 +87,19 @@ def print_faults(fault_rows: list[FaultRow], docker: str) -> None:
     for row in fault_rows:
         print(fault_line(row))
     print(fault_line(total_row(fault_rows)))
-    print(f"| Docker container killed | {docker} | | | | | | |")
+    if docker:  # the Docker phase could not run here
+        print(f"| Docker containers | {docker} | | | | | | |")
     for row in fault_rows:
         if row.kinds:
             print(f"\n{row.phase}, faults by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(row.kinds.items())))
         if row.refusals:
             print(f"\n{row.phase}, answers other than 200 (each resent): "
                   + ", ".join(f"{k} {n}" for k, n in sorted(row.refusals.items())))
-    cases = [case for row in fault_rows for case in row.cases]
+    for row in fault_rows:
+        if row.phase == PHASE and row.cases:
+            print("\nWhat each container fault did (the session's daemon afterwards)\n\n| fault | outcomes |\n|---|---|")
+            print("\n".join(f"| {name} | {outcome} |" for name, outcome in row.cases))
+    cases = [case for row in fault_rows if row.phase != PHASE for case in row.cases]
     if cases:
         print("\nHostile cases\n\n| case | outcome |\n|---|---|")
         print("\n".join(f"| {name} | {outcome} |" for name, outcome in cases))
@@ -140,7 +147,7 @@ if __name__ == "__main__":
     parser.add_argument("--short", action="store_true", help="the test suite's size")
     parser.add_argument("--no-faults", action="store_true", help="the hostile-input half only")
     parser.add_argument("--no-inputs", action="store_true", help="the fault half only")
-    parser.add_argument("--only", choices=["cluster", "postgres", "disk", "hostile", "user"], default=None,
+    parser.add_argument("--only", choices=["cluster", "postgres", "disk", "hostile", "user", "docker"], default=None,
                         help="one fault phase (or group of phases) alone")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, stores)")
     arguments = parser.parse_args()

@@ -9,8 +9,12 @@ server, a poisoned frame stalling a host session, a cut turn lost by a
 restart of ``router serve``) each failed a row here before its fix. The
 cluster's row (three ``router serve`` on one private PostgreSQL, routers
 SIGKILLed and stopped past their lease) needs PostgreSQL: skipped where it
-is not installed, unless ``ROUTER_REQUIRE_POSTGRES=1``. The phases and
-checks are in ``tests/support/campaign.py``.
+is not installed, unless ``ROUTER_REQUIRE_POSTGRES=1``; the Docker row
+(``router serve --launcher docker``, its session containers killed,
+removed, paused and restarted) needs a Docker engine: skipped where none
+answers, unless ``ROUTER_REQUIRE_DOCKER=1``. The phases and checks are in
+``tests/support/campaign.py`` (the Docker phase in
+``tests/support/campaign_docker.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import pytest
 import trio
 
 from tests.support.campaign import FRAME_SHARE, FaultRow, InputRow, run_faults, run_inputs
+from tests.support.campaign_docker import KINDS as DOCKER_KINDS
+from tests.support.campaign_docker import PHASE as DOCKER_PHASE
 from tests.support.daemons import KINDS
 from tests.support.postgres import missing, required
 
@@ -110,7 +116,7 @@ def campaign() -> dict[str, Any]:
 
 def test_the_campaign_ran_its_faults_and_inputs(campaign: dict[str, Any]) -> None:
     faults = campaign["faults"]
-    assert set(faults) == set(FAULT_PHASES)
+    assert set(faults) - {DOCKER_PHASE} == set(FAULT_PHASES)
     assert sum(row.faults for row in faults.values()) >= FAULTS
     skipped = {phase for phase, row in faults.items() if row.notes[:1] and row.notes[0].startswith("skipped: ")}
     # The slow disk also needs the kernel's cgroup v1 blkio throttle and a loop device: its note says which is missing.
@@ -127,7 +133,22 @@ def test_the_campaign_ran_its_faults_and_inputs(campaign: dict[str, Any]) -> Non
             assert row.inputs == max(4, ENDPOINT_INPUTS // FRAME_SHARE)
         else:
             assert row.inputs == ENDPOINT_INPUTS, target
-    assert campaign["docker"].startswith("skipped") or campaign["docker"] == ""
+
+
+def test_the_docker_phase_faulted_every_kind_and_lost_nothing(campaign: dict[str, Any]) -> None:
+    """Where a Docker engine answers (always under ``ROUTER_REQUIRE_DOCKER=1``),
+    the phase ran: each kind of container fault at least once, and every
+    delivery answered once, in order, no router exit, no session stopped."""
+    row: FaultRow | None = campaign["faults"].get(DOCKER_PHASE)
+    if row is None:
+        assert campaign["docker"].startswith("skipped: "), campaign["docker"]
+        if os.environ.get("ROUTER_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"docker is required (ROUTER_REQUIRE_DOCKER=1): {campaign['docker']}")
+        pytest.skip(campaign["docker"])
+    assert campaign["docker"] == ""
+    assert set(row.kinds) == set(DOCKER_KINDS) and sum(row.kinds.values()) == row.faults, row.kinds
+    assert row.operations > 0
+    assert (row.lost, row.duplicated, row.wrong, row.exits, row.stopped) == (0, 0, 0, 0, 0), row.notes
 
 
 def test_the_cluster_phase_killed_stopped_and_cut(campaign: dict[str, Any]) -> None:

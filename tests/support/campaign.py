@@ -494,17 +494,6 @@ async def _api_client(url: str) -> AsyncIterator[Any]:
         yield client
 
 
-def docker_phase() -> FaultRow | str:
-    """A container killed: only where a Docker engine answers."""
-    docker = shutil.which("docker")
-    if docker is None:
-        return "skipped: no Docker engine (no docker command)"
-    done = subprocess.run([docker, "info"], capture_output=True, timeout=30)
-    if done.returncode != 0:
-        return "skipped: no Docker engine (`docker info` fails)"
-    return "skipped: a Docker engine runs, but the container phase is not built yet"
-
-
 # =========================================================================== the cluster
 
 #: The cluster phase's lease (seconds): short, so a router stopped past it
@@ -822,6 +811,7 @@ SHARES: dict[str, float] = {
     "daemons": 0.03,  # hostile daemons: sessions
     "http": 0.05,  # hostile HTTP peers: the slow and the flooding connections scale with it
     "user": 0.02,  # a second local user's attempts
+    "docker": 0.1,  # session containers killed, removed, paused, restarted (at least one of each)
 }
 
 
@@ -847,8 +837,10 @@ async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[Fau
                      only: str | None = None) -> tuple[list[FaultRow], str]:
     """Every fault phase (or ``only`` the one of that name: ``cluster``),
     about ``total`` faults in all; each row is reported as soon as its
-    phase ends."""
+    phase ends. The second value is the Docker phase's ``skipped: ...``
+    line where it could not run (no engine), else empty."""
     from tests.support.campaign_disk import phase_disk_full, phase_disk_slow
+    from tests.support.campaign_docker import phase_docker
     from tests.support.campaign_hostile import phase_hostile_daemons, phase_hostile_http
     from tests.support.campaign_pg import MODES, phase_postgres
     from tests.support.campaign_user import phase_second_user
@@ -857,6 +849,7 @@ async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[Fau
         return max(1, round(total * SHARES[name]))
 
     rows: list[FaultRow] = []
+    skipped: list[str] = []
 
     async def phase(make: Callable[[Path], Any], name: str) -> None:
         if only is not None and name.split("-", 1)[0] != only:
@@ -864,6 +857,9 @@ async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[Fau
         directory = work / name
         directory.mkdir(parents=True, exist_ok=True)
         row = await make(directory)
+        if isinstance(row, str):  # the Docker phase where no engine answers
+            skipped.append(row)
+            return
         if row.stopped is not None:
             closed_by_faults(row, directory)
         rows.append(row)
@@ -886,8 +882,9 @@ async def run_faults(total: int, seed: int, work: Path, *, report: Callable[[Fau
     await phase(lambda d: phase_hostile_daemons(share("daemons"), seed, d), "hostile-daemons")
     await phase(lambda d: phase_hostile_http(share("http"), seed, d), "hostile-http")
     await phase(lambda d: phase_second_user(share("user"), seed, d), "user")
-    docker = docker_phase()
-    return rows, docker if isinstance(docker, str) else ""
+    # At least four, so a short run has each kind of container fault once.
+    await phase(lambda d: phase_docker(max(4, share("docker")), seed, d), "docker")
+    return rows, skipped[0] if skipped else ""
 
 
 # =========================================================================== hostile input: parsers
