@@ -79,3 +79,14 @@ def test_plain_settle_and_persist_frames_take_the_direct_path() -> None:
         assert fast is not None and fast == c.converter.structure(value, c.DaemonMessage)
     # A float that is not finite is not JSON: the converter refuses it, so the direct path leaves it.
     assert c._plain_frame({"type": "frame", "seq": 9, "frame": {"kind": "persist", "entries": [float("inf")]}}) is None
+
+
+def test_a_number_that_overflows_is_judged_by_the_converter() -> None:
+    # JSON.parse reads 1e400 as Infinity: not JSON in an event or an entry
+    # (the message is refused), kept as it came in a field the wire does not know.
+    event = '{"type":"frame","seq":1,"frame":{"kind":"event","operationId":null,"event":{"type":"usage","n":1e400}}}'
+    entry = '{"type":"frame","seq":1,"frame":{"kind":"persist","entries":[-1e400]}}'
+    extra = '{"type":"frame","seq":1,"frame":{"kind":"start","operationId":"o","x":1e400}}'
+    assert c.parse_daemon_message(event) is None and c.parse_daemon_message(entry) is None
+    kept = c.parse_daemon_message(extra)
+    assert kept == c.converter.structure(loads(extra), c.DaemonMessage) and kept.frame.extra == {"x": float("inf")}
