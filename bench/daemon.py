@@ -487,7 +487,7 @@ async def instructions(name: str, command: list[str], ops: int, out: str) -> dic
 
     # --vgdb=yes: callgrind_control reaches the process through vgdb, which
     # this valgrind does not start unless asked (every count read 0 without it).
-    prefix = ["valgrind", "--tool=callgrind", "--vgdb=yes", f"--callgrind-out-file={out}.%p"]
+    prefix = ["valgrind", "--tool=callgrind", "--vgdb=yes", "--trace-children=yes", f"--callgrind-out-file={out}.%p"]
     result = {}
     async with server(prefix + command) as (port, pid):
         await run_load(port, 200, 1, False, "warm")

@@ -696,13 +696,20 @@ def _plain_frame_body(frame: dict[str, Any], event_check: Callable[[object], boo
     elif kind == "start" and len(frame) == 2 and type(operation_id) is str:
         return StartFrame(operation_id=operation_id)
     elif kind == "settle" and len(frame) == 3 and type(operation_id) is str:
-        outcome = _plain_outcome(frame.get("outcome"))
-        if outcome is not None:
-            return SettleFrame(operation_id=operation_id, outcome=outcome)
+        return _plain_settle(operation_id, frame.get("outcome"))
     elif kind == "persist" and len(frame) == 2:
-        entries = frame.get("entries")
-        if type(entries) is list and all(map(json_check, entries)):
-            return PersistFrame(entries=tuple(entries))
+        return _plain_persist(frame.get("entries"), json_check)
+    return None
+
+
+def _plain_settle(operation_id: str, outcome: object) -> SettleFrame | None:
+    plain = _plain_outcome(outcome)
+    return None if plain is None else SettleFrame(operation_id=operation_id, outcome=plain)
+
+
+def _plain_persist(entries: object, json_check: Callable[[object], bool]) -> PersistFrame | None:
+    if type(entries) is list and all(map(json_check, entries)):
+        return PersistFrame(entries=tuple(entries))
     return None
 
 
