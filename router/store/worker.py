@@ -38,10 +38,11 @@ failure and starts over from the record itself.
 **The hop**: each worker has one thread of its own, fed by a queue (the
 database's one writer): a call is put on the queue and its task sleeps;
 the thread takes every call waiting as its next batch, runs it, and hands
-the batch's outcomes back to Trio in one ``run_sync_soon``. Trio's
-``to_thread.run_sync`` per batch cost a thread from Trio's cache each time
-(and a new thread whenever the last batch's had not yet gone back to the
-cache: the usual case under load). The thread ends after :data:`IDLE`
+the batch's outcomes back to Trio in one ``run_sync_soon``. A
+``to_thread.run_sync`` per batch cost twice the CPU per call (a task step
+for the batch's runner, the job handed to a thread of Trio's cache under
+locks, the thread renamed for the job and back, the outcome captured and
+delivered). The thread ends after :data:`IDLE`
 seconds without a call, and at :meth:`Worker.close`; the next call starts
 another. Waiting is not cancellable: a cancelled caller still waits for
 its write to commit or roll back, as a call in a thread with
