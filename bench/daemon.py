@@ -485,8 +485,10 @@ async def instructions(name: str, command: list[str], ops: int, out: str) -> dic
     import glob
     import re
 
-    # --vgdb=yes: callgrind_control reaches the process through vgdb, which
-    # this valgrind does not start unless asked (every count read 0 without it).
+    # callgrind_control reaches the process through vgdb's FIFOs. The daemon
+    # runs ``ldconfig -p`` once (ctypes.util.find_library), and an untraced
+    # child removed the parent's FIFOs before its exec, so every count read
+    # 0: the child is traced (its count, a file of its own, is not read).
     prefix = ["valgrind", "--tool=callgrind", "--vgdb=yes", "--trace-children=yes", f"--callgrind-out-file={out}.%p"]
     result = {}
     async with server(prefix + command) as (port, pid):

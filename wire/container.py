@@ -667,11 +667,11 @@ def parse_daemon_message(text: str) -> DaemonMessage | None:
 
 def _plain_frame(value: object, *, finite: bool = False) -> FrameMessage | None:
     """The commonest daemon messages, a ``start``, ``event``, ``settle`` or
-    ``persist`` frame with no unknown field, built directly; None for anything else, which the
-    converter then reads. The same object the converter would build (the
-    same checks: a count, a string or null, ``isEvent``, ``isJson``, the
-    outcome's status), at a fraction of
-    the cost (cattrs' union and class hooks are ~4 µs a frame).
+    ``persist`` frame with no unknown field, built directly; None for
+    anything else, which the converter then reads. The same object the
+    converter would build (the same checks: a count, a string or null,
+    ``isEvent``, ``isJson``, the outcome's status), at a fraction of the
+    cost (cattrs' union and class hooks are ~4 µs a frame).
     ``finite``: ``value`` came from :func:`wire.json.loads_finite`, so every
     part of it passes :func:`is_json` and the walk is skipped."""
     if type(value) is not dict or len(value) != 3 or value.get("type") != "frame":

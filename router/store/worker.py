@@ -73,12 +73,12 @@ T = TypeVar("T")
 
 class Call:
     """One call waiting for a batch: its function, then its result or error;
-    the task waiting for it and the Trio run that task is in (None: a call
-    made outside Trio, as the tests' batches make)."""
+    the task waiting for it and the Trio run that task is in (the thread
+    wakes it there)."""
 
     __slots__ = ("fn", "task", "token", "finished", "value", "error")
 
-    def __init__(self, fn: Callable[[], Any], task: Any = None, token: Any = None) -> None:
+    def __init__(self, fn: Callable[[], Any], task: trio.lowlevel.Task, token: trio.lowlevel.TrioToken) -> None:
         self.fn = fn
         self.task = task
         self.token = token
