@@ -485,7 +485,11 @@ async def instructions(name: str, command: list[str], ops: int, out: str) -> dic
     import glob
     import re
 
-    prefix = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p"]
+    # callgrind_control reaches the process through vgdb's FIFOs. The daemon
+    # runs ``ldconfig -p`` once (ctypes.util.find_library), and an untraced
+    # child removed the parent's FIFOs before its exec, so every count read
+    # 0: the child is traced (its count, a file of its own, is not read).
+    prefix = ["valgrind", "--tool=callgrind", "--vgdb=yes", "--trace-children=yes", f"--callgrind-out-file={out}.%p"]
     result = {}
     async with server(prefix + command) as (port, pid):
         await run_load(port, 200, 1, False, "warm")

@@ -139,7 +139,7 @@ async def test_group_commit_retries_a_whole_call_until_it_succeeds() -> None:
             raise sqlite3.OperationalError("database or disk is full")
         return "done"
 
-    group = GroupCommit(run_batch, trio.CapacityLimiter(1))
+    group = GroupCommit(run_batch)
     assert await group.call(flaky) == "done"
     assert len(runs) == 3
     assert group.statistics().retries == 2 and group.statistics().unavailable == 0
@@ -161,7 +161,7 @@ async def test_group_commit_refuses_past_the_budget_and_never_retries_the_statem
         faults.append(1)
         raise sqlite3.IntegrityError("UNIQUE constraint failed")
 
-    group = GroupCommit(run_batch, trio.CapacityLimiter(1))
+    group = GroupCommit(run_batch)
     began = trio.current_time()
     with pytest.raises(StoreUnavailable) as refused:
         await group.call(full)

@@ -60,6 +60,8 @@ __all__ = [
     "js_number",
     "json_length",
     "loads",
+    "loads_finite",
+    "NotFinite",
 ]
 
 #: ``Number.MAX_SAFE_INTEGER``: the largest count either wire carries.
@@ -149,17 +151,56 @@ def loads(text: str) -> JsonValue:
     text nested deeper than :data:`MAX_DEPTH` (checked before parsing, so
     the answer never depends on how deep the caller's stack is).
     """
+    return _decode(text, _decoder)
+
+
+def _decode(text: str, decoder: _json.JSONDecoder) -> JsonValue:
     if type(text) is not str:
         raise JsonError(f"JSON text must be a str, not {type(text).__name__}")
     if exceeds_depth(text):
         raise JsonError(_TOO_DEEP)
     try:
-        return _decoder.decode(text)
+        return decoder.decode(text)
     except JsonError:
         raise
     except (ValueError, RecursionError) as exc:
         # RecursionError: only a caller already near the recursion limit.
         raise JsonError(str(exc) or type(exc).__name__) from None
+
+
+class NotFinite(JsonError):
+    """:func:`loads_finite`: the text holds a number literal that overflows
+    a double (``JSON.parse`` reads ``1e400`` as ``Infinity``)."""
+
+
+def _finite_number(literal: str) -> int | float:
+    value = _number(literal)
+    if value in _INFINITIES:
+        raise NotFinite(f"{literal[:40]} overflows a double")
+    return value
+
+
+def _finite_integer(literal: str) -> int | float:
+    return int(literal) if len(literal) < 16 else _finite_number(literal)
+
+
+_INFINITIES: Final = (math.inf, -math.inf)
+
+_finite_decoder = _json.JSONDecoder(
+    parse_float=_finite_number,
+    parse_int=_finite_integer,
+    parse_constant=_refuse_constant,
+    strict=True,
+)
+
+
+def loads_finite(text: str) -> JsonValue:
+    """:func:`loads` for a text whose every number is finite: raises
+    :class:`NotFinite` (a :class:`JsonError`) for one that overflows, where
+    :func:`loads` returns an infinity. So what it returns passes
+    :func:`is_json` whole (nesting is checked before parsing, numbers as
+    they are read), and a parser may skip that walk."""
+    return _decode(text, _finite_decoder)
 
 
 _TOO_DEEP: Final = f"nested deeper than {MAX_DEPTH} arrays and objects (wire.json.MAX_DEPTH)"

@@ -35,17 +35,25 @@ for a caller whose function changes more than the record (the session
 link's cores): it gets ``store-unavailable`` at the first transient
 failure and starts over from the record itself.
 
-There is no writer task: the first caller to arrive runs the batch, and when
-it is done the first caller still waiting runs the next one. Waiting is
-shielded from cancellation: a cancelled caller still waits for its write to
-commit or roll back, as a call in a thread with ``abandon_on_cancel=False``
-would.
+**The hop**: each worker has one thread of its own, fed by a queue (the
+database's one writer): a call is put on the queue and its task sleeps;
+the thread takes every call waiting as its next batch, runs it, and hands
+the batch's outcomes back to Trio in one ``run_sync_soon``. A
+``to_thread.run_sync`` per batch cost twice the CPU per call (a task step
+for the batch's runner, the job handed to a thread of Trio's cache under
+locks, the thread renamed for the job and back, the outcome captured and
+delivered). The thread ends after :data:`IDLE`
+seconds without a call, and at :meth:`Worker.close`; the next call starts
+another. Waiting is not cancellable: a cancelled caller still waits for
+its write to commit or roll back, as a call in a thread with
+``abandon_on_cancel=False`` would.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import queue
 import threading
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, TypeVar
 
@@ -64,15 +72,16 @@ T = TypeVar("T")
 
 
 class Call:
-    """One call waiting for a batch: its function, then its result or error.
-    ``wake`` is set when it is done, or when its caller is to run the next
-    batch."""
+    """One call waiting for a batch: its function, then its result or error;
+    the task waiting for it and the Trio run that task is in (the thread
+    wakes it there)."""
 
-    __slots__ = ("fn", "wake", "finished", "value", "error")
+    __slots__ = ("fn", "task", "token", "finished", "value", "error")
 
-    def __init__(self, fn: Callable[[], Any]) -> None:
+    def __init__(self, fn: Callable[[], Any], task: trio.lowlevel.Task, token: trio.lowlevel.TrioToken) -> None:
         self.fn = fn
-        self.wake = trio.Event()
+        self.task = task
+        self.token = token
         self.finished = False
         self.value: Any = None
         self.error: BaseException | None = None
@@ -121,16 +130,24 @@ def run_in_savepoints(db: Database, batch: list[Call]) -> None:
 class GroupCommit:
     """Batches of calls through one worker thread (see the module docstring).
     ``run_batch(calls)`` runs in the thread and must finish every call
-    (:meth:`Call.run` or :meth:`Call.fail`)."""
+    (:meth:`Call.run` or :meth:`Call.fail`).
 
-    def __init__(self, run_batch: Callable[[list[Call]], None], limiter: trio.CapacityLimiter, *,
+    The thread is the group commit's own, fed by a queue: a call is put on
+    it and its task sleeps (uncancellable) until the thread hands back the
+    batch that held it (one ``run_sync_soon`` per batch). The thread takes
+    every call waiting when it is free as its next batch, and ends after
+    :data:`IDLE` seconds with nothing to do (or at :meth:`stop`); the next
+    call starts another."""
+
+    def __init__(self, run_batch: Callable[[list[Call]], None], *,
                  policy: RetryPolicy = DEFAULT_POLICY, what: str = "the store") -> None:
         self._run_batch = run_batch
-        self._limiter = limiter
         self._policy = policy
         self._what = what
-        self._queue: list[Call] = []
-        self._running = False
+        self._queue: queue.SimpleQueue[Call | None] = queue.SimpleQueue()
+        #: Guards ``_alive``: a call is put, and the thread started if none runs, in one step.
+        self._starting = threading.Lock()
+        self._alive = False
         #: Calls made, and the thread hops (batches) that ran them.
         self.calls = 0
         self.batches = 0
@@ -139,11 +156,11 @@ class GroupCommit:
         self.unavailable = 0
 
     def __repr__(self) -> str:
-        return (f"<GroupCommit calls={self.calls} batches={self.batches} waiting={len(self._queue)} "
+        return (f"<GroupCommit calls={self.calls} batches={self.batches} waiting={self._queue.qsize()} "
                 f"retries={self.retries} unavailable={self.unavailable}>")
 
     def statistics(self) -> WorkerStatistics:
-        return WorkerStatistics(calls=self.calls, batches=self.batches, waiting=len(self._queue),
+        return WorkerStatistics(calls=self.calls, batches=self.batches, waiting=self._queue.qsize(),
                                 retries=self.retries, unavailable=self.unavailable)
 
     async def call(self, fn: Callable[[], Any], *, retry: bool = True) -> Any:
@@ -168,31 +185,87 @@ class GroupCommit:
         self.retries += 1
 
     async def _once(self, fn: Callable[[], Any]) -> Any:
-        call = Call(fn)
+        call = Call(fn, trio.lowlevel.current_task(), trio.lowlevel.current_trio_token())
         self.calls += 1
-        self._queue.append(call)
-        with trio.CancelScope(shield=True):
-            if self._running:
-                await call.wake.wait()  # done, or handed the next batch
-            if not call.finished:
-                await self._next()
+        with self._starting:
+            self._queue.put(call)
+            if not self._alive:
+                self._alive = True
+                threading.Thread(target=self._serve, name=f"worker: {self._what}", daemon=True).start()
+        # Uncancellable, as a thread call with abandon_on_cancel=False: a
+        # cancelled caller still waits for its write to commit or roll back.
+        await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
         return call.result()
 
-    async def _next(self) -> None:
-        self._running = True
-        batch, self._queue = self._queue, []
+    def stop(self) -> None:
+        """Let the thread end once the calls put before this are done."""
+        self._queue.put(None)
+
+    def _serve(self) -> None:
+        """The thread: a batch of every call waiting, then the next."""
+        while True:
+            try:
+                first = self._queue.get(timeout=IDLE)
+            except queue.Empty:
+                with self._starting:
+                    if self._queue.empty():
+                        self._alive = False
+                        return
+                continue
+            batch: list[Call] = []
+            stopping = first is None
+            if first is not None:
+                batch.append(first)
+            while True:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stopping = True
+                else:
+                    batch.append(more)
+            if batch:
+                self._run(batch)
+            if stopping:
+                with self._starting:
+                    if self._queue.empty():
+                        self._alive = False
+                        return
+
+    def _run(self, batch: list[Call]) -> None:
         self.batches += 1
+        failed: BaseException | None = None
         try:
-            await trio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
-        finally:
-            for each in batch:
-                if not each.finished:  # run_batch raised before reaching it
-                    each.fail(RuntimeError("the batch this call was in failed"))
-                each.wake.set()
-            if self._queue:
-                self._queue[0].wake.set()  # its caller runs the next batch
-            else:
-                self._running = False
+            self._run_batch(batch)
+        except BaseException as error:  # noqa: BLE001 (handed to every caller of the batch, never lost)
+            failed = error
+        for each in batch:
+            if not each.finished:  # run_batch raised before reaching it
+                each.fail(RuntimeError("the batch this call was in failed"))
+                each.error.__cause__ = failed  # type: ignore[union-attr]
+        tokens: dict[trio.lowlevel.TrioToken, list[Call]] = {}
+        for each in batch:
+            tokens.setdefault(each.token, []).append(each)
+        for token, calls in tokens.items():
+            try:
+                token.run_sync_soon(_wake, calls)
+            except trio.RunFinishedError:  # pragma: no cover (a waiting caller keeps its run alive)
+                pass
+
+
+#: Seconds a group commit's thread waits for a call before it ends.
+IDLE = 10.0
+
+
+def _refuse_abort(raise_cancel: Any) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
+
+
+def _wake(calls: list[Call]) -> None:
+    """In Trio's thread: hand each caller its call's outcome."""
+    for each in calls:
+        trio.lowlevel.reschedule(each.task)
 
 
 @attrs.frozen
@@ -235,7 +308,7 @@ class Worker:
         #: Held while a batch runs in the thread, and by close().
         self._in_use = threading.Lock()
         self._closed = False
-        self._group = GroupCommit(self._run_batch, trio.CapacityLimiter(1), policy=policy, what=what)
+        self._group = GroupCommit(self._run_batch, policy=policy, what=what)
 
     def __repr__(self) -> str:
         stats = self.statistics()
@@ -299,6 +372,7 @@ class Worker:
         if self._closed:
             return
         self._closed = True
+        self._group.stop()
         try:
             if self.db is not None:
                 self.db.close()

@@ -126,3 +126,38 @@ async def test_ungrouped_calls_run_one_after_another_each_on_its_own(tmp_path: P
     assert "calls=3" in repr(worker) and "closed" not in repr(worker)
     worker.close()
     assert "closed" in repr(worker)
+
+
+async def test_a_cancelled_caller_still_waits_for_its_write_and_hears_it_and_the_thread_ends_at_close(
+    tmp_path: Path,
+) -> None:
+    db = _open(tmp_path)
+    worker = Worker("the cancelled record", db=db)
+    inside, release = threading.Event(), threading.Event()
+    heard: list[str] = []
+
+    def slow() -> str:
+        inside.set()
+        release.wait(10)
+        db.execute("INSERT INTO rows (n) VALUES (5)")
+        return "kept"
+
+    async def call() -> None:
+        try:
+            heard.append(await worker.call(slow))
+        except trio.Cancelled:
+            heard.append("cancelled")
+            raise
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await trio.to_thread.run_sync(inside.wait, 10)
+        nursery.cancel_scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert heard == []  # still waiting for its write, not cancelled out of it
+        release.set()
+    assert heard == ["kept"] and _rows(db) == [5]
+    (thread,) = [each for each in threading.enumerate() if each.name == "worker: the cancelled record"]
+    worker.close()
+    await trio.to_thread.run_sync(thread.join, 10)
+    assert not thread.is_alive()  # its one thread ends with it
