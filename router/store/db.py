@@ -513,10 +513,10 @@ class PgDatabase(Database):
 
     @contextlib.contextmanager
     def migrating(self, component: str | None = None) -> Iterator[None]:
-        """The record's migration lock, a session-level advisory lock taken
-        outside any transaction and held until the migration ends, so any
-        number of routers starting at once on a new database migrate one
-        after another. The per-transaction record lock alone is not enough:
+        """The migration lock of ``component`` (default: this record), a
+        session-level advisory lock taken outside any transaction and held
+        until the migration ends, so any number of routers starting at once
+        on a new database migrate one after another. The per-transaction record lock alone is not enough:
         a transaction that waited for it at ``BEGIN`` could still look the
         schema table up in the catalog as it was before the other router's
         migration committed (``to_regclass`` reads the catalog, not the

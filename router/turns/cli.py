@@ -201,7 +201,7 @@ def _target(command: str, args: argparse.Namespace) -> CommandTarget:
             _say(command, f"left out {each['router']}: {each['error']}: {each['message']}")
         if any(each["error"] == "channel-off" for each in skipped):
             raise ExitWith(CLI_OFF_EXIT) from None  # the router may hold it, but takes nothing from the CLI
-        _refusal(command, args, Refusal(refused.code, refused.message))  # its data (the board) said above
+        _refusal(command, args, Refusal(refused.code, refused.message))  # its routers left out: on stderr above
         raise ExitWith(USAGE if refused.code in NO_ROUTER else REFUSED) from None
     for skipped in board.skipped:
         _say(command, f"left out {skipped.name}: {skipped.refusal}")
