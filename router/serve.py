@@ -90,17 +90,23 @@ __all__ = ["Component", "JobConfig", "MainJob", "StoppedByCancel", "configure", 
 
 
 if TYPE_CHECKING:  # the parts' classes, for their types: imported when they start
+    from router.api.config import ApiConfig
     from router.api.server import ApiServer
     from router.board.local import LocalServer
     from router.board.service import LocalBoard
     from router.cluster import ClusterNode
     from router.daemon import Adapter, DaemonServer
-    from router.host import Host, Launcher
+    from router.host import DaemonEndpoint, Host, Launcher, Store
     from router.notify.outbox import Notifications
     from router.plugins.layer import PluginLayer
+    from router.plugins.settings import SettingsDir
+    from router.record import Record
     from router.remote import Reach, ReachConfig
+    from router.store import StoreTarget
+    from router.turns.delivery_log import DeliveryLog
+    from router.turns.registry import SessionRegistry
     from router.turns.router import TurnRouter
-    from router.worktrees import Worktrees
+    from router.worktrees import Place, Worktrees
 
 log = logging.getLogger("router.serve")
 
@@ -190,6 +196,13 @@ class Component(Protocol):
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+class _Closes(Protocol):
+    """What the job closes once its parts stopped (the record, the
+    cluster's node), in the reverse order of opening."""
+
+    def close(self) -> None: ...
 
 
 @attrs.frozen
@@ -336,7 +349,7 @@ class MainJob:
 
     async def run(self, *, task_status: trio.TaskStatus[MainJob] = trio.TASK_STATUS_IGNORED) -> None:
         config = self.config
-        opened: list[Any] = []
+        opened: list[_Closes] = []
         try:
             # 1. Settings, with the safe defaults where a file is missing.
             settings = await _ensure_settings(config.settings_dir)
@@ -369,7 +382,7 @@ class MainJob:
                 each.close()
             self._stopped.set()
 
-    async def _open_layer(self, settings: Any, record: Any, opened: list[Any]) -> None:
+    async def _open_layer(self, settings: SettingsDir, record: Record, opened: list[_Closes]) -> None:
         """This router's part in a cluster, then the plug-in layer: the
         host's store is the ledger the ``frames`` usage source reads."""
         from router.plugins.layer import PluginLayer
@@ -387,7 +400,7 @@ class MainJob:
         for refused in loaded.refused:
             log.warning("plug-in refused: %s", refused)
 
-    async def _daemon_or_launcher(self, nursery: trio.Nursery) -> tuple[Any, str, str]:
+    async def _daemon_or_launcher(self, nursery: trio.Nursery) -> tuple[DaemonEndpoint | None, str, str]:
         """The launcher in force, or the one daemon ``--daemon`` names
         (checked first): the host's default endpoint, and the harness and
         ``via`` container sessions launch with."""
@@ -405,8 +418,9 @@ class MainJob:
         return endpoint, ("echo" if adapter == "echo" else "container"), "daemon"
 
     async def _start_sessions(
-        self, nursery: trio.Nursery, record: Any, settings: Any, endpoint: Any, harness: str, via: str
-    ) -> Any:
+        self, nursery: trio.Nursery, record: Record, settings: SettingsDir, endpoint: DaemonEndpoint | None,
+        harness: str, via: str,
+    ) -> SessionRegistry:
         """The host, the session registry, the user-turn router, the
         notifications and the router's parking; returns the registry."""
         from router.host import Host, HostSettings
@@ -438,7 +452,7 @@ class MainJob:
         await self._start(nursery, "parking", StoppedByCancel(self.router.parking.run))
         return registry
 
-    async def _start_api(self, nursery: trio.Nursery, record: Any, target: Any, harness: str) -> None:
+    async def _start_api(self, nursery: trio.Nursery, record: Record, target: StoreTarget | None, harness: str) -> None:
         """The board (with a private socket), the worktrees (``router
         serve``), pairing, and the HTTP API on TCP (with ``--port``)."""
         from router.api.server import ApiServer
@@ -464,7 +478,8 @@ class MainJob:
                                  reach=self.reach, limits=ConnectionLimits(max_connections=config.max_connections))
             self.url = await self._start(nursery, "api", StoppedByCancel(self.api.run))
 
-    async def _start_notifications(self, nursery: trio.Nursery, deliveries: Any, store: Any, settings: Any) -> None:
+    async def _start_notifications(self, nursery: trio.Nursery, deliveries: DeliveryLog, store: Store,
+                                   settings: SettingsDir) -> None:
         from router.notify.outbox import Notifications
 
         config = self.config
@@ -486,7 +501,7 @@ class MainJob:
         except errors.Refusal:
             return None
 
-    async def _start_reach(self, nursery: trio.Nursery, target: Any) -> None:
+    async def _start_reach(self, nursery: trio.Nursery, target: StoreTarget | None) -> None:
         """Pairing, devices and the certificates, with ``--listen`` or
         ``--behind-proxy`` (:mod:`router.remote`)."""
         if self.config.reach is None or not self.config.reach.enabled:
@@ -506,7 +521,7 @@ class MainJob:
             raise
         await self._start(nursery, "reach", StoppedByCancel(self.reach.run))
 
-    async def _join_cluster(self, nursery: trio.Nursery, registry: Any) -> None:
+    async def _join_cluster(self, nursery: trio.Nursery, registry: SessionRegistry) -> None:
         """Start this router's node of the cluster, when it is one."""
         cluster = self.cluster
         if cluster is None:
@@ -514,7 +529,7 @@ class MainJob:
         cluster.host, cluster.router, cluster.registry = self.host, self.router, registry
         await self._start(nursery, "cluster", cluster)
 
-    def _places(self) -> Callable[[], Any]:
+    def _places(self) -> Callable[[], dict[str, Place]]:
         """Every live place ``router new`` made, by session id (what the
         board shows of its project, branch and worktree): the record in
         the data directory every router of the user shares."""
@@ -535,14 +550,14 @@ class MainJob:
                                    settings_dir=self.config.settings_dir, data_dir=self.config.data_dir, env=self.env)
         await self._start(nursery, "worktrees", StoppedByCancel(self.worktrees.run))
 
-    def _api_config(self, harness: str) -> Any:
+    def _api_config(self, harness: str) -> ApiConfig:
         from router.api.config import ApiConfig
 
         also = frozenset({"container"}) if self.config.daemon_url is not None else frozenset()
         return ApiConfig(harness=harness, also=also, launcher=None if self.launcher is None else self.launcher.name,
                          max_streams=self.config.max_streams)
 
-    async def _launcher(self, nursery: trio.Nursery) -> tuple[Any, Any]:
+    async def _launcher(self, nursery: trio.Nursery) -> tuple[Launcher, DaemonEndpoint | None]:
         """The launcher in force (a :class:`router.host.Launcher`), and the
         host's default endpoint: the in-process daemon's, which this starts
         when that launcher is in force, else None."""
@@ -582,7 +597,7 @@ class MainJob:
         log.info("launcher %s (owner %s)", module.name, owner)
         return launcher, endpoint
 
-    async def _in_process_daemon(self, nursery: trio.Nursery) -> tuple[Any, str]:
+    async def _in_process_daemon(self, nursery: trio.Nursery) -> tuple[DaemonEndpoint, str]:
         """Start the in-process daemon (the echo adapter that reports
         usage, unless the config names another; built on its first
         connection, :class:`InProcessDaemon`): its endpoint and runtime."""
@@ -616,7 +631,7 @@ class MainJob:
             raise StartFailed(refused.code, refused.message, **refused.data) from None
 
 
-async def _ensure_settings(settings_dir: Path) -> Any:
+async def _ensure_settings(settings_dir: Path) -> SettingsDir:
     """The settings directory, each file written from the safe defaults
     where it is missing (a file that cannot be is logged)."""
     from router.errors import Refusal
@@ -630,7 +645,7 @@ async def _ensure_settings(settings_dir: Path) -> Any:
     return settings
 
 
-async def _open_record(config: JobConfig, opened: list[Any]) -> tuple[Any, Any]:
+async def _open_record(config: JobConfig, opened: list[_Closes]) -> tuple[StoreTarget | None, Record]:
     """The store target ``--store`` names (None: the data directory) and the
     record opened there (appended to ``opened``); :class:`StartFailed` when
     it cannot be."""
@@ -649,7 +664,7 @@ async def _open_record(config: JobConfig, opened: list[Any]) -> tuple[Any, Any]:
     return target, record
 
 
-def _open_cluster(store: Any, deliveries: Any, opened: list[Any]) -> Any:
+def _open_cluster(store: Store, deliveries: DeliveryLog, opened: list[_Closes]) -> ClusterNode | None:
     """This router's node of the cluster (``router.cluster``) when the
     record is PostgreSQL, else None: it drives only the sessions it holds
     a lease for, and every write of the record carries its number."""
@@ -676,7 +691,7 @@ def _token(settings_dir: Path) -> str:
 PROBE_SESSION = "router-daemon-check"
 
 
-async def _checked_daemon(url: str, token: str) -> tuple[Any, str]:
+async def _checked_daemon(url: str, token: str) -> tuple[DaemonEndpoint, str]:
     """The daemon's endpoint and its adapter's id, once it passed its check
     (health, token, protocol); ``StartFailed`` (``bad-daemon-url``,
     ``daemon-check-failed``) saying what is wrong otherwise."""
@@ -831,7 +846,7 @@ class BadServeArguments(Exception):
     printed after ``router serve: ``, and the command exits 2."""
 
 
-def _checked_arguments(args: argparse.Namespace) -> tuple[str | None, Any]:
+def _checked_arguments(args: argparse.Namespace) -> tuple[str | None, ReachConfig | None]:
     """The daemon's token and the reach configuration ``args`` give, once
     every argument is checked; :class:`BadServeArguments` otherwise."""
     if not 0 <= args.port <= 65535:
@@ -895,7 +910,7 @@ def page_url_path(settings_dir: Path) -> Path:
     return Path(settings_dir) / PAGE_URL_FILE
 
 
-def _reach_config(args: argparse.Namespace) -> Any:
+def _reach_config(args: argparse.Namespace) -> ReachConfig | None:
     """``--listen``, ``--tls-cert``/``--tls-key``, ``--behind-proxy`` as a
     checked ``router.remote.ReachConfig``, or None when none is given."""
     if not (args.listen or args.tls_cert or args.tls_key or args.behind_proxy is not None):

@@ -130,12 +130,7 @@ NOT_OUR_REFUSALS: dict[str, str] = {
 }
 #: Refusals still spelled by hand in files under another owner's work, each
 #: with its owner; emptied as they become ``Refusal(...).to_json()``.
-SPELLED_BY_HAND: dict[str, str] = {
-    "router/board/client.py": "board: the survey's skipped routers",
-    "router/cluster/node.py": "board (cluster): the inbox's stored replies, {type, code, message}",
-    "router/turns/cli.py": "deliver: the commands' --json refusals",
-    "router/turns/router.py": "deliver: a delivery's unanswered reply",
-}
+SPELLED_BY_HAND: dict[str, str] = {}
 
 
 def test_no_refusal_is_spelled_by_hand() -> None:

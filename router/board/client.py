@@ -40,7 +40,7 @@ from typing import Any, Final, Mapping
 
 from router._unix import check_private_directory, listener_gone, remove_if_bound
 from router.board.paths import INFO_ROUTE, LOCAL_HOST, SOCKET_SUFFIX, local_directory
-from router.errors import Refusal, is_code
+from router.errors import Refusal
 from wire.json import JsonError, loads
 
 __all__ = ["ANSWER_TIMEOUT", "BASE_URL", "Board", "CLI_CHANNEL", "NO_ROUTER", "OWN_SESSIONS_ROUTE", "Reached", "UNSHARED_SESSIONS_ROUTE", "Skipped", "holder",
@@ -334,9 +334,9 @@ def read_answer(name: str, route: str, status: int, content: bytes) -> Any:
     except (UnicodeDecodeError, JsonError, RecursionError):
         raise Refusal("not-a-router", f"router {name} answered GET {route} with no JSON") from None
     if status != 200:
-        error = body.get("error") if type(body) is dict else None
-        if is_code(error) and type(body.get("message")) is str:
-            raise Refusal(error, f"router {name}: {body['message']}")
+        refused = Refusal.from_json(body)
+        if refused is not None:
+            raise Refusal(refused.code, f"router {name}: {refused.message}")
         raise Refusal("not-a-router", f"router {name} answered GET {route} {status}")
     return body
 
@@ -397,8 +397,7 @@ def _picked(board: Board, session: str) -> tuple[Reached, Board]:
         unasked = f"; {len(board.skipped)} router(s) did not answer, and may hold it" if board.skipped else ""
         raise Refusal("unknown-session", f"no router of yours holds a session {session!r}{unasked}; "
                       "`router sessions` lists them", session=session,
-                      skipped=[{"router": each.name, "error": each.refusal.code, "message": each.refusal.message}
-                               for each in board.skipped])
+                      skipped=[{"router": each.name, **each.refusal.to_json()} for each in board.skipped])
     names = ", ".join(each.name for each in found)
     raise Refusal("ambiguous-session", f"{len(found)} routers hold a session {session!r} ({names}); "
                   "name the one you mean with --router NAME", session=session, routers=[each.name for each in found])

@@ -98,19 +98,23 @@ def delivery_of(event_id: str, session: str, text: str) -> Any:
 
 def reply_json(reply: Any) -> tuple[str, bool]:
     """A reply as the inbox keeps it, and whether it is final (a resend
-    is answered from it) or not (``DeliveryUnanswered``: a resend tries again)."""
+    is answered from it) or not (``DeliveryUnanswered``: a resend tries again).
+    A refusal is kept as :meth:`Refusal.to_json` spells it, under ``refusal``."""
     from router.turns.core import Answered, DeliveryUnanswered
     from wire.json import dumps
 
     if isinstance(reply, Answered):
         return dumps({"type": "answered", "answer": dict(reply.answer), "fromRecord": reply.from_record}), True
     if isinstance(reply, DeliveryUnanswered):
-        return dumps({"type": "unanswered", "eventId": reply.event_id, "code": reply.code,
-                      "message": reply.message}), False
-    return dumps({"type": "refused", "code": reply.code, "message": reply.message}), True
+        return dumps({"type": "unanswered", "eventId": reply.event_id, "refusal": reply.refusal.to_json()}), False
+    return dumps({"type": "refused", "refusal": reply.refusal.to_json()}), True
 
 
 def reply_of(text: str) -> Any:
+    """A reply :func:`reply_json` kept, read back. Rows written before
+    refusals were kept whole spell theirs ``code`` and ``message`` beside
+    ``type`` (a final reply stays in the inbox and answers every resend,
+    so such rows last): they are read too."""
     from router.turns.core import Answered, DeliveryRefused, DeliveryUnanswered
     from wire.json import loads
 
@@ -118,9 +122,11 @@ def reply_of(text: str) -> Any:
     assert isinstance(body, dict)
     if body["type"] == "answered":
         return Answered(answer=body["answer"], from_record=bool(body["fromRecord"]))
+    refusal = Refusal.from_json(body["refusal"]) if "refusal" in body else Refusal(body["code"], body["message"])
+    assert refusal is not None, f"the inbox holds a reply whose refusal is not one: {text!r}"
     if body["type"] == "unanswered":
-        return DeliveryUnanswered(event_id=body["eventId"], refusal=Refusal(body["code"], body["message"]))
-    return DeliveryRefused(refusal=Refusal(body["code"], body["message"]))
+        return DeliveryUnanswered(event_id=body["eventId"], refusal=refusal)
+    return DeliveryRefused(refusal=refusal)
 
 
 def settings_from(env: Mapping[str, str]) -> ClusterSettings:

@@ -14,8 +14,8 @@ delivery record's only; an event's receipts beside the event. Its
 tables are this module's own schema component, ``notify``: :data:`STEPS`
 (one list for both dialects: the SQL is portable), its version kept in a
 ``router_schema`` row named ``notify`` (the table PostgreSQL's records
-already share; a SQLite file gets the same table), taken by
-:func:`install` inside one transaction of that database.
+already share; a SQLite file gets the same table), taken there by
+:func:`install` through :func:`router.store.db.migrate`.
 
 :class:`Notices` is the hook the delivery record calls inside the
 transaction of each change (``DeliveryLog.on_change``): it turns the change
@@ -44,7 +44,7 @@ import json
 import time
 from typing import Any, Callable, Final, Iterator, Mapping, Protocol, TypeVar
 
-from router.store.db import Database
+from router.store.db import Database, migrate
 from router.notify.core import (Event, SessionSetting, PushSubscription, ask_event, park_event, resumed_event, stop_event,
                                 turn_ended_event, unreachable_event)
 
@@ -104,7 +104,6 @@ NOTIFY_TABLES: Final[dict[str, tuple[str, ...]]] = {
                              "created_at"),
 }
 
-_SCHEMA_TABLE: Final = "CREATE TABLE IF NOT EXISTS router_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 #: Seconds a router's claim on an event lasts before another may take it
 #: over (ours: a router's cluster lease is of the same order).
 CLAIM: Final = 60.0
@@ -126,22 +125,10 @@ def atomic(db: Database) -> Iterator[None]:
 
 def install(db: Database) -> None:
     """Take the ``notify`` component to ``len(STEPS)`` in ``db`` (the
-    delivery record's database). A newer schema is left alone."""
-    with atomic(db):
-        if db.dialect == "sqlite":
-            db.execute(_SCHEMA_TABLE)
-        else:
-            (table,) = db.execute("SELECT to_regclass('router_schema')").fetchone()
-            if table is None:
-                db.execute(_SCHEMA_TABLE)
-        row = db.execute("SELECT version FROM router_schema WHERE component = ?", (COMPONENT,)).fetchone()
-        version = 0 if row is None else row[0]
-        for step in STEPS[version:]:
-            for statement in step:
-                db.execute(statement)
-        if version < len(STEPS):
-            db.execute("INSERT INTO router_schema (component, version) VALUES (?, ?) ON CONFLICT (component) "
-                       "DO UPDATE SET version = excluded.version", (COMPONENT, len(STEPS)))
+    delivery record's database, or the host's): :func:`router.store.db.migrate`
+    with the component named, inside the worker's transaction when its call
+    is in one. A newer schema is left alone."""
+    migrate(db, STEPS, too_new=None, component=COMPONENT)
 
 
 # --------------------------------------------------------------------------- events

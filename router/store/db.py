@@ -31,7 +31,10 @@ connection, and it takes care of those spots:
   one of the two when a statement raises).
 - :meth:`Database.schema_version`: ``PRAGMA user_version`` of the file on
   SQLite; a row of the ``router_schema`` table on PostgreSQL, one per record
-  (``component``), since the records share one database there.
+  (``component``), since the records share one database there. A component
+  whose tables live in another record's database (the notifications', in
+  the delivery record's and the host's) has its row of ``router_schema``
+  on either dialect (a SQLite file gets the table too).
 
 - :class:`Step` and :func:`migrate`: a record's schema as steps, each
   holding its SQLite and its PostgreSQL statements side by side (or one
@@ -304,20 +307,28 @@ class Database:
             raise
         self.commit()
 
-    def schema_version(self) -> int:
+    def schema_version(self, component: str | None = None) -> int:
+        """The schema version of ``component`` (default: this record's own,
+        :attr:`component`) in this database; 0 when it has none yet."""
         raise NotImplementedError
 
-    def set_schema_version(self, version: int) -> None:
+    def set_schema_version(self, version: int, component: str | None = None) -> None:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def migrating(self) -> Iterator[None]:
-        """Held around a whole migration: SQLite's file lock already makes
-        one process the migrator; PostgreSQL takes a lock (see there)."""
+    def migrating(self, component: str | None = None) -> Iterator[None]:
+        """Held around a whole migration of ``component`` (default: this
+        record's own): SQLite's file lock already makes one process the
+        migrator; PostgreSQL takes a lock (see there)."""
         yield
 
     def close(self) -> None:
         raise NotImplementedError
+
+
+#: The table of schema versions: on PostgreSQL one row per record; in a
+#: SQLite file one per component other than the file's own.
+_SCHEMA_TABLE: Final = "CREATE TABLE IF NOT EXISTS router_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 
 
 class SqliteDatabase(Database):
@@ -343,18 +354,25 @@ class SqliteDatabase(Database):
     def _begin(self) -> None:
         self.raw.execute("BEGIN IMMEDIATE")
 
-    def schema_version(self) -> int:
-        return self.raw.execute("PRAGMA user_version").fetchone()[0]
+    def schema_version(self, component: str | None = None) -> int:
+        if component is None or component == self.component:
+            return self.raw.execute("PRAGMA user_version").fetchone()[0]
+        if self.raw.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'router_schema'").fetchone() \
+                is None:
+            return 0
+        row = self.raw.execute("SELECT version FROM router_schema WHERE component = ?", (component,)).fetchone()
+        return 0 if row is None else row[0]
 
-    def set_schema_version(self, version: int) -> None:
-        self.raw.execute(f"PRAGMA user_version = {int(version)}")
+    def set_schema_version(self, version: int, component: str | None = None) -> None:
+        if component is None or component == self.component:
+            self.raw.execute(f"PRAGMA user_version = {int(version)}")
+            return
+        self.raw.execute(_SCHEMA_TABLE)
+        self.raw.execute("INSERT INTO router_schema (component, version) VALUES (?, ?) ON CONFLICT (component) "
+                         "DO UPDATE SET version = excluded.version", (component, int(version)))
 
     def close(self) -> None:
         self.raw.close()
-
-
-#: The table of schema versions on PostgreSQL: one row per record.
-_SCHEMA_TABLE: Final = "CREATE TABLE IF NOT EXISTS router_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 
 
 #: Seconds a transaction of ours may sit idle on the server between two
@@ -485,19 +503,20 @@ class PgDatabase(Database):
             raise
         self._began = True
 
-    def schema_version(self) -> int:
+    def schema_version(self, component: str | None = None) -> int:
         (table,) = self.raw.execute("SELECT to_regclass('router_schema')").fetchone()
         if table is None:
             return 0
-        row = self.raw.execute("SELECT version FROM router_schema WHERE component = %s", (self.component,)).fetchone()
+        row = self.raw.execute("SELECT version FROM router_schema WHERE component = %s",
+                               (component or self.component,)).fetchone()
         return 0 if row is None else row[0]
 
     @contextlib.contextmanager
-    def migrating(self) -> Iterator[None]:
-        """The record's migration lock, a session-level advisory lock taken
-        outside any transaction and held until the migration ends, so any
-        number of routers starting at once on a new database migrate one
-        after another. The per-transaction record lock alone is not enough:
+    def migrating(self, component: str | None = None) -> Iterator[None]:
+        """The migration lock of ``component`` (default: this record), a
+        session-level advisory lock taken outside any transaction and held
+        until the migration ends, so any number of routers starting at once
+        on a new database migrate one after another. The per-transaction record lock alone is not enough:
         a transaction that waited for it at ``BEGIN`` could still look the
         schema table up in the catalog as it was before the other router's
         migration committed (``to_regclass`` reads the catalog, not the
@@ -506,7 +525,7 @@ class PgDatabase(Database):
         seen). A migration that begins after this lock sees every one
         committed before it."""
         self.live()
-        key = _lock_key(f"migrate:{self.component}")
+        key = _lock_key(f"migrate:{component or self.component}")
         self.raw.execute("SELECT pg_advisory_lock(%s)", (key,))
         try:
             yield
@@ -514,7 +533,7 @@ class PgDatabase(Database):
             if not self.raw.broken:
                 self.raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
-    def set_schema_version(self, version: int) -> None:
+    def set_schema_version(self, version: int, component: str | None = None) -> None:
         # Two records migrating at once would race on creating the table
         # (CREATE TABLE IF NOT EXISTS is not safe against a concurrent one):
         # one more lock, for the table, held to the end of the transaction.
@@ -523,7 +542,7 @@ class PgDatabase(Database):
         self.raw.execute(
             "INSERT INTO router_schema (component, version) VALUES (%s, %s)"
             " ON CONFLICT (component) DO UPDATE SET version = excluded.version",
-            (self.component, int(version)),
+            (component or self.component, int(version)),
         )
 
     def close(self) -> None:
@@ -574,21 +593,26 @@ def _as_step(step: Step | Sequence[str]) -> Step:
     return step if isinstance(step, Step) else Step.portable(*step)
 
 
-def migrate(db: Database, steps: Sequence[Step | Sequence[str]], *, too_new: Callable[[int], Exception]) -> None:
-    """Take ``db``'s record to version ``len(steps)``: ``steps[n]`` takes
-    version ``n`` to ``n + 1`` (a :class:`Step`, or statements the same on
-    both dialects), each step one transaction (under the record's lock, the
-    version read again inside: another router may have migrated meanwhile)
-    that also sets the version. Nothing is written when the record is up to
-    date. A record newer than the steps raises ``too_new(version)``."""
-    with db.migrating():
-        while (version := db.schema_version()) < len(steps):
-            with db.transaction():
-                version = db.schema_version()
+def migrate(db: Database, steps: Sequence[Step | Sequence[str]], *, too_new: Callable[[int], Exception] | None,
+            component: str | None = None) -> None:
+    """Take ``component`` (default: ``db``'s own record) to version
+    ``len(steps)`` in ``db``: ``steps[n]`` takes version ``n`` to ``n + 1``
+    (a :class:`Step`, or statements the same on both dialects), each step
+    one transaction (under the record's lock, the version read again
+    inside: another router may have migrated meanwhile) that also sets the
+    version. Called inside a transaction already open (a call in a worker's
+    group commit), the steps run in that one, under its lock. Nothing is
+    written when the component is up to date. A component newer than the
+    steps raises ``too_new(version)``; ``too_new`` None leaves it alone."""
+    joined = db.in_transaction
+    with contextlib.nullcontext() if joined else db.migrating(component):
+        while (version := db.schema_version(component)) < len(steps):
+            with contextlib.nullcontext() if joined else db.transaction():
+                version = db.schema_version(component)
                 if version < len(steps):
                     _as_step(steps[version]).run(db)
-                    db.set_schema_version(version + 1)
-    if version > len(steps):
+                    db.set_schema_version(version + 1, component)
+    if version > len(steps) and too_new is not None:
         raise too_new(version)
 
 

@@ -77,6 +77,8 @@ from urllib.parse import quote
 if TYPE_CHECKING:
     import threading
 
+    from router.errors import Refusal
+
 __all__ = ["configure", "configure_abort", "configure_cancel_park", "configure_launch", "configure_resume",
            "exit_status", "message_text", "run", "run_abort", "run_cancel_park", "run_launch", "run_resume", "summary"]
 
@@ -199,7 +201,7 @@ def _target(command: str, args: argparse.Namespace) -> CommandTarget:
             _say(command, f"left out {each['router']}: {each['error']}: {each['message']}")
         if any(each["error"] == "channel-off" for each in skipped):
             raise ExitWith(CLI_OFF_EXIT) from None  # the router may hold it, but takes nothing from the CLI
-        _refusal(command, args, {"error": refused.code, "message": refused.message})
+        _refusal(command, args, Refusal(refused.code, refused.message))  # its routers left out: on stderr above
         raise ExitWith(USAGE if refused.code in NO_ROUTER else REFUSED) from None
     for skipped in board.skipped:
         _say(command, f"left out {skipped.name}: {skipped.refusal}")
@@ -207,12 +209,24 @@ def _target(command: str, args: argparse.Namespace) -> CommandTarget:
     return CommandTarget(f"router {found.name} ({found.socket})", BASE_URL, found.socket, listing=listing)
 
 
-def _refusal(command: str, args: argparse.Namespace, body: dict[str, Any]) -> None:
-    """A refusal: on stderr, and as JSON on stdout with ``--json``."""
-    resend = f" (resend with --event-id {body['eventId']})" if type(body.get("eventId")) is str else ""
-    _say(command, f"{body.get('error')}: {body.get('message')}{resend}")
+def _refusal(command: str, args: argparse.Namespace, refused: Refusal) -> None:
+    """A refusal: on stderr, and as JSON on stdout with ``--json`` (as
+    :meth:`Refusal.to_json` spells it)."""
+    event_id = refused.data.get("eventId")
+    resend = f" (resend with --event-id {event_id})" if type(event_id) is str else ""
+    _say(command, f"{refused}{resend}")
     if getattr(args, "json", False):
-        _print(body)
+        _print(refused.to_json())
+
+
+def _answer_refused(answer: Any) -> Refusal:
+    """The refusal a router answered with (a status not its success), as
+    it spelled it (:meth:`Refusal.from_json`), data and all; ``not-a-router``
+    when the answer is not one."""
+    from router.errors import Refusal
+
+    refused = Refusal.from_json(answer)
+    return Refusal("not-a-router", str(answer)) if refused is None else refused
 
 
 def _request(target: CommandTarget, method: str, path: str, *, timeout: float, body: bytes | None = None,
@@ -366,8 +380,10 @@ def run(args: argparse.Namespace) -> int:
     except ExitWith as stop:
         return stop.status
     except TooSlow:
-        _refusal("send", args, {"error": "timeout", "message": f"no answer within {args.timeout:g} s; the same id "
-                                "is written once", "eventId": event_id})
+        from router.errors import Refusal
+
+        _refusal("send", args, Refusal("timeout", f"no answer within {args.timeout:g} s; the same id is written once",
+                                       eventId=event_id))
         return REFUSED
     return _answered(args, status, answer)
 
@@ -451,7 +467,7 @@ def _claude_reply(target: CommandTarget, session: str, before: dict[str, str], *
 
 def _answered(args: argparse.Namespace, status: int, answer: Any) -> int:
     if status != 200 or type(answer) is not dict:
-        _refusal("send", args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
+        _refusal("send", args, _answer_refused(answer))
         return exit_status(status, answer)
     if args.json:
         _print(answer)
@@ -510,11 +526,13 @@ def run_abort(args: argparse.Namespace) -> int:
             return f"stopped every open operation of {args.session} (if any ran)"
         return f"aborted operation {args.operation} in {args.session}"
 
-    def refused(answer: dict[str, Any]) -> dict[str, Any] | None:
+    def refused(answer: dict[str, Any]) -> Refusal | None:
+        from router.errors import Refusal
+
         if not args.operation or answer.get("aborted"):
             return None
-        return {"error": "unknown-operation", "message": f"operation {args.operation} is not open in {args.session} "
-                "(it settled, or was never sent there); `router send --json` prints an operation's id"}
+        return Refusal("unknown-operation", f"operation {args.operation} is not open in {args.session} (it settled, "
+                       "or was never sent there); `router send --json` prints an operation's id")
 
     return _simple("abort", args, "abort", body, said, refused)
 
@@ -564,7 +582,7 @@ def run_cancel_park(args: argparse.Namespace) -> int:
 
 def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, Any],
             said: Callable[[dict[str, Any]], str],
-            refused: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda answer: None) -> int:
+            refused: Callable[[dict[str, Any]], Refusal | None] = lambda answer: None) -> int:
     if args.timeout <= 0:
         _say(command, "--timeout must be positive")
         return USAGE
@@ -578,7 +596,7 @@ def _simple(command: str, args: argparse.Namespace, route: str, body: dict[str, 
         _say(command, f"timeout: no answer within {args.timeout:g} s")
         return USAGE
     if status != 200 or type(answer) is not dict:
-        _refusal(command, args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
+        _refusal(command, args, _answer_refused(answer))
         return exit_status(status, answer)
     said_no = refused(answer)
     if said_no is not None:  # the router's answer is a "no" of ours (router abort: nothing of that id to stop)
@@ -660,7 +678,7 @@ def run_launch(args: argparse.Namespace) -> int:
         _say("launch", f"timeout: no answer within {args.timeout:g} s")
         return USAGE
     if status not in (200, 201) or type(answer) is not dict:
-        _refusal("launch", args, answer if type(answer) is dict else {"error": "not-a-router", "message": str(answer)})
+        _refusal("launch", args, _answer_refused(answer))
         return exit_status(status, answer)
     if args.json:
         _print(answer)

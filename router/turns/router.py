@@ -573,8 +573,8 @@ class TurnRouter:
                         result["parked"] = park.to_json()
             return reply, body
         if isinstance(reply, DeliveryUnanswered):
-            return reply, {"error": reply.code, "message": reply.message, "eventId": reply.event_id}
-        return reply, {"error": reply.code, "message": reply.message}
+            return reply, {**reply.refusal.to_json(), "eventId": reply.event_id}
+        return reply, reply.refusal.to_json()
 
     # ------------------------------------------------------------------ inbox
 
