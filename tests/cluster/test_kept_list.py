@@ -61,7 +61,7 @@ async def test_a_change_written_by_one_router_shows_in_anothers_list_by_its_noti
         # Router a writes its session's record; b's next list, right after
         # the write (its mark on the sync channel makes sure the
         # notification came first), reads that session alone.
-        await a.store.call(partial(a.store.set_daemon, held[0], state="starting", launcher="test"))
+        await a.store.call(partial(a.store.sessions.set_daemon, held[0], state="starting", launcher="test"))
         listed = await _listed(b)
         assert listed[held[0]]["daemon"]["state"] == "starting"
         after = b.node.mirror.statistics()

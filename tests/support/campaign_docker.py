@@ -231,7 +231,7 @@ async def _faults(row: FaultRow, rng: Random, client: Any, label: str, target: i
 def _in_order(row: FaultRow, store: Any, session: str, expected: dict[str, str]) -> None:
     """The transcript holds each delivery's user message then its answer,
     in the order they were sent (one at a time), and nothing else."""
-    ids = [m["id"] for m in store.messages(session)]
+    ids = [m["id"] for m in store.messages.all(session)]
     want = [f"{event_id}:{role}" for event_id in expected for role in ("user", "assistant")]
     if ids != want and len(ids) == len(set(ids)):  # a duplicate is counted by judge
         row.wrong += 1

@@ -69,7 +69,7 @@ class Usage:
         ``session_id`` narrows to one session; ``since`` (ms since the epoch)
         counts only events recorded at or after it. Ordered by the last
         event's time, oldest first. From Trio code:
-        ``await store.call(store.usage_records, session_id, since)``.
+        ``await store.call(store.usage.records, session_id, since)``.
         """
         where, params = [], []
         if session_id is not None:
@@ -107,7 +107,7 @@ class Usage:
         asks for the mark alone (nothing is summed). What the ``frames``
         usage source brackets a turn with: each read costs the events since
         the mark (the ``usage_session`` index), however long the session's
-        history. From Trio code: ``await store.call(store.usage_after, session, mark)``.
+        history. From Trio code: ``await store.call(store.usage.after, session, mark)``.
         """
         with self._unit.transaction():
             if mark is None:
