@@ -219,7 +219,9 @@ function pushText(push) {
   switch (push.state) {
     case "on": return "On: asks and session news come to this device" + (push.device ? " as “" + push.device + "”" : "") + ".";
     case "off": return "Off: this device gets no notifications." + (push.detail ? " " + push.detail + "." : "");
-    case "notifier-off": return "Unavailable: the router's web-push notifier is off; switch it on where the router runs" + detail + ".";
+    // The router's own sentence says how to switch it on; the page says where.
+    case "notifier-off": return "Unavailable where the router runs: " +
+      (push.detail && push.detail !== "notifier-off" ? push.detail : "its web-push notifier is off") + ".";
     case "denied": return "Blocked: this browser denies notifications to this page; allow them in its site settings, then try again.";
     case "no-push-service": return "Unavailable: this browser has no push service to subscribe with" + detail + ".";
     case "unsupported": return "Unavailable: this browser has no Web Push here" + (push.detail ? detail : " (on an iPhone, add the page to the home screen first)") + ".";

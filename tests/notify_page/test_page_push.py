@@ -191,7 +191,8 @@ async def test_without_a_push_service_the_control_says_so(tmp_path: Path) -> Non
         page = await tab(browser, served, DESKTOP)
         # The notifier off: the control says where to switch it on.
         off = await page.wait_for(f"{STATE} === 'notifier-off' && {SENTENCE}")
-        assert off.startswith("Unavailable: the router's web-push notifier is off") and "plugins.json" in off
+        assert off.startswith("Unavailable where the router runs: the web-push notifier is off") and "plugins.json" in off
+        assert off.count("notifier is off") == 1
         assert await page.evaluate("document.getElementById('notify-toggle').disabled") is True
         switch_on(tmp_path / "settings")
         await navigate(page, served.page)

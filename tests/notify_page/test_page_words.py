@@ -15,15 +15,16 @@ from tests.api.test_page import node
 
 def test_each_state_of_this_device_is_a_sentence() -> None:
     got = node("""out([{state: 'on', device: 'Pixel Chrome'}, {state: 'off'}, {state: 'off', detail: 'The permission was not given'},
-        {state: 'notifier-off', detail: 'switch it on in plugins.json'}, {state: 'denied'},
+        {state: 'notifier-off', detail: 'the web-push notifier is off; switch it on in plugins.json'},
+        {state: 'notifier-off', detail: 'notifier-off'}, {state: 'denied'},
         {state: 'no-push-service', detail: 'no answer from it in 10 s'}, {state: 'unsupported'}, {state: 'insecure'},
         {state: 'error', detail: '500: boom'}, {state: 'checking'}].map(page.pushText))""")
     assert got == [
         "On: asks and session news come to this device as “Pixel Chrome”.",
         "Off: this device gets no notifications.",
         "Off: this device gets no notifications. The permission was not given.",
-        "Unavailable: the router's web-push notifier is off; switch it on where the router runs "
-        "(switch it on in plugins.json).",
+        "Unavailable where the router runs: the web-push notifier is off; switch it on in plugins.json.",
+        "Unavailable where the router runs: its web-push notifier is off.",
         "Blocked: this browser denies notifications to this page; allow them in its site settings, then try again.",
         "Unavailable: this browser has no push service to subscribe with (no answer from it in 10 s).",
         "Unavailable: this browser has no Web Push here (on an iPhone, add the page to the home screen first).",
