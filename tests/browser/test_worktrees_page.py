@@ -45,6 +45,9 @@ async def test_a_worktree_session_from_the_page_its_changes_and_its_end(bench: B
         await page.wait_for("document.querySelector('#sheet select option[value=proj]') !== null")
         for name, value in (("name", "one"), ("harness", "echo"), ("prompt", "hello there")):
             await page.evaluate(f"document.querySelector('#sheet [name={name}]').value = {value!r}")
+        # The form fits the phone: a project's long path does not widen it past the screen.
+        assert await page.evaluate(f"{SHEET}.querySelector('#sheet-body').scrollWidth <= "
+                                   f"{SHEET}.querySelector('#sheet-body').clientWidth")
         await page.screenshot(artifact("phone-worktree-new.png"))
         await page.evaluate(f"{SHEET}.querySelector('button.primary').click()")
         await page.wait_for(f"!{SHEET}.open && document.getElementById('title').innerText === 'one'", timeout=60)
