@@ -97,10 +97,10 @@ def build_app(router: Any, layer: Any, config: ApiConfig | None, allowed_hosts: 
     router's :class:`router.remote.Reach`, or None)."""
     from router.api.app import make_app
     from router.api.config import ApiConfig
-    from router.remote import make_blueprint
+    from router.remote import install_routes
 
     app = make_app(router, layer, config or ApiConfig(), allowed_hosts, token=token, board=board, worktrees=worktrees)
-    app.register_blueprint(make_blueprint(reach))
+    install_routes(app, reach)
     return app
 
 
@@ -369,7 +369,7 @@ def _import_the_app() -> None:
     """Load what the app is built from (Quart-Trio, Hypercorn, the routes)."""
     import router._hypercorn  # noqa: F401
     import router.api.app  # noqa: F401
-    from router.remote import make_blueprint  # noqa: F401 (a face: the name loads its module)
+    from router.remote import install_routes  # noqa: F401 (a face: the name loads its module)
 
 
 async def _close_when_cancelled(sock: socket.socket) -> None:

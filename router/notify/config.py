@@ -14,13 +14,17 @@ masked (:func:`router.notify.core.mask`) and named by a hash.
      "turn_ended": false,
      "sessions": {"<session id>": {"muted": false, "turn_ended": true}}}
 
-Every key is optional. ``notifiers`` holds each notifier module's options
+Every key is optional, and no other key is taken. ``notifiers`` holds each notifier module's options
 (what its ``destinations``, ``check`` and ``send`` are given: docs/plugins.md,
 ``notifier``). Which notifiers are on is ``plugins.json``'s
 ``"notifier"`` list (their order is the order destinations are tried);
 a notifier that is on but has nothing to send to (no URL, no subscription)
-sends nothing. A file that does not parse is reported
-(``bad-notify-settings``) and read as empty: it never blocks a delivery.
+sends nothing. The file is structured by a converter
+(:class:`router.notify.core.SettingsFile`); one that does not parse, has a
+key it does not take or a value of the wrong type is reported
+(``bad-notify-settings``, naming the path: ``notifications.json:
+sessions["s1"].muted: expected a boolean, got a string``) and read as
+empty: it never blocks a delivery.
 
 The VAPID key (``vapid.pem`` in the data directory, PKCS#8 PEM, P-256) is
 made once, the first time the ``web-push`` notifier needs it.
@@ -38,8 +42,9 @@ from typing import Any, Final, Mapping
 import attrs
 
 from router.errors import Refusal
-from router.notify.core import QuietHours, SessionSetting
+from router.notify.core import QuietHours, SessionSetting, SettingsFile, structure
 from router.tokens import check_private, write_private
+from wire.json import ABSENT
 
 __all__ = ["SETTINGS_FILE", "VAPID_FILE", "NotifySettings", "load_settings", "save_settings", "vapid_key"]
 
@@ -80,41 +85,15 @@ def _bad(message: str) -> Refusal:
 
 
 def _parse(value: Any) -> NotifySettings:
-    if type(value) is not dict:
-        raise _bad("it is a JSON object")
-    unknown = set(value) - {"notifiers", "quiet_hours", "turn_ended", "sessions"}
-    if unknown:
-        raise _bad(f"unknown key {sorted(unknown)[0]!r} (the keys are notifiers, quiet_hours, turn_ended, sessions)")
-    notifiers = value.get("notifiers", {})
-    if type(notifiers) is not dict or any(type(v) is not dict for v in notifiers.values()):
-        raise _bad('"notifiers" is an object of notifier module name to its options (an object)')
-    quiet = _quiet_hours(value.get("quiet_hours"))
-    turn_ended = value.get("turn_ended", False)
-    sessions = value.get("sessions", {})
-    if type(turn_ended) is not bool or type(sessions) is not dict:
-        raise _bad('"turn_ended" is true or false and "sessions" an object of session settings')
-    kept = {session: _session_setting(session, setting) for session, setting in sessions.items()}
-    return NotifySettings(notifiers=notifiers, quiet=quiet, turn_ended=turn_ended, sessions=kept)
-
-
-def _quiet_hours(value: Any) -> QuietHours | None:
-    """``quiet_hours``: absent, or ``{"start", "end", "time_zone"}``."""
-    if value is None:
-        return None
-    if type(value) is not dict or set(value) - {"start", "end", "time_zone"}:
-        raise _bad('"quiet_hours" is {"start": "HH:MM", "end": "HH:MM", "time_zone": "<IANA name>"}')
+    """The file's JSON, structured (:class:`router.notify.core.SettingsFile`:
+    unknown keys and values of the wrong type refused, naming their path)."""
     try:
-        return QuietHours(**value)
-    except (Refusal, TypeError) as error:
-        raise _bad(f'"quiet_hours": {getattr(error, "message", error)}') from None
-
-
-def _session_setting(session: str, setting: Any) -> SessionSetting:
-    """One session's entry of ``sessions``: ``{"muted", "turn_ended"}``, booleans."""
-    if (type(setting) is not dict or set(setting) - {"muted", "turn_ended"}
-            or any(type(v) is not bool for v in setting.values())):
-        raise _bad(f'"sessions.{session}" is {{"muted": bool, "turn_ended": bool}}')
-    return SessionSetting(**setting)
+        document = structure(value, SettingsFile, code="bad-notify-settings", what=SETTINGS_FILE)
+    except Refusal as refusal:
+        raise _bad(refusal.message.removeprefix(f"{SETTINGS_FILE}: ")) from None
+    quiet = None if document.quiet_hours is ABSENT else document.quiet_hours
+    return NotifySettings(notifiers=document.notifiers, quiet=quiet, turn_ended=document.turn_ended,
+                          sessions=document.sessions)
 
 
 def load_settings(settings_dir: Path) -> NotifySettings:

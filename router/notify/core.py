@@ -48,11 +48,15 @@ import hashlib
 import re
 import secrets
 import zoneinfo
-from typing import Any, Final, Iterable, Literal, Mapping, Sequence
+from typing import Any, Final, Iterable, Literal, Mapping, Sequence, TypeVar
 
 import attrs
+import cattrs
 
 from router.errors import CarriesRefusal, Refusal, refusal_of
+from router.plugins.models import refusal_from
+from wire._convert import Builder, Json, Number, type_name
+from wire.json import ABSENT, Absent
 
 __all__ = ["PresenceStatistics", 
     "LOCAL_DEVICE",
@@ -69,19 +73,27 @@ __all__ = ["PresenceStatistics",
     "RoutingFacts",
     "SessionSetting",
     "PushSubscription",
+    "PresenceBody",
+    "SessionSettingBody",
+    "SettingsFile",
+    "SubscriptionBody",
     "ask_event",
     "check_problems",
     "event_id",
     "park_event",
     "parse_presence",
+    "parse_session_setting",
     "parse_subscription",
     "payload",
     "resumed_event",
     "route",
     "stop_event",
+    "structure",
     "turn_ended_event",
     "unreachable_event",
 ]
+
+T = TypeVar("T")
 
 #: The device a request with the loopback token (or the private socket)
 #: counts as: this machine, never revoked.
@@ -391,8 +403,8 @@ class Presence:
 # --------------------------------------------------------------------------- bodies
 
 
-def _b64url(value: object, what: str, size: int | None) -> bytes:
-    if type(value) is not str or not value or len(value) > 200 or not re.fullmatch(r"[A-Za-z0-9_-]+=*", value):
+def _b64url(value: str, what: str, size: int | None) -> bytes:
+    if not value or len(value) > 200 or not re.fullmatch(r"[A-Za-z0-9_-]+=*", value):
         raise Refusal("bad-subscription", f"keys.{what} is base64url text")
     try:
         raw = base64.urlsafe_b64decode(value.rstrip("=") + "=" * (-len(value.rstrip("=")) % 4))
@@ -422,61 +434,149 @@ class PushSubscription:
         return {"endpoint": self.endpoint, "keys": {"p256dh": self.p256dh, "auth": self.auth}}
 
 
+# The bodies and the settings file are structured by two converters on the
+# wires' Builder (strict leaves, unknown keys refused, an optional key absent
+# or of its type): the subscription is the browser's camelCase
+# ``PushSubscription.toJSON()``, everything else of ours is snake_case. What
+# follows a structuring trusts its types and checks only values (a URL's
+# scheme, a key's length).
+
+
+class NotifyShapeError(ValueError):
+    """A notification body's or settings file's value of the wrong type."""
+
+
+@attrs.frozen(kw_only=True)
+class SubscriptionKeys:
+    p256dh: str
+    auth: str
+
+
+@attrs.frozen(kw_only=True)
+class SubscriptionBody:
+    """``POST /notifications/subscriptions``: ``PushSubscription.toJSON()``."""
+
+    endpoint: str
+    expiration_time: Number | None | Absent = ABSENT
+    keys: SubscriptionKeys
+
+
+@attrs.frozen(kw_only=True)
+class PresenceBody:
+    """``POST /presence``: ``session`` absent or null is no session."""
+
+    visible: bool
+    session: str | None | Absent = ABSENT
+
+
+@attrs.frozen(kw_only=True)
+class SessionSettingBody:
+    """``POST /sessions/<id>/notify``: each key absent keeps the current value."""
+
+    muted: bool | None = None
+    turn_ended: bool | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SettingsFile:
+    """``notifications.json`` as written (:mod:`router.notify.config`); every key optional."""
+
+    notifiers: Mapping[str, Mapping[str, Json]] = attrs.field(factory=dict)
+    quiet_hours: QuietHours | None | Absent = ABSENT
+    turn_ended: bool = False
+    sessions: Mapping[str, SessionSetting] = attrs.field(factory=dict)
+
+
+SUBSCRIPTION_SHAPE: Final = "{endpoint, expirationTime?, keys: {p256dh, auth}}"
+PRESENCE_SHAPE: Final = '{"visible": true|false, "session"?: "<session id>"|null}'
+SESSION_SETTING_SHAPE: Final = '{"muted"?: true|false, "turn_ended"?: true|false}'
+
+
+def _converters() -> tuple[cattrs.Converter, cattrs.Converter]:
+    """``(snake, camel)``: ours (the settings file, presence, a session's
+    setting) and the browser's subscription."""
+    snake = Builder(NotifyShapeError, tags={}, detailed=True, spell=str)
+    snake.conv.forbid_extra_keys = True
+    snake.mappings()
+    snake.classes(SessionSetting, QuietHours)
+    quiet_hours = snake.conv.get_structure_hook(QuietHours)
+
+    def structure_quiet_hours(value: object, _: Any) -> QuietHours:
+        try:
+            return quiet_hours(value, QuietHours)
+        except cattrs.ClassValidationError as exc:
+            # Its times and zone, checked by the class: the sentence without the code.
+            refused = [inner for inner in exc.exceptions if isinstance(inner, Refusal)]
+            if refused:
+                raise NotifyShapeError(refused[0].message) from None
+            raise
+
+    snake.conv.register_structure_hook(QuietHours, structure_quiet_hours)
+    snake.classes(SettingsFile, PresenceBody, SessionSettingBody)
+    camel = Builder(NotifyShapeError, tags={}, detailed=True)
+    camel.conv.forbid_extra_keys = True
+    camel.classes(SubscriptionKeys, SubscriptionBody)
+    return snake.conv, camel.conv
+
+
+_SNAKE, _CAMEL = _converters()
+
+
+def structure(value: object, cls: type[T], *, code: str, what: str) -> T:
+    """``value`` as a ``cls``, or the refusal ``code`` naming ``what`` (the
+    route's shape, the file) and the failing path."""
+    if type(value) is not dict:
+        raise Refusal(code, f"{what}: expected a JSON object, got {type_name(value)}")
+    try:
+        return (_CAMEL if cls is SubscriptionBody else _SNAKE).structure(value, cls)
+    except Exception as exc:  # noqa: BLE001 - every structuring error refuses
+        raise refusal_from(exc, what=what, code=code) from None
+
+
 def parse_subscription(body: object, *, allow_http: bool = False) -> PushSubscription:
     """A subscription body, or ``bad-subscription`` with a sentence.
     ``allow_http``: an ``http://`` endpoint (tests' loopback push service)."""
-    if type(body) is not dict:
-        raise Refusal("bad-subscription", "the body is a PushSubscription as JSON: {endpoint, keys: {p256dh, auth}}")
-    unknown = set(body) - {"endpoint", "expirationTime", "keys"}
-    if unknown:
-        raise Refusal("bad-subscription", f"unknown field {sorted(unknown)[0]!r}; a subscription has endpoint, "
-                      "expirationTime and keys")
-    endpoint = _endpoint(body.get("endpoint"), allow_http)
-    expiration = _expiration(body.get("expirationTime"))
-    keys = body.get("keys")
-    if type(keys) is not dict or set(keys) - {"p256dh", "auth"} or "p256dh" not in keys or "auth" not in keys:
-        raise Refusal("bad-subscription", "keys is {p256dh, auth}, both base64url")
-    point = _b64url(keys["p256dh"], "p256dh", 65)
+    try:
+        parsed = structure(body, SubscriptionBody, code="bad-subscription",
+                           what=f"POST /notifications/subscriptions takes {SUBSCRIPTION_SHAPE}")
+    except Refusal as refusal:  # the path as the browser spells the key
+        raise Refusal(refusal.code, refusal.message.replace(": expiration_time:", ": expirationTime:")) from None
+    endpoint = _endpoint(parsed.endpoint, allow_http)
+    expiration = parsed.expiration_time
+    if expiration is not ABSENT and expiration is not None and not 0 <= expiration < 2**53:
+        raise Refusal("bad-subscription", "expirationTime is null or a time in ms since the epoch")
+    point = _b64url(parsed.keys.p256dh, "p256dh", 65)
     if point[0] != 4:
         raise Refusal("bad-subscription", "keys.p256dh is an uncompressed P-256 point (65 bytes starting 0x04)")
-    _b64url(keys["auth"], "auth", 16)
-    return PushSubscription(endpoint=endpoint, p256dh=keys["p256dh"], auth=keys["auth"],
-                        expiration=None if expiration is None else int(expiration))
+    _b64url(parsed.keys.auth, "auth", 16)
+    return PushSubscription(endpoint=endpoint, p256dh=parsed.keys.p256dh, auth=parsed.keys.auth,
+                            expiration=None if expiration is ABSENT or expiration is None else int(expiration))
 
 
-def _endpoint(endpoint: object, allow_http: bool) -> str:
+def _endpoint(endpoint: str, allow_http: bool) -> str:
     """A subscription's ``endpoint``: the push service's URL."""
     schemes = ("https://", "http://") if allow_http else ("https://",)
-    if (type(endpoint) is not str or not endpoint.startswith(schemes) or len(endpoint) > 2048
+    if (not endpoint.startswith(schemes) or len(endpoint) > 2048
             or any(c in endpoint for c in " \r\n\t\x00") or not endpoint.isprintable()):
         raise Refusal("bad-subscription", "endpoint is the push service's https:// URL (at most 2048 characters)")
     return endpoint
 
 
-def _expiration(expiration: object) -> int | float | None:
-    """A subscription's ``expirationTime``: null or ms since the epoch."""
-    if expiration is not None and (type(expiration) not in (int, float) or not 0 <= expiration < 2**53):
-        raise Refusal("bad-subscription", "expirationTime is null or a time in ms since the epoch")
-    return expiration
-
-
 def parse_presence(body: object) -> tuple[bool, str | None]:
-    """``{"visible": bool, "session": str | null}``, or ``bad-presence``."""
-    if type(body) is not dict or set(body) - {"visible", "session"} or type(body.get("visible")) is not bool:
-        raise Refusal("bad-presence", 'the body is {"visible": true|false, "session": "<session id>"|null}')
-    session = body.get("session")
-    if session is not None and (type(session) is not str or not session or len(session) > 256
-                                or not session.isprintable()):
+    """``{"visible": bool, "session"?: str | null}``, or ``bad-presence``."""
+    parsed = structure(body, PresenceBody, code="bad-presence", what=f"POST /presence takes {PRESENCE_SHAPE}")
+    session = None if parsed.session is ABSENT else parsed.session
+    if session is not None and (not session or len(session) > 256 or not session.isprintable()):
         raise Refusal("bad-presence", "session is a session id (text, at most 256 characters) or null")
-    return body["visible"], session
+    return parsed.visible, session
 
 
 def parse_session_setting(body: object, current: SessionSetting) -> SessionSetting:
     """``{"muted"?: bool, "turn_ended"?: bool}`` over ``current``, or ``bad-notify-setting``."""
-    if (type(body) is not dict or set(body) - {"muted", "turn_ended"}
-            or any(type(v) is not bool for v in body.values())):
-        raise Refusal("bad-notify-setting", 'the body is {"muted"?: true|false, "turn_ended"?: true|false}')
-    return attrs.evolve(current, **body)
+    parsed = structure(body, SessionSettingBody, code="bad-notify-setting",
+                       what=f"POST /sessions/<id>/notify takes {SESSION_SETTING_SHAPE}")
+    given = {key: value for key, value in attrs.asdict(parsed).items() if value is not None}
+    return attrs.evolve(current, **given)
 
 
 def mask(url: str) -> str:

@@ -53,7 +53,6 @@ levels deep would otherwise raise ``RecursionError`` instead of refusing.
 
 from __future__ import annotations
 
-import collections.abc
 import copy
 import typing
 from typing import Any, Final, Literal, Mapping, NewType, TypeVar
@@ -571,10 +570,6 @@ DOCUMENTS: Final = (ReachAnswer, StoredRoute, StoredInstance, RoutesDocument, Pl
 # --------------------------------------------------------------------------- converter
 
 
-def _is_mapping(tp: Any) -> bool:
-    return typing.get_origin(tp) in (dict, collections.abc.Mapping)
-
-
 def make_converter() -> cattrs.Converter:
     """The settings converter: the wires' strict leaves, objects keyed by
     strings, the limits tree, and the models above."""
@@ -588,28 +583,7 @@ def make_converter() -> cattrs.Converter:
 
     conv.register_structure_hook(NonEmpty, structure_non_empty)
 
-    def structure_mapping(tp: Any) -> Any:
-        key_type, value_type = typing.get_args(tp)
-        key_hook = conv.get_structure_hook(key_type)
-        value_hook = conv.get_structure_hook(value_type)
-
-        def structure(value: object, _: Any) -> dict:
-            if type(value) is not dict:
-                builder.fail(value, "an object")
-            out, errors = {}, []
-            for key, item in value.items():  # type: ignore[union-attr]
-                try:
-                    out[key_hook(key, key_type)] = value_hook(item, value_type)
-                except Exception as exc:  # noqa: BLE001 - gathered and raised as a group
-                    exc.add_note(IterableValidationNote(f"Structuring @ key {key!r}", key, value_type))
-                    errors.append(exc)
-            if errors:
-                raise cattrs.IterableValidationError(f"While structuring {tp!r}", errors, tp)
-            return out
-
-        return structure
-
-    conv.register_structure_hook_factory(_is_mapping, structure_mapping)
+    builder.mappings()
     conv.register_structure_hook(LimitTree, lambda value, _: _structure_tree(value))
     _read_settings_hooks(conv)
     # A generated hook looks its fields' hooks up when it is made: each class

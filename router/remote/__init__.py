@@ -23,7 +23,7 @@ _FACE = {
     "router.remote.gate": "COOKIE OPEN_PATHS REMOTE_STATUS Gate GateInfo LoopbackOrigins",
     "router.remote.pairing": "PairingBook",
     "router.remote.reach": "Listen Reach ReachConfig check_config parse_listen",
-    "router.remote.routes": "make_blueprint",
+    "router.remote.routes": "install_routes",
     "router.remote.tls": "Certificates own_certificates person_certificates",
 }
 

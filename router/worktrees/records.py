@@ -9,6 +9,14 @@ it ended. Written whole, atomically (0600), under an ``flock`` so two
 routers never lose each other's write; read by the board to show each
 session's project, branch and worktree, and by a restarted router to adopt
 the places it made.
+
+Each entry is structured strictly (:func:`read_place`, on the wires'
+``Builder``): a string is a string, a count a whole number, a boolean a
+boolean, ``null`` only where the field may be absent; nothing is coerced
+(``"1"`` is not ``1``). Keys are the attribute names as written (snake_case),
+and a key this version does not know is kept out of the way (a newer
+router's record stays readable). An entry that does not structure is a
+``bad-place`` refusal naming its path, and is left out: the rest are read.
 """
 
 from __future__ import annotations
@@ -22,14 +30,16 @@ from typing import Any, Callable, Final, Iterator, Mapping
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_structure_fn
 
+from router.errors import Refusal
+from router.plugins.models import refusal_from
+from wire._convert import Builder
 from wire.json import JsonError, dumps, loads
 
-__all__ = ["FILE", "Place", "Places"]
+__all__ = ["FILE", "Place", "Places", "read_place"]
 
 FILE: Final = "places.json"
-
-_converter = cattrs.Converter(forbid_extra_keys=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -65,6 +75,32 @@ class Place:
         return out
 
 
+class PlaceShapeError(ValueError):
+    """A stored place's value of the wrong type."""
+
+
+def _make_converter() -> cattrs.Converter:
+    """Strict leaves; every field written as it is named, ``None`` as
+    ``null`` (as the record has always been written), and read back so."""
+    builder = Builder(PlaceShapeError, tags={}, detailed=True, spell=str)
+    conv = builder.conv
+    attrs.resolve_types(Place)
+    builder.register(Place, make_dict_structure_fn(Place, conv), conv.get_unstructure_hook(Place))
+    return conv
+
+
+_converter: Final = _make_converter()
+
+
+def read_place(key: str, value: object) -> Place | Refusal:
+    """The entry ``places[key]`` as a :class:`Place`, or ``bad-place`` naming
+    the failing path (``places.json: places["s1"].created_at: ...``)."""
+    try:
+        return _converter.structure(value, Place)
+    except Exception as exc:  # noqa: BLE001 - every structuring error refuses
+        return refusal_from(exc, what=FILE, code="bad-place", at=f"places[{dumps(key)}]")
+
+
 class Places:
     """The record at ``folder / places.json`` (see the module docstring)."""
 
@@ -94,13 +130,10 @@ class Places:
             value = loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, JsonError):
             return {}
-        out = {}
-        for key, item in (value.get("places") or {}).items() if type(value) is dict else ():
-            try:
-                out[key] = _converter.structure(item, Place)
-            except Exception:  # noqa: BLE001 - a damaged entry is left out, the rest read
-                continue
-        return out
+        entries = value.get("places") if type(value) is dict else None
+        read = {key: read_place(key, item) for key, item in entries.items()} if type(entries) is dict else {}
+        # A damaged entry (a bad-place refusal) is left out; the rest are read.
+        return {key: place for key, place in read.items() if type(place) is Place}
 
     def _write(self, places: Mapping[str, Place]) -> None:
         temporary = self.path.with_name(f".{FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp")

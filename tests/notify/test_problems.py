@@ -92,6 +92,6 @@ async def test_the_settings_view_shows_each_problem_as_a_refusal(tmp_path: Path)
     assert errors["odd", "odd-url"]["message"] == "odd cannot read its URL"
     assert errors["odd", "notifier-check-malformed"]["message"] == \
         "the odd notifier's check answered nonsense, not a list of {code, message}"
-    assert '"quiet_hours"' in errors[None, "bad-notify-settings"]["message"]
+    assert "notifications.json: quiet_hours: " in errors[None, "bad-notify-settings"]["message"]
     assert refused[1]["notifier"] == "absent" and refused[1]["error"] == "missing"
     assert refused[1]["message"].startswith('no notifier module "absent" in the plug-in tree')
