@@ -34,7 +34,8 @@ from tests.e2e_mod.conftest import claude_binary, fake_api, router_api, world  #
 from tests.e2e_mod.helpers import ModWorld, RouterApi
 from tests.e2e_mod.test_asks import COMMAND, FILE, TURN, asked, tool_result
 from tests.fakes.anthropic import FakeAnthropic
-from tests.notify_page.worker import SHOWN, click_action, controlled, deliver, grant_notifications, registration_id
+from tests.notify_page.worker import (SHOWN, click_action, controlled, delivered_and_shown, grant_notifications,
+                                      registration_id)
 from tests.remote.test_netns import paired_phone, served
 from tests.remote.test_netns_ask import tool_results
 from tests.support.netns import netns_pair
@@ -74,8 +75,7 @@ async def test_allow_on_the_phones_notification_runs_the_tool_once(
                 event = ask_event(ask, int(time.time() * 1000))
                 assert event is not None
                 pushed = payload(event)
-                await deliver(phone, router.origin, pushed)
-                (shown,) = await phone.wait_for(f"{SHOWN}.then((all) => all.length && all)", timeout=TURN)
+                (shown,) = await delivered_and_shown(phone, router.origin, pushed, timeout=TURN)
                 assert shown["tag"] == pushed["id"] and shown["data"] == pushed
                 assert shown["actions"] == [{"action": "allow", "title": "Allow"}, {"action": "deny", "title": "Deny"}]
                 assert shown["requireInteraction"] is True and COMMAND in shown["body"]
@@ -97,8 +97,7 @@ async def test_allow_on_the_phones_notification_runs_the_tool_once(
                 await phone.screenshot(artifact("phone-allowed-from-notification.png"))
 
                 # The same notification again, answered Deny: the first answer won; not an error.
-                await deliver(phone, router.origin, pushed)
-                await phone.wait_for(f"{SHOWN}.then((all) => all.length === 1)", timeout=TURN)
+                await delivered_and_shown(phone, router.origin, pushed, timeout=TURN)
                 assert await click_action(phone.browser, router.origin, pushed["id"], "deny") == 1
                 said = await phone.wait_for("document.getElementById('outcome').textContent.startsWith("
                                             "'already settled elsewhere') && "

@@ -32,7 +32,7 @@ from tests.browser.test_page import artifact
 from tests.browser.test_phone import DESKTOP, PHONE, navigate
 from tests.notify.pushservice import Browser as PushKeys
 from tests.notify.pushservice import PushService, verify_vapid
-from tests.notify_page.worker import (SHOWN, deliver, grant_notifications, presence_posts,
+from tests.notify_page.worker import (SHOWN, deliver, delivered_and_shown, grant_notifications, presence_posts,
                                       stub_push_manager)
 from tests.support.chromium import Browser, Page, chromium
 from tests.support.polling import until
@@ -167,8 +167,7 @@ async def test_the_phone_subscribes_reports_presence_and_shows_the_routers_push(
             assert payload["kind"] == "resumed" and payload["session"] == "root" and payload["ask"] is None
 
             # That payload, delivered to the page's worker, is shown: one notification, tagged with its event.
-            await deliver(page, served.url, payload)
-            (notification,) = await page.wait_for(f"{SHOWN}.then((all) => all.length && all)")
+            (notification,) = await delivered_and_shown(page, served.url, payload)
             assert notification["tag"] == payload["id"] and notification["title"] == payload["title"]
             assert notification["body"] == payload["body"] and notification["data"] == payload
             assert notification["actions"] == [] and notification["requireInteraction"] is False
