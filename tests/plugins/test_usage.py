@@ -301,15 +301,23 @@ async def test_turn_usage_lands_then_the_limit_stops_the_session(settings_dir: P
     bracket = await layer.begin_turn(launch)
     ledger.add("s-1", input_tokens=30, output_tokens=10)
     hops = []
-    real = trio.to_thread.run_sync
+    real, real_call = trio.to_thread.run_sync, records.worker.call
 
     async def counted(fn, *args, **kwargs):
         hops.append(fn)
         return await real(fn, *args, **kwargs)
 
+    async def counted_call(fn, *args, **kwargs):
+        hops.append(fn)
+        return await real_call(fn, *args, **kwargs)
+
+    # A hop is Trio's thread hop or a call on the records' worker (its own
+    # thread, fed by a queue: router.store.worker).
     monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+    monkeypatch.setattr(records.worker, "call", counted_call)
     record, stop = await layer.end_turn(bracket)
     monkeypatch.setattr(trio.to_thread, "run_sync", real)
+    monkeypatch.setattr(records.worker, "call", real_call)
     # The record's append and the checks (limits.json, the records they
     # count) share one worker-thread hop, the append first.
     assert len(hops) == 1
