@@ -22,15 +22,15 @@ limit as not JSON.
 
 from __future__ import annotations
 
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import attrs
 import cattrs
 
+from router._body import json_object
 from router.errors import Refusal
 from router.turns.requests import structuring_problem
 from wire._convert import Builder, camel
-from wire.json import JsonError, loads
 
 __all__ = ["AbortBody", "AskAnswerBody", "CreateSessionBody", "EmptyBody", "EndBody", "NewSessionBody",
            "converter", "make_converter", "read_body", "shape_of"]
@@ -121,12 +121,7 @@ def read_body(raw: bytes, cls: type[T], route: str) -> T:
     shape = f"{route} takes {shape_of(cls)}"
     if _EMPTY_OK[cls] and not raw.strip():
         return cls()
-    try:
-        value: Any = loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, JsonError, RecursionError) as exc:
-        raise Refusal("bad-body", f"{shape}: the body is not JSON text: {exc}") from None
-    if type(value) is not dict:
-        raise Refusal("bad-body", f"{shape}: the body must be a JSON object")
+    value = json_object(raw, what=shape)
     try:
         return converter.structure(value, cls)
     except Exception as exc:  # noqa: BLE001 - every structuring error refuses

@@ -32,10 +32,11 @@ from typing import Any, AsyncIterator, Final
 
 from quart import Blueprint, Response, current_app, request
 
+from router._body import json_object
 from router.errors import Refusal
 from router.notify import record
 from router.notify.core import LOCAL_DEVICE, parse_presence, parse_session_setting, parse_subscription
-from wire.json import JsonError, dumps, loads
+from wire.json import dumps
 
 __all__ = ["KEY", "blueprint", "gone_when_closed"]
 
@@ -99,12 +100,9 @@ async def _then_gone(body: AsyncIterator[bytes], presence: Any, device: str) -> 
         presence.gone(device)
 
 
-async def _body(what: str) -> Any:
-    raw = await request.get_data(cache=False)
-    try:
-        return loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, JsonError, RecursionError):
-        raise Refusal(what, "the body is not JSON text") from None
+async def _body(code: str) -> Any:
+    """The request's body as a JSON object, or the refusal ``code``."""
+    return json_object(await request.get_data(cache=False), what=f"{request.method} {request.path}", code=code)
 
 
 @blueprint.get("/notifications/vapid")

@@ -42,11 +42,12 @@ import attrs
 import cattrs
 from quart import Blueprint, Response, current_app, request
 
+from router._body import json_object
 from router.errors import Refusal
 from router.plugins.models import refusal_from
 from router.remote.gate import COOKIE, REMOTE_STATUS
-from wire._convert import Builder, type_name
-from wire.json import JsonError, dumps, loads
+from wire._convert import Builder
+from wire.json import dumps
 
 __all__ = ["KEY", "NoFields", "PairBody", "RenameBody", "blueprint", "install_routes", "read_body"]
 
@@ -115,12 +116,7 @@ def read_body(raw: bytes, cls: type[T], route: str) -> T:
     """``raw`` (nothing but white space is ``{}``) as a ``cls``; raises
     ``bad-body`` naming ``route``'s shape and what is wrong, and nothing else."""
     shape = f"{route} takes {SHAPES[cls]}"
-    try:
-        value: Any = loads(raw.decode("utf-8")) if raw.strip() else {}
-    except (UnicodeDecodeError, JsonError, RecursionError):
-        raise Refusal("bad-body", f"{shape}: the body is not JSON text") from None
-    if type(value) is not dict:
-        raise Refusal("bad-body", f"{shape}: expected a JSON object, got {type_name(value)}")
+    value = json_object(raw, what=shape, empty=True)
     try:
         return _converter.structure(value, cls)
     except Exception as exc:  # noqa: BLE001 - every structuring error refuses

@@ -37,8 +37,9 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, override
 
 from wire._convert import Builder, camel
-from wire.json import JsonError, dumps, loads
+from wire.json import dumps
 
+from router._body import json_object
 from router.errors import Refusal
 
 __all__ = [
@@ -167,11 +168,9 @@ def send_request_from_body(raw: bytes, session: str) -> SendRequest | Refusal:
     """The API's ``POST /sessions/<session>/messages`` body (its bytes), or
     the ``bad-body`` refusal saying what is wrong."""
     try:
-        value = loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, JsonError, RecursionError) as exc:
-        return Refusal("bad-body", f"{API_SHAPE}: the body is not JSON text: {exc}")
-    if type(value) is not dict:
-        return Refusal("bad-body", f"{API_SHAPE}: the body must be a JSON object")
+        value = json_object(raw, what=API_SHAPE)
+    except Refusal as refused:
+        return refused
     body = _structure(value, ApiSendBody, "bad-body", API_SHAPE, camel)
     if isinstance(body, Refusal):
         return body
